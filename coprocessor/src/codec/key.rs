@@ -1,0 +1,185 @@
+//! Memcomparable key encoding.
+//!
+//! Every data key compares, as raw bytes, in the same order as the values it
+//! encodes, so a key range is a value range and RocksDB's ordered iteration
+//! is a table scan in handle order.
+//!
+//! ```text
+//! row key:      t{table_id: i64}_r{handle: i64}        19 bytes
+//! table range:  [t{table_id}_r, t{table_id}_s)
+//! ```
+//!
+//! Integers are big-endian with the sign bit flipped, so negative values
+//! sort before positive ones. Byte strings use the group encoding of TiKV's
+//! `codec::bytes`: 8-byte groups, each followed by a marker byte
+//! `0xFF - padding`, which keeps prefixes in order and makes the encoding
+//! self-delimiting. The meta keyspace (catalog, region directory) uses it for
+//! names; see `raftstore/src/keys.rs` for the whole keyspace.
+
+use crate::{invalid_input, Result};
+
+/// First byte of every table data key.
+pub const TABLE_PREFIX: u8 = b't';
+/// Separates the table id from the handle in a row key.
+pub const RECORD_SEP: &[u8; 2] = b"_r";
+/// Length of a row key.
+pub const RECORD_KEY_LEN: usize = 1 + 8 + 2 + 8;
+
+const SIGN_MASK: u64 = 0x8000_0000_0000_0000;
+
+/// Encodes an i64 so that byte order is numeric order.
+#[inline]
+pub fn encode_i64(v: i64) -> [u8; 8] {
+    ((v as u64) ^ SIGN_MASK).to_be_bytes()
+}
+
+/// The inverse of [`encode_i64`].
+#[inline]
+pub fn decode_i64(b: &[u8]) -> Result<i64> {
+    let arr: [u8; 8] = b
+        .get(..8)
+        .and_then(|s| s.try_into().ok())
+        .ok_or_else(|| invalid_input!("truncated integer key ({} bytes)", b.len()))?;
+    Ok((u64::from_be_bytes(arr) ^ SIGN_MASK) as i64)
+}
+
+/// `t{table_id}_r{handle}`.
+pub fn record_key(table_id: i64, handle: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(RECORD_KEY_LEN);
+    append_record_key(&mut k, table_id, handle);
+    k
+}
+
+/// Appends `t{table_id}_r{handle}` to `buf` (the loader reuses buffers).
+#[inline]
+pub fn append_record_key(buf: &mut Vec<u8>, table_id: i64, handle: i64) {
+    buf.push(TABLE_PREFIX);
+    buf.extend_from_slice(&encode_i64(table_id));
+    buf.extend_from_slice(RECORD_SEP);
+    buf.extend_from_slice(&encode_i64(handle));
+}
+
+/// `t{table_id}_r`: every row key of the table starts with it.
+pub fn record_prefix(table_id: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(11);
+    k.push(TABLE_PREFIX);
+    k.extend_from_slice(&encode_i64(table_id));
+    k.extend_from_slice(RECORD_SEP);
+    k
+}
+
+/// The key range holding all of a table's rows: `[t{id}_r, t{id}_s)`.
+pub fn table_record_range(table_id: i64) -> (Vec<u8>, Vec<u8>) {
+    let start = record_prefix(table_id);
+    let mut end = start.clone();
+    *end.last_mut().expect("non-empty prefix") += 1;
+    (start, end)
+}
+
+/// Splits a row key into (table id, handle).
+pub fn decode_record_key(key: &[u8]) -> Result<(i64, i64)> {
+    if key.len() != RECORD_KEY_LEN || key[0] != TABLE_PREFIX || &key[9..11] != RECORD_SEP {
+        return Err(invalid_input!("not a row key: {}", hex(key)));
+    }
+    Ok((decode_i64(&key[1..9])?, decode_i64(&key[11..19])?))
+}
+
+/// The handle of a row key (no validation beyond length: scans only see row
+/// keys of the scanned table).
+#[inline]
+pub fn record_key_handle(key: &[u8]) -> Result<i64> {
+    if key.len() != RECORD_KEY_LEN {
+        return Err(invalid_input!("not a row key: {}", hex(key)));
+    }
+    decode_i64(&key[11..19])
+}
+
+const GROUP: usize = 8;
+const MARKER: u8 = 0xFF;
+const PAD: u8 = 0;
+
+/// Memcomparable group encoding of a byte string.
+pub fn encode_bytes(buf: &mut Vec<u8>, data: &[u8]) {
+    for chunk in data.chunks(GROUP).chain(
+        // An exact multiple of 8 (including empty) ends with an all-pad group.
+        (data.len() % GROUP == 0).then_some(&[][..]),
+    ) {
+        buf.extend_from_slice(chunk);
+        let pad = GROUP - chunk.len();
+        buf.extend(std::iter::repeat_n(PAD, pad));
+        buf.push(MARKER - pad as u8);
+    }
+}
+
+/// Decodes one group-encoded byte string from the front of `input`; returns
+/// it and the number of input bytes consumed.
+pub fn decode_bytes(input: &[u8]) -> Result<(Vec<u8>, usize)> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    loop {
+        let group = input
+            .get(pos..pos + GROUP + 1)
+            .ok_or_else(|| invalid_input!("truncated memcomparable bytes"))?;
+        let marker = group[GROUP];
+        let pad = (MARKER - marker) as usize;
+        if pad > GROUP {
+            return Err(invalid_input!("bad memcomparable marker {marker:#x}"));
+        }
+        let real = GROUP - pad;
+        if group[real..GROUP].iter().any(|&b| b != PAD) {
+            return Err(invalid_input!("bad memcomparable padding"));
+        }
+        out.extend_from_slice(&group[..real]);
+        pos += GROUP + 1;
+        if pad != 0 {
+            return Ok((out, pos));
+        }
+    }
+}
+
+/// Lower-case hex, for messages about keys.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn i64_order_is_byte_order(a: i64, b: i64) {
+            prop_assert_eq!(a.cmp(&b), encode_i64(a).cmp(&encode_i64(b)));
+            prop_assert_eq!(decode_i64(&encode_i64(a)).unwrap(), a);
+        }
+
+        #[test]
+        fn record_keys_round_trip_and_sort(t: i64, h1: i64, h2: i64) {
+            let (k1, k2) = (record_key(t, h1), record_key(t, h2));
+            prop_assert_eq!(decode_record_key(&k1).unwrap(), (t, h1));
+            prop_assert_eq!(h1.cmp(&h2), k1.cmp(&k2));
+            let (start, end) = table_record_range(t);
+            prop_assert!(start <= k1 && k1 < end);
+        }
+
+        #[test]
+        fn bytes_round_trip_and_sort(a: Vec<u8>, b: Vec<u8>) {
+            let (mut ea, mut eb) = (Vec::new(), Vec::new());
+            encode_bytes(&mut ea, &a);
+            encode_bytes(&mut eb, &b);
+            prop_assert_eq!(a.cmp(&b), ea.cmp(&eb));
+            let (da, used) = decode_bytes(&ea).unwrap();
+            prop_assert_eq!(da, a);
+            prop_assert_eq!(used, ea.len());
+        }
+    }
+
+    #[test]
+    fn table_ranges_do_not_overlap() {
+        let (_, end1) = table_record_range(1);
+        let (start2, _) = table_record_range(2);
+        assert!(end1 <= start2);
+        assert!(decode_record_key(b"short").is_err());
+    }
+}

@@ -1,0 +1,239 @@
+//! Running one coprocessor request: the coprocessor's entry point.
+//!
+//! LIFE OF A REQUEST (the storage side of compute's step 5)
+//!
+//! 1. The store validates the region and epoch, takes a snapshot bounded to
+//!    the region, and calls [`handle`] with it (`raftstore/src/service`).
+//! 2. [`build_executors`] turns the DAG into a pipeline, re-checking every
+//!    type: scan → selection → partial aggregation | projection → limit.
+//! 3. [`handle`] pulls batches, starting at [`INITIAL_BATCH_ROWS`] and
+//!    doubling up to [`MAX_BATCH_ROWS`], checking the deadline between
+//!    batches, and encodes the output as an Arrow IPC stream (or as rows,
+//!    the pre-chunk baseline).
+//! 4. Past `max_response_bytes` it stops and names the ranges left, so the
+//!    caller resumes with another request.
+//! 5. The response never fails: errors become `other_error`, and an
+//!    execution summary (keys and bytes scanned, time) rides along.
+
+use std::time::Instant;
+
+use arrow::datatypes::DataType;
+use arrow::ipc::writer::StreamWriter;
+use quarry_proto::coprocessor::{
+    CopRequest, CopResponse, DagRequest, EncodeType, ExecSummary,
+};
+use quarry_proto::meta::Layout;
+
+use crate::aggregate::{AggregateFunction, Aggregator};
+use crate::codec::row::encode_rows;
+use crate::executor::{
+    AggregationExecutor, BatchExecutor, LimitExecutor, ProjectionExecutor, SelectionExecutor,
+    TableScanExecutor,
+};
+use crate::expr::Expr;
+use crate::storage::{KeyRange, Storage};
+use crate::types::arrow_type;
+use crate::{invalid_input, Error, Result};
+
+/// Rows asked of the pipeline by the first pull.
+pub const INITIAL_BATCH_ROWS: usize = 1024;
+/// The most rows asked by one pull.
+pub const MAX_BATCH_ROWS: usize = 8192;
+
+/// Builds the executor pipeline for `dag` over `ranges` of `storage`.
+pub fn build_executors<'a, S: Storage + 'a>(
+    storage: S,
+    dag: &DagRequest,
+    ranges: Vec<KeyRange>,
+) -> Result<Box<dyn BatchExecutor + 'a>> {
+    let scan = dag
+        .scan
+        .as_ref()
+        .ok_or_else(|| invalid_input!("coprocessor request without a table scan"))?;
+    if scan.layout != Layout::Row as i32 {
+        return Err(invalid_input!(
+            "table {} uses a layout this store cannot scan",
+            scan.table_id
+        ));
+    }
+    let columns = scan
+        .columns
+        .iter()
+        .map(|c| {
+            let ft = c
+                .field_type
+                .as_ref()
+                .ok_or_else(|| invalid_input!("column {} has no type", c.column_id))?;
+            Ok((c.column_id, arrow_type(ft)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let input: Vec<DataType> = columns.iter().map(|(_, t)| t.clone()).collect();
+    let mut exec: Box<dyn BatchExecutor + 'a> =
+        Box::new(TableScanExecutor::new(storage, &columns, ranges)?);
+
+    if let Some(sel) = &dag.selection {
+        if !sel.conditions.is_empty() {
+            let conds = sel
+                .conditions
+                .iter()
+                .map(|c| Expr::from_proto(c, &input))
+                .collect::<Result<Vec<_>>>()?;
+            exec = Box::new(SelectionExecutor::new(exec, conds)?);
+        }
+    }
+
+    match (&dag.aggregation, &dag.projection) {
+        (Some(_), Some(_)) => {
+            return Err(invalid_input!(
+                "a request has either an aggregation or a projection, not both"
+            ))
+        }
+        (Some(agg), None) => {
+            let keys = agg
+                .group_by
+                .iter()
+                .map(|e| Expr::from_proto(e, &input))
+                .collect::<Result<Vec<_>>>()?;
+            let aggs = agg
+                .aggs
+                .iter()
+                .map(|a| {
+                    let kind = quarry_proto::coprocessor::AggKind::try_from(a.kind)
+                        .map_err(|_| invalid_input!("unknown aggregate kind {}", a.kind))?;
+                    let arg = a.arg.as_ref().map(|e| Expr::from_proto(e, &input)).transpose()?;
+                    let f = AggregateFunction::new(kind, arg.as_ref().map(Expr::data_type))?;
+                    Ok((f, arg))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            exec = Box::new(AggregationExecutor::new(exec, Aggregator::partial(keys, aggs)?));
+        }
+        (None, Some(proj)) => {
+            let exprs = proj
+                .exprs
+                .iter()
+                .map(|e| Expr::from_proto(e, &input))
+                .collect::<Result<Vec<_>>>()?;
+            exec = Box::new(ProjectionExecutor::new(exec, exprs));
+        }
+        (None, None) => {}
+    }
+
+    if dag.limit > 0 {
+        if dag.aggregation.is_some() {
+            return Err(invalid_input!("LIMIT cannot be pushed below an aggregation"));
+        }
+        exec = Box::new(LimitExecutor::new(exec, dag.limit as usize));
+    }
+    Ok(exec)
+}
+
+/// What running a request produced.
+struct Output {
+    data: Vec<u8>,
+    remaining: Vec<KeyRange>,
+}
+
+fn run(
+    exec: &mut dyn BatchExecutor,
+    encode: EncodeType,
+    max_bytes: u64,
+    deadline: Option<Instant>,
+    summary: &mut ExecSummary,
+) -> Result<Output> {
+    let schema = exec.schema();
+    let mut ipc = match encode {
+        EncodeType::Arrow => Some(StreamWriter::try_new(Vec::new(), &schema)?),
+        EncodeType::Rows => None,
+    };
+    let mut rows_out: Vec<u8> = Vec::new();
+    let mut batch_rows = INITIAL_BATCH_ROWS;
+    let mut remaining = Vec::new();
+    loop {
+        if let Some(d) = deadline {
+            if Instant::now() > d {
+                let mut s = ExecSummary::default();
+                exec.collect_summary(&mut s);
+                return Err(Error::Deadline(format!(
+                    "coprocessor task exceeded its deadline after scanning {} keys",
+                    s.scanned_keys
+                )));
+            }
+        }
+        let r = exec.next_batch(batch_rows)?;
+        let batch = r.chunk.materialize()?;
+        summary.num_batches += 1;
+        if batch.num_rows() > 0 {
+            summary.output_rows += batch.num_rows() as u64;
+            match &mut ipc {
+                Some(w) => w.write(&batch)?,
+                None => encode_rows(batch.columns(), &mut rows_out)?,
+            }
+        }
+        batch_rows = (batch_rows * 2).min(MAX_BATCH_ROWS);
+        if r.is_drained {
+            break;
+        }
+        let written = match &ipc {
+            Some(w) => w.get_ref().len(),
+            None => rows_out.len(),
+        } as u64;
+        if max_bytes > 0 && written >= max_bytes {
+            remaining = exec.remaining_ranges();
+            break;
+        }
+    }
+    let data = match ipc {
+        Some(mut w) => {
+            w.finish()?;
+            w.into_inner()?
+        }
+        None => rows_out,
+    };
+    Ok(Output { data, remaining })
+}
+
+/// Runs `req` over `storage`. Never fails: errors are in `other_error`.
+/// `wait_ns` is how long the request queued before this call.
+pub fn handle<S: Storage>(
+    storage: S,
+    req: &CopRequest,
+    deadline: Option<Instant>,
+    wait_ns: u64,
+) -> CopResponse {
+    let started = Instant::now();
+    let mut summary = ExecSummary {
+        wait_ns,
+        ..Default::default()
+    };
+    let result = (|| -> Result<Output> {
+        let dag = req
+            .dag
+            .as_ref()
+            .ok_or_else(|| invalid_input!("coprocessor request without a DAG"))?;
+        let ranges = req.ranges.iter().map(KeyRange::from_proto).collect();
+        let mut exec = build_executors(storage, dag, ranges)?;
+        let encode = EncodeType::try_from(req.encode_type)
+            .map_err(|_| invalid_input!("unknown encode type {}", req.encode_type))?;
+        let out = run(exec.as_mut(), encode, req.max_response_bytes, deadline, &mut summary);
+        exec.collect_summary(&mut summary);
+        out
+    })();
+    summary.process_ns = started.elapsed().as_nanos() as u64;
+    match result {
+        Ok(out) => CopResponse {
+            data: out.data.into(),
+            region_error: None,
+            other_error: None,
+            summary: Some(summary),
+            remaining: out.remaining.iter().map(KeyRange::to_proto).collect(),
+        },
+        Err(e) => CopResponse {
+            other_error: Some(e.to_proto()),
+            summary: Some(summary),
+            ..Default::default()
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

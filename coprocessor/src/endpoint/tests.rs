@@ -1,0 +1,295 @@
+//! End-to-end tests of one request over an in-memory region.
+
+use std::time::{Duration, Instant};
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Decimal128Type, Int64Type};
+use arrow::util::pretty::pretty_format_batches;
+use quarry_proto::coprocessor::{
+    self as pb, other_error::Code, AggFunc, AggKind, Aggregation, ColumnInfo, CopRequest,
+    DagRequest, EncodeType, Projection, Selection, TableScan,
+};
+
+use super::handle;
+use crate::codec::key::{record_key, table_record_range};
+use crate::codec::row::{decode_rows, Datum, RowEncoder};
+use crate::expr::{ArithOp, CmpOp, Expr, ScalarValue};
+use crate::storage::MemStorage;
+use crate::types::{field_type, parse_date};
+
+const TABLE: i64 = 42;
+// Columns: 1 flag VARCHAR, 2 qty BIGINT, 3 price DECIMAL(15,2), 4 ship DATE
+fn types() -> Vec<DataType> {
+    vec![
+        DataType::Utf8,
+        DataType::Int64,
+        DataType::Decimal128(15, 2),
+        DataType::Date32,
+    ]
+}
+
+/// 100 rows: flag cycles A/N/R, qty = h % 50 (NULL every 10th), price =
+/// h * 1.25, ship = 1994-01-01 + h days.
+fn region() -> MemStorage {
+    let base = parse_date("1994-01-01").unwrap();
+    let mut enc = RowEncoder::new();
+    (0..100i64)
+        .map(|h| {
+            let flag = ["A", "N", "R"][(h % 3) as usize];
+            let qty = if h % 10 == 9 { Datum::Null } else { Datum::Int(h % 50) };
+            let mut v = Vec::new();
+            enc.encode(
+                &[
+                    (1, Datum::Bytes(flag.as_bytes())),
+                    (2, qty),
+                    (3, Datum::Decimal(h as i128 * 125)),
+                    (4, Datum::Date(base + h as i32)),
+                ],
+                &mut v,
+            )
+            .unwrap();
+            (record_key(TABLE, h), v)
+        })
+        .collect()
+}
+
+/// Column `i` of a scan over all four columns.
+fn col(i: usize) -> Expr {
+    at(i, i as i64 + 1)
+}
+
+/// Scan output `index`, which is column id `id`.
+fn at(index: usize, id: i64) -> Expr {
+    Expr::Column {
+        index,
+        data_type: types()[id as usize - 1].clone(),
+    }
+}
+
+fn scan(cols: &[i64]) -> TableScan {
+    TableScan {
+        table_id: TABLE,
+        columns: cols
+            .iter()
+            .map(|&id| ColumnInfo {
+                column_id: id,
+                field_type: Some(field_type(&types()[id as usize - 1], true).unwrap()),
+            })
+            .collect(),
+        layout: 0,
+    }
+}
+
+fn request(dag: DagRequest) -> CopRequest {
+    let (start, end) = table_record_range(TABLE);
+    CopRequest {
+        ranges: vec![pb::KeyRange { start, end }],
+        dag: Some(dag),
+        ..Default::default()
+    }
+}
+
+fn batches(resp: &pb::CopResponse) -> Vec<RecordBatch> {
+    assert!(resp.other_error.is_none(), "{:?}", resp.other_error);
+    crate::ipc::decode(&resp.data).unwrap().1
+}
+
+fn pretty(resp: &pb::CopResponse) -> String {
+    pretty_format_batches(&batches(resp)).unwrap().to_string()
+}
+
+#[test]
+fn partial_aggregation_with_group_by_and_filter() {
+    // SELECT flag, COUNT(*), SUM(price), AVG(qty) WHERE ship < 1994-02-20 GROUP BY flag
+    let cond = Expr::compare(
+        CmpOp::Lt,
+        col(3),
+        Expr::literal(ScalarValue::Utf8("1994-02-20".into())),
+    )
+    .unwrap();
+    let dag = DagRequest {
+        scan: Some(scan(&[1, 2, 3, 4])),
+        selection: Some(Selection {
+            conditions: vec![cond.to_proto().unwrap()],
+        }),
+        aggregation: Some(Aggregation {
+            group_by: vec![col(0).to_proto().unwrap()],
+            aggs: vec![
+                AggFunc {
+                    kind: AggKind::CountStar as i32,
+                    arg: None,
+                },
+                AggFunc {
+                    kind: AggKind::Sum as i32,
+                    arg: Some(col(2).to_proto().unwrap()),
+                },
+                AggFunc {
+                    kind: AggKind::Avg as i32,
+                    arg: Some(col(1).to_proto().unwrap()),
+                },
+            ],
+        }),
+        ..Default::default()
+    };
+    let resp = handle(region(), &request(dag), None, 0);
+    // Rows h = 0..=49 pass; A gets h = 0,3,..,48 (17 rows), N 17, R 16.
+    assert_eq!(
+        pretty(&resp).lines().nth(1).unwrap(),
+        "| group_0 | agg_0_state_0 | agg_1_state_0 | agg_2_state_0 | agg_2_state_1 |"
+    );
+    let b = &batches(&resp)[0];
+    let flags: Vec<_> = b.column(0).as_string::<i32>().iter().map(|f| f.unwrap()).collect();
+    let counts = b.column(1).as_primitive::<Int64Type>();
+    let sums = b.column(2).as_primitive::<Decimal128Type>();
+    let avg_sum = b.column(3).as_primitive::<Int64Type>();
+    let avg_cnt = b.column(4).as_primitive::<Int64Type>();
+    let a = flags.iter().position(|f| *f == "A").unwrap();
+    assert_eq!(counts.value(a), 17);
+    // sum of h*125 for h in 0,3,...,48 = 125 * 3 * (0+..+16) = 51000 -> 510.00
+    assert_eq!(sums.value(a), 51000);
+    // qty of A rows: h%50 for h = 0,3,..,48 minus h=9,39 (NULL)
+    assert_eq!(avg_sum.value(a), (0..=48).step_by(3).filter(|h| h % 10 != 9).sum::<i64>());
+    assert_eq!(avg_cnt.value(a), 15);
+    let summary = resp.summary.unwrap();
+    assert_eq!(summary.scanned_keys, 100);
+    assert_eq!(summary.output_rows, 3);
+}
+
+#[test]
+fn count_star_reads_keys_only() {
+    let dag = DagRequest {
+        scan: Some(scan(&[])),
+        aggregation: Some(Aggregation {
+            group_by: vec![],
+            aggs: vec![AggFunc {
+                kind: AggKind::CountStar as i32,
+                arg: None,
+            }],
+        }),
+        ..Default::default()
+    };
+    let resp = handle(region(), &request(dag), None, 0);
+    let b = &batches(&resp)[0];
+    assert_eq!(b.column(0).as_primitive::<Int64Type>().value(0), 100);
+    // Key-only: 100 keys of 19 bytes and no value bytes.
+    assert_eq!(resp.summary.unwrap().scanned_bytes, 100 * 19);
+}
+
+fn projection_dag(limit: u64) -> DagRequest {
+    DagRequest {
+        scan: Some(scan(&[2, 3])),
+        projection: Some(Projection {
+            exprs: vec![
+                at(0, 2).to_proto().unwrap(),
+                Expr::arith(ArithOp::Multiply, at(1, 3), at(0, 2))
+                    .unwrap()
+                    .to_proto()
+                    .unwrap(),
+            ],
+        }),
+        limit,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn byte_limited_responses_resume_where_they_stopped() {
+    let mut req = request(projection_dag(0));
+    req.max_response_bytes = 1;
+    let mut seen = 0;
+    let mut rounds = 0;
+    loop {
+        let resp = handle(region(), &req, None, 0);
+        seen += batches(&resp).iter().map(|b| b.num_rows()).sum::<usize>();
+        rounds += 1;
+        if resp.remaining.is_empty() {
+            break;
+        }
+        req.ranges = resp.remaining.clone();
+        assert!(rounds < 200, "no progress");
+    }
+    assert_eq!(seen, 100);
+    // The first pull asks for 1024 rows, so 100 rows fit in one response.
+    assert_eq!(rounds, 1);
+}
+
+#[test]
+fn limit_stops_the_scan() {
+    let resp = handle(region(), &request(projection_dag(7)), None, 0);
+    let rows: usize = batches(&resp).iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 7);
+    assert!(resp.summary.unwrap().scanned_keys <= 7);
+}
+
+#[test]
+fn rows_encoding_carries_the_same_answer_as_arrow() {
+    let mut req = request(projection_dag(0));
+    let arrow = handle(region(), &req, None, 0);
+    req.encode_type = EncodeType::Rows as i32;
+    let rows = handle(region(), &req, None, 0);
+    let cols = decode_rows(&rows.data, &[DataType::Int64, DataType::Decimal128(30, 2)]).unwrap();
+    let b = arrow::compute::concat_batches(&batches(&arrow)[0].schema(), &batches(&arrow)).unwrap();
+    assert_eq!(cols[0].as_ref(), b.column(0).as_ref());
+    assert_eq!(cols[1].len(), 100);
+    assert_eq!(
+        cols[1].as_primitive::<Decimal128Type>().values(),
+        b.column(1).as_primitive::<Decimal128Type>().values()
+    );
+}
+
+#[test]
+fn errors_come_back_as_data_with_a_category() {
+    // A column index past the scan's columns.
+    let dag = DagRequest {
+        scan: Some(scan(&[2])),
+        projection: Some(Projection {
+            exprs: vec![pb::Expr {
+                kind: Some(pb::expr::Kind::Column(5)),
+            }],
+        }),
+        ..Default::default()
+    };
+    let resp = handle(region(), &request(dag), None, 0);
+    let e = resp.other_error.unwrap();
+    assert_eq!(e.code, Code::InvalidInput as i32);
+    assert!(e.message.contains("out of range"), "{}", e.message);
+
+    // A deadline already past.
+    let past = Instant::now() - Duration::from_secs(1);
+    let resp = handle(region(), &request(projection_dag(0)), Some(past), 0);
+    let e = resp.other_error.unwrap();
+    assert_eq!(e.code, Code::DeadlineExceeded as i32);
+    assert!(e.message.contains("deadline"), "{}", e.message);
+}
+
+#[test]
+fn sum_overflow_in_a_region_is_an_overflow_error() {
+    let mut storage = MemStorage::new();
+    let mut enc = RowEncoder::new();
+    for h in 0..3 {
+        let mut v = Vec::new();
+        enc.encode(&[(2, Datum::Int(i64::MAX / 2))], &mut v).unwrap();
+        storage.put(record_key(TABLE, h), v);
+    }
+    let dag = DagRequest {
+        scan: Some(scan(&[2])),
+        aggregation: Some(Aggregation {
+            group_by: vec![],
+            aggs: vec![AggFunc {
+                kind: AggKind::Sum as i32,
+                arg: Some(
+                    Expr::Column {
+                        index: 0,
+                        data_type: DataType::Int64,
+                    }
+                    .to_proto()
+                    .unwrap(),
+                ),
+            }],
+        }),
+        ..Default::default()
+    };
+    let resp = handle(storage, &request(dag), None, 0);
+    let e = resp.other_error.unwrap();
+    assert_eq!(e.code, Code::Overflow as i32, "{}", e.message);
+}

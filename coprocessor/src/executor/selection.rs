@@ -1,0 +1,76 @@
+//! Selection: narrows a chunk's selection by ANDed conditions.
+//!
+//! Conditions run cheapest first (by [`Expr::cost`]), and each one only
+//! needs to decide the rows still selected: a row a cheaper condition already
+//! rejected costs later conditions nothing but a bit test. NULL counts as
+//! false.
+
+use arrow::array::{Array, AsArray};
+use arrow::buffer::BooleanBuffer;
+use arrow::datatypes::{DataType, SchemaRef};
+use quarry_proto::coprocessor::ExecSummary;
+
+use super::{BatchExecutor, BatchResult};
+use crate::expr::{ColumnarValue, Expr, ScalarValue};
+use crate::storage::KeyRange;
+use crate::{invalid_input, Result};
+
+pub struct SelectionExecutor<'a> {
+    child: Box<dyn BatchExecutor + 'a>,
+    conditions: Vec<Expr>,
+}
+
+impl<'a> SelectionExecutor<'a> {
+    pub fn new(child: Box<dyn BatchExecutor + 'a>, mut conditions: Vec<Expr>) -> Result<Self> {
+        for c in &conditions {
+            if !matches!(c.data_type(), DataType::Boolean | DataType::Null) {
+                return Err(invalid_input!(
+                    "a filter condition must be BOOLEAN, got {}",
+                    crate::types::sql_name(&c.data_type())
+                ));
+            }
+        }
+        conditions.sort_by_key(|c| (c.is_fallible(), c.cost()));
+        Ok(SelectionExecutor { child, conditions })
+    }
+}
+
+impl BatchExecutor for SelectionExecutor<'_> {
+    fn schema(&self) -> SchemaRef {
+        self.child.schema()
+    }
+
+    fn next_batch(&mut self, scan_rows: usize) -> Result<BatchResult> {
+        let mut r = self.child.next_batch(scan_rows)?;
+        let n = r.chunk.batch.num_rows();
+        for cond in &self.conditions {
+            if r.chunk.selection.as_ref().is_some_and(|s| s.count_set_bits() == 0) {
+                break;
+            }
+            let keep: BooleanBuffer = match cond.evaluate(&r.chunk.batch, r.chunk.selection.as_ref())? {
+                ColumnarValue::Scalar(ScalarValue::Boolean(true)) => continue,
+                ColumnarValue::Scalar(_) => BooleanBuffer::new_unset(n),
+                ColumnarValue::Array(a) => {
+                    let b = a.as_boolean();
+                    match b.nulls() {
+                        Some(nulls) => b.values() & nulls.inner(),
+                        None => b.values().clone(),
+                    }
+                }
+            };
+            r.chunk.selection = Some(match &r.chunk.selection {
+                Some(s) => s & &keep,
+                None => keep,
+            });
+        }
+        Ok(r)
+    }
+
+    fn collect_summary(&self, s: &mut ExecSummary) {
+        self.child.collect_summary(s)
+    }
+
+    fn remaining_ranges(&self) -> Vec<KeyRange> {
+        self.child.remaining_ranges()
+    }
+}

@@ -1,0 +1,828 @@
+//! Typed scalar expressions.
+//!
+//! An [`Expr`] is built through constructors ([`Expr::arith`],
+//! [`Expr::compare`], ...) that check types and insert the implicit casts, so
+//! a built expression is always well-typed. Compute builds expressions while
+//! planning SQL, ships them as protobuf, and the storage process rebuilds
+//! them with [`Expr::from_proto`] through the very same constructors: both
+//! sides agree on every type and every cast.
+//!
+//! TYPE RULES (exact decimals, after SQL and MySQL/TiDB)
+//!
+//! * Any DOUBLE operand makes the operation DOUBLE.
+//! * BIGINT ± * BIGINT is BIGINT, checked; BIGINT / BIGINT is decimal.
+//! * An integer next to a decimal acts as DECIMAL(19,0) (a literal as
+//!   DECIMAL(digits,0)). For DECIMAL(p1,s1) op DECIMAL(p2,s2):
+//!   `+ -`: scale max(s1,s2), precision max(p1−s1, p2−s2) + scale + 1;
+//!   `*`: scale s1+s2, precision p1+p2; `/`: scale s1+4, rounded half away
+//!   from zero. Precision is capped at 38; a value past it is an overflow
+//!   error, never a wrap.
+//! * Comparisons bring both sides to one type (decimals to a common scale);
+//!   a string literal compared with a DATE is parsed as a date.
+//! * Division by zero is an error.
+//!
+//! Expressions whose children are all literals are folded while building,
+//! so `0.06 - 0.01` reaches storage as the literal `0.05`.
+//!
+//! EVALUATION works on whole Arrow arrays (see `eval.rs`). Expressions that
+//! can fail (arithmetic, casts) see rows outside the current selection as
+//! NULL, so a row a filter rejected can never raise an overflow or a
+//! division by zero.
+
+mod eval;
+pub mod scalar;
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Schema};
+use quarry_proto::coprocessor::{self as pb, expr::Kind, FuncKind};
+
+pub use eval::ColumnarValue;
+pub use scalar::ScalarValue;
+
+use crate::types::{self, digits_of, sql_name, MAX_DECIMAL_PRECISION};
+use crate::{internal, invalid_input, Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArithOp {
+    Plus,
+    Minus,
+    Multiply,
+    Divide,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogicOp {
+    And,
+    Or,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    /// Column `index` of the input batch.
+    Column { index: usize, data_type: DataType },
+    Literal(ScalarValue),
+    Arith {
+        op: ArithOp,
+        left: Box<Expr>,
+        right: Box<Expr>,
+        data_type: DataType,
+    },
+    Negate(Box<Expr>),
+    /// Both sides have the same type.
+    Compare {
+        op: CmpOp,
+        left: Box<Expr>,
+        right: Box<Expr>,
+    },
+    Logic {
+        op: LogicOp,
+        left: Box<Expr>,
+        right: Box<Expr>,
+    },
+    Not(Box<Expr>),
+    IsNull { expr: Box<Expr>, negated: bool },
+    /// The list has the expression's type.
+    InList {
+        expr: Box<Expr>,
+        list: Vec<ScalarValue>,
+        negated: bool,
+    },
+    Like {
+        expr: Box<Expr>,
+        pattern: String,
+        negated: bool,
+    },
+    Cast { expr: Box<Expr>, to: DataType },
+}
+
+impl ArithOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            ArithOp::Plus => "+",
+            ArithOp::Minus => "-",
+            ArithOp::Multiply => "*",
+            ArithOp::Divide => "/",
+        }
+    }
+}
+
+impl CmpOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "=",
+            CmpOp::Ne => "<>",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+}
+
+/// The decimal type an integer or decimal expression acts as next to a
+/// decimal.
+fn as_decimal(e: &Expr) -> Option<(u8, i8)> {
+    match (e, e.data_type()) {
+        (_, DataType::Decimal128(p, s)) => Some((p, s)),
+        (Expr::Literal(ScalarValue::Int64(v)), _) => Some((digits_of(*v as i128), 0)),
+        (_, DataType::Int64) => Some((19, 0)),
+        _ => None,
+    }
+}
+
+fn cap(p: u32) -> u8 {
+    p.min(MAX_DECIMAL_PRECISION as u32) as u8
+}
+
+impl Expr {
+    // ------------------------------------------------------------ constructors
+
+    pub fn column(index: usize, schema: &Schema) -> Result<Expr> {
+        let field = schema
+            .fields()
+            .get(index)
+            .ok_or_else(|| invalid_input!("column index {index} out of range"))?;
+        Ok(Expr::Column {
+            index,
+            data_type: field.data_type().clone(),
+        })
+    }
+
+    pub fn literal(v: ScalarValue) -> Expr {
+        Expr::Literal(v)
+    }
+
+    /// `expr` converted to `to`; a no-op when it already has that type.
+    pub fn cast(expr: Expr, to: DataType) -> Result<Expr> {
+        let from = expr.data_type();
+        if from == to {
+            return Ok(expr);
+        }
+        let ok = from == DataType::Null
+            || match (&from, &to) {
+                (a, b) if types::is_numeric(a) && types::is_numeric(b) => true,
+                (DataType::Utf8, _) | (_, DataType::Utf8) => to != DataType::Boolean,
+                (DataType::Date32, DataType::Date32) => true,
+                (DataType::Boolean, DataType::Boolean) => true,
+                _ => false,
+            };
+        if !ok {
+            return Err(invalid_input!(
+                "cannot cast {} to {}",
+                sql_name(&from),
+                sql_name(&to)
+            ));
+        }
+        fold(Expr::Cast {
+            expr: Box::new(expr),
+            to,
+        })
+    }
+
+    pub fn arith(op: ArithOp, left: Expr, right: Expr) -> Result<Expr> {
+        let (lt, rt) = (left.data_type(), right.data_type());
+        let bad = || {
+            invalid_input!(
+                "cannot apply {} to {} and {}",
+                op.symbol(),
+                sql_name(&lt),
+                sql_name(&rt)
+            )
+        };
+        if lt == DataType::Null || rt == DataType::Null {
+            // NULL op x is NULL of x's type (BIGINT if both are untyped).
+            let other = if lt == DataType::Null { &rt } else { &lt };
+            if *other != DataType::Null && !types::is_numeric(other) {
+                return Err(bad());
+            }
+            let t = if *other == DataType::Null {
+                DataType::Int64
+            } else {
+                other.clone()
+            };
+            return Ok(Expr::Literal(ScalarValue::Null(t)));
+        }
+        if !types::is_numeric(&lt) || !types::is_numeric(&rt) {
+            return Err(bad());
+        }
+        if lt == DataType::Float64 || rt == DataType::Float64 {
+            let left = Expr::cast(left, DataType::Float64)?;
+            let right = Expr::cast(right, DataType::Float64)?;
+            return fold(Expr::Arith {
+                op,
+                left: Box::new(left),
+                right: Box::new(right),
+                data_type: DataType::Float64,
+            });
+        }
+        if lt == DataType::Int64 && rt == DataType::Int64 && op != ArithOp::Divide {
+            return fold(Expr::Arith {
+                op,
+                left: Box::new(left),
+                right: Box::new(right),
+                data_type: DataType::Int64,
+            });
+        }
+        let (p1, s1) = as_decimal(&left).ok_or_else(bad)?;
+        let (p2, s2) = as_decimal(&right).ok_or_else(bad)?;
+        let (p1, s1, p2, s2) = (p1 as u32, s1 as u32, p2 as u32, s2 as u32);
+        let (p, s) = match op {
+            ArithOp::Plus | ArithOp::Minus => {
+                let s = s1.max(s2);
+                ((p1 - s1).max(p2 - s2) + s + 1, s)
+            }
+            ArithOp::Multiply => (p1 + p2, s1 + s2),
+            ArithOp::Divide => {
+                let s = (s1 + 4).max(s2).min(MAX_DECIMAL_PRECISION as u32);
+                (p1 - s1 + s2 + s, s)
+            }
+        };
+        if s > MAX_DECIMAL_PRECISION as u32 {
+            return Err(Error::Overflow(format!(
+                "result scale {s} of {} {} {} exceeds {MAX_DECIMAL_PRECISION}",
+                sql_name(&lt),
+                op.symbol(),
+                sql_name(&rt)
+            )));
+        }
+        let left = Expr::cast(left, DataType::Decimal128(cap(p1), s1 as i8))?;
+        let right = Expr::cast(right, DataType::Decimal128(cap(p2), s2 as i8))?;
+        fold(Expr::Arith {
+            op,
+            left: Box::new(left),
+            right: Box::new(right),
+            data_type: DataType::Decimal128(cap(p.max(s).max(1)), s as i8),
+        })
+    }
+
+    pub fn negate(expr: Expr) -> Result<Expr> {
+        let t = expr.data_type();
+        if !types::is_numeric(&t) && t != DataType::Null {
+            return Err(invalid_input!("cannot negate {}", sql_name(&t)));
+        }
+        fold(Expr::Negate(Box::new(expr)))
+    }
+
+    /// The type both sides of a comparison are brought to.
+    fn comparison_type(left: &Expr, right: &Expr) -> Result<DataType> {
+        let (lt, rt) = (left.data_type(), right.data_type());
+        let bad = || invalid_input!("cannot compare {} with {}", sql_name(&lt), sql_name(&rt));
+        Ok(match (&lt, &rt) {
+            (a, b) if a == b => lt.clone(),
+            (DataType::Null, other) | (other, DataType::Null) => other.clone(),
+            (DataType::Float64, b) if types::is_numeric(b) => DataType::Float64,
+            (a, DataType::Float64) if types::is_numeric(a) => DataType::Float64,
+            (a, b) if types::is_numeric(a) && types::is_numeric(b) => {
+                let (p1, s1) = as_decimal(left).ok_or_else(bad)?;
+                let (p2, s2) = as_decimal(right).ok_or_else(bad)?;
+                let s = s1.max(s2);
+                let int = (p1 as i32 - s1 as i32).max(p2 as i32 - s2 as i32);
+                DataType::Decimal128(cap((int + s as i32).max(1) as u32), s)
+            }
+            (DataType::Date32, DataType::Utf8) if matches!(right, Expr::Literal(_)) => {
+                DataType::Date32
+            }
+            (DataType::Utf8, DataType::Date32) if matches!(left, Expr::Literal(_)) => {
+                DataType::Date32
+            }
+            _ => return Err(bad()),
+        })
+    }
+
+    pub fn compare(op: CmpOp, left: Expr, right: Expr) -> Result<Expr> {
+        let t = Expr::comparison_type(&left, &right)?;
+        let left = Expr::cast(left, t.clone())?;
+        let right = Expr::cast(right, t)?;
+        fold(Expr::Compare {
+            op,
+            left: Box::new(left),
+            right: Box::new(right),
+        })
+    }
+
+    fn expect_boolean(e: &Expr, what: &str) -> Result<()> {
+        match e.data_type() {
+            DataType::Boolean | DataType::Null => Ok(()),
+            other => Err(invalid_input!(
+                "{what} needs a BOOLEAN operand, got {}",
+                sql_name(&other)
+            )),
+        }
+    }
+
+    pub fn logic(op: LogicOp, left: Expr, right: Expr) -> Result<Expr> {
+        let name = if op == LogicOp::And { "AND" } else { "OR" };
+        Expr::expect_boolean(&left, name)?;
+        Expr::expect_boolean(&right, name)?;
+        let left = Expr::cast(left, DataType::Boolean)?;
+        let right = Expr::cast(right, DataType::Boolean)?;
+        fold(Expr::Logic {
+            op,
+            left: Box::new(left),
+            right: Box::new(right),
+        })
+    }
+
+    pub fn and(left: Expr, right: Expr) -> Result<Expr> {
+        Expr::logic(LogicOp::And, left, right)
+    }
+
+    pub fn not(expr: Expr) -> Result<Expr> {
+        Expr::expect_boolean(&expr, "NOT")?;
+        fold(Expr::Not(Box::new(Expr::cast(expr, DataType::Boolean)?)))
+    }
+
+    pub fn is_null(expr: Expr, negated: bool) -> Result<Expr> {
+        fold(Expr::IsNull {
+            expr: Box::new(expr),
+            negated,
+        })
+    }
+
+    /// `expr [NOT] BETWEEN low AND high`, as `low <= expr AND expr <= high`.
+    pub fn between(expr: Expr, low: Expr, high: Expr, negated: bool) -> Result<Expr> {
+        if negated {
+            let lt = Expr::compare(CmpOp::Lt, expr.clone(), low)?;
+            let gt = Expr::compare(CmpOp::Gt, expr, high)?;
+            Expr::logic(LogicOp::Or, lt, gt)
+        } else {
+            let ge = Expr::compare(CmpOp::Ge, expr.clone(), low)?;
+            let le = Expr::compare(CmpOp::Le, expr, high)?;
+            Expr::and(ge, le)
+        }
+    }
+
+    /// `expr [NOT] IN (list)`; the list must fold to constants.
+    pub fn in_list(expr: Expr, list: Vec<Expr>, negated: bool) -> Result<Expr> {
+        if list.is_empty() {
+            return Err(invalid_input!("IN needs at least one value"));
+        }
+        // One type for the expression and every element.
+        let mut t = expr.data_type();
+        for e in &list {
+            t = Expr::comparison_type(&Expr::Literal(ScalarValue::Null(t.clone())), e)
+                .or_else(|_| Expr::comparison_type(&expr, e))?;
+        }
+        let expr = Expr::cast(expr, t.clone())?;
+        let list = list
+            .into_iter()
+            .map(|e| match Expr::cast(e, t.clone())? {
+                Expr::Literal(v) => Ok(v),
+                _ => Err(invalid_input!("IN list values must be constants")),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        fold(Expr::InList {
+            expr: Box::new(expr),
+            list,
+            negated,
+        })
+    }
+
+    pub fn like(expr: Expr, pattern: String, negated: bool) -> Result<Expr> {
+        match expr.data_type() {
+            DataType::Utf8 | DataType::Null => {}
+            other => {
+                return Err(invalid_input!(
+                    "LIKE needs a VARCHAR operand, got {}",
+                    sql_name(&other)
+                ))
+            }
+        }
+        fold(Expr::Like {
+            expr: Box::new(Expr::cast(expr, DataType::Utf8)?),
+            pattern,
+            negated,
+        })
+    }
+
+    // ------------------------------------------------------------ queries
+
+    pub fn data_type(&self) -> DataType {
+        match self {
+            Expr::Column { data_type, .. } => data_type.clone(),
+            Expr::Literal(v) => v.data_type(),
+            Expr::Arith { data_type, .. } => data_type.clone(),
+            Expr::Negate(e) => e.data_type(),
+            Expr::Compare { .. }
+            | Expr::Logic { .. }
+            | Expr::Not(_)
+            | Expr::IsNull { .. }
+            | Expr::InList { .. }
+            | Expr::Like { .. } => DataType::Boolean,
+            Expr::Cast { to, .. } => to.clone(),
+        }
+    }
+
+    /// True if evaluating can raise an error (overflow, division by zero, a
+    /// failed cast); such expressions are evaluated with the selection
+    /// applied.
+    pub fn is_fallible(&self) -> bool {
+        match self {
+            Expr::Column { .. } | Expr::Literal(_) => false,
+            Expr::Arith { .. } | Expr::Negate(_) | Expr::Cast { .. } => true,
+            Expr::Compare { left, right, .. } | Expr::Logic { left, right, .. } => {
+                left.is_fallible() || right.is_fallible()
+            }
+            Expr::Not(e) => e.is_fallible(),
+            Expr::IsNull { expr, .. } | Expr::InList { expr, .. } | Expr::Like { expr, .. } => {
+                expr.is_fallible()
+            }
+        }
+    }
+
+    /// The input columns this expression reads, ascending, deduplicated.
+    pub fn columns(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        self.visit_columns(&mut |i| out.push(i));
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    fn visit_columns(&self, f: &mut impl FnMut(usize)) {
+        match self {
+            Expr::Column { index, .. } => f(*index),
+            Expr::Literal(_) => {}
+            Expr::Arith { left, right, .. }
+            | Expr::Compare { left, right, .. }
+            | Expr::Logic { left, right, .. } => {
+                left.visit_columns(f);
+                right.visit_columns(f);
+            }
+            Expr::Negate(e) | Expr::Not(e) => e.visit_columns(f),
+            Expr::IsNull { expr, .. }
+            | Expr::InList { expr, .. }
+            | Expr::Like { expr, .. }
+            | Expr::Cast { expr, .. } => expr.visit_columns(f),
+        }
+    }
+
+    /// Rewrites column indexes through `map` (used when a plan narrows its
+    /// input to the columns it needs).
+    pub fn remap_columns(&self, map: &impl Fn(usize) -> usize) -> Expr {
+        let b = |e: &Expr| Box::new(e.remap_columns(map));
+        match self {
+            Expr::Column { index, data_type } => Expr::Column {
+                index: map(*index),
+                data_type: data_type.clone(),
+            },
+            Expr::Literal(v) => Expr::Literal(v.clone()),
+            Expr::Arith {
+                op,
+                left,
+                right,
+                data_type,
+            } => Expr::Arith {
+                op: *op,
+                left: b(left),
+                right: b(right),
+                data_type: data_type.clone(),
+            },
+            Expr::Negate(e) => Expr::Negate(b(e)),
+            Expr::Compare { op, left, right } => Expr::Compare {
+                op: *op,
+                left: b(left),
+                right: b(right),
+            },
+            Expr::Logic { op, left, right } => Expr::Logic {
+                op: *op,
+                left: b(left),
+                right: b(right),
+            },
+            Expr::Not(e) => Expr::Not(b(e)),
+            Expr::IsNull { expr, negated } => Expr::IsNull {
+                expr: b(expr),
+                negated: *negated,
+            },
+            Expr::InList {
+                expr,
+                list,
+                negated,
+            } => Expr::InList {
+                expr: b(expr),
+                list: list.clone(),
+                negated: *negated,
+            },
+            Expr::Like {
+                expr,
+                pattern,
+                negated,
+            } => Expr::Like {
+                expr: b(expr),
+                pattern: pattern.clone(),
+                negated: *negated,
+            },
+            Expr::Cast { expr, to } => Expr::Cast {
+                expr: b(expr),
+                to: to.clone(),
+            },
+        }
+    }
+
+    /// The value of a constant expression (a literal after folding).
+    pub fn as_literal(&self) -> Option<&ScalarValue> {
+        match self {
+            Expr::Literal(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// A rough per-row cost, to evaluate cheap conjuncts first.
+    pub fn cost(&self) -> u32 {
+        match self {
+            Expr::Column { .. } | Expr::Literal(_) => 0,
+            Expr::Compare { left, right, .. } => {
+                let string = matches!(left.data_type(), DataType::Utf8);
+                1 + left.cost() + right.cost() + if string { 4 } else { 0 }
+            }
+            Expr::Arith { left, right, .. } => 2 + left.cost() + right.cost(),
+            Expr::Logic { left, right, .. } => 1 + left.cost() + right.cost(),
+            Expr::Negate(e) | Expr::Not(e) => 1 + e.cost(),
+            Expr::IsNull { expr, .. } => 1 + expr.cost(),
+            Expr::InList { expr, list, .. } => list.len() as u32 + expr.cost(),
+            Expr::Like { expr, .. } => 8 + expr.cost(),
+            Expr::Cast { expr, .. } => 3 + expr.cost(),
+        }
+    }
+
+    // ------------------------------------------------------------ wire form
+
+    pub fn to_proto(&self) -> Result<pb::Expr> {
+        let func = |kind: FuncKind, args: Vec<pb::Expr>| pb::Expr {
+            kind: Some(Kind::Func(pb::ScalarFunc {
+                kind: kind as i32,
+                args,
+                cast_to: None,
+            })),
+        };
+        let lit = |v: &ScalarValue| -> Result<pb::Expr> {
+            Ok(pb::Expr {
+                kind: Some(Kind::Literal(v.to_proto()?)),
+            })
+        };
+        Ok(match self {
+            Expr::Column { index, .. } => pb::Expr {
+                kind: Some(Kind::Column(*index as u32)),
+            },
+            Expr::Literal(v) => lit(v)?,
+            Expr::Arith {
+                op, left, right, ..
+            } => {
+                let kind = match op {
+                    ArithOp::Plus => FuncKind::Plus,
+                    ArithOp::Minus => FuncKind::Minus,
+                    ArithOp::Multiply => FuncKind::Multiply,
+                    ArithOp::Divide => FuncKind::Divide,
+                };
+                func(kind, vec![left.to_proto()?, right.to_proto()?])
+            }
+            Expr::Negate(e) => func(FuncKind::Negate, vec![e.to_proto()?]),
+            Expr::Compare { op, left, right } => {
+                let kind = match op {
+                    CmpOp::Eq => FuncKind::Eq,
+                    CmpOp::Ne => FuncKind::Ne,
+                    CmpOp::Lt => FuncKind::Lt,
+                    CmpOp::Le => FuncKind::Le,
+                    CmpOp::Gt => FuncKind::Gt,
+                    CmpOp::Ge => FuncKind::Ge,
+                };
+                func(kind, vec![left.to_proto()?, right.to_proto()?])
+            }
+            Expr::Logic { op, left, right } => {
+                let kind = match op {
+                    LogicOp::And => FuncKind::And,
+                    LogicOp::Or => FuncKind::Or,
+                };
+                func(kind, vec![left.to_proto()?, right.to_proto()?])
+            }
+            Expr::Not(e) => func(FuncKind::Not, vec![e.to_proto()?]),
+            Expr::IsNull { expr, negated } => {
+                let kind = if *negated {
+                    FuncKind::IsNotNull
+                } else {
+                    FuncKind::IsNull
+                };
+                func(kind, vec![expr.to_proto()?])
+            }
+            Expr::InList {
+                expr,
+                list,
+                negated,
+            } => {
+                let kind = if *negated {
+                    FuncKind::NotInList
+                } else {
+                    FuncKind::InList
+                };
+                let mut args = vec![expr.to_proto()?];
+                for v in list {
+                    args.push(lit(v)?);
+                }
+                func(kind, args)
+            }
+            Expr::Like {
+                expr,
+                pattern,
+                negated,
+            } => {
+                let kind = if *negated {
+                    FuncKind::NotLike
+                } else {
+                    FuncKind::Like
+                };
+                func(
+                    kind,
+                    vec![expr.to_proto()?, lit(&ScalarValue::Utf8(pattern.clone()))?],
+                )
+            }
+            Expr::Cast { expr, to } => pb::Expr {
+                kind: Some(Kind::Func(pb::ScalarFunc {
+                    kind: FuncKind::Cast as i32,
+                    args: vec![expr.to_proto()?],
+                    cast_to: Some(types::field_type(to, true)?),
+                })),
+            },
+        })
+    }
+
+    /// Rebuilds (and re-checks) an expression over input columns of `input`
+    /// types. Depth is bounded so a hostile request cannot blow the stack.
+    pub fn from_proto(e: &pb::Expr, input: &[DataType]) -> Result<Expr> {
+        Expr::from_proto_depth(e, input, 0)
+    }
+
+    fn from_proto_depth(e: &pb::Expr, input: &[DataType], depth: usize) -> Result<Expr> {
+        const MAX_DEPTH: usize = 256;
+        if depth > MAX_DEPTH {
+            return Err(invalid_input!("expression nested deeper than {MAX_DEPTH}"));
+        }
+        match e.kind.as_ref() {
+            None => Err(invalid_input!("empty expression")),
+            Some(Kind::Column(i)) => {
+                let i = *i as usize;
+                let data_type = input
+                    .get(i)
+                    .ok_or_else(|| {
+                        invalid_input!("column index {i} out of range ({} columns)", input.len())
+                    })?
+                    .clone();
+                Ok(Expr::Column { index: i, data_type })
+            }
+            Some(Kind::Literal(l)) => Ok(Expr::Literal(ScalarValue::from_proto(l)?)),
+            Some(Kind::Func(f)) => {
+                let kind = FuncKind::try_from(f.kind)
+                    .map_err(|_| invalid_input!("unknown function kind {}", f.kind))?;
+                let args = f
+                    .args
+                    .iter()
+                    .map(|a| Expr::from_proto_depth(a, input, depth + 1))
+                    .collect::<Result<Vec<_>>>()?;
+                build_func(kind, args, f.cast_to.as_ref())
+            }
+        }
+    }
+}
+
+/// Applies a function kind to built arguments (the proto path's dispatch).
+pub fn build_func(
+    kind: FuncKind,
+    mut args: Vec<Expr>,
+    cast_to: Option<&quarry_proto::meta::FieldType>,
+) -> Result<Expr> {
+    let n = args.len();
+    let arity = |want: usize| -> Result<()> {
+        if n == want {
+            Ok(())
+        } else {
+            Err(invalid_input!(
+                "{kind:?} takes {want} argument(s), got {n}"
+            ))
+        }
+    };
+    let two = |args: &mut Vec<Expr>| -> (Expr, Expr) {
+        let r = args.pop().expect("arity checked");
+        let l = args.pop().expect("arity checked");
+        (l, r)
+    };
+    match kind {
+        FuncKind::Plus | FuncKind::Minus | FuncKind::Multiply | FuncKind::Divide => {
+            arity(2)?;
+            let op = match kind {
+                FuncKind::Plus => ArithOp::Plus,
+                FuncKind::Minus => ArithOp::Minus,
+                FuncKind::Multiply => ArithOp::Multiply,
+                _ => ArithOp::Divide,
+            };
+            let (l, r) = two(&mut args);
+            Expr::arith(op, l, r)
+        }
+        FuncKind::Negate => {
+            arity(1)?;
+            Expr::negate(args.pop().expect("arity"))
+        }
+        FuncKind::Eq | FuncKind::Ne | FuncKind::Lt | FuncKind::Le | FuncKind::Gt | FuncKind::Ge => {
+            arity(2)?;
+            let op = match kind {
+                FuncKind::Eq => CmpOp::Eq,
+                FuncKind::Ne => CmpOp::Ne,
+                FuncKind::Lt => CmpOp::Lt,
+                FuncKind::Le => CmpOp::Le,
+                FuncKind::Gt => CmpOp::Gt,
+                _ => CmpOp::Ge,
+            };
+            let (l, r) = two(&mut args);
+            Expr::compare(op, l, r)
+        }
+        FuncKind::And | FuncKind::Or => {
+            arity(2)?;
+            let op = if kind == FuncKind::And {
+                LogicOp::And
+            } else {
+                LogicOp::Or
+            };
+            let (l, r) = two(&mut args);
+            Expr::logic(op, l, r)
+        }
+        FuncKind::Not => {
+            arity(1)?;
+            Expr::not(args.pop().expect("arity"))
+        }
+        FuncKind::IsNull | FuncKind::IsNotNull => {
+            arity(1)?;
+            Expr::is_null(args.pop().expect("arity"), kind == FuncKind::IsNotNull)
+        }
+        FuncKind::InList | FuncKind::NotInList => {
+            if n < 2 {
+                return Err(invalid_input!("IN needs a value and a list"));
+            }
+            let list = args.split_off(1);
+            Expr::in_list(args.pop().expect("n >= 2"), list, kind == FuncKind::NotInList)
+        }
+        FuncKind::Between | FuncKind::NotBetween => {
+            arity(3)?;
+            let high = args.pop().expect("arity");
+            let low = args.pop().expect("arity");
+            Expr::between(args.pop().expect("arity"), low, high, kind == FuncKind::NotBetween)
+        }
+        FuncKind::Like | FuncKind::NotLike => {
+            arity(2)?;
+            let (e, p) = two(&mut args);
+            match p {
+                Expr::Literal(ScalarValue::Utf8(pattern)) => {
+                    Expr::like(e, pattern, kind == FuncKind::NotLike)
+                }
+                _ => Err(invalid_input!("LIKE needs a constant string pattern")),
+            }
+        }
+        FuncKind::Cast => {
+            arity(1)?;
+            let to = cast_to.ok_or_else(|| invalid_input!("CAST without a target type"))?;
+            Expr::cast(args.pop().expect("arity"), types::arrow_type(to)?)
+        }
+        FuncKind::FuncUnspecified => Err(invalid_input!("unspecified function")),
+    }
+}
+
+/// Evaluates an expression whose inputs are all constants, once, while
+/// building. Errors (overflow, division by zero) surface at planning.
+fn fold(e: Expr) -> Result<Expr> {
+    let constant = match &e {
+        Expr::Column { .. } | Expr::Literal(_) => false,
+        Expr::Arith { left, right, .. }
+        | Expr::Compare { left, right, .. }
+        | Expr::Logic { left, right, .. } => {
+            left.as_literal().is_some() && right.as_literal().is_some()
+        }
+        Expr::Negate(x) | Expr::Not(x) => x.as_literal().is_some(),
+        Expr::IsNull { expr, .. }
+        | Expr::InList { expr, .. }
+        | Expr::Like { expr, .. }
+        | Expr::Cast { expr, .. } => expr.as_literal().is_some(),
+    };
+    if !constant {
+        return Ok(e);
+    }
+    let one_row = RecordBatch::try_new_with_options(
+        Arc::new(Schema::empty()),
+        vec![],
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
+    )
+    .map_err(|e| internal!("{e}"))?;
+    let arr = e.evaluate(&one_row, None)?.into_array(1)?;
+    Ok(Expr::Literal(ScalarValue::from_array(arr.as_ref(), 0)?))
+}
+
+#[cfg(test)]
+mod tests;

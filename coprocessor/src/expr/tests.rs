@@ -1,0 +1,237 @@
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, AsArray, BooleanArray, Date32Array, Decimal128Array, Int64Array, RecordBatch,
+    StringArray,
+};
+use arrow::buffer::BooleanBuffer;
+use arrow::datatypes::{DataType, Decimal128Type, Field, Int64Type, Schema};
+
+use super::*;
+use crate::types::parse_date;
+
+fn dec(values: &[i128], p: u8, s: i8) -> ArrayRef {
+    Arc::new(
+        Decimal128Array::from(values.to_vec())
+            .with_precision_and_scale(p, s)
+            .unwrap(),
+    )
+}
+
+/// price DECIMAL(15,2), discount DECIMAL(15,2), qty BIGINT, ship DATE, flag VARCHAR
+fn batch() -> RecordBatch {
+    let schema = Schema::new(vec![
+        Field::new("price", DataType::Decimal128(15, 2), true),
+        Field::new("discount", DataType::Decimal128(15, 2), true),
+        Field::new("qty", DataType::Int64, true),
+        Field::new("ship", DataType::Date32, true),
+        Field::new("flag", DataType::Utf8, true),
+    ]);
+    RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            dec(&[100_00, 250_50, 1_00], 15, 2),
+            dec(&[0_06, 0_10, 0_00], 15, 2),
+            Arc::new(Int64Array::from(vec![Some(10), None, Some(i64::MAX)])),
+            Arc::new(Date32Array::from(vec![
+                parse_date("1994-01-01").unwrap(),
+                parse_date("1995-06-30").unwrap(),
+                parse_date("1998-12-01").unwrap(),
+            ])),
+            Arc::new(StringArray::from(vec![Some("A"), Some("N"), None])),
+        ],
+    )
+    .unwrap()
+}
+
+fn col(i: usize) -> Expr {
+    Expr::column(i, batch().schema().as_ref()).unwrap()
+}
+
+fn int(v: i64) -> Expr {
+    Expr::literal(ScalarValue::Int64(v))
+}
+
+fn decimal_lit(text: &str) -> Expr {
+    let (v, p, s) = crate::types::parse_decimal(text).unwrap();
+    Expr::literal(ScalarValue::Decimal(v, p, s))
+}
+
+fn eval(e: &Expr) -> ArrayRef {
+    e.evaluate_to_array(&batch(), None).unwrap()
+}
+
+fn bools(a: &ArrayRef) -> Vec<Option<bool>> {
+    a.as_boolean().iter().collect()
+}
+
+#[test]
+fn tpch_q1_charge_has_scale_6_and_is_exact() {
+    // price * (1 - discount) * (1 + 0.05)
+    let one_minus = Expr::arith(ArithOp::Minus, int(1), col(1)).unwrap();
+    assert_eq!(one_minus.data_type(), DataType::Decimal128(16, 2));
+    let disc_price = Expr::arith(ArithOp::Multiply, col(0), one_minus).unwrap();
+    assert_eq!(disc_price.data_type(), DataType::Decimal128(31, 4));
+    let charge = Expr::arith(
+        ArithOp::Multiply,
+        disc_price,
+        Expr::arith(ArithOp::Plus, int(1), decimal_lit("0.05")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(charge.data_type(), DataType::Decimal128(35, 6));
+    let out = eval(&charge);
+    let v: Vec<i128> = out.as_primitive::<Decimal128Type>().values().to_vec();
+    // 100.00 * 0.94 * 1.05 = 98.700000; 250.50 * 0.90 * 1.05 = 236.722500
+    assert_eq!(v, vec![98_700000, 236_722500, 1_050000]);
+}
+
+#[test]
+fn constants_fold_while_building() {
+    let e = Expr::arith(ArithOp::Minus, decimal_lit("0.06"), decimal_lit("0.01")).unwrap();
+    assert_eq!(e, Expr::Literal(ScalarValue::Decimal(5, 3, 2)));
+    let e = Expr::compare(CmpOp::Lt, int(1), int(2)).unwrap();
+    assert_eq!(e, Expr::Literal(ScalarValue::Boolean(true)));
+}
+
+#[test]
+fn comparisons_align_decimal_scales_without_casting_the_column() {
+    // discount BETWEEN 0.05 AND 0.07: the column keeps its type.
+    let e = Expr::between(col(1), decimal_lit("0.05"), decimal_lit("0.07"), false).unwrap();
+    assert!(!e.is_fallible(), "{e:?}");
+    assert_eq!(bools(&eval(&e)), vec![Some(true), Some(false), Some(false)]);
+    // price < 24 compares 100.00 with 24.00.
+    let e = Expr::compare(CmpOp::Lt, col(0), int(24)).unwrap();
+    assert!(!e.is_fallible());
+    assert_eq!(bools(&eval(&e)), vec![Some(false), Some(false), Some(true)]);
+}
+
+#[test]
+fn dates_compare_with_date_strings() {
+    let e = Expr::compare(
+        CmpOp::Ge,
+        col(3),
+        Expr::literal(ScalarValue::Utf8("1995-01-01".into())),
+    )
+    .unwrap();
+    assert_eq!(bools(&eval(&e)), vec![Some(false), Some(true), Some(true)]);
+    let err = Expr::compare(CmpOp::Eq, col(3), col(2)).unwrap_err();
+    assert_eq!(err.to_string(), "cannot compare DATE with BIGINT");
+}
+
+#[test]
+fn integer_overflow_is_an_error_not_a_wrap() {
+    let e = Expr::arith(ArithOp::Plus, col(2), int(1)).unwrap();
+    let err = e.evaluate(&batch(), None).unwrap_err();
+    assert!(matches!(err, crate::Error::Overflow(_)), "{err:?}");
+    assert!(err.to_string().contains("BIGINT overflow"), "{err}");
+}
+
+#[test]
+fn rows_outside_the_selection_cannot_fail() {
+    let e = Expr::arith(ArithOp::Plus, col(2), int(1)).unwrap();
+    let sel = BooleanBuffer::from(vec![true, true, false]);
+    let out = e.evaluate_to_array(&batch(), Some(&sel)).unwrap();
+    assert_eq!(out.as_primitive::<Int64Type>().value(0), 11);
+}
+
+#[test]
+fn decimal_overflow_past_38_digits_is_an_error() {
+    let big = decimal_lit("99999999999999999999999999999999999999");
+    let e = Expr::arith(ArithOp::Multiply, big.clone(), col(0));
+    let err = e.and_then(|e| e.evaluate(&batch(), None)).unwrap_err();
+    assert!(matches!(err, crate::Error::Overflow(_)), "{err:?}");
+    // Folding constants surfaces the overflow at build time.
+    let err = Expr::arith(ArithOp::Plus, big.clone(), big).unwrap_err();
+    assert!(matches!(err, crate::Error::Overflow(_)), "{err:?}");
+}
+
+#[test]
+fn division_is_decimal_rounded_and_checks_zero() {
+    let e = Expr::arith(ArithOp::Divide, int(2), int(3)).unwrap();
+    assert_eq!(e, Expr::Literal(ScalarValue::Decimal(6667, 5, 4)));
+    let e = Expr::arith(ArithOp::Divide, col(0), col(1)).unwrap();
+    let err = e.evaluate(&batch(), None).unwrap_err();
+    assert_eq!(err.to_string(), "division by zero");
+}
+
+#[test]
+fn three_valued_logic_in_like_and_is_null() {
+    let like = Expr::like(col(4), "A%".into(), false).unwrap();
+    assert_eq!(bools(&eval(&like)), vec![Some(true), Some(false), None]);
+    let in_list = Expr::in_list(
+        col(4),
+        vec![
+            Expr::literal(ScalarValue::Utf8("N".into())),
+            Expr::literal(ScalarValue::Utf8("R".into())),
+        ],
+        false,
+    )
+    .unwrap();
+    assert_eq!(bools(&eval(&in_list)), vec![Some(false), Some(true), None]);
+    let or = Expr::logic(LogicOp::Or, in_list, Expr::is_null(col(4), false).unwrap()).unwrap();
+    assert_eq!(bools(&eval(&or)), vec![Some(false), Some(true), Some(true)]);
+    let err = Expr::like(col(2), "1%".into(), false).unwrap_err();
+    assert!(err.to_string().contains("LIKE needs a VARCHAR"), "{err}");
+    let not = Expr::not(Expr::is_null(col(2), true).unwrap()).unwrap();
+    assert_eq!(bools(&eval(&not)), vec![Some(false), Some(true), Some(false)]);
+    let _ = BooleanArray::from(vec![true]);
+}
+
+#[test]
+fn type_errors_name_the_types() {
+    let err = Expr::arith(ArithOp::Plus, col(3), int(1)).unwrap_err();
+    assert_eq!(err.to_string(), "cannot apply + to DATE and BIGINT");
+    let err = Expr::and(col(0), col(1)).unwrap_err();
+    assert!(err.to_string().contains("AND needs a BOOLEAN operand"), "{err}");
+}
+
+#[test]
+fn proto_round_trip_rebuilds_the_same_expression() {
+    let types: Vec<DataType> = batch()
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.data_type().clone())
+        .collect();
+    let exprs = vec![
+        Expr::arith(
+            ArithOp::Multiply,
+            col(0),
+            Expr::arith(ArithOp::Minus, int(1), col(1)).unwrap(),
+        )
+        .unwrap(),
+        Expr::between(col(1), decimal_lit("0.05"), decimal_lit("0.07"), true).unwrap(),
+        Expr::in_list(col(2), vec![int(1), int(2)], true).unwrap(),
+        Expr::like(col(4), "x_%".into(), true).unwrap(),
+        Expr::cast(col(2), DataType::Float64).unwrap(),
+        Expr::negate(col(0)).unwrap(),
+        Expr::is_null(col(3), true).unwrap(),
+    ];
+    for e in exprs {
+        let back = Expr::from_proto(&e.to_proto().unwrap(), &types).unwrap();
+        assert_eq!(back, e);
+    }
+}
+
+#[test]
+fn hostile_protos_are_rejected() {
+    use quarry_proto::coprocessor as pb;
+    let mut e = pb::Expr {
+        kind: Some(pb::expr::Kind::Column(0)),
+    };
+    for _ in 0..1000 {
+        e = pb::Expr {
+            kind: Some(pb::expr::Kind::Func(pb::ScalarFunc {
+                kind: pb::FuncKind::Negate as i32,
+                args: vec![e],
+                cast_to: None,
+            })),
+        };
+    }
+    let err = Expr::from_proto(&e, &[DataType::Int64]).unwrap_err();
+    assert!(err.to_string().contains("nested deeper"), "{err}");
+    let e = pb::Expr {
+        kind: Some(pb::expr::Kind::Column(9)),
+    };
+    assert!(Expr::from_proto(&e, &[DataType::Int64]).is_err());
+}

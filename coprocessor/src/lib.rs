@@ -1,0 +1,52 @@
+//! Quarry's coprocessor: the part of a query that runs inside the storage
+//! processes, next to the data.
+//!
+//! A storage process receives a small DAG per region, *TableScan →
+//! Selection → Aggregation (partial) | Projection → Limit*, runs it over a
+//! snapshot of the region, and answers with Arrow column chunks. This crate
+//! is everything about that DAG that does not depend on where the bytes
+//! live: it knows nothing of RocksDB or Raft (the storage process adapts its
+//! engine to the [`storage::Storage`] trait) and is shared with compute,
+//! which builds the DAG and runs the final aggregation with the same code.
+//!
+//! THE PIECES
+//!
+//! * [`codec`]: memcomparable keys (`t{table}_r{handle}`) and the row-v2
+//!   value format, which finds one column by binary search and decodes it
+//!   straight into an Arrow builder.
+//! * [`storage`]: the scan trait (`begin_scan` / `scan_next` over borrowed
+//!   slices) and an in-memory implementation for tests.
+//! * [`expr`]: typed expressions with exact decimal rules, built once and
+//!   checked identically on both sides of the wire.
+//! * [`aggregate`]: aggregate functions, grouped accumulators and the
+//!   [`aggregate::Aggregator`] that runs them in Partial (storage) or Final
+//!   (compute) mode.
+//! * [`executor`]: the batch executors and their pull contract.
+//! * [`endpoint`]: one request in, one response out, errors as data.
+//! * [`ipc`]: Arrow IPC stream encoding.
+//!
+//! TYPES are Arrow types; see [`types`] for the SQL mapping. Decimals are
+//! i128 unscaled values with checked arithmetic: an overflow is an
+//! [`Error::Overflow`], never a wrapped or rounded answer.
+//!
+//! IMPLEMENTATION CAVEATS
+//!
+//! * Only the row layout is scanned; a column-layout table is refused.
+//! * Filters run on the full batch with a selection bitmap; expressions that
+//!   can fail see unselected rows as NULL. Aggregate arguments are evaluated
+//!   over the whole batch, so a highly selective filter still pays for the
+//!   arithmetic of rejected rows.
+//! * Group keys go through arrow's row format and a hash map; there is no
+//!   fixed-array fast path for tiny key domains yet.
+
+pub mod aggregate;
+pub mod codec;
+pub mod endpoint;
+mod error;
+pub mod executor;
+pub mod expr;
+pub mod ipc;
+pub mod storage;
+pub mod types;
+
+pub use error::{Error, Result};

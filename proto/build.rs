@@ -1,0 +1,23 @@
+//! Generates the tonic/prost code for Quarry's wire contract.
+//!
+//! protoc comes from the `protoc-bin-vendored` crate, so a fresh machine needs
+//! no protobuf compiler of its own.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // SAFETY-free: build scripts are single-threaded; cargo reads PROTOC here.
+    std::env::set_var("PROTOC", protoc);
+    let protos = [
+        "proto/meta.proto",
+        "proto/kv.proto",
+        "proto/coprocessor.proto",
+        "proto/compute.proto",
+    ];
+    for p in &protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    tonic_prost_build::configure()
+        .bytes(".quarry.coprocessor.CopResponse.data")
+        .compile_protos(&protos, &["proto"])?;
+    Ok(())
+}

@@ -1,0 +1,35 @@
+//! Quarry's wire contract: the `.proto` files in `proto/` and the tonic/prost
+//! code generated from them.
+//!
+//! * [`meta`]: stores, regions, epochs, tables, region errors; the `Meta`
+//!   service (catalog and region directory) and the store-to-store `Admin`
+//!   service.
+//! * [`kv`]: batched reads and writes addressed to one region.
+//! * [`coprocessor`]: the pushed-down DAG (scan, selection, partial
+//!   aggregation, projection, limit) and its Arrow-chunk response.
+//! * [`compute`]: what clients send compute inside Arrow Flight (structured
+//!   queries) and what compute's tickets carry.
+//!
+//! Nothing here has behaviour; the crate only names the bytes on the wire.
+
+#![allow(clippy::all)]
+
+pub mod meta {
+    tonic::include_proto!("quarry.meta");
+}
+
+pub mod kv {
+    tonic::include_proto!("quarry.kv");
+}
+
+pub mod coprocessor {
+    tonic::include_proto!("quarry.coprocessor");
+}
+
+pub mod compute {
+    tonic::include_proto!("quarry.compute");
+}
+
+/// The largest gRPC message any Quarry service accepts or sends (loader
+/// batches and paged coprocessor responses stay well below it).
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;

@@ -1,0 +1,87 @@
+//! Storage process configuration: defaults in code, a TOML file, CLI
+//! overrides (applied by the binary), then [`StorageConfig::validate`].
+//! `etc/storage.toml` in the repository is the commented template.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct StorageConfig {
+    /// This store's id, unique in the cluster and fixed for its data dir.
+    pub store_id: u64,
+    /// Address to listen on (`127.0.0.1:0` picks a free port).
+    pub addr: String,
+    /// Address other processes reach this store at (default: the bound one).
+    pub advertise_addr: Option<String>,
+    pub data_dir: PathBuf,
+    /// Stores of the cluster to join; empty on the store that bootstraps.
+    pub join: Vec<String>,
+    /// Coprocessor worker threads (0 = one per core).
+    pub read_pool_threads: usize,
+    /// Coprocessor requests queued or running past which new ones get
+    /// ServerIsBusy.
+    pub max_pending_reads: usize,
+    pub block_cache_mb: usize,
+    /// fsync every write batch before acknowledging it.
+    pub sync_writes: bool,
+    /// How long a forwarded meta call or a store-to-store call may take.
+    pub peer_timeout_ms: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            store_id: 1,
+            addr: "127.0.0.1:20160".into(),
+            advertise_addr: None,
+            data_dir: PathBuf::from("quarry-data/store-1"),
+            join: vec![],
+            read_pool_threads: 0,
+            max_pending_reads: 4096,
+            block_cache_mb: 512,
+            sync_writes: true,
+            peer_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl StorageConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.store_id == 0 {
+            return Err(Error::InvalidInput("store-id must be at least 1".into()));
+        }
+        if self.block_cache_mb == 0 {
+            return Err(Error::InvalidInput("block-cache-mb must be positive".into()));
+        }
+        if self.max_pending_reads == 0 {
+            return Err(Error::InvalidInput("max-pending-reads must be positive".into()));
+        }
+        Ok(())
+    }
+
+    pub fn read_pool_size(&self) -> usize {
+        if self.read_pool_threads > 0 {
+            self.read_pool_threads
+        } else {
+            std::thread::available_parallelism().map_or(2, |n| n.get())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_parses_and_unknown_keys_are_rejected() {
+        let template = include_str!("../../etc/storage.toml");
+        let cfg: StorageConfig = toml::from_str(template).unwrap();
+        cfg.validate().unwrap();
+        let err = toml::from_str::<StorageConfig>("no-such-key = 1").unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+    }
+}

@@ -1,0 +1,105 @@
+//! An in-memory [`Engine`] for tests: ordered maps under a lock; a snapshot
+//! is a copy of the data map.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+
+use parking_lot::RwLock;
+use quarry_coprocessor::storage::{KeyRange, MemStorage, Storage};
+
+use super::{clamp, Cf, Engine, WriteBatch, WriteOp};
+use crate::Result;
+
+#[derive(Default)]
+pub struct MemEngine {
+    cfs: RwLock<HashMap<Cf, BTreeMap<Vec<u8>, Vec<u8>>>>,
+}
+
+impl MemEngine {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn range_bounds(start: &[u8], end: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let hi = if end.is_empty() {
+        Bound::Unbounded
+    } else {
+        Bound::Excluded(end.to_vec())
+    };
+    (Bound::Included(start.to_vec()), hi)
+}
+
+impl Engine for MemEngine {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.cfs.read().get(&cf).and_then(|m| m.get(key).cloned()))
+    }
+
+    fn write(&self, batch: &WriteBatch, _sync: bool) -> Result<()> {
+        let mut cfs = self.cfs.write();
+        for op in &batch.ops {
+            match op {
+                WriteOp::Put(cf, k, v) => {
+                    cfs.entry(*cf).or_default().insert(k.clone(), v.clone());
+                }
+                WriteOp::Delete(cf, k) => {
+                    cfs.entry(*cf).or_default().remove(k);
+                }
+                WriteOp::DeleteRange(cf, s, e) => {
+                    let m = cfs.entry(*cf).or_default();
+                    let doomed: Vec<Vec<u8>> =
+                        m.range(range_bounds(s, e)).map(|(k, _)| k.clone()).collect();
+                    for k in doomed {
+                        m.remove(&k);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn scan(
+        &self,
+        cf: Cf,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let cfs = self.cfs.read();
+        if let Some(m) = cfs.get(&cf) {
+            for (k, v) in m.range(range_bounds(start, end)) {
+                if !f(k, v) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn with_snapshot<R>(&self, bounds: &KeyRange, f: impl FnOnce(&mut dyn Storage) -> R) -> R {
+        let snapshot: MemStorage = {
+            let cfs = self.cfs.read();
+            cfs.get(&Cf::Default)
+                .map(|m| {
+                    let (s, e) = clamp(&KeyRange::default(), bounds);
+                    m.range(range_bounds(&s, &e))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut snapshot = snapshot;
+        f(&mut snapshot)
+    }
+
+    fn approximate_size(&self, start: &[u8], end: &[u8]) -> u64 {
+        let cfs = self.cfs.read();
+        cfs.get(&Cf::Default)
+            .map(|m| {
+                m.range(range_bounds(start, end))
+                    .map(|(k, v)| (k.len() + v.len()) as u64)
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+}

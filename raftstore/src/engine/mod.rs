@@ -1,0 +1,122 @@
+//! The storage engine behind a trait, with an in-memory twin.
+//!
+//! Only [`rocks`] imports `rocksdb`; everything else in the store is generic
+//! over [`Engine`], so store logic is tested on [`memory::MemEngine`] and
+//! runs on [`rocks::RocksEngine`]. The trait is deliberately small: point
+//! reads, atomic write batches, ordered scans, and a point-in-time snapshot
+//! handed to the coprocessor as its [`Storage`].
+
+pub mod memory;
+pub mod rocks;
+
+use quarry_coprocessor::storage::Storage;
+
+use crate::Result;
+
+/// The column families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cf {
+    /// Data: rows and the meta region's catalog.
+    Default,
+    /// Store-local state: store identity, region local states.
+    Raft,
+}
+
+impl Cf {
+    pub const ALL: [Cf; 2] = [Cf::Default, Cf::Raft];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Cf::Default => "default",
+            Cf::Raft => "raft",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOp {
+    Put(Cf, Vec<u8>, Vec<u8>),
+    Delete(Cf, Vec<u8>),
+    /// Deletes `[start, end)`.
+    DeleteRange(Cf, Vec<u8>, Vec<u8>),
+}
+
+/// Writes applied atomically.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WriteBatch {
+    pub ops: Vec<WriteOp>,
+    pub bytes: usize,
+}
+
+impl WriteBatch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn put(&mut self, cf: Cf, key: Vec<u8>, value: Vec<u8>) {
+        self.bytes += key.len() + value.len();
+        self.ops.push(WriteOp::Put(cf, key, value));
+    }
+
+    pub fn delete(&mut self, cf: Cf, key: Vec<u8>) {
+        self.bytes += key.len();
+        self.ops.push(WriteOp::Delete(cf, key));
+    }
+
+    pub fn delete_range(&mut self, cf: Cf, start: Vec<u8>, end: Vec<u8>) {
+        self.bytes += start.len() + end.len();
+        self.ops.push(WriteOp::DeleteRange(cf, start, end));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+pub trait Engine: Send + Sync + 'static {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// Applies `batch` atomically; with `sync` it is on disk when this
+    /// returns.
+    fn write(&self, batch: &WriteBatch, sync: bool) -> Result<()>;
+
+    /// Calls `f` with each pair in `[start, end)` in key order until `f`
+    /// returns false. An empty `end` means unbounded.
+    fn scan(
+        &self,
+        cf: Cf,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()>;
+
+    /// Runs `f` over a consistent snapshot of the data column family,
+    /// presented as coprocessor [`Storage`]. Scans through it never leave
+    /// `bounds` (a region's range).
+    fn with_snapshot<R>(
+        &self,
+        bounds: &quarry_coprocessor::storage::KeyRange,
+        f: impl FnOnce(&mut dyn Storage) -> R,
+    ) -> R;
+
+    /// Approximate bytes of data in `[start, end)` (for split sizing and
+    /// reports); 0 when unknown.
+    fn approximate_size(&self, start: &[u8], end: &[u8]) -> u64;
+}
+
+/// Clamps a scan range to `bounds`.
+pub fn clamp(
+    range: &quarry_coprocessor::storage::KeyRange,
+    bounds: &quarry_coprocessor::storage::KeyRange,
+) -> (Vec<u8>, Vec<u8>) {
+    let start = range.start.clone().max(bounds.start.clone());
+    let end = match (range.end.is_empty(), bounds.end.is_empty()) {
+        (true, _) => bounds.end.clone(),
+        (false, true) => range.end.clone(),
+        (false, false) => range.end.clone().min(bounds.end.clone()),
+    };
+    (start, end)
+}
+
+#[cfg(test)]
+mod tests;

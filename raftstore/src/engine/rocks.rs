@@ -1,0 +1,190 @@
+//! The RocksDB engine.
+//!
+//! One DB per store with the column families of [`Cf`]. Data uses LZ4 and
+//! a shared LRU block cache; writes go through the WAL and are fsynced when
+//! asked. Coprocessor scans run over a snapshot with the iterate-upper-bound
+//! set to the range's end, so RocksDB stops at the region's edge instead of
+//! reading the next region's blocks.
+
+use std::path::Path;
+
+use quarry_coprocessor::storage::{KeyRange, Storage};
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator, Options,
+    ReadOptions, WriteOptions, DB,
+};
+
+use super::{clamp, Cf, Engine, WriteBatch, WriteOp};
+use crate::{Error, Result};
+
+/// RocksDB settings a store may tune.
+#[derive(Debug, Clone)]
+pub struct RocksConfig {
+    pub block_cache_bytes: usize,
+    pub write_buffer_bytes: usize,
+    pub background_jobs: i32,
+}
+
+impl Default for RocksConfig {
+    fn default() -> Self {
+        RocksConfig {
+            block_cache_bytes: 512 << 20,
+            write_buffer_bytes: 64 << 20,
+            background_jobs: 2,
+        }
+    }
+}
+
+pub struct RocksEngine {
+    db: DB,
+}
+
+impl RocksEngine {
+    pub fn open(path: &Path, cfg: &RocksConfig) -> Result<Self> {
+        let cache = Cache::new_lru_cache(cfg.block_cache_bytes);
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        table.set_block_size(32 << 10);
+        let mut cf_opts = Options::default();
+        cf_opts.set_block_based_table_factory(&table);
+        cf_opts.set_compression_type(DBCompressionType::Lz4);
+        cf_opts.set_write_buffer_size(cfg.write_buffer_bytes);
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_max_background_jobs(cfg.background_jobs);
+        let cfs = Cf::ALL
+            .iter()
+            .map(|cf| ColumnFamilyDescriptor::new(cf.name(), cf_opts.clone()));
+        let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(|e| {
+            Error::Engine(format!("cannot open RocksDB at {}: {e}", path.display()))
+        })?;
+        Ok(RocksEngine { db })
+    }
+
+    fn cf(&self, cf: Cf) -> &rocksdb::ColumnFamily {
+        self.db
+            .cf_handle(cf.name())
+            .expect("column families are created at open")
+    }
+}
+
+impl Engine for RocksEngine {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get_cf(self.cf(cf), key)?)
+    }
+
+    fn write(&self, batch: &WriteBatch, sync: bool) -> Result<()> {
+        let mut wb = rocksdb::WriteBatch::default();
+        for op in &batch.ops {
+            match op {
+                WriteOp::Put(cf, k, v) => wb.put_cf(self.cf(*cf), k, v),
+                WriteOp::Delete(cf, k) => wb.delete_cf(self.cf(*cf), k),
+                WriteOp::DeleteRange(cf, s, e) => wb.delete_range_cf(self.cf(*cf), s, e),
+            }
+        }
+        let mut opts = WriteOptions::default();
+        opts.set_sync(sync);
+        Ok(self.db.write_opt(wb, &opts)?)
+    }
+
+    fn scan(
+        &self,
+        cf: Cf,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let mut opts = ReadOptions::default();
+        if !end.is_empty() {
+            opts.set_iterate_upper_bound(end.to_vec());
+        }
+        let mut it = self.db.raw_iterator_cf_opt(self.cf(cf), opts);
+        it.seek(start);
+        while it.valid() {
+            let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                break;
+            };
+            if !f(k, v) {
+                return Ok(());
+            }
+            it.next();
+        }
+        Ok(it.status()?)
+    }
+
+    fn with_snapshot<R>(&self, bounds: &KeyRange, f: impl FnOnce(&mut dyn Storage) -> R) -> R {
+        let snapshot = self.db.snapshot();
+        let mut storage = RocksStorage {
+            snapshot: &snapshot,
+            cf: self.cf(Cf::Default),
+            bounds: bounds.clone(),
+            iter: None,
+            first: false,
+            key_only: false,
+        };
+        f(&mut storage)
+    }
+
+    fn approximate_size(&self, start: &[u8], end: &[u8]) -> u64 {
+        let range = rocksdb::Range::new(start, end);
+        self.db
+            .get_approximate_sizes_cf(self.cf(Cf::Default), &[range])
+            .first()
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Coprocessor storage over a RocksDB snapshot.
+struct RocksStorage<'a> {
+    snapshot: &'a rocksdb::Snapshot<'a>,
+    cf: &'a rocksdb::ColumnFamily,
+    bounds: KeyRange,
+    iter: Option<DBRawIterator<'a>>,
+    /// The iterator sits on a pair `scan_next` has not returned yet.
+    first: bool,
+    key_only: bool,
+}
+
+impl Storage for RocksStorage<'_> {
+    fn begin_scan(&mut self, range: &KeyRange, key_only: bool) -> quarry_coprocessor::Result<()> {
+        let (start, end) = clamp(range, &self.bounds);
+        let mut opts = ReadOptions::default();
+        if !end.is_empty() {
+            opts.set_iterate_upper_bound(end);
+        }
+        // Big sequential scans: read ahead, and keep one-off scans from
+        // evicting the hot set.
+        opts.set_readahead_size(2 << 20);
+        let mut it = self.snapshot.raw_iterator_cf_opt(self.cf, opts);
+        it.seek(&start);
+        self.iter = Some(it);
+        self.first = true;
+        self.key_only = key_only;
+        Ok(())
+    }
+
+    fn scan_next(&mut self) -> quarry_coprocessor::Result<Option<(&[u8], &[u8])>> {
+        let Some(it) = self.iter.as_mut() else {
+            return Ok(None);
+        };
+        if self.first {
+            self.first = false;
+        } else {
+            it.next();
+        }
+        if !it.valid() {
+            it.status()
+                .map_err(|e| quarry_coprocessor::Error::Internal(format!("RocksDB scan: {e}")))?;
+            return Ok(None);
+        }
+        let key = it.key().unwrap_or_default();
+        let value = if self.key_only {
+            &[][..]
+        } else {
+            it.value().unwrap_or_default()
+        };
+        Ok(Some((key, value)))
+    }
+}

@@ -1,0 +1,81 @@
+//! One script, run against both engines.
+
+use quarry_coprocessor::storage::KeyRange;
+
+use super::memory::MemEngine;
+use super::rocks::{RocksConfig, RocksEngine};
+use super::{Cf, Engine, WriteBatch};
+
+fn collect(e: &impl Engine, cf: Cf, start: &[u8], end: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    e.scan(cf, start, end, &mut |k, v| {
+        out.push((k.to_vec(), v.to_vec()));
+        true
+    })
+    .unwrap();
+    out
+}
+
+fn script(e: &impl Engine) {
+    let mut wb = WriteBatch::new();
+    for i in 0u8..10 {
+        wb.put(Cf::Default, vec![b'k', i], vec![i; 3]);
+    }
+    wb.put(Cf::Raft, b"local".to_vec(), b"x".to_vec());
+    e.write(&wb, true).unwrap();
+
+    assert_eq!(e.get(Cf::Default, &[b'k', 3]).unwrap(), Some(vec![3; 3]));
+    assert_eq!(e.get(Cf::Default, b"local").unwrap(), None, "column families are apart");
+    assert_eq!(e.get(Cf::Raft, b"local").unwrap(), Some(b"x".to_vec()));
+
+    let got = collect(e, Cf::Default, &[b'k', 2], &[b'k', 5]);
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0].0, vec![b'k', 2]);
+    assert_eq!(collect(e, Cf::Default, b"", b"").len(), 10);
+
+    // Snapshot scans stay inside their bounds and see a fixed point in time.
+    let bounds = KeyRange::new(vec![b'k', 4], vec![b'k', 8]);
+    let seen = e.with_snapshot(&bounds, |s| {
+        let mut wb = WriteBatch::new();
+        wb.put(Cf::Default, vec![b'k', 5, 0], b"late".to_vec());
+        e.write(&wb, false).unwrap();
+        s.begin_scan(&KeyRange::new(vec![], vec![]), false).unwrap();
+        let mut keys = Vec::new();
+        while let Some((k, v)) = s.scan_next().unwrap() {
+            assert_eq!(v.len(), 3);
+            keys.push(k.to_vec());
+        }
+        s.begin_scan(&KeyRange::new(vec![b'k', 6], vec![]), true).unwrap();
+        let mut n = 0;
+        while s.scan_next().unwrap().is_some() {
+            n += 1;
+        }
+        (keys, n)
+    });
+    assert_eq!(seen.0, vec![vec![b'k', 4], vec![b'k', 5], vec![b'k', 6], vec![b'k', 7]]);
+    assert_eq!(seen.1, 2);
+
+    let mut wb = WriteBatch::new();
+    wb.delete_range(Cf::Default, vec![b'k', 0], vec![b'k', 5]);
+    wb.delete(Cf::Default, vec![b'k', 9]);
+    e.write(&wb, true).unwrap();
+    let left: Vec<Vec<u8>> = collect(e, Cf::Default, b"", b"").into_iter().map(|p| p.0).collect();
+    assert_eq!(
+        left,
+        vec![vec![b'k', 5], vec![b'k', 5, 0], vec![b'k', 6], vec![b'k', 7], vec![b'k', 8]]
+    );
+}
+
+#[test]
+fn memory_engine() {
+    script(&MemEngine::new());
+}
+
+#[test]
+fn rocks_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    script(&RocksEngine::open(dir.path(), &RocksConfig::default()).unwrap());
+    // Data survives a reopen.
+    let e = RocksEngine::open(dir.path(), &RocksConfig::default()).unwrap();
+    assert_eq!(e.get(Cf::Raft, b"local").unwrap(), Some(b"x".to_vec()));
+}

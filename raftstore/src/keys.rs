@@ -1,0 +1,107 @@
+//! The whole keyspace of a storage process, in one place.
+//!
+//! ```text
+//! CF "default" (data, replicated, split into regions)
+//!   t{table_id:i64}_r{handle:i64}   a row (coprocessor/src/codec/key.rs)
+//!   m...                            the meta region: catalog and directory
+//!     mt{name:bytes}                  TableDef of a table, by name
+//!     mr{region_id:u64}               Region of the directory
+//!     ms{store_id:u64}                Store (id, address)
+//!     mi                              the id allocator's next id
+//!     mh{table_id:i64}                a table's next implicit handle
+//!
+//! CF "raft" (local to this store, never replicated)
+//!   \x01s                           StoreIdent: which store this data dir is
+//!   \x01r{region_id:u64}            RegionLocalState: a region this store holds
+//! ```
+//!
+//! Local keys live in their own column family, apart from data keys, so a
+//! scan over data can never see them and a region's data range is exactly
+//! its key range (TiKV keeps them apart with a `z` prefix instead).
+//! Integers are memcomparable (big-endian, sign-flipped for i64) so the
+//! directory and catalog iterate in id order; names use the memcomparable
+//! byte-group encoding.
+
+use quarry_coprocessor::codec::key::{encode_bytes, encode_i64};
+
+/// The meta region's key range: `[m, n)`.
+pub const META_START: &[u8] = b"m";
+pub const META_END: &[u8] = b"n";
+/// The meta region's id, fixed at bootstrap.
+pub const META_REGION_ID: u64 = 1;
+
+pub const TABLE_BY_NAME: &[u8] = b"mt";
+pub const REGION: &[u8] = b"mr";
+pub const STORE: &[u8] = b"ms";
+pub const NEXT_ID: &[u8] = b"mi";
+pub const NEXT_HANDLE: &[u8] = b"mh";
+
+pub fn table_key(name: &str) -> Vec<u8> {
+    let mut k = TABLE_BY_NAME.to_vec();
+    encode_bytes(&mut k, name.as_bytes());
+    k
+}
+
+pub fn region_key(region_id: u64) -> Vec<u8> {
+    let mut k = REGION.to_vec();
+    k.extend_from_slice(&region_id.to_be_bytes());
+    k
+}
+
+pub fn store_key(store_id: u64) -> Vec<u8> {
+    let mut k = STORE.to_vec();
+    k.extend_from_slice(&store_id.to_be_bytes());
+    k
+}
+
+pub fn next_handle_key(table_id: i64) -> Vec<u8> {
+    let mut k = NEXT_HANDLE.to_vec();
+    k.extend_from_slice(&encode_i64(table_id));
+    k
+}
+
+/// The end of a prefix's range: the prefix with its last byte incremented.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut e = prefix.to_vec();
+    while let Some(last) = e.pop() {
+        if last < 0xFF {
+            e.push(last + 1);
+            return e;
+        }
+    }
+    Vec::new()
+}
+
+pub const LOCAL_PREFIX: u8 = 0x01;
+pub const STORE_IDENT_KEY: &[u8] = b"\x01s";
+pub const REGION_STATE_PREFIX: &[u8] = b"\x01r";
+
+pub fn region_state_key(region_id: u64) -> Vec<u8> {
+    let mut k = REGION_STATE_PREFIX.to_vec();
+    k.extend_from_slice(&region_id.to_be_bytes());
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_keys_stay_inside_the_meta_range_and_apart_from_rows() {
+        for k in [
+            table_key("lineitem"),
+            region_key(u64::MAX),
+            store_key(1),
+            NEXT_ID.to_vec(),
+            next_handle_key(-5),
+        ] {
+            assert!(k.as_slice() >= META_START && k.as_slice() < META_END);
+        }
+        let row = quarry_coprocessor::codec::key::record_key(1, 1);
+        assert!(row.as_slice() >= META_END);
+        assert!(region_key(1) < region_key(2));
+        assert!(region_key(255) < region_key(256));
+        assert_eq!(prefix_end(b"mr"), b"ms".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+    }
+}

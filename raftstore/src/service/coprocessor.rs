@@ -1,0 +1,29 @@
+//! The Coprocessor service: one region's DAG, answered with Arrow chunks.
+//! The unary call never fails for region or execution errors; those ride in
+//! the response.
+
+use std::sync::Arc;
+
+use quarry_proto::coprocessor::coprocessor_server::Coprocessor;
+use quarry_proto::coprocessor::{CopRequest, CopResponse};
+use tonic::{Request, Response, Status};
+
+use crate::engine::Engine;
+use crate::store::Store;
+
+pub struct CoprocessorService<E: Engine> {
+    store: Arc<Store<E>>,
+}
+
+impl<E: Engine> CoprocessorService<E> {
+    pub fn new(store: Arc<Store<E>>) -> Self {
+        CoprocessorService { store }
+    }
+}
+
+#[tonic::async_trait]
+impl<E: Engine> Coprocessor for CoprocessorService<E> {
+    async fn coprocessor(&self, req: Request<CopRequest>) -> Result<Response<CopResponse>, Status> {
+        Ok(Response::new(self.store.coprocessor(req.into_inner()).await))
+    }
+}
