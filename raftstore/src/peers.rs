@@ -55,9 +55,14 @@ impl PeerClients {
 pub fn unreachable(what: &str, store: &str, status: &tonic::Status) -> Error {
     match status.code() {
         tonic::Code::InvalidArgument => Error::InvalidInput(status.message().to_string()),
-        _ => Error::Unavailable(format!(
-            "{what}: store at {store} is unavailable: {}",
-            status.message()
-        )),
+        _ => {
+            let mut msg = status.message().to_string();
+            let mut src = std::error::Error::source(status);
+            while let Some(e) = src {
+                msg = format!("{msg}: {e}");
+                src = e.source();
+            }
+            Error::Unavailable(format!("{what}: store at {store} is unavailable: {msg}"))
+        }
     }
 }

@@ -1,0 +1,210 @@
+//! Compute's connections to the storage cluster: the Meta service (any
+//! store answers; we fail over across the configured addresses) and
+//! per-store gRPC channels for Coprocessor and Kv calls.
+//!
+//! [`Routes`] and [`CopTransport`] are the seams the dispatch layer is
+//! tested through; [`Cluster`] implements both over tonic.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use quarry_proto::coprocessor::coprocessor_client::CoprocessorClient;
+use quarry_proto::coprocessor::{CopRequest, CopResponse};
+use quarry_proto::kv::kv_client::KvClient;
+use quarry_proto::meta::meta_client::MetaClient;
+use quarry_proto::meta::*;
+use quarry_proto::MAX_MESSAGE_BYTES;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::{Error, Result};
+
+/// Where regions are: the meta directory.
+pub trait Routes: Send + Sync {
+    fn get_regions<'a>(&'a self, start: &'a [u8], end: &'a [u8]) -> BoxFuture<'a, Result<Vec<RegionRoute>>>;
+    fn get_stores(&self) -> BoxFuture<'_, Result<Vec<Store>>>;
+}
+
+/// Sends one coprocessor request to a store.
+pub trait CopTransport: Send + Sync {
+    fn coprocessor(
+        &self,
+        addr: &str,
+        req: CopRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'static, std::result::Result<CopResponse, tonic::Status>>;
+}
+
+pub struct Cluster {
+    /// Store addresses to reach the Meta service through, in order.
+    meta_addrs: Vec<String>,
+    channels: Mutex<HashMap<String, Channel>>,
+    meta_timeout: Duration,
+}
+
+impl Cluster {
+    pub fn new(meta_addrs: Vec<String>, meta_timeout: Duration) -> Self {
+        Cluster {
+            meta_addrs,
+            channels: Mutex::new(HashMap::new()),
+            meta_timeout,
+        }
+    }
+
+    pub fn channel(&self, addr: &str) -> Result<Channel> {
+        if let Some(c) = self.channels.lock().get(addr) {
+            return Ok(c.clone());
+        }
+        let ep = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| Error::InvalidInput(format!("bad store address '{addr}': {e}")))?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .http2_adaptive_window(true);
+        let ch = ep.connect_lazy();
+        self.channels.lock().insert(addr.to_string(), ch.clone());
+        Ok(ch)
+    }
+
+    pub fn kv(&self, addr: &str) -> Result<KvClient<Channel>> {
+        Ok(KvClient::new(self.channel(addr)?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    /// Calls the Meta service, trying each configured store until one
+    /// answers; an error that is the caller's fault is returned at once.
+    pub async fn meta<T, F, Fut>(&self, what: &str, call: F) -> Result<T>
+    where
+        F: Fn(MetaClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut last = String::new();
+        for addr in &self.meta_addrs {
+            let client = MetaClient::new(self.channel(addr)?)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            match tokio::time::timeout(self.meta_timeout, call(client)).await {
+                Ok(Ok(r)) => return Ok(r.into_inner()),
+                Ok(Err(st)) => match st.code() {
+                    tonic::Code::InvalidArgument => return Err(Error::InvalidInput(st.message().into())),
+                    tonic::Code::Internal => {
+                        return Err(Error::Internal(format!("{what}: {}", st.message())))
+                    }
+                    _ => last = format!("{addr}: {}", crate::status_detail(&st)),
+                },
+                Err(_) => last = format!("{addr}: no answer within {:?}", self.meta_timeout),
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "{what}: the meta service is unavailable (tried {}; last error {last})",
+            self.meta_addrs.join(", ")
+        )))
+    }
+
+    pub async fn get_table(&self, name: &str) -> Result<Option<TableDef>> {
+        let req = GetTableRequest { name: name.into() };
+        Ok(self
+            .meta("looking up a table", |mut c| {
+                let r = req.clone();
+                async move { c.get_table(r).await }
+            })
+            .await?
+            .table)
+    }
+
+    pub async fn list_tables(&self) -> Result<Vec<TableDef>> {
+        Ok(self
+            .meta("listing tables", |mut c| async move {
+                c.list_tables(ListTablesRequest {}).await
+            })
+            .await?
+            .tables)
+    }
+
+    pub async fn create_table(&self, req: CreateTableRequest) -> Result<CreateTableResponse> {
+        self.meta("creating a table", |mut c| {
+            let r = req.clone();
+            async move { c.create_table(r).await }
+        })
+        .await
+    }
+
+    pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<bool> {
+        let req = DropTableRequest {
+            name: name.into(),
+            if_exists,
+        };
+        Ok(self
+            .meta("dropping a table", |mut c| {
+                let r = req.clone();
+                async move { c.drop_table(r).await }
+            })
+            .await?
+            .dropped)
+    }
+
+    pub async fn alloc_handles(&self, table_id: i64, count: u64, min_next: i64) -> Result<i64> {
+        let req = AllocHandlesRequest {
+            table_id,
+            count,
+            min_next,
+        };
+        Ok(self
+            .meta("allocating row handles", |mut c| {
+                let r = req.clone();
+                async move { c.alloc_handles(r).await }
+            })
+            .await?
+            .first)
+    }
+}
+
+impl Routes for Cluster {
+    fn get_regions<'a>(&'a self, start: &'a [u8], end: &'a [u8]) -> BoxFuture<'a, Result<Vec<RegionRoute>>> {
+        Box::pin(async move {
+            let req = GetRegionsRequest {
+                start_key: start.to_vec(),
+                end_key: end.to_vec(),
+            };
+            Ok(self
+                .meta("locating regions", |mut c| {
+                    let r = req.clone();
+                    async move { c.get_regions(r).await }
+                })
+                .await?
+                .regions)
+        })
+    }
+
+    fn get_stores(&self) -> BoxFuture<'_, Result<Vec<Store>>> {
+        Box::pin(async move {
+            Ok(self
+                .meta("listing stores", |mut c| async move {
+                    c.get_stores(GetStoresRequest {}).await
+                })
+                .await?
+                .stores)
+        })
+    }
+}
+
+impl CopTransport for Cluster {
+    fn coprocessor(
+        &self,
+        addr: &str,
+        req: CopRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'static, std::result::Result<CopResponse, tonic::Status>> {
+        let ch = self.channel(addr);
+        Box::pin(async move {
+            let ch = ch.map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+            let mut c = CoprocessorClient::new(ch)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let mut r = tonic::Request::new(req);
+            r.set_timeout(timeout);
+            c.coprocessor(r).await.map(|r| r.into_inner())
+        })
+    }
+}

@@ -1,0 +1,71 @@
+//! Compute process configuration (TOML with CLI overrides; see
+//! `etc/compute.toml` for the commented template).
+
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ComputeConfig {
+    /// Address to serve Arrow Flight SQL on (`127.0.0.1:0` picks a port).
+    pub addr: String,
+    /// Storage processes to reach the cluster through (any store answers
+    /// meta questions; they are tried in order).
+    pub stores: Vec<String>,
+    /// A query fails with a deadline error after this long.
+    pub query_timeout_ms: u64,
+    /// Region requests in flight per query.
+    pub max_inflight_regions: usize,
+    /// Bound on one region response (the store pages past it).
+    pub max_response_bytes: u64,
+    /// `arrow` (column chunks) or `rows` (row-encoded, the baseline).
+    pub encode: String,
+}
+
+impl Default for ComputeConfig {
+    fn default() -> Self {
+        ComputeConfig {
+            addr: "127.0.0.1:4000".into(),
+            stores: vec![],
+            query_timeout_ms: 60_000,
+            max_inflight_regions: 32,
+            max_response_bytes: 8 << 20,
+            encode: "arrow".into(),
+        }
+    }
+}
+
+impl ComputeConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.stores.is_empty() {
+            return Err(Error::InvalidInput(
+                "compute needs at least one store address (--stores)".into(),
+            ));
+        }
+        if self.query_timeout_ms == 0 || self.max_inflight_regions == 0 {
+            return Err(Error::InvalidInput(
+                "query-timeout-ms and max-inflight-regions must be positive".into(),
+            ));
+        }
+        if !matches!(self.encode.as_str(), "arrow" | "rows") {
+            return Err(Error::InvalidInput(format!(
+                "encode must be 'arrow' or 'rows', got '{}'",
+                self.encode
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_parses() {
+        let cfg: ComputeConfig = toml::from_str(include_str!("../../etc/compute.toml")).unwrap();
+        assert_eq!(cfg.query_timeout_ms, 60_000);
+        assert!(toml::from_str::<ComputeConfig>("bogus = 1").is_err());
+    }
+}

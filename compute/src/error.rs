@@ -1,0 +1,78 @@
+//! Compute's one error type, by what the caller does next.
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// The statement is wrong or unsupported: unknown table or column, type
+    /// mismatch, a construct Quarry does not run. The user's to fix.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// Exact arithmetic left its type's range.
+    #[error("{0}")]
+    Overflow(String),
+    /// A store (or the meta region) could not answer in time; names it.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The query ran out of time.
+    #[error("{0}")]
+    Deadline(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
+    /// A bug.
+    #[error("internal error (likely a bug): {0}")]
+    Internal(String),
+}
+
+#[macro_export]
+macro_rules! plan_err {
+    ($($arg:tt)*) => { $crate::Error::InvalidInput(format!($($arg)*)) };
+}
+
+impl From<quarry_coprocessor::Error> for Error {
+    fn from(e: quarry_coprocessor::Error) -> Self {
+        use quarry_coprocessor::Error as C;
+        match e {
+            C::InvalidInput(m) => Error::InvalidInput(m),
+            C::Overflow(m) => Error::Overflow(m),
+            C::Deadline(m) => Error::Deadline(m),
+            C::ResourceExhausted(m) => Error::ResourceExhausted(m),
+            C::Internal(m) => Error::Internal(m),
+        }
+    }
+}
+
+impl From<arrow::error::ArrowError> for Error {
+    fn from(e: arrow::error::ArrowError) -> Self {
+        quarry_coprocessor::Error::from(e).into()
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::InvalidInput(m) => tonic::Status::invalid_argument(m),
+            Error::Overflow(m) => tonic::Status::out_of_range(m),
+            Error::Unavailable(m) => tonic::Status::unavailable(m),
+            Error::Deadline(m) => tonic::Status::deadline_exceeded(m),
+            Error::ResourceExhausted(m) => tonic::Status::resource_exhausted(m),
+            Error::Internal(m) => tonic::Status::internal(m),
+        }
+    }
+}
+
+/// A status message with its underlying causes ("tcp connect error:
+/// Connection refused (os error 111)").
+pub fn status_detail(status: &tonic::Status) -> String {
+    let mut msg = status.message().to_string();
+    let mut src = std::error::Error::source(status);
+    while let Some(e) = src {
+        let text = e.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        src = e.source();
+    }
+    msg
+}

@@ -1,0 +1,181 @@
+//! Arrow Flight SQL: how clients talk to compute.
+//!
+//! * `GetFlightInfo(CommandStatementQuery)` plans the SQL (errors surface
+//!   here, with the right gRPC code) and answers with the result schema and
+//!   one endpoint whose ticket carries the statement. Statements that are
+//!   not queries (CREATE, INSERT, DROP, SHOW, EXPLAIN) run right away and
+//!   their small result rides in the ticket. Compute keeps no state between
+//!   the two calls.
+//! * `DoGet(TicketStatementQuery)` runs the statement and streams Arrow
+//!   record batches (schema first, even for zero rows).
+//! * `DoPut(CommandStatementUpdate)` runs DDL/DML and answers the row count.
+//! * A `quarry.compute.Query` message (the client library's typed builder)
+//!   goes through `GetFlightInfo` as a custom command.
+//! * Everything else answers UNIMPLEMENTED, which ADBC's Python driver
+//!   expects (it falls back from prepared statements on UNIMPLEMENTED).
+//! * The endpoint's location list is empty: "reuse this connection".
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    Any, Command, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo,
+    TicketStatementQuery,
+};
+use arrow_flight::{FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use futures::{Stream, TryStreamExt};
+use prost::Message;
+use quarry_proto::compute::{ticket, Query, Ticket as QuarryTicket};
+use tonic::{Request, Response, Status};
+
+use crate::engine::{Prepared, QueryEngine, QueryOutput};
+use crate::Error;
+
+/// The type URL of a structured query sent as a Flight command.
+pub const QUERY_TYPE_URL: &str = "type.googleapis.com/quarry.compute.Query";
+
+pub struct FlightSqlServer {
+    engine: Arc<QueryEngine>,
+}
+
+impl FlightSqlServer {
+    pub fn new(engine: Arc<QueryEngine>) -> Self {
+        FlightSqlServer { engine }
+    }
+}
+
+fn flight_info(schema: &SchemaRef, t: QuarryTicket, desc: FlightDescriptor) -> Result<FlightInfo, Status> {
+    let handle = t.encode_to_vec();
+    let ticket = TicketStatementQuery {
+        statement_handle: handle.into(),
+    };
+    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
+    Ok(FlightInfo::new()
+        .try_with_schema(schema.as_ref())
+        .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
+        .with_endpoint(endpoint)
+        .with_descriptor(desc)
+        .with_total_records(-1))
+}
+
+type DoGetStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
+
+fn stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> DoGetStream {
+    let batches = futures::stream::iter(batches.into_iter().map(Ok));
+    Box::pin(
+        FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .build(batches)
+            .map_err(|e| Status::internal(format!("encoding results: {e}"))),
+    )
+}
+
+fn output_stream(out: QueryOutput) -> DoGetStream {
+    stream(out.schema, out.batches)
+}
+
+fn bad_ticket(e: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(format!("malformed ticket: {e}"))
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for FlightSqlServer {
+    type FlightService = FlightSqlServer;
+
+    async fn get_flight_info_statement(
+        &self,
+        cmd: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let desc = request.into_inner();
+        let (schema, t) = match self.engine.prepare_sql(&cmd.query).await? {
+            Prepared::Query(plan) => (
+                plan.schema.clone(),
+                QuarryTicket {
+                    kind: Some(ticket::Kind::Sql(cmd.query)),
+                },
+            ),
+            Prepared::Done(out) => {
+                let bytes = quarry_coprocessor::ipc::encode(&out.schema, &out.batches).map_err(Error::from)?;
+                (
+                    out.schema,
+                    QuarryTicket {
+                        kind: Some(ticket::Kind::ResultIpc(bytes)),
+                    },
+                )
+            }
+        };
+        Ok(Response::new(flight_info(&schema, t, desc)?))
+    }
+
+    async fn get_flight_info_fallback(
+        &self,
+        cmd: Command,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        match cmd {
+            Command::Unknown(Any { type_url, value }) if type_url == QUERY_TYPE_URL => {
+                let q = Query::decode(value)
+                    .map_err(|e| Status::invalid_argument(format!("malformed query: {e}")))?;
+                let plan = self.engine.plan(&q).await?;
+                let t = QuarryTicket {
+                    kind: Some(ticket::Kind::Query(q)),
+                };
+                Ok(Response::new(flight_info(&plan.schema, t, request.into_inner())?))
+            }
+            other => Err(Status::unimplemented(format!(
+                "command {} is not supported",
+                other.type_url()
+            ))),
+        }
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let t = QuarryTicket::decode(ticket.statement_handle).map_err(bad_ticket)?;
+        let out = match t.kind.ok_or_else(|| bad_ticket("empty"))? {
+            ticket::Kind::Sql(sql) => self.engine.sql(&sql).await?,
+            ticket::Kind::Query(q) => self.engine.query(&q).await?,
+            ticket::Kind::ResultIpc(bytes) => {
+                let (schema, batches) = quarry_coprocessor::ipc::decode(&bytes).map_err(bad_ticket)?;
+                QueryOutput {
+                    schema,
+                    batches,
+                    stats: None,
+                }
+            }
+        };
+        Ok(Response::new(output_stream(out)))
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        cmd: CommandStatementUpdate,
+        _request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let out = self.engine.sql(&cmd.query).await?;
+        let count = out.batches.first().and_then(|b| {
+            b.column_by_name("count")
+                .and_then(|c| c.as_any().downcast_ref::<arrow::array::Int64Array>())
+                .map(|a| a.value(0))
+        });
+        Ok(count.unwrap_or(0))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+/// The Flight service (for wiring into a tonic server).
+pub fn service(engine: Arc<QueryEngine>) -> arrow_flight::flight_service_server::FlightServiceServer<FlightSqlServer> {
+    arrow_flight::flight_service_server::FlightServiceServer::new(FlightSqlServer::new(engine))
+        .max_decoding_message_size(quarry_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(quarry_proto::MAX_MESSAGE_BYTES)
+}

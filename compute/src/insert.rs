@@ -1,0 +1,242 @@
+//! INSERT ... VALUES: constant rows, checked against the table's types,
+//! encoded as row values and written region by region.
+//!
+//! Each region's rows go in one `BatchPut` with `if_absent`, so a duplicate
+//! primary key refuses that region's batch without writing any of it.
+//! Rows that span several regions are written region by region: a failure
+//! in one region leaves the others written (there are no cross-region
+//! transactions).
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use arrow::datatypes::DataType;
+use quarry_coprocessor::codec::key::{record_key, table_record_range};
+use quarry_coprocessor::codec::row::{Datum, RowEncoder};
+use quarry_coprocessor::expr::{Expr, ScalarValue};
+use quarry_coprocessor::types::{arrow_type, sql_name};
+use quarry_proto::compute::LogicalExpr;
+use quarry_proto::kv::{BatchPutRequest, Context, KvPair};
+use quarry_proto::meta::TableDef;
+
+use crate::dispatch::backoff::Backoff;
+use crate::engine::QueryEngine;
+use crate::sql::Insert;
+use crate::{plan_err, Error, Result};
+
+/// Evaluates a constant expression.
+fn constant(e: &LogicalExpr) -> Result<ScalarValue> {
+    match crate::plan::bind_constant(e)? {
+        Expr::Literal(v) => Ok(v),
+        _ => Err(plan_err!("INSERT values must be constants")),
+    }
+}
+
+fn datum<'a>(v: &'a ScalarValue) -> Datum<'a> {
+    match v {
+        ScalarValue::Null(_) => Datum::Null,
+        ScalarValue::Int64(x) => Datum::Int(*x),
+        ScalarValue::Float64(x) => Datum::Float(*x),
+        ScalarValue::Decimal(x, _, _) => Datum::Decimal(*x),
+        ScalarValue::Date(x) => Datum::Date(*x),
+        ScalarValue::Utf8(s) => Datum::Bytes(s.as_bytes()),
+        ScalarValue::Boolean(b) => Datum::Bool(*b),
+    }
+}
+
+/// Inserts the rows; returns how many.
+pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Result<usize> {
+    if ins.rows.is_empty() {
+        return Ok(0);
+    }
+    // Target column positions in the table.
+    let targets: Vec<usize> = if ins.columns.is_empty() {
+        (0..table.columns.len()).collect()
+    } else {
+        ins.columns
+            .iter()
+            .map(|name| {
+                table.columns.iter().position(|c| &c.name == name).ok_or_else(|| {
+                    let valid: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
+                    plan_err!(
+                        "unknown column '{name}' in table {}; valid columns are: {}",
+                        table.name,
+                        valid.join(", ")
+                    )
+                })
+            })
+            .collect::<Result<_>>()?
+    };
+    let mut seen = HashSet::new();
+    if let Some(dup) = targets.iter().find(|t| !seen.insert(**t)) {
+        return Err(plan_err!("column {} is listed twice", table.columns[*dup].name));
+    }
+    let types: Vec<(DataType, bool, u32)> = table
+        .columns
+        .iter()
+        .map(|c| {
+            let ft = c.field_type.unwrap_or_default();
+            Ok((arrow_type(&ft)?, ft.nullable, ft.max_len))
+        })
+        .collect::<Result<_>>()?;
+    let handle_pos = table.columns.iter().position(|c| c.id == table.handle_column_id);
+
+    // Evaluate and check every value.
+    let mut rows: Vec<Vec<ScalarValue>> = Vec::with_capacity(ins.rows.len());
+    for (r, values) in ins.rows.iter().enumerate() {
+        if values.len() != targets.len() {
+            return Err(plan_err!(
+                "row {} has {} values but {} columns are targeted",
+                r + 1,
+                values.len(),
+                targets.len()
+            ));
+        }
+        let mut row: Vec<ScalarValue> = types.iter().map(|(t, ..)| ScalarValue::Null(t.clone())).collect();
+        for (v, &pos) in values.iter().zip(&targets) {
+            let (t, _, max_len) = &types[pos];
+            let col = &table.columns[pos].name;
+            let value = constant(v)?;
+            let cast = Expr::cast(Expr::Literal(value), t.clone()).map_err(|e| match e {
+                quarry_coprocessor::Error::Overflow(m) => {
+                    Error::Overflow(format!("value for column {col} is out of range for {}: {m}", sql_name(t)))
+                }
+                other => plan_err!("value for column {col}: {other}"),
+            })?;
+            let Expr::Literal(v) = cast else {
+                return Err(Error::Internal("cast of a constant did not fold".into()));
+            };
+            if let (ScalarValue::Utf8(s), true) = (&v, *max_len > 0) {
+                if s.chars().count() > *max_len as usize {
+                    return Err(plan_err!(
+                        "value for column {col} is too long for VARCHAR({max_len}): '{s}'"
+                    ));
+                }
+            }
+            row[pos] = v;
+        }
+        for (pos, (_, nullable, _)) in types.iter().enumerate() {
+            if !nullable && row[pos].is_null() {
+                return Err(plan_err!(
+                    "column {} is NOT NULL but row {} gives it no value",
+                    table.columns[pos].name,
+                    r + 1
+                ));
+            }
+        }
+        rows.push(row);
+    }
+
+    // Handles: the primary key, or fresh implicit ones.
+    let handles: Vec<i64> = match handle_pos {
+        Some(p) => rows
+            .iter()
+            .map(|row| match &row[p] {
+                ScalarValue::Int64(h) => Ok(*h),
+                _ => Err(Error::Internal("primary key is not a BIGINT".into())),
+            })
+            .collect::<Result<_>>()?,
+        None => {
+            let first = engine
+                .cluster
+                .alloc_handles(table.id, rows.len() as u64, 0)
+                .await?;
+            (0..rows.len() as i64).map(|i| first + i).collect()
+        }
+    };
+    let mut unique = HashSet::new();
+    if let Some(h) = handles.iter().find(|h| !unique.insert(**h)) {
+        return Err(plan_err!("duplicate key: handle {h} appears twice in this INSERT"));
+    }
+
+    let mut enc = RowEncoder::new();
+    let mut pairs: Vec<KvPair> = Vec::with_capacity(rows.len());
+    for (row, h) in rows.iter().zip(&handles) {
+        let cols: Vec<(i64, Datum)> = table
+            .columns
+            .iter()
+            .zip(row)
+            .map(|(c, v)| (c.id, datum(v)))
+            .collect();
+        let mut value = Vec::new();
+        enc.encode(&cols, &mut value)?;
+        pairs.push(KvPair {
+            key: record_key(table.id, *h),
+            value,
+        });
+    }
+    let n = pairs.len();
+    write_pairs(engine, table.id, pairs).await?;
+    Ok(n)
+}
+
+/// Writes pairs of one table region by region, following region errors.
+pub async fn write_pairs(engine: &QueryEngine, table_id: i64, mut pairs: Vec<KvPair>) -> Result<()> {
+    let (start, end) = table_record_range(table_id);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(500), deadline);
+    pairs.sort_by(|a, b| a.key.cmp(&b.key));
+    while !pairs.is_empty() {
+        let regions = engine.cache.locate(&start, &end).await?;
+        let mut by_region: BTreeMap<usize, Vec<KvPair>> = BTreeMap::new();
+        for p in pairs.drain(..) {
+            let i = regions
+                .iter()
+                .position(|r| {
+                    p.key >= r.region.start_key
+                        && (r.region.end_key.is_empty() || p.key < r.region.end_key)
+                })
+                .ok_or_else(|| Error::Internal("no region for a row key".into()))?;
+            by_region.entry(i).or_default().push(p);
+        }
+        for (i, batch) in by_region {
+            let r = &regions[i];
+            let mut client = engine.cluster.kv(&r.addr)?;
+            let req = BatchPutRequest {
+                context: Some(Context {
+                    region_id: r.region.id,
+                    region_epoch: r.region.epoch,
+                }),
+                pairs: batch.clone(),
+                if_absent: true,
+            };
+            let resp = match client.batch_put(req).await {
+                Ok(resp) => resp.into_inner(),
+                Err(st) => {
+                    let what = || {
+                        format!(
+                            "writing to region {}: store {} at {} is unavailable: {}",
+                            r.region.id,
+                            r.store_id(),
+                            r.addr,
+                            crate::status_detail(&st)
+                        )
+                    };
+                    backoff.sleep(&what).await.map_err(|_| Error::Unavailable(what()))?;
+                    engine.cache.invalidate(r.region.id);
+                    pairs.extend(batch);
+                    continue;
+                }
+            };
+            if let Some(e) = resp.error {
+                return Err(match quarry_proto::kv::key_error::Code::try_from(e.code) {
+                    Ok(quarry_proto::kv::key_error::Code::InvalidInput) => Error::InvalidInput(e.message),
+                    Ok(quarry_proto::kv::key_error::Code::Unavailable) => Error::Unavailable(e.message),
+                    _ => Error::Internal(e.message),
+                });
+            }
+            if let Some(re) = resp.region_error {
+                let what = || format!("region {}: {}", r.region.id, re.message);
+                engine.cache.invalidate(r.region.id);
+                if let Some(enm) = re.epoch_not_match {
+                    engine.cache.install_regions(enm.current_regions).await?;
+                } else {
+                    backoff.sleep(&what).await?;
+                }
+                pairs.extend(batch);
+            }
+        }
+        pairs.sort_by(|a, b| a.key.cmp(&b.key));
+    }
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! SQL in: parsing with `sqlparser` and conversion to Quarry's statements.
+//!
+//! A SELECT becomes the same `quarry.compute.Query` message the client
+//! library's typed builder sends, so both front ends share one planner.
+//! Constant date arithmetic (`date '1998-12-01' - interval '90' day`) is
+//! folded here, while converting, into a date literal.
+
+mod convert;
+pub mod display;
+
+use quarry_proto::compute::{LogicalExpr, Query};
+use quarry_proto::meta::{FieldType, Layout};
+
+pub use convert::parse;
+
+/// One parsed statement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Statement {
+    Query(Query),
+    Explain(Query),
+    CreateTable(CreateTable),
+    DropTable { name: String, if_exists: bool },
+    Insert(Insert),
+    ShowTables,
+    Describe(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnSpec {
+    pub name: String,
+    pub field_type: FieldType,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateTable {
+    pub name: String,
+    pub columns: Vec<ColumnSpec>,
+    /// Index into `columns` of the single BIGINT primary key, if any.
+    pub primary_key: Option<usize>,
+    pub if_not_exists: bool,
+    pub layout: Layout,
+    pub split_handles: Vec<i64>,
+}
+
+impl CreateTable {
+    /// The table definition to ask meta for (ids are assigned by meta;
+    /// column ids are positions + 1).
+    pub fn table_def(&self) -> quarry_proto::meta::TableDef {
+        quarry_proto::meta::TableDef {
+            id: 0,
+            name: self.name.clone(),
+            columns: self
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| quarry_proto::meta::ColumnDef {
+                    id: i as i64 + 1,
+                    name: c.name.clone(),
+                    field_type: Some(c.field_type),
+                })
+                .collect(),
+            handle_column_id: self.primary_key.map_or(0, |i| i as i64 + 1),
+            layout: self.layout as i32,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Insert {
+    pub table: String,
+    /// Target columns in order; empty = all, in table order.
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<LogicalExpr>>,
+}
+
+#[cfg(test)]
+mod tests;

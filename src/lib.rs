@@ -1,0 +1,9 @@
+//! The `quarry` binary's library half: TPC-H data and answers, the bulk
+//! loader, the local multi-process cluster, the bench, and result printing.
+//! `src/main.rs` is the command line over these.
+
+pub mod bench;
+pub mod load;
+pub mod local;
+pub mod output;
+pub mod tpch;

@@ -1,0 +1,297 @@
+//! `quarry load tpch`: bulk-load TPC-H lineitem straight into the stores.
+//!
+//! Like TiDB Lightning's physical mode (and MyTopling's bulk load), the
+//! loader encodes rows itself and writes key-value batches to the regions,
+//! bypassing compute:
+//!
+//! 1. Create `lineitem` through the Meta service, pre-split into regions at
+//!    evenly spaced handles (handle = orderkey × 8 + linenumber).
+//! 2. Worker threads generate parts of the table with the `tpchgen` crate
+//!    (dbgen's data, part by part), encode each row as a row-v2 value, and
+//!    buffer it per region.
+//! 3. Full buffers (a few MB) go to the region's store as one `BatchPut`,
+//!    a bounded number in flight.
+//! 4. Finally the implicit-handle allocator is moved past the loaded
+//!    handles, so later INSERTs never collide.
+
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use quarry_compute::sql::{parse, Statement};
+use quarry_proto::kv::kv_client::KvClient;
+use quarry_proto::kv::{BatchPutRequest, Context as KvContext, KvPair};
+use quarry_proto::meta::meta_client::MetaClient;
+use quarry_proto::meta::{
+    AllocHandlesRequest, CreateTableRequest, DropTableRequest, GetTableRequest, RegionRoute,
+};
+use quarry_proto::MAX_MESSAGE_BYTES;
+use tokio::sync::{mpsc, Semaphore};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::tpch;
+
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub sf: f64,
+    /// Regions to pre-split into (0 = one per ~64 MiB, at least two per store).
+    pub regions: usize,
+    pub threads: usize,
+    /// Bytes per BatchPut.
+    pub batch_bytes: usize,
+    /// Drop an existing lineitem first.
+    pub replace: bool,
+    pub progress: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            sf: 0.1,
+            regions: 0,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            batch_bytes: 4 << 20,
+            replace: false,
+            progress: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadReport {
+    pub rows: u64,
+    pub bytes: u64,
+    pub regions: usize,
+    pub seconds: f64,
+}
+
+async fn channel(addr: &str) -> Result<Channel> {
+    Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach store at {addr}"))
+}
+
+fn meta(ch: Channel) -> MetaClient<Channel> {
+    MetaClient::new(ch)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+/// Bytes a lineitem row takes as a KV pair, roughly (for sizing regions).
+const ROW_BYTES: u64 = 140;
+const REGION_BYTES: u64 = 64 << 20;
+
+/// Is lineitem there already, with how many regions?
+pub async fn existing_lineitem(store: &str) -> Result<Option<i64>> {
+    let mut m = meta(channel(store).await?);
+    let t = m
+        .get_table(GetTableRequest {
+            name: "lineitem".into(),
+        })
+        .await
+        .map_err(|s| anyhow!("looking up lineitem: {}", s.message()))?
+        .into_inner()
+        .table;
+    Ok(t.map(|t| t.id))
+}
+
+/// Loads lineitem at `opts.sf` through the store at `store` (any store).
+pub async fn load_tpch(store: &str, stores: usize, opts: &LoadOptions) -> Result<LoadReport> {
+    if !(opts.sf > 0.0) {
+        bail!("--sf must be positive");
+    }
+    let started = Instant::now();
+    let mut m = meta(channel(store).await?);
+    if existing_lineitem(store).await?.is_some() {
+        if !opts.replace {
+            bail!("table lineitem already exists; load with --replace to drop and reload it");
+        }
+        m.drop_table(DropTableRequest {
+            name: "lineitem".into(),
+            if_exists: true,
+        })
+        .await
+        .map_err(|s| anyhow!("dropping lineitem: {}", s.message()))?;
+    }
+    let Statement::CreateTable(ct) = parse(tpch::LINEITEM_DDL)? else {
+        bail!("the lineitem DDL is not a CREATE TABLE");
+    };
+    let est = tpch::approx_rows(opts.sf) * ROW_BYTES;
+    let regions = if opts.regions > 0 {
+        opts.regions
+    } else {
+        ((est / REGION_BYTES) as usize + 1).max(2 * stores.max(1))
+    };
+    let splits = tpch::split_handles(opts.sf, regions);
+    let created = m
+        .create_table(CreateTableRequest {
+            table: Some(ct.table_def()),
+            split_handles: splits.clone(),
+            if_not_exists: false,
+        })
+        .await
+        .map_err(|s| anyhow!("creating lineitem: {}", s.message()))?
+        .into_inner();
+    let table = created.table.ok_or_else(|| anyhow!("meta returned no table"))?;
+    let routes = Arc::new(created.regions);
+    if routes.len() != splits.len() + 1 {
+        bail!("expected {} regions, meta made {}", splits.len() + 1, routes.len());
+    }
+
+    let bar = if opts.progress {
+        let b = ProgressBar::new(tpch::approx_rows(opts.sf));
+        b.set_style(
+            ProgressStyle::with_template(
+                "loading lineitem {bar:40} {human_pos}/{human_len} rows {per_sec} eta {eta}",
+            )
+            .expect("valid template"),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+
+    // Workers → (region index, pairs) → writer.
+    let (tx, mut rx) = mpsc::channel::<(usize, Vec<KvPair>)>(opts.threads * 2 + 2);
+    let parts = (opts.threads * 8).max(regions) as i32;
+    let next_part = Arc::new(AtomicI32::new(1));
+    let rows = Arc::new(AtomicU64::new(0));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..opts.threads.max(1) {
+        let (tx, next_part, rows, bytes, splits, bar) =
+            (tx.clone(), next_part.clone(), rows.clone(), bytes.clone(), splits.clone(), bar.clone());
+        let (sf, table_id, batch_bytes, nregions) = (opts.sf, table.id, opts.batch_bytes, routes.len());
+        workers.push(tokio::task::spawn_blocking(move || -> Result<()> {
+            let mut buffers: Vec<(Vec<KvPair>, usize)> = vec![(Vec::new(), 0); nregions];
+            loop {
+                let part = next_part.fetch_add(1, Ordering::SeqCst);
+                if part > parts {
+                    break;
+                }
+                let mut failed = None;
+                let mut n = 0u64;
+                tpch::encode_part(sf, part, parts, table_id, |h, k, v| {
+                    if failed.is_some() {
+                        return;
+                    }
+                    let r = splits.partition_point(|s| *s <= h);
+                    let buf = &mut buffers[r];
+                    buf.1 += k.len() + v.len();
+                    bytes.fetch_add((k.len() + v.len()) as u64, Ordering::Relaxed);
+                    buf.0.push(KvPair {
+                        key: k.to_vec(),
+                        value: v.to_vec(),
+                    });
+                    n += 1;
+                    if buf.1 >= batch_bytes {
+                        let full = std::mem::take(&mut buf.0);
+                        buf.1 = 0;
+                        if tx.blocking_send((r, full)).is_err() {
+                            failed = Some(anyhow!("the writer stopped"));
+                        }
+                    }
+                })?;
+                rows.fetch_add(n, Ordering::Relaxed);
+                bar.inc(n);
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+            }
+            for (r, (pairs, _)) in buffers.into_iter().enumerate() {
+                if !pairs.is_empty() && tx.blocking_send((r, pairs)).is_err() {
+                    return Err(anyhow!("the writer stopped"));
+                }
+            }
+            Ok(())
+        }));
+    }
+    drop(tx);
+
+    // The writer: one BatchPut per buffer, a few in flight.
+    let inflight = Arc::new(Semaphore::new(4));
+    let mut puts = tokio::task::JoinSet::new();
+    let mut clients: std::collections::HashMap<String, KvClient<Channel>> = Default::default();
+    let mut write_error = None;
+    while let Some((r, pairs)) = rx.recv().await {
+        let route: &RegionRoute = &routes[r];
+        let region = route.region.clone().ok_or_else(|| anyhow!("route without region"))?;
+        let addr = route
+            .leader_store
+            .as_ref()
+            .map(|s| s.addr.clone())
+            .ok_or_else(|| anyhow!("region {} has no store", region.id))?;
+        if !clients.contains_key(&addr) {
+            let c = KvClient::new(channel(&addr).await?)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            clients.insert(addr.clone(), c);
+        }
+        let mut client = clients[&addr].clone();
+        let permit = inflight.clone().acquire_owned().await?;
+        puts.spawn(async move {
+            let _permit = permit;
+            let resp = client
+                .batch_put(BatchPutRequest {
+                    context: Some(KvContext {
+                        region_id: region.id,
+                        region_epoch: region.epoch,
+                    }),
+                    pairs,
+                    if_absent: false,
+                })
+                .await
+                .map_err(|s| anyhow!("writing region {} at {addr}: {}", region.id, s.message()))?
+                .into_inner();
+            if let Some(e) = resp.region_error {
+                bail!("writing region {}: {}", region.id, e.message);
+            }
+            if let Some(e) = resp.error {
+                bail!("writing region {}: {}", region.id, e.message);
+            }
+            Ok(())
+        });
+        while let Some(done) = puts.try_join_next() {
+            if let Err(e) = done? {
+                write_error = Some(e);
+                break;
+            }
+        }
+        if write_error.is_some() {
+            break;
+        }
+    }
+    drop(rx);
+    while let Some(done) = puts.join_next().await {
+        if let Err(e) = done? {
+            write_error.get_or_insert(e);
+        }
+    }
+    for w in workers {
+        if let Err(e) = w.await? {
+            write_error.get_or_insert(e);
+        }
+    }
+    bar.finish_and_clear();
+    if let Some(e) = write_error {
+        return Err(e.context("loading lineitem failed; drop it and load again"));
+    }
+    m.alloc_handles(AllocHandlesRequest {
+        table_id: table.id,
+        count: 0,
+        min_next: tpch::handle_end(opts.sf),
+    })
+    .await
+    .map_err(|s| anyhow!("rebasing the handle allocator: {}", s.message()))?;
+    Ok(LoadReport {
+        rows: rows.load(Ordering::SeqCst),
+        bytes: bytes.load(Ordering::SeqCst),
+        regions: routes.len(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,468 @@
+//! `quarry`: one binary for every role.
+//!
+//! * `quarry storage`: a storage process (RocksDB, regions, coprocessor).
+//! * `quarry compute`: a compute process (SQL, planning, Arrow Flight SQL).
+//! * `quarry playground`: a local cluster of both, in one command.
+//! * `quarry load tpch`: bulk-load TPC-H lineitem.
+//! * `quarry sql`: run one statement and print the result.
+//! * `quarry bench tpch`: time TPC-H Q1/Q6 and check the answers.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use quarry::bench::{bench_tpch, BenchOptions};
+use quarry::load::{existing_lineitem, load_tpch, LoadOptions};
+use quarry::local::LocalCluster;
+use quarry::output::{self, Format};
+use quarry_compute::config::ComputeConfig;
+use quarry_raftstore::config::StorageConfig;
+use tokio::signal::unix::{signal, SignalKind};
+
+#[derive(Parser)]
+#[command(name = "quarry", version, about = "Quarry: a distributed analytical store")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a storage process.
+    Storage(StorageArgs),
+    /// Run a compute process (Arrow Flight SQL).
+    Compute(ComputeArgs),
+    /// Start a local cluster (storage processes + one compute) and keep it
+    /// running until SIGINT/SIGTERM.
+    Playground(PlaygroundArgs),
+    /// Bulk-load data.
+    Load {
+        #[command(subcommand)]
+        what: LoadWhat,
+    },
+    /// Run one SQL statement against a compute process.
+    Sql(SqlArgs),
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
+}
+
+#[derive(Args)]
+struct StorageArgs {
+    /// TOML config file (see etc/storage.toml); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    store_id: Option<u64>,
+    /// Listen address; port 0 picks a free one.
+    #[arg(long)]
+    addr: Option<String>,
+    #[arg(long)]
+    advertise_addr: Option<String>,
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Stores to join, comma-separated (none: bootstrap a new cluster).
+    #[arg(long, value_delimiter = ',')]
+    join: Option<Vec<String>>,
+    #[arg(long)]
+    block_cache_mb: Option<usize>,
+    #[arg(long)]
+    read_pool_threads: Option<usize>,
+    /// Print the default configuration as TOML and exit.
+    #[arg(long)]
+    print_default_config: bool,
+    /// Stop when the parent process goes away (used by playground).
+    #[arg(long, hide = true)]
+    exit_with_parent: bool,
+}
+
+#[derive(Args)]
+struct ComputeArgs {
+    /// TOML config file (see etc/compute.toml); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    addr: Option<String>,
+    /// Store addresses, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    stores: Option<Vec<String>>,
+    #[arg(long)]
+    query_timeout_ms: Option<u64>,
+    #[arg(long)]
+    max_inflight_regions: Option<usize>,
+    /// How regions answer: arrow (column chunks) or rows (the baseline).
+    #[arg(long)]
+    encode: Option<String>,
+    #[arg(long)]
+    print_default_config: bool,
+    #[arg(long, hide = true)]
+    exit_with_parent: bool,
+}
+
+#[derive(Args)]
+struct PlaygroundArgs {
+    /// Where the cluster keeps its data (reused on the next start).
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long, default_value_t = 3)]
+    stores: usize,
+    /// Load TPC-H lineitem at this scale factor (skipped if DIR has it).
+    #[arg(long)]
+    sf: Option<f64>,
+    /// Query timeout for the compute process.
+    #[arg(long)]
+    query_timeout_ms: Option<u64>,
+}
+
+#[derive(Subcommand)]
+enum LoadWhat {
+    /// TPC-H lineitem, generated with the tpchgen crate.
+    Tpch {
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Any store of the cluster.
+        #[arg(long)]
+        store: String,
+        /// Number of stores (sizes the pre-split).
+        #[arg(long, default_value_t = 3)]
+        stores: usize,
+        /// Regions to pre-split into (default: one per ~64 MiB).
+        #[arg(long, default_value_t = 0)]
+        regions: usize,
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Drop an existing lineitem first.
+        #[arg(long)]
+        replace: bool,
+    },
+}
+
+#[derive(Args)]
+struct SqlArgs {
+    /// Compute address, e.g. http://127.0.0.1:4000
+    #[arg(long)]
+    addr: String,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    sql: String,
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// TPC-H Q1 and Q6.
+    Tpch {
+        /// A running compute process; without it an embedded local cluster
+        /// is started and loaded.
+        #[arg(long)]
+        addr: Option<String>,
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        #[arg(long, value_delimiter = ',', default_value = "q1,q6")]
+        queries: Vec<String>,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value_t = 3)]
+        stores: usize,
+    },
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Resolves on SIGTERM, SIGINT, or (optionally) when the parent dies.
+async fn shutdown_signal(exit_with_parent: bool) {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    let parent = async {
+        if !exit_with_parent {
+            return std::future::pending().await;
+        }
+        let ppid = nix::unistd::getppid();
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if nix::unistd::getppid() != ppid {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        _ = parent => {}
+    }
+}
+
+fn read_config<T: serde::de::DeserializeOwned + Default>(path: &Option<PathBuf>) -> Result<T> {
+    match path {
+        None => Ok(T::default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            toml::from_str(&text).with_context(|| format!("parsing {}", p.display()))
+        }
+    }
+}
+
+async fn storage(a: StorageArgs) -> Result<()> {
+    if a.print_default_config {
+        print!("{}", include_str!("../etc/storage.toml"));
+        return Ok(());
+    }
+    let mut cfg: StorageConfig = read_config(&a.config)?;
+    if let Some(v) = a.store_id {
+        cfg.store_id = v;
+    }
+    if let Some(v) = a.addr {
+        cfg.addr = v;
+    }
+    if a.advertise_addr.is_some() {
+        cfg.advertise_addr = a.advertise_addr;
+    }
+    if let Some(v) = a.data_dir {
+        cfg.data_dir = v;
+    }
+    if let Some(v) = a.join {
+        cfg.join = v.into_iter().filter(|s| !s.is_empty()).collect();
+    }
+    if let Some(v) = a.block_cache_mb {
+        cfg.block_cache_mb = v;
+    }
+    if let Some(v) = a.read_pool_threads {
+        cfg.read_pool_threads = v;
+    }
+    let id = cfg.store_id;
+    quarry_raftstore::server::run(
+        cfg,
+        |addr| {
+            println!("storage {id} listening on {addr}");
+            let _ = std::io::stdout().flush();
+        },
+        shutdown_signal(a.exit_with_parent),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn compute(a: ComputeArgs) -> Result<()> {
+    if a.print_default_config {
+        print!("{}", include_str!("../etc/compute.toml"));
+        return Ok(());
+    }
+    let mut cfg: ComputeConfig = read_config(&a.config)?;
+    if let Some(v) = a.addr {
+        cfg.addr = v;
+    }
+    if let Some(v) = a.stores {
+        cfg.stores = v.into_iter().filter(|s| !s.is_empty()).collect();
+    }
+    if let Some(v) = a.query_timeout_ms {
+        cfg.query_timeout_ms = v;
+    }
+    if let Some(v) = a.max_inflight_regions {
+        cfg.max_inflight_regions = v;
+    }
+    if let Some(v) = a.encode {
+        cfg.encode = v;
+    }
+    quarry_compute::server::run(
+        cfg,
+        |addr| {
+            println!("compute listening on {addr}");
+            let _ = std::io::stdout().flush();
+        },
+        shutdown_signal(a.exit_with_parent),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn playground(a: PlaygroundArgs) -> Result<()> {
+    let mut compute_args = Vec::new();
+    if let Some(t) = a.query_timeout_ms {
+        compute_args.extend(["--query-timeout-ms".to_string(), t.to_string()]);
+    }
+    let mut cluster = LocalCluster::start(&a.dir, a.stores, &compute_args).await?;
+    let result = async {
+        let mut out = std::io::stdout();
+        for (i, s) in cluster.stores.iter().enumerate() {
+            writeln!(out, "storage {}: pid {} addr {}", i + 1, s.pid, s.addr)?;
+        }
+        let c = cluster.compute.as_ref().ok_or_else(|| anyhow!("no compute process"))?;
+        writeln!(out, "compute: pid {} addr {}", c.pid, cluster.compute_url())?;
+        out.flush()?;
+        if let Some(sf) = a.sf {
+            let marker = a.dir.join("lineitem.sf");
+            let have = std::fs::read_to_string(&marker).ok();
+            let store = cluster.store_addrs()[0].clone();
+            if have.as_deref() == Some(format!("{sf}").as_str()) && existing_lineitem(&store).await?.is_some() {
+                eprintln!("lineitem at SF {sf} is already loaded in {}", a.dir.display());
+            } else {
+                let _ = std::fs::remove_file(&marker);
+                eprintln!("loading TPC-H lineitem at SF {sf} ...");
+                let r = load_tpch(
+                    &store,
+                    a.stores,
+                    &LoadOptions {
+                        sf,
+                        replace: true,
+                        progress: false,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+                std::fs::write(&marker, format!("{sf}"))?;
+                eprintln!(
+                    "loaded {} rows into {} regions in {:.1} s ({:.0} rows/s)",
+                    r.rows,
+                    r.regions,
+                    r.seconds,
+                    r.rows as f64 / r.seconds
+                );
+            }
+        }
+        writeln!(out, "ready")?;
+        out.flush()?;
+        shutdown_signal(false).await;
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    cluster.stop().await;
+    result
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Storage(a) => {
+            init_logging("info");
+            storage(a).await
+        }
+        Cmd::Compute(a) => {
+            init_logging("info");
+            compute(a).await
+        }
+        Cmd::Playground(a) => {
+            init_logging("warn");
+            playground(a).await
+        }
+        Cmd::Load {
+            what:
+                LoadWhat::Tpch {
+                    sf,
+                    store,
+                    stores,
+                    regions,
+                    threads,
+                    replace,
+                },
+        } => {
+            init_logging("warn");
+            let mut opts = LoadOptions {
+                sf,
+                regions,
+                replace,
+                ..Default::default()
+            };
+            if let Some(t) = threads {
+                opts.threads = t;
+            }
+            let r = load_tpch(&store, stores, &opts).await?;
+            println!(
+                "loaded {} rows ({:.0} MB) into {} regions in {:.1} s: {:.0} rows/s",
+                r.rows,
+                r.bytes as f64 / 1e6,
+                r.regions,
+                r.seconds,
+                r.rows as f64 / r.seconds
+            );
+            Ok(())
+        }
+        Cmd::Sql(a) => {
+            init_logging("warn");
+            let mut client = quarry_client::Client::connect(&a.addr).await?;
+            let batches = client.sql(&a.sql).await?;
+            let mut out = std::io::stdout().lock();
+            output::print(&mut out, &batches, a.format)?;
+            Ok(())
+        }
+        Cmd::Bench {
+            what:
+                BenchWhat::Tpch {
+                    addr,
+                    sf,
+                    queries,
+                    runs,
+                    json,
+                    stores,
+                },
+        } => {
+            init_logging("warn");
+            let opts = BenchOptions {
+                addr,
+                sf,
+                queries,
+                runs,
+                stores,
+                compute_args: vec![],
+                progress: !json,
+            };
+            let (load, reports) = bench_tpch(&opts).await?;
+            if json {
+                if let Some(l) = &load {
+                    println!("{}", serde_json::json!({ "load": l }));
+                }
+                for r in &reports {
+                    println!("{}", serde_json::to_string(r)?);
+                }
+            } else {
+                if let Some(l) = &load {
+                    println!(
+                        "load: {} rows at SF {} into {} regions in {:.1} s ({:.0} rows/s)",
+                        l.rows,
+                        l.sf,
+                        l.regions,
+                        l.seconds,
+                        l.rows as f64 / l.seconds
+                    );
+                }
+                for r in &reports {
+                    println!(
+                        "{}: min {:.1} ms, median {:.1} ms over {} runs, {} rows, answer {}",
+                        r.query, r.min_ms, r.median_ms, r.runs, r.rows, r.answer
+                    );
+                }
+            }
+            if reports.iter().any(|r| r.answer.starts_with("mismatch")) {
+                return Err(anyhow!("an answer did not match the expected one"));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run(cli)) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
