@@ -11,8 +11,8 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use quarry_client::Client;
 
-use crate::local::LocalCluster;
 use crate::load::{load_tpch, LoadOptions};
+use crate::local::LocalCluster;
 use crate::tpch;
 
 #[derive(Debug, Clone)]

@@ -102,7 +102,7 @@ pub async fn existing_lineitem(store: &str) -> Result<Option<i64>> {
 
 /// Loads lineitem at `opts.sf` through the store at `store` (any store).
 pub async fn load_tpch(store: &str, stores: usize, opts: &LoadOptions) -> Result<LoadReport> {
-    if !(opts.sf > 0.0) {
+    if opts.sf.is_nan() || opts.sf <= 0.0 {
         bail!("--sf must be positive");
     }
     let started = Instant::now();
@@ -137,10 +137,16 @@ pub async fn load_tpch(store: &str, stores: usize, opts: &LoadOptions) -> Result
         .await
         .map_err(|s| anyhow!("creating lineitem: {}", s.message()))?
         .into_inner();
-    let table = created.table.ok_or_else(|| anyhow!("meta returned no table"))?;
+    let table = created
+        .table
+        .ok_or_else(|| anyhow!("meta returned no table"))?;
     let routes = Arc::new(created.regions);
     if routes.len() != splits.len() + 1 {
-        bail!("expected {} regions, meta made {}", splits.len() + 1, routes.len());
+        bail!(
+            "expected {} regions, meta made {}",
+            splits.len() + 1,
+            routes.len()
+        );
     }
 
     let bar = if opts.progress {
@@ -164,9 +170,16 @@ pub async fn load_tpch(store: &str, stores: usize, opts: &LoadOptions) -> Result
     let bytes = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for _ in 0..opts.threads.max(1) {
-        let (tx, next_part, rows, bytes, splits, bar) =
-            (tx.clone(), next_part.clone(), rows.clone(), bytes.clone(), splits.clone(), bar.clone());
-        let (sf, table_id, batch_bytes, nregions) = (opts.sf, table.id, opts.batch_bytes, routes.len());
+        let (tx, next_part, rows, bytes, splits, bar) = (
+            tx.clone(),
+            next_part.clone(),
+            rows.clone(),
+            bytes.clone(),
+            splits.clone(),
+            bar.clone(),
+        );
+        let (sf, table_id, batch_bytes, nregions) =
+            (opts.sf, table.id, opts.batch_bytes, routes.len());
         workers.push(tokio::task::spawn_blocking(move || -> Result<()> {
             let mut buffers: Vec<(Vec<KvPair>, usize)> = vec![(Vec::new(), 0); nregions];
             loop {
@@ -220,7 +233,10 @@ pub async fn load_tpch(store: &str, stores: usize, opts: &LoadOptions) -> Result
     let mut write_error = None;
     while let Some((r, pairs)) = rx.recv().await {
         let route: &RegionRoute = &routes[r];
-        let region = route.region.clone().ok_or_else(|| anyhow!("route without region"))?;
+        let region = route
+            .region
+            .clone()
+            .ok_or_else(|| anyhow!("route without region"))?;
         let addr = route
             .leader_store
             .as_ref()

@@ -22,7 +22,11 @@ use quarry_raftstore::config::StorageConfig;
 use tokio::signal::unix::{signal, SignalKind};
 
 #[derive(Parser)]
-#[command(name = "quarry", version, about = "Quarry: a distributed analytical store")]
+#[command(
+    name = "quarry",
+    version,
+    about = "Quarry: a distributed analytical store"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -116,6 +120,9 @@ struct PlaygroundArgs {
     /// Query timeout for the compute process.
     #[arg(long)]
     query_timeout_ms: Option<u64>,
+    /// Stop when the parent process goes away (used by tests).
+    #[arg(long, hide = true)]
+    exit_with_parent: bool,
 }
 
 #[derive(Subcommand)]
@@ -184,7 +191,10 @@ fn init_logging(default: &str) {
 
 /// Resolves on SIGTERM, SIGINT, or (optionally) when the parent dies.
 async fn shutdown_signal(exit_with_parent: bool) {
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         return std::future::pending().await;
     };
     let parent = async {
@@ -210,7 +220,8 @@ fn read_config<T: serde::de::DeserializeOwned + Default>(path: &Option<PathBuf>)
     match path {
         None => Ok(T::default()),
         Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             toml::from_str(&text).with_context(|| format!("parsing {}", p.display()))
         }
     }
@@ -300,15 +311,23 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
         for (i, s) in cluster.stores.iter().enumerate() {
             writeln!(out, "storage {}: pid {} addr {}", i + 1, s.pid, s.addr)?;
         }
-        let c = cluster.compute.as_ref().ok_or_else(|| anyhow!("no compute process"))?;
+        let c = cluster
+            .compute
+            .as_ref()
+            .ok_or_else(|| anyhow!("no compute process"))?;
         writeln!(out, "compute: pid {} addr {}", c.pid, cluster.compute_url())?;
         out.flush()?;
         if let Some(sf) = a.sf {
             let marker = a.dir.join("lineitem.sf");
             let have = std::fs::read_to_string(&marker).ok();
             let store = cluster.store_addrs()[0].clone();
-            if have.as_deref() == Some(format!("{sf}").as_str()) && existing_lineitem(&store).await?.is_some() {
-                eprintln!("lineitem at SF {sf} is already loaded in {}", a.dir.display());
+            if have.as_deref() == Some(format!("{sf}").as_str())
+                && existing_lineitem(&store).await?.is_some()
+            {
+                eprintln!(
+                    "lineitem at SF {sf} is already loaded in {}",
+                    a.dir.display()
+                );
             } else {
                 let _ = std::fs::remove_file(&marker);
                 eprintln!("loading TPC-H lineitem at SF {sf} ...");
@@ -335,7 +354,7 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
         }
         writeln!(out, "ready")?;
         out.flush()?;
-        shutdown_signal(false).await;
+        shutdown_signal(a.exit_with_parent).await;
         Ok::<_, anyhow::Error>(())
     }
     .await;
@@ -454,7 +473,10 @@ async fn run(cli: Cli) -> Result<()> {
 
 fn main() {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

@@ -32,7 +32,12 @@ pub fn print(out: &mut dyn Write, batches: &[RecordBatch], format: Format) -> st
         }
         Format::Csv => {
             if let Some(b) = batches.first() {
-                let names: Vec<String> = b.schema().fields().iter().map(|f| csv_field(f.name())).collect();
+                let names: Vec<String> = b
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| csv_field(f.name()))
+                    .collect();
                 writeln!(out, "{}", names.join(","))?;
             }
             for b in batches {
@@ -62,8 +67,14 @@ pub fn print(out: &mut dyn Write, batches: &[RecordBatch], format: Format) -> st
                             } else {
                                 let text = format_value(c.as_ref(), r);
                                 match c.data_type() {
-                                    DataType::Int64 | DataType::Decimal128(..) | DataType::Boolean => text,
-                                    DataType::Float64 if text.parse::<f64>().is_ok_and(f64::is_finite) => text,
+                                    DataType::Int64
+                                    | DataType::Decimal128(..)
+                                    | DataType::Boolean => text,
+                                    DataType::Float64
+                                        if text.parse::<f64>().is_ok_and(f64::is_finite) =>
+                                    {
+                                        text
+                                    }
                                     _ => serde_json::to_string(&text).unwrap_or_default(),
                                 }
                             };

@@ -78,7 +78,12 @@ pub fn compare(batches: &[RecordBatch], expected_csv: &str) -> Result<(), String
             got.push(
                 b.columns()
                     .iter()
-                    .map(|c| (format_value(c.as_ref(), r), c.data_type() == &DataType::Float64))
+                    .map(|c| {
+                        (
+                            format_value(c.as_ref(), r),
+                            c.data_type() == &DataType::Float64,
+                        )
+                    })
                     .collect(),
             );
         }
@@ -124,7 +129,9 @@ pub fn handle_end(sf: f64) -> i64 {
 /// size.
 pub fn split_handles(sf: f64, regions: usize) -> Vec<i64> {
     let end = handle_end(sf);
-    (1..regions as i64).map(|i| end / regions as i64 * i).collect()
+    (1..regions as i64)
+        .map(|i| end / regions as i64 * i)
+        .collect()
 }
 
 /// Approximate lineitem rows at a scale factor.
@@ -219,7 +226,13 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(compare(&[batch.clone()], "revenue,avg\n1193053.2253,25.522005853257340\n"), Ok(()));
+        assert_eq!(
+            compare(
+                std::slice::from_ref(&batch),
+                "revenue,avg\n1193053.2253,25.522005853257340\n"
+            ),
+            Ok(())
+        );
         assert_eq!(
             compare(&[batch], "revenue,avg\n1193053.2254,25.5\n"),
             Err("row 1 column revenue: got 1193053.2253, expected 1193053.2254".into())

@@ -39,7 +39,11 @@ pub fn lit(v: i64) -> Expr {
 pub fn lit_decimal(text: &str) -> Expr {
     let (int, frac) = text.split_once('.').unwrap_or((text, ""));
     let neg = int.starts_with('-');
-    let digits: String = int.trim_start_matches('-').chars().chain(frac.chars()).collect();
+    let digits: String = int
+        .trim_start_matches('-')
+        .chars()
+        .chain(frac.chars())
+        .collect();
     let v: i128 = digits
         .parse::<i128>()
         .unwrap_or_else(|_| panic!("not a decimal literal: {text}"));
@@ -294,7 +298,10 @@ mod tests {
         let r = Request::table("lineitem")
             .filter(col("l_quantity").lt(24))
             .group_by("l_returnflag")
-            .aggregate(sum(col("l_extendedprice") * (lit(1) - col("l_discount"))), "disc")
+            .aggregate(
+                sum(col("l_extendedprice") * (lit(1) - col("l_discount"))),
+                "disc",
+            )
             .aggregate(count_star(), "n")
             .order_by(col("disc"), true)
             .limit(3);

@@ -25,7 +25,9 @@
 
 mod builder;
 
-pub use builder::{avg, col, count, count_star, lit, lit_date, lit_decimal, max, min, sum, Expr, Request};
+pub use builder::{
+    avg, col, count, count_star, lit, lit_date, lit_decimal, max, min, sum, Expr, Request,
+};
 
 use arrow::array::RecordBatch;
 use arrow_flight::decode::FlightRecordBatchStream;

@@ -22,7 +22,11 @@ use crate::{Error, Result};
 
 /// Where regions are: the meta directory.
 pub trait Routes: Send + Sync {
-    fn get_regions<'a>(&'a self, start: &'a [u8], end: &'a [u8]) -> BoxFuture<'a, Result<Vec<RegionRoute>>>;
+    fn get_regions<'a>(
+        &'a self,
+        start: &'a [u8],
+        end: &'a [u8],
+    ) -> BoxFuture<'a, Result<Vec<RegionRoute>>>;
     fn get_stores(&self) -> BoxFuture<'_, Result<Vec<Store>>>;
 }
 
@@ -87,7 +91,9 @@ impl Cluster {
             match tokio::time::timeout(self.meta_timeout, call(client)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
                 Ok(Err(st)) => match st.code() {
-                    tonic::Code::InvalidArgument => return Err(Error::InvalidInput(st.message().into())),
+                    tonic::Code::InvalidArgument => {
+                        return Err(Error::InvalidInput(st.message().into()))
+                    }
                     tonic::Code::Internal => {
                         return Err(Error::Internal(format!("{what}: {}", st.message())))
                     }
@@ -151,9 +157,8 @@ impl Cluster {
             min_next,
         };
         Ok(self
-            .meta("allocating row handles", |mut c| {
-                let r = req.clone();
-                async move { c.alloc_handles(r).await }
+            .meta("allocating row handles", |mut c| async move {
+                c.alloc_handles(req).await
             })
             .await?
             .first)
@@ -161,7 +166,11 @@ impl Cluster {
 }
 
 impl Routes for Cluster {
-    fn get_regions<'a>(&'a self, start: &'a [u8], end: &'a [u8]) -> BoxFuture<'a, Result<Vec<RegionRoute>>> {
+    fn get_regions<'a>(
+        &'a self,
+        start: &'a [u8],
+        end: &'a [u8],
+    ) -> BoxFuture<'a, Result<Vec<RegionRoute>>> {
         Box::pin(async move {
             let req = GetRegionsRequest {
                 start_key: start.to_vec(),

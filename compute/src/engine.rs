@@ -64,7 +64,10 @@ pub struct QueryEngine {
 
 fn text_output(column: &str, values: Vec<String>) -> Result<QueryOutput> {
     let schema = Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, false)]));
-    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(values)) as ArrayRef])?;
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(StringArray::from(values)) as ArrayRef],
+    )?;
     Ok(QueryOutput::single(schema, batch))
 }
 
@@ -123,15 +126,19 @@ impl QueryEngine {
     /// Runs a planned query.
     pub async fn run(&self, plan: &QueryPlan) -> Result<QueryOutput> {
         let deadline = Instant::now() + self.timeout;
-        let (batch, stats) = match tokio::time::timeout(self.timeout, run_plan(plan, &self.dispatcher, deadline)).await {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(Error::Deadline(format!(
-                    "query exceeded its deadline of {:?}",
-                    self.timeout
-                )))
-            }
-        };
+        // Region requests carry the deadline and fail first, naming the
+        // store; this outer bound only guards against a bug.
+        let guard = self.timeout + Duration::from_secs(2);
+        let (batch, stats) =
+            match tokio::time::timeout(guard, run_plan(plan, &self.dispatcher, deadline)).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    return Err(Error::Deadline(format!(
+                        "query exceeded its deadline of {:?}",
+                        self.timeout
+                    )))
+                }
+            };
         Ok(QueryOutput {
             schema: plan.schema.clone(),
             batches: vec![batch],
@@ -165,13 +172,22 @@ impl QueryEngine {
                 let dropped = self.cluster.drop_table(&name, if_exists).await?;
                 Prepared::Done(text_output(
                     "result",
-                    vec![if dropped { "DROP TABLE" } else { "DROP TABLE (did not exist)" }.into()],
+                    vec![if dropped {
+                        "DROP TABLE"
+                    } else {
+                        "DROP TABLE (did not exist)"
+                    }
+                    .into()],
                 )?)
             }
             Statement::Insert(ins) => {
                 let table = self.table(&ins.table).await?;
                 let n = insert(self, &table, &ins).await?;
-                let schema = Arc::new(Schema::new(vec![Field::new("count", DataType::Int64, false)]));
+                let schema = Arc::new(Schema::new(vec![Field::new(
+                    "count",
+                    DataType::Int64,
+                    false,
+                )]));
                 let batch = RecordBatch::try_new(
                     schema.clone(),
                     vec![Arc::new(Int64Array::from(vec![n as i64])) as ArrayRef],
@@ -179,8 +195,13 @@ impl QueryEngine {
                 Prepared::Done(QueryOutput::single(schema, batch))
             }
             Statement::ShowTables => {
-                let mut names: Vec<String> =
-                    self.cluster.list_tables().await?.into_iter().map(|t| t.name).collect();
+                let mut names: Vec<String> = self
+                    .cluster
+                    .list_tables()
+                    .await?
+                    .into_iter()
+                    .map(|t| t.name)
+                    .collect();
                 names.sort();
                 Prepared::Done(text_output("name", names)?)
             }
@@ -231,12 +252,22 @@ impl QueryEngine {
             }
             cols[1].push(ty);
             cols[2].push(if ft.nullable { "YES" } else { "NO" }.into());
-            cols[3].push(if c.id == t.handle_column_id { "PRI" } else { "" }.into());
+            cols[3].push(
+                if c.id == t.handle_column_id {
+                    "PRI"
+                } else {
+                    ""
+                }
+                .into(),
+            );
         }
         let arrays: Vec<ArrayRef> = cols
             .into_iter()
             .map(|v| Arc::new(StringArray::from(v)) as ArrayRef)
             .collect();
-        Ok(QueryOutput::single(schema.clone(), RecordBatch::try_new(schema, arrays)?))
+        Ok(QueryOutput::single(
+            schema.clone(),
+            RecordBatch::try_new(schema, arrays)?,
+        ))
     }
 }

@@ -128,7 +128,9 @@ pub async fn run_plan(
 pub fn finish(plan: &QueryPlan, input: RecordBatch) -> Result<RecordBatch> {
     let n = input.num_rows();
     let offset = (plan.offset as usize).min(n);
-    let limit = plan.limit.map_or(n - offset, |l| (l as usize).min(n - offset));
+    let limit = plan
+        .limit
+        .map_or(n - offset, |l| (l as usize).min(n - offset));
     let input = if plan.order_by.is_empty() {
         input.slice(offset, limit)
     } else {

@@ -49,7 +49,11 @@ impl FlightSqlServer {
     }
 }
 
-fn flight_info(schema: &SchemaRef, t: QuarryTicket, desc: FlightDescriptor) -> Result<FlightInfo, Status> {
+fn flight_info(
+    schema: &SchemaRef,
+    t: QuarryTicket,
+    desc: FlightDescriptor,
+) -> Result<FlightInfo, Status> {
     let handle = t.encode_to_vec();
     let ticket = TicketStatementQuery {
         statement_handle: handle.into(),
@@ -101,7 +105,8 @@ impl FlightSqlService for FlightSqlServer {
                 },
             ),
             Prepared::Done(out) => {
-                let bytes = quarry_coprocessor::ipc::encode(&out.schema, &out.batches).map_err(Error::from)?;
+                let bytes = quarry_coprocessor::ipc::encode(&out.schema, &out.batches)
+                    .map_err(Error::from)?;
                 (
                     out.schema,
                     QuarryTicket {
@@ -126,7 +131,11 @@ impl FlightSqlService for FlightSqlServer {
                 let t = QuarryTicket {
                     kind: Some(ticket::Kind::Query(q)),
                 };
-                Ok(Response::new(flight_info(&plan.schema, t, request.into_inner())?))
+                Ok(Response::new(flight_info(
+                    &plan.schema,
+                    t,
+                    request.into_inner(),
+                )?))
             }
             other => Err(Status::unimplemented(format!(
                 "command {} is not supported",
@@ -145,7 +154,8 @@ impl FlightSqlService for FlightSqlServer {
             ticket::Kind::Sql(sql) => self.engine.sql(&sql).await?,
             ticket::Kind::Query(q) => self.engine.query(&q).await?,
             ticket::Kind::ResultIpc(bytes) => {
-                let (schema, batches) = quarry_coprocessor::ipc::decode(&bytes).map_err(bad_ticket)?;
+                let (schema, batches) =
+                    quarry_coprocessor::ipc::decode(&bytes).map_err(bad_ticket)?;
                 QueryOutput {
                     schema,
                     batches,
@@ -174,7 +184,9 @@ impl FlightSqlService for FlightSqlServer {
 }
 
 /// The Flight service (for wiring into a tonic server).
-pub fn service(engine: Arc<QueryEngine>) -> arrow_flight::flight_service_server::FlightServiceServer<FlightSqlServer> {
+pub fn service(
+    engine: Arc<QueryEngine>,
+) -> arrow_flight::flight_service_server::FlightServiceServer<FlightSqlServer> {
     arrow_flight::flight_service_server::FlightServiceServer::new(FlightSqlServer::new(engine))
         .max_decoding_message_size(quarry_proto::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(quarry_proto::MAX_MESSAGE_BYTES)

@@ -56,20 +56,28 @@ pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Res
         ins.columns
             .iter()
             .map(|name| {
-                table.columns.iter().position(|c| &c.name == name).ok_or_else(|| {
-                    let valid: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
-                    plan_err!(
-                        "unknown column '{name}' in table {}; valid columns are: {}",
-                        table.name,
-                        valid.join(", ")
-                    )
-                })
+                table
+                    .columns
+                    .iter()
+                    .position(|c| &c.name == name)
+                    .ok_or_else(|| {
+                        let valid: Vec<&str> =
+                            table.columns.iter().map(|c| c.name.as_str()).collect();
+                        plan_err!(
+                            "unknown column '{name}' in table {}; valid columns are: {}",
+                            table.name,
+                            valid.join(", ")
+                        )
+                    })
             })
             .collect::<Result<_>>()?
     };
     let mut seen = HashSet::new();
     if let Some(dup) = targets.iter().find(|t| !seen.insert(**t)) {
-        return Err(plan_err!("column {} is listed twice", table.columns[*dup].name));
+        return Err(plan_err!(
+            "column {} is listed twice",
+            table.columns[*dup].name
+        ));
     }
     let types: Vec<(DataType, bool, u32)> = table
         .columns
@@ -79,7 +87,10 @@ pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Res
             Ok((arrow_type(&ft)?, ft.nullable, ft.max_len))
         })
         .collect::<Result<_>>()?;
-    let handle_pos = table.columns.iter().position(|c| c.id == table.handle_column_id);
+    let handle_pos = table
+        .columns
+        .iter()
+        .position(|c| c.id == table.handle_column_id);
 
     // Evaluate and check every value.
     let mut rows: Vec<Vec<ScalarValue>> = Vec::with_capacity(ins.rows.len());
@@ -92,15 +103,19 @@ pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Res
                 targets.len()
             ));
         }
-        let mut row: Vec<ScalarValue> = types.iter().map(|(t, ..)| ScalarValue::Null(t.clone())).collect();
+        let mut row: Vec<ScalarValue> = types
+            .iter()
+            .map(|(t, ..)| ScalarValue::Null(t.clone()))
+            .collect();
         for (v, &pos) in values.iter().zip(&targets) {
             let (t, _, max_len) = &types[pos];
             let col = &table.columns[pos].name;
             let value = constant(v)?;
             let cast = Expr::cast(Expr::Literal(value), t.clone()).map_err(|e| match e {
-                quarry_coprocessor::Error::Overflow(m) => {
-                    Error::Overflow(format!("value for column {col} is out of range for {}: {m}", sql_name(t)))
-                }
+                quarry_coprocessor::Error::Overflow(m) => Error::Overflow(format!(
+                    "value for column {col} is out of range for {}: {m}",
+                    sql_name(t)
+                )),
                 other => plan_err!("value for column {col}: {other}"),
             })?;
             let Expr::Literal(v) = cast else {
@@ -146,7 +161,9 @@ pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Res
     };
     let mut unique = HashSet::new();
     if let Some(h) = handles.iter().find(|h| !unique.insert(**h)) {
-        return Err(plan_err!("duplicate key: handle {h} appears twice in this INSERT"));
+        return Err(plan_err!(
+            "duplicate key: handle {h} appears twice in this INSERT"
+        ));
     }
 
     let mut enc = RowEncoder::new();
@@ -171,10 +188,18 @@ pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Res
 }
 
 /// Writes pairs of one table region by region, following region errors.
-pub async fn write_pairs(engine: &QueryEngine, table_id: i64, mut pairs: Vec<KvPair>) -> Result<()> {
+pub async fn write_pairs(
+    engine: &QueryEngine,
+    table_id: i64,
+    mut pairs: Vec<KvPair>,
+) -> Result<()> {
     let (start, end) = table_record_range(table_id);
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(500), deadline);
+    let mut backoff = Backoff::new(
+        Duration::from_millis(2),
+        Duration::from_millis(500),
+        deadline,
+    );
     pairs.sort_by(|a, b| a.key.cmp(&b.key));
     while !pairs.is_empty() {
         let regions = engine.cache.locate(&start, &end).await?;
@@ -212,7 +237,10 @@ pub async fn write_pairs(engine: &QueryEngine, table_id: i64, mut pairs: Vec<KvP
                             crate::status_detail(&st)
                         )
                     };
-                    backoff.sleep(&what).await.map_err(|_| Error::Unavailable(what()))?;
+                    backoff
+                        .sleep(&what)
+                        .await
+                        .map_err(|_| Error::Unavailable(what()))?;
                     engine.cache.invalidate(r.region.id);
                     pairs.extend(batch);
                     continue;
@@ -220,8 +248,12 @@ pub async fn write_pairs(engine: &QueryEngine, table_id: i64, mut pairs: Vec<KvP
             };
             if let Some(e) = resp.error {
                 return Err(match quarry_proto::kv::key_error::Code::try_from(e.code) {
-                    Ok(quarry_proto::kv::key_error::Code::InvalidInput) => Error::InvalidInput(e.message),
-                    Ok(quarry_proto::kv::key_error::Code::Unavailable) => Error::Unavailable(e.message),
+                    Ok(quarry_proto::kv::key_error::Code::InvalidInput) => {
+                        Error::InvalidInput(e.message)
+                    }
+                    Ok(quarry_proto::kv::key_error::Code::Unavailable) => {
+                        Error::Unavailable(e.message)
+                    }
                     _ => Error::Internal(e.message),
                 });
             }

@@ -126,13 +126,17 @@ impl<'a> Binder<'a> {
 
 /// Builds an [`Expr`] from a logical expression; `leaf` decides column
 /// references and aggregates (Some), everything else is structural.
-fn bind(e: &LogicalExpr, leaf: &mut dyn FnMut(&LogicalExpr) -> Result<Option<Expr>>) -> Result<Expr> {
+fn bind(
+    e: &LogicalExpr,
+    leaf: &mut dyn FnMut(&LogicalExpr) -> Result<Option<Expr>>,
+) -> Result<Expr> {
     if let Some(x) = leaf(e)? {
         return Ok(x);
     }
     let mut sub = |x: &Option<Box<LogicalExpr>>| -> Result<Expr> {
         bind(
-            x.as_deref().ok_or_else(|| plan_err!("incomplete expression"))?,
+            x.as_deref()
+                .ok_or_else(|| plan_err!("incomplete expression"))?,
             leaf,
         )
     };
@@ -160,7 +164,7 @@ fn bind(e: &LogicalExpr, leaf: &mut dyn FnMut(&LogicalExpr) -> Result<Option<Exp
                 other => return Err(plan_err!("{other:?} is not a binary operator")),
             }
         }
-        Some(Kind::Not(x)) => Expr::not(bind(x, leaf)?)?,
+        Some(Kind::Not(x)) => Expr::logical_not(bind(x, leaf)?)?,
         Some(Kind::Negate(x)) => Expr::negate(bind(x, leaf)?)?,
         Some(Kind::IsNull(x)) => Expr::is_null(sub(&x.expr)?, x.negated)?,
         Some(Kind::Between(x)) => {
@@ -180,7 +184,9 @@ fn bind(e: &LogicalExpr, leaf: &mut dyn FnMut(&LogicalExpr) -> Result<Option<Exp
         }
         Some(Kind::Like(x)) => Expr::like(sub(&x.expr)?, x.pattern.clone(), x.negated)?,
         Some(Kind::Cast(c)) => {
-            let to = c.to.as_ref().ok_or_else(|| plan_err!("CAST without a type"))?;
+            let to =
+                c.to.as_ref()
+                    .ok_or_else(|| plan_err!("CAST without a type"))?;
             Expr::cast(sub(&c.expr)?, arrow_type(to)?)?
         }
     })
@@ -233,7 +239,9 @@ fn normalize(e: &mut LogicalExpr, table: &str) -> Result<()> {
                 if t == table {
                     *c = col.to_string();
                 } else if err.is_none() {
-                    err = Some(plan_err!("unknown table '{t}' in {t}.{col}; the query reads {table}"));
+                    err = Some(plan_err!(
+                        "unknown table '{t}' in {t}.{col}; the query reads {table}"
+                    ));
                 }
             }
         }
@@ -326,7 +334,10 @@ pub fn plan_query(q: &Query, table: &TableDef) -> Result<QueryPlan> {
                 ));
             }
         } else {
-            let e = item.expr.clone().ok_or_else(|| plan_err!("empty select item"))?;
+            let e = item
+                .expr
+                .clone()
+                .ok_or_else(|| plan_err!("empty select item"))?;
             let name = if item.alias.is_empty() {
                 display::logical(&e)
             } else {
@@ -408,10 +419,14 @@ fn scan_of(binder: &Binder) -> Result<(TableScan, Vec<String>)> {
         .iter()
         .map(|&i| ColumnInfo {
             column_id: t.columns[i].id,
-            field_type: t.columns[i].field_type.clone(),
+            field_type: t.columns[i].field_type,
         })
         .collect();
-    let names = binder.used.iter().map(|&i| t.columns[i].name.clone()).collect();
+    let names = binder
+        .used
+        .iter()
+        .map(|&i| t.columns[i].name.clone())
+        .collect();
     Ok((
         TableScan {
             table_id: t.id,
@@ -443,7 +458,9 @@ fn plan_aggregate(
     let mut group_lx: Vec<LogicalExpr> = Vec::new();
     let sources: Vec<LogicalExpr> = if q.distinct {
         if select.iter().any(|(e, _)| has_aggregate(e)) || !q.group_by.is_empty() {
-            return Err(plan_err!("unsupported: DISTINCT together with aggregates or GROUP BY"));
+            return Err(plan_err!(
+                "unsupported: DISTINCT together with aggregates or GROUP BY"
+            ));
         }
         select.iter().map(|(e, _)| e.clone()).collect()
     } else {
@@ -531,13 +548,19 @@ fn plan_aggregate(
             let e = post(h, binder)?;
             match e.data_type() {
                 DataType::Boolean | DataType::Null => Ok(e),
-                other => Err(plan_err!("HAVING needs a BOOLEAN condition, got {}", sql_name(&other))),
+                other => Err(plan_err!(
+                    "HAVING needs a BOOLEAN condition, got {}",
+                    sql_name(&other)
+                )),
             }
         })
         .transpose()?;
     let mut order_by = Vec::new();
     for o in &q.order_by {
-        let e = o.expr.as_ref().ok_or_else(|| plan_err!("empty ORDER BY item"))?;
+        let e = o
+            .expr
+            .as_ref()
+            .ok_or_else(|| plan_err!("empty ORDER BY item"))?;
         let expr = match output_ref(e, names, binder.table)? {
             Some(i) => outputs[i].clone(),
             None => post(e, binder)?,
@@ -601,7 +624,10 @@ fn plan_scan(
     let n = pushed.len();
     let mut order_by = Vec::new();
     for o in &q.order_by {
-        let e = o.expr.as_ref().ok_or_else(|| plan_err!("empty ORDER BY item"))?;
+        let e = o
+            .expr
+            .as_ref()
+            .ok_or_else(|| plan_err!("empty ORDER BY item"))?;
         let index = match output_ref(e, names, binder.table)? {
             Some(i) => i,
             None => {
@@ -638,11 +664,7 @@ fn plan_scan(
         }
     }
     let mut input_names = names.to_vec();
-    input_names.extend(
-        pushed[n..]
-            .iter()
-            .map(|e| display::bound(e, &scan_names)),
-    );
+    input_names.extend(pushed[n..].iter().map(|e| display::bound(e, &scan_names)));
     Ok(QueryPlan {
         table: binder.table.clone(),
         schema: output_schema(names, &outputs),
@@ -661,7 +683,12 @@ impl QueryPlan {
     /// The plan as indented text, top (compute) to bottom (storage).
     pub fn explain(&self) -> Vec<String> {
         let mut lines = Vec::new();
-        let names: Vec<String> = self.schema.fields().iter().map(|f| f.name().clone()).collect();
+        let names: Vec<String> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         let input = &self.input_names;
         lines.push(format!("Output: {}", names.join(", ")));
         if self.limit.is_some() || self.offset > 0 {
@@ -692,7 +719,12 @@ impl QueryPlan {
                 .map(|s| {
                     s.columns
                         .iter()
-                        .map(|c| c.field_type.as_ref().and_then(|f| arrow_type(f).ok()).unwrap_or(DataType::Null))
+                        .map(|c| {
+                            c.field_type
+                                .as_ref()
+                                .and_then(|f| arrow_type(f).ok())
+                                .unwrap_or(DataType::Null)
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
@@ -746,7 +778,11 @@ impl QueryPlan {
             "      TableScan: {} [{}]{}",
             self.table.name,
             scan_names.join(", "),
-            if scan_names.is_empty() { " (keys only)" } else { "" }
+            if scan_names.is_empty() {
+                " (keys only)"
+            } else {
+                ""
+            }
         ));
         lines
     }

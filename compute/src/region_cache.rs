@@ -130,15 +130,18 @@ impl RegionCache {
 
     /// Forgets a region (after an error that says our picture is wrong).
     pub fn invalidate(&self, region_id: u64) {
-        self.by_start.write().retain(|_, v| v.region.id != region_id);
+        self.by_start
+            .write()
+            .retain(|_, v| v.region.id != region_id);
     }
 
     /// Installs regions a store reported as current (EpochNotMatch).
     pub async fn install_regions(&self, regions: Vec<Region>) -> Result<()> {
         for region in regions {
-            let leader = region.peers.first().cloned().ok_or_else(|| {
-                Error::Unavailable(format!("region {} has no peers", region.id))
-            })?;
+            let leader =
+                region.peers.first().cloned().ok_or_else(|| {
+                    Error::Unavailable(format!("region {} has no peers", region.id))
+                })?;
             let addr = self.store_addr(leader.store_id).await?;
             self.insert(Located {
                 region,
@@ -150,7 +153,12 @@ impl RegionCache {
     }
 
     /// Points a region at a new leader (NotLeader with a hint).
-    pub async fn set_leader(&self, region_id: u64, leader: Peer, store: Option<Store>) -> Result<Option<Located>> {
+    pub async fn set_leader(
+        &self,
+        region_id: u64,
+        leader: Peer,
+        store: Option<Store>,
+    ) -> Result<Option<Located>> {
         let addr = match store {
             Some(s) => {
                 self.stores.write().insert(s.id, s.addr.clone());

@@ -19,9 +19,7 @@ use std::time::Instant;
 
 use arrow::datatypes::DataType;
 use arrow::ipc::writer::StreamWriter;
-use quarry_proto::coprocessor::{
-    CopRequest, CopResponse, DagRequest, EncodeType, ExecSummary,
-};
+use quarry_proto::coprocessor::{CopRequest, CopResponse, DagRequest, EncodeType, ExecSummary};
 use quarry_proto::meta::Layout;
 
 use crate::aggregate::{AggregateFunction, Aggregator};
@@ -100,12 +98,19 @@ pub fn build_executors<'a, S: Storage + 'a>(
                 .map(|a| {
                     let kind = quarry_proto::coprocessor::AggKind::try_from(a.kind)
                         .map_err(|_| invalid_input!("unknown aggregate kind {}", a.kind))?;
-                    let arg = a.arg.as_ref().map(|e| Expr::from_proto(e, &input)).transpose()?;
+                    let arg = a
+                        .arg
+                        .as_ref()
+                        .map(|e| Expr::from_proto(e, &input))
+                        .transpose()?;
                     let f = AggregateFunction::new(kind, arg.as_ref().map(Expr::data_type))?;
                     Ok((f, arg))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            exec = Box::new(AggregationExecutor::new(exec, Aggregator::partial(keys, aggs)?));
+            exec = Box::new(AggregationExecutor::new(
+                exec,
+                Aggregator::partial(keys, aggs)?,
+            ));
         }
         (None, Some(proj)) => {
             let exprs = proj
@@ -120,7 +125,9 @@ pub fn build_executors<'a, S: Storage + 'a>(
 
     if dag.limit > 0 {
         if dag.aggregation.is_some() {
-            return Err(invalid_input!("LIMIT cannot be pushed below an aggregation"));
+            return Err(invalid_input!(
+                "LIMIT cannot be pushed below an aggregation"
+            ));
         }
         exec = Box::new(LimitExecutor::new(exec, dag.limit as usize));
     }
@@ -214,7 +221,13 @@ pub fn handle<S: Storage>(
         let mut exec = build_executors(storage, dag, ranges)?;
         let encode = EncodeType::try_from(req.encode_type)
             .map_err(|_| invalid_input!("unknown encode type {}", req.encode_type))?;
-        let out = run(exec.as_mut(), encode, req.max_response_bytes, deadline, &mut summary);
+        let out = run(
+            exec.as_mut(),
+            encode,
+            req.max_response_bytes,
+            deadline,
+            &mut summary,
+        );
         exec.collect_summary(&mut summary);
         out
     })();

@@ -37,23 +37,25 @@ pub const POW10: [i128; 39] = {
 
 /// The Arrow type for a stored or computed SQL type.
 pub fn arrow_type(ft: &FieldType) -> Result<DataType> {
-    Ok(match TypeKind::try_from(ft.kind).unwrap_or(TypeKind::TypeUnspecified) {
-        TypeKind::Bigint => DataType::Int64,
-        TypeKind::Double => DataType::Float64,
-        TypeKind::Decimal => {
-            let (p, s) = (ft.precision, ft.scale);
-            if p == 0 || p > MAX_DECIMAL_PRECISION as u32 || s > p {
-                return Err(invalid_input!(
+    Ok(
+        match TypeKind::try_from(ft.kind).unwrap_or(TypeKind::TypeUnspecified) {
+            TypeKind::Bigint => DataType::Int64,
+            TypeKind::Double => DataType::Float64,
+            TypeKind::Decimal => {
+                let (p, s) = (ft.precision, ft.scale);
+                if p == 0 || p > MAX_DECIMAL_PRECISION as u32 || s > p {
+                    return Err(invalid_input!(
                     "invalid DECIMAL({p},{s}): precision must be 1..=38 and scale 0..=precision"
                 ));
+                }
+                DataType::Decimal128(p as u8, s as i8)
             }
-            DataType::Decimal128(p as u8, s as i8)
-        }
-        TypeKind::Date => DataType::Date32,
-        TypeKind::Varchar => DataType::Utf8,
-        TypeKind::Boolean => DataType::Boolean,
-        TypeKind::TypeUnspecified => DataType::Null,
-    })
+            TypeKind::Date => DataType::Date32,
+            TypeKind::Varchar => DataType::Utf8,
+            TypeKind::Boolean => DataType::Boolean,
+            TypeKind::TypeUnspecified => DataType::Null,
+        },
+    )
 }
 
 /// The wire type for an Arrow type (the inverse of [`arrow_type`]).
@@ -314,7 +316,10 @@ mod tests {
     #[test]
     fn dates() {
         assert_eq!(parse_date("1970-01-01").unwrap(), 0);
-        assert_eq!(parse_date("1998-12-01").unwrap() - 90, parse_date("1998-09-02").unwrap());
+        assert_eq!(
+            parse_date("1998-12-01").unwrap() - 90,
+            parse_date("1998-09-02").unwrap()
+        );
         assert_eq!(format_date(parse_date("1994-01-01").unwrap()), "1994-01-01");
         assert_eq!(
             add_months(parse_date("1994-01-01").unwrap(), 12).unwrap(),

@@ -55,10 +55,14 @@ impl StorageConfig {
             return Err(Error::InvalidInput("store-id must be at least 1".into()));
         }
         if self.block_cache_mb == 0 {
-            return Err(Error::InvalidInput("block-cache-mb must be positive".into()));
+            return Err(Error::InvalidInput(
+                "block-cache-mb must be positive".into(),
+            ));
         }
         if self.max_pending_reads == 0 {
-            return Err(Error::InvalidInput("max-pending-reads must be positive".into()));
+            return Err(Error::InvalidInput(
+                "max-pending-reads must be positive".into(),
+            ));
         }
         Ok(())
     }

@@ -56,13 +56,18 @@ pub struct Meta<E: Engine> {
 fn decode_all<M: Message + Default>(e: &impl Engine, prefix: &[u8]) -> Result<Vec<M>> {
     let mut out = Vec::new();
     let mut err = None;
-    e.scan(Cf::Default, prefix, &keys::prefix_end(prefix), &mut |_, v| {
-        match M::decode(v) {
-            Ok(m) => out.push(m),
-            Err(e) => err = Some(e),
-        }
-        err.is_none()
-    })?;
+    e.scan(
+        Cf::Default,
+        prefix,
+        &keys::prefix_end(prefix),
+        &mut |_, v| {
+            match M::decode(v) {
+                Ok(m) => out.push(m),
+                Err(e) => err = Some(e),
+            }
+            err.is_none()
+        },
+    )?;
     match err {
         Some(e) => Err(e.into()),
         None => Ok(out),
@@ -93,8 +98,16 @@ impl<E: Engine> Meta<E> {
             keys::region_key(meta_region.id),
             meta_region.encode_to_vec(),
         );
-        wb.put(Cf::Default, keys::store_key(self_store.id), self_store.encode_to_vec());
-        wb.put(Cf::Default, keys::NEXT_ID.to_vec(), FIRST_ID.to_be_bytes().to_vec());
+        wb.put(
+            Cf::Default,
+            keys::store_key(self_store.id),
+            self_store.encode_to_vec(),
+        );
+        wb.put(
+            Cf::Default,
+            keys::NEXT_ID.to_vec(),
+            FIRST_ID.to_be_bytes().to_vec(),
+        );
         store.engine().write(&wb, true)
     }
 
@@ -137,7 +150,9 @@ impl<E: Engine> Meta<E> {
 
     pub fn put_store(&self, s: StoreInfo) -> Result<()> {
         if s.id == 0 || s.addr.is_empty() {
-            return Err(Error::InvalidInput("a store needs an id and an address".into()));
+            return Err(Error::InvalidInput(
+                "a store needs an id and an address".into(),
+            ));
         }
         let mut wb = WriteBatch::new();
         wb.put(Cf::Default, keys::store_key(s.id), s.encode_to_vec());
@@ -171,20 +186,29 @@ impl<E: Engine> Meta<E> {
         let mut seen = std::collections::HashSet::new();
         for c in &t.columns {
             if !seen.insert(c.name.to_lowercase()) {
-                return bad(format!("column {} appears twice in table {}", c.name, t.name));
+                return bad(format!(
+                    "column {} appears twice in table {}",
+                    c.name, t.name
+                ));
             }
             let ft = c
                 .field_type
                 .as_ref()
                 .ok_or_else(|| Error::InvalidInput(format!("column {} has no type", c.name)))?;
             if ft.kind == TypeKind::Boolean as i32 {
-                return bad(format!("column {}: BOOLEAN columns are not supported", c.name));
+                return bad(format!(
+                    "column {}: BOOLEAN columns are not supported",
+                    c.name
+                ));
             }
             arrow_type(ft).map_err(|e| Error::InvalidInput(format!("column {}: {e}", c.name)))?;
         }
         if t.handle_column_id != 0 {
             let Some(c) = t.columns.iter().find(|c| c.id == t.handle_column_id) else {
-                return bad(format!("primary key column {} does not exist", t.handle_column_id));
+                return bad(format!(
+                    "primary key column {} does not exist",
+                    t.handle_column_id
+                ));
             };
             let kind = c.field_type.as_ref().map(|f| f.kind);
             if kind != Some(TypeKind::Bigint as i32) {
@@ -200,7 +224,11 @@ impl<E: Engine> Meta<E> {
     fn alloc_ids(st: &mut State, n: u64, wb: &mut WriteBatch) -> u64 {
         let first = st.next_id;
         st.next_id += n;
-        wb.put(Cf::Default, keys::NEXT_ID.to_vec(), st.next_id.to_be_bytes().to_vec());
+        wb.put(
+            Cf::Default,
+            keys::NEXT_ID.to_vec(),
+            st.next_id.to_be_bytes().to_vec(),
+        );
         first
     }
 
@@ -218,7 +246,10 @@ impl<E: Engine> Meta<E> {
                     already_existed: true,
                 });
             }
-            return Err(Error::InvalidInput(format!("table {} already exists", table.name)));
+            return Err(Error::InvalidInput(format!(
+                "table {} already exists",
+                table.name
+            )));
         }
         // Column ids are positions + 1; the handle column id refers to them.
         for (i, c) in table.columns.iter_mut().enumerate() {
@@ -269,7 +300,9 @@ impl<E: Engine> Meta<E> {
             .collect();
 
         // Create every region on its store, in parallel; undo on failure.
-        let created = futures::future::join_all(regions.iter().map(|r| self.create_on_store(r, &stores))).await;
+        let created =
+            futures::future::join_all(regions.iter().map(|r| self.create_on_store(r, &stores)))
+                .await;
         if let Some(Err(e)) = created.iter().find(|r| r.is_err()) {
             let e = e.clone();
             let done: Vec<&Region> = regions
@@ -284,7 +317,11 @@ impl<E: Engine> Meta<E> {
             return Err(e);
         }
 
-        wb.put(Cf::Default, keys::table_key(&table.name), table.encode_to_vec());
+        wb.put(
+            Cf::Default,
+            keys::table_key(&table.name),
+            table.encode_to_vec(),
+        );
         for r in &regions {
             wb.put(Cf::Default, keys::region_key(r.id), r.encode_to_vec());
         }
@@ -322,7 +359,13 @@ impl<E: Engine> Meta<E> {
         })
         .await
         .map(|_| ())
-        .map_err(|st| unreachable(&format!("creating region {} on store {}", r.id, s.id), &s.addr, &st))
+        .map_err(|st| {
+            unreachable(
+                &format!("creating region {} on store {}", r.id, s.id),
+                &s.addr,
+                &st,
+            )
+        })
     }
 
     async fn destroy_on_store(&self, r: &Region, stores: &[StoreInfo]) -> Result<()> {
@@ -334,7 +377,13 @@ impl<E: Engine> Meta<E> {
         c.destroy_region(DestroyRegionRequest { region_id: r.id })
             .await
             .map(|_| ())
-            .map_err(|st| unreachable(&format!("destroying region {} on store {}", r.id, s.id), &s.addr, &st))
+            .map_err(|st| {
+                unreachable(
+                    &format!("destroying region {} on store {}", r.id, s.id),
+                    &s.addr,
+                    &st,
+                )
+            })
     }
 
     pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<bool> {
@@ -395,7 +444,9 @@ impl<E: Engine> Meta<E> {
             .into_iter()
             .map(|r| {
                 let leader = r.peers.first().cloned();
-                let leader_store = leader.as_ref().and_then(|p| stores.get(&p.store_id).cloned());
+                let leader_store = leader
+                    .as_ref()
+                    .and_then(|p| stores.get(&p.store_id).cloned());
                 RegionRoute {
                     region: Some(r),
                     leader,

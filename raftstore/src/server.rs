@@ -61,7 +61,10 @@ pub async fn run(
     let local = listener
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
-    let advertise = cfg.advertise_addr.clone().unwrap_or_else(|| local.to_string());
+    let advertise = cfg
+        .advertise_addr
+        .clone()
+        .unwrap_or_else(|| local.to_string());
     let me = StoreInfo {
         id: cfg.store_id,
         addr: advertise,

@@ -81,7 +81,11 @@ impl<E: Engine> Store<E> {
                 let ident = StoreIdent {
                     store_id: cfg.store_id,
                 };
-                wb.put(Cf::Raft, keys::STORE_IDENT_KEY.to_vec(), ident.encode_to_vec());
+                wb.put(
+                    Cf::Raft,
+                    keys::STORE_IDENT_KEY.to_vec(),
+                    ident.encode_to_vec(),
+                );
                 engine.write(&wb, true)?;
             }
         }
@@ -178,7 +182,8 @@ impl<E: Engine> Store<E> {
     /// The region a request addresses, if this store holds it at the
     /// caller's epoch.
     pub fn check_context(&self, ctx: Option<&Context>) -> Result<Arc<RegionPeer>> {
-        let ctx = ctx.ok_or_else(|| Error::InvalidInput("request without a region context".into()))?;
+        let ctx =
+            ctx.ok_or_else(|| Error::InvalidInput("request without a region context".into()))?;
         let peer = self
             .regions
             .read()
@@ -197,7 +202,12 @@ impl<E: Engine> Store<E> {
 
     /// Writes `pairs` into the region atomically. With `if_absent`, refuses
     /// the whole batch when any key exists (INSERT's duplicate key check).
-    pub fn batch_put(&self, ctx: Option<&Context>, pairs: Vec<KvPair>, if_absent: bool) -> Result<()> {
+    pub fn batch_put(
+        &self,
+        ctx: Option<&Context>,
+        pairs: Vec<KvPair>,
+        if_absent: bool,
+    ) -> Result<()> {
         let peer = self.check_context(ctx)?;
         let r = peer.region();
         if let Some(p) = pairs.iter().find(|p| !region::contains(&r, &p.key)) {
@@ -233,7 +243,11 @@ impl<E: Engine> Store<E> {
             &KeyRange::new(r.start_key.clone(), r.end_key.clone()),
         );
         let mut wb = WriteBatch::new();
-        wb.delete_range(Cf::Default, s, if e.is_empty() { vec![0xFF; 32] } else { e });
+        wb.delete_range(
+            Cf::Default,
+            s,
+            if e.is_empty() { vec![0xFF; 32] } else { e },
+        );
         self.engine.write(&wb, self.sync_writes)
     }
 
@@ -317,14 +331,15 @@ impl<E: Engine> Store<E> {
                 self.id
             )));
         }
-        let deadline = (req.timeout_ms > 0)
-            .then(|| received + Duration::from_millis(req.timeout_ms));
+        let deadline =
+            (req.timeout_ms > 0).then(|| received + Duration::from_millis(req.timeout_ms));
         let engine = self.engine.clone();
         let bounds = KeyRange::new(r.start_key, r.end_key);
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.read_pool.spawn(move || {
             let wait_ns = received.elapsed().as_nanos() as u64;
-            let resp = engine.with_snapshot(&bounds, |s| endpoint::handle(s, &req, deadline, wait_ns));
+            let resp =
+                engine.with_snapshot(&bounds, |s| endpoint::handle(s, &req, deadline, wait_ns));
             let _ = tx.send(resp);
         });
         rx.await.unwrap_or_else(|_| CopResponse {

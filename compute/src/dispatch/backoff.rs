@@ -27,7 +27,7 @@ impl Backoff {
         let now = Instant::now();
         if now >= self.deadline {
             return Err(Error::Deadline(format!(
-                "gave up after {} retries: {}",
+                "query deadline exceeded after {} retries: {}",
                 self.attempts,
                 what()
             )));
@@ -60,7 +60,11 @@ mod tests {
             .map(|_| b.next_delay(&|| String::new()).unwrap().as_millis())
             .collect();
         assert_eq!(d, vec![2, 4, 8, 10, 10]);
-        let mut b = Backoff::new(Duration::from_millis(2), Duration::from_millis(10), Instant::now());
+        let mut b = Backoff::new(
+            Duration::from_millis(2),
+            Duration::from_millis(10),
+            Instant::now(),
+        );
         let err = b.next_delay(&|| "region 7".into()).unwrap_err();
         assert!(err.to_string().contains("region 7"), "{err}");
     }

@@ -27,7 +27,9 @@ use arrow::datatypes::{DataType, Field, Schema};
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryFutureExt};
 use quarry_coprocessor::storage::KeyRange;
-use quarry_proto::coprocessor::{CopRequest, DagRequest, EncodeType, ExecSummary, KeyRange as PbRange};
+use quarry_proto::coprocessor::{
+    CopRequest, DagRequest, EncodeType, ExecSummary, KeyRange as PbRange,
+};
 use quarry_proto::kv::Context;
 
 use self::backoff::Backoff;
@@ -107,7 +109,12 @@ fn clamp_to(ranges: &[KeyRange], r: &quarry_proto::meta::Region) -> Vec<KeyRange
         .collect()
 }
 
-fn split_tasks(ranges: &[KeyRange], regions: Vec<Located>, store_failures: u32, region_errors: u32) -> Vec<Task> {
+fn split_tasks(
+    ranges: &[KeyRange],
+    regions: Vec<Located>,
+    store_failures: u32,
+    region_errors: u32,
+) -> Vec<Task> {
     regions
         .into_iter()
         .filter_map(|region| {
@@ -123,11 +130,19 @@ fn split_tasks(ranges: &[KeyRange], regions: Vec<Located>, store_failures: u32, 
 }
 
 fn span(ranges: &[KeyRange]) -> (Vec<u8>, Vec<u8>) {
-    let start = ranges.iter().map(|r| r.start.clone()).min().unwrap_or_default();
+    let start = ranges
+        .iter()
+        .map(|r| r.start.clone())
+        .min()
+        .unwrap_or_default();
     let end = if ranges.iter().any(|r| r.end.is_empty()) {
         vec![]
     } else {
-        ranges.iter().map(|r| r.end.clone()).max().unwrap_or_default()
+        ranges
+            .iter()
+            .map(|r| r.end.clone())
+            .max()
+            .unwrap_or_default()
     };
     (start, end)
 }
@@ -149,7 +164,11 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub fn new(cache: Arc<RegionCache>, transport: Arc<dyn CopTransport>, cfg: DispatchConfig) -> Self {
+    pub fn new(
+        cache: Arc<RegionCache>,
+        transport: Arc<dyn CopTransport>,
+        cfg: DispatchConfig,
+    ) -> Self {
         Dispatcher {
             cache,
             transport,
@@ -289,11 +308,13 @@ impl Dispatcher {
                         region_id: region.region.id,
                         region_epoch: region.region.epoch,
                     }),
-                    ranges: ranges.iter().map(|r| PbRange {
-                        start: r.start.clone(),
-                        end: r.end.clone(),
-                    })
-                    .collect(),
+                    ranges: ranges
+                        .iter()
+                        .map(|r| PbRange {
+                            start: r.start.clone(),
+                            end: r.end.clone(),
+                        })
+                        .collect(),
                     dag: Some((*dag).clone()),
                     encode_type: self.cfg.encode as i32,
                     max_response_bytes: self.cfg.max_response_bytes,
@@ -318,12 +339,15 @@ impl Dispatcher {
                                 crate::status_detail(&st)
                             )
                         };
-                        if st.code() == tonic::Code::DeadlineExceeded {
+                        if st.code() == tonic::Code::DeadlineExceeded
+                            || Instant::now() + self.cfg.backoff_base >= deadline
+                        {
                             return Err(Error::Deadline(format!(
-                                "store {} at {} did not answer before the query deadline (region {})",
+                                "query deadline exceeded: store {} at {} did not answer in time (region {}): {}",
                                 region.store_id(),
                                 region.addr,
-                                region.region.id
+                                region.region.id,
+                                crate::status_detail(&st)
                             )));
                         }
                         if store_failures >= self.cfg.store_attempts {
@@ -353,7 +377,7 @@ impl Dispatcher {
                         )));
                     }
                     if let Some(nl) = &re.not_leader {
-                        if let Some(leader) = nl.leader.clone() {
+                        if let Some(leader) = nl.leader {
                             if let Some(l) = self
                                 .cache
                                 .set_leader(region.region.id, leader, nl.leader_store.clone())

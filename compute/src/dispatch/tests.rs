@@ -11,7 +11,9 @@ use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use quarry_coprocessor::storage::KeyRange;
-use quarry_proto::coprocessor::{other_error, CopRequest, CopResponse, DagRequest, KeyRange as PbRange, OtherError};
+use quarry_proto::coprocessor::{
+    other_error, CopRequest, CopResponse, DagRequest, KeyRange as PbRange, OtherError,
+};
 use quarry_proto::meta::{
     EpochNotMatch, NotLeader, Peer, Region, RegionEpoch, RegionError, RegionRoute, ServerIsBusy,
     Store,
@@ -51,13 +53,20 @@ struct MockRoutes {
 }
 
 impl Routes for MockRoutes {
-    fn get_regions<'a>(&'a self, start: &'a [u8], end: &'a [u8]) -> BoxFuture<'a, Result<Vec<RegionRoute>>> {
+    fn get_regions<'a>(
+        &'a self,
+        start: &'a [u8],
+        end: &'a [u8],
+    ) -> BoxFuture<'a, Result<Vec<RegionRoute>>> {
         *self.lookups.lock() += 1;
         let out = self
             .regions
             .lock()
             .iter()
-            .filter(|r| (end.is_empty() || r.start_key.as_slice() < end) && (r.end_key.is_empty() || r.end_key.as_slice() > start))
+            .filter(|r| {
+                (end.is_empty() || r.start_key.as_slice() < end)
+                    && (r.end_key.is_empty() || r.end_key.as_slice() > start)
+            })
             .map(|r| RegionRoute {
                 region: Some(r.clone()),
                 leader: r.peers.first().cloned(),
@@ -72,7 +81,9 @@ impl Routes for MockRoutes {
     }
 }
 
-type Handler = dyn Fn(&str, &CopRequest, usize) -> std::result::Result<CopResponse, tonic::Status> + Send + Sync;
+type Handler = dyn Fn(&str, &CopRequest, usize) -> std::result::Result<CopResponse, tonic::Status>
+    + Send
+    + Sync;
 
 /// Answers with one Int64 row holding the region id, unless `handler`
 /// (given the store address, the request and how many times this region was
@@ -85,9 +96,15 @@ struct MockTransport {
 
 fn ok(region_id: u64) -> CopResponse {
     let schema = Arc::new(Schema::new(vec![Field::new("r", DataType::Int64, false)]));
-    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![region_id as i64]))]).unwrap();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(Int64Array::from(vec![region_id as i64]))],
+    )
+    .unwrap();
     CopResponse {
-        data: quarry_coprocessor::ipc::encode(&schema, &[batch]).unwrap().into(),
+        data: quarry_coprocessor::ipc::encode(&schema, &[batch])
+            .unwrap()
+            .into(),
         ..Default::default()
     }
 }
@@ -163,7 +180,13 @@ async fn run(h: &Harness) -> Result<Vec<i64>> {
             &[],
             Instant::now() + Duration::from_secs(5),
             &mut |b| {
-                seen.extend(b.column(0).as_primitive::<Int64Type>().values().iter().copied());
+                seen.extend(
+                    b.column(0)
+                        .as_primitive::<Int64Type>()
+                        .values()
+                        .iter()
+                        .copied(),
+                );
                 Ok(ControlFlow::Continue(()))
             },
         )
@@ -183,7 +206,13 @@ async fn one_request_per_region_with_the_range_clipped_to_it() {
                 2 => ("h", "p"),
                 _ => ("p", "z"),
             };
-            assert_eq!(req.ranges, vec![PbRange { start: want.0.into(), end: want.1.into() }]);
+            assert_eq!(
+                req.ranges,
+                vec![PbRange {
+                    start: want.0.into(),
+                    end: want.1.into()
+                }]
+            );
             Ok(ok(id))
         }),
     );
@@ -205,7 +234,10 @@ async fn epoch_not_match_re_splits_only_the_failed_task() {
                     region_error: Some(RegionError {
                         message: "split".into(),
                         epoch_not_match: Some(EpochNotMatch {
-                            current_regions: vec![region(20, "h", "l", 2, 2), region(4, "l", "p", 1, 2)],
+                            current_regions: vec![
+                                region(20, "h", "l", 2, 2),
+                                region(4, "l", "p", 1, 2),
+                            ],
                         }),
                         ..Default::default()
                     }),
@@ -234,7 +266,10 @@ async fn not_leader_with_a_hint_retries_there_at_once() {
                         message: "not leader".into(),
                         not_leader: Some(NotLeader {
                             region_id: 1,
-                            leader: Some(Peer { id: 11, store_id: 3 }),
+                            leader: Some(Peer {
+                                id: 11,
+                                store_id: 3,
+                            }),
                             leader_store: Some(store(3)),
                         }),
                         ..Default::default()
@@ -269,7 +304,10 @@ async fn busy_servers_are_retried_and_pages_are_followed() {
                     ..Default::default()
                 }),
                 (3, 1) => Ok(CopResponse {
-                    remaining: vec![PbRange { start: b"s".to_vec(), end: b"z".to_vec() }],
+                    remaining: vec![PbRange {
+                        start: b"s".to_vec(),
+                        end: b"z".to_vec(),
+                    }],
                     ..ok(3)
                 }),
                 (3, 2) => {
@@ -323,5 +361,8 @@ async fn execution_errors_fail_the_query_with_their_category() {
             Ok(ok(1))
         }),
     );
-    assert_eq!(run(&h).await.unwrap_err(), Error::Overflow("SUM overflowed BIGINT".into()));
+    assert_eq!(
+        run(&h).await.unwrap_err(),
+        Error::Overflow("SUM overflowed BIGINT".into())
+    );
 }

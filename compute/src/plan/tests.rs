@@ -5,7 +5,9 @@ use crate::sql::{parse, Statement};
 use crate::Error;
 
 fn lineitem() -> TableDef {
-    let Statement::CreateTable(ct) = parse(include_str!("../../../tests/tpch/lineitem.sql")).unwrap() else {
+    let Statement::CreateTable(ct) =
+        parse(include_str!("../../../tests/tpch/lineitem.sql")).unwrap()
+    else {
         panic!()
     };
     let mut t = ct.table_def();
@@ -31,7 +33,10 @@ fn plan_err(sql: &str) -> String {
 /// `QUARRY_REGENERATE=1` rewrites the file instead.
 fn golden(name: &str, sql: &str) {
     let got = plan(sql).unwrap().explain().join("\n") + "\n";
-    let path = format!("{}/../tests/tpch/plans/{name}.plan", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../tests/tpch/plans/{name}.plan",
+        env!("CARGO_MANIFEST_DIR")
+    );
     if std::env::var("QUARRY_REGENERATE").is_ok() {
         std::fs::write(&path, &got).unwrap();
     }
@@ -44,15 +49,33 @@ fn golden(name: &str, sql: &str) {
 fn tpch_q1_plan() {
     golden("q1", include_str!("../../../tests/tpch/q1.sql"));
     let p = plan(include_str!("../../../tests/tpch/q1.sql")).unwrap();
-    let names: Vec<&str> = p.schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let names: Vec<&str> = p
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
     assert_eq!(
         names,
         vec![
-            "l_returnflag", "l_linestatus", "sum_qty", "sum_base_price", "sum_disc_price",
-            "sum_charge", "avg_qty", "avg_price", "avg_disc", "count_order"
+            "l_returnflag",
+            "l_linestatus",
+            "sum_qty",
+            "sum_base_price",
+            "sum_disc_price",
+            "sum_charge",
+            "avg_qty",
+            "avg_price",
+            "avg_disc",
+            "count_order"
         ]
     );
-    let types: Vec<String> = p.schema.fields().iter().map(|f| f.data_type().to_string()).collect();
+    let types: Vec<String> = p
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().to_string())
+        .collect();
     assert_eq!(types[2], "Decimal128(38, 2)");
     assert_eq!(types[4], "Decimal128(38, 4)");
     assert_eq!(types[5], "Decimal128(38, 6)");
@@ -75,12 +98,19 @@ fn count_star_scans_keys_only() {
 
 #[test]
 fn scans_push_projection_and_limit_but_not_a_sorted_limit() {
-    let p = plan("SELECT l_orderkey, l_quantity * 2 AS q FROM lineitem WHERE l_tax > 0 LIMIT 5 OFFSET 2").unwrap();
+    let p = plan(
+        "SELECT l_orderkey, l_quantity * 2 AS q FROM lineitem WHERE l_tax > 0 LIMIT 5 OFFSET 2",
+    )
+    .unwrap();
     assert_eq!(p.dag.limit, 7);
     assert_eq!(p.dag.projection.as_ref().unwrap().exprs.len(), 2);
     let p = plan("SELECT l_orderkey FROM lineitem ORDER BY l_quantity DESC, 1 LIMIT 5").unwrap();
     assert_eq!(p.dag.limit, 0);
-    assert_eq!(p.dag.projection.as_ref().unwrap().exprs.len(), 2, "sort key shipped too");
+    assert_eq!(
+        p.dag.projection.as_ref().unwrap().exprs.len(),
+        2,
+        "sort key shipped too"
+    );
     assert!(p.order_by[0].descending && p.order_by[0].nulls_first);
 }
 
@@ -108,10 +138,15 @@ fn planning_errors_name_the_problem() {
         plan_err("SELECT l_tax, sum(l_quantity) FROM lineitem GROUP BY l_returnflag"),
         "column l_tax must appear in the GROUP BY clause or be used in an aggregate function"
     );
-    assert!(plan_err("SELECT 1 FROM lineitem WHERE sum(l_tax) > 1").contains("not allowed in WHERE"));
-    assert!(plan_err("SELECT sum(l_comment) FROM lineitem").contains("SUM needs a numeric argument, got VARCHAR"));
-    assert!(plan_err("SELECT l_shipdate + 1 FROM lineitem").contains("cannot apply + to DATE and BIGINT"));
-    assert!(plan_err("SELECT 1 FROM lineitem WHERE l_shipdate = 5").contains("cannot compare DATE with BIGINT"));
+    assert!(
+        plan_err("SELECT 1 FROM lineitem WHERE sum(l_tax) > 1").contains("not allowed in WHERE")
+    );
+    assert!(plan_err("SELECT sum(l_comment) FROM lineitem")
+        .contains("SUM needs a numeric argument, got VARCHAR"));
+    assert!(plan_err("SELECT l_shipdate + 1 FROM lineitem")
+        .contains("cannot apply + to DATE and BIGINT"));
+    assert!(plan_err("SELECT 1 FROM lineitem WHERE l_shipdate = 5")
+        .contains("cannot compare DATE with BIGINT"));
     assert!(plan_err("SELECT 1 FROM lineitem WHERE l_tax").contains("WHERE needs a BOOLEAN"));
     assert!(plan_err("SELECT sum(max(l_tax)) FROM lineitem").contains("cannot be nested"));
     assert!(plan_err("SELECT l_tax FROM lineitem ORDER BY 3").contains("position 3"));

@@ -74,7 +74,11 @@ fn convert_statement(s: SqlStatement) -> Result<Statement> {
         }
         other => {
             let text = other.to_string();
-            let head: String = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+            let head: String = text
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ");
             unsupported(format!("statement {head} ..."))
         }
     }
@@ -142,9 +146,13 @@ fn const_u64(e: &SqlExpr, what: &str) -> Result<u64> {
             Value::Number(n, _) => n
                 .parse::<u64>()
                 .map_err(|_| plan_err!("{what} must be a non-negative integer, got {n}")),
-            other => Err(plan_err!("{what} must be a non-negative integer, got {other}")),
+            other => Err(plan_err!(
+                "{what} must be a non-negative integer, got {other}"
+            )),
         },
-        other => Err(plan_err!("{what} must be a non-negative integer, got {other}")),
+        other => Err(plan_err!(
+            "{what} must be a non-negative integer, got {other}"
+        )),
     }
 }
 
@@ -277,12 +285,14 @@ fn number(text: &str) -> Result<LogicalExpr> {
         }
     }
     let (v, p, s) = quarry_coprocessor::types::parse_decimal(text)?;
-    Ok(literal(LitValue::Decimal(quarry_proto::coprocessor::Decimal {
-        hi: (v >> 64) as i64,
-        lo: v as u64,
-        precision: p as u32,
-        scale: s as u32,
-    })))
+    Ok(literal(LitValue::Decimal(
+        quarry_proto::coprocessor::Decimal {
+            hi: (v >> 64) as i64,
+            lo: v as u64,
+            precision: p as u32,
+            scale: s as u32,
+        },
+    )))
 }
 
 /// A constant date: `date 'YYYY-MM-DD'`, optionally ± intervals.
@@ -302,7 +312,11 @@ fn const_date(e: &SqlExpr) -> Result<Option<i32>> {
             let (Some(d), SqlExpr::Interval(iv)) = (const_date(left)?, right.as_ref()) else {
                 return Ok(None);
             };
-            let sign = if matches!(op, ast::BinaryOperator::Minus) { -1 } else { 1 };
+            let sign = if matches!(op, ast::BinaryOperator::Minus) {
+                -1
+            } else {
+                1
+            };
             Ok(Some(add_interval(d, iv, sign)?))
         }
         _ => Ok(None),
@@ -450,7 +464,9 @@ pub(crate) fn convert_expr(e: &SqlExpr) -> Result<LogicalExpr> {
             ast::UnaryOperator::Not => lx(Kind::Not(Box::new(convert_expr(expr)?))),
             ast::UnaryOperator::Minus => match expr.as_ref() {
                 SqlExpr::Value(v) if matches!(v.value, Value::Number(..)) => {
-                    let Value::Number(n, _) = &v.value else { unreachable!() };
+                    let Value::Number(n, _) = &v.value else {
+                        unreachable!()
+                    };
                     number(&format!("-{n}"))?
                 }
                 _ => lx(Kind::Negate(Box::new(convert_expr(expr)?))),
@@ -530,7 +546,10 @@ fn convert_function(f: &ast::Function) -> Result<LogicalExpr> {
     let ast::FunctionArguments::List(list) = &f.args else {
         return unsupported(format!("{name} without an argument list"));
     };
-    if matches!(list.duplicate_treatment, Some(ast::DuplicateTreatment::Distinct)) {
+    if matches!(
+        list.duplicate_treatment,
+        Some(ast::DuplicateTreatment::Distinct)
+    ) {
         return unsupported(format!("{name}(DISTINCT ...)"));
     }
     if !list.clauses.is_empty() {
@@ -640,7 +659,9 @@ fn convert_create(ct: ast::CreateTable) -> Result<CreateTable> {
                 layout = match text.to_lowercase().as_str() {
                     "row" => Layout::Row,
                     "column" => Layout::Column,
-                    other => return Err(plan_err!("unknown layout '{other}': use 'row' or 'column'")),
+                    other => {
+                        return Err(plan_err!("unknown layout '{other}': use 'row' or 'column'"))
+                    }
                 }
             }
             "split_handles" => {
@@ -650,7 +671,11 @@ fn convert_create(ct: ast::CreateTable) -> Result<CreateTable> {
                     .collect::<std::result::Result<_, _>>()
                     .map_err(|_| plan_err!("split_handles must be comma-separated integers"))?;
             }
-            other => return Err(plan_err!("unknown table option {other}: known are layout, split_handles")),
+            other => {
+                return Err(plan_err!(
+                    "unknown table option {other}: known are layout, split_handles"
+                ))
+            }
         }
     }
     Ok(CreateTable {
@@ -685,7 +710,12 @@ fn convert_insert(ins: ast::Insert) -> Result<Insert> {
     let rows = values
         .rows
         .iter()
-        .map(|r| r.content.iter().map(convert_expr).collect::<Result<Vec<_>>>())
+        .map(|r| {
+            r.content
+                .iter()
+                .map(convert_expr)
+                .collect::<Result<Vec<_>>>()
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(Insert {
         table,
@@ -693,4 +723,3 @@ fn convert_insert(ins: ast::Insert) -> Result<Insert> {
         rows,
     })
 }
-

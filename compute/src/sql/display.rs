@@ -44,12 +44,9 @@ pub fn logical(e: &LogicalExpr) -> String {
         Some(Kind::Literal(l)) => ScalarValue::from_proto(l)
             .map(|v| v.to_string())
             .unwrap_or_else(|_| "?".into()),
-        Some(Kind::Binary(b)) => format!(
-            "({} {} {})",
-            sub(&b.left),
-            func_symbol(b.op),
-            sub(&b.right)
-        ),
+        Some(Kind::Binary(b)) => {
+            format!("({} {} {})", sub(&b.left), func_symbol(b.op), sub(&b.right))
+        }
         Some(Kind::Not(x)) => format!("NOT {}", logical(x)),
         Some(Kind::Negate(x)) => format!("-{}", logical(x)),
         Some(Kind::IsNull(x)) => format!(
@@ -103,7 +100,10 @@ fn strip_parens(s: &str) -> &str {
 pub fn bound(e: &Expr, names: &[String]) -> String {
     let b = |x: &Expr| bound(x, names);
     match e {
-        Expr::Column { index, .. } => names.get(*index).cloned().unwrap_or_else(|| format!("#{index}")),
+        Expr::Column { index, .. } => names
+            .get(*index)
+            .cloned()
+            .unwrap_or_else(|| format!("#{index}")),
         Expr::Literal(v) => v.to_string(),
         Expr::Arith {
             op, left, right, ..
@@ -130,7 +130,10 @@ pub fn bound(e: &Expr, names: &[String]) -> String {
             "{} {}IN ({})",
             b(expr),
             if *negated { "NOT " } else { "" },
-            list.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
+            list.iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         Expr::Like {
             expr,

@@ -43,7 +43,10 @@ fn tpch_q6_adds_a_year_and_keeps_decimal_literals() {
     let q = query(include_str!("../../../tests/tpch/q6.sql"));
     let text = display::logical(&q.filters[0]);
     assert!(text.contains("DATE '1995-01-01'"), "{text}");
-    assert!(text.contains("BETWEEN (0.06 - 0.01) AND (0.06 + 0.01)"), "{text}");
+    assert!(
+        text.contains("BETWEEN (0.06 - 0.01) AND (0.06 + 0.01)"),
+        "{text}"
+    );
     assert_eq!(q.select[0].alias, "revenue");
 }
 
@@ -80,13 +83,21 @@ fn create_table_and_insert() {
     assert_eq!(ct.primary_key, Some(0));
     assert_eq!(ct.split_handles, vec![100, 200]);
     assert_eq!(ct.columns[1].field_type.kind, TypeKind::Decimal as i32);
-    assert_eq!((ct.columns[1].field_type.precision, ct.columns[1].field_type.scale), (15, 2));
+    assert_eq!(
+        (
+            ct.columns[1].field_type.precision,
+            ct.columns[1].field_type.scale
+        ),
+        (15, 2)
+    );
     assert!(!ct.columns[1].field_type.nullable);
     assert_eq!(ct.columns[2].field_type.max_len, 10);
     let def = ct.table_def();
     assert_eq!(def.handle_column_id, 1);
 
-    let Statement::Insert(ins) = parse("INSERT INTO t (id, name) VALUES (1, 'a'), (-2, NULL)").unwrap() else {
+    let Statement::Insert(ins) =
+        parse("INSERT INTO t (id, name) VALUES (1, 'a'), (-2, NULL)").unwrap()
+    else {
         panic!()
     };
     assert_eq!(ins.columns, vec!["id", "name"]);

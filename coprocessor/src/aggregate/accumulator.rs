@@ -237,9 +237,9 @@ impl<O: SumOps> GroupsAccumulator for SumAccumulator<O> {
         num_groups: usize,
     ) -> Result<()> {
         let values = values.ok_or_else(|| internal!("SUM without an argument"))?;
-        let values = values.as_primitive_opt::<O::T>().ok_or_else(|| {
-            internal!("SUM over {} fed {}", self.data_type, values.data_type())
-        })?;
+        let values = values
+            .as_primitive_opt::<O::T>()
+            .ok_or_else(|| internal!("SUM over {} fed {}", self.data_type, values.data_type()))?;
         self.fold(values, rows, groups, num_groups)
     }
 
@@ -304,7 +304,8 @@ impl GroupsAccumulator for AvgAccumulator {
         groups: &[u32],
         num_groups: usize,
     ) -> Result<()> {
-        self.sum.merge_batch(&states[..1], rows, groups, num_groups)?;
+        self.sum
+            .merge_batch(&states[..1], rows, groups, num_groups)?;
         self.count
             .merge_batch(&states[1..2], rows, groups, num_groups)
     }
@@ -328,7 +329,9 @@ impl GroupsAccumulator for AvgAccumulator {
                     return None;
                 }
                 let s = match sums.data_type() {
-                    DataType::Decimal128(..) => sums.as_primitive::<Decimal128Type>().value(g) as f64,
+                    DataType::Decimal128(..) => {
+                        sums.as_primitive::<Decimal128Type>().value(g) as f64
+                    }
                     DataType::Int64 => sums.as_primitive::<Int64Type>().value(g) as f64,
                     _ => sums.as_primitive::<Float64Type>().value(g),
                 };
@@ -390,9 +393,9 @@ where
     }
 
     fn fold(&mut self, values: &ArrayRef, rows: &[u32], groups: &[u32], n: usize) -> Result<()> {
-        let values = values
-            .as_primitive_opt::<T>()
-            .ok_or_else(|| internal!("MIN/MAX over {} fed {}", self.data_type, values.data_type()))?;
+        let values = values.as_primitive_opt::<T>().ok_or_else(|| {
+            internal!("MIN/MAX over {} fed {}", self.data_type, values.data_type())
+        })?;
         self.best.resize(n, T::Native::default());
         grow_seen(&mut self.seen, n);
         let nulls = values.nulls();

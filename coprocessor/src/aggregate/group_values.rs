@@ -29,8 +29,9 @@ impl GroupValues {
         if types.is_empty() {
             return Ok(GroupValues { keyed: None });
         }
-        let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())
-            .map_err(|e| internal!("group key encoder: {e}"))?;
+        let converter =
+            RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())
+                .map_err(|e| internal!("group key encoder: {e}"))?;
         let keys = converter.empty_rows(0, 0);
         Ok(GroupValues {
             keyed: Some(Keyed {

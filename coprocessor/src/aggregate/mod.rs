@@ -47,12 +47,17 @@ impl AggregateFunction {
         let f = AggregateFunction { kind, arg_type };
         match (kind, &f.arg_type) {
             (AggKind::CountStar, None) => {}
-            (AggKind::CountStar, Some(_)) => return Err(invalid_input!("COUNT(*) takes no argument")),
+            (AggKind::CountStar, Some(_)) => {
+                return Err(invalid_input!("COUNT(*) takes no argument"))
+            }
             (AggKind::AggUnspecified, _) => return Err(invalid_input!("unspecified aggregate")),
             (_, None) => return Err(invalid_input!("{} needs an argument", f.name())),
             (AggKind::Count, Some(_)) => {}
             (AggKind::Sum | AggKind::Avg, Some(t)) => {
-                if !matches!(t, DataType::Int64 | DataType::Float64 | DataType::Decimal128(..)) {
+                if !matches!(
+                    t,
+                    DataType::Int64 | DataType::Float64 | DataType::Decimal128(..)
+                ) {
                     return Err(invalid_input!(
                         "{} needs a numeric argument, got {}",
                         f.name(),
@@ -124,7 +129,9 @@ impl AggregateFunction {
             }
             AggKind::Min | AggKind::Max => min_max(
                 self.kind == AggKind::Min,
-                self.arg_type.as_ref().ok_or_else(|| internal!("MIN/MAX without type"))?,
+                self.arg_type
+                    .as_ref()
+                    .ok_or_else(|| internal!("MIN/MAX without type"))?,
             )?,
             AggKind::AggUnspecified => return Err(invalid_input!("unspecified aggregate")),
         })
@@ -158,7 +165,10 @@ pub struct Aggregator {
 
 impl Aggregator {
     /// The storage-side stage: `aggs` pairs each function with its argument.
-    pub fn partial(group_exprs: Vec<Expr>, aggs: Vec<(AggregateFunction, Option<Expr>)>) -> Result<Self> {
+    pub fn partial(
+        group_exprs: Vec<Expr>,
+        aggs: Vec<(AggregateFunction, Option<Expr>)>,
+    ) -> Result<Self> {
         let key_types: Vec<DataType> = group_exprs.iter().map(Expr::data_type).collect();
         let (funcs, args): (Vec<_>, Vec<_>) = aggs.into_iter().unzip();
         Aggregator::new(AggregateMode::Partial, key_types, group_exprs, args, funcs)
@@ -226,7 +236,12 @@ impl Aggregator {
     pub fn merge(&mut self, batch: &RecordBatch) -> Result<()> {
         debug_assert_eq!(self.mode, AggregateMode::Final);
         let nk = self.key_types.len();
-        let want = nk + self.funcs.iter().map(|f| f.state_types().len()).sum::<usize>();
+        let want = nk
+            + self
+                .funcs
+                .iter()
+                .map(|f| f.state_types().len())
+                .sum::<usize>();
         if batch.num_columns() != want {
             return Err(internal!(
                 "partial aggregate has {} columns, expected {want}",

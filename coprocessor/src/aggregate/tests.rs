@@ -1,6 +1,8 @@
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, Int64Array, RecordBatch, StringArray};
+use arrow::array::{
+    Array, ArrayRef, AsArray, Decimal128Array, Int64Array, RecordBatch, StringArray,
+};
 use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{DataType, Decimal128Type, Field, Float64Type, Int64Type, Schema};
 use quarry_proto::coprocessor::AggKind;
@@ -40,7 +42,10 @@ fn partial_for(b: &RecordBatch) -> Aggregator {
         vec![col(b, 0)],
         vec![
             (f(AggKind::CountStar, None), None),
-            (f(AggKind::Sum, Some(DataType::Decimal128(15, 2))), Some(col(b, 1))),
+            (
+                f(AggKind::Sum, Some(DataType::Decimal128(15, 2))),
+                Some(col(b, 1)),
+            ),
             (f(AggKind::Avg, Some(DataType::Int64)), Some(col(b, 2))),
             (f(AggKind::Min, Some(DataType::Int64)), Some(col(b, 2))),
             (f(AggKind::Max, Some(DataType::Utf8)), Some(col(b, 0))),
@@ -70,12 +75,21 @@ fn partials_from_two_regions_merge_to_the_single_pass_answer() {
         finals = Some(fin.finish().unwrap());
     }
     let out = finals.unwrap();
-    let flags: Vec<_> = out.column(0).as_string::<i32>().iter().map(Option::unwrap).collect();
+    let flags: Vec<_> = out
+        .column(0)
+        .as_string::<i32>()
+        .iter()
+        .map(Option::unwrap)
+        .collect();
     assert_eq!(flags, vec!["A", "N", "R"]);
     let counts: Vec<i64> = out.column(1).as_primitive::<Int64Type>().values().to_vec();
     assert_eq!(counts, vec![2, 2, 1]);
     assert_eq!(out.column(2).data_type(), &DataType::Decimal128(38, 2));
-    let sums: Vec<i128> = out.column(2).as_primitive::<Decimal128Type>().values().to_vec();
+    let sums: Vec<i128> = out
+        .column(2)
+        .as_primitive::<Decimal128Type>()
+        .values()
+        .to_vec();
     assert_eq!(sums, vec![150, 1250, 5]);
     let avg = out.column(3).as_primitive::<Float64Type>();
     assert_eq!((avg.value(0), avg.value(1), avg.value(2)), (1.0, 3.0, 7.0));
@@ -102,7 +116,11 @@ fn no_group_by_over_no_rows_gives_one_row_of_zero_and_null() {
     let f = AggregateFunction::new(AggKind::Sum, Some(DataType::Int64)).unwrap();
     let c = AggregateFunction::new(AggKind::CountStar, None).unwrap();
     let b = input(&[], &[], &[]);
-    let mut p = Aggregator::partial(vec![], vec![(f.clone(), Some(col(&b, 2))), (c.clone(), None)]).unwrap();
+    let mut p = Aggregator::partial(
+        vec![],
+        vec![(f.clone(), Some(col(&b, 2))), (c.clone(), None)],
+    )
+    .unwrap();
     p.update(&b, None).unwrap();
     let partial = p.finish().unwrap();
     assert_eq!(partial.num_rows(), 1);

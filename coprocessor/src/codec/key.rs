@@ -102,7 +102,7 @@ const PAD: u8 = 0;
 pub fn encode_bytes(buf: &mut Vec<u8>, data: &[u8]) {
     for chunk in data.chunks(GROUP).chain(
         // An exact multiple of 8 (including empty) ends with an all-pad group.
-        (data.len() % GROUP == 0).then_some(&[][..]),
+        data.len().is_multiple_of(GROUP).then_some(&[][..]),
     ) {
         buf.extend_from_slice(chunk);
         let pad = GROUP - chunk.len();

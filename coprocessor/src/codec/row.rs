@@ -134,7 +134,11 @@ impl RowEncoder {
         out.push(if big { FLAG_BIG } else { 0 });
         out.extend_from_slice(&(self.not_null.len() as u16).to_le_bytes());
         out.extend_from_slice(&(self.nulls.len() as u16).to_le_bytes());
-        let ids = self.not_null.iter().map(|(id, _)| *id).chain(self.nulls.iter().copied());
+        let ids = self
+            .not_null
+            .iter()
+            .map(|(id, _)| *id)
+            .chain(self.nulls.iter().copied());
         if big {
             ids.for_each(|id| out.extend_from_slice(&(id as u32).to_le_bytes()));
             for (_, end) in &self.not_null {
@@ -300,9 +304,9 @@ impl Builder {
             ),
             Builder::Decimal(b, ..) => b.append_value(get_compact(v)?),
             Builder::Float64(b) => {
-                let arr: [u8; 8] = v
-                    .try_into()
-                    .map_err(|_| invalid_input!("corrupt row value: DOUBLE of {} bytes", v.len()))?;
+                let arr: [u8; 8] = v.try_into().map_err(|_| {
+                    invalid_input!("corrupt row value: DOUBLE of {} bytes", v.len())
+                })?;
                 b.append_value(f64::from_le_bytes(arr))
             }
             Builder::Utf8(b) => b.append_value(
@@ -573,7 +577,11 @@ mod tests {
     #[test]
     fn rows_encoding_round_trips_batches() {
         let cols: Vec<ArrayRef> = vec![
-            Arc::new(arrow::array::Int64Array::from(vec![Some(1), None, Some(-3)])),
+            Arc::new(arrow::array::Int64Array::from(vec![
+                Some(1),
+                None,
+                Some(-3),
+            ])),
             Arc::new(arrow::array::StringArray::from(vec!["a", "bc", ""])),
         ];
         let mut buf = Vec::new();

@@ -36,7 +36,11 @@ fn region() -> MemStorage {
     (0..100i64)
         .map(|h| {
             let flag = ["A", "N", "R"][(h % 3) as usize];
-            let qty = if h % 10 == 9 { Datum::Null } else { Datum::Int(h % 50) };
+            let qty = if h % 10 == 9 {
+                Datum::Null
+            } else {
+                Datum::Int(h % 50)
+            };
             let mut v = Vec::new();
             enc.encode(
                 &[
@@ -138,7 +142,12 @@ fn partial_aggregation_with_group_by_and_filter() {
         "| group_0 | agg_0_state_0 | agg_1_state_0 | agg_2_state_0 | agg_2_state_1 |"
     );
     let b = &batches(&resp)[0];
-    let flags: Vec<_> = b.column(0).as_string::<i32>().iter().map(|f| f.unwrap()).collect();
+    let flags: Vec<_> = b
+        .column(0)
+        .as_string::<i32>()
+        .iter()
+        .map(|f| f.unwrap())
+        .collect();
     let counts = b.column(1).as_primitive::<Int64Type>();
     let sums = b.column(2).as_primitive::<Decimal128Type>();
     let avg_sum = b.column(3).as_primitive::<Int64Type>();
@@ -148,7 +157,10 @@ fn partial_aggregation_with_group_by_and_filter() {
     // sum of h*125 for h in 0,3,...,48 = 125 * 3 * (0+..+16) = 51000 -> 510.00
     assert_eq!(sums.value(a), 51000);
     // qty of A rows: h%50 for h = 0,3,..,48 minus h=9,39 (NULL)
-    assert_eq!(avg_sum.value(a), (0..=48).step_by(3).filter(|h| h % 10 != 9).sum::<i64>());
+    assert_eq!(
+        avg_sum.value(a),
+        (0..=48).step_by(3).filter(|h| h % 10 != 9).sum::<i64>()
+    );
     assert_eq!(avg_cnt.value(a), 15);
     let summary = resp.summary.unwrap();
     assert_eq!(summary.scanned_keys, 100);
@@ -268,7 +280,8 @@ fn sum_overflow_in_a_region_is_an_overflow_error() {
     let mut enc = RowEncoder::new();
     for h in 0..3 {
         let mut v = Vec::new();
-        enc.encode(&[(2, Datum::Int(i64::MAX / 2))], &mut v).unwrap();
+        enc.encode(&[(2, Datum::Int(i64::MAX / 2))], &mut v)
+            .unwrap();
         storage.put(record_key(TABLE, h), v);
     }
     let dag = DagRequest {

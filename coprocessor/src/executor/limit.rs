@@ -27,7 +27,9 @@ impl BatchExecutor for LimitExecutor<'_> {
     }
 
     fn next_batch(&mut self, scan_rows: usize) -> Result<BatchResult> {
-        let r = self.child.next_batch(scan_rows.min(self.remaining.max(1)))?;
+        let r = self
+            .child
+            .next_batch(scan_rows.min(self.remaining.max(1)))?;
         let mut batch = r.chunk.materialize()?;
         if batch.num_rows() >= self.remaining {
             batch = batch.slice(0, self.remaining);

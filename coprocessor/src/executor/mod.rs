@@ -64,7 +64,10 @@ impl Chunk {
         match self.selection {
             None => Ok(self.batch),
             Some(s) if s.count_set_bits() == s.len() => Ok(self.batch),
-            Some(s) => Ok(filter_record_batch(&self.batch, &BooleanArray::new(s, None))?),
+            Some(s) => Ok(filter_record_batch(
+                &self.batch,
+                &BooleanArray::new(s, None),
+            )?),
         }
     }
 }

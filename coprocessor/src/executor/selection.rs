@@ -44,20 +44,25 @@ impl BatchExecutor for SelectionExecutor<'_> {
         let mut r = self.child.next_batch(scan_rows)?;
         let n = r.chunk.batch.num_rows();
         for cond in &self.conditions {
-            if r.chunk.selection.as_ref().is_some_and(|s| s.count_set_bits() == 0) {
+            if r.chunk
+                .selection
+                .as_ref()
+                .is_some_and(|s| s.count_set_bits() == 0)
+            {
                 break;
             }
-            let keep: BooleanBuffer = match cond.evaluate(&r.chunk.batch, r.chunk.selection.as_ref())? {
-                ColumnarValue::Scalar(ScalarValue::Boolean(true)) => continue,
-                ColumnarValue::Scalar(_) => BooleanBuffer::new_unset(n),
-                ColumnarValue::Array(a) => {
-                    let b = a.as_boolean();
-                    match b.nulls() {
-                        Some(nulls) => b.values() & nulls.inner(),
-                        None => b.values().clone(),
+            let keep: BooleanBuffer =
+                match cond.evaluate(&r.chunk.batch, r.chunk.selection.as_ref())? {
+                    ColumnarValue::Scalar(ScalarValue::Boolean(true)) => continue,
+                    ColumnarValue::Scalar(_) => BooleanBuffer::new_unset(n),
+                    ColumnarValue::Array(a) => {
+                        let b = a.as_boolean();
+                        match b.nulls() {
+                            Some(nulls) => b.values() & nulls.inner(),
+                            None => b.values().clone(),
+                        }
                     }
-                }
-            };
+                };
             r.chunk.selection = Some(match &r.chunk.selection {
                 Some(s) => s & &keep,
                 None => keep,

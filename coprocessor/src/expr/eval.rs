@@ -53,7 +53,10 @@ impl ColumnarValue {
 /// Wraps a kernel result: a 1-row result of two scalars is a scalar again.
 fn wrap(arr: ArrayRef, scalar: bool) -> Result<ColumnarValue> {
     if scalar {
-        Ok(ColumnarValue::Scalar(ScalarValue::from_array(arr.as_ref(), 0)?))
+        Ok(ColumnarValue::Scalar(ScalarValue::from_array(
+            arr.as_ref(),
+            0,
+        )?))
     } else {
         Ok(ColumnarValue::Array(arr))
     }
@@ -188,12 +191,14 @@ fn eval_arith(
                         }
                     })
                 }
-                ArithOp::Multiply => apply::<Decimal128Type, Decimal128Type>(l, r, out, move |a, b| {
-                    match a.checked_mul(b) {
-                        Some(v) if fits_precision(v, p) => Ok(v),
-                        _ => Err(fail()),
-                    }
-                }),
+                ArithOp::Multiply => {
+                    apply::<Decimal128Type, Decimal128Type>(l, r, out, move |a, b| {
+                        match a.checked_mul(b) {
+                            Some(v) if fits_precision(v, p) => Ok(v),
+                            _ => Err(fail()),
+                        }
+                    })
+                }
                 ArithOp::Divide => {
                     // a / b at scale s = round(a * 10^(s - s1 + s2) / b).
                     let k = (s + s2)
@@ -278,7 +283,14 @@ impl Expr {
             } => {
                 let l = left.eval(batch, mask)?;
                 let r = right.eval(batch, mask)?;
-                eval_arith(*op, &l, &r, &left.data_type(), &right.data_type(), data_type)?
+                eval_arith(
+                    *op,
+                    &l,
+                    &r,
+                    &left.data_type(),
+                    &right.data_type(),
+                    data_type,
+                )?
             }
             Expr::Negate(e) => {
                 let v = e.eval(batch, mask)?;
@@ -379,21 +391,27 @@ impl Expr {
                     safe: false,
                     ..Default::default()
                 };
-                let out = cast_with_options(&arr, to, &opts).map_err(|e| match e {
-                    ArrowError::CastError(m) | ArrowError::ComputeError(m)
-                        if m.contains("verflow") || m.contains("too large") =>
-                    {
-                        crate::Error::Overflow(format!(
-                            "cannot cast {} to {}: {m}",
-                            sql_name(&expr.data_type()),
-                            sql_name(to)
-                        ))
-                    }
-                    other => crate::Error::InvalidInput(format!(
-                        "cannot cast {} to {}: {other}",
+                let out = cast_with_options(&arr, to, &opts).map_err(|e| {
+                    let what = format!(
+                        "cannot cast {} to {}",
                         sql_name(&expr.data_type()),
                         sql_name(to)
-                    )),
+                    );
+                    let m = match e {
+                        ArrowError::CastError(m)
+                        | ArrowError::ComputeError(m)
+                        | ArrowError::InvalidArgumentError(m)
+                        | ArrowError::ParseError(m) => m,
+                        other => other.to_string(),
+                    };
+                    if m.contains("verflow")
+                        || m.contains("too large")
+                        || m.contains("out of range")
+                    {
+                        crate::Error::Overflow(format!("{what}: {m}"))
+                    } else {
+                        crate::Error::InvalidInput(format!("{what}: {m}"))
+                    }
                 })?;
                 wrap(out, scalar)?
             }

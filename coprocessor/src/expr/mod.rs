@@ -71,7 +71,10 @@ pub enum LogicOp {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
     /// Column `index` of the input batch.
-    Column { index: usize, data_type: DataType },
+    Column {
+        index: usize,
+        data_type: DataType,
+    },
     Literal(ScalarValue),
     Arith {
         op: ArithOp,
@@ -92,7 +95,10 @@ pub enum Expr {
         right: Box<Expr>,
     },
     Not(Box<Expr>),
-    IsNull { expr: Box<Expr>, negated: bool },
+    IsNull {
+        expr: Box<Expr>,
+        negated: bool,
+    },
     /// The list has the expression's type.
     InList {
         expr: Box<Expr>,
@@ -104,7 +110,10 @@ pub enum Expr {
         pattern: String,
         negated: bool,
     },
-    Cast { expr: Box<Expr>, to: DataType },
+    Cast {
+        expr: Box<Expr>,
+        to: DataType,
+    },
 }
 
 impl ArithOp {
@@ -339,7 +348,7 @@ impl Expr {
         Expr::logic(LogicOp::And, left, right)
     }
 
-    pub fn not(expr: Expr) -> Result<Expr> {
+    pub fn logical_not(expr: Expr) -> Result<Expr> {
         Expr::expect_boolean(&expr, "NOT")?;
         fold(Expr::Not(Box::new(Expr::cast(expr, DataType::Boolean)?)))
     }
@@ -678,7 +687,10 @@ impl Expr {
                         invalid_input!("column index {i} out of range ({} columns)", input.len())
                     })?
                     .clone();
-                Ok(Expr::Column { index: i, data_type })
+                Ok(Expr::Column {
+                    index: i,
+                    data_type,
+                })
             }
             Some(Kind::Literal(l)) => Ok(Expr::Literal(ScalarValue::from_proto(l)?)),
             Some(Kind::Func(f)) => {
@@ -706,9 +718,7 @@ pub fn build_func(
         if n == want {
             Ok(())
         } else {
-            Err(invalid_input!(
-                "{kind:?} takes {want} argument(s), got {n}"
-            ))
+            Err(invalid_input!("{kind:?} takes {want} argument(s), got {n}"))
         }
     };
     let two = |args: &mut Vec<Expr>| -> (Expr, Expr) {
@@ -757,7 +767,7 @@ pub fn build_func(
         }
         FuncKind::Not => {
             arity(1)?;
-            Expr::not(args.pop().expect("arity"))
+            Expr::logical_not(args.pop().expect("arity"))
         }
         FuncKind::IsNull | FuncKind::IsNotNull => {
             arity(1)?;
@@ -768,13 +778,22 @@ pub fn build_func(
                 return Err(invalid_input!("IN needs a value and a list"));
             }
             let list = args.split_off(1);
-            Expr::in_list(args.pop().expect("n >= 2"), list, kind == FuncKind::NotInList)
+            Expr::in_list(
+                args.pop().expect("n >= 2"),
+                list,
+                kind == FuncKind::NotInList,
+            )
         }
         FuncKind::Between | FuncKind::NotBetween => {
             arity(3)?;
             let high = args.pop().expect("arity");
             let low = args.pop().expect("arity");
-            Expr::between(args.pop().expect("arity"), low, high, kind == FuncKind::NotBetween)
+            Expr::between(
+                args.pop().expect("arity"),
+                low,
+                high,
+                kind == FuncKind::NotBetween,
+            )
         }
         FuncKind::Like | FuncKind::NotLike => {
             arity(2)?;

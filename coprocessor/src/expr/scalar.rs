@@ -56,9 +56,10 @@ impl ScalarValue {
                     .map_err(|e| internal!("{e}"))?,
             ),
             ScalarValue::Date(v) => Arc::new(Date32Array::from_value(*v, len)),
-            ScalarValue::Utf8(v) => Arc::new(StringArray::from_iter_values(
-                std::iter::repeat_n(v.as_str(), len),
-            )),
+            ScalarValue::Utf8(v) => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                v.as_str(),
+                len,
+            ))),
             ScalarValue::Boolean(v) => Arc::new(BooleanArray::from(vec![*v; len])),
         })
     }
@@ -121,7 +122,9 @@ impl ScalarValue {
                 let v = ((d.hi as i128) << 64) | d.lo as i128;
                 let (p, s) = (d.precision, d.scale);
                 if p == 0 || p > 38 || s > p || !types::fits_precision(v, p as u8) {
-                    return Err(invalid_input!("invalid decimal literal for DECIMAL({p},{s})"));
+                    return Err(invalid_input!(
+                        "invalid decimal literal for DECIMAL({p},{s})"
+                    ));
                 }
                 ScalarValue::Decimal(v, p as u8, s as i8)
             }

@@ -10,9 +10,12 @@ use quarry_coprocessor::storage::{KeyRange, MemStorage, Storage};
 use super::{clamp, Cf, Engine, WriteBatch, WriteOp};
 use crate::Result;
 
+/// One column family's ordered data.
+type CfMap = BTreeMap<Vec<u8>, Vec<u8>>;
+
 #[derive(Default)]
 pub struct MemEngine {
-    cfs: RwLock<HashMap<Cf, BTreeMap<Vec<u8>, Vec<u8>>>>,
+    cfs: RwLock<HashMap<Cf, CfMap>>,
 }
 
 impl MemEngine {
@@ -47,8 +50,10 @@ impl Engine for MemEngine {
                 }
                 WriteOp::DeleteRange(cf, s, e) => {
                     let m = cfs.entry(*cf).or_default();
-                    let doomed: Vec<Vec<u8>> =
-                        m.range(range_bounds(s, e)).map(|(k, _)| k.clone()).collect();
+                    let doomed: Vec<Vec<u8>> = m
+                        .range(range_bounds(s, e))
+                        .map(|(k, _)| k.clone())
+                        .collect();
                     for k in doomed {
                         m.remove(&k);
                     }

@@ -25,7 +25,11 @@ fn script(e: &impl Engine) {
     e.write(&wb, true).unwrap();
 
     assert_eq!(e.get(Cf::Default, &[b'k', 3]).unwrap(), Some(vec![3; 3]));
-    assert_eq!(e.get(Cf::Default, b"local").unwrap(), None, "column families are apart");
+    assert_eq!(
+        e.get(Cf::Default, b"local").unwrap(),
+        None,
+        "column families are apart"
+    );
     assert_eq!(e.get(Cf::Raft, b"local").unwrap(), Some(b"x".to_vec()));
 
     let got = collect(e, Cf::Default, &[b'k', 2], &[b'k', 5]);
@@ -45,24 +49,37 @@ fn script(e: &impl Engine) {
             assert_eq!(v.len(), 3);
             keys.push(k.to_vec());
         }
-        s.begin_scan(&KeyRange::new(vec![b'k', 6], vec![]), true).unwrap();
+        s.begin_scan(&KeyRange::new(vec![b'k', 6], vec![]), true)
+            .unwrap();
         let mut n = 0;
         while s.scan_next().unwrap().is_some() {
             n += 1;
         }
         (keys, n)
     });
-    assert_eq!(seen.0, vec![vec![b'k', 4], vec![b'k', 5], vec![b'k', 6], vec![b'k', 7]]);
+    assert_eq!(
+        seen.0,
+        vec![vec![b'k', 4], vec![b'k', 5], vec![b'k', 6], vec![b'k', 7]]
+    );
     assert_eq!(seen.1, 2);
 
     let mut wb = WriteBatch::new();
     wb.delete_range(Cf::Default, vec![b'k', 0], vec![b'k', 5]);
     wb.delete(Cf::Default, vec![b'k', 9]);
     e.write(&wb, true).unwrap();
-    let left: Vec<Vec<u8>> = collect(e, Cf::Default, b"", b"").into_iter().map(|p| p.0).collect();
+    let left: Vec<Vec<u8>> = collect(e, Cf::Default, b"", b"")
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
     assert_eq!(
         left,
-        vec![vec![b'k', 5], vec![b'k', 5, 0], vec![b'k', 6], vec![b'k', 7], vec![b'k', 8]]
+        vec![
+            vec![b'k', 5],
+            vec![b'k', 5, 0],
+            vec![b'k', 6],
+            vec![b'k', 7],
+            vec![b'k', 8]
+        ]
     );
 }
 

@@ -24,6 +24,8 @@ impl<E: Engine> CoprocessorService<E> {
 #[tonic::async_trait]
 impl<E: Engine> Coprocessor for CoprocessorService<E> {
     async fn coprocessor(&self, req: Request<CopRequest>) -> Result<Response<CopResponse>, Status> {
-        Ok(Response::new(self.store.coprocessor(req.into_inner()).await))
+        Ok(Response::new(
+            self.store.coprocessor(req.into_inner()).await,
+        ))
     }
 }

@@ -38,7 +38,8 @@ impl<E: Engine> Kv for KvService<E> {
     ) -> Result<Response<BatchPutResponse>, Status> {
         let req = req.into_inner();
         let store = self.store.clone();
-        let r = blocking(move || store.batch_put(req.context.as_ref(), req.pairs, req.if_absent)).await?;
+        let r = blocking(move || store.batch_put(req.context.as_ref(), req.pairs, req.if_absent))
+            .await?;
         let (region_error, error) = r.err().map(error_fields).unwrap_or_default();
         Ok(Response::new(BatchPutResponse {
             region_error,
@@ -104,7 +105,10 @@ impl<E: Engine> Kv for KvService<E> {
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let req = req.into_inner();
         let store = self.store.clone();
-        let r = blocking(move || store.delete_range(req.context.as_ref(), &req.start_key, &req.end_key)).await?;
+        let r = blocking(move || {
+            store.delete_range(req.context.as_ref(), &req.start_key, &req.end_key)
+        })
+        .await?;
         let (region_error, error) = r.err().map(error_fields).unwrap_or_default();
         Ok(Response::new(DeleteRangeResponse {
             region_error,

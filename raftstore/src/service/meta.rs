@@ -60,7 +60,15 @@ impl<E: Engine> MetaService<E> {
                 .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
             match call(client, r).await {
                 Ok(resp) => return Ok(resp),
-                Err(st) if matches!(st.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled | tonic::Code::DeadlineExceeded) => {
+                Err(st)
+                    if matches!(
+                        st.code(),
+                        tonic::Code::Unavailable
+                            | tonic::Code::Unknown
+                            | tonic::Code::Cancelled
+                            | tonic::Code::DeadlineExceeded
+                    ) =>
+                {
                     last = format!("{addr}: {}", st.message());
                 }
                 Err(st) => return Err(st),
@@ -80,7 +88,10 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<CreateTableResponse>, Status> {
         match &self.meta {
             Some(m) => Ok(Response::new(m.create_table(req.into_inner()).await?)),
-            None => self.forward(req, |mut c, r| async move { c.create_table(r).await }).await,
+            None => {
+                self.forward(req, |mut c, r| async move { c.create_table(r).await })
+                    .await
+            }
         }
     }
 
@@ -94,7 +105,10 @@ impl<E: Engine> MetaRpc for MetaService<E> {
                 let dropped = m.drop_table(&r.name, r.if_exists).await?;
                 Ok(Response::new(DropTableResponse { dropped }))
             }
-            None => self.forward(req, |mut c, r| async move { c.drop_table(r).await }).await,
+            None => {
+                self.forward(req, |mut c, r| async move { c.drop_table(r).await })
+                    .await
+            }
         }
     }
 
@@ -106,7 +120,10 @@ impl<E: Engine> MetaRpc for MetaService<E> {
             Some(m) => Ok(Response::new(GetTableResponse {
                 table: m.get_table(&req.into_inner().name),
             })),
-            None => self.forward(req, |mut c, r| async move { c.get_table(r).await }).await,
+            None => {
+                self.forward(req, |mut c, r| async move { c.get_table(r).await })
+                    .await
+            }
         }
     }
 
@@ -116,7 +133,10 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<ListTablesResponse>, Status> {
         match &self.meta {
             Some(m) => Ok(Response::new(ListTablesResponse { tables: m.tables() })),
-            None => self.forward(req, |mut c, r| async move { c.list_tables(r).await }).await,
+            None => {
+                self.forward(req, |mut c, r| async move { c.list_tables(r).await })
+                    .await
+            }
         }
     }
 
@@ -131,7 +151,10 @@ impl<E: Engine> MetaRpc for MetaService<E> {
                     regions: m.routes(&r.start_key, &r.end_key),
                 }))
             }
-            None => self.forward(req, |mut c, r| async move { c.get_regions(r).await }).await,
+            None => {
+                self.forward(req, |mut c, r| async move { c.get_regions(r).await })
+                    .await
+            }
         }
     }
 
@@ -148,7 +171,10 @@ impl<E: Engine> MetaRpc for MetaService<E> {
                 m.put_store(s)?;
                 Ok(Response::new(PutStoreResponse {}))
             }
-            None => self.forward(req, |mut c, r| async move { c.put_store(r).await }).await,
+            None => {
+                self.forward(req, |mut c, r| async move { c.put_store(r).await })
+                    .await
+            }
         }
     }
 
@@ -158,7 +184,10 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<GetStoresResponse>, Status> {
         match &self.meta {
             Some(m) => Ok(Response::new(GetStoresResponse { stores: m.stores() })),
-            None => self.forward(req, |mut c, r| async move { c.get_stores(r).await }).await,
+            None => {
+                self.forward(req, |mut c, r| async move { c.get_stores(r).await })
+                    .await
+            }
         }
     }
 
@@ -172,7 +201,10 @@ impl<E: Engine> MetaRpc for MetaService<E> {
                 let first = m.alloc_handles(r.table_id, r.count, r.min_next).await?;
                 Ok(Response::new(AllocHandlesResponse { first }))
             }
-            None => self.forward(req, |mut c, r| async move { c.alloc_handles(r).await }).await,
+            None => {
+                self.forward(req, |mut c, r| async move { c.alloc_handles(r).await })
+                    .await
+            }
         }
     }
 }

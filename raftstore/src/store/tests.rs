@@ -47,7 +47,9 @@ fn ctx(id: u64, version: u64) -> Context {
 
 fn row(v: i64) -> Vec<u8> {
     let mut out = Vec::new();
-    RowEncoder::new().encode(&[(1, Datum::Int(v))], &mut out).unwrap();
+    RowEncoder::new()
+        .encode(&[(1, Datum::Int(v))], &mut out)
+        .unwrap();
     out
 }
 
@@ -55,16 +57,7 @@ fn row(v: i64) -> Vec<u8> {
 fn stale_or_unknown_regions_get_region_errors() {
     let s = store();
     s.create_region(region(7, 1)).unwrap();
-    let put = |c: Context, key| {
-        s.batch_put(
-            Some(&c),
-            vec![KvPair {
-                key,
-                value: row(1),
-            }],
-            false,
-        )
-    };
+    let put = |c: Context, key| s.batch_put(Some(&c), vec![KvPair { key, value: row(1) }], false);
     match put(ctx(8, 3), record_key(1, 1)) {
         Err(Error::Region(e)) => assert!(e.region_not_found.is_some()),
         other => panic!("{other:?}"),
@@ -96,8 +89,13 @@ fn insert_refuses_duplicate_keys_without_writing_anything() {
             .collect::<Vec<_>>()
     };
     s.batch_put(Some(&ctx(7, 3)), pairs(&[1, 2]), true).unwrap();
-    let err = s.batch_put(Some(&ctx(7, 3)), pairs(&[3, 2]), true).unwrap_err();
-    assert_eq!(err.to_string(), "duplicate key: a row with handle 2 already exists");
+    let err = s
+        .batch_put(Some(&ctx(7, 3)), pairs(&[3, 2]), true)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "duplicate key: a row with handle 2 already exists"
+    );
     let keys = s.scan(Some(&ctx(7, 3)), b"", b"", 0, true).unwrap();
     assert_eq!(keys.len(), 2, "the batch with a duplicate wrote nothing");
 }
@@ -127,7 +125,10 @@ fn regions_survive_a_restart_and_destroy_removes_data() {
         ..Default::default()
     };
     let err = Store::open(engine, &other).err().unwrap();
-    assert!(err.to_string().contains("belongs to store 1, not store 2"), "{err}");
+    assert!(
+        err.to_string().contains("belongs to store 1, not store 2"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -183,7 +184,13 @@ async fn coprocessor_requests_are_checked_then_run_on_the_pool() {
     assert!(resp.region_error.unwrap().key_not_in_region.is_some());
     req.ranges[0].end = end;
     req.context = Some(ctx(7, 1));
-    assert!(s.coprocessor(req).await.region_error.unwrap().epoch_not_match.is_some());
+    assert!(s
+        .coprocessor(req)
+        .await
+        .region_error
+        .unwrap()
+        .epoch_not_match
+        .is_some());
 }
 
 fn column(name: &str, kind: TypeKind) -> ColumnDef {
@@ -213,7 +220,10 @@ async fn meta_creates_tables_with_presplit_regions_and_routes_them() {
     let meta = Meta::load(s.clone(), peers.clone()).unwrap();
     let table = TableDef {
         name: "t".into(),
-        columns: vec![column("a", TypeKind::Bigint), column("b", TypeKind::Varchar)],
+        columns: vec![
+            column("a", TypeKind::Bigint),
+            column("b", TypeKind::Varchar),
+        ],
         handle_column_id: 1,
         ..Default::default()
     };
@@ -226,13 +236,20 @@ async fn meta_creates_tables_with_presplit_regions_and_routes_them() {
         .await
         .unwrap();
     let t = resp.table.unwrap();
-    assert_eq!(resp.regions.len(), 3, "two distinct split points make three regions");
+    assert_eq!(
+        resp.regions.len(),
+        3,
+        "two distinct split points make three regions"
+    );
     assert_eq!(t.columns[1].id, 2);
     let (start, end) = table_record_range(t.id);
     let routes = meta.routes(&start, &end);
     assert_eq!(routes.len(), 3);
     assert_eq!(routes[0].region.as_ref().unwrap().start_key, start);
-    assert_eq!(routes[1].region.as_ref().unwrap().start_key, record_key(t.id, 50));
+    assert_eq!(
+        routes[1].region.as_ref().unwrap().start_key,
+        record_key(t.id, 50)
+    );
     assert_eq!(routes[2].leader_store.as_ref().unwrap().addr, "here:1");
     assert_eq!(s.region_ids().len(), 4, "meta region plus three");
 

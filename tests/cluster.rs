@@ -1,0 +1,291 @@
+//! End-to-end tests against real processes: 3 storage processes and a
+//! compute process started by `quarry playground`, driven through the
+//! `quarry sql` CLI and the client library.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use quarry::tpch;
+use quarry_client::{avg, col, count_star, lit, lit_date, lit_decimal, sum, Client, Request};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn q1_request() -> Request {
+    let price = || col("l_extendedprice");
+    let disc_price = || price() * (lit(1) - col("l_discount"));
+    Request::table("lineitem")
+        .filter(col("l_shipdate").le(lit_date("1998-09-02")))
+        .group_by("l_returnflag")
+        .group_by("l_linestatus")
+        .aggregate(sum(col("l_quantity")), "sum_qty")
+        .aggregate(sum(price()), "sum_base_price")
+        .aggregate(sum(disc_price()), "sum_disc_price")
+        .aggregate(sum(disc_price() * (lit(1) + col("l_tax"))), "sum_charge")
+        .aggregate(avg(col("l_quantity")), "avg_qty")
+        .aggregate(avg(price()), "avg_price")
+        .aggregate(avg(col("l_discount")), "avg_disc")
+        .aggregate(count_star(), "count_order")
+        .order_by(col("l_returnflag"), false)
+        .order_by(col("l_linestatus"), false)
+}
+
+fn q6_request() -> Request {
+    Request::table("lineitem")
+        .filter(col("l_shipdate").ge(lit_date("1994-01-01")))
+        .filter(col("l_shipdate").lt(lit_date("1995-01-01")))
+        .filter(col("l_discount").between(lit_decimal("0.05"), lit_decimal("0.07")))
+        .filter(col("l_quantity").lt(24))
+        .aggregate(sum(col("l_extendedprice") * col("l_discount")), "revenue")
+}
+
+#[test]
+fn tpch_q1_and_q6_at_sf_0_01_match_duckdb() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    assert_eq!(pg.stores.len(), 3);
+    let q1 = tpch::expected("q1", 0.01).unwrap();
+    let q6 = tpch::expected("q6", 0.01).unwrap();
+
+    // Through the CLI, as CSV.
+    assert_csv_matches(&pg.ok(tpch::Q1), q1);
+    assert_csv_matches(&pg.ok(tpch::Q6), q6);
+    assert_eq!(pg.ok("SELECT count(*) AS n FROM lineitem"), "n\n60175\n");
+
+    // Through the client library: SQL and the typed builder agree.
+    runtime().block_on(async {
+        let mut c = Client::connect(&pg.compute).await.unwrap();
+        tpch::compare(&c.sql(tpch::Q1).await.unwrap(), q1).unwrap();
+        tpch::compare(&c.run(&q1_request()).await.unwrap(), q1).unwrap();
+        tpch::compare(&c.run(&q6_request()).await.unwrap(), q6).unwrap();
+    });
+
+    // The bench against this cluster checks the same answers.
+    let out = Command::new(QUARRY)
+        .args([
+            "bench",
+            "tpch",
+            "--addr",
+            &pg.compute,
+            "--sf",
+            "0.01",
+            "--runs",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.matches("\"answer\":\"match\"").count(), 2, "{text}");
+
+    // Rows on the wire (the pre-chunk baseline) give the same answers.
+    let stores: Vec<String> = pg.stores.iter().map(|(_, a)| a.clone()).collect();
+    let mut rows_compute = Command::new(QUARRY)
+        .args([
+            "compute",
+            "--addr",
+            "127.0.0.1:0",
+            "--encode",
+            "rows",
+            "--exit-with-parent",
+            "--stores",
+        ])
+        .arg(stores.join(","))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(rows_compute.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    runtime().block_on(async {
+        let mut c = Client::connect(&format!("http://{addr}")).await.unwrap();
+        tpch::compare(&c.sql(tpch::Q1).await.unwrap(), q1).unwrap();
+        tpch::compare(&c.sql(tpch::Q6).await.unwrap(), q6).unwrap();
+    });
+    let _ = rows_compute.kill();
+    let _ = rows_compute.wait();
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_exit_code_1() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    let cases = [
+        (
+            "SELECT nope FROM lineitem",
+            "unknown column 'nope' in table lineitem; valid columns are: l_orderkey,",
+        ),
+        (
+            "SELECT * FROM nope",
+            "unknown table 'nope'; tables are: lineitem",
+        ),
+        (
+            "SELECT sum(l_comment) FROM lineitem",
+            "SUM needs a numeric argument, got VARCHAR",
+        ),
+        (
+            "SELECT 1 FROM lineitem WHERE l_shipdate = 3",
+            "cannot compare DATE with BIGINT",
+        ),
+        (
+            "SELECT l_orderkey FROM lineitem JOIN orders ON 1 = 1",
+            "unsupported: JOIN",
+        ),
+        (
+            "SELECT l_tax, count(*) FROM lineitem GROUP BY l_returnflag",
+            "must appear in the GROUP BY clause",
+        ),
+        ("SELEC 1", "SQL syntax error"),
+        (
+            "SELECT l_quantity / 0 FROM lineitem LIMIT 1",
+            "division by zero",
+        ),
+    ];
+    for (sql, want) in cases {
+        let err = pg.fails(sql);
+        assert!(err.starts_with("error: "), "{sql}: {err}");
+        assert!(err.contains(want), "{sql}: expected '{want}' in: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // The cluster is still healthy.
+    assert_eq!(pg.ok("SELECT count(*) AS n FROM lineitem"), "n\n60175\n");
+}
+
+#[test]
+fn create_insert_select_and_overflow_across_regions() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3"]);
+    pg.ok(
+        "CREATE TABLE accounts (id BIGINT PRIMARY KEY, owner VARCHAR(10) NOT NULL, \
+         balance DECIMAL(12,2), opened DATE, score BIGINT) WITH (split_handles = '0,100')",
+    );
+    pg.ok("INSERT INTO accounts VALUES \
+         (-5, 'ann', 10.50, date '2020-01-31', 9223372036854775000), \
+         (7, 'bob', -3.25, '2021-02-01', 1), \
+         (150, 'cy', 100, NULL, 9223372036854775000), \
+         (151, 'dee', NULL, '2022-12-31', NULL)");
+    assert_eq!(
+        pg.ok("SELECT owner, balance, opened FROM accounts WHERE balance IS NOT NULL ORDER BY balance DESC"),
+        "owner,balance,opened\ncy,100.00,\nann,10.50,2020-01-31\nbob,-3.25,2021-02-01\n"
+    );
+    assert_eq!(
+        pg.ok("SELECT count(*) AS n, sum(balance) AS total, min(opened) AS first FROM accounts"),
+        "n,total,first\n4,107.25,2020-01-31\n"
+    );
+    assert_eq!(
+        pg.ok(
+            "SELECT owner FROM accounts WHERE owner LIKE '%e%' OR id IN (7, 8) ORDER BY 1 LIMIT 2"
+        ),
+        "owner\nbob\ndee\n"
+    );
+    assert_eq!(
+        pg.ok("SELECT id > 100 AS big, count(*) AS n FROM accounts GROUP BY id > 100 HAVING count(*) >= 2 ORDER BY big"),
+        "big,n\nfalse,2\ntrue,2\n"
+    );
+    // Rows -5 and 150 are in different regions: no region overflows, the
+    // merge on compute does.
+    let err = pg.fails("SELECT sum(score) FROM accounts");
+    assert!(err.contains("SUM overflowed BIGINT"), "{err}");
+    // A duplicate key refuses the insert and writes nothing.
+    let err = pg.fails("INSERT INTO accounts VALUES (8, 'x', 1, NULL, 1), (7, 'y', 1, NULL, 1)");
+    assert!(err.contains("duplicate key"), "{err}");
+    assert_eq!(
+        pg.ok("SELECT count(*) AS n FROM accounts WHERE id = 8"),
+        "n\n0\n"
+    );
+    let err = pg.fails("INSERT INTO accounts VALUES (9, NULL, 1, NULL, 1)");
+    assert!(err.contains("column owner is NOT NULL"), "{err}");
+    let err = pg.fails("INSERT INTO accounts (id, owner, balance) VALUES (9, 'z', 12345678901.5)");
+    assert!(err.contains("out of range for DECIMAL(12,2)"), "{err}");
+    // Implicit handles for a table without a primary key.
+    pg.ok("CREATE TABLE events (kind VARCHAR, n BIGINT)");
+    pg.ok("INSERT INTO events VALUES ('a', 1), ('b', 2)");
+    pg.ok("INSERT INTO events (n, kind) VALUES (3, 'a')");
+    assert_eq!(
+        pg.ok("SELECT kind, sum(n) AS s FROM events GROUP BY kind ORDER BY kind"),
+        "kind,s\na,4\nb,2\n"
+    );
+    pg.ok("DROP TABLE events");
+    assert!(pg
+        .fails("SELECT * FROM events")
+        .contains("unknown table 'events'"));
+}
+
+#[test]
+fn a_dead_store_fails_queries_fast_and_by_name() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--query-timeout-ms",
+        "3000",
+    ]);
+    // A store that hangs (SIGSTOP): the query gives up at its deadline.
+    let (pid3, addr3) = pg.stores[2].clone();
+    signal(pid3, "STOP");
+    let started = Instant::now();
+    let err = pg.fails(tpch::Q6);
+    let took = started.elapsed();
+    signal(pid3, "CONT");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(err.contains("deadline"), "{err}");
+    assert!(
+        err.contains(&addr3) || err.contains("query exceeded"),
+        "{err}"
+    );
+    // A store that is gone (kill -9): the query fails at once, naming it.
+    let (pid2, addr2) = pg.stores[1].clone();
+    signal(pid2, "KILL");
+    let started = Instant::now();
+    let err = pg.fails(tpch::Q1);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        err.contains(&format!("store 2 at {addr2} is unavailable")),
+        "{err}"
+    );
+    assert!(
+        err.contains("Connection refused") || err.contains("connect"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_restarted_playground_reuses_its_data() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    pg.ok("CREATE TABLE kept (id BIGINT PRIMARY KEY, v VARCHAR)");
+    pg.ok("INSERT INTO kept VALUES (1, 'one')");
+    let pids: Vec<u32> = pg
+        .stores
+        .iter()
+        .map(|(p, _)| *p)
+        .chain([pg.compute_pid])
+        .collect();
+    let pg = pg.restart(&["--stores", "3", "--sf", "0.01"]);
+    for pid in pids {
+        assert!(!process_alive(pid), "process {pid} outlived its playground");
+    }
+    assert!(pg.stderr().contains("already loaded"), "{}", pg.stderr());
+    assert_eq!(pg.ok("SELECT count(*) AS n FROM lineitem"), "n\n60175\n");
+    assert_eq!(pg.ok("SELECT v FROM kept"), "v\none\n");
+    assert_csv_matches(&pg.ok(tpch::Q6), tpch::expected("q6", 0.01).unwrap());
+}

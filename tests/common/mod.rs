@@ -1,0 +1,208 @@
+//! Test harness: a real `quarry playground` (3 storage processes and one
+//! compute process on 127.0.0.1, ports picked by the OS) in a temporary
+//! directory, driven through the `quarry` CLI and the client library.
+//! Everything is stopped and deleted on drop.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Clusters are heavy on a 2-core machine: one at a time.
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+pub const QUARRY: &str = env!("CARGO_BIN_EXE_quarry");
+
+pub struct Playground {
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    /// (pid, address) per store, store 1 first.
+    pub stores: Vec<(u32, String)>,
+    pub compute: String,
+    pub compute_pid: u32,
+    pub stderr_path: std::path::PathBuf,
+}
+
+impl Playground {
+    pub fn start(args: &[&str]) -> Playground {
+        Self::start_in(tempfile::tempdir().expect("tempdir"), args)
+    }
+
+    pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Playground {
+        let stderr_path = dir.path().join("playground.stderr");
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&stderr_path)
+            .unwrap();
+        let mut child = Command::new(QUARRY)
+            .arg("playground")
+            .arg("--dir")
+            .arg(dir.path().join("data"))
+            .arg("--exit-with-parent")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .expect("start quarry playground");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut stores = Vec::new();
+        let mut compute = String::new();
+        let mut compute_pid = 0;
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx.recv_timeout(left).unwrap_or_else(|_| {
+                panic!(
+                    "playground not ready in time; stderr:\n{}",
+                    std::fs::read_to_string(&stderr_path).unwrap_or_default()
+                )
+            });
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["storage", _n, "pid", pid, "addr", addr] => {
+                    stores.push((pid.parse().unwrap(), addr.to_string()))
+                }
+                ["compute:", "pid", pid, "addr", addr] => {
+                    compute_pid = pid.parse().unwrap();
+                    compute = addr.to_string();
+                }
+                ["ready"] => break,
+                _ => panic!("unexpected playground line: {line}"),
+            }
+        }
+        Playground {
+            child: Some(child),
+            dir,
+            stores,
+            compute,
+            compute_pid,
+            stderr_path,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// `quarry sql --addr <compute> --format <format> <sql>`.
+    pub fn sql(&self, format: &str, sql: &str) -> Output {
+        Command::new(QUARRY)
+            .args(["sql", "--addr", &self.compute, "--format", format, sql])
+            .output()
+            .expect("run quarry sql")
+    }
+
+    /// Runs SQL that must succeed; returns stdout.
+    pub fn ok(&self, sql: &str) -> String {
+        let out = self.sql("csv", sql);
+        assert!(
+            out.status.success(),
+            "{sql} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs SQL that must fail with exit code 1; returns stderr.
+    pub fn fails(&self, sql: &str) -> String {
+        let out = self.sql("csv", sql);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{sql} should fail, stdout: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    /// Stops the playground with SIGTERM and waits for it.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        signal(child.id(), "TERM");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("playground did not stop on SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Playground {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            signal(c.id(), "TERM");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+pub fn process_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+/// Compares CSV output with an expected CSV: the same header and rows,
+/// every field identical except `avg*` columns (DOUBLE), which must agree
+/// to a relative 1e-9.
+pub fn assert_csv_matches(got: &str, want: &str) {
+    let g: Vec<&str> = got.lines().collect();
+    let w: Vec<&str> = want.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(g.first(), w.first(), "header");
+    assert_eq!(g.len(), w.len(), "row count:\n{got}");
+    let header: Vec<&str> = w[0].split(',').collect();
+    for (gl, wl) in g.iter().zip(&w).skip(1) {
+        for ((gv, wv), name) in gl.split(',').zip(wl.split(',')).zip(&header) {
+            if name.starts_with("avg") {
+                let (a, b): (f64, f64) = (gv.parse().unwrap(), wv.parse().unwrap());
+                assert!((a - b).abs() <= 1e-9 * b.abs(), "{name}: {gv} vs {wv}");
+            } else {
+                assert_eq!(gv, wv, "{name} in\n{got}");
+            }
+        }
+    }
+}
+
+impl Playground {
+    /// Stops this playground and starts a new one over the same data dir.
+    pub fn restart(mut self, args: &[&str]) -> Playground {
+        let status = self.stop();
+        assert!(status.success(), "playground exited with {status}");
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        Playground::start_in(dir, args)
+    }
+}
