@@ -9,9 +9,6 @@
 //! next call, so a RocksDB iterator's key and value are decoded in place,
 //! never copied.
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
-
 use crate::Result;
 
 /// A half-open key range `[start, end)`; an empty `end` means unbounded.
@@ -66,12 +63,15 @@ impl<T: Storage + ?Sized> Storage for &mut T {
     }
 }
 
-/// A [`Storage`] over an in-memory ordered map, for tests and benches.
+/// A [`Storage`] over an in-memory sorted vector, for tests and benches.
+/// Scans return slices into it: nothing is copied.
 #[derive(Default, Clone)]
 pub struct MemStorage {
-    data: BTreeMap<Vec<u8>, Vec<u8>>,
-    scan: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Sorted by key, keys unique.
+    data: Vec<(Vec<u8>, Vec<u8>)>,
     pos: usize,
+    end: usize,
+    key_only: bool,
 }
 
 impl MemStorage {
@@ -79,8 +79,16 @@ impl MemStorage {
         Self::default()
     }
 
+    /// Inserts or replaces a pair (appending in key order is O(1)).
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.data.insert(key, value);
+        match self.data.last() {
+            Some((last, _)) if *last < key => self.data.push((key, value)),
+            None => self.data.push((key, value)),
+            _ => match self.data.binary_search_by(|(k, _)| k.as_slice().cmp(&key)) {
+                Ok(i) => self.data[i].1 = value,
+                Err(i) => self.data.insert(i, (key, value)),
+            },
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -94,32 +102,61 @@ impl MemStorage {
 
 impl FromIterator<(Vec<u8>, Vec<u8>)> for MemStorage {
     fn from_iter<I: IntoIterator<Item = (Vec<u8>, Vec<u8>)>>(iter: I) -> Self {
-        MemStorage {
-            data: iter.into_iter().collect(),
-            ..Default::default()
+        let mut s = MemStorage::new();
+        for (k, v) in iter {
+            s.put(k, v);
         }
+        s
     }
 }
 
 impl Storage for MemStorage {
     fn begin_scan(&mut self, range: &KeyRange, key_only: bool) -> Result<()> {
-        let end = if range.end.is_empty() {
-            Bound::Unbounded
-        } else {
-            Bound::Excluded(range.end.clone())
-        };
-        self.scan = self
+        self.pos = self
             .data
-            .range((Bound::Included(range.start.clone()), end))
-            .map(|(k, v)| (k.clone(), if key_only { Vec::new() } else { v.clone() }))
-            .collect();
-        self.pos = 0;
+            .partition_point(|(k, _)| k.as_slice() < range.start.as_slice());
+        self.end = if range.end.is_empty() {
+            self.data.len()
+        } else {
+            self.data
+                .partition_point(|(k, _)| k.as_slice() < range.end.as_slice())
+        };
+        self.key_only = key_only;
         Ok(())
     }
 
     fn scan_next(&mut self) -> Result<Option<(&[u8], &[u8])>> {
-        let item = self.scan.get(self.pos);
+        if self.pos >= self.end {
+            return Ok(None);
+        }
+        let (k, v) = &self.data[self.pos];
         self.pos += 1;
-        Ok(item.map(|(k, v)| (k.as_slice(), v.as_slice())))
+        Ok(Some((
+            k.as_slice(),
+            if self.key_only { &[] } else { v.as_slice() },
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_storage_keeps_keys_sorted_and_unique() {
+        let mut s = MemStorage::new();
+        for k in [5u8, 1, 9, 5, 3] {
+            s.put(vec![k], vec![k * 2]);
+        }
+        assert_eq!(s.len(), 4);
+        s.begin_scan(&KeyRange::new(vec![2], vec![9]), false)
+            .unwrap();
+        let mut got = Vec::new();
+        while let Some((k, v)) = s.scan_next().unwrap() {
+            got.push((k[0], v[0]));
+        }
+        assert_eq!(got, vec![(3, 6), (5, 10)]);
+        s.begin_scan(&KeyRange::new(vec![], vec![]), true).unwrap();
+        assert_eq!(s.scan_next().unwrap(), Some((&[1u8][..], &[][..])));
     }
 }

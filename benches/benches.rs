@@ -1,0 +1,26 @@
+//! Criterion benchmarks, laid out like raft-rs's: one `main`, suites in
+//! `suites/`. Run with `cargo bench --bench benches` (release profile).
+//!
+//! * `coprocessor`: row decoding, and one region's scan + filter + partial
+//!   aggregation for TPC-H Q1 and Q6 over an in-memory region of real
+//!   lineitem rows (tpchgen, SF 0.01).
+//! * `merge`: compute's final aggregation merging many regions' partials.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::time::Duration;
+
+mod suites;
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = suites::coprocessor::bench, suites::merge::bench
+}
+criterion_main!(benches);
