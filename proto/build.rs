@@ -5,13 +5,13 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
-    // SAFETY-free: build scripts are single-threaded; cargo reads PROTOC here.
     std::env::set_var("PROTOC", protoc);
     let protos = [
         "proto/meta.proto",
         "proto/kv.proto",
         "proto/coprocessor.proto",
         "proto/compute.proto",
+        "proto/raft.proto",
     ];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");

@@ -22,7 +22,7 @@ pub struct BenchOptions {
     pub queries: Vec<String>,
     pub runs: usize,
     pub stores: usize,
-    pub compute_args: Vec<String>,
+    pub cluster_args: crate::local::ClusterArgs,
     pub progress: bool,
 }
 
@@ -102,11 +102,10 @@ pub async fn bench_tpch(opts: &BenchOptions) -> Result<(Option<LoadSummary>, Vec
         return Ok((None, run_queries(url, opts).await?));
     }
     let dir = tempfile::Builder::new().prefix("quarry-bench-").tempdir()?;
-    let mut cluster = LocalCluster::start(dir.path(), opts.stores, &opts.compute_args).await?;
+    let mut cluster = LocalCluster::start(dir.path(), opts.stores, &opts.cluster_args).await?;
     let result = async {
         let load = load_tpch(
-            &cluster.store_addrs()[0],
-            opts.stores,
+            &cluster.store_addrs(),
             &LoadOptions {
                 sf: opts.sf,
                 progress: opts.progress,

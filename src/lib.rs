@@ -6,4 +6,5 @@ pub mod bench;
 pub mod load;
 pub mod local;
 pub mod output;
+pub mod status;
 pub mod tpch;

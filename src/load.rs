@@ -9,8 +9,9 @@
 //! 2. Worker threads generate parts of the table with the `tpchgen` crate
 //!    (dbgen's data, part by part), encode each row as a row-v2 value, and
 //!    buffer it per region.
-//! 3. Full buffers (a few MB) go to the region's store as one `BatchPut`,
-//!    a bounded number in flight.
+//! 3. Full buffers (a few MB) go to the region's leader as one `BatchPut`
+//!    (raft replicates it), a bounded number in flight, following leader
+//!    changes and retrying through failures.
 //! 4. Finally the implicit-handle allocator is moved past the loaded
 //!    handles, so later INSERTs never collide.
 
@@ -18,18 +19,17 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Context, Result};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use quarry_compute::cluster::Cluster;
+use quarry_compute::kv_writer::KvWriter;
+use quarry_compute::region_cache::RegionCache;
 use quarry_compute::sql::{parse, Statement};
-use quarry_proto::kv::kv_client::KvClient;
-use quarry_proto::kv::{BatchPutRequest, Context as KvContext, KvPair};
-use quarry_proto::meta::meta_client::MetaClient;
-use quarry_proto::meta::{
-    AllocHandlesRequest, CreateTableRequest, DropTableRequest, GetTableRequest, RegionRoute,
-};
-use quarry_proto::MAX_MESSAGE_BYTES;
+use quarry_proto::kv::KvPair;
+use quarry_proto::meta::CreateTableRequest;
 use tokio::sync::{mpsc, Semaphore};
-use tonic::transport::{Channel, Endpoint};
 
 use crate::tpch;
 
@@ -67,56 +67,35 @@ pub struct LoadReport {
     pub seconds: f64,
 }
 
-async fn channel(addr: &str) -> Result<Channel> {
-    Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(std::time::Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .with_context(|| format!("cannot reach store at {addr}"))
-}
-
-fn meta(ch: Channel) -> MetaClient<Channel> {
-    MetaClient::new(ch)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES)
-}
-
 /// Bytes a lineitem row takes as a KV pair, roughly (for sizing regions).
 const ROW_BYTES: u64 = 140;
-const REGION_BYTES: u64 = 64 << 20;
+/// Pre-split regions below the split size, so a fresh load does not split.
+const REGION_BYTES: u64 = 48 << 20;
+/// How long one batch may take to be written, through retries.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Is lineitem there already, with how many regions?
-pub async fn existing_lineitem(store: &str) -> Result<Option<i64>> {
-    let mut m = meta(channel(store).await?);
-    let t = m
-        .get_table(GetTableRequest {
-            name: "lineitem".into(),
-        })
-        .await
-        .map_err(|s| anyhow!("looking up lineitem: {}", s.message()))?
-        .into_inner()
-        .table;
-    Ok(t.map(|t| t.id))
+fn cluster(stores: &[String]) -> Arc<Cluster> {
+    Arc::new(Cluster::new(stores.to_vec(), Duration::from_secs(10)))
 }
 
-/// Loads lineitem at `opts.sf` through the store at `store` (any store).
-pub async fn load_tpch(store: &str, stores: usize, opts: &LoadOptions) -> Result<LoadReport> {
+/// Is lineitem there already? Returns its table id.
+pub async fn existing_lineitem(stores: &[String]) -> Result<Option<i64>> {
+    Ok(cluster(stores).get_table("lineitem").await?.map(|t| t.id))
+}
+
+/// Loads lineitem at `opts.sf` through the cluster's stores (any of them
+/// answers; `stores` also sizes the pre-split).
+pub async fn load_tpch(stores: &[String], opts: &LoadOptions) -> Result<LoadReport> {
     if opts.sf.is_nan() || opts.sf <= 0.0 {
         bail!("--sf must be positive");
     }
     let started = Instant::now();
-    let mut m = meta(channel(store).await?);
-    if existing_lineitem(store).await?.is_some() {
+    let meta = cluster(stores);
+    if meta.get_table("lineitem").await?.is_some() {
         if !opts.replace {
             bail!("table lineitem already exists; load with --replace to drop and reload it");
         }
-        m.drop_table(DropTableRequest {
-            name: "lineitem".into(),
-            if_exists: true,
-        })
-        .await
-        .map_err(|s| anyhow!("dropping lineitem: {}", s.message()))?;
+        meta.drop_table("lineitem", true).await?;
     }
     let Statement::CreateTable(ct) = parse(tpch::LINEITEM_DDL)? else {
         bail!("the lineitem DDL is not a CREATE TABLE");
@@ -125,18 +104,16 @@ pub async fn load_tpch(store: &str, stores: usize, opts: &LoadOptions) -> Result
     let regions = if opts.regions > 0 {
         opts.regions
     } else {
-        ((est / REGION_BYTES) as usize + 1).max(2 * stores.max(1))
+        ((est / REGION_BYTES) as usize + 1).max(2 * stores.len().max(1))
     };
     let splits = tpch::split_handles(opts.sf, regions);
-    let created = m
+    let created = meta
         .create_table(CreateTableRequest {
             table: Some(ct.table_def()),
             split_handles: splits.clone(),
             if_not_exists: false,
         })
-        .await
-        .map_err(|s| anyhow!("creating lineitem: {}", s.message()))?
-        .into_inner();
+        .await?;
     let table = created
         .table
         .ok_or_else(|| anyhow!("meta returned no table"))?;
@@ -226,51 +203,24 @@ pub async fn load_tpch(store: &str, stores: usize, opts: &LoadOptions) -> Result
     }
     drop(tx);
 
-    // The writer: one BatchPut per buffer, a few in flight.
+    // The writer: one region batch per call, a few in flight; the writer
+    // follows leader changes and retries through failures.
+    let writer = Arc::new(KvWriter::new(
+        meta.clone(),
+        Arc::new(RegionCache::new(meta.clone())),
+    ));
     let inflight = Arc::new(Semaphore::new(4));
     let mut puts = tokio::task::JoinSet::new();
-    let mut clients: std::collections::HashMap<String, KvClient<Channel>> = Default::default();
     let mut write_error = None;
-    while let Some((r, pairs)) = rx.recv().await {
-        let route: &RegionRoute = &routes[r];
-        let region = route
-            .region
-            .clone()
-            .ok_or_else(|| anyhow!("route without region"))?;
-        let addr = route
-            .leader_store
-            .as_ref()
-            .map(|s| s.addr.clone())
-            .ok_or_else(|| anyhow!("region {} has no store", region.id))?;
-        if !clients.contains_key(&addr) {
-            let c = KvClient::new(channel(&addr).await?)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            clients.insert(addr.clone(), c);
-        }
-        let mut client = clients[&addr].clone();
+    while let Some((_region, pairs)) = rx.recv().await {
         let permit = inflight.clone().acquire_owned().await?;
+        let writer = writer.clone();
         puts.spawn(async move {
             let _permit = permit;
-            let resp = client
-                .batch_put(BatchPutRequest {
-                    context: Some(KvContext {
-                        region_id: region.id,
-                        region_epoch: region.epoch,
-                    }),
-                    pairs,
-                    if_absent: false,
-                })
+            writer
+                .put(pairs, false, WRITE_TIMEOUT)
                 .await
-                .map_err(|s| anyhow!("writing region {} at {addr}: {}", region.id, s.message()))?
-                .into_inner();
-            if let Some(e) = resp.region_error {
-                bail!("writing region {}: {}", region.id, e.message);
-            }
-            if let Some(e) = resp.error {
-                bail!("writing region {}: {}", region.id, e.message);
-            }
-            Ok(())
+                .map_err(anyhow::Error::from)
         });
         while let Some(done) = puts.try_join_next() {
             if let Err(e) = done? {
@@ -297,13 +247,8 @@ pub async fn load_tpch(store: &str, stores: usize, opts: &LoadOptions) -> Result
     if let Some(e) = write_error {
         return Err(e.context("loading lineitem failed; drop it and load again"));
     }
-    m.alloc_handles(AllocHandlesRequest {
-        table_id: table.id,
-        count: 0,
-        min_next: tpch::handle_end(opts.sf),
-    })
-    .await
-    .map_err(|s| anyhow!("rebasing the handle allocator: {}", s.message()))?;
+    meta.alloc_handles(table.id, 0, tpch::handle_end(opts.sf))
+        .await?;
     Ok(LoadReport {
         rows: rows.load(Ordering::SeqCst),
         bytes: bytes.load(Ordering::SeqCst),

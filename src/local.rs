@@ -2,11 +2,13 @@
 //! process on 127.0.0.1, each the `quarry` binary itself, for `playground`,
 //! `bench` and the integration tests.
 //!
-//! Children listen on port 0 and report their address on stdout
-//! (`... listening on HOST:PORT`); their logs go to `DIR/<name>.log`. They
-//! are started with `--exit-with-parent`, so they do not outlive a
-//! supervisor that is killed. [`LocalCluster::stop`] sends SIGTERM and
-//! waits, then SIGKILLs what did not stop.
+//! Children first listen on port 0 and report their address on stdout
+//! (`... listening on HOST:PORT`); the addresses are remembered in
+//! `DIR/addresses` and reused when a child restarts, so the cluster's
+//! address book stays valid. Logs go to `DIR/<name>.log`. Children are
+//! started with `--exit-with-parent`, so they do not outlive a supervisor
+//! that is killed. [`LocalCluster::stop`] sends SIGTERM and waits, then
+//! SIGKILLs what did not stop.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -31,6 +33,15 @@ pub struct LocalCluster {
     pub stores: Vec<Proc>,
     pub compute: Option<Proc>,
     exe: PathBuf,
+    store_args: Vec<String>,
+    compute_args: Vec<String>,
+}
+
+/// Extra arguments for the children.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterArgs {
+    pub store: Vec<String>,
+    pub compute: Vec<String>,
 }
 
 /// How long a child may take to report its address.
@@ -86,7 +97,7 @@ impl LocalCluster {
     /// Starts `stores` storage processes (store 1 bootstraps, the others
     /// join it) and a compute process, with data under `dir`. Reuses data
     /// already there.
-    pub async fn start(dir: &Path, stores: usize, compute_args: &[String]) -> Result<Self> {
+    pub async fn start(dir: &Path, stores: usize, args: &ClusterArgs) -> Result<Self> {
         if stores == 0 {
             bail!("a cluster needs at least one store");
         }
@@ -97,51 +108,125 @@ impl LocalCluster {
             stores: Vec::new(),
             compute: None,
             exe,
+            store_args: args.store.clone(),
+            compute_args: args.compute.clone(),
         };
         for id in 1..=stores as u64 {
             let p = c.start_store(id).await?;
             c.stores.push(p);
         }
-        let mut args = vec![
-            "compute".to_string(),
-            "--addr".into(),
-            "127.0.0.1:0".into(),
-            "--stores".into(),
-            c.store_addrs().join(","),
-            "--exit-with-parent".into(),
-        ];
-        args.extend(compute_args.iter().cloned());
-        let p = spawn(&c.exe, "compute", &args, &dir.join("compute.log")).await?;
-        c.compute = Some(p);
+        c.compute = Some(c.start_compute().await?);
+        c.save_addresses()?;
         Ok(c)
     }
 
+    fn addresses_file(&self) -> PathBuf {
+        self.dir.join("addresses")
+    }
+
+    /// The address a child had last time, to start it there again.
+    fn previous_addr(&self, name: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.addresses_file()).ok()?;
+        text.lines()
+            .filter_map(|l| l.rsplit_once(' '))
+            .find(|(n, _)| *n == name)
+            .map(|(_, a)| a.to_string())
+    }
+
+    fn save_addresses(&self) -> Result<()> {
+        let mut text = String::new();
+        for (i, s) in self.stores.iter().enumerate() {
+            text.push_str(&format!("store-{} {}\n", i + 1, s.addr));
+        }
+        if let Some(c) = &self.compute {
+            text.push_str(&format!("compute {}\n", c.addr));
+        }
+        std::fs::write(self.addresses_file(), text).context("saving child addresses")
+    }
+
     async fn start_store(&self, id: u64) -> Result<Proc> {
+        let name = format!("store-{id}");
+        let addr = self
+            .previous_addr(&name)
+            .unwrap_or_else(|| "127.0.0.1:0".into());
         let mut args = vec![
             "storage".to_string(),
             "--store-id".into(),
             id.to_string(),
             "--addr".into(),
-            "127.0.0.1:0".into(),
+            addr,
             "--data-dir".into(),
-            self.dir.join(format!("store-{id}")).display().to_string(),
+            self.dir.join(&name).display().to_string(),
             "--exit-with-parent".into(),
         ];
         if id > 1 {
-            let first = self
-                .stores
-                .first()
-                .ok_or_else(|| anyhow!("store 1 must start first"))?;
+            let first = match self.stores.first() {
+                Some(p) => p.addr.clone(),
+                None => self
+                    .previous_addr("store-1")
+                    .ok_or_else(|| anyhow!("store 1 must start first"))?,
+            };
             args.push("--join".into());
-            args.push(first.addr.clone());
+            args.push(first);
         }
+        args.extend(self.store_args.iter().cloned());
         spawn(
             &self.exe,
             &format!("storage {id}"),
             &args,
-            &self.dir.join(format!("store-{id}.log")),
+            &self.dir.join(format!("{name}.log")),
         )
         .await
+    }
+
+    async fn start_compute(&self) -> Result<Proc> {
+        let addr = self
+            .previous_addr("compute")
+            .unwrap_or_else(|| "127.0.0.1:0".into());
+        let mut args = vec![
+            "compute".to_string(),
+            "--addr".into(),
+            addr,
+            "--stores".into(),
+            self.store_addrs().join(","),
+            "--exit-with-parent".into(),
+        ];
+        args.extend(self.compute_args.iter().cloned());
+        spawn(&self.exe, "compute", &args, &self.dir.join("compute.log")).await
+    }
+
+    /// Children that have exited: (index of a store or None for compute,
+    /// exit status).
+    pub fn exited(&mut self) -> Vec<(Option<usize>, String)> {
+        let mut out = Vec::new();
+        for (i, s) in self.stores.iter_mut().enumerate() {
+            if let Ok(Some(st)) = s.child.try_wait() {
+                out.push((Some(i), st.to_string()));
+            }
+        }
+        if let Some(c) = self.compute.as_mut() {
+            if let Ok(Some(st)) = c.child.try_wait() {
+                out.push((None, st.to_string()));
+            }
+        }
+        out
+    }
+
+    /// Starts a child again that has exited (store `Some(index)` or
+    /// compute), at its old address.
+    pub async fn restart(&mut self, which: Option<usize>) -> Result<&Proc> {
+        match which {
+            Some(i) => {
+                let p = self.start_store(i as u64 + 1).await?;
+                self.stores[i] = p;
+                Ok(&self.stores[i])
+            }
+            None => {
+                let p = self.start_compute().await?;
+                self.compute = Some(p);
+                Ok(self.compute.as_ref().expect("just set"))
+            }
+        }
     }
 
     pub fn store_addrs(&self) -> Vec<String> {

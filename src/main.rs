@@ -15,7 +15,7 @@ use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use quarry::bench::{bench_tpch, BenchOptions};
 use quarry::load::{existing_lineitem, load_tpch, LoadOptions};
-use quarry::local::LocalCluster;
+use quarry::local::{ClusterArgs, LocalCluster};
 use quarry::output::{self, Format};
 use quarry_compute::config::ComputeConfig;
 use quarry_raftstore::config::StorageConfig;
@@ -48,6 +48,12 @@ enum Cmd {
     },
     /// Run one SQL statement against a compute process.
     Sql(SqlArgs),
+    /// Show each store's regions: role, term, raft indexes.
+    Status {
+        /// Store addresses, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        store: Vec<String>,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -76,6 +82,15 @@ struct StorageArgs {
     block_cache_mb: Option<usize>,
     #[arg(long)]
     read_pool_threads: Option<usize>,
+    /// Replicas per region.
+    #[arg(long)]
+    replicas: Option<usize>,
+    /// raftstore.early-apply: apply before persisting the commit index.
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+    early_apply: Option<bool>,
+    /// raftstore.region-split-size-mb.
+    #[arg(long)]
+    region_split_size_mb: Option<u64>,
     /// Print the default configuration as TOML and exit.
     #[arg(long)]
     print_default_config: bool,
@@ -117,9 +132,21 @@ struct PlaygroundArgs {
     /// Load TPC-H lineitem at this scale factor (skipped if DIR has it).
     #[arg(long)]
     sf: Option<f64>,
+    /// Replicas per region.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// raftstore.early-apply for every store (on/off).
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+    early_apply: Option<bool>,
+    /// raftstore.region-split-size-mb for every store.
+    #[arg(long)]
+    region_split_size_mb: Option<u64>,
     /// Query timeout for the compute process.
     #[arg(long)]
     query_timeout_ms: Option<u64>,
+    /// Restart a child that exited after this long (SIGHUP restarts at once).
+    #[arg(long, default_value_t = 3000)]
+    restart_delay_ms: u64,
     /// Stop when the parent process goes away (used by tests).
     #[arg(long, hide = true)]
     exit_with_parent: bool,
@@ -131,13 +158,11 @@ enum LoadWhat {
     Tpch {
         #[arg(long, default_value_t = 0.1)]
         sf: f64,
-        /// Any store of the cluster.
-        #[arg(long)]
-        store: String,
-        /// Number of stores (sizes the pre-split).
-        #[arg(long, default_value_t = 3)]
-        stores: usize,
-        /// Regions to pre-split into (default: one per ~64 MiB).
+        /// Stores of the cluster, comma-separated (any one answers).
+        #[arg(long, value_delimiter = ',', required = true)]
+        store: Vec<String>,
+        /// Regions to pre-split into (default: one per ~48 MiB, at least
+        /// two per store given).
         #[arg(long, default_value_t = 0)]
         regions: usize,
         #[arg(long)]
@@ -254,6 +279,15 @@ async fn storage(a: StorageArgs) -> Result<()> {
     if let Some(v) = a.read_pool_threads {
         cfg.read_pool_threads = v;
     }
+    if let Some(v) = a.replicas {
+        cfg.replicas = v;
+    }
+    if let Some(v) = a.early_apply {
+        cfg.raftstore.early_apply = v;
+    }
+    if let Some(v) = a.region_split_size_mb {
+        cfg.raftstore.region_split_size_mb = v;
+    }
     let id = cfg.store_id;
     quarry_raftstore::server::run(
         cfg,
@@ -300,16 +334,32 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     Ok(())
 }
 
+fn print_store(out: &mut impl Write, n: usize, p: &quarry::local::Proc) -> std::io::Result<()> {
+    writeln!(out, "storage {n}: pid {} addr {}", p.pid, p.addr)?;
+    out.flush()
+}
+
 async fn playground(a: PlaygroundArgs) -> Result<()> {
-    let mut compute_args = Vec::new();
-    if let Some(t) = a.query_timeout_ms {
-        compute_args.extend(["--query-timeout-ms".to_string(), t.to_string()]);
+    let mut args = ClusterArgs::default();
+    args.store
+        .extend(["--replicas".to_string(), a.replicas.to_string()]);
+    if let Some(v) = a.early_apply {
+        args.store
+            .extend(["--early-apply".to_string(), v.to_string()]);
     }
-    let mut cluster = LocalCluster::start(&a.dir, a.stores, &compute_args).await?;
+    if let Some(v) = a.region_split_size_mb {
+        args.store
+            .extend(["--region-split-size-mb".to_string(), v.to_string()]);
+    }
+    if let Some(t) = a.query_timeout_ms {
+        args.compute
+            .extend(["--query-timeout-ms".to_string(), t.to_string()]);
+    }
+    let mut cluster = LocalCluster::start(&a.dir, a.stores, &args).await?;
     let result = async {
         let mut out = std::io::stdout();
         for (i, s) in cluster.stores.iter().enumerate() {
-            writeln!(out, "storage {}: pid {} addr {}", i + 1, s.pid, s.addr)?;
+            print_store(&mut out, i + 1, s)?;
         }
         let c = cluster
             .compute
@@ -317,12 +367,13 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
             .ok_or_else(|| anyhow!("no compute process"))?;
         writeln!(out, "compute: pid {} addr {}", c.pid, cluster.compute_url())?;
         out.flush()?;
+        wait_meta_replicated(&cluster, a.replicas.min(a.stores)).await?;
         if let Some(sf) = a.sf {
             let marker = a.dir.join("lineitem.sf");
             let have = std::fs::read_to_string(&marker).ok();
-            let store = cluster.store_addrs()[0].clone();
+            let stores = cluster.store_addrs();
             if have.as_deref() == Some(format!("{sf}").as_str())
-                && existing_lineitem(&store).await?.is_some()
+                && existing_lineitem(&stores).await?.is_some()
             {
                 eprintln!(
                     "lineitem at SF {sf} is already loaded in {}",
@@ -332,8 +383,7 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
                 let _ = std::fs::remove_file(&marker);
                 eprintln!("loading TPC-H lineitem at SF {sf} ...");
                 let r = load_tpch(
-                    &store,
-                    a.stores,
+                    &stores,
                     &LoadOptions {
                         sf,
                         replace: true,
@@ -354,12 +404,88 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
         }
         writeln!(out, "ready")?;
         out.flush()?;
-        shutdown_signal(a.exit_with_parent).await;
-        Ok::<_, anyhow::Error>(())
+        supervise(&mut cluster, &a).await
     }
     .await;
     cluster.stop().await;
     result
+}
+
+/// Waits until the meta region has its replicas, so that losing any one
+/// store after "ready" keeps the cluster answering.
+async fn wait_meta_replicated(cluster: &LocalCluster, replicas: usize) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut have = 0;
+        for addr in cluster.store_addrs() {
+            if let Ok(s) = quarry::status::fetch(&addr).await {
+                if let Some(r) = s
+                    .regions
+                    .iter()
+                    .find(|r| r.region.as_ref().is_some_and(|r| r.id == 1))
+                {
+                    have = have.max(r.region.as_ref().map_or(0, |r| r.peers.len()));
+                }
+            }
+        }
+        if have >= replicas {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(anyhow!(
+                "the meta region has {have} of {replicas} replicas after 60 s"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Keeps the cluster running until SIGINT/SIGTERM: a child that exits is
+/// started again (same data dir, same address) after the restart delay,
+/// or at once on SIGHUP, and its line is printed again.
+async fn supervise(cluster: &mut LocalCluster, a: &PlaygroundArgs) -> Result<()> {
+    let shutdown = shutdown_signal(a.exit_with_parent);
+    tokio::pin!(shutdown);
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut down: std::collections::HashMap<Option<usize>, std::time::Instant> = Default::default();
+    let mut out = std::io::stdout();
+    loop {
+        let now_hup = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = hup.recv() => true,
+            _ = tokio::time::sleep(Duration::from_millis(200)) => false,
+        };
+        for (which, status) in cluster.exited() {
+            if let std::collections::hash_map::Entry::Vacant(e) = down.entry(which) {
+                let name = which.map_or("compute".to_string(), |i| format!("storage {}", i + 1));
+                eprintln!(
+                    "{name} exited ({status}); restarting it in {} ms",
+                    a.restart_delay_ms
+                );
+                e.insert(std::time::Instant::now());
+            }
+        }
+        let due: Vec<Option<usize>> = down
+            .iter()
+            .filter(|(_, at)| now_hup || at.elapsed() >= Duration::from_millis(a.restart_delay_ms))
+            .map(|(w, _)| *w)
+            .collect();
+        for which in due {
+            match cluster.restart(which).await {
+                Ok(p) => {
+                    down.remove(&which);
+                    match which {
+                        Some(i) => print_store(&mut out, i + 1, p)?,
+                        None => {
+                            writeln!(out, "compute: pid {} addr http://{}", p.pid, p.addr)?;
+                            out.flush()?;
+                        }
+                    }
+                }
+                Err(e) => eprintln!("restart failed: {e:#}"),
+            }
+        }
+    }
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -381,7 +507,6 @@ async fn run(cli: Cli) -> Result<()> {
                 LoadWhat::Tpch {
                     sf,
                     store,
-                    stores,
                     regions,
                     threads,
                     replace,
@@ -397,7 +522,7 @@ async fn run(cli: Cli) -> Result<()> {
             if let Some(t) = threads {
                 opts.threads = t;
             }
-            let r = load_tpch(&store, stores, &opts).await?;
+            let r = load_tpch(&store, &opts).await?;
             println!(
                 "loaded {} rows ({:.0} MB) into {} regions in {:.1} s: {:.0} rows/s",
                 r.rows,
@@ -406,6 +531,16 @@ async fn run(cli: Cli) -> Result<()> {
                 r.seconds,
                 r.rows as f64 / r.seconds
             );
+            Ok(())
+        }
+        Cmd::Status { store } => {
+            init_logging("warn");
+            for addr in store {
+                match quarry::status::store_status(&addr).await {
+                    Ok(text) => print!("{text}"),
+                    Err(e) => println!("store at {addr}: unreachable: {e:#}"),
+                }
+            }
             Ok(())
         }
         Cmd::Sql(a) => {
@@ -434,7 +569,7 @@ async fn run(cli: Cli) -> Result<()> {
                 queries,
                 runs,
                 stores,
-                compute_args: vec![],
+                cluster_args: ClusterArgs::default(),
                 progress: !json,
             };
             let (load, reports) = bench_tpch(&opts).await?;

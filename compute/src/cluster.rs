@@ -64,7 +64,12 @@ impl Cluster {
             .map_err(|e| Error::InvalidInput(format!("bad store address '{addr}': {e}")))?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
-            .http2_adaptive_window(true);
+            .http2_adaptive_window(true)
+            // A hung store stops answering pings: its calls fail in ~3 s
+            // and go to another replica, however long they were allowed.
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(Duration::from_secs(2))
+            .keep_alive_while_idle(true);
         let ch = ep.connect_lazy();
         self.channels.lock().insert(addr.to_string(), ch.clone());
         Ok(ch)
@@ -77,35 +82,53 @@ impl Cluster {
     }
 
     /// Calls the Meta service, trying each configured store until one
-    /// answers; an error that is the caller's fault is returned at once.
+    /// answers. While the meta region has no reachable leader (an election
+    /// after its leader died) the rounds repeat with backoff, within
+    /// `meta_timeout`; an error that is the caller's fault returns at once.
     pub async fn meta<T, F, Fut>(&self, what: &str, call: F) -> Result<T>
     where
         F: Fn(MetaClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
+        let deadline = std::time::Instant::now() + self.meta_timeout;
+        let mut backoff = crate::dispatch::backoff::Backoff::new(
+            Duration::from_millis(10),
+            Duration::from_millis(500),
+            deadline,
+        );
         let mut last = String::new();
-        for addr in &self.meta_addrs {
-            let client = MetaClient::new(self.channel(addr)?)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            match tokio::time::timeout(self.meta_timeout, call(client)).await {
-                Ok(Ok(r)) => return Ok(r.into_inner()),
-                Ok(Err(st)) => match st.code() {
-                    tonic::Code::InvalidArgument => {
-                        return Err(Error::InvalidInput(st.message().into()))
-                    }
-                    tonic::Code::Internal => {
-                        return Err(Error::Internal(format!("{what}: {}", st.message())))
-                    }
-                    _ => last = format!("{addr}: {}", crate::status_detail(&st)),
-                },
-                Err(_) => last = format!("{addr}: no answer within {:?}", self.meta_timeout),
+        loop {
+            for addr in &self.meta_addrs {
+                let client = MetaClient::new(self.channel(addr)?)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+                // Each attempt is short, so a hung store costs one attempt.
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let attempt = left.clamp(Duration::from_millis(100), Duration::from_secs(4));
+                match tokio::time::timeout(attempt, call(client)).await {
+                    Ok(Ok(r)) => return Ok(r.into_inner()),
+                    Ok(Err(st)) => match st.code() {
+                        tonic::Code::InvalidArgument => {
+                            return Err(Error::InvalidInput(st.message().into()))
+                        }
+                        tonic::Code::Internal => {
+                            return Err(Error::Internal(format!("{what}: {}", st.message())))
+                        }
+                        _ => last = format!("{addr}: {}", crate::status_detail(&st)),
+                    },
+                    Err(_) => last = format!("{addr}: no answer in time"),
+                }
+            }
+            let msg = || {
+                format!(
+                    "{what}: the meta service is unavailable (tried {}; last error {last})",
+                    self.meta_addrs.join(", ")
+                )
+            };
+            if backoff.sleep(&msg).await.is_err() {
+                return Err(Error::Unavailable(msg()));
             }
         }
-        Err(Error::Unavailable(format!(
-            "{what}: the meta service is unavailable (tried {}; last error {last})",
-            self.meta_addrs.join(", ")
-        )))
     }
 
     pub async fn get_table(&self, name: &str) -> Result<Option<TableDef>> {

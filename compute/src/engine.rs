@@ -20,6 +20,7 @@ use crate::config::ComputeConfig;
 use crate::dispatch::{DispatchConfig, DispatchStats, Dispatcher};
 use crate::exec::run_plan;
 use crate::insert::insert;
+use crate::kv_writer::KvWriter;
 use crate::plan::{plan_query, QueryPlan};
 use crate::region_cache::RegionCache;
 use crate::sql::{self, Statement};
@@ -57,8 +58,8 @@ pub enum Prepared {
 
 pub struct QueryEngine {
     pub(crate) cluster: Arc<Cluster>,
-    pub(crate) cache: Arc<RegionCache>,
     dispatcher: Dispatcher,
+    writer: KvWriter,
     timeout: Duration,
 }
 
@@ -91,11 +92,15 @@ impl QueryEngine {
             },
         );
         Ok(QueryEngine {
+            writer: KvWriter::new(cluster.clone(), cache),
             cluster,
-            cache,
             dispatcher,
             timeout: Duration::from_millis(cfg.query_timeout_ms),
         })
+    }
+
+    pub fn writer(&self) -> &KvWriter {
+        &self.writer
     }
 
     /// The table `name`, or an error naming the tables that exist.

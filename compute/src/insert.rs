@@ -1,25 +1,24 @@
 //! INSERT ... VALUES: constant rows, checked against the table's types,
 //! encoded as row values and written region by region.
 //!
-//! Each region's rows go in one `BatchPut` with `if_absent`, so a duplicate
-//! primary key refuses that region's batch without writing any of it.
-//! Rows that span several regions are written region by region: a failure
-//! in one region leaves the others written (there are no cross-region
-//! transactions).
+//! Each region's rows go in one `BatchPut` with `if_absent` (through
+//! [`crate::kv_writer::KvWriter`]), so a duplicate primary key refuses that
+//! region's batch without writing any of it. Rows that span several regions
+//! are written region by region: a failure in one region leaves the others
+//! written (there are no cross-region transactions).
 
-use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant};
+use std::collections::HashSet;
+use std::time::Duration;
 
 use arrow::datatypes::DataType;
-use quarry_coprocessor::codec::key::{record_key, table_record_range};
+use quarry_coprocessor::codec::key::record_key;
 use quarry_coprocessor::codec::row::{Datum, RowEncoder};
 use quarry_coprocessor::expr::{Expr, ScalarValue};
 use quarry_coprocessor::types::{arrow_type, sql_name};
 use quarry_proto::compute::LogicalExpr;
-use quarry_proto::kv::{BatchPutRequest, Context, KvPair};
+use quarry_proto::kv::KvPair;
 use quarry_proto::meta::TableDef;
 
-use crate::dispatch::backoff::Backoff;
 use crate::engine::QueryEngine;
 use crate::sql::Insert;
 use crate::{plan_err, Error, Result};
@@ -183,92 +182,9 @@ pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Res
         });
     }
     let n = pairs.len();
-    write_pairs(engine, table.id, pairs).await?;
+    engine
+        .writer()
+        .put(pairs, true, Duration::from_secs(30))
+        .await?;
     Ok(n)
-}
-
-/// Writes pairs of one table region by region, following region errors.
-pub async fn write_pairs(
-    engine: &QueryEngine,
-    table_id: i64,
-    mut pairs: Vec<KvPair>,
-) -> Result<()> {
-    let (start, end) = table_record_range(table_id);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut backoff = Backoff::new(
-        Duration::from_millis(2),
-        Duration::from_millis(500),
-        deadline,
-    );
-    pairs.sort_by(|a, b| a.key.cmp(&b.key));
-    while !pairs.is_empty() {
-        let regions = engine.cache.locate(&start, &end).await?;
-        let mut by_region: BTreeMap<usize, Vec<KvPair>> = BTreeMap::new();
-        for p in pairs.drain(..) {
-            let i = regions
-                .iter()
-                .position(|r| {
-                    p.key >= r.region.start_key
-                        && (r.region.end_key.is_empty() || p.key < r.region.end_key)
-                })
-                .ok_or_else(|| Error::Internal("no region for a row key".into()))?;
-            by_region.entry(i).or_default().push(p);
-        }
-        for (i, batch) in by_region {
-            let r = &regions[i];
-            let mut client = engine.cluster.kv(&r.addr)?;
-            let req = BatchPutRequest {
-                context: Some(Context {
-                    region_id: r.region.id,
-                    region_epoch: r.region.epoch,
-                }),
-                pairs: batch.clone(),
-                if_absent: true,
-            };
-            let resp = match client.batch_put(req).await {
-                Ok(resp) => resp.into_inner(),
-                Err(st) => {
-                    let what = || {
-                        format!(
-                            "writing to region {}: store {} at {} is unavailable: {}",
-                            r.region.id,
-                            r.store_id(),
-                            r.addr,
-                            crate::status_detail(&st)
-                        )
-                    };
-                    backoff
-                        .sleep(&what)
-                        .await
-                        .map_err(|_| Error::Unavailable(what()))?;
-                    engine.cache.invalidate(r.region.id);
-                    pairs.extend(batch);
-                    continue;
-                }
-            };
-            if let Some(e) = resp.error {
-                return Err(match quarry_proto::kv::key_error::Code::try_from(e.code) {
-                    Ok(quarry_proto::kv::key_error::Code::InvalidInput) => {
-                        Error::InvalidInput(e.message)
-                    }
-                    Ok(quarry_proto::kv::key_error::Code::Unavailable) => {
-                        Error::Unavailable(e.message)
-                    }
-                    _ => Error::Internal(e.message),
-                });
-            }
-            if let Some(re) = resp.region_error {
-                let what = || format!("region {}: {}", r.region.id, re.message);
-                engine.cache.invalidate(r.region.id);
-                if let Some(enm) = re.epoch_not_match {
-                    engine.cache.install_regions(enm.current_regions).await?;
-                } else {
-                    backoff.sleep(&what).await?;
-                }
-                pairs.extend(batch);
-            }
-        }
-        pairs.sort_by(|a, b| a.key.cmp(&b.key));
-    }
-    Ok(())
 }

@@ -45,6 +45,7 @@ mod error;
 pub mod exec;
 pub mod flight;
 pub mod insert;
+pub mod kv_writer;
 pub mod plan;
 pub mod region_cache;
 pub mod server;

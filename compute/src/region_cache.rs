@@ -175,6 +175,38 @@ impl RegionCache {
         }))
     }
 
+    /// Points a region at another of its peers than the one on `bad_store`
+    /// (which could not be reached, or did not know the leader).
+    pub async fn switch_peer(&self, region_id: u64, bad_store: u64) -> Result<Option<Located>> {
+        let current = {
+            let map = self.by_start.read();
+            map.values().find(|v| v.region.id == region_id).cloned()
+        };
+        let Some(cur) = current else { return Ok(None) };
+        let peers = &cur.region.peers;
+        if peers.len() < 2 {
+            return Ok(Some(cur));
+        }
+        let at = peers
+            .iter()
+            .position(|p| p.store_id == bad_store)
+            .unwrap_or(0);
+        let next = peers[(at + 1) % peers.len()];
+        let addr = self.store_addr(next.store_id).await?;
+        let mut map = self.by_start.write();
+        let entry = map.values_mut().find(|v| v.region.id == region_id);
+        Ok(entry.map(|e| {
+            e.leader = next;
+            e.addr = addr;
+            e.clone()
+        }))
+    }
+
+    /// Forgets every store address (a store restarted on a new port).
+    pub fn forget_stores(&self) {
+        self.stores.write().clear();
+    }
+
     async fn store_addr(&self, store_id: u64) -> Result<String> {
         if let Some(a) = self.stores.read().get(&store_id) {
             return Ok(a.clone());

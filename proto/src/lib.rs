@@ -9,6 +9,8 @@
 //!   aggregation, projection, limit) and its Arrow-chunk response.
 //! * [`compute`]: what clients send compute inside Arrow Flight (structured
 //!   queries) and what compute's tickets carry.
+//! * [`raft`]: raft messages between stores, the commands raft entries
+//!   carry, and each store's local raft and apply state.
 //!
 //! Nothing here has behaviour; the crate only names the bytes on the wire.
 
@@ -28,6 +30,10 @@ pub mod coprocessor {
 
 pub mod compute {
     tonic::include_proto!("quarry.compute");
+}
+
+pub mod raft {
+    tonic::include_proto!("quarry.raft");
 }
 
 /// The largest gRPC message any Quarry service accepts or sends (loader

@@ -30,6 +30,33 @@ pub struct StorageConfig {
     pub sync_writes: bool,
     /// How long a forwarded meta call or a store-to-store call may take.
     pub peer_timeout_ms: u64,
+    /// Replicas per region (fewer while the cluster has fewer stores).
+    pub replicas: usize,
+    pub raftstore: RaftstoreSection,
+}
+
+/// `[raftstore]`: replication settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RaftstoreSection {
+    /// Apply committed entries before persisting the raft HardState (the
+    /// TiDB 4.0 optimization); off persists first.
+    pub early_apply: bool,
+    /// A region past this size is split in two.
+    pub region_split_size_mb: u64,
+    /// Move each region's leadership to its preferred peer, so leaders
+    /// spread evenly over stores.
+    pub balance_leaders: bool,
+}
+
+impl Default for RaftstoreSection {
+    fn default() -> Self {
+        RaftstoreSection {
+            early_apply: true,
+            region_split_size_mb: 64,
+            balance_leaders: true,
+        }
+    }
 }
 
 impl Default for StorageConfig {
@@ -45,6 +72,8 @@ impl Default for StorageConfig {
             block_cache_mb: 512,
             sync_writes: true,
             peer_timeout_ms: 10_000,
+            replicas: 3,
+            raftstore: RaftstoreSection::default(),
         }
     }
 }
@@ -57,6 +86,14 @@ impl StorageConfig {
         if self.block_cache_mb == 0 {
             return Err(Error::InvalidInput(
                 "block-cache-mb must be positive".into(),
+            ));
+        }
+        if self.replicas == 0 {
+            return Err(Error::InvalidInput("replicas must be at least 1".into()));
+        }
+        if self.raftstore.region_split_size_mb == 0 {
+            return Err(Error::InvalidInput(
+                "raftstore.region-split-size-mb must be positive".into(),
             ));
         }
         if self.max_pending_reads == 0 {

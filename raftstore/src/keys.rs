@@ -13,6 +13,9 @@
 //! CF "raft" (local to this store, never replicated)
 //!   \x01s                           StoreIdent: which store this data dir is
 //!   \x01r{region_id:u64}            RegionLocalState: a region this store holds
+//!   \x01h{region_id:u64}            RaftLocalState: hard state, last index
+//!   \x01a{region_id:u64}            ApplyState: applied/commit/truncated index
+//!   \x01l{region_id:u64}{index:u64} a raft log entry (eraftpb::Entry)
 //! ```
 //!
 //! Local keys live in their own column family, apart from data keys, so a
@@ -80,6 +83,40 @@ pub fn region_state_key(region_id: u64) -> Vec<u8> {
     let mut k = REGION_STATE_PREFIX.to_vec();
     k.extend_from_slice(&region_id.to_be_bytes());
     k
+}
+
+pub const RAFT_STATE_PREFIX: &[u8] = b"\x01h";
+pub const APPLY_STATE_PREFIX: &[u8] = b"\x01a";
+pub const RAFT_LOG_PREFIX: &[u8] = b"\x01l";
+
+pub fn raft_state_key(region_id: u64) -> Vec<u8> {
+    let mut k = RAFT_STATE_PREFIX.to_vec();
+    k.extend_from_slice(&region_id.to_be_bytes());
+    k
+}
+
+pub fn apply_state_key(region_id: u64) -> Vec<u8> {
+    let mut k = APPLY_STATE_PREFIX.to_vec();
+    k.extend_from_slice(&region_id.to_be_bytes());
+    k
+}
+
+pub fn raft_log_key(region_id: u64, index: u64) -> Vec<u8> {
+    let mut k = RAFT_LOG_PREFIX.to_vec();
+    k.extend_from_slice(&region_id.to_be_bytes());
+    k.extend_from_slice(&index.to_be_bytes());
+    k
+}
+
+/// All log keys of a region: `[raft_log_key(id, 0), raft_log_key(id + 1, 0))`.
+pub fn raft_log_range(region_id: u64) -> (Vec<u8>, Vec<u8>) {
+    (raft_log_key(region_id, 0), raft_log_key(region_id + 1, 0))
+}
+
+/// The index in a raft log key.
+pub fn raft_log_index(key: &[u8]) -> Option<u64> {
+    let b: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;
+    Some(u64::from_be_bytes(b))
 }
 
 #[cfg(test)]

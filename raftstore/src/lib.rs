@@ -1,59 +1,88 @@
-//! Quarry's storage process: RocksDB, regions, and the services that read
-//! and write them.
+//! Quarry's storage process: RocksDB, raft-replicated regions, and the
+//! services that read and write them.
 //!
 //! REGIONS
 //!
 //! The keyspace (see [`keys`]) is cut into regions: key ranges
 //! `[start, end)` with an epoch (`version` grows when the range changes,
-//! `conf_ver` when the peers change) and a list of peers on stores. A table
-//! gets its regions when it is created, pre-split at handles the creator
-//! chooses and spread round-robin over the stores. Every request names a
-//! region and the epoch it believes in; a store that disagrees answers with
-//! a region error: `RegionNotFound`, `EpochNotMatch` (with the current
-//! region), `KeyNotInRegion`, `ServerIsBusy`. Region errors are data: the
-//! caller refreshes its route and retries, it does not fail.
+//! `conf_ver` when the peers change) and peers on distinct stores, three by
+//! default. A table gets its regions when it is created, pre-split at
+//! handles the creator chooses; regions later split in two when they grow
+//! past `region-split-size`. Every request names a region and the epoch it
+//! believes in; a store that disagrees answers with a region error:
+//! `NotLeader` (with the leader it knows), `EpochNotMatch` (with the current
+//! region), `RegionNotFound`, `KeyNotInRegion`, `ServerIsBusy`,
+//! `StaleCommand`. Region errors are data: the caller refreshes its route
+//! and retries, it does not fail.
+//!
+//! REPLICATION
+//!
+//! Each region is a raft group ([raft-rs](https://docs.rs/raft)); each store
+//! runs one loop thread that drives all of its peers ([`store`]): it steps
+//! incoming messages, ticks, and runs the Ready procedure in order, with one
+//! fsync for the raft log writes of every peer in a round, before any
+//! message that depends on them leaves. Writes are proposed by the leader
+//! and acknowledged once applied; apply writes the data and the apply state
+//! in one write batch ([`apply`]).
+//!
+//! APPLY BEFORE PERSISTING THE COMMIT INDEX (TiDB 4.0, `early-apply`):
+//! committed entries already in the local log are applied before the
+//! HardState carrying the new commit index is written. The apply state
+//! records the commit index and term it applied under; on restart the commit
+//! index is moved forward from it after checking the log holds that entry,
+//! or the store refuses to start ("may lose data"). See [`peer_storage`].
+//!
+//! READS
+//!
+//! Only a region's leader serves reads. Under its lease (renewed by quorum
+//! rounds, shorter than the election timeout) it reads local state at once;
+//! otherwise it confirms leadership with ReadIndex and waits until it has
+//! applied up to the read index. Coprocessor requests then run on a thread
+//! pool over a RocksDB snapshot bounded to the region ([`node`]).
 //!
 //! THE META REGION
 //!
-//! Region 1, keys `[m, n)`, holds the catalog (tables), the region
-//! directory and the store list ([`meta`]). The first store of a cluster
-//! creates it; others register through `--join` and forward Meta calls to
-//! it, so any store answers routing questions.
-//!
-//! READS AND WRITES
-//!
-//! * Writes ([`store::Store::batch_put`]) land in one RocksDB write batch per
-//!   request, fsynced before the acknowledgement.
-//! * Coprocessor requests run on a thread pool sized to the cores, each over
-//!   a RocksDB snapshot bounded to its region; see
-//!   `quarry_coprocessor::endpoint` for what happens inside.
+//! Region 1, keys `[m, n)`, holds the catalog, the region directory, the
+//! stores and the id allocators ([`meta`]). The first store of a cluster
+//! creates it; its leader adds replicas as stores join. Every store answers
+//! Meta calls, forwarding to the meta leader, so compute keeps no state.
 //!
 //! CODE MAP
 //!
 //! * [`engine`]: the engine trait, RocksDB and in-memory implementations.
-//! * [`store`]: regions held by this process, region checks, reads, writes.
-//! * [`meta`]: catalog and directory, on the store holding the meta region.
+//! * [`peer_storage`], [`peer`], [`apply`]: one replica's state.
+//! * [`store`]: the store loop; [`transport`] and [`grpc_transport`]: raft
+//!   messages between stores.
+//! * [`node`]: what services call; [`meta`]: the catalog; [`worker`]:
+//!   heartbeats, meta replicas, splits.
 //! * [`service`]: the gRPC services; [`server`]: process start and stop.
 //!
 //! IMPLEMENTATION CAVEATS
 //!
-//! * One replica per region: a store that is down makes its regions (and,
-//!   for the first store, the meta region) unavailable until it returns.
-//!   Raft replication, leader reads and splits are not built yet.
-//! * Regions never split or move after CREATE TABLE; size them with the
-//!   split handles.
+//! * Apply runs on the store loop thread; a large write delays other
+//!   regions' rounds on the same store.
+//! * Snapshots are built and sent whole (one message holding the region's
+//!   data); regions are kept small enough by splitting.
+//! * Replicas of a store that stays down are not yet re-created elsewhere.
 //! * A coprocessor request keeps running after its caller gives up, until
 //!   its deadline.
 
+pub mod apply;
 pub mod config;
 pub mod engine;
 mod error;
+pub mod grpc_transport;
 pub mod keys;
 pub mod meta;
+pub mod node;
+pub mod peer;
+pub mod peer_storage;
 pub mod peers;
 pub mod region;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod transport;
+pub mod worker;
 
 pub use error::{Error, Result};

@@ -1,83 +1,82 @@
 //! The catalog and the region directory: the meta region's contents and
 //! the operations on them.
 //!
-//! The meta region (id 1, keys `[m, n)`) is created by the store that
-//! bootstraps the cluster. The store holding it runs [`Meta`]: table
-//! definitions, the directory of regions (id → range, epoch, peers), the
-//! stores and their addresses, and the id allocators, all persisted as keys
-//! of the meta region (see `keys.rs`) and cached in memory. Every other
-//! store forwards Meta calls here (`service/meta.rs`), so any store answers
-//! routing questions and compute keeps no state.
+//! The meta region (id 1, keys `[m, n)`) is a raft region like any other.
+//! The store that bootstraps the cluster creates it with one replica; the
+//! meta leader adds replicas on joining stores until it has `replicas` of
+//! them. Its contents (see `keys.rs`): table definitions, the directory of
+//! regions, the stores and their addresses, the id allocators.
+//!
+//! Every store has a [`Meta`], but only the one holding the meta region's
+//! leader serves: reads go to its engine after the usual leadership check
+//! (lease or ReadIndex), changes are proposed to the meta region and answered
+//! once applied. Other stores forward (`service/meta.rs`). Store liveness
+//! and who leads which region come from heartbeats and live in the leader's
+//! memory only; a new meta leader relearns them within seconds.
 //!
 //! CREATE TABLE allocates ids, cuts the table's key range at the requested
-//! split handles, places the regions round-robin over the registered
-//! stores, asks each store to create its region (Admin service), and only
-//! then commits the table and the directory entries in one write batch. A
-//! failure on the way destroys the regions already created and names the
-//! store that failed.
+//! split handles, places each region's replicas on distinct stores
+//! (rotating, so leaders spread), asks every store to create its peer, and
+//! only then commits the table and the directory entries. A failure on the
+//! way destroys the peers already created and names the store that failed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use parking_lot::Mutex;
 use prost::Message;
 use quarry_coprocessor::codec::key::{record_key, table_record_range};
 use quarry_coprocessor::types::arrow_type;
+use quarry_proto::kv::KvPair;
 use quarry_proto::meta::{
     CreateRegionRequest, CreateTableRequest, CreateTableResponse, DestroyRegionRequest, Peer,
     Region, RegionEpoch, RegionRoute, Store as StoreInfo, TableDef, TypeKind,
 };
+use quarry_proto::raft::KvWrite;
 
-use crate::engine::{Cf, Engine, WriteBatch};
+use crate::engine::{Cf, Engine};
 use crate::keys;
+use crate::node::Node;
 use crate::peers::{unreachable, PeerClients};
-use crate::store::Store;
 use crate::{Error, Result};
 
 /// The first id handed out by the allocator (smaller ones are reserved).
 const FIRST_ID: u64 = 16;
+/// A store not heard from for this long is considered down.
+pub const STORE_DOWN_AFTER: Duration = Duration::from_secs(10);
 
-#[derive(Default)]
-struct State {
-    tables: BTreeMap<String, TableDef>,
-    regions: BTreeMap<u64, Region>,
-    stores: BTreeMap<u64, StoreInfo>,
-    next_id: u64,
+struct Liveness {
+    last_seen: Instant,
+    leaders: Vec<u64>,
 }
 
 pub struct Meta<E: Engine> {
-    store: Arc<Store<E>>,
+    node: Arc<Node<E>>,
     peers: Arc<PeerClients>,
-    state: RwLock<State>,
-    /// Serializes catalog changes (held across calls to other stores).
+    replicas: usize,
     ddl: tokio::sync::Mutex<()>,
-}
-
-fn decode_all<M: Message + Default>(e: &impl Engine, prefix: &[u8]) -> Result<Vec<M>> {
-    let mut out = Vec::new();
-    let mut err = None;
-    e.scan(
-        Cf::Default,
-        prefix,
-        &keys::prefix_end(prefix),
-        &mut |_, v| {
-            match M::decode(v) {
-                Ok(m) => out.push(m),
-                Err(e) => err = Some(e),
-            }
-            err.is_none()
-        },
-    )?;
-    match err {
-        Some(e) => Err(e.into()),
-        None => Ok(out),
-    }
+    ids: tokio::sync::Mutex<()>,
+    live: Mutex<HashMap<u64, Liveness>>,
+    started: Instant,
 }
 
 impl<E: Engine> Meta<E> {
-    /// Creates the meta region on `store` and records `self_store` in it:
-    /// the first start of a new cluster.
-    pub fn bootstrap(store: &Store<E>, self_store: StoreInfo) -> Result<()> {
+    pub fn new(node: Arc<Node<E>>, peers: Arc<PeerClients>, replicas: usize) -> Self {
+        Meta {
+            node,
+            peers,
+            replicas: replicas.max(1),
+            ddl: tokio::sync::Mutex::new(()),
+            ids: tokio::sync::Mutex::new(()),
+            live: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Creates the meta region with this store's peer as its only replica
+    /// and writes the cluster's first state: the first start of a cluster.
+    pub async fn bootstrap(&self, me: StoreInfo) -> Result<()> {
         let meta_region = Region {
             id: keys::META_REGION_ID,
             start_key: keys::META_START.to_vec(),
@@ -88,91 +87,200 @@ impl<E: Engine> Meta<E> {
             }),
             peers: vec![Peer {
                 id: keys::META_REGION_ID + 1,
-                store_id: store.id,
+                store_id: me.id,
             }],
         };
-        store.create_region(meta_region.clone())?;
-        let mut wb = WriteBatch::new();
-        wb.put(
-            Cf::Default,
-            keys::region_key(meta_region.id),
-            meta_region.encode_to_vec(),
-        );
-        wb.put(
-            Cf::Default,
-            keys::store_key(self_store.id),
-            self_store.encode_to_vec(),
-        );
-        wb.put(
-            Cf::Default,
-            keys::NEXT_ID.to_vec(),
-            FIRST_ID.to_be_bytes().to_vec(),
-        );
-        store.engine().write(&wb, true)
+        self.node.create_region(meta_region.clone()).await?;
+        let region = self.wait_leader(Duration::from_secs(10)).await?;
+        self.propose(
+            &region,
+            vec![
+                (
+                    keys::region_key(meta_region.id),
+                    meta_region.encode_to_vec(),
+                ),
+                (keys::store_key(me.id), me.encode_to_vec()),
+                (keys::NEXT_ID.to_vec(), FIRST_ID.to_be_bytes().to_vec()),
+            ],
+            vec![],
+        )
+        .await
     }
 
-    /// Loads the catalog from the meta region held by `store`.
-    pub fn load(store: Arc<Store<E>>, peers: Arc<PeerClients>) -> Result<Self> {
-        let e = store.engine().as_ref();
-        let mut st = State {
-            next_id: FIRST_ID,
-            ..Default::default()
+    async fn wait_leader(&self, within: Duration) -> Result<Region> {
+        let until = Instant::now() + within;
+        loop {
+            match self.leader().await {
+                Ok(r) => return Ok(r),
+                Err(e) if Instant::now() > until => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    /// The meta region, if this store leads it (else a region error whose
+    /// NotLeader hint says where to go).
+    pub async fn leader(&self) -> Result<Region> {
+        self.node.read_check(keys::META_REGION_ID, None).await
+    }
+
+    fn get<M: Message + Default>(&self, key: &[u8]) -> Result<Option<M>> {
+        match self.node.engine().get(Cf::Default, key)? {
+            Some(b) => Ok(Some(M::decode(b.as_slice())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn scan_all<M: Message + Default>(&self, prefix: &[u8]) -> Result<Vec<M>> {
+        let mut out = Vec::new();
+        let mut err = None;
+        self.node.engine().scan(
+            Cf::Default,
+            prefix,
+            &keys::prefix_end(prefix),
+            &mut |_, v| {
+                match M::decode(v) {
+                    Ok(m) => out.push(m),
+                    Err(e) => err = Some(e),
+                }
+                err.is_none()
+            },
+        )?;
+        match err {
+            Some(e) => Err(e.into()),
+            None => Ok(out),
+        }
+    }
+
+    async fn propose(
+        &self,
+        region: &Region,
+        puts: Vec<(Vec<u8>, Vec<u8>)>,
+        deletes: Vec<Vec<u8>>,
+    ) -> Result<()> {
+        self.node
+            .write(
+                region.id,
+                region.epoch,
+                KvWrite {
+                    puts: puts
+                        .into_iter()
+                        .map(|(key, value)| KvPair { key, value })
+                        .collect(),
+                    deletes,
+                    ..Default::default()
+                },
+            )
+            .await
+    }
+
+    /// Reserves `n` fresh ids.
+    pub async fn alloc_ids(&self, n: u64) -> Result<u64> {
+        let _ids = self.ids.lock().await;
+        let region = self.leader().await?;
+        let next = match self.node.engine().get(Cf::Default, keys::NEXT_ID)? {
+            Some(v) => u64::from_be_bytes(
+                v.as_slice()
+                    .try_into()
+                    .map_err(|_| Error::Internal("corrupt id allocator".into()))?,
+            ),
+            None => FIRST_ID,
         };
-        for t in decode_all::<TableDef>(e, keys::TABLE_BY_NAME)? {
-            st.tables.insert(t.name.clone(), t);
-        }
-        for r in decode_all::<Region>(e, keys::REGION)? {
-            st.regions.insert(r.id, r);
-        }
-        for s in decode_all::<StoreInfo>(e, keys::STORE)? {
-            st.stores.insert(s.id, s);
-        }
-        if let Some(v) = e.get(Cf::Default, keys::NEXT_ID)? {
-            let arr: [u8; 8] = v
-                .as_slice()
-                .try_into()
-                .map_err(|_| Error::Internal("corrupt id allocator".into()))?;
-            st.next_id = u64::from_be_bytes(arr);
-        }
-        Ok(Meta {
-            store,
-            peers,
-            state: RwLock::new(st),
-            ddl: tokio::sync::Mutex::new(()),
-        })
-    }
-
-    fn write(&self, wb: &WriteBatch) -> Result<()> {
-        self.store.engine().write(wb, true)
+        self.propose(
+            &region,
+            vec![(keys::NEXT_ID.to_vec(), (next + n).to_be_bytes().to_vec())],
+            vec![],
+        )
+        .await?;
+        Ok(next)
     }
 
     // ------------------------------------------------------------ stores
 
-    pub fn put_store(&self, s: StoreInfo) -> Result<()> {
+    pub async fn put_store(&self, s: StoreInfo) -> Result<()> {
         if s.id == 0 || s.addr.is_empty() {
             return Err(Error::InvalidInput(
                 "a store needs an id and an address".into(),
             ));
         }
-        let mut wb = WriteBatch::new();
-        wb.put(Cf::Default, keys::store_key(s.id), s.encode_to_vec());
-        self.write(&wb)?;
-        self.state.write().stores.insert(s.id, s);
+        let region = self.leader().await?;
+        if self.get::<StoreInfo>(&keys::store_key(s.id))?.as_ref() != Some(&s) {
+            self.propose(
+                &region,
+                vec![(keys::store_key(s.id), s.encode_to_vec())],
+                vec![],
+            )
+            .await?;
+        }
+        self.node.resolver.set(s.id, s.addr.clone());
+        self.heartbeat(s, vec![]);
         Ok(())
     }
 
-    pub fn stores(&self) -> Vec<StoreInfo> {
-        self.state.read().stores.values().cloned().collect()
+    pub async fn stores(&self) -> Result<Vec<StoreInfo>> {
+        self.leader().await?;
+        self.scan_all(keys::STORE)
+    }
+
+    /// Remembers a store's address for raft messages, even before the meta
+    /// region can record it (a cluster restarting needs this to elect).
+    pub fn learn_address(&self, s: &StoreInfo) {
+        if s.id != 0 && !s.addr.is_empty() {
+            self.node.resolver.set(s.id, s.addr.clone());
+        }
+    }
+
+    /// Records that `s` is alive and which regions it leads.
+    pub fn heartbeat(&self, s: StoreInfo, leaders: Vec<u64>) {
+        self.live.lock().insert(
+            s.id,
+            Liveness {
+                last_seen: Instant::now(),
+                leaders,
+            },
+        );
+    }
+
+    pub async fn store_heartbeat(&self, s: StoreInfo, leaders: Vec<u64>) -> Result<()> {
+        let region = self.leader().await?;
+        if self.get::<StoreInfo>(&keys::store_key(s.id))?.as_ref() != Some(&s) {
+            self.propose(
+                &region,
+                vec![(keys::store_key(s.id), s.encode_to_vec())],
+                vec![],
+            )
+            .await?;
+        }
+        self.heartbeat(s, leaders);
+        Ok(())
+    }
+
+    /// Stores heard from recently (all registered stores for a while after
+    /// this meta leader started, while heartbeats come in).
+    pub fn live_stores(&self, all: &[StoreInfo]) -> Vec<StoreInfo> {
+        if self.started.elapsed() < STORE_DOWN_AFTER {
+            return all.to_vec();
+        }
+        let live = self.live.lock();
+        all.iter()
+            .filter(|s| {
+                live.get(&s.id)
+                    .is_some_and(|l| l.last_seen.elapsed() < STORE_DOWN_AFTER)
+            })
+            .cloned()
+            .collect()
     }
 
     // ------------------------------------------------------------ tables
 
-    pub fn get_table(&self, name: &str) -> Option<TableDef> {
-        self.state.read().tables.get(name).cloned()
+    pub async fn get_table(&self, name: &str) -> Result<Option<TableDef>> {
+        self.leader().await?;
+        self.get(&keys::table_key(name))
     }
 
-    pub fn tables(&self) -> Vec<TableDef> {
-        self.state.read().tables.values().cloned().collect()
+    pub async fn tables(&self) -> Result<Vec<TableDef>> {
+        self.leader().await?;
+        self.scan_all(keys::TABLE_BY_NAME)
     }
 
     fn validate(t: &TableDef) -> Result<()> {
@@ -210,8 +318,7 @@ impl<E: Engine> Meta<E> {
                     t.handle_column_id
                 ));
             };
-            let kind = c.field_type.as_ref().map(|f| f.kind);
-            if kind != Some(TypeKind::Bigint as i32) {
+            if c.field_type.as_ref().map(|f| f.kind) != Some(TypeKind::Bigint as i32) {
                 return bad(format!(
                     "primary key {} must be BIGINT (Quarry keys rows by one integer)",
                     c.name
@@ -221,25 +328,14 @@ impl<E: Engine> Meta<E> {
         Ok(())
     }
 
-    fn alloc_ids(st: &mut State, n: u64, wb: &mut WriteBatch) -> u64 {
-        let first = st.next_id;
-        st.next_id += n;
-        wb.put(
-            Cf::Default,
-            keys::NEXT_ID.to_vec(),
-            st.next_id.to_be_bytes().to_vec(),
-        );
-        first
-    }
-
     pub async fn create_table(&self, req: CreateTableRequest) -> Result<CreateTableResponse> {
         let _ddl = self.ddl.lock().await;
         let mut table = req
             .table
             .ok_or_else(|| Error::InvalidInput("CREATE TABLE without a table".into()))?;
-        if let Some(existing) = self.get_table(&table.name) {
+        if let Some(existing) = self.get_table(&table.name).await? {
             if req.if_not_exists {
-                let routes = self.routes_for_table(existing.id)?;
+                let routes = self.routes_for_table(existing.id).await?;
                 return Ok(CreateTableResponse {
                     table: Some(existing),
                     regions: routes,
@@ -251,7 +347,6 @@ impl<E: Engine> Meta<E> {
                 table.name
             )));
         }
-        // Column ids are positions + 1; the handle column id refers to them.
         for (i, c) in table.columns.iter_mut().enumerate() {
             c.id = i as i64 + 1;
         }
@@ -260,29 +355,39 @@ impl<E: Engine> Meta<E> {
         splits.sort_unstable();
         splits.dedup();
 
-        let mut wb = WriteBatch::new();
-        let (stores, table_id, first_region_id) = {
-            let mut st = self.state.write();
-            let stores: Vec<StoreInfo> = st.stores.values().cloned().collect();
-            if stores.is_empty() {
-                return Err(Error::Unavailable("no stores are registered".into()));
-            }
-            let table_id = Self::alloc_ids(&mut st, 1, &mut wb) as i64;
-            let first = Self::alloc_ids(&mut st, 2 * (splits.len() as u64 + 1), &mut wb);
-            (stores, table_id, first)
-        };
+        let all = self.stores().await?;
+        let mut stores = self.live_stores(&all);
+        stores.sort_by_key(|s| s.id);
+        if stores.is_empty() {
+            return Err(Error::Unavailable("no stores are up".into()));
+        }
+        let replicas = self.replicas.min(stores.len());
+        let n = splits.len() as u64 + 1;
+        let first = self.alloc_ids(1 + n * (1 + replicas as u64)).await?;
+        let table_id = first as i64;
         table.id = table_id;
 
         let (start, end) = table_record_range(table_id);
         let mut bounds = vec![start];
         bounds.extend(splits.iter().map(|h| record_key(table_id, *h)));
         bounds.push(end);
+        let mut next = first + 1;
         let regions: Vec<Region> = bounds
             .windows(2)
             .enumerate()
             .map(|(i, w)| {
-                let id = first_region_id + 2 * i as u64;
-                let store = &stores[(table_id as usize + i) % stores.len()];
+                let id = next;
+                next += 1;
+                let peers = (0..replicas)
+                    .map(|k| {
+                        let p = Peer {
+                            id: next,
+                            store_id: stores[(table_id as usize + i + k) % stores.len()].id,
+                        };
+                        next += 1;
+                        p
+                    })
+                    .collect();
                 Region {
                     id,
                     start_key: w[0].clone(),
@@ -291,67 +396,51 @@ impl<E: Engine> Meta<E> {
                         conf_ver: 1,
                         version: 1,
                     }),
-                    peers: vec![Peer {
-                        id: id + 1,
-                        store_id: store.id,
-                    }],
+                    peers,
                 }
             })
             .collect();
 
-        // Create every region on its store, in parallel; undo on failure.
+        // Create every peer on its store, in parallel; undo on failure.
+        let jobs: Vec<(Region, StoreInfo)> = regions
+            .iter()
+            .flat_map(|r| {
+                r.peers.iter().filter_map(|p| {
+                    stores
+                        .iter()
+                        .find(|s| s.id == p.store_id)
+                        .map(|s| (r.clone(), s.clone()))
+                })
+            })
+            .collect();
         let created =
-            futures::future::join_all(regions.iter().map(|r| self.create_on_store(r, &stores)))
-                .await;
+            futures::future::join_all(jobs.iter().map(|(r, s)| self.create_on_store(r, s))).await;
         if let Some(Err(e)) = created.iter().find(|r| r.is_err()) {
             let e = e.clone();
-            let done: Vec<&Region> = regions
-                .iter()
-                .zip(&created)
-                .filter(|(_, c)| c.is_ok())
-                .map(|(r, _)| r)
-                .collect();
-            for r in done {
-                let _ = self.destroy_on_store(r, &stores).await;
+            for ((r, s), c) in jobs.iter().zip(&created) {
+                if c.is_ok() {
+                    let _ = self.destroy_on_store(r.id, s).await;
+                }
             }
             return Err(e);
         }
 
-        wb.put(
-            Cf::Default,
-            keys::table_key(&table.name),
-            table.encode_to_vec(),
-        );
+        let meta_region = self.leader().await?;
+        let mut puts = vec![(keys::table_key(&table.name), table.encode_to_vec())];
         for r in &regions {
-            wb.put(Cf::Default, keys::region_key(r.id), r.encode_to_vec());
+            puts.push((keys::region_key(r.id), r.encode_to_vec()));
         }
-        self.write(&wb)?;
-        {
-            let mut st = self.state.write();
-            st.tables.insert(table.name.clone(), table.clone());
-            for r in &regions {
-                st.regions.insert(r.id, r.clone());
-            }
-        }
+        self.propose(&meta_region, puts, vec![]).await?;
         Ok(CreateTableResponse {
             table: Some(table),
-            regions: self.routes_for_table(table_id)?,
+            regions: self.routes_for_table(table_id).await?,
             already_existed: false,
         })
     }
 
-    fn store_of<'a>(r: &Region, stores: &'a [StoreInfo]) -> Result<&'a StoreInfo> {
-        let sid = r.peers.first().map(|p| p.store_id).unwrap_or(0);
-        stores
-            .iter()
-            .find(|s| s.id == sid)
-            .ok_or_else(|| Error::Internal(format!("region {} on unknown store {sid}", r.id)))
-    }
-
-    async fn create_on_store(&self, r: &Region, stores: &[StoreInfo]) -> Result<()> {
-        let s = Self::store_of(r, stores)?;
-        if s.id == self.store.id {
-            return self.store.create_region(r.clone());
+    async fn create_on_store(&self, r: &Region, s: &StoreInfo) -> Result<()> {
+        if s.id == self.node.store_id {
+            return self.node.create_region(r.clone()).await;
         }
         let mut c = self.peers.admin(&s.addr)?;
         c.create_region(CreateRegionRequest {
@@ -368,18 +457,17 @@ impl<E: Engine> Meta<E> {
         })
     }
 
-    async fn destroy_on_store(&self, r: &Region, stores: &[StoreInfo]) -> Result<()> {
-        let s = Self::store_of(r, stores)?;
-        if s.id == self.store.id {
-            return self.store.destroy_region(r.id);
+    async fn destroy_on_store(&self, region_id: u64, s: &StoreInfo) -> Result<()> {
+        if s.id == self.node.store_id {
+            return self.node.destroy_region(region_id).await;
         }
         let mut c = self.peers.admin(&s.addr)?;
-        c.destroy_region(DestroyRegionRequest { region_id: r.id })
+        c.destroy_region(DestroyRegionRequest { region_id })
             .await
             .map(|_| ())
             .map_err(|st| {
                 unreachable(
-                    &format!("destroying region {} on store {}", r.id, s.id),
+                    &format!("destroying region {region_id} on store {}", s.id),
                     &s.addr,
                     &st,
                 )
@@ -388,88 +476,118 @@ impl<E: Engine> Meta<E> {
 
     pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<bool> {
         let _ddl = self.ddl.lock().await;
-        let Some(table) = self.get_table(name) else {
+        let Some(table) = self.get_table(name).await? else {
             if if_exists {
                 return Ok(false);
             }
             return Err(Error::InvalidInput(format!("table {name} does not exist")));
         };
         let (start, end) = table_record_range(table.id);
-        let regions = self.regions_in(&start, &end);
-        let stores = self.stores();
+        let regions = self.regions_in(&start, &end).await?;
+        let stores = self.stores().await?;
         for r in &regions {
-            // A store that is down keeps an orphan region; the table is
-            // gone from the catalog either way.
-            if let Err(e) = self.destroy_on_store(r, &stores).await {
-                tracing::warn!("drop table {name}: {e}");
+            for p in &r.peers {
+                // A store that is down keeps an orphan peer; the table is
+                // gone from the catalog either way.
+                if let Some(s) = stores.iter().find(|s| s.id == p.store_id) {
+                    if let Err(e) = self.destroy_on_store(r.id, s).await {
+                        tracing::warn!("drop table {name}: {e}");
+                    }
+                }
             }
         }
-        let mut wb = WriteBatch::new();
-        wb.delete(Cf::Default, keys::table_key(name));
-        wb.delete(Cf::Default, keys::next_handle_key(table.id));
-        for r in &regions {
-            wb.delete(Cf::Default, keys::region_key(r.id));
-        }
-        self.write(&wb)?;
-        let mut st = self.state.write();
-        st.tables.remove(name);
-        for r in &regions {
-            st.regions.remove(&r.id);
-        }
+        let meta_region = self.leader().await?;
+        let mut deletes = vec![keys::table_key(name), keys::next_handle_key(table.id)];
+        deletes.extend(regions.iter().map(|r| keys::region_key(r.id)));
+        self.propose(&meta_region, vec![], deletes).await?;
         Ok(true)
     }
 
     // ------------------------------------------------------------ routing
 
-    /// Regions overlapping `[start, end)` in key order.
-    pub fn regions_in(&self, start: &[u8], end: &[u8]) -> Vec<Region> {
-        let st = self.state.read();
-        let mut out: Vec<Region> = st
-            .regions
-            .values()
+    /// Directory regions overlapping `[start, end)` in key order.
+    pub async fn regions_in(&self, start: &[u8], end: &[u8]) -> Result<Vec<Region>> {
+        self.leader().await?;
+        let mut out: Vec<Region> = self
+            .scan_all::<Region>(keys::REGION)?
+            .into_iter()
             .filter(|r| {
                 (end.is_empty() || r.start_key.as_slice() < end)
                     && (r.end_key.is_empty() || r.end_key.as_slice() > start)
             })
-            .cloned()
             .collect();
         out.sort_by(|a, b| a.start_key.cmp(&b.start_key));
-        out
+        Ok(out)
     }
 
-    /// Routes (region, leader, leader's store) for `[start, end)`.
-    pub fn routes(&self, start: &[u8], end: &[u8]) -> Vec<RegionRoute> {
-        let stores = self.state.read().stores.clone();
-        self.regions_in(start, end)
+    /// Routes for `[start, end)`: each region with the leader heartbeats
+    /// reported (or its preferred peer) and that peer's store.
+    pub async fn routes(&self, start: &[u8], end: &[u8]) -> Result<Vec<RegionRoute>> {
+        let regions = self.regions_in(start, end).await?;
+        let stores: BTreeMap<u64, StoreInfo> = self
+            .scan_all::<StoreInfo>(keys::STORE)?
+            .into_iter()
+            .map(|s| (s.id, s))
+            .collect();
+        let live = self.live.lock();
+        Ok(regions
             .into_iter()
             .map(|r| {
-                let leader = r.peers.first().cloned();
-                let leader_store = leader
-                    .as_ref()
-                    .and_then(|p| stores.get(&p.store_id).cloned());
+                let reported = r.peers.iter().find(|p| {
+                    live.get(&p.store_id).is_some_and(|l| {
+                        l.last_seen.elapsed() < STORE_DOWN_AFTER && l.leaders.contains(&r.id)
+                    })
+                });
+                let leader = reported
+                    .or_else(|| r.peers.get(r.id as usize % r.peers.len().max(1)))
+                    .copied();
+                let leader_store = leader.and_then(|p| stores.get(&p.store_id).cloned());
                 RegionRoute {
                     region: Some(r),
                     leader,
                     leader_store,
                 }
             })
-            .collect()
+            .collect())
     }
 
-    fn routes_for_table(&self, table_id: i64) -> Result<Vec<RegionRoute>> {
+    async fn routes_for_table(&self, table_id: i64) -> Result<Vec<RegionRoute>> {
         let (s, e) = table_record_range(table_id);
-        Ok(self.routes(&s, &e))
+        self.routes(&s, &e).await
+    }
+
+    /// Records regions whose range or peers changed, keeping newer epochs.
+    pub async fn report_regions(&self, regions: Vec<Region>) -> Result<()> {
+        let meta_region = self.leader().await?;
+        let mut puts = Vec::new();
+        for r in regions {
+            let newer = match self.get::<Region>(&keys::region_key(r.id))? {
+                None => true,
+                Some(old) => {
+                    let (a, b) = (old.epoch.unwrap_or_default(), r.epoch.unwrap_or_default());
+                    (b.version, b.conf_ver) > (a.version, a.conf_ver)
+                }
+            };
+            if newer {
+                puts.push((keys::region_key(r.id), r.encode_to_vec()));
+            }
+        }
+        if !puts.is_empty() {
+            self.propose(&meta_region, puts, vec![]).await?;
+        }
+        Ok(())
     }
 
     /// Reserves `count` handles above every handle handed out before and
     /// at least `min_next`.
     pub async fn alloc_handles(&self, table_id: i64, count: u64, min_next: i64) -> Result<i64> {
         let _ddl = self.ddl.lock().await;
-        if !self.state.read().tables.values().any(|t| t.id == table_id) {
+        if !self.tables().await?.iter().any(|t| t.id == table_id) {
             return Err(Error::InvalidInput(format!("no table with id {table_id}")));
         }
+        let region = self.leader().await?;
         let key = keys::next_handle_key(table_id);
-        let stored = match self.store.engine().get(Cf::Default, &key)? {
+        let stored = match self.node.engine().get(Cf::Default, &key)? {
             Some(v) => i64::from_be_bytes(
                 v.as_slice()
                     .try_into()
@@ -481,9 +599,39 @@ impl<E: Engine> Meta<E> {
         let next = first
             .checked_add(count as i64)
             .ok_or_else(|| Error::InvalidInput("handle space exhausted".into()))?;
-        let mut wb = WriteBatch::new();
-        wb.put(Cf::Default, key, next.to_be_bytes().to_vec());
-        self.write(&wb)?;
+        self.propose(&region, vec![(key, next.to_be_bytes().to_vec())], vec![])
+            .await?;
         Ok(first)
+    }
+
+    /// On the meta leader: gives the meta region `replicas` replicas on
+    /// live stores, one membership change after another.
+    pub async fn ensure_meta_replicas(&self) -> Result<()> {
+        loop {
+            let region = self.leader().await?;
+            let all = self.stores().await?;
+            let live = self.live_stores(&all);
+            let want = self.replicas.min(all.len());
+            if region.peers.len() >= want {
+                return Ok(());
+            }
+            let Some(target) = live
+                .iter()
+                .find(|s| !region.peers.iter().any(|p| p.store_id == s.id))
+            else {
+                return Ok(());
+            };
+            let id = self.alloc_ids(1).await?;
+            let peer = Peer {
+                id,
+                store_id: target.id,
+            };
+            tracing::info!(store = target.id, peer = id, "adding a meta region replica");
+            let region = self
+                .node
+                .change_peer(keys::META_REGION_ID, peer, false)
+                .await?;
+            self.report_regions(vec![region]).await?;
+        }
     }
 }

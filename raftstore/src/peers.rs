@@ -13,6 +13,7 @@ use crate::{Error, Result};
 
 pub struct PeerClients {
     channels: Mutex<HashMap<String, Channel>>,
+    streams: Mutex<HashMap<String, Channel>>,
     timeout: Duration,
 }
 
@@ -20,6 +21,7 @@ impl PeerClients {
     pub fn new(timeout: Duration) -> Self {
         PeerClients {
             channels: Mutex::new(HashMap::new()),
+            streams: Mutex::new(HashMap::new()),
             timeout,
         }
     }
@@ -32,9 +34,30 @@ impl PeerClients {
             .map_err(|e| Error::InvalidInput(format!("bad store address '{addr}': {e}")))?
             .connect_timeout(Duration::from_secs(2))
             .timeout(self.timeout)
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(Duration::from_secs(2))
+            .keep_alive_while_idle(true);
         let ch = ep.connect_lazy();
         self.channels.lock().insert(addr.to_string(), ch.clone());
+        Ok(ch)
+    }
+
+    /// A channel for long-lived streams (raft messages): no per-call
+    /// timeout, only keepalive to notice a dead peer.
+    pub fn stream_channel(&self, addr: &str) -> Result<Channel> {
+        if let Some(c) = self.streams.lock().get(addr) {
+            return Ok(c.clone());
+        }
+        let ep = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| Error::InvalidInput(format!("bad store address '{addr}': {e}")))?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(Duration::from_secs(2))
+            .keep_alive_while_idle(true);
+        let ch = ep.connect_lazy();
+        self.streams.lock().insert(addr.to_string(), ch.clone());
         Ok(ch)
     }
 

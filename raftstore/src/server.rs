@@ -1,41 +1,96 @@
 //! Starting and stopping a storage process.
 //!
-//! 1. Open RocksDB and the store (checking the data dir's store id).
-//! 2. Bind the listener (port 0 picks one) and learn the advertised address.
-//! 3. Meta: a store that holds the meta region loads it; a store with no
-//!    regions and no `--join` bootstraps a new cluster; any other store
-//!    registers itself (id, address) through a `--join` store, retrying
-//!    while that store starts.
-//! 4. Serve Kv, Coprocessor, Meta and Admin until `shutdown` resolves, then
-//!    drain in-flight calls and close RocksDB.
+//! 1. Open RocksDB; check the data dir belongs to this store id.
+//! 2. Load every peer and start the store loop thread.
+//! 3. Bind the listener (port 0 picks one) and serve Raft, Kv,
+//!    Coprocessor, Meta and Admin.
+//! 4. A store with no regions and no `--join` bootstraps a new cluster
+//!    (creates the meta region). Every store then registers its address
+//!    through the meta region (its own, or a `--join` store's), retrying in
+//!    the background while the meta region elects a leader: a whole
+//!    cluster restarting needs its stores up before any of them can
+//!    register.
+//! 5. On `shutdown`, stop serving, stop the store loop, close RocksDB.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use prost::Message;
 use quarry_proto::coprocessor::coprocessor_server::CoprocessorServer;
 use quarry_proto::kv::kv_server::KvServer;
 use quarry_proto::meta::admin_server::AdminServer;
-use quarry_proto::meta::meta_server::MetaServer;
+use quarry_proto::meta::meta_server::{Meta as MetaRpc, MetaServer};
 use quarry_proto::meta::{PutStoreRequest, Store as StoreInfo};
+use quarry_proto::raft::raft_server::RaftServer;
 use quarry_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::config::StorageConfig;
 use crate::engine::rocks::{RocksConfig, RocksEngine};
-use crate::keys::META_REGION_ID;
+use crate::engine::{Cf, Engine, WriteBatch};
+use crate::grpc_transport::{GrpcTransport, StoreResolver};
+use crate::keys;
 use crate::meta::Meta;
+use crate::node::Node;
 use crate::peers::PeerClients;
 use crate::service::{
     admin::AdminService, coprocessor::CoprocessorService, kv::KvService, meta::MetaService,
+    raft::RaftService,
 };
-use crate::store::Store;
+use crate::store::{run_loop, RaftStore, RaftStoreConfig};
+use crate::worker::Worker;
 use crate::{Error, Result};
 
-/// How long a joining store keeps trying to register.
-const JOIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Which store a data dir belongs to (guards against mixing them up).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StoreIdent {
+    #[prost(uint64, tag = "1")]
+    pub store_id: u64,
+}
+
+/// Claims `engine` for `store_id`, or refuses a data dir of another store.
+pub fn check_ident(engine: &impl Engine, store_id: u64, dir: &std::path::Path) -> Result<()> {
+    match engine.get(Cf::Raft, keys::STORE_IDENT_KEY)? {
+        Some(b) => {
+            let ident = StoreIdent::decode(b.as_slice())?;
+            if ident.store_id != store_id {
+                return Err(Error::InvalidInput(format!(
+                    "data dir {} belongs to store {}, not store {store_id}",
+                    dir.display(),
+                    ident.store_id
+                )));
+            }
+            Ok(())
+        }
+        None => {
+            let mut wb = WriteBatch::new();
+            wb.put(
+                Cf::Raft,
+                keys::STORE_IDENT_KEY.to_vec(),
+                StoreIdent { store_id }.encode_to_vec(),
+            );
+            engine.write(&wb, true)
+        }
+    }
+}
+
+/// Store addresses this store's meta replica (if any) remembers.
+fn load_addresses(engine: &impl Engine, resolver: &StoreResolver) -> Result<()> {
+    engine.scan(
+        Cf::Default,
+        keys::STORE,
+        &keys::prefix_end(keys::STORE),
+        &mut |_, v| {
+            if let Ok(s) = StoreInfo::decode(v) {
+                resolver.set(s.id, s.addr);
+            }
+            true
+        },
+    )
+}
 
 /// Runs a storage process until `shutdown`; `ready` is called with the
 /// bound address once the server accepts connections.
@@ -53,7 +108,7 @@ pub async fn run(
         ..Default::default()
     };
     let engine = Arc::new(RocksEngine::open(&cfg.data_dir, &rocks)?);
-    let store = Arc::new(Store::open(engine, &cfg)?);
+    check_ident(engine.as_ref(), cfg.store_id, &cfg.data_dir)?;
 
     let listener = TcpListener::bind(&cfg.addr)
         .await
@@ -61,89 +116,175 @@ pub async fn run(
     let local = listener
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
-    let advertise = cfg
-        .advertise_addr
-        .clone()
-        .unwrap_or_else(|| local.to_string());
     let me = StoreInfo {
         id: cfg.store_id,
-        addr: advertise,
+        addr: cfg
+            .advertise_addr
+            .clone()
+            .unwrap_or_else(|| local.to_string()),
     };
+
+    let resolver = Arc::new(StoreResolver::default());
+    load_addresses(engine.as_ref(), &resolver)?;
+    resolver.set(me.id, me.addr.clone());
     let peers = Arc::new(PeerClients::new(Duration::from_millis(cfg.peer_timeout_ms)));
-
-    let meta = if store.has_region(META_REGION_ID) {
-        let m = Meta::load(store.clone(), peers.clone())?;
-        m.put_store(me.clone())?;
-        Some(Arc::new(m))
-    } else if cfg.join.is_empty() {
-        if !store.region_ids().is_empty() {
-            return Err(Error::InvalidInput(format!(
-                "store {} holds regions but not the meta region: start it with --join",
-                cfg.store_id
-            )));
-        }
-        tracing::info!(store = cfg.store_id, "bootstrapping a new cluster");
-        Meta::bootstrap(&store, me.clone())?;
-        Some(Arc::new(Meta::load(store.clone(), peers.clone())?))
-    } else {
-        register(&peers, &cfg.join, &me).await?;
-        None
+    let transport = GrpcTransport::new(
+        tokio::runtime::Handle::current(),
+        resolver.clone(),
+        peers.clone(),
+    );
+    let raft_cfg = RaftStoreConfig {
+        early_apply: cfg.raftstore.early_apply,
+        balance_leaders: cfg.raftstore.balance_leaders,
+        ..Default::default()
     };
+    let raftstore = RaftStore::new(cfg.store_id, engine.clone(), transport, raft_cfg)?;
+    let fresh = raftstore.peers().next().is_none();
+    let (router, rx) = std::sync::mpsc::channel();
+    let loop_thread = std::thread::Builder::new()
+        .name("raftstore".into())
+        .spawn(move || run_loop(raftstore, rx))
+        .map_err(|e| Error::Internal(format!("starting the store loop: {e}")))?;
 
-    let meta_svc = MetaService::new(cfg.store_id, meta, peers, cfg.join.clone());
-    let router = tonic::transport::Server::builder()
+    let node = Arc::new(Node::new(
+        cfg.store_id,
+        engine.clone(),
+        router.clone(),
+        cfg.read_pool_size(),
+        cfg.max_pending_reads,
+        resolver.clone(),
+    )?);
+    let meta = Arc::new(Meta::new(node.clone(), peers.clone(), cfg.replicas));
+    let meta_svc = Arc::new(MetaService::new(
+        meta.clone(),
+        peers.clone(),
+        cfg.join.clone(),
+    ));
+    let worker = Arc::new(Worker::new(
+        node.clone(),
+        meta_svc.clone(),
+        me.clone(),
+        cfg.raftstore.region_split_size_mb << 20,
+    ));
+
+    let (down_tx, down_rx) = tokio::sync::watch::channel(false);
+    let stop = {
+        let mut rx = down_rx.clone();
+        async move {
+            let _ = rx.wait_for(|down| *down).await;
+        }
+    };
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = down_tx.send(true);
+    });
+    let router_svc = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(
-            KvServer::new(KvService::new(store.clone()))
+            RaftServer::new(RaftService::new(router.clone(), down_rx.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
         .add_service(
-            CoprocessorServer::new(CoprocessorService::new(store.clone()))
+            KvServer::new(KvService::new(node.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
         .add_service(
-            MetaServer::new(meta_svc)
+            CoprocessorServer::new(CoprocessorService::new(node.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .add_service(AdminServer::new(AdminService::new(store.clone())));
+        .add_service(
+            MetaServer::from_arc(meta_svc.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .add_service(AdminServer::new(AdminService::new(
+            node.clone(),
+            worker.clone(),
+        )));
     let serving = tokio::spawn(
-        router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown),
+        router_svc.serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop),
     );
+
+    if fresh && cfg.join.is_empty() {
+        tracing::info!(store = cfg.store_id, "bootstrapping a new cluster");
+        meta.bootstrap(me.clone()).await?;
+    } else if cfg.join.is_empty() && !node_holds_meta(&node).await {
+        tracing::warn!(
+            store = cfg.store_id,
+            "this store holds no meta replica and has no --join: it cannot register"
+        );
+    }
+    let registering = {
+        let (meta_svc, me) = (meta_svc.clone(), me.clone());
+        tokio::spawn(async move { register(&meta_svc, &me).await })
+    };
     ready(local);
-    serving
-        .await
+    let background = tokio::spawn(worker.run());
+
+    // Once shutdown starts, in-flight calls get a few seconds to finish.
+    let mut serving = serving;
+    let mut down = down_rx.clone();
+    let served = tokio::select! {
+        r = &mut serving => r,
+        _ = down.wait_for(|d| *d) => match tokio::time::timeout(Duration::from_secs(5), &mut serving).await {
+            Ok(r) => r,
+            Err(_) => {
+                tracing::warn!("calls still running 5 s after shutdown began; stopping anyway");
+                Ok(Ok(()))
+            }
+        },
+    };
+    registering.abort();
+    background.abort();
+    drop(node);
+    drop(meta);
+    drop(meta_svc);
+    drop(router);
+    // The store loop ends once every router is gone.
+    let _ = tokio::task::spawn_blocking(move || loop_thread.join()).await;
+    served
         .map_err(|e| Error::Internal(format!("server task: {e}")))?
         .map_err(|e| Error::Internal(format!("gRPC server: {e}")))?;
     tracing::info!(store = cfg.store_id, "stopped");
     Ok(())
 }
 
-/// Registers `me` through any `--join` store, retrying for a while.
-async fn register(peers: &PeerClients, join: &[String], me: &StoreInfo) -> Result<()> {
-    let started = Instant::now();
-    let mut last = String::new();
+async fn node_holds_meta(node: &Node<RocksEngine>) -> bool {
+    node.status()
+        .await
+        .map(|s| {
+            s.regions.iter().any(|r| {
+                r.region
+                    .as_ref()
+                    .is_some_and(|r| r.id == keys::META_REGION_ID)
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// Registers this store's address with the meta region, retrying until it
+/// has a leader.
+async fn register(meta: &MetaService<RocksEngine>, me: &StoreInfo) {
+    let mut delay = Duration::from_millis(50);
     loop {
-        for addr in join {
-            let mut c = peers.meta(addr)?;
-            match c
-                .put_store(PutStoreRequest {
-                    store: Some(me.clone()),
-                })
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(st) => last = format!("{addr}: {}", st.message()),
+        match meta
+            .put_store(tonic::Request::new(PutStoreRequest {
+                store: Some(me.clone()),
+            }))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(store = me.id, addr = me.addr, "registered");
+                return;
+            }
+            Err(st) => {
+                tracing::debug!(store = me.id, "registering: {}", st.message());
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
             }
         }
-        if started.elapsed() > JOIN_TIMEOUT {
-            return Err(Error::Unavailable(format!(
-                "store {} cannot register with any --join store within {:?} (last: {last})",
-                me.id, JOIN_TIMEOUT
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -17,6 +17,8 @@ pub const QUARRY: &str = env!("CARGO_BIN_EXE_quarry");
 
 pub struct Playground {
     pub child: Option<Child>,
+    /// Lines the playground prints after "ready" (restarted children).
+    lines: std::sync::mpsc::Receiver<String>,
     pub dir: tempfile::TempDir,
     /// (pid, address) per store, store 1 first.
     pub stores: Vec<(u32, String)>,
@@ -84,12 +86,45 @@ impl Playground {
         }
         Playground {
             child: Some(child),
+            lines: rx,
             dir,
             stores,
             compute,
             compute_pid,
             stderr_path,
         }
+    }
+
+    /// Waits for a line starting with `prefix` (e.g. "storage 2:" when
+    /// the playground restarted store 2) and records the new address.
+    pub fn wait_line(&mut self, prefix: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).unwrap_or_else(|_| {
+                panic!(
+                    "no '{prefix}' line within {within:?}; stderr:\n{}",
+                    self.stderr()
+                )
+            });
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let ["storage", n, "pid", pid, "addr", addr] = words.as_slice() {
+                let i: usize = n.trim_end_matches(':').parse::<usize>().unwrap() - 1;
+                self.stores[i] = (pid.parse().unwrap(), addr.to_string());
+            }
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+    }
+
+    /// Asks the playground to restart every exited child now.
+    pub fn restart_children(&self) {
+        signal(self.child.as_ref().unwrap().id(), "HUP");
+    }
+
+    pub fn store_addrs(&self) -> Vec<String> {
+        self.stores.iter().map(|(_, a)| a.clone()).collect()
     }
 
     pub fn stderr(&self) -> String {

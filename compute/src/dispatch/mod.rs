@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema};
 use futures::future::BoxFuture;
-use futures::{StreamExt, TryFutureExt};
+use futures::StreamExt;
 use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::coprocessor::{
     CopRequest, DagRequest, EncodeType, ExecSummary, KeyRange as PbRange,
@@ -46,8 +46,11 @@ pub struct DispatchConfig {
     pub encode: EncodeType,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
-    /// Attempts at a store that cannot be reached before giving up.
-    pub store_attempts: u32,
+    /// How long a region may stay unreachable (every replica tried, no
+    /// leader elected) before the query fails with an unavailable error.
+    /// Longer than an election; a hung store is detected by the channel's
+    /// HTTP/2 keepalive (`cluster.rs`) and fails over like a dead one.
+    pub unavailable_after: Duration,
 }
 
 impl Default for DispatchConfig {
@@ -58,7 +61,7 @@ impl Default for DispatchConfig {
             encode: EncodeType::Arrow,
             backoff_base: Duration::from_millis(2),
             backoff_max: Duration::from_millis(500),
-            store_attempts: 3,
+            unavailable_after: Duration::from_secs(10),
         }
     }
 }
@@ -288,6 +291,10 @@ impl Dispatcher {
             } = task;
             let mut out = TaskOutput::default();
             let mut backoff = Backoff::new(self.cfg.backoff_base, self.cfg.backoff_max, deadline);
+            // Stores this task could not reach: a NotLeader hint pointing at
+            // one of them is stale (the election has not finished).
+            let mut failed_stores: Vec<u64> = Vec::new();
+            let mut unavailable_since: Option<Instant> = None;
             // Later rounds of the same work back off longer.
             for _ in 0..store_failures + region_errors {
                 let _ = backoff.next_delay(&String::new);
@@ -324,7 +331,6 @@ impl Dispatcher {
                 let sent = self
                     .transport
                     .coprocessor(&region.addr, req, remaining + Duration::from_millis(200))
-                    .map_err(|st| st)
                     .await;
                 let resp = match sent {
                     Ok(r) => r,
@@ -332,16 +338,14 @@ impl Dispatcher {
                         store_failures += 1;
                         let what = || {
                             format!(
-                                "store {} at {} is unavailable (region {}): {}",
+                                "region {}: store {} at {} is unavailable: {}",
+                                region.region.id,
                                 region.store_id(),
                                 region.addr,
-                                region.region.id,
                                 crate::status_detail(&st)
                             )
                         };
-                        if st.code() == tonic::Code::DeadlineExceeded
-                            || Instant::now() + self.cfg.backoff_base >= deadline
-                        {
+                        if Instant::now() + self.cfg.backoff_base >= deadline {
                             return Err(Error::Deadline(format!(
                                 "query deadline exceeded: store {} at {} did not answer in time (region {}): {}",
                                 region.store_id(),
@@ -350,20 +354,46 @@ impl Dispatcher {
                                 crate::status_detail(&st)
                             )));
                         }
-                        if store_failures >= self.cfg.store_attempts {
+                        let peers = region.region.peers.len().max(1) as u32;
+                        failed_stores.push(region.store_id());
+                        let since = *unavailable_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > self.cfg.unavailable_after
+                            || (peers == 1 && store_failures >= 3)
+                        {
                             return Err(Error::Unavailable(what()));
                         }
                         out.stats.retries += 1;
-                        backoff.sleep(&what).await?;
-                        // The region may have moved: ask meta again.
-                        self.cache.invalidate(region.region.id);
-                        let mut more = self
-                            .resplit(ranges, dag.clone(), deadline, store_failures, region_errors)
-                            .await?;
-                        more.pages.splice(0..0, out.pages);
-                        more.stats.requests += out.stats.requests;
-                        more.stats.retries += out.stats.retries;
-                        return Ok(more);
+                        backoff
+                            .sleep(&what)
+                            .await
+                            .map_err(|e| Error::Unavailable(e.to_string()))?;
+                        // Another replica may lead now, or know who does.
+                        match self
+                            .cache
+                            .switch_peer(region.region.id, region.store_id())
+                            .await?
+                        {
+                            Some(l) if peers > 1 => {
+                                region = l;
+                                continue;
+                            }
+                            _ => {
+                                self.cache.invalidate(region.region.id);
+                                let mut more = self
+                                    .resplit(
+                                        ranges,
+                                        dag.clone(),
+                                        deadline,
+                                        store_failures,
+                                        region_errors,
+                                    )
+                                    .await?;
+                                more.pages.splice(0..0, out.pages);
+                                more.stats.requests += out.stats.requests;
+                                more.stats.retries += out.stats.retries;
+                                return Ok(more);
+                            }
+                        }
                     }
                 };
                 if let Some(re) = resp.region_error {
@@ -377,7 +407,8 @@ impl Dispatcher {
                         )));
                     }
                     if let Some(nl) = &re.not_leader {
-                        if let Some(leader) = nl.leader {
+                        let hint = nl.leader.filter(|l| !failed_stores.contains(&l.store_id));
+                        if let Some(leader) = hint {
                             if let Some(l) = self
                                 .cache
                                 .set_leader(region.region.id, leader, nl.leader_store.clone())
@@ -387,11 +418,34 @@ impl Dispatcher {
                                 continue;
                             }
                         }
-                        self.cache.invalidate(region.region.id);
-                        backoff.sleep(&what).await?;
-                    } else if let Some(busy) = &re.server_is_busy {
-                        let _ = busy;
-                        backoff.sleep(&what).await?;
+                        // No leader known there (or only one we could not
+                        // reach): an election is running, or this replica is
+                        // cut off. Try another.
+                        let since = *unavailable_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > self.cfg.unavailable_after {
+                            return Err(Error::Unavailable(format!(
+                                "region {} has no leader: {}",
+                                region.region.id,
+                                what()
+                            )));
+                        }
+                        backoff
+                            .sleep(&what)
+                            .await
+                            .map_err(|e| Error::Unavailable(e.to_string()))?;
+                        if let Some(l) = self
+                            .cache
+                            .switch_peer(region.region.id, region.store_id())
+                            .await?
+                        {
+                            region = l;
+                            continue;
+                        }
+                    } else if re.server_is_busy.is_some() || re.stale_command.is_some() {
+                        backoff
+                            .sleep(&what)
+                            .await
+                            .map_err(|e| Error::Unavailable(e.to_string()))?;
                         continue;
                     } else if let Some(enm) = re.epoch_not_match.clone() {
                         self.cache.invalidate(region.region.id);

@@ -1,25 +1,25 @@
-//! The Admin service: store-to-store region lifecycle calls from the meta
-//! store.
+//! The Admin service: region lifecycle calls from the meta leader, and
+//! operator calls (status, leader transfer, split).
 
 use std::sync::Arc;
 
 use quarry_proto::meta::admin_server::Admin;
-use quarry_proto::meta::{
-    CreateRegionRequest, CreateRegionResponse, DestroyRegionRequest, DestroyRegionResponse,
-};
+use quarry_proto::meta::*;
 use tonic::{Request, Response, Status};
 
 use crate::engine::Engine;
-use crate::store::Store;
+use crate::node::Node;
+use crate::worker::Worker;
 use crate::Error;
 
 pub struct AdminService<E: Engine> {
-    store: Arc<Store<E>>,
+    node: Arc<Node<E>>,
+    worker: Arc<Worker<E>>,
 }
 
 impl<E: Engine> AdminService<E> {
-    pub fn new(store: Arc<Store<E>>) -> Self {
-        AdminService { store }
+    pub fn new(node: Arc<Node<E>>, worker: Arc<Worker<E>>) -> Self {
+        AdminService { node, worker }
     }
 }
 
@@ -33,10 +33,7 @@ impl<E: Engine> Admin for AdminService<E> {
             .into_inner()
             .region
             .ok_or_else(|| Error::InvalidInput("CreateRegion without a region".into()))?;
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.create_region(region))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))??;
+        self.node.create_region(region).await?;
         Ok(Response::new(CreateRegionResponse {}))
     }
 
@@ -44,11 +41,36 @@ impl<E: Engine> Admin for AdminService<E> {
         &self,
         req: Request<DestroyRegionRequest>,
     ) -> Result<Response<DestroyRegionResponse>, Status> {
-        let id = req.into_inner().region_id;
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.destroy_region(id))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))??;
+        self.node.destroy_region(req.into_inner().region_id).await?;
         Ok(Response::new(DestroyRegionResponse {}))
+    }
+
+    async fn status(
+        &self,
+        _req: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
+        Ok(Response::new(self.node.status().await?))
+    }
+
+    async fn transfer_leader(
+        &self,
+        req: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        let r = req.into_inner();
+        self.node.transfer_leader(r.region_id, r.to_peer_id);
+        Ok(Response::new(TransferLeaderResponse {}))
+    }
+
+    async fn split_region(
+        &self,
+        req: Request<SplitRegionRequest>,
+    ) -> Result<Response<SplitRegionResponse>, Status> {
+        let r = req.into_inner();
+        let key = (!r.split_key.is_empty()).then_some(r.split_key);
+        let (left, right) = self.worker.split(r.region_id, r.epoch, key).await?;
+        Ok(Response::new(SplitRegionResponse {
+            left: Some(left),
+            right: Some(right),
+        }))
     }
 }

@@ -9,23 +9,21 @@ use quarry_proto::coprocessor::{CopRequest, CopResponse};
 use tonic::{Request, Response, Status};
 
 use crate::engine::Engine;
-use crate::store::Store;
+use crate::node::Node;
 
 pub struct CoprocessorService<E: Engine> {
-    store: Arc<Store<E>>,
+    node: Arc<Node<E>>,
 }
 
 impl<E: Engine> CoprocessorService<E> {
-    pub fn new(store: Arc<Store<E>>) -> Self {
-        CoprocessorService { store }
+    pub fn new(node: Arc<Node<E>>) -> Self {
+        CoprocessorService { node }
     }
 }
 
 #[tonic::async_trait]
 impl<E: Engine> Coprocessor for CoprocessorService<E> {
     async fn coprocessor(&self, req: Request<CopRequest>) -> Result<Response<CopResponse>, Status> {
-        Ok(Response::new(
-            self.store.coprocessor(req.into_inner()).await,
-        ))
+        Ok(Response::new(self.node.coprocessor(req.into_inner()).await))
     }
 }

@@ -1,4 +1,5 @@
-//! The Kv service: batched reads and writes against one region.
+//! The Kv service: batched reads and writes against one region, through
+//! raft (writes are acknowledged once applied on the leader).
 
 use std::sync::Arc;
 
@@ -11,23 +12,16 @@ use tonic::{Request, Response, Status};
 
 use super::error_fields;
 use crate::engine::Engine;
-use crate::store::Store;
+use crate::node::Node;
 
 pub struct KvService<E: Engine> {
-    store: Arc<Store<E>>,
+    node: Arc<Node<E>>,
 }
 
 impl<E: Engine> KvService<E> {
-    pub fn new(store: Arc<Store<E>>) -> Self {
-        KvService { store }
+    pub fn new(node: Arc<Node<E>>) -> Self {
+        KvService { node }
     }
-}
-
-/// Runs blocking engine work off the async runtime.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Status> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Status::internal(format!("storage task failed: {e}")))
 }
 
 #[tonic::async_trait]
@@ -37,9 +31,15 @@ impl<E: Engine> Kv for KvService<E> {
         req: Request<BatchPutRequest>,
     ) -> Result<Response<BatchPutResponse>, Status> {
         let req = req.into_inner();
-        let store = self.store.clone();
-        let r = blocking(move || store.batch_put(req.context.as_ref(), req.pairs, req.if_absent))
-            .await?;
+        let r = self
+            .node
+            .batch_put(
+                req.context.as_ref(),
+                req.pairs,
+                req.if_absent,
+                req.same_value_ok,
+            )
+            .await;
         let (region_error, error) = r.err().map(error_fields).unwrap_or_default();
         Ok(Response::new(BatchPutResponse {
             region_error,
@@ -52,37 +52,36 @@ impl<E: Engine> Kv for KvService<E> {
         req: Request<BatchGetRequest>,
     ) -> Result<Response<BatchGetResponse>, Status> {
         let req = req.into_inner();
-        let store = self.store.clone();
-        let r = blocking(move || store.batch_get(req.context.as_ref(), &req.keys)).await?;
-        Ok(Response::new(match r {
-            Ok(pairs) => BatchGetResponse {
-                pairs,
-                ..Default::default()
-            },
-            Err(e) => {
-                let (region_error, error) = error_fields(e);
-                BatchGetResponse {
-                    region_error,
-                    error,
-                    pairs: vec![],
+        Ok(Response::new(
+            match self.node.batch_get(req.context.as_ref(), &req.keys).await {
+                Ok(pairs) => BatchGetResponse {
+                    pairs,
+                    ..Default::default()
+                },
+                Err(e) => {
+                    let (region_error, error) = error_fields(e);
+                    BatchGetResponse {
+                        region_error,
+                        error,
+                        pairs: vec![],
+                    }
                 }
-            }
-        }))
+            },
+        ))
     }
 
     async fn scan(&self, req: Request<ScanRequest>) -> Result<Response<ScanResponse>, Status> {
         let req = req.into_inner();
-        let store = self.store.clone();
-        let r = blocking(move || {
-            store.scan(
+        let r = self
+            .node
+            .scan(
                 req.context.as_ref(),
                 &req.start_key,
                 &req.end_key,
                 req.limit as usize,
                 req.key_only,
             )
-        })
-        .await?;
+            .await;
         Ok(Response::new(match r {
             Ok(pairs) => ScanResponse {
                 pairs,
@@ -104,11 +103,10 @@ impl<E: Engine> Kv for KvService<E> {
         req: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let req = req.into_inner();
-        let store = self.store.clone();
-        let r = blocking(move || {
-            store.delete_range(req.context.as_ref(), &req.start_key, &req.end_key)
-        })
-        .await?;
+        let r = self
+            .node
+            .delete_range(req.context.as_ref(), &req.start_key, &req.end_key)
+            .await;
         let (region_error, error) = r.err().map(error_fields).unwrap_or_default();
         Ok(Response::new(DeleteRangeResponse {
             region_error,

@@ -1,6 +1,6 @@
-//! The Meta service on every store: answered locally by the store holding
-//! the meta region, forwarded there (one hop, over the `--join` addresses)
-//! by every other store.
+//! The Meta service on every store. The store holding the meta region's
+//! leader answers; any other store forwards once: to the leader its replica
+//! names, or to its `--join` stores when it holds no replica.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,68 +14,83 @@ use tonic::{Request, Response, Status};
 use crate::engine::Engine;
 use crate::meta::Meta;
 use crate::peers::PeerClients;
+use crate::Error;
 
 const FORWARDED: &str = "quarry-forwarded";
 
 pub struct MetaService<E: Engine> {
-    store_id: u64,
-    meta: Option<Arc<Meta<E>>>,
+    meta: Arc<Meta<E>>,
     peers: Arc<PeerClients>,
     join: Vec<String>,
 }
 
+fn retriable(code: tonic::Code) -> bool {
+    matches!(
+        code,
+        tonic::Code::Unavailable
+            | tonic::Code::Unknown
+            | tonic::Code::Cancelled
+            | tonic::Code::DeadlineExceeded
+    )
+}
+
 impl<E: Engine> MetaService<E> {
-    pub fn new(
-        store_id: u64,
-        meta: Option<Arc<Meta<E>>>,
-        peers: Arc<PeerClients>,
-        join: Vec<String>,
-    ) -> Self {
-        MetaService {
-            store_id,
-            meta,
-            peers,
-            join,
-        }
+    pub fn new(meta: Arc<Meta<E>>, peers: Arc<PeerClients>, join: Vec<String>) -> Self {
+        MetaService { meta, peers, join }
     }
 
-    async fn forward<T, R, F, Fut>(&self, req: Request<T>, call: F) -> Result<Response<R>, Status>
+    pub fn meta(&self) -> &Arc<Meta<E>> {
+        &self.meta
+    }
+
+    /// Answers locally, or forwards to where the meta leader is.
+    async fn route<T, R, L, LF, F, Fut>(
+        &self,
+        req: Request<T>,
+        local: L,
+        remote: F,
+    ) -> Result<Response<R>, Status>
     where
         T: Clone,
+        L: FnOnce(Arc<Meta<E>>, T) -> LF,
+        LF: Future<Output = crate::Result<R>>,
         F: Fn(MetaClient<Channel>, Request<T>) -> Fut,
         Fut: Future<Output = Result<Response<R>, Status>>,
     {
-        if req.metadata().contains_key(FORWARDED) || self.join.is_empty() {
+        let forwarded = req.metadata().contains_key(FORWARDED);
+        let msg = req.into_inner();
+        let re = match local(self.meta.clone(), msg.clone()).await {
+            Ok(r) => return Ok(Response::new(r)),
+            Err(Error::Region(re)) => re,
+            Err(e) => return Err(e.into()),
+        };
+        let targets: Vec<String> = match (&re.not_leader, &re.region_not_found) {
+            (Some(nl), _) => nl.leader_store.iter().map(|s| s.addr.clone()).collect(),
+            (None, Some(_)) => self.join.clone(),
+            _ => vec![],
+        };
+        if forwarded || targets.is_empty() {
             return Err(Status::unavailable(format!(
-                "meta region unavailable: store {} does not hold it",
-                self.store_id
+                "meta region unavailable: {}",
+                re.message
             )));
         }
-        let msg = req.into_inner();
-        let mut last = String::new();
-        for addr in &self.join {
-            let client = self.peers.meta(addr).map_err(Status::from)?;
+        let mut last = re.message.clone();
+        for addr in targets {
+            let client = self.peers.meta(&addr).map_err(Status::from)?;
             let mut r = Request::new(msg.clone());
             r.metadata_mut()
                 .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
-            match call(client, r).await {
+            // A hung meta leader is replaced within seconds; do not wait on it.
+            r.set_timeout(std::time::Duration::from_secs(3));
+            match remote(client, r).await {
                 Ok(resp) => return Ok(resp),
-                Err(st)
-                    if matches!(
-                        st.code(),
-                        tonic::Code::Unavailable
-                            | tonic::Code::Unknown
-                            | tonic::Code::Cancelled
-                            | tonic::Code::DeadlineExceeded
-                    ) =>
-                {
-                    last = format!("{addr}: {}", st.message());
-                }
+                Err(st) if retriable(st.code()) => last = format!("{addr}: {}", st.message()),
                 Err(st) => return Err(st),
             }
         }
         Err(Status::unavailable(format!(
-            "meta region unavailable: no store holding it answered (last: {last})"
+            "meta region unavailable: {last}"
         )))
     }
 }
@@ -86,125 +101,178 @@ impl<E: Engine> MetaRpc for MetaService<E> {
         &self,
         req: Request<CreateTableRequest>,
     ) -> Result<Response<CreateTableResponse>, Status> {
-        match &self.meta {
-            Some(m) => Ok(Response::new(m.create_table(req.into_inner()).await?)),
-            None => {
-                self.forward(req, |mut c, r| async move { c.create_table(r).await })
-                    .await
-            }
-        }
+        self.route(
+            req,
+            |m, r| async move { m.create_table(r).await },
+            |mut c, r| async move { c.create_table(r).await },
+        )
+        .await
     }
 
     async fn drop_table(
         &self,
         req: Request<DropTableRequest>,
     ) -> Result<Response<DropTableResponse>, Status> {
-        match &self.meta {
-            Some(m) => {
-                let r = req.into_inner();
-                let dropped = m.drop_table(&r.name, r.if_exists).await?;
-                Ok(Response::new(DropTableResponse { dropped }))
-            }
-            None => {
-                self.forward(req, |mut c, r| async move { c.drop_table(r).await })
-                    .await
-            }
-        }
+        self.route(
+            req,
+            |m, r| async move {
+                Ok(DropTableResponse {
+                    dropped: m.drop_table(&r.name, r.if_exists).await?,
+                })
+            },
+            |mut c, r| async move { c.drop_table(r).await },
+        )
+        .await
     }
 
     async fn get_table(
         &self,
         req: Request<GetTableRequest>,
     ) -> Result<Response<GetTableResponse>, Status> {
-        match &self.meta {
-            Some(m) => Ok(Response::new(GetTableResponse {
-                table: m.get_table(&req.into_inner().name),
-            })),
-            None => {
-                self.forward(req, |mut c, r| async move { c.get_table(r).await })
-                    .await
-            }
-        }
+        self.route(
+            req,
+            |m, r| async move {
+                Ok(GetTableResponse {
+                    table: m.get_table(&r.name).await?,
+                })
+            },
+            |mut c, r| async move { c.get_table(r).await },
+        )
+        .await
     }
 
     async fn list_tables(
         &self,
         req: Request<ListTablesRequest>,
     ) -> Result<Response<ListTablesResponse>, Status> {
-        match &self.meta {
-            Some(m) => Ok(Response::new(ListTablesResponse { tables: m.tables() })),
-            None => {
-                self.forward(req, |mut c, r| async move { c.list_tables(r).await })
-                    .await
-            }
-        }
+        self.route(
+            req,
+            |m, _| async move {
+                Ok(ListTablesResponse {
+                    tables: m.tables().await?,
+                })
+            },
+            |mut c, r| async move { c.list_tables(r).await },
+        )
+        .await
     }
 
     async fn get_regions(
         &self,
         req: Request<GetRegionsRequest>,
     ) -> Result<Response<GetRegionsResponse>, Status> {
-        match &self.meta {
-            Some(m) => {
-                let r = req.into_inner();
-                Ok(Response::new(GetRegionsResponse {
-                    regions: m.routes(&r.start_key, &r.end_key),
-                }))
-            }
-            None => {
-                self.forward(req, |mut c, r| async move { c.get_regions(r).await })
-                    .await
-            }
-        }
+        self.route(
+            req,
+            |m, r| async move {
+                Ok(GetRegionsResponse {
+                    regions: m.routes(&r.start_key, &r.end_key).await?,
+                })
+            },
+            |mut c, r| async move { c.get_regions(r).await },
+        )
+        .await
     }
 
     async fn put_store(
         &self,
         req: Request<PutStoreRequest>,
     ) -> Result<Response<PutStoreResponse>, Status> {
-        match &self.meta {
-            Some(m) => {
-                let s = req
-                    .into_inner()
-                    .store
-                    .ok_or_else(|| Status::invalid_argument("PutStore without a store"))?;
-                m.put_store(s)?;
-                Ok(Response::new(PutStoreResponse {}))
-            }
-            None => {
-                self.forward(req, |mut c, r| async move { c.put_store(r).await })
-                    .await
-            }
+        // Whoever hears from a store learns its address, meta leader or not.
+        if let Some(s) = &req.get_ref().store {
+            self.meta.learn_address(s);
         }
+        self.route(
+            req,
+            |m, r| async move {
+                let s = r
+                    .store
+                    .ok_or_else(|| Error::InvalidInput("PutStore without a store".into()))?;
+                m.put_store(s).await?;
+                Ok(PutStoreResponse {})
+            },
+            |mut c, r| async move { c.put_store(r).await },
+        )
+        .await
     }
 
     async fn get_stores(
         &self,
         req: Request<GetStoresRequest>,
     ) -> Result<Response<GetStoresResponse>, Status> {
-        match &self.meta {
-            Some(m) => Ok(Response::new(GetStoresResponse { stores: m.stores() })),
-            None => {
-                self.forward(req, |mut c, r| async move { c.get_stores(r).await })
-                    .await
-            }
-        }
+        self.route(
+            req,
+            |m, _| async move {
+                Ok(GetStoresResponse {
+                    stores: m.stores().await?,
+                })
+            },
+            |mut c, r| async move { c.get_stores(r).await },
+        )
+        .await
     }
 
     async fn alloc_handles(
         &self,
         req: Request<AllocHandlesRequest>,
     ) -> Result<Response<AllocHandlesResponse>, Status> {
-        match &self.meta {
-            Some(m) => {
-                let r = req.into_inner();
-                let first = m.alloc_handles(r.table_id, r.count, r.min_next).await?;
-                Ok(Response::new(AllocHandlesResponse { first }))
-            }
-            None => {
-                self.forward(req, |mut c, r| async move { c.alloc_handles(r).await })
-                    .await
-            }
-        }
+        self.route(
+            req,
+            |m, r| async move {
+                Ok(AllocHandlesResponse {
+                    first: m.alloc_handles(r.table_id, r.count, r.min_next).await?,
+                })
+            },
+            |mut c, r| async move { c.alloc_handles(r).await },
+        )
+        .await
+    }
+
+    async fn store_heartbeat(
+        &self,
+        req: Request<StoreHeartbeatRequest>,
+    ) -> Result<Response<StoreHeartbeatResponse>, Status> {
+        self.route(
+            req,
+            |m, r| async move {
+                let s = r
+                    .store
+                    .ok_or_else(|| Error::InvalidInput("heartbeat without a store".into()))?;
+                m.store_heartbeat(s, r.leader_region_ids).await?;
+                Ok(StoreHeartbeatResponse {})
+            },
+            |mut c, r| async move { c.store_heartbeat(r).await },
+        )
+        .await
+    }
+
+    async fn report_regions(
+        &self,
+        req: Request<ReportRegionsRequest>,
+    ) -> Result<Response<ReportRegionsResponse>, Status> {
+        self.route(
+            req,
+            |m, r| async move {
+                m.report_regions(r.regions).await?;
+                Ok(ReportRegionsResponse {})
+            },
+            |mut c, r| async move { c.report_regions(r).await },
+        )
+        .await
+    }
+
+    async fn alloc_ids(
+        &self,
+        req: Request<AllocIdsRequest>,
+    ) -> Result<Response<AllocIdsResponse>, Status> {
+        self.route(
+            req,
+            |m, r| async move {
+                Ok(AllocIdsResponse {
+                    first: m.alloc_ids(r.count).await?,
+                })
+            },
+            |mut c, r| async move { c.alloc_ids(r).await },
+        )
+        .await
     }
 }

@@ -1,11 +1,12 @@
 //! The gRPC services of a storage process. Each is a thin shell over
-//! [`crate::store::Store`] or [`crate::meta::Meta`] that maps errors exactly
+//! [`crate::node::Node`] or [`crate::meta::Meta`] that maps errors exactly
 //! once: region errors into response fields, the rest into tonic statuses.
 
 pub mod admin;
 pub mod coprocessor;
 pub mod kv;
 pub mod meta;
+pub mod raft;
 
 use quarry_proto::kv::KeyError;
 use quarry_proto::meta::RegionError;

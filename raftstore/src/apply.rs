@@ -1,0 +1,321 @@
+//! Applying committed entries to the state machine.
+//!
+//! All entries of one Ready are applied into one [`WriteBatch`] together
+//! with the peer's `ApplyState` (data and applied index can never
+//! disagree). Apply is deterministic: every replica sees the same entries
+//! in the same order and reaches the same result, including refusals
+//! (a write against an older region epoch, a duplicate key), which are
+//! decided from the data alone and so are the same everywhere.
+//!
+//! Commands:
+//! * `KvWrite`: puts, deletes and range deletes inside the region, with an
+//!   optional conflict check (INSERT). Checks see earlier writes of the same
+//!   batch through an overlay, since they are not in RocksDB yet.
+//! * `Split`: the region keeps `[start, split_key)` and a new region takes
+//!   `[split_key, end)` with new ids; both epochs' versions grow.
+//! * `CompactLog`: truncates the raft log.
+//! * Conf changes (raft-rs `ConfChange` entries) add or remove a peer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prost::Message as _;
+use protobuf::Message as _;
+use quarry_coprocessor::codec::key::{decode_record_key, hex};
+use quarry_proto::meta::{Peer as PeerMeta, Region};
+use quarry_proto::raft::{
+    raft_cmd::Cmd, ChangePeerContext, Conflict, KvWrite, RaftCmd, SplitRequest,
+};
+use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType};
+
+use crate::engine::{Cf, Engine, WriteBatch};
+use crate::peer::{Outcome, Peer, Proposal};
+use crate::peer_storage::PeerStorage;
+use crate::{region, Error, Result};
+
+/// Side effects the store must carry out after an apply.
+pub enum ExecResult<E: Engine> {
+    /// The region split; `right` is this store's new peer for the right half.
+    Split {
+        left: Region,
+        right: Box<PeerStorage<E>>,
+        was_leader: bool,
+    },
+    /// Peers changed; `removed_self` if this peer left the region.
+    ChangePeer { region: Region, removed_self: bool },
+}
+
+pub struct ApplyCtx<'a, E: Engine> {
+    pub engine: &'a Arc<E>,
+    pub store_id: u64,
+    pub wb: &'a mut WriteBatch,
+    /// Point writes of this batch: key → value (None = deleted).
+    overlay: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    deleted_ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    pub results: Vec<ExecResult<E>>,
+    pub finished: Vec<(Proposal, Result<Outcome>)>,
+    /// Bytes of data written, per region (for split checks).
+    pub written: HashMap<u64, u64>,
+}
+
+impl<'a, E: Engine> ApplyCtx<'a, E> {
+    pub fn new(engine: &'a Arc<E>, store_id: u64, wb: &'a mut WriteBatch) -> Self {
+        ApplyCtx {
+            engine,
+            store_id,
+            wb,
+            overlay: HashMap::new(),
+            deleted_ranges: Vec::new(),
+            results: Vec::new(),
+            finished: Vec::new(),
+            written: HashMap::new(),
+        }
+    }
+
+    /// The value of `key` as this batch will leave it.
+    fn lookup(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = self.overlay.get(key) {
+            return Ok(v.clone());
+        }
+        if self
+            .deleted_ranges
+            .iter()
+            .any(|(s, e)| key >= s.as_slice() && (e.is_empty() || key < e.as_slice()))
+        {
+            return Ok(None);
+        }
+        self.engine.get(Cf::Default, key)
+    }
+
+    /// Forgets the overlay once the batch has been written.
+    pub fn reset_overlay(&mut self) {
+        self.overlay.clear();
+        self.deleted_ranges.clear();
+    }
+}
+
+fn duplicate(key: &[u8]) -> Error {
+    let what = match decode_record_key(key) {
+        Ok((_, h)) => format!("handle {h}"),
+        Err(_) => format!("key {}", hex(key)),
+    };
+    Error::InvalidInput(format!("duplicate key: a row with {what} already exists"))
+}
+
+fn exec_write<E: Engine>(
+    region: &Region,
+    epoch: Option<&quarry_proto::meta::RegionEpoch>,
+    w: KvWrite,
+    ctx: &mut ApplyCtx<'_, E>,
+) -> Result<Outcome> {
+    let cur = region::epoch(region);
+    if epoch.is_none_or(|e| e.version != cur.version) {
+        return Err(Error::region(region::epoch_not_match(epoch, region)));
+    }
+    for k in w.puts.iter().map(|p| &p.key).chain(&w.deletes) {
+        if !region::contains(region, k) {
+            return Err(Error::region(region::key_not_in_region(k, region)));
+        }
+    }
+    let conflict = Conflict::try_from(w.conflict).unwrap_or(Conflict::Overwrite);
+    let mut skip = vec![false; w.puts.len()];
+    if conflict != Conflict::Overwrite {
+        for (i, p) in w.puts.iter().enumerate() {
+            if let Some(existing) = ctx.lookup(&p.key)? {
+                if conflict == Conflict::FailIfDifferent && existing == p.value {
+                    skip[i] = true;
+                } else {
+                    return Err(duplicate(&p.key));
+                }
+            }
+        }
+    }
+    let mut bytes = 0u64;
+    for (p, skip) in w.puts.into_iter().zip(skip) {
+        if skip {
+            continue;
+        }
+        bytes += (p.key.len() + p.value.len()) as u64;
+        ctx.overlay.insert(p.key.clone(), Some(p.value.clone()));
+        ctx.wb.put(Cf::Default, p.key, p.value);
+    }
+    for k in w.deletes {
+        ctx.overlay.insert(k.clone(), None);
+        ctx.wb.delete(Cf::Default, k);
+    }
+    for r in w.delete_ranges {
+        let (s, e) = crate::engine::clamp(
+            &quarry_coprocessor::storage::KeyRange::new(r.key, r.value),
+            &quarry_coprocessor::storage::KeyRange::new(
+                region.start_key.clone(),
+                region.end_key.clone(),
+            ),
+        );
+        ctx.overlay.retain(|k, _| {
+            !(k.as_slice() >= s.as_slice() && (e.is_empty() || k.as_slice() < e.as_slice()))
+        });
+        let end = if e.is_empty() {
+            vec![0xFF; 32]
+        } else {
+            e.clone()
+        };
+        ctx.wb.delete_range(Cf::Default, s.clone(), end);
+        ctx.deleted_ranges.push((s, e));
+    }
+    *ctx.written.entry(region.id).or_default() += bytes;
+    Ok(Outcome::Done)
+}
+
+fn exec_split<E: Engine>(
+    peer: &mut Peer<E>,
+    epoch: Option<&quarry_proto::meta::RegionEpoch>,
+    req: SplitRequest,
+    ctx: &mut ApplyCtx<'_, E>,
+) -> Result<Outcome> {
+    peer.check_epoch(epoch, true)?;
+    let region = peer.region().clone();
+    let key = req.split_key;
+    if key.as_slice() <= region.start_key.as_slice()
+        || (!region.end_key.is_empty() && key.as_slice() >= region.end_key.as_slice())
+    {
+        return Err(Error::InvalidInput(format!(
+            "split key {} is not inside region {}",
+            hex(&key),
+            region.id
+        )));
+    }
+    if req.new_peer_ids.len() != region.peers.len() {
+        return Err(Error::InvalidInput(format!(
+            "split of region {} needs {} new peer ids, got {}",
+            region.id,
+            region.peers.len(),
+            req.new_peer_ids.len()
+        )));
+    }
+    let mut left = region.clone();
+    let mut epoch = region::epoch(&region);
+    epoch.version += 1;
+    left.end_key = key.clone();
+    left.epoch = Some(epoch);
+    let right = Region {
+        id: req.new_region_id,
+        start_key: key,
+        end_key: region.end_key.clone(),
+        epoch: Some(epoch),
+        peers: region
+            .peers
+            .iter()
+            .zip(&req.new_peer_ids)
+            .map(|(p, id)| PeerMeta {
+                id: *id,
+                store_id: p.store_id,
+            })
+            .collect(),
+    };
+    let right_peer = right
+        .peers
+        .iter()
+        .find(|p| p.store_id == ctx.store_id)
+        .copied()
+        .ok_or_else(|| Error::Internal("split: this store has no peer in the new region".into()))?;
+    peer.storage_mut().region = left.clone();
+    peer.storage().write_region_state(ctx.wb);
+    let right_storage = PeerStorage::create(ctx.engine.clone(), right.clone(), right_peer, ctx.wb);
+    ctx.results.push(ExecResult::Split {
+        left: left.clone(),
+        right: Box::new(right_storage),
+        was_leader: peer.is_leader(),
+    });
+    Ok(Outcome::Split(left, right))
+}
+
+fn exec_change_peer<E: Engine>(
+    peer: &mut Peer<E>,
+    entry: &Entry,
+    ctx: &mut ApplyCtx<'_, E>,
+) -> Result<Outcome> {
+    let mut cc = ConfChange::default();
+    cc.merge_from_bytes(&entry.data)
+        .map_err(|e| Error::Internal(format!("corrupt conf change: {e}")))?;
+    let change = ChangePeerContext::decode(cc.get_context())?;
+    let target = change
+        .peer
+        .ok_or_else(|| Error::Internal("conf change without a peer".into()))?;
+    let mut region = peer.region().clone();
+    let exists = region.peers.iter().any(|p| p.id == target.id);
+    match (cc.get_change_type(), exists) {
+        (ConfChangeType::AddNode, false) => region.peers.push(target),
+        (ConfChangeType::RemoveNode, true) => region.peers.retain(|p| p.id != target.id),
+        // Already done (a retried proposal): nothing changes, not even raft.
+        _ => return Ok(Outcome::Region(region)),
+    }
+    peer.raft
+        .apply_conf_change(&cc)
+        .map_err(|e| Error::Internal(format!("applying a conf change: {e}")))?;
+    let mut epoch = region::epoch(&region);
+    epoch.conf_ver += 1;
+    region.epoch = Some(epoch);
+    peer.storage_mut().region = region.clone();
+    peer.storage().write_region_state(ctx.wb);
+    let removed_self = target.id == peer.meta.id && change.remove;
+    ctx.results.push(ExecResult::ChangePeer {
+        region: region.clone(),
+        removed_self,
+    });
+    Ok(Outcome::Region(region))
+}
+
+/// Applies `entries` (committed, in order) to `peer` into `ctx`.
+pub fn apply_entries<E: Engine>(
+    peer: &mut Peer<E>,
+    entries: Vec<Entry>,
+    ctx: &mut ApplyCtx<'_, E>,
+) {
+    let Some(last) = entries.last() else {
+        return;
+    };
+    let (last_index, last_term) = (last.index, last.term);
+    for entry in entries {
+        let result: Result<Outcome> = match entry.get_entry_type() {
+            EntryType::EntryNormal if entry.data.is_empty() => Ok(Outcome::Done),
+            EntryType::EntryNormal => match RaftCmd::decode(entry.data.as_ref()) {
+                Err(e) => Err(Error::Internal(format!("corrupt raft command: {e}"))),
+                Ok(cmd) => match cmd.cmd {
+                    Some(Cmd::Write(w)) => {
+                        let region = peer.region().clone();
+                        exec_write(&region, cmd.epoch.as_ref(), w, ctx)
+                    }
+                    Some(Cmd::Split(s)) => exec_split(peer, cmd.epoch.as_ref(), s, ctx),
+                    Some(Cmd::CompactLog(c)) => {
+                        let (i, t) = (c.compact_index, c.compact_term);
+                        if i > peer.storage().truncated_index() && i <= entry.index {
+                            peer.storage_mut().compact_to(i, t, ctx.wb);
+                        }
+                        Ok(Outcome::Done)
+                    }
+                    None => Err(Error::Internal("empty raft command".into())),
+                },
+            },
+            EntryType::EntryConfChange => exec_change_peer(peer, &entry, ctx),
+            EntryType::EntryConfChangeV2 => {
+                Err(Error::Internal("unexpected ConfChangeV2 entry".into()))
+            }
+        };
+        if let Err(Error::Internal(m)) = &result {
+            tracing::error!(
+                region = peer.region_id(),
+                index = entry.index,
+                "apply failed: {m}"
+            );
+        }
+        if let Some(p) = peer.take_proposal(entry.index, entry.term) {
+            ctx.finished.push((p, result));
+        }
+    }
+    let s = peer.storage_mut();
+    s.apply_state.applied_index = last_index;
+    s.apply_state.applied_term = last_term;
+    s.apply_state.commit_index = last_index;
+    s.apply_state.commit_term = last_term;
+    s.write_apply_state(ctx.wb);
+}

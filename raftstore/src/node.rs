@@ -1,0 +1,425 @@
+//! The node: what the services of a storage process talk to.
+//!
+//! A node owns the store loop thread (through its channel, the router),
+//! the engine for reads, the coprocessor read pool, and the store address
+//! resolver. Every call into the store loop waits for its answer with a
+//! timeout, so a region without a quorum produces a clear error instead of
+//! a hang.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use quarry_coprocessor::codec::key::hex;
+use quarry_coprocessor::endpoint;
+use quarry_coprocessor::storage::KeyRange;
+use quarry_proto::coprocessor::{other_error, CopRequest, CopResponse, OtherError};
+use quarry_proto::kv::{Context, KvPair};
+use quarry_proto::meta::{
+    Peer as PeerMeta, Region, RegionError, StatusResponse, Store as StoreInfo,
+};
+use quarry_proto::raft::{Conflict, KvWrite, SplitRequest};
+use tokio::sync::oneshot;
+
+use crate::engine::{Cf, Engine};
+use crate::grpc_transport::StoreResolver;
+use crate::store::StoreMsg;
+use crate::{region, Error, Result};
+
+/// How long a write may wait to be committed and applied.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a read may wait for leadership to be confirmed.
+pub const READ_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Node<E: Engine> {
+    pub store_id: u64,
+    engine: Arc<E>,
+    router: Mutex<Sender<StoreMsg>>,
+    read_pool: rayon::ThreadPool,
+    pending_reads: Arc<AtomicUsize>,
+    max_pending_reads: usize,
+    pub resolver: Arc<StoreResolver>,
+}
+
+struct PendingGuard(Arc<AtomicUsize>);
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl<E: Engine> Node<E> {
+    pub fn new(
+        store_id: u64,
+        engine: Arc<E>,
+        router: Sender<StoreMsg>,
+        read_pool_threads: usize,
+        max_pending_reads: usize,
+        resolver: Arc<StoreResolver>,
+    ) -> Result<Self> {
+        let read_pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(read_pool_threads)
+            .thread_name(|i| format!("cop-{i}"))
+            .build()
+            .map_err(|e| Error::Internal(format!("read pool: {e}")))?;
+        Ok(Node {
+            store_id,
+            engine,
+            router: Mutex::new(router),
+            read_pool,
+            pending_reads: Arc::new(AtomicUsize::new(0)),
+            max_pending_reads,
+            resolver,
+        })
+    }
+
+    pub fn engine(&self) -> &Arc<E> {
+        &self.engine
+    }
+
+    pub fn router(&self) -> Sender<StoreMsg> {
+        self.router.lock().clone()
+    }
+
+    /// Sends a message built around a reply channel and waits for the
+    /// reply, at most `timeout`.
+    async fn ask<T>(
+        &self,
+        what: impl Fn() -> String,
+        timeout: Duration,
+        make: impl FnOnce(oneshot::Sender<Result<T>>) -> StoreMsg,
+    ) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.router
+            .lock()
+            .send(make(tx))
+            .map_err(|_| Error::Unavailable(format!("store {} is shutting down", self.store_id)))?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r.map_err(|e| self.fill_leader_store(e)),
+            Ok(Err(_)) => Err(Error::Unavailable(format!(
+                "{}: the request was dropped",
+                what()
+            ))),
+            Err(_) => Err(Error::region(RegionError {
+                message: format!(
+                    "{}: no answer within {:?} (does the region have a quorum?)",
+                    what(),
+                    timeout
+                ),
+                server_is_busy: Some(quarry_proto::meta::ServerIsBusy {
+                    reason: "timeout".into(),
+                    backoff_ms: 100,
+                }),
+                ..Default::default()
+            })),
+        }
+    }
+
+    /// Adds the leader's store address to a NotLeader hint.
+    fn fill_leader_store(&self, e: Error) -> Error {
+        match e {
+            Error::Region(mut r) => {
+                if let Some(nl) = r.not_leader.as_mut() {
+                    if let Some(l) = nl.leader {
+                        if let Some(addr) = self.resolver.get(l.store_id) {
+                            nl.leader_store = Some(StoreInfo {
+                                id: l.store_id,
+                                addr,
+                            });
+                        }
+                    }
+                }
+                Error::Region(r)
+            }
+            other => other,
+        }
+    }
+
+    // ------------------------------------------------------------ raft calls
+
+    pub async fn write(
+        &self,
+        region_id: u64,
+        epoch: Option<quarry_proto::meta::RegionEpoch>,
+        write: KvWrite,
+    ) -> Result<()> {
+        self.ask(
+            || format!("writing to region {region_id}"),
+            WRITE_TIMEOUT,
+            |cb| StoreMsg::Write {
+                region_id,
+                epoch,
+                write,
+                cb,
+            },
+        )
+        .await
+    }
+
+    /// Waits until region `region_id` may be read here with every
+    /// acknowledged write visible; returns the region.
+    pub async fn read_check(
+        &self,
+        region_id: u64,
+        epoch: Option<quarry_proto::meta::RegionEpoch>,
+    ) -> Result<Region> {
+        self.ask(
+            || format!("reading region {region_id}"),
+            READ_CHECK_TIMEOUT,
+            |cb| StoreMsg::Read {
+                region_id,
+                epoch,
+                cb,
+            },
+        )
+        .await
+    }
+
+    pub async fn create_region(&self, region: Region) -> Result<()> {
+        let id = region.id;
+        self.ask(
+            || format!("creating region {id}"),
+            WRITE_TIMEOUT,
+            |cb| StoreMsg::CreatePeer { region, cb },
+        )
+        .await
+    }
+
+    pub async fn destroy_region(&self, region_id: u64) -> Result<()> {
+        self.ask(
+            || format!("destroying region {region_id}"),
+            WRITE_TIMEOUT,
+            |cb| StoreMsg::DestroyPeer { region_id, cb },
+        )
+        .await
+    }
+
+    pub async fn change_peer(
+        &self,
+        region_id: u64,
+        peer: PeerMeta,
+        remove: bool,
+    ) -> Result<Region> {
+        self.ask(
+            || format!("changing the peers of region {region_id}"),
+            WRITE_TIMEOUT,
+            |cb| StoreMsg::ChangePeer {
+                region_id,
+                peer,
+                remove,
+                cb,
+            },
+        )
+        .await
+    }
+
+    pub async fn split(
+        &self,
+        region_id: u64,
+        epoch: Option<quarry_proto::meta::RegionEpoch>,
+        split: SplitRequest,
+    ) -> Result<(Region, Region)> {
+        self.ask(
+            || format!("splitting region {region_id}"),
+            WRITE_TIMEOUT,
+            |cb| StoreMsg::Split {
+                region_id,
+                epoch,
+                split,
+                cb,
+            },
+        )
+        .await
+    }
+
+    pub fn transfer_leader(&self, region_id: u64, to_peer_id: u64) {
+        let _ = self.router.lock().send(StoreMsg::TransferLeader {
+            region_id,
+            to_peer_id,
+        });
+    }
+
+    pub async fn status(&self) -> Result<StatusResponse> {
+        let (tx, rx) = oneshot::channel();
+        self.router
+            .lock()
+            .send(StoreMsg::Status { cb: tx })
+            .map_err(|_| Error::Unavailable("store is shutting down".into()))?;
+        tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .map_err(|_| Error::Unavailable("the store loop did not answer".into()))?
+            .map_err(|_| Error::Unavailable("the store loop stopped".into()))
+    }
+
+    // ------------------------------------------------------------ kv
+
+    fn context(ctx: Option<&Context>) -> Result<&Context> {
+        ctx.ok_or_else(|| Error::InvalidInput("request without a region context".into()))
+    }
+
+    pub async fn batch_put(
+        &self,
+        ctx: Option<&Context>,
+        pairs: Vec<KvPair>,
+        if_absent: bool,
+        same_value_ok: bool,
+    ) -> Result<()> {
+        let ctx = Self::context(ctx)?;
+        let conflict = match (if_absent, same_value_ok) {
+            (false, _) => Conflict::Overwrite,
+            (true, false) => Conflict::FailIfExists,
+            (true, true) => Conflict::FailIfDifferent,
+        };
+        self.write(
+            ctx.region_id,
+            ctx.region_epoch,
+            KvWrite {
+                puts: pairs,
+                conflict: conflict as i32,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    pub async fn delete_range(
+        &self,
+        ctx: Option<&Context>,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<()> {
+        let ctx = Self::context(ctx)?;
+        self.write(
+            ctx.region_id,
+            ctx.region_epoch,
+            KvWrite {
+                delete_ranges: vec![KvPair {
+                    key: start.to_vec(),
+                    value: end.to_vec(),
+                }],
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    pub async fn batch_get(&self, ctx: Option<&Context>, keys: &[Vec<u8>]) -> Result<Vec<KvPair>> {
+        let ctx = Self::context(ctx)?;
+        let r = self.read_check(ctx.region_id, ctx.region_epoch).await?;
+        let mut out = Vec::new();
+        for k in keys {
+            if !region::contains(&r, k) {
+                return Err(Error::region(region::key_not_in_region(k, &r)));
+            }
+            if let Some(v) = self.engine.get(Cf::Default, k)? {
+                out.push(KvPair {
+                    key: k.clone(),
+                    value: v,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    pub async fn scan(
+        &self,
+        ctx: Option<&Context>,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        key_only: bool,
+    ) -> Result<Vec<KvPair>> {
+        let ctx = Self::context(ctx)?;
+        let r = self.read_check(ctx.region_id, ctx.region_epoch).await?;
+        let (s, e) = crate::engine::clamp(
+            &KeyRange::new(start.to_vec(), end.to_vec()),
+            &KeyRange::new(r.start_key.clone(), r.end_key.clone()),
+        );
+        let mut out = Vec::new();
+        self.engine.scan(Cf::Default, &s, &e, &mut |k, v| {
+            out.push(KvPair {
+                key: k.to_vec(),
+                value: if key_only { vec![] } else { v.to_vec() },
+            });
+            limit == 0 || out.len() < limit
+        })?;
+        Ok(out)
+    }
+
+    // ------------------------------------------------------------ coprocessor
+
+    /// Runs a coprocessor request: leadership confirmed through the store
+    /// loop, then the DAG on the read pool over a RocksDB snapshot. Never
+    /// fails: errors come back inside the response.
+    pub async fn coprocessor(&self, req: CopRequest) -> CopResponse {
+        let received = Instant::now();
+        let region_error = |e: RegionError| CopResponse {
+            region_error: Some(e),
+            ..Default::default()
+        };
+        let ctx = match Self::context(req.context.as_ref()) {
+            Ok(c) => *c,
+            Err(e) => {
+                return CopResponse {
+                    other_error: Some(OtherError {
+                        code: other_error::Code::InvalidInput as i32,
+                        message: e.to_string(),
+                    }),
+                    ..Default::default()
+                }
+            }
+        };
+        let r = match self.read_check(ctx.region_id, ctx.region_epoch).await {
+            Ok(r) => r,
+            Err(Error::Region(e)) => return region_error(*e),
+            Err(e) => {
+                return CopResponse {
+                    other_error: Some(OtherError {
+                        code: other_error::Code::Internal as i32,
+                        message: e.to_string(),
+                    }),
+                    ..Default::default()
+                }
+            }
+        };
+        for kr in &req.ranges {
+            if !region::contains_range(&r, &kr.start, &kr.end) {
+                tracing::debug!(
+                    region = r.id,
+                    start = hex(&kr.start),
+                    "range outside the region"
+                );
+                return region_error(region::epoch_not_match(ctx.region_epoch.as_ref(), &r));
+            }
+        }
+        let pending = self.pending_reads.fetch_add(1, Ordering::SeqCst);
+        let _release = PendingGuard(self.pending_reads.clone());
+        if pending >= self.max_pending_reads {
+            return region_error(region::server_is_busy(format!(
+                "{pending} coprocessor requests pending on store {}",
+                self.store_id
+            )));
+        }
+        let deadline =
+            (req.timeout_ms > 0).then(|| received + Duration::from_millis(req.timeout_ms));
+        let engine = self.engine.clone();
+        let bounds = KeyRange::new(r.start_key, r.end_key);
+        let (tx, rx) = oneshot::channel();
+        self.read_pool.spawn(move || {
+            let wait_ns = received.elapsed().as_nanos() as u64;
+            let resp =
+                engine.with_snapshot(&bounds, |s| endpoint::handle(s, &req, deadline, wait_ns));
+            let _ = tx.send(resp);
+        });
+        rx.await.unwrap_or_else(|_| CopResponse {
+            other_error: Some(OtherError {
+                code: other_error::Code::Internal as i32,
+                message: "coprocessor worker stopped without an answer".into(),
+            }),
+            ..Default::default()
+        })
+    }
+}

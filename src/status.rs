@@ -1,0 +1,78 @@
+//! `quarry status`: what a store says about its regions.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use quarry_coprocessor::codec::key::hex;
+use quarry_proto::meta::admin_client::AdminClient;
+use quarry_proto::meta::{RegionStatus, StatusRequest, StatusResponse};
+use tonic::transport::Endpoint;
+
+/// The status of the store at `addr`.
+pub async fn fetch(addr: &str) -> Result<StatusResponse> {
+    let ch = Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    Ok(AdminClient::new(ch)
+        .status(StatusRequest {})
+        .await?
+        .into_inner())
+}
+
+fn short(key: &[u8]) -> String {
+    let h = hex(key);
+    if h.len() > 16 {
+        format!("{}…", &h[..16])
+    } else if h.is_empty() {
+        "-".into()
+    } else {
+        h
+    }
+}
+
+pub fn format(addr: &str, s: &StatusResponse) -> String {
+    let mut out = format!(
+        "store {} at {addr}: {} regions\n",
+        s.store_id,
+        s.regions.len()
+    );
+    for r in &s.regions {
+        let RegionStatus {
+            region,
+            peer_id,
+            is_leader,
+            leader_peer_id,
+            term,
+            applied_index,
+            commit_index,
+            last_index,
+            truncated_index,
+        } = r;
+        let region = region.clone().unwrap_or_default();
+        let epoch = region.epoch.unwrap_or_default();
+        out.push_str(&format!(
+            "  region {:>4} [{}, {}) v{} c{} peer {} {} (leader peer {}) term {} log {}..{} commit {} applied {}\n",
+            region.id,
+            short(&region.start_key),
+            short(&region.end_key),
+            epoch.version,
+            epoch.conf_ver,
+            peer_id,
+            if *is_leader { "LEADER  " } else { "follower" },
+            leader_peer_id,
+            term,
+            truncated_index,
+            last_index,
+            commit_index,
+            applied_index
+        ));
+    }
+    out
+}
+
+pub async fn store_status(addr: &str) -> Result<String> {
+    Ok(format(addr, &fetch(addr).await?))
+}

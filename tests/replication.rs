@@ -1,0 +1,337 @@
+//! Replication against real processes: 3 storage processes each holding a
+//! replica of every region, killed and restarted under load and queries.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use quarry::tpch;
+use quarry_client::Client;
+use quarry_proto::meta::admin_client::AdminClient;
+use quarry_proto::meta::{SplitRegionRequest, StatusResponse};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn status(addrs: &[String]) -> Vec<StatusResponse> {
+    runtime().block_on(async {
+        let mut out = Vec::new();
+        for a in addrs {
+            if let Ok(s) = quarry::status::fetch(a).await {
+                out.push(s);
+            }
+        }
+        out
+    })
+}
+
+/// (store index, number of regions it leads), most leaders first.
+fn leaders(pg: &Playground) -> Vec<(usize, usize)> {
+    let mut v: Vec<(usize, usize)> = status(&pg.store_addrs())
+        .iter()
+        .map(|s| {
+            let n = s.regions.iter().filter(|r| r.is_leader).count();
+            (s.store_id as usize - 1, n)
+        })
+        .collect();
+    v.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    v
+}
+
+/// Waits until every store has applied as far as each region's leader.
+fn wait_caught_up(pg: &Playground, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let all = status(&pg.store_addrs());
+        let mut leader_applied = BTreeMap::new();
+        for s in &all {
+            for r in s.regions.iter().filter(|r| r.is_leader) {
+                leader_applied.insert(r.region.as_ref().unwrap().id, r.applied_index);
+            }
+        }
+        let behind = all.len() < pg.stores.len()
+            || all.iter().any(|s| {
+                s.regions.iter().any(|r| {
+                    let id = r.region.as_ref().unwrap().id;
+                    leader_applied
+                        .get(&id)
+                        .is_some_and(|&l| r.applied_index < l)
+                })
+            });
+        if !behind {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replicas did not catch up within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn q1_q6_match(pg: &Playground) {
+    assert_csv_matches(&pg.ok(tpch::Q1), tpch::expected("q1", 0.01).unwrap());
+    assert_csv_matches(&pg.ok(tpch::Q6), tpch::expected("q6", 0.01).unwrap());
+}
+
+#[test]
+fn killing_a_store_during_a_load_loses_no_acknowledged_row() {
+    let _serial = SERIAL.lock();
+    let mut pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--restart-delay-ms",
+        "600000",
+    ]);
+    pg.ok("CREATE TABLE acked (id BIGINT PRIMARY KEY, v BIGINT NOT NULL) WITH (split_handles = '2000,4000,6000')");
+
+    // A bounded load: 80 INSERTs of 100 rows, at most 90 s; each batch is
+    // either acknowledged or reported failed.
+    let acked: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+    let started = Arc::new(AtomicBool::new(false));
+    let compute = pg.compute.clone();
+    let loader = {
+        let (acked, started) = (acked.clone(), started.clone());
+        std::thread::spawn(move || {
+            runtime().block_on(async {
+                let mut c = Client::connect(&compute).await.unwrap();
+                let t0 = Instant::now();
+                for batch in 0..80i64 {
+                    if t0.elapsed() > Duration::from_secs(90) {
+                        break;
+                    }
+                    let ids: Vec<i64> = (0..100).map(|i| batch * 100 + i).collect();
+                    let values: Vec<String> = ids
+                        .iter()
+                        .map(|id| format!("({id}, {})", id * 7 + 3))
+                        .collect();
+                    let sql = format!("INSERT INTO acked VALUES {}", values.join(", "));
+                    if c.sql(&sql).await.is_ok() {
+                        acked.lock().unwrap().extend(ids);
+                    }
+                    started.store(true, Ordering::SeqCst);
+                }
+            })
+        })
+    };
+    while !started.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (victim, _) = pg.stores[1].clone();
+    signal(victim, "KILL");
+    // While it is down, answers stay right.
+    q1_q6_match(&pg);
+    loader.join().unwrap();
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked.len() >= 4000,
+        "most batches should succeed, got {} rows",
+        acked.len()
+    );
+
+    let check = |pg: &Playground| {
+        let out = pg.ok("SELECT id, v FROM acked ORDER BY id");
+        let rows: BTreeMap<i64, i64> = out
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let (a, b) = l.split_once(',').unwrap();
+                (a.parse().unwrap(), b.parse().unwrap())
+            })
+            .collect();
+        for id in &acked {
+            assert_eq!(rows.get(id), Some(&(id * 7 + 3)), "acknowledged row {id}");
+        }
+        let n = acked.len() as i64;
+        let sum: i64 = acked.iter().map(|id| id * 7 + 3).sum();
+        let got_sum: i64 = acked.iter().map(|id| rows[id]).sum();
+        assert_eq!(
+            (
+                acked.iter().filter(|id| rows.contains_key(id)).count() as i64,
+                got_sum
+            ),
+            (n, sum)
+        );
+        out
+    };
+    let before = check(&pg);
+
+    // Restart it: it catches up, and every answer is the same.
+    pg.restart_children();
+    pg.wait_line("storage 2:", Duration::from_secs(60));
+    wait_caught_up(&pg, Duration::from_secs(60));
+    assert_eq!(check(&pg), before);
+    q1_q6_match(&pg);
+}
+
+#[test]
+fn a_killed_leader_is_replaced_within_ten_seconds() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--restart-delay-ms",
+        "600000",
+    ]);
+    let (busiest, n) = leaders(&pg)[0];
+    assert!(n > 0);
+    let (pid, _) = pg.stores[busiest].clone();
+    let want = tpch::expected("q6", 0.01).unwrap();
+    signal(pid, "KILL");
+    let killed = Instant::now();
+    let recovered = loop {
+        let out = pg.sql("csv", tpch::Q6);
+        if out.status.success() {
+            assert_csv_matches(&String::from_utf8(out.stdout).unwrap(), want);
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "no answer 30 s after the kill"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!(
+        "answers resumed {recovered:?} after killing store {}",
+        busiest + 1
+    );
+    assert!(recovered < Duration::from_secs(10), "took {recovered:?}");
+    // And keep coming, correct.
+    for _ in 0..3 {
+        q1_q6_match(&pg);
+    }
+}
+
+#[test]
+fn two_of_three_down_fail_with_unavailable_within_the_deadline() {
+    let _serial = SERIAL.lock();
+    let mut pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--restart-delay-ms",
+        "600000",
+        "--query-timeout-ms",
+        "4000",
+    ]);
+    signal(pg.stores[0].0, "KILL");
+    signal(pg.stores[2].0, "KILL");
+    let started = Instant::now();
+    let err = pg.fails(tpch::Q6);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert!(err.contains("unavailable"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // Bring them back: answers return.
+    pg.restart_children();
+    pg.wait_line("storage", Duration::from_secs(60));
+    pg.wait_line("storage", Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pg.sql("csv", tpch::Q6).status.success() {
+        assert!(Instant::now() < deadline, "no answer after the restart");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    q1_q6_match(&pg);
+}
+
+#[test]
+fn a_hung_store_is_failed_over() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--query-timeout-ms",
+        "20000",
+    ]);
+    let (busiest, _) = leaders(&pg)[0];
+    let (pid, _) = pg.stores[busiest].clone();
+    signal(pid, "STOP");
+    let started = Instant::now();
+    let out = pg.sql("csv", tpch::Q6);
+    let took = started.elapsed();
+    signal(pid, "CONT");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_csv_matches(
+        &String::from_utf8(out.stdout).unwrap(),
+        tpch::expected("q6", 0.01).unwrap(),
+    );
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+}
+
+#[test]
+fn splits_during_a_query_loop_change_no_answer() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    let addrs = pg.store_addrs();
+    let regions_before: usize = status(&addrs)
+        .iter()
+        .map(|s| s.regions.iter().filter(|r| r.is_leader).count())
+        .sum();
+    let stop = Arc::new(AtomicBool::new(false));
+    let splitter = {
+        let (addrs, stop) = (addrs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut splits = 0;
+            for s in status(&addrs) {
+                for r in s.regions.iter().filter(|r| r.is_leader) {
+                    let region = r.region.clone().unwrap();
+                    if region.id == 1 || stop.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    let addr = addrs[s.store_id as usize - 1].clone();
+                    let ok = runtime().block_on(async move {
+                        let mut c = AdminClient::connect(format!("http://{addr}"))
+                            .await
+                            .unwrap();
+                        c.split_region(SplitRegionRequest {
+                            region_id: region.id,
+                            epoch: region.epoch,
+                            split_key: vec![],
+                        })
+                        .await
+                        .is_ok()
+                    });
+                    splits += ok as usize;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            splits
+        })
+    };
+    let q1 = tpch::expected("q1", 0.01).unwrap();
+    runtime().block_on(async {
+        let mut c = Client::connect(&pg.compute).await.unwrap();
+        for _ in 0..25 {
+            tpch::compare(&c.sql(tpch::Q1).await.unwrap(), q1).unwrap();
+        }
+    });
+    stop.store(true, Ordering::SeqCst);
+    let splits = splitter.join().unwrap();
+    assert!(splits >= 3, "only {splits} splits happened");
+    let regions_after: usize = status(&addrs)
+        .iter()
+        .map(|s| s.regions.iter().filter(|r| r.is_leader).count())
+        .sum();
+    assert_eq!(regions_after, regions_before + splits);
+    q1_q6_match(&pg);
+}
