@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use quarry_client::Client;
 
 use crate::load::{load_tpch, LoadOptions};
@@ -125,4 +125,125 @@ pub async fn bench_tpch(opts: &BenchOptions) -> Result<(Option<LoadSummary>, Vec
     .await;
     cluster.stop().await;
     result
+}
+
+/// `quarry bench write`: the cost of replication, and what early apply
+/// buys, measured side by side in one run.
+#[derive(Debug, Clone)]
+pub struct WriteBenchOptions {
+    pub stores: usize,
+    pub sf: f64,
+    /// Sequential single-row INSERTs timed one by one.
+    pub inserts: usize,
+    /// Concurrent writers for the throughput phase.
+    pub writers: usize,
+    pub settings: Vec<bool>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WriteReport {
+    pub early_apply: bool,
+    pub replicas: usize,
+    pub load_rows_per_s: f64,
+    pub load_seconds: f64,
+    pub insert_p50_ms: f64,
+    pub insert_p99_ms: f64,
+    pub insert_mean_ms: f64,
+    pub concurrent_writes_per_s: f64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn write_phase(url: &str, opts: &WriteBenchOptions) -> Result<(Vec<f64>, f64)> {
+    let mut c = Client::connect(url).await?;
+    c.sql("CREATE TABLE w (id BIGINT PRIMARY KEY, v BIGINT)")
+        .await?;
+    let mut lat = Vec::with_capacity(opts.inserts);
+    for i in 0..opts.inserts as i64 {
+        let t = Instant::now();
+        c.sql(&format!("INSERT INTO w VALUES ({i}, {})", i * 3))
+            .await?;
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    // Concurrent writers, each its own connection and key range.
+    let per = opts.inserts.max(opts.writers);
+    let t = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..opts.writers as i64 {
+        let url = url.to_string();
+        tasks.spawn(async move {
+            let mut c = Client::connect(&url).await?;
+            for i in 0..per as i64 {
+                let id = 1_000_000 * (w + 1) + i;
+                c.sql(&format!("INSERT INTO w VALUES ({id}, 1)")).await?;
+            }
+            Ok::<_, anyhow::Error>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    let rate = (per * opts.writers) as f64 / t.elapsed().as_secs_f64();
+    Ok((lat, rate))
+}
+
+pub async fn bench_write(opts: &WriteBenchOptions) -> Result<Vec<WriteReport>> {
+    let mut out = Vec::new();
+    for &early in &opts.settings {
+        let dir = tempfile::Builder::new()
+            .prefix("quarry-bench-write-")
+            .tempdir()?;
+        let args = crate::local::ClusterArgs {
+            store: vec!["--early-apply".into(), early.to_string()],
+            ..Default::default()
+        };
+        let mut cluster = LocalCluster::start(dir.path(), opts.stores, &args).await?;
+        let result = async {
+            let load = load_tpch(
+                &cluster.store_addrs(),
+                &LoadOptions {
+                    sf: opts.sf,
+                    progress: false,
+                    ..Default::default()
+                },
+            )
+            .await
+            .context("loading")?;
+            let (mut lat, rate) = write_phase(&cluster.compute_url(), opts)
+                .await
+                .context("inserting")?;
+            lat.sort_by(|a, b| a.total_cmp(b));
+            Ok::<_, anyhow::Error>(WriteReport {
+                early_apply: early,
+                replicas: opts.stores.min(3),
+                load_rows_per_s: load.rows as f64 / load.seconds,
+                load_seconds: load.seconds,
+                insert_p50_ms: percentile(&lat, 0.5),
+                insert_p99_ms: percentile(&lat, 0.99),
+                insert_mean_ms: lat.iter().sum::<f64>() / lat.len().max(1) as f64,
+                concurrent_writes_per_s: rate,
+            })
+        }
+        .await;
+        cluster.stop().await;
+        if std::env::var_os("QUARRY_KEEP_BENCH_DIR").is_some() {
+            eprintln!("cluster dir kept: {}", dir.keep().display());
+            out.extend(result.ok());
+            continue;
+        }
+        match result {
+            Ok(r) => out.push(r),
+            Err(e) => {
+                let kept = dir.keep();
+                return Err(e.context(format!("cluster logs kept in {}", kept.display())));
+            }
+        }
+    }
+    Ok(out)
 }

@@ -35,13 +35,26 @@ pub struct LocalCluster {
     exe: PathBuf,
     store_args: Vec<String>,
     compute_args: Vec<String>,
+    replicas: usize,
 }
 
 /// Extra arguments for the children.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ClusterArgs {
     pub store: Vec<String>,
     pub compute: Vec<String>,
+    /// Replicas per region (also passed to every store).
+    pub replicas: usize,
+}
+
+impl Default for ClusterArgs {
+    fn default() -> Self {
+        ClusterArgs {
+            store: vec![],
+            compute: vec![],
+            replicas: 3,
+        }
+    }
 }
 
 /// How long a child may take to report its address.
@@ -110,6 +123,7 @@ impl LocalCluster {
             exe,
             store_args: args.store.clone(),
             compute_args: args.compute.clone(),
+            replicas: args.replicas,
         };
         for id in 1..=stores as u64 {
             let p = c.start_store(id).await?;
@@ -117,7 +131,34 @@ impl LocalCluster {
         }
         c.compute = Some(c.start_compute().await?);
         c.save_addresses()?;
+        c.wait_meta_replicated(args.replicas.min(stores)).await?;
         Ok(c)
+    }
+
+    /// Waits until the meta region has its replicas, so that losing any
+    /// one store afterwards keeps the cluster answering.
+    async fn wait_meta_replicated(&self, replicas: usize) -> Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut have = 0;
+            for addr in self.store_addrs() {
+                if let Ok(s) = crate::status::fetch(&addr).await {
+                    let meta = s
+                        .regions
+                        .iter()
+                        .filter_map(|r| r.region.as_ref())
+                        .find(|r| r.id == 1);
+                    have = have.max(meta.map_or(0, |r| r.peers.len()));
+                }
+            }
+            if have >= replicas {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("the meta region has {have} of {replicas} replicas after 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     fn addresses_file(&self) -> PathBuf {
@@ -169,6 +210,7 @@ impl LocalCluster {
             args.push("--join".into());
             args.push(first);
         }
+        args.extend(["--replicas".to_string(), self.replicas.to_string()]);
         args.extend(self.store_args.iter().cloned());
         spawn(
             &self.exe,

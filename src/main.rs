@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use quarry::bench::{bench_tpch, BenchOptions};
+use quarry::bench::{bench_tpch, bench_write, BenchOptions, WriteBenchOptions};
 use quarry::load::{existing_lineitem, load_tpch, LoadOptions};
 use quarry::local::{ClusterArgs, LocalCluster};
 use quarry::output::{self, Format};
@@ -91,6 +91,9 @@ struct StorageArgs {
     /// raftstore.region-split-size-mb.
     #[arg(long)]
     region_split_size_mb: Option<u64>,
+    /// Re-create a down store's replicas elsewhere after this long.
+    #[arg(long)]
+    max_store_down_secs: Option<u64>,
     /// Print the default configuration as TOML and exit.
     #[arg(long)]
     print_default_config: bool,
@@ -141,6 +144,9 @@ struct PlaygroundArgs {
     /// raftstore.region-split-size-mb for every store.
     #[arg(long)]
     region_split_size_mb: Option<u64>,
+    /// max-store-down-secs for every store.
+    #[arg(long)]
+    max_store_down_secs: Option<u64>,
     /// Query timeout for the compute process.
     #[arg(long)]
     query_timeout_ms: Option<u64>,
@@ -185,6 +191,26 @@ struct SqlArgs {
 
 #[derive(Subcommand)]
 enum BenchWhat {
+    /// Write cost of replication: load throughput, INSERT latency and
+    /// concurrent INSERT throughput, with early apply on and off in one run.
+    Write {
+        #[arg(long, default_value_t = 3)]
+        stores: usize,
+        /// TPC-H scale factor loaded to time the bulk path.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Sequential single-row INSERTs (each timed).
+        #[arg(long, default_value_t = 300)]
+        inserts: usize,
+        /// Concurrent writers for the throughput phase.
+        #[arg(long, default_value_t = 8)]
+        writers: usize,
+        /// on, off or both.
+        #[arg(long, default_value = "both")]
+        early_apply: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// TPC-H Q1 and Q6.
     Tpch {
         /// A running compute process; without it an embedded local cluster
@@ -288,6 +314,9 @@ async fn storage(a: StorageArgs) -> Result<()> {
     if let Some(v) = a.region_split_size_mb {
         cfg.raftstore.region_split_size_mb = v;
     }
+    if let Some(v) = a.max_store_down_secs {
+        cfg.max_store_down_secs = v;
+    }
     let id = cfg.store_id;
     quarry_raftstore::server::run(
         cfg,
@@ -340,9 +369,10 @@ fn print_store(out: &mut impl Write, n: usize, p: &quarry::local::Proc) -> std::
 }
 
 async fn playground(a: PlaygroundArgs) -> Result<()> {
-    let mut args = ClusterArgs::default();
-    args.store
-        .extend(["--replicas".to_string(), a.replicas.to_string()]);
+    let mut args = ClusterArgs {
+        replicas: a.replicas,
+        ..Default::default()
+    };
     if let Some(v) = a.early_apply {
         args.store
             .extend(["--early-apply".to_string(), v.to_string()]);
@@ -350,6 +380,10 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
     if let Some(v) = a.region_split_size_mb {
         args.store
             .extend(["--region-split-size-mb".to_string(), v.to_string()]);
+    }
+    if let Some(v) = a.max_store_down_secs {
+        args.store
+            .extend(["--max-store-down-secs".to_string(), v.to_string()]);
     }
     if let Some(t) = a.query_timeout_ms {
         args.compute
@@ -367,7 +401,6 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
             .ok_or_else(|| anyhow!("no compute process"))?;
         writeln!(out, "compute: pid {} addr {}", c.pid, cluster.compute_url())?;
         out.flush()?;
-        wait_meta_replicated(&cluster, a.replicas.min(a.stores)).await?;
         if let Some(sf) = a.sf {
             let marker = a.dir.join("lineitem.sf");
             let have = std::fs::read_to_string(&marker).ok();
@@ -409,35 +442,6 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
     .await;
     cluster.stop().await;
     result
-}
-
-/// Waits until the meta region has its replicas, so that losing any one
-/// store after "ready" keeps the cluster answering.
-async fn wait_meta_replicated(cluster: &LocalCluster, replicas: usize) -> Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut have = 0;
-        for addr in cluster.store_addrs() {
-            if let Ok(s) = quarry::status::fetch(&addr).await {
-                if let Some(r) = s
-                    .regions
-                    .iter()
-                    .find(|r| r.region.as_ref().is_some_and(|r| r.id == 1))
-                {
-                    have = have.max(r.region.as_ref().map_or(0, |r| r.peers.len()));
-                }
-            }
-        }
-        if have >= replicas {
-            return Ok(());
-        }
-        if std::time::Instant::now() > deadline {
-            return Err(anyhow!(
-                "the meta region has {have} of {replicas} replicas after 60 s"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Keeps the cluster running until SIGINT/SIGTERM: a child that exits is
@@ -549,6 +553,67 @@ async fn run(cli: Cli) -> Result<()> {
             let batches = client.sql(&a.sql).await?;
             let mut out = std::io::stdout().lock();
             output::print(&mut out, &batches, a.format)?;
+            Ok(())
+        }
+        Cmd::Bench {
+            what:
+                BenchWhat::Write {
+                    stores,
+                    sf,
+                    inserts,
+                    writers,
+                    early_apply,
+                    json,
+                },
+        } => {
+            init_logging("warn");
+            let settings = match early_apply.as_str() {
+                "on" => vec![true],
+                "off" => vec![false],
+                "both" => vec![true, false],
+                other => {
+                    return Err(anyhow!(
+                        "--early-apply must be on, off or both, not {other}"
+                    ))
+                }
+            };
+            let reports = bench_write(&WriteBenchOptions {
+                stores,
+                sf,
+                inserts,
+                writers,
+                settings,
+            })
+            .await?;
+            for r in &reports {
+                if json {
+                    println!("{}", serde_json::to_string(r)?);
+                } else {
+                    println!(
+                        "early-apply {:>3}: load {:.0} rows/s ({:.1} s, {} replicas); INSERT p50 {:.2} ms p99 {:.2} ms mean {:.2} ms; {} writers {:.0} INSERTs/s",
+                        if r.early_apply { "on" } else { "off" },
+                        r.load_rows_per_s,
+                        r.load_seconds,
+                        r.replicas,
+                        r.insert_p50_ms,
+                        r.insert_p99_ms,
+                        r.insert_mean_ms,
+                        writers,
+                        r.concurrent_writes_per_s
+                    );
+                }
+            }
+            if let [on, off] = reports.as_slice() {
+                if !json {
+                    println!(
+                        "off/on: INSERT p50 {:.2}×, mean {:.2}×, concurrent throughput {:.2}×, load throughput {:.2}×",
+                        off.insert_p50_ms / on.insert_p50_ms,
+                        off.insert_mean_ms / on.insert_mean_ms,
+                        off.concurrent_writes_per_s / on.concurrent_writes_per_s,
+                        off.load_rows_per_s / on.load_rows_per_s
+                    );
+                }
+            }
             Ok(())
         }
         Cmd::Bench {

@@ -335,3 +335,60 @@ fn splits_during_a_query_loop_change_no_answer() {
     assert_eq!(regions_after, regions_before + splits);
     q1_q6_match(&pg);
 }
+
+#[test]
+fn a_store_down_past_the_timeout_has_its_replicas_recreated() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[
+        "--stores",
+        "4",
+        "--replicas",
+        "3",
+        "--sf",
+        "0.01",
+        "--restart-delay-ms",
+        "600000",
+        "--max-store-down-secs",
+        "3",
+    ]);
+    let addrs = pg.store_addrs();
+    // Kill a store that holds replicas (every store does, with 4 stores and
+    // 3 replicas over 9 regions), but not store 1 (the join address).
+    let victim = 2u64;
+    signal(pg.stores[victim as usize - 1].0, "KILL");
+    let live: Vec<String> = addrs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i as u64 + 1 != victim)
+        .map(|(_, a)| a.clone())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let all = status(&live);
+        let regions: BTreeMap<u64, usize> = all
+            .iter()
+            .flat_map(|s| s.regions.iter().filter(|r| r.is_leader))
+            .map(|r| {
+                let region = r.region.as_ref().unwrap();
+                assert!(
+                    region.peers.len() <= 4,
+                    "region {} has {} peers",
+                    region.id,
+                    region.peers.len()
+                );
+                let on_victim = region.peers.iter().any(|p| p.store_id == victim);
+                (region.id, if on_victim { 0 } else { region.peers.len() })
+            })
+            .collect();
+        // The meta region and lineitem's 8 regions (2 per store).
+        if regions.len() == 9 && regions.values().all(|&n| n == 3) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replicas were not moved off store {victim}: {regions:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    q1_q6_match(&pg);
+}

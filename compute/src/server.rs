@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 use crate::config::ComputeConfig;
 use crate::engine::QueryEngine;
@@ -26,9 +26,11 @@ pub async fn run(
         .map_err(|e| Error::Internal(e.to_string()))?;
     let serving = tokio::spawn(
         tonic::transport::Server::builder()
-            .tcp_nodelay(true)
             .add_service(flight::service(engine))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown),
+            .serve_with_incoming_shutdown(
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                shutdown,
+            ),
     );
     ready(local);
     serving

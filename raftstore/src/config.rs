@@ -32,6 +32,9 @@ pub struct StorageConfig {
     pub peer_timeout_ms: u64,
     /// Replicas per region (fewer while the cluster has fewer stores).
     pub replicas: usize,
+    /// A store not heard from for this long has its replicas re-created on
+    /// other stores (when there are stores without one).
+    pub max_store_down_secs: u64,
     pub raftstore: RaftstoreSection,
 }
 
@@ -73,6 +76,7 @@ impl Default for StorageConfig {
             sync_writes: true,
             peer_timeout_ms: 10_000,
             replicas: 3,
+            max_store_down_secs: 60,
             raftstore: RaftstoreSection::default(),
         }
     }

@@ -55,22 +55,31 @@ pub struct Meta<E: Engine> {
     node: Arc<Node<E>>,
     peers: Arc<PeerClients>,
     replicas: usize,
+    max_store_down: Duration,
     ddl: tokio::sync::Mutex<()>,
     ids: tokio::sync::Mutex<()>,
     live: Mutex<HashMap<u64, Liveness>>,
-    started: Instant,
+    /// Since when this store has led the meta region (heartbeats only come
+    /// to the leader, so liveness is only known after a while of leading).
+    leading_since: Mutex<Option<Instant>>,
 }
 
 impl<E: Engine> Meta<E> {
-    pub fn new(node: Arc<Node<E>>, peers: Arc<PeerClients>, replicas: usize) -> Self {
+    pub fn new(
+        node: Arc<Node<E>>,
+        peers: Arc<PeerClients>,
+        replicas: usize,
+        max_store_down: Duration,
+    ) -> Self {
         Meta {
             node,
             peers,
             replicas: replicas.max(1),
+            max_store_down,
             ddl: tokio::sync::Mutex::new(()),
             ids: tokio::sync::Mutex::new(()),
             live: Mutex::new(HashMap::new()),
-            started: Instant::now(),
+            leading_since: Mutex::new(None),
         }
     }
 
@@ -255,10 +264,31 @@ impl<E: Engine> Meta<E> {
         Ok(())
     }
 
+    /// Called by the worker each round: whether this store leads the meta
+    /// region now.
+    pub fn note_leadership(&self, leading: bool) {
+        let mut since = self.leading_since.lock();
+        match (leading, since.is_some()) {
+            (true, false) => *since = Some(Instant::now()),
+            (false, true) => {
+                *since = None;
+                self.live.lock().clear();
+            }
+            _ => {}
+        }
+    }
+
+    /// How long this store has led the meta region.
+    fn leading_for(&self) -> Duration {
+        self.leading_since
+            .lock()
+            .map_or(Duration::ZERO, |s| s.elapsed())
+    }
+
     /// Stores heard from recently (all registered stores for a while after
-    /// this meta leader started, while heartbeats come in).
+    /// this store became the meta leader, while heartbeats come in).
     pub fn live_stores(&self, all: &[StoreInfo]) -> Vec<StoreInfo> {
-        if self.started.elapsed() < STORE_DOWN_AFTER {
+        if self.leading_for() < STORE_DOWN_AFTER {
             return all.to_vec();
         }
         let live = self.live.lock();
@@ -602,6 +632,117 @@ impl<E: Engine> Meta<E> {
         self.propose(&region, vec![(key, next.to_be_bytes().to_vec())], vec![])
             .await?;
         Ok(first)
+    }
+
+    /// On the meta leader: moves replicas off stores that have been down
+    /// longer than `max-store-down-secs`, onto live stores without one: add
+    /// the new peer, then remove the dead one, region after region.
+    pub async fn repair_replicas(&self) -> Result<()> {
+        tracing::trace!(leading_for = ?self.leading_for(), "checking for replicas on down stores");
+        if self.leading_for() < self.max_store_down.max(STORE_DOWN_AFTER) {
+            // Liveness here is too young to call any store dead.
+            return Ok(());
+        }
+        let all = self.stores().await?;
+        let dead: Vec<u64> = {
+            let live = self.live.lock();
+            all.iter()
+                .filter(|s| {
+                    live.get(&s.id)
+                        .is_none_or(|l| l.last_seen.elapsed() > self.max_store_down)
+                })
+                .map(|s| s.id)
+                .collect()
+        };
+        if dead.is_empty() {
+            return Ok(());
+        }
+        tracing::debug!(?dead, "stores down past max-store-down-secs");
+        let live = self.live_stores(&all);
+        for region in self.regions_in(b"", b"").await? {
+            let Some(gone) = region
+                .peers
+                .iter()
+                .find(|p| dead.contains(&p.store_id))
+                .copied()
+            else {
+                continue;
+            };
+            let Some(target) = live
+                .iter()
+                .find(|s| !region.peers.iter().any(|p| p.store_id == s.id))
+            else {
+                continue;
+            };
+            let leader_store = {
+                let live = self.live.lock();
+                region
+                    .peers
+                    .iter()
+                    .find(|p| {
+                        live.get(&p.store_id)
+                            .is_some_and(|l| l.leaders.contains(&region.id))
+                    })
+                    .map(|p| p.store_id)
+            };
+            let Some(leader_store) = leader_store.and_then(|id| all.iter().find(|s| s.id == id))
+            else {
+                tracing::debug!(
+                    region = region.id,
+                    "no leader known yet for a region to repair"
+                );
+                continue;
+            };
+            let id = self.alloc_ids(1).await?;
+            let new_peer = Peer {
+                id,
+                store_id: target.id,
+            };
+            tracing::info!(
+                region = region.id,
+                from = gone.store_id,
+                to = target.id,
+                "re-creating a replica of a store that is down"
+            );
+            let added = self
+                .change_peer_at(leader_store, region.id, new_peer, false)
+                .await?;
+            self.report_regions(vec![added]).await?;
+            let removed = self
+                .change_peer_at(leader_store, region.id, gone, true)
+                .await?;
+            self.report_regions(vec![removed]).await?;
+        }
+        Ok(())
+    }
+
+    async fn change_peer_at(
+        &self,
+        leader: &StoreInfo,
+        region_id: u64,
+        peer: Peer,
+        remove: bool,
+    ) -> Result<Region> {
+        if leader.id == self.node.store_id {
+            return self.node.change_peer(region_id, peer, remove).await;
+        }
+        let mut c = self.peers.admin(&leader.addr)?;
+        c.change_peer(quarry_proto::meta::ChangePeerRequest {
+            region_id,
+            peer: Some(peer),
+            remove,
+        })
+        .await
+        .map_err(|st| {
+            unreachable(
+                &format!("changing the peers of region {region_id}"),
+                &leader.addr,
+                &st,
+            )
+        })?
+        .into_inner()
+        .region
+        .ok_or_else(|| Error::Internal("ChangePeer answered without a region".into()))
     }
 
     /// On the meta leader: gives the meta region `replicas` replicas on

@@ -97,7 +97,17 @@ impl<E: Engine> Node<E> {
             .lock()
             .send(make(tx))
             .map_err(|_| Error::Unavailable(format!("store {} is shutting down", self.store_id)))?;
-        match tokio::time::timeout(timeout, rx).await {
+        let asked = Instant::now();
+        let answer = tokio::time::timeout(timeout, rx).await;
+        if asked.elapsed() > Duration::from_millis(500) {
+            tracing::warn!(
+                store = self.store_id,
+                ms = asked.elapsed().as_millis() as u64,
+                "slow: {}",
+                what()
+            );
+        }
+        match answer {
             Ok(Ok(r)) => r.map_err(|e| self.fill_leader_store(e)),
             Ok(Err(_)) => Err(Error::Unavailable(format!(
                 "{}: the request was dropped",

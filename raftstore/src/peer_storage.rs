@@ -539,8 +539,12 @@ impl<E: Engine> raft::Storage for PeerStorage<E> {
 
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         if let Some(s) = self.snapshot.borrow().as_ref() {
-            if s.get_metadata().index >= request_index
-                && s.get_metadata().index + 1000 >= self.apply_state.applied_index
+            // A snapshot from before a membership change lacks the new peer
+            // in its ConfState, and the new peer would refuse it forever.
+            let meta = s.get_metadata();
+            if meta.index >= request_index
+                && meta.index + 1000 >= self.apply_state.applied_index
+                && meta.get_conf_state().get_voters() == self.conf_state().get_voters()
             {
                 return Ok(s.clone());
             }

@@ -26,7 +26,7 @@ use quarry_proto::meta::{PutStoreRequest, Store as StoreInfo};
 use quarry_proto::raft::raft_server::RaftServer;
 use quarry_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 use crate::config::StorageConfig;
 use crate::engine::rocks::{RocksConfig, RocksEngine};
@@ -154,7 +154,12 @@ pub async fn run(
         cfg.max_pending_reads,
         resolver.clone(),
     )?);
-    let meta = Arc::new(Meta::new(node.clone(), peers.clone(), cfg.replicas));
+    let meta = Arc::new(Meta::new(
+        node.clone(),
+        peers.clone(),
+        cfg.replicas,
+        Duration::from_secs(cfg.max_store_down_secs),
+    ));
     let meta_svc = Arc::new(MetaService::new(
         meta.clone(),
         peers.clone(),
@@ -178,8 +183,9 @@ pub async fn run(
         shutdown.await;
         let _ = down_tx.send(true);
     });
+    // (`Server::tcp_nodelay` does not apply to `serve_with_incoming`: the
+    // incoming stream sets it, or every reply waits on Nagle's algorithm.)
     let router_svc = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .add_service(
             RaftServer::new(RaftService::new(router.clone(), down_rx.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -204,9 +210,11 @@ pub async fn run(
             node.clone(),
             worker.clone(),
         )));
-    let serving = tokio::spawn(
-        router_svc.serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop),
-    );
+    let serving =
+        tokio::spawn(router_svc.serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            stop,
+        ));
 
     if fresh && cfg.join.is_empty() {
         tracing::info!(store = cfg.store_id, "bootstrapping a new cluster");

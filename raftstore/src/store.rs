@@ -913,7 +913,16 @@ pub fn run_loop<E: Engine, T: Transport>(mut store: RaftStore<E, T>, rx: Receive
                 next_tick = Instant::now() + TICK;
             }
         }
-        if let Err(e) = store.handle_readies() {
+        let round = Instant::now();
+        let result = store.handle_readies();
+        if round.elapsed() > std::time::Duration::from_millis(500) {
+            tracing::warn!(
+                store = store.store_id,
+                ms = round.elapsed().as_millis() as u64,
+                "slow store loop round"
+            );
+        }
+        if let Err(e) = result {
             // A failed RocksDB write leaves memory and disk disagreeing:
             // stop rather than acknowledge anything more.
             tracing::error!(store = store.store_id, "store loop stopped: {e}");

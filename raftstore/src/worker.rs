@@ -3,7 +3,7 @@
 //! * heartbeat to the meta leader (liveness, address, regions it leads)
 //!   and refresh the store address book raft messages are routed with;
 //! * on the meta leader: give the meta region its replicas on joining
-//!   stores;
+//!   stores, and move replicas off stores down past `max-store-down-secs`;
 //! * split regions this store leads once they pass `region-split-size`
 //!   (new ids come from meta, the split goes through raft, and meta learns
 //!   the new regions afterwards; until then requests with the old epoch get
@@ -63,9 +63,14 @@ impl<E: Engine> Worker<E> {
             if let Err(e) = self.heartbeat().await {
                 tracing::debug!("heartbeat: {e}");
             }
-            if self.node.read_check(META_REGION_ID, None).await.is_ok() {
+            let leading = self.node.read_check(META_REGION_ID, None).await.is_ok();
+            self.meta.meta().note_leadership(leading);
+            if leading {
                 if let Err(e) = self.meta.meta().ensure_meta_replicas().await {
                     tracing::debug!("meta replicas: {e}");
+                }
+                if let Err(e) = self.meta.meta().repair_replicas().await {
+                    tracing::warn!("re-creating replicas: {e}");
                 }
             }
             if round % 5 == 4 && round >= 20 {

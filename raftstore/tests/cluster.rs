@@ -533,6 +533,44 @@ fn early_apply_moves_the_commit_index_forward_or_refuses_to_start() {
 }
 
 #[test]
+fn peers_added_one_after_another_each_get_a_snapshot() {
+    let mut c = Cluster::new(3, RaftStoreConfig::default());
+    let r = c.region(10, &[1]);
+    c.create(&r);
+    let leader = c.wait_leader(10);
+    c.put(leader, 10, &[(1, "a")], Conflict::Overwrite).unwrap();
+    for store in [2, 3] {
+        let (tx, mut rx) = oneshot::channel();
+        c.stores
+            .get_mut(&leader)
+            .unwrap()
+            .handle_msg(StoreMsg::ChangePeer {
+                region_id: 10,
+                peer: Peer {
+                    id: 1000 + store,
+                    store_id: store,
+                },
+                remove: false,
+                cb: tx,
+            });
+        c.ticks(10);
+        assert_eq!(rx.try_recv().unwrap().unwrap().peers.len() as u64, store);
+    }
+    c.ticks(10);
+    for s in 1..=3 {
+        assert_eq!(
+            c.value(s, 1).as_deref(),
+            Some("a"),
+            "store {s} has the data"
+        );
+    }
+    // With the first peer gone, the other two still make a quorum.
+    c.stop(1);
+    let leader = c.wait_leader(10);
+    c.put(leader, 10, &[(2, "b")], Conflict::Overwrite).unwrap();
+}
+
+#[test]
 fn a_peer_added_on_a_fourth_store_gets_the_data_and_a_removed_one_goes() {
     let mut c = Cluster::new(4, RaftStoreConfig::default());
     let r = c.region(10, &[1, 2, 3]);

@@ -61,6 +61,20 @@ impl<E: Engine> Admin for AdminService<E> {
         Ok(Response::new(TransferLeaderResponse {}))
     }
 
+    async fn change_peer(
+        &self,
+        req: Request<ChangePeerRequest>,
+    ) -> Result<Response<ChangePeerResponse>, Status> {
+        let r = req.into_inner();
+        let peer = r
+            .peer
+            .ok_or_else(|| Error::InvalidInput("ChangePeer without a peer".into()))?;
+        let region = self.node.change_peer(r.region_id, peer, r.remove).await?;
+        Ok(Response::new(ChangePeerResponse {
+            region: Some(region),
+        }))
+    }
+
     async fn split_region(
         &self,
         req: Request<SplitRegionRequest>,
