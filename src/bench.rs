@@ -6,7 +6,7 @@
 //! runs once to warm up, then `--runs` times; times are wall-clock from the
 //! client's call to the last result batch.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use quarry_client::Client;
@@ -181,7 +181,16 @@ async fn write_phase(url: &str, opts: &WriteBenchOptions) -> Result<(Vec<f64>, f
             let mut c = Client::connect(&url).await?;
             for i in 0..per as i64 {
                 let id = 1_000_000 * (w + 1) + i;
+                let t = Instant::now();
                 c.sql(&format!("INSERT INTO w VALUES ({id}, 1)")).await?;
+                if t.elapsed() > Duration::from_millis(100) {
+                    tracing::warn!(
+                        writer = w,
+                        insert = i,
+                        ms = t.elapsed().as_millis() as u64,
+                        "slow concurrent INSERT"
+                    );
+                }
             }
             Ok::<_, anyhow::Error>(())
         });
@@ -219,6 +228,7 @@ pub async fn bench_write(opts: &WriteBenchOptions) -> Result<Vec<WriteReport>> {
                 .await
                 .context("inserting")?;
             lat.sort_by(|a, b| a.total_cmp(b));
+            tracing::info!(slowest = ?&lat[lat.len().saturating_sub(5)..], "slowest INSERTs (ms)");
             Ok::<_, anyhow::Error>(WriteReport {
                 early_apply: early,
                 replicas: opts.stores.min(3),
@@ -234,7 +244,7 @@ pub async fn bench_write(opts: &WriteBenchOptions) -> Result<Vec<WriteReport>> {
         cluster.stop().await;
         if std::env::var_os("QUARRY_KEEP_BENCH_DIR").is_some() {
             eprintln!("cluster dir kept: {}", dir.keep().display());
-            out.extend(result.ok());
+            out.push(result?);
             continue;
         }
         match result {

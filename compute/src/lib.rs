@@ -34,8 +34,10 @@
 //! * Results of queries without aggregation are collected on compute
 //!   before they are sent (ORDER BY needs them all; LIMIT without ORDER BY
 //!   stops early).
-//! * A store that is down fails the queries that need its regions (after a
-//!   few retries, naming the store): there is one replica per region.
+//! * A store that is down costs the regions it led an election (about
+//!   1–2 s): requests go to other replicas meanwhile. A region with no
+//!   reachable leader for 10 s (a majority of its stores down) fails the
+//!   query with an unavailable error naming the stores tried.
 
 pub mod cluster;
 pub mod config;

@@ -57,13 +57,21 @@
 //!   heartbeats, meta replicas, splits.
 //! * [`service`]: the gRPC services; [`server`]: process start and stop.
 //!
+//! MEMBERSHIP
+//!
+//! Leaders move to each region's preferred peer (`peers[id % n]`) when it
+//! is caught up, which spreads leaders evenly over stores. A store not heard
+//! from for `max-store-down-secs` has its replicas re-created on stores
+//! without one (add the new peer, then remove the dead one), when such
+//! stores exist.
+//!
 //! IMPLEMENTATION CAVEATS
 //!
 //! * Apply runs on the store loop thread; a large write delays other
 //!   regions' rounds on the same store.
 //! * Snapshots are built and sent whole (one message holding the region's
 //!   data); regions are kept small enough by splitting.
-//! * Replicas of a store that stays down are not yet re-created elsewhere.
+//! * The lease assumes clocks drift little within its 800 ms.
 //! * A coprocessor request keeps running after its caller gives up, until
 //!   its deadline.
 

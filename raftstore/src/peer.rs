@@ -85,6 +85,10 @@ pub struct Proposal {
 pub struct PendingRead {
     pub id: u64,
     pub requested_at: Instant,
+    /// When the current ReadIndex round for it was started; None while it
+    /// waits for the leader to commit an entry of its term (raft-rs drops
+    /// ReadIndex requests before that).
+    pub issued_at: Option<Instant>,
     pub index: Option<u64>,
     pub cbs: Vec<oneshot::Sender<Result<Region>>>,
 }
@@ -308,6 +312,32 @@ impl<E: Engine> Peer<E> {
         let id = self.next_read_id;
         self.next_read_id += 1;
         id
+    }
+
+    /// Starts ReadIndex rounds for reads that have none, and restarts
+    /// rounds unconfirmed for a second (a heartbeat or its answer was lost).
+    /// Nothing starts before the leader has committed an entry of its term:
+    /// raft-rs would drop the request without a word.
+    pub fn drive_reads(&mut self, now: Instant) {
+        if !self.is_leader() || !self.raft.raft.commit_to_current_term() {
+            return;
+        }
+        let mut restart = Vec::new();
+        for (i, r) in self.reads.iter().enumerate() {
+            let stale = r.issued_at.is_some_and(|at| {
+                r.index.is_none() && now.duration_since(at) > Duration::from_secs(1)
+            });
+            if r.issued_at.is_none() || stale {
+                restart.push(i);
+            }
+        }
+        for i in restart {
+            let id = self.next_read_id();
+            let r = &mut self.reads[i];
+            r.id = id;
+            r.issued_at = Some(now);
+            self.raft.read_index(id.to_be_bytes().to_vec());
+        }
     }
 
     /// Called after every Ready: notices leadership changes. Losing

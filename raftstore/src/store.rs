@@ -357,19 +357,21 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             let _ = cb.send(Ok(peer.region().clone()));
             return;
         }
-        // Join a ReadIndex round that has not been confirmed yet, or start one.
-        if let Some(r) = peer.reads.back_mut().filter(|r| r.index.is_none()) {
+        // Join a ReadIndex round not sent yet, or start one. (A round already
+        // sent may confirm leadership only as of before this read arrived.)
+        if let Some(r) = peer.reads.back_mut().filter(|r| r.issued_at.is_none()) {
             r.cbs.push(cb);
             return;
         }
         let id = peer.next_read_id();
-        peer.raft.read_index(id.to_be_bytes().to_vec());
         peer.reads.push_back(PendingRead {
             id,
             requested_at: now,
+            issued_at: None,
             index: None,
             cbs: vec![cb],
         });
+        peer.drive_reads(now);
     }
 
     fn on_raft_message(&mut self, m: RaftMessage) {
@@ -574,6 +576,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         let periodic = self.ticks.is_multiple_of(ELECTION_TICKS as u64);
         for peer in self.peers.values_mut() {
             peer.raft.tick();
+            peer.drive_reads(now);
             if let Some(n) = peer.campaign_in {
                 if n == 0 {
                     peer.campaign_in = None;
@@ -700,7 +703,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             let mut renew = None;
             if let Some(r) = peer.reads.iter_mut().find(|r| r.id == id) {
                 r.index = Some(rs.index);
-                renew = Some(r.requested_at);
+                renew = r.issued_at;
             }
             if let Some(at) = renew {
                 peer.renew_lease(at);
@@ -837,6 +840,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             peer.storage_mut().trim_cache(applied);
             Self::finish_reads(peer, now);
             peer.on_role_change();
+            peer.drive_reads(now);
         }
         for r in results {
             self.on_exec_result(r)?;

@@ -623,3 +623,33 @@ fn a_peer_added_on_a_fourth_store_gets_the_data_and_a_removed_one_goes() {
     );
     assert_eq!(c.value(victim, 1), None, "with its data");
 }
+
+#[test]
+fn a_read_on_a_brand_new_leader_is_answered_promptly() {
+    // raft-rs drops a ReadIndex request until the leader has committed an
+    // entry of its term; the store must hold the read and send it later.
+    let (mut c, leader) = three();
+    c.put(leader, 10, &[(1, "a")], Conflict::Overwrite).unwrap();
+    let target = if leader == 1 { 3 } else { 1 };
+    let target_peer = 1000 + target;
+    c.stores
+        .get_mut(&leader)
+        .unwrap()
+        .handle_msg(StoreMsg::TransferLeader {
+            region_id: 10,
+            to_peer_id: target_peer,
+        });
+    // Just enough for the transfer, not for the new leader's first commit.
+    for _ in 0..50 {
+        c.rounds(1);
+        if c.stores[&target].peer(10).unwrap().is_leader() {
+            break;
+        }
+    }
+    assert!(
+        c.stores[&target].peer(10).unwrap().is_leader(),
+        "transfer happened"
+    );
+    let r = c.read(target, 10, 5).expect("answered within 5 ticks");
+    assert!(r.is_ok(), "{r:?}");
+}
