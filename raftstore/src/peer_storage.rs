@@ -239,13 +239,16 @@ impl<E: Engine> PeerStorage<E> {
         };
         let id = self.region.id;
         let last = entries.last().expect("non-empty");
-        // Drop a tail the new entries replace.
+        // Drop a tail the new entries replace (entries past the new last
+        // one; the rest are overwritten in place).
         if first.index <= self.raft_state.last_index {
-            wb.delete_range(
-                Cf::Raft,
-                keys::raft_log_key(id, last.index + 1),
-                keys::raft_log_key(id, self.raft_state.last_index + 1),
-            );
+            if last.index < self.raft_state.last_index {
+                wb.delete_range(
+                    Cf::Raft,
+                    keys::raft_log_key(id, last.index + 1),
+                    keys::raft_log_key(id, self.raft_state.last_index + 1),
+                );
+            }
             while self.cache.back().is_some_and(|e| e.index >= first.index) {
                 let e = self.cache.pop_back().expect("non-empty");
                 self.cache_bytes -= e.compute_size() as usize;

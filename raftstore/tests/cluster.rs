@@ -248,6 +248,29 @@ impl Cluster {
     fn heal(&mut self) {
         self.filters.clear();
     }
+
+    /// Splits the stores in two groups that cannot talk to each other.
+    fn partition(&mut self, a: &[u64], b: &[u64]) {
+        let (a, b) = (a.to_vec(), b.to_vec());
+        self.filters.push(Box::new(move |from, to| {
+            !((a.contains(&from) && b.contains(&to)) || (b.contains(&from) && a.contains(&to)))
+        }));
+    }
+
+    /// Drops each message with probability `rate` (seeded, so runs repeat).
+    fn drop_messages(&mut self, rate: f64, seed: u64) {
+        let state = std::cell::Cell::new(seed);
+        self.filters.push(Box::new(move |_, _| {
+            // xorshift64*
+            let mut x = state.get();
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            state.set(x);
+            let r = (x.wrapping_mul(0x2545F4914F6CDD1D) >> 11) as f64 / (1u64 << 53) as f64;
+            r >= rate
+        }));
+    }
 }
 
 fn three() -> (Cluster, u64) {
@@ -652,4 +675,69 @@ fn a_read_on_a_brand_new_leader_is_answered_promptly() {
     );
     let r = c.read(target, 10, 5).expect("answered within 5 ticks");
     assert!(r.is_ok(), "{r:?}");
+}
+
+#[test]
+fn writes_commit_through_heavy_message_loss() {
+    for seed in [1, 2, 3] {
+        let (mut c, _) = three();
+        c.drop_messages(0.3, seed);
+        for h in 0..20 {
+            let leader = c.wait_leader(10);
+            // A write may be lost with its leader's term; retry it as a
+            // client would (overwrites are idempotent).
+            let mut tries = 0;
+            while c.put(leader, 10, &[(h, "v")], Conflict::Overwrite).is_err() {
+                tries += 1;
+                assert!(tries < 20, "seed {seed}: write {h} never committed");
+                c.ticks(5);
+            }
+        }
+        c.heal();
+        c.ticks(20);
+        for s in 1..=3 {
+            for h in 0..20 {
+                assert_eq!(c.value(s, h).as_deref(), Some("v"), "seed {seed} store {s} handle {h}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_minority_partition_stalls_and_the_majority_goes_on() {
+    let (mut c, leader) = three();
+    c.put(leader, 10, &[(1, "a")], Conflict::Overwrite).unwrap();
+    // Cut the leader off with no one: the other two elect and write.
+    let others: Vec<u64> = (1..=3).filter(|s| *s != leader).collect();
+    c.partition(&[leader], &others);
+    let new = loop {
+        c.ticks(1);
+        if let Some(l) = c.leader(10).filter(|l| *l != leader) {
+            break l;
+        }
+    };
+    c.put(new, 10, &[(2, "b")], Conflict::Overwrite).unwrap();
+    // The old leader can neither write nor (once its lease runs out) read.
+    let (tx, mut rx) = oneshot::channel();
+    let epoch = c.epoch(leader, 10);
+    c.stores.get_mut(&leader).unwrap().handle_msg(StoreMsg::Write {
+        region_id: 10,
+        epoch: Some(epoch),
+        write: KvWrite {
+            puts: vec![KvPair {
+                key: record_key(TABLE, 3),
+                value: b"lost".to_vec(),
+            }],
+            ..Default::default()
+        },
+        cb: tx,
+    });
+    c.ticks(30);
+    assert!(!matches!(rx.try_recv(), Ok(Ok(()))), "a minority acknowledged a write");
+    c.heal();
+    c.ticks(30);
+    for s in 1..=3 {
+        assert_eq!(c.value(s, 2).as_deref(), Some("b"));
+        assert_eq!(c.value(s, 3), None, "store {s}: the minority's write never applied");
+    }
 }
