@@ -5,11 +5,23 @@
 //! 3 stores) in a temporary directory and loads the data first. Each query
 //! runs once to warm up, then `--runs` times; times are wall-clock from the
 //! client's call to the last result batch.
+//!
+//! `--compare` measures, in one run on one machine: the column layout, the
+//! row layout, rows instead of Arrow chunks on the wire (a second compute
+//! process started with `--encode rows`), and DuckDB in memory over the same
+//! generated rows when its Python package can be imported; then prints the
+//! ratios. Every setting's answers are checked against each other (an
+//! order-independent digest of the result) and, where known, DuckDB's.
 
+use std::hash::{Hash, Hasher};
+use std::io::Write as _;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
+use arrow::array::RecordBatch;
 use quarry_client::Client;
+use quarry_proto::meta::Layout;
 
 use crate::load::{load_tpch, LoadOptions};
 use crate::local::LocalCluster;
@@ -24,11 +36,15 @@ pub struct BenchOptions {
     pub stores: usize,
     pub cluster_args: crate::local::ClusterArgs,
     pub progress: bool,
+    pub layout: Layout,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct QueryReport {
     pub query: String,
+    /// What was measured (`column`, `row`, `column, rows on the wire`,
+    /// `duckdb`).
+    pub setting: String,
     pub sf: f64,
     pub runs: usize,
     pub min_ms: f64,
@@ -36,11 +52,15 @@ pub struct QueryReport {
     pub rows: usize,
     /// "match", "unknown" (no known answer at this scale) or the mismatch.
     pub answer: String,
+    /// Order-independent digest of the answer (settings must agree).
+    #[serde(skip)]
+    pub digest: u64,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LoadSummary {
     pub sf: f64,
+    pub layout: String,
     pub rows: u64,
     pub seconds: f64,
     pub regions: usize,
@@ -58,13 +78,39 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// An order-independent digest of a result: the sum of its rows' hashes.
+pub fn digest(batches: &[RecordBatch]) -> u64 {
+    let mut sum = 0u64;
+    for b in batches {
+        for r in 0..b.num_rows() {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            for c in b.columns() {
+                tpch::format_value(c.as_ref(), r).hash(&mut h);
+            }
+            sum = sum.wrapping_add(h.finish());
+        }
+    }
+    sum
+}
+
+fn layout_name(l: Layout) -> &'static str {
+    match l {
+        Layout::Column => "column",
+        Layout::Row => "row",
+    }
+}
+
 /// Times each query on the compute process at `url`.
-pub async fn run_queries(url: &str, opts: &BenchOptions) -> Result<Vec<QueryReport>> {
+pub async fn run_queries(
+    url: &str,
+    setting: &str,
+    opts: &BenchOptions,
+) -> Result<Vec<QueryReport>> {
     let mut client = Client::connect(url).await?;
     let mut out = Vec::new();
     for q in &opts.queries {
         let Some(sql) = tpch::query(q) else {
-            bail!("unknown query '{q}': known are q1, q6");
+            bail!("unknown query '{q}': known are q1, q6, scan");
         };
         let warm = client.sql(sql).await?;
         let answer = match tpch::expected(q, opts.sf) {
@@ -84,47 +130,327 @@ pub async fn run_queries(url: &str, opts: &BenchOptions) -> Result<Vec<QueryRepo
         }
         out.push(QueryReport {
             query: q.clone(),
+            setting: setting.to_string(),
             sf: opts.sf,
             runs: times.len(),
             min_ms: times.iter().copied().fold(f64::INFINITY, f64::min),
             median_ms: median(times),
             rows,
             answer,
+            digest: digest(&warm),
         });
     }
     Ok(out)
 }
 
+async fn load(cluster: &LocalCluster, opts: &BenchOptions, layout: Layout) -> Result<LoadSummary> {
+    let load = load_tpch(
+        &cluster.store_addrs(),
+        &LoadOptions {
+            sf: opts.sf,
+            progress: opts.progress,
+            layout,
+            replace: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok(LoadSummary {
+        sf: opts.sf,
+        layout: layout_name(layout).into(),
+        rows: load.rows,
+        seconds: load.seconds,
+        regions: load.regions,
+    })
+}
+
 /// Runs the bench; returns the load summary (embedded cluster only) and
 /// one report per query.
 pub async fn bench_tpch(opts: &BenchOptions) -> Result<(Option<LoadSummary>, Vec<QueryReport>)> {
+    let setting = layout_name(opts.layout);
     if let Some(url) = &opts.addr {
-        return Ok((None, run_queries(url, opts).await?));
+        return Ok((None, run_queries(url, setting, opts).await?));
     }
     let dir = tempfile::Builder::new().prefix("quarry-bench-").tempdir()?;
     let mut cluster = LocalCluster::start(dir.path(), opts.stores, &opts.cluster_args).await?;
     let result = async {
-        let load = load_tpch(
-            &cluster.store_addrs(),
-            &LoadOptions {
-                sf: opts.sf,
-                progress: opts.progress,
-                ..Default::default()
-            },
-        )
-        .await?;
-        let summary = LoadSummary {
-            sf: opts.sf,
-            rows: load.rows,
-            seconds: load.seconds,
-            regions: load.regions,
-        };
-        let reports = run_queries(&cluster.compute_url(), opts).await?;
+        let summary = load(&cluster, opts, opts.layout).await?;
+        let reports = run_queries(&cluster.compute_url(), setting, opts).await?;
         Ok::<_, anyhow::Error>((Some(summary), reports))
     }
     .await;
     cluster.stop().await;
     result
+}
+
+/// What `--compare` measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CompareReport {
+    pub loads: Vec<LoadSummary>,
+    pub queries: Vec<QueryReport>,
+    /// Why DuckDB was not measured, if it was not.
+    pub duckdb_skipped: Option<String>,
+}
+
+/// `bench tpch --compare`: every setting side by side in one run.
+pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
+    if opts.addr.is_some() {
+        bail!("--compare starts its own cluster; leave out --addr");
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("quarry-compare-")
+        .tempdir()?;
+    let mut cluster = LocalCluster::start(dir.path(), opts.stores, &opts.cluster_args).await?;
+    let result = async {
+        let rows_url = cluster
+            .start_extra_compute("compute-rows", &["--encode".into(), "rows".into()])
+            .await?;
+        let mut loads = Vec::new();
+        let mut queries = Vec::new();
+        loads.push(load(&cluster, opts, Layout::Column).await?);
+        queries.extend(run_queries(&cluster.compute_url(), "column", opts).await?);
+        queries.extend(run_queries(&rows_url, "column, rows on the wire", opts).await?);
+        loads.push(load(&cluster, opts, Layout::Row).await?);
+        queries.extend(run_queries(&cluster.compute_url(), "row", opts).await?);
+        let duckdb = duckdb_times(dir.path(), opts).await;
+        let duckdb_skipped = match duckdb {
+            Ok(d) => {
+                queries.extend(d);
+                None
+            }
+            Err(e) => Some(format!("{e:#}")),
+        };
+        Ok::<_, anyhow::Error>(CompareReport {
+            loads,
+            queries,
+            duckdb_skipped,
+        })
+    }
+    .await;
+    cluster.stop().await;
+    let report = result?;
+    // Every Quarry setting must give the same answer.
+    for q in &opts.queries {
+        let mut ds = report
+            .queries
+            .iter()
+            .filter(|r| &r.query == q && r.setting != "duckdb");
+        if let Some(first) = ds.next() {
+            if let Some(other) = ds.find(|r| r.digest != first.digest || r.rows != first.rows) {
+                bail!(
+                    "{q}: setting '{}' answered differently from '{}'",
+                    other.setting,
+                    first.setting
+                );
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// The Python that has DuckDB: $QUARRY_PYTHON, the anchors' venv, or
+/// python3.
+fn duckdb_python() -> Result<String> {
+    let mut candidates = Vec::new();
+    if let Ok(p) = std::env::var("QUARRY_PYTHON") {
+        candidates.push(p);
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        let venv = Path::new(&home).join(".cache/quarry-anchors/venv/bin/python");
+        candidates.push(venv.to_string_lossy().into_owned());
+    }
+    candidates.push("python3".into());
+    for c in candidates {
+        let ok = std::process::Command::new(&c)
+            .args(["-c", "import duckdb"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Ok(c);
+        }
+    }
+    Err(anyhow!(
+        "no Python with the duckdb package (set QUARRY_PYTHON, or run ../shared/bench/anchors/run.sh once)"
+    ))
+}
+
+const DUCKDB_SCRIPT: &str = r#"
+import json, sys, time, duckdb
+path, threads, runs, queries = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+con = duckdb.connect()
+con.execute(f"SET threads={threads}")
+con.execute("SET enable_progress_bar=false")
+types = {"l_orderkey": "BIGINT", "l_partkey": "BIGINT", "l_suppkey": "BIGINT",
+         "l_linenumber": "BIGINT", "l_quantity": "DECIMAL(15,2)", "l_extendedprice": "DECIMAL(15,2)",
+         "l_discount": "DECIMAL(15,2)", "l_tax": "DECIMAL(15,2)", "l_returnflag": "VARCHAR",
+         "l_linestatus": "VARCHAR", "l_shipdate": "DATE", "l_commitdate": "DATE",
+         "l_receiptdate": "DATE", "l_shipinstruct": "VARCHAR", "l_shipmode": "VARCHAR",
+         "l_comment": "VARCHAR"}
+con.execute(f"CREATE TABLE lineitem AS SELECT * FROM read_csv('{path}', delim='|', header=false, columns={types})")
+def fetch(r):
+    return r.to_arrow_table() if hasattr(r, "to_arrow_table") else r.arrow()
+out = {}
+for name, sql in queries.items():
+    fetch(con.execute(sql))
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fetch(con.execute(sql))
+        times.append((time.perf_counter() - t) * 1e3)
+    out[name] = times
+print(json.dumps(out))
+"#;
+
+/// DuckDB in memory over the same rows (written as `|`-separated text),
+/// with as many threads as this machine has cores.
+async fn duckdb_times(dir: &Path, opts: &BenchOptions) -> Result<Vec<QueryReport>> {
+    let python = duckdb_python()?;
+    let path = dir.join("lineitem.tbl");
+    let sf = opts.sf;
+    let p = path.clone();
+    tokio::task::spawn_blocking(move || write_tbl(&p, sf)).await??;
+    let queries: serde_json::Map<String, serde_json::Value> = opts
+        .queries
+        .iter()
+        .filter_map(|q| tpch::query(q).map(|sql| (q.clone(), sql.into())))
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let out = tokio::time::timeout(
+        Duration::from_secs(1800),
+        tokio::process::Command::new(&python)
+            .args([
+                "-c",
+                DUCKDB_SCRIPT,
+                &path.to_string_lossy(),
+                &threads.to_string(),
+                &opts.runs.max(1).to_string(),
+                &serde_json::Value::Object(queries).to_string(),
+            ])
+            .output(),
+    )
+    .await
+    .map_err(|_| anyhow!("DuckDB did not finish within 30 minutes"))??;
+    let _ = std::fs::remove_file(&path);
+    if !out.status.success() {
+        bail!("DuckDB failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
+    let times: std::collections::HashMap<String, Vec<f64>> =
+        serde_json::from_str(last).context("reading DuckDB's times")?;
+    Ok(opts
+        .queries
+        .iter()
+        .filter_map(|q| {
+            let t = times.get(q)?.clone();
+            Some(QueryReport {
+                query: q.clone(),
+                setting: "duckdb".into(),
+                sf,
+                runs: t.len(),
+                min_ms: t.iter().copied().fold(f64::INFINITY, f64::min),
+                median_ms: median(t),
+                rows: 0,
+                answer: "reference".into(),
+                digest: 0,
+            })
+        })
+        .collect())
+}
+
+/// Writes lineitem at `sf` as dbgen's `|`-separated text.
+fn write_tbl(path: &Path, sf: f64) -> Result<()> {
+    use quarry_coprocessor::codec::row::Datum;
+    use quarry_coprocessor::types::{format_date, format_decimal};
+    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+    let mut line = String::with_capacity(256);
+    let mut err = None;
+    tpch::generate_part(sf, 1, 1, |_, cols| {
+        line.clear();
+        for (i, (_, d)) in cols.iter().enumerate() {
+            if i > 0 {
+                line.push('|');
+            }
+            match d {
+                Datum::Int(v) => line.push_str(&v.to_string()),
+                Datum::Decimal(v) => line.push_str(&format_decimal(*v, 2)),
+                Datum::Date(v) => line.push_str(&format_date(*v)),
+                Datum::Bytes(b) => line.push_str(&String::from_utf8_lossy(b)),
+                _ => {}
+            }
+        }
+        line.push('\n');
+        if let Err(e) = w.write_all(line.as_bytes()) {
+            err.get_or_insert(e);
+        }
+        Ok(())
+    })?;
+    if let Some(e) = err {
+        return Err(e.into());
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// The `--compare` table: one line per query and setting, then ratios.
+pub fn print_compare(r: &CompareReport) {
+    for l in &r.loads {
+        println!(
+            "load {:>6}: {} rows at SF {} into {} regions in {:.1} s ({:.0} rows/s)",
+            l.layout,
+            l.rows,
+            l.sf,
+            l.regions,
+            l.seconds,
+            l.rows as f64 / l.seconds
+        );
+    }
+    println!(
+        "{:<6} {:<28} {:>10} {:>12} {:>9}  answer",
+        "query", "setting", "min ms", "median ms", "rows"
+    );
+    for q in &r.queries {
+        println!(
+            "{:<6} {:<28} {:>10.1} {:>12.1} {:>9}  {}",
+            q.query, q.setting, q.min_ms, q.median_ms, q.rows, q.answer
+        );
+    }
+    let med = |q: &str, s: &str| {
+        r.queries
+            .iter()
+            .find(|x| x.query == q && x.setting == s)
+            .map(|x| x.median_ms)
+    };
+    let mut names: Vec<&str> = Vec::new();
+    for q in &r.queries {
+        if !names.contains(&q.query.as_str()) {
+            names.push(&q.query);
+        }
+    }
+    for q in names {
+        let col = med(q, "column");
+        let mut parts = Vec::new();
+        if let (Some(c), Some(d)) = (col, med(q, "duckdb")) {
+            parts.push(format!("column/duckdb {:.2}", c / d));
+        }
+        if let (Some(c), Some(rw)) = (col, med(q, "row")) {
+            parts.push(format!("row/column {:.2}", rw / c));
+        }
+        if let (Some(c), Some(w)) = (col, med(q, "column, rows on the wire")) {
+            parts.push(format!("rows-on-wire/arrow {:.2}", w / c));
+        }
+        println!("{q}: {}", parts.join(", "));
+    }
+    if let Some(why) = &r.duckdb_skipped {
+        println!("duckdb: not measured: {why}");
+    }
 }
 
 /// `quarry bench write`: the cost of replication, and what early apply

@@ -7,8 +7,10 @@
 //! 1. Create `lineitem` through the Meta service, pre-split into regions at
 //!    evenly spaced handles (handle = orderkey × 8 + linenumber).
 //! 2. Worker threads generate parts of the table with the `tpchgen` crate
-//!    (dbgen's data, part by part), encode each row as a row-v2 value, and
-//!    buffer it per region.
+//!    (dbgen's data, part by part) and buffer them per region: in the
+//!    column layout (the default) as packs of 4096 rows built right here,
+//!    so the stores never re-encode them; in the row layout as one row-v2
+//!    value per row.
 //! 3. Full buffers (a few MB) go to the region's leader as one `BatchPut`
 //!    (raft replicates it), a bounded number in flight, following leader
 //!    changes and retrying through failures.
@@ -27,8 +29,9 @@ use quarry_compute::cluster::Cluster;
 use quarry_compute::kv_writer::KvWriter;
 use quarry_compute::region_cache::RegionCache;
 use quarry_compute::sql::{parse, Statement};
+use quarry_coprocessor::codec::pack::{pack_key, PackBuilder, PACK_ROWS};
 use quarry_proto::kv::KvPair;
-use quarry_proto::meta::CreateTableRequest;
+use quarry_proto::meta::{CreateTableRequest, Layout};
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::tpch;
@@ -44,6 +47,8 @@ pub struct LoadOptions {
     /// Drop an existing lineitem first.
     pub replace: bool,
     pub progress: bool,
+    /// Column (packs, the default) or row (one KV per row).
+    pub layout: Layout,
 }
 
 impl Default for LoadOptions {
@@ -55,6 +60,36 @@ impl Default for LoadOptions {
             batch_bytes: 4 << 20,
             replace: false,
             progress: true,
+            layout: Layout::Column,
+        }
+    }
+}
+
+/// Per-region buffers of KV pairs, sent to the writer when full.
+struct Sink {
+    buffers: Vec<(Vec<KvPair>, usize)>,
+    tx: mpsc::Sender<(usize, Vec<KvPair>)>,
+    batch_bytes: usize,
+    bytes: Arc<AtomicU64>,
+    failed: Option<anyhow::Error>,
+}
+
+impl Sink {
+    fn push(&mut self, region: usize, key: Vec<u8>, value: Vec<u8>) {
+        if self.failed.is_some() {
+            return;
+        }
+        let buf = &mut self.buffers[region];
+        let n = key.len() + value.len();
+        buf.1 += n;
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        buf.0.push(KvPair { key, value });
+        if buf.1 >= self.batch_bytes {
+            let full = std::mem::take(&mut buf.0);
+            buf.1 = 0;
+            if self.tx.blocking_send((region, full)).is_err() {
+                self.failed = Some(anyhow!("the writer stopped"));
+            }
         }
     }
 }
@@ -67,8 +102,11 @@ pub struct LoadReport {
     pub seconds: f64,
 }
 
-/// Bytes a lineitem row takes as a KV pair, roughly (for sizing regions).
+/// Bytes a lineitem row takes as a row-layout KV, roughly (for sizing
+/// regions).
 const ROW_BYTES: u64 = 140;
+/// Bytes a lineitem row takes in a pack, roughly.
+const PACKED_ROW_BYTES: u64 = 60;
 /// Pre-split regions below the split size, so a fresh load does not split.
 const REGION_BYTES: u64 = 48 << 20;
 /// How long one batch may take to be written, through retries.
@@ -97,14 +135,21 @@ pub async fn load_tpch(stores: &[String], opts: &LoadOptions) -> Result<LoadRepo
         }
         meta.drop_table("lineitem", true).await?;
     }
-    let Statement::CreateTable(ct) = parse(tpch::LINEITEM_DDL)? else {
+    let Statement::CreateTable(mut ct) = parse(tpch::LINEITEM_DDL)? else {
         bail!("the lineitem DDL is not a CREATE TABLE");
     };
-    let est = tpch::approx_rows(opts.sf) * ROW_BYTES;
+    ct.layout = opts.layout;
+    let row_bytes = match opts.layout {
+        Layout::Row => ROW_BYTES,
+        Layout::Column => PACKED_ROW_BYTES,
+    };
+    let est = tpch::approx_rows(opts.sf) * row_bytes;
+    // At least four regions per store, so every store's read threads
+    // have work and leaders spread evenly.
     let regions = if opts.regions > 0 {
         opts.regions
     } else {
-        ((est / REGION_BYTES) as usize + 1).max(2 * stores.len().max(1))
+        ((est / REGION_BYTES) as usize + 1).max(4 * stores.len().max(1))
     };
     let splits = tpch::split_handles(opts.sf, regions);
     let created = meta
@@ -155,46 +200,69 @@ pub async fn load_tpch(stores: &[String], opts: &LoadOptions) -> Result<LoadRepo
             splits.clone(),
             bar.clone(),
         );
-        let (sf, table_id, batch_bytes, nregions) =
-            (opts.sf, table.id, opts.batch_bytes, routes.len());
+        let (sf, table_id, batch_bytes, nregions, layout) = (
+            opts.sf,
+            table.id,
+            opts.batch_bytes,
+            routes.len(),
+            opts.layout,
+        );
         workers.push(tokio::task::spawn_blocking(move || -> Result<()> {
-            let mut buffers: Vec<(Vec<KvPair>, usize)> = vec![(Vec::new(), 0); nregions];
+            let mut sink = Sink {
+                buffers: vec![(Vec::new(), 0); nregions],
+                tx,
+                batch_bytes,
+                bytes,
+                failed: None,
+            };
+            let mut packs = match layout {
+                Layout::Column => (0..nregions)
+                    .map(|_| PackBuilder::new(&tpch::lineitem_columns()))
+                    .collect::<quarry_coprocessor::Result<Vec<_>>>()?,
+                Layout::Row => vec![],
+            };
             loop {
                 let part = next_part.fetch_add(1, Ordering::SeqCst);
                 if part > parts {
                     break;
                 }
-                let mut failed = None;
                 let mut n = 0u64;
-                tpch::encode_part(sf, part, parts, table_id, |h, k, v| {
-                    if failed.is_some() {
-                        return;
-                    }
-                    let r = splits.partition_point(|s| *s <= h);
-                    let buf = &mut buffers[r];
-                    buf.1 += k.len() + v.len();
-                    bytes.fetch_add((k.len() + v.len()) as u64, Ordering::Relaxed);
-                    buf.0.push(KvPair {
-                        key: k.to_vec(),
-                        value: v.to_vec(),
-                    });
-                    n += 1;
-                    if buf.1 >= batch_bytes {
-                        let full = std::mem::take(&mut buf.0);
-                        buf.1 = 0;
-                        if tx.blocking_send((r, full)).is_err() {
-                            failed = Some(anyhow!("the writer stopped"));
+                match layout {
+                    Layout::Row => tpch::encode_part(sf, part, parts, table_id, |h, k, v| {
+                        let r = splits.partition_point(|s| *s <= h);
+                        sink.push(r, k.to_vec(), v.to_vec());
+                        n += 1;
+                    })?,
+                    Layout::Column => {
+                        tpch::generate_part(sf, part, parts, |h, cols| {
+                            let r = splits.partition_point(|s| *s <= h);
+                            let b = &mut packs[r];
+                            b.push_pairs(h, cols)?;
+                            if b.len() >= PACK_ROWS {
+                                let (first, v) = b.finish()?;
+                                sink.push(r, pack_key(table_id, first), v);
+                            }
+                            n += 1;
+                            Ok(())
+                        })?;
+                        // Packs end with their part: parts go to different
+                        // workers, and packs must not overlap.
+                        for (r, b) in packs.iter_mut().enumerate() {
+                            if !b.is_empty() {
+                                let (first, v) = b.finish()?;
+                                sink.push(r, pack_key(table_id, first), v);
+                            }
                         }
                     }
-                })?;
+                }
                 rows.fetch_add(n, Ordering::Relaxed);
                 bar.inc(n);
-                if let Some(e) = failed {
+                if let Some(e) = sink.failed.take() {
                     return Err(e);
                 }
             }
-            for (r, (pairs, _)) in buffers.into_iter().enumerate() {
-                if !pairs.is_empty() && tx.blocking_send((r, pairs)).is_err() {
+            for (r, (pairs, _)) in sink.buffers.into_iter().enumerate() {
+                if !pairs.is_empty() && sink.tx.blocking_send((r, pairs)).is_err() {
                     return Err(anyhow!("the writer stopped"));
                 }
             }

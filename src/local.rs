@@ -32,6 +32,8 @@ pub struct LocalCluster {
     pub dir: PathBuf,
     pub stores: Vec<Proc>,
     pub compute: Option<Proc>,
+    /// More compute processes (e.g. one answering with rows on the wire).
+    pub extra: Vec<Proc>,
     exe: PathBuf,
     store_args: Vec<String>,
     compute_args: Vec<String>,
@@ -120,6 +122,7 @@ impl LocalCluster {
             dir: dir.to_path_buf(),
             stores: Vec::new(),
             compute: None,
+            extra: Vec::new(),
             exe,
             store_args: args.store.clone(),
             compute_args: args.compute.clone(),
@@ -237,6 +240,25 @@ impl LocalCluster {
         spawn(&self.exe, "compute", &args, &self.dir.join("compute.log")).await
     }
 
+    /// Starts one more compute process over the same stores, with `args`
+    /// added; returns its URL. It stops with the cluster.
+    pub async fn start_extra_compute(&mut self, name: &str, args: &[String]) -> Result<String> {
+        let mut all = vec![
+            "compute".to_string(),
+            "--addr".into(),
+            "127.0.0.1:0".into(),
+            "--stores".into(),
+            self.store_addrs().join(","),
+            "--exit-with-parent".into(),
+        ];
+        all.extend(self.compute_args.iter().cloned());
+        all.extend(args.iter().cloned());
+        let p = spawn(&self.exe, name, &all, &self.dir.join(format!("{name}.log"))).await?;
+        let url = format!("http://{}", p.addr);
+        self.extra.push(p);
+        Ok(url)
+    }
+
     /// Children that have exited: (index of a store or None for compute,
     /// exit status).
     pub fn exited(&mut self) -> Vec<(Option<usize>, String)> {
@@ -285,6 +307,7 @@ impl LocalCluster {
     /// Stops every child: SIGTERM, a grace period, then SIGKILL.
     pub async fn stop(&mut self) {
         let mut procs: Vec<&mut Proc> = self.compute.iter_mut().collect();
+        procs.extend(self.extra.iter_mut());
         procs.extend(self.stores.iter_mut().rev());
         for p in &procs {
             let _ = kill(Pid::from_raw(p.pid as i32), Signal::SIGTERM);

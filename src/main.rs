@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use quarry::bench::{bench_tpch, bench_write, BenchOptions, WriteBenchOptions};
+use quarry::bench::{
+    bench_compare, bench_tpch, bench_write, print_compare, BenchOptions, WriteBenchOptions,
+};
 use quarry::load::{existing_lineitem, load_tpch, LoadOptions};
 use quarry::local::{ClusterArgs, LocalCluster};
 use quarry::output::{self, Format};
@@ -91,6 +93,10 @@ struct StorageArgs {
     /// raftstore.region-split-size-mb.
     #[arg(long)]
     region_split_size_mb: Option<u64>,
+    /// raftstore.compact-delta-rows: fold a column table's row delta into
+    /// packs after this many rows.
+    #[arg(long)]
+    compact_delta_rows: Option<u64>,
     /// Re-create a down store's replicas elsewhere after this long.
     #[arg(long)]
     max_store_down_secs: Option<u64>,
@@ -144,6 +150,12 @@ struct PlaygroundArgs {
     /// raftstore.region-split-size-mb for every store.
     #[arg(long)]
     region_split_size_mb: Option<u64>,
+    /// raftstore.compact-delta-rows for every store.
+    #[arg(long)]
+    compact_delta_rows: Option<u64>,
+    /// Storage layout of the loaded lineitem: column or row.
+    #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
+    layout: LayoutArg,
     /// max-store-down-secs for every store.
     #[arg(long)]
     max_store_down_secs: Option<u64>,
@@ -176,7 +188,32 @@ enum LoadWhat {
         /// Drop an existing lineitem first.
         #[arg(long)]
         replace: bool,
+        /// Storage layout: column (packs of 4096 rows) or row.
+        #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
+        layout: LayoutArg,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LayoutArg {
+    Column,
+    Row,
+}
+
+impl LayoutArg {
+    fn layout(self) -> quarry_proto::meta::Layout {
+        match self {
+            LayoutArg::Column => quarry_proto::meta::Layout::Column,
+            LayoutArg::Row => quarry_proto::meta::Layout::Row,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            LayoutArg::Column => "column",
+            LayoutArg::Row => "row",
+        }
+    }
 }
 
 #[derive(Args)]
@@ -227,6 +264,14 @@ enum BenchWhat {
         json: bool,
         #[arg(long, default_value_t = 3)]
         stores: usize,
+        /// Storage layout of the loaded lineitem: column or row.
+        #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
+        layout: LayoutArg,
+        /// Measure in one run: column layout, row layout, rows instead of
+        /// Arrow chunks on the wire, and DuckDB (when importable) over the
+        /// same data; print the ratios. Adds the many-rows query `scan`.
+        #[arg(long)]
+        compare: bool,
     },
 }
 
@@ -314,6 +359,9 @@ async fn storage(a: StorageArgs) -> Result<()> {
     if let Some(v) = a.region_split_size_mb {
         cfg.raftstore.region_split_size_mb = v;
     }
+    if let Some(v) = a.compact_delta_rows {
+        cfg.raftstore.compact_delta_rows = v;
+    }
     if let Some(v) = a.max_store_down_secs {
         cfg.max_store_down_secs = v;
     }
@@ -381,6 +429,10 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
         args.store
             .extend(["--region-split-size-mb".to_string(), v.to_string()]);
     }
+    if let Some(v) = a.compact_delta_rows {
+        args.store
+            .extend(["--compact-delta-rows".to_string(), v.to_string()]);
+    }
     if let Some(v) = a.max_store_down_secs {
         args.store
             .extend(["--max-store-down-secs".to_string(), v.to_string()]);
@@ -405,8 +457,8 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
             let marker = a.dir.join("lineitem.sf");
             let have = std::fs::read_to_string(&marker).ok();
             let stores = cluster.store_addrs();
-            if have.as_deref() == Some(format!("{sf}").as_str())
-                && existing_lineitem(&stores).await?.is_some()
+            let want = format!("{sf} {}", a.layout.name());
+            if have.as_deref() == Some(want.as_str()) && existing_lineitem(&stores).await?.is_some()
             {
                 eprintln!(
                     "lineitem at SF {sf} is already loaded in {}",
@@ -421,11 +473,12 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
                         sf,
                         replace: true,
                         progress: false,
+                        layout: a.layout.layout(),
                         ..Default::default()
                     },
                 )
                 .await?;
-                std::fs::write(&marker, format!("{sf}"))?;
+                std::fs::write(&marker, want)?;
                 eprintln!(
                     "loaded {} rows into {} regions in {:.1} s ({:.0} rows/s)",
                     r.rows,
@@ -514,6 +567,7 @@ async fn run(cli: Cli) -> Result<()> {
                     regions,
                     threads,
                     replace,
+                    layout,
                 },
         } => {
             init_logging("warn");
@@ -521,6 +575,7 @@ async fn run(cli: Cli) -> Result<()> {
                 sf,
                 regions,
                 replace,
+                layout: layout.layout(),
                 ..Default::default()
             };
             if let Some(t) = threads {
@@ -625,10 +680,12 @@ async fn run(cli: Cli) -> Result<()> {
                     runs,
                     json,
                     stores,
+                    layout,
+                    compare,
                 },
         } => {
             init_logging("warn");
-            let opts = BenchOptions {
+            let mut opts = BenchOptions {
                 addr,
                 sf,
                 queries,
@@ -636,7 +693,23 @@ async fn run(cli: Cli) -> Result<()> {
                 stores,
                 cluster_args: ClusterArgs::default(),
                 progress: !json,
+                layout: layout.layout(),
             };
+            if compare {
+                if !opts.queries.iter().any(|q| q == "scan") {
+                    opts.queries.push("scan".into());
+                }
+                let r = bench_compare(&opts).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&r)?);
+                } else {
+                    print_compare(&r);
+                }
+                if r.queries.iter().any(|q| q.answer.starts_with("mismatch")) {
+                    return Err(anyhow!("an answer did not match the expected one"));
+                }
+                return Ok(());
+            }
             let (load, reports) = bench_tpch(&opts).await?;
             if json {
                 if let Some(l) = &load {
@@ -648,9 +721,10 @@ async fn run(cli: Cli) -> Result<()> {
             } else {
                 if let Some(l) = &load {
                     println!(
-                        "load: {} rows at SF {} into {} regions in {:.1} s ({:.0} rows/s)",
+                        "load: {} rows at SF {} ({} layout) into {} regions in {:.1} s ({:.0} rows/s)",
                         l.rows,
                         l.sf,
+                        l.layout,
                         l.regions,
                         l.seconds,
                         l.rows as f64 / l.seconds

@@ -13,12 +13,18 @@ use tpchgen::generators::{LineItemGenerator, OrderGenerator};
 pub const LINEITEM_DDL: &str = include_str!("../tests/tpch/lineitem.sql");
 pub const Q1: &str = include_str!("../tests/tpch/q1.sql");
 pub const Q6: &str = include_str!("../tests/tpch/q6.sql");
+/// A query that returns many rows (about 10% of lineitem): what the wire
+/// format costs when the answer is big, not a partial aggregate.
+pub const SCAN: &str = "SELECT l_orderkey, l_linenumber, l_quantity, l_extendedprice, \
+    l_discount, l_tax, l_returnflag, l_shipdate FROM lineitem \
+    WHERE l_shipdate >= date '1998-01-01'";
 
-/// The text of a query by name (`q1`, `q6`).
+/// The text of a query by name (`q1`, `q6`, `scan`).
 pub fn query(name: &str) -> Option<&'static str> {
     match name {
         "q1" => Some(Q1),
         "q6" => Some(Q6),
+        "scan" => Some(SCAN),
         _ => None,
     }
 }
@@ -139,19 +145,43 @@ pub fn approx_rows(sf: f64) -> u64 {
     (6_001_215.0 * sf) as u64
 }
 
-/// Encodes part `part` of `parts` of lineitem at `sf` as row-layout KV
-/// pairs of table `table_id`, calling `emit(handle, key, value)` per row.
-/// Column ids follow [`LINEITEM_DDL`] (positions + 1).
-pub fn encode_part(
+/// The (column id, type) of every lineitem column, as [`LINEITEM_DDL`]
+/// creates them (ids are positions + 1).
+pub fn lineitem_columns() -> Vec<(i64, DataType)> {
+    let dec = DataType::Decimal128(15, 2);
+    [
+        DataType::Int64,
+        DataType::Int64,
+        DataType::Int64,
+        DataType::Int64,
+        dec.clone(),
+        dec.clone(),
+        dec.clone(),
+        dec,
+        DataType::Utf8,
+        DataType::Utf8,
+        DataType::Date32,
+        DataType::Date32,
+        DataType::Date32,
+        DataType::Utf8,
+        DataType::Utf8,
+        DataType::Utf8,
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, t)| (i as i64 + 1, t))
+    .collect()
+}
+
+/// Generates part `part` of `parts` of lineitem at `sf` (dbgen's rows, in
+/// handle order), calling `row(handle, columns)` with one datum per column
+/// of [`lineitem_columns`].
+pub fn generate_part(
     sf: f64,
     part: i32,
     parts: i32,
-    table_id: i64,
-    mut emit: impl FnMut(i64, &[u8], &[u8]),
+    mut row: impl FnMut(i64, &[(i64, Datum<'_>)]) -> quarry_coprocessor::Result<()>,
 ) -> quarry_coprocessor::Result<()> {
-    let mut enc = RowEncoder::new();
-    let mut key = Vec::with_capacity(32);
-    let mut value = Vec::with_capacity(256);
     for li in LineItemGenerator::new(sf, part, parts).iter() {
         let h = handle(li.l_orderkey, li.l_linenumber);
         let cols = [
@@ -172,13 +202,31 @@ pub fn encode_part(
             (15, Datum::Bytes(li.l_shipmode.as_bytes())),
             (16, Datum::Bytes(li.l_comment.as_bytes())),
         ];
+        row(h, &cols)?;
+    }
+    Ok(())
+}
+
+/// Encodes part `part` of `parts` of lineitem at `sf` as row-layout KV
+/// pairs of table `table_id`, calling `emit(handle, key, value)` per row.
+pub fn encode_part(
+    sf: f64,
+    part: i32,
+    parts: i32,
+    table_id: i64,
+    mut emit: impl FnMut(i64, &[u8], &[u8]),
+) -> quarry_coprocessor::Result<()> {
+    let mut enc = RowEncoder::new();
+    let mut key = Vec::with_capacity(32);
+    let mut value = Vec::with_capacity(256);
+    generate_part(sf, part, parts, |h, cols| {
         key.clear();
         append_record_key(&mut key, table_id, h);
         value.clear();
-        enc.encode(&cols, &mut value)?;
+        enc.encode(cols, &mut value)?;
         emit(h, &key, &value);
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -248,3 +248,163 @@ fn a_restarted_playground_reuses_its_data() {
     assert_eq!(pg.ok("SELECT v FROM kept"), "v\none\n");
     assert_csv_matches(&pg.ok(tpch::Q6), tpch::expected("q6", 0.01).unwrap());
 }
+
+#[test]
+fn tpch_q1_and_q6_on_the_row_layout_match_duckdb() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01", "--layout", "row"]);
+    assert_csv_matches(&pg.ok(tpch::Q1), tpch::expected("q1", 0.01).unwrap());
+    assert_csv_matches(&pg.ok(tpch::Q6), tpch::expected("q6", 0.01).unwrap());
+    // A row table has no packs: COUNT(*) reads keys only.
+    let explain = pg.ok("EXPLAIN ANALYZE SELECT count(*) FROM lineitem");
+    assert!(explain.contains("60175 keys scanned ("), "{explain}");
+    assert!(explain.contains("packs: 0 scanned"), "{explain}");
+}
+
+/// The plan lines of `EXPLAIN ANALYZE` for `sql`, and the number after
+/// `what` in them (e.g. "packs: 3 scanned" → 3 for "packs: ").
+fn analyzed(pg: &Playground, sql: &str, what: &str) -> (String, u64) {
+    let text = pg.ok(&format!("EXPLAIN ANALYZE {sql}"));
+    let n = text
+        .split(what)
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("no '{what}' in {text}"));
+    (text, n)
+}
+
+#[test]
+fn tpch_on_the_column_layout_skips_packs_by_zone_map_and_fuses() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    // 60175 rows in packs of at most 4096 (cut at region and part ends).
+    let (text, packs) = analyzed(&pg, "SELECT count(*) FROM lineitem", "packs: ");
+    assert!((15..=60).contains(&packs), "{text}");
+    assert!(text.contains("0 on the generic path"), "{text}");
+    // Q6 runs fused over every pack, none through the generic path.
+    let (text, fallback) = analyzed(&pg, tpch::Q6, "skipped by zone maps, ");
+    assert_eq!(fallback, 0, "{text}");
+    // l_orderkey ascends with the handle, so a narrow key range touches
+    // one or two packs and the zone maps skip the rest.
+    let (text, skipped) = analyzed(
+        &pg,
+        "SELECT sum(l_quantity) FROM lineitem WHERE l_orderkey BETWEEN 100 AND 200",
+        "scanned, ",
+    );
+    assert!(skipped + 3 >= packs, "{text}");
+    // DuckDB over tpchgen-cli's SF 0.01 lineitem answers 2928.00 and 116.
+    assert_eq!(
+        pg.ok("SELECT sum(l_quantity) AS q, count(*) AS n FROM lineitem WHERE l_orderkey BETWEEN 100 AND 200"),
+        "q,n\n2928.00,116\n"
+    );
+}
+
+#[test]
+fn a_column_table_takes_inserts_compacts_them_and_refuses_duplicates() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--compact-delta-rows", "10"]);
+    pg.ok(
+        "CREATE TABLE c (id BIGINT PRIMARY KEY, v DECIMAL(10,2), s VARCHAR(8), d DATE) \
+         WITH (layout = 'column', split_handles = '50')",
+    );
+    let insert = |ids: std::ops::RangeInclusive<i64>| {
+        let rows: Vec<String> = ids
+            .map(|i| {
+                let v = if i % 7 == 0 {
+                    "NULL".to_string()
+                } else {
+                    format!("{}.{:02}", i, (i * 25) % 100)
+                };
+                format!("({i}, {v}, 's{}', date '2024-01-{:02}')", i % 3, i % 28 + 1)
+            })
+            .collect();
+        pg.ok(&format!("INSERT INTO c VALUES {}", rows.join(", ")));
+    };
+    for k in 0..4 {
+        insert(k * 15 + 1..=k * 15 + 15);
+    }
+    let expect = |ids: &[i64]| -> String {
+        let (mut n, mut nv, mut sum) = (0, 0, 0i64);
+        for &i in ids {
+            n += 1;
+            if i % 7 != 0 {
+                nv += 1;
+                sum += i * 100 + (i * 25) % 100;
+            }
+        }
+        format!(
+            "n,nv,total,lo,hi\n{n},{nv},{}.{:02},{},{}\n",
+            sum / 100,
+            sum % 100,
+            ids.iter().min().unwrap(),
+            ids.iter().max().unwrap()
+        )
+    };
+    let summary = "SELECT count(*) AS n, count(v) AS nv, sum(v) AS total, min(id) AS lo, \
+                   max(id) AS hi FROM c";
+    let ids: Vec<i64> = (1..=60).collect();
+    assert_eq!(pg.ok(summary), expect(&ids));
+    // The leaders fold the delta into packs within a few seconds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (text, packs) = analyzed(&pg, "SELECT count(*) FROM c", "packs: ");
+        let (_, keys) = analyzed(&pg, "SELECT count(*) FROM c", "storage: ");
+        if packs >= 2 && keys == packs {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compaction within 30 s: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    // Same answers from packs, with and without the fused kernels (the
+    // NULLs send the blocks holding them through the generic path).
+    assert_eq!(pg.ok(summary), expect(&ids));
+    assert_eq!(
+        pg.ok("SELECT s, count(*) AS n, sum(id) AS ids FROM c WHERE d >= date '2024-01-10' GROUP BY s ORDER BY s"),
+        {
+            let mut out = String::from("s,n,ids\n");
+            for s in 0..3 {
+                let sel: Vec<i64> = ids
+                    .iter()
+                    .copied()
+                    .filter(|i| i % 3 == s && i % 28 + 1 >= 10)
+                    .collect();
+                out.push_str(&format!("s{s},{},{}\n", sel.len(), sel.iter().sum::<i64>()));
+            }
+            out
+        }
+    );
+    // A row that now lives in a pack is still a duplicate key.
+    let err = pg.fails("INSERT INTO c VALUES (7, 1.00, 'x', NULL)");
+    assert!(
+        err.contains("duplicate key") && err.contains("handle 7"),
+        "{err}"
+    );
+    let err = pg.fails("INSERT INTO c VALUES (61, 1.00, 'x', NULL), (52, 1.00, 'x', NULL)");
+    assert!(err.contains("duplicate key"), "{err}");
+    // New rows, one inside a pack's handle range (0 < 1), merge in too.
+    insert(61..=75);
+    insert(0..=0);
+    let mut ids: Vec<i64> = (0..=75).collect();
+    ids.sort();
+    assert_eq!(pg.ok(summary), expect(&ids));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (text, packs) = analyzed(&pg, "SELECT count(*) FROM c", "packs: ");
+        let (_, keys) = analyzed(&pg, "SELECT count(*) FROM c", "storage: ");
+        // Region [50, ..) took 15 rows and compacts; region [.., 50)
+        // took one and keeps it as a delta row.
+        if keys == packs + 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no second compaction within 30 s: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    assert_eq!(pg.ok(summary), expect(&ids));
+}

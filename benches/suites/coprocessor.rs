@@ -1,13 +1,35 @@
-//! One region's work: decoding rows, and the pushed-down DAG of Q1 and Q6.
+//! One region's work: decoding rows and packs, and the pushed-down DAG of
+//! Q1 and Q6 on both layouts, fused and generic.
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use quarry_coprocessor::codec::key::table_record_range;
+use quarry_coprocessor::codec::pack::{decode_columns, PackView};
 use quarry_coprocessor::codec::row::RowDecoder;
-use quarry_coprocessor::endpoint::handle;
-use quarry_coprocessor::storage::Storage;
+use quarry_coprocessor::endpoint::{build_executors_with, handle};
+use quarry_coprocessor::storage::{MemStorage, Storage};
 use quarry_proto::coprocessor::{CopRequest, KeyRange};
+use quarry_proto::meta::Layout;
 
-use super::{plan, region, TABLE_ID};
+use super::{column_region, plan, region, TABLE_ID};
+
+/// Runs a DAG over a whole region to the end; returns output rows.
+fn run_dag(
+    storage: &mut MemStorage,
+    dag: &quarry_proto::coprocessor::DagRequest,
+    fused: bool,
+) -> usize {
+    let (start, end) = table_record_range(TABLE_ID);
+    let range = vec![quarry_coprocessor::storage::KeyRange::new(start, end)];
+    let mut exec = build_executors_with(storage, dag, range, fused).expect("build");
+    let mut rows = 0;
+    loop {
+        let r = exec.next_batch(8192).expect("batch");
+        rows += r.chunk.num_selected();
+        if r.is_drained {
+            return rows;
+        }
+    }
+}
 
 pub fn bench(c: &mut Criterion) {
     let (mut storage, rows) = region(0.01);
@@ -66,6 +88,46 @@ pub fn bench(c: &mut Criterion) {
                 })
             },
         );
+    }
+    g.finish();
+
+    // The column layout at SF 0.1 (147 packs), fused and generic.
+    let (mut packs, rows) = column_region(0.1);
+    let mut g = c.benchmark_group("column");
+    g.throughput(Throughput::Elements(rows as u64));
+    let pack_values: Vec<Vec<u8>> = {
+        let mut s = packs.clone();
+        let (start, end) = table_record_range(TABLE_ID);
+        s.begin_scan(
+            &quarry_coprocessor::storage::KeyRange::new(start, end),
+            false,
+        )
+        .unwrap();
+        let mut v = Vec::new();
+        while let Some((_, val)) = s.scan_next().unwrap() {
+            v.push(val.to_vec());
+        }
+        v
+    };
+    g.bench_function("decode_q6_columns_from_packs", |b| {
+        b.iter(|| {
+            for v in &pack_values {
+                let p = PackView::parse(v).unwrap();
+                std::hint::black_box(decode_columns(&p, &q6_cols).unwrap());
+            }
+        })
+    });
+    for (name, sql) in [("q1", quarry::tpch::Q1), ("q6", quarry::tpch::Q6)] {
+        let mut dag = plan(sql).dag;
+        if let Some(s) = dag.scan.as_mut() {
+            s.layout = Layout::Column as i32;
+        }
+        for fused in [true, false] {
+            let id = format!("{name}_{}", if fused { "fused" } else { "generic" });
+            g.bench_function(BenchmarkId::new("region_scan_partial_agg", id), |b| {
+                b.iter(|| std::hint::black_box(run_dag(&mut packs, &dag, fused)))
+            });
+        }
     }
     g.finish();
 }

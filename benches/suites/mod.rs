@@ -18,12 +18,36 @@ pub fn lineitem() -> TableDef {
     t
 }
 
-/// One in-memory region holding all of lineitem at `sf`.
+/// One in-memory region holding all of lineitem at `sf`, row layout.
 pub fn region(sf: f64) -> (MemStorage, usize) {
     let mut s = MemStorage::new();
     quarry::tpch::encode_part(sf, 1, 1, TABLE_ID, |_, k, v| s.put(k.to_vec(), v.to_vec()))
         .expect("encode");
     let n = s.len();
+    (s, n)
+}
+
+/// The same rows in the column layout: packs of 4096 rows, as the loader
+/// writes them. Returns the storage and the row count.
+pub fn column_region(sf: f64) -> (MemStorage, usize) {
+    use quarry_coprocessor::codec::pack::{pack_key, PackBuilder, PACK_ROWS};
+    let mut s = MemStorage::new();
+    let mut b = PackBuilder::new(&quarry::tpch::lineitem_columns()).expect("builder");
+    let mut n = 0;
+    quarry::tpch::generate_part(sf, 1, 1, |h, cols| {
+        b.push_pairs(h, cols)?;
+        n += 1;
+        if b.len() >= PACK_ROWS {
+            let (first, v) = b.finish()?;
+            s.put(pack_key(TABLE_ID, first), v);
+        }
+        Ok(())
+    })
+    .expect("generate");
+    if !b.is_empty() {
+        let (first, v) = b.finish().expect("pack");
+        s.put(pack_key(TABLE_ID, first), v);
+    }
     (s, n)
 }
 

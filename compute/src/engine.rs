@@ -172,6 +172,39 @@ impl QueryEngine {
                 let plan = self.plan(&q).await?;
                 Prepared::Done(text_output("plan", plan.explain())?)
             }
+            Statement::ExplainAnalyze(q) => {
+                let plan = self.plan(&q).await?;
+                let started = std::time::Instant::now();
+                let out = self.run(&plan).await?;
+                let elapsed = started.elapsed();
+                let mut lines = plan.explain();
+                let rows: usize = out.batches.iter().map(|b| b.num_rows()).sum();
+                lines.push(format!(
+                    "Execution: {rows} rows in {:.1} ms",
+                    elapsed.as_secs_f64() * 1e3
+                ));
+                if let Some(st) = &out.stats {
+                    let s = &st.summary;
+                    lines.push(format!(
+                        "  region requests: {}, retries: {}, response bytes: {}",
+                        st.requests, st.retries, st.response_bytes
+                    ));
+                    lines.push(format!(
+                        "  storage: {} keys scanned ({} bytes), {} rows out",
+                        s.scanned_keys, s.scanned_bytes, s.output_rows
+                    ));
+                    lines.push(format!(
+                        "  packs: {} scanned, {} skipped by zone maps, {} on the generic path",
+                        s.blocks_scanned, s.blocks_skipped, s.blocks_fallback
+                    ));
+                    lines.push(format!(
+                        "  storage time: {:.1} ms processing, {:.1} ms queued (summed over regions)",
+                        s.process_ns as f64 / 1e6,
+                        s.wait_ns as f64 / 1e6
+                    ));
+                }
+                Prepared::Done(text_output("plan", lines)?)
+            }
             Statement::CreateTable(ct) => Prepared::Done(self.create_table(ct).await?),
             Statement::DropTable { name, if_exists } => {
                 let dropped = self.cluster.drop_table(&name, if_exists).await?;
@@ -215,11 +248,6 @@ impl QueryEngine {
     }
 
     async fn create_table(&self, ct: sql::CreateTable) -> Result<QueryOutput> {
-        if ct.layout != quarry_proto::meta::Layout::Row {
-            return Err(plan_err!(
-                "layout 'column' is not available yet; create the table with layout 'row'"
-            ));
-        }
         let table = ct.table_def();
         let resp = self
             .cluster

@@ -25,8 +25,8 @@ use quarry_proto::meta::Layout;
 use crate::aggregate::{AggregateFunction, Aggregator};
 use crate::codec::row::encode_rows;
 use crate::executor::{
-    AggregationExecutor, BatchExecutor, LimitExecutor, ProjectionExecutor, SelectionExecutor,
-    TableScanExecutor,
+    order_conditions, AggregationExecutor, BatchExecutor, FusedAggExecutor, FusedPlan,
+    LimitExecutor, ProjectionExecutor, SelectionExecutor, TableScanExecutor, ZoneFilter,
 };
 use crate::expr::Expr;
 use crate::storage::{KeyRange, Storage};
@@ -39,21 +39,31 @@ pub const INITIAL_BATCH_ROWS: usize = 1024;
 pub const MAX_BATCH_ROWS: usize = 8192;
 
 /// Builds the executor pipeline for `dag` over `ranges` of `storage`.
+///
+/// An aggregation whose filter, keys and arguments all have a fused form
+/// runs as one [`FusedAggExecutor`]; everything else as the generic chain.
 pub fn build_executors<'a, S: Storage + 'a>(
     storage: S,
     dag: &DagRequest,
     ranges: Vec<KeyRange>,
 ) -> Result<Box<dyn BatchExecutor + 'a>> {
+    build_executors_with(storage, dag, ranges, true)
+}
+
+/// [`build_executors`], with the fused aggregation allowed or not (the
+/// benchmarks compare the two).
+pub fn build_executors_with<'a, S: Storage + 'a>(
+    storage: S,
+    dag: &DagRequest,
+    ranges: Vec<KeyRange>,
+    allow_fused: bool,
+) -> Result<Box<dyn BatchExecutor + 'a>> {
     let scan = dag
         .scan
         .as_ref()
         .ok_or_else(|| invalid_input!("coprocessor request without a table scan"))?;
-    if scan.layout != Layout::Row as i32 {
-        return Err(invalid_input!(
-            "table {} uses a layout this store cannot scan",
-            scan.table_id
-        ));
-    }
+    let layout = Layout::try_from(scan.layout)
+        .map_err(|_| invalid_input!("table {} has an unknown layout", scan.table_id))?;
     let columns = scan
         .columns
         .iter()
@@ -66,27 +76,21 @@ pub fn build_executors<'a, S: Storage + 'a>(
         })
         .collect::<Result<Vec<_>>>()?;
     let input: Vec<DataType> = columns.iter().map(|(_, t)| t.clone()).collect();
-    let mut exec: Box<dyn BatchExecutor + 'a> =
-        Box::new(TableScanExecutor::new(storage, &columns, ranges)?);
+    let conditions = match &dag.selection {
+        Some(sel) => sel
+            .conditions
+            .iter()
+            .map(|c| Expr::from_proto(c, &input))
+            .collect::<Result<Vec<_>>>()?,
+        None => vec![],
+    };
+    let conditions = order_conditions(conditions)?;
+    // Only a row table may be scanned by keys alone (packs carry their row
+    // count in their value).
+    let key_only = layout == Layout::Row;
 
-    if let Some(sel) = &dag.selection {
-        if !sel.conditions.is_empty() {
-            let conds = sel
-                .conditions
-                .iter()
-                .map(|c| Expr::from_proto(c, &input))
-                .collect::<Result<Vec<_>>>()?;
-            exec = Box::new(SelectionExecutor::new(exec, conds)?);
-        }
-    }
-
-    match (&dag.aggregation, &dag.projection) {
-        (Some(_), Some(_)) => {
-            return Err(invalid_input!(
-                "a request has either an aggregation or a projection, not both"
-            ))
-        }
-        (Some(agg), None) => {
+    let aggregation = match &dag.aggregation {
+        Some(agg) => {
             let keys = agg
                 .group_by
                 .iter()
@@ -107,6 +111,44 @@ pub fn build_executors<'a, S: Storage + 'a>(
                     Ok((f, arg))
                 })
                 .collect::<Result<Vec<_>>>()?;
+            Some((keys, aggs))
+        }
+        None => None,
+    };
+    if dag.limit > 0 && aggregation.is_some() {
+        return Err(invalid_input!(
+            "LIMIT cannot be pushed below an aggregation"
+        ));
+    }
+    if aggregation.is_some() && dag.projection.is_some() {
+        return Err(invalid_input!(
+            "a request has either an aggregation or a projection, not both"
+        ));
+    }
+
+    if let Some((keys, aggs)) = &aggregation {
+        // With no column to read (COUNT(*)), the plain scan counts keys
+        // or pack headers and decodes nothing: nothing to fuse.
+        let fused = (allow_fused && !columns.is_empty())
+            .then(|| FusedPlan::compile(&columns, &conditions, keys, aggs))
+            .flatten();
+        if let Some(plan) = fused {
+            let fallback = Aggregator::partial(keys.clone(), aggs.clone())?;
+            return Ok(Box::new(FusedAggExecutor::new(
+                storage, ranges, &columns, conditions, plan, fallback,
+            )?));
+        }
+    }
+
+    let zone = ZoneFilter::from_conditions(&conditions, &columns);
+    let mut exec: Box<dyn BatchExecutor + 'a> = Box::new(TableScanExecutor::new(
+        storage, &columns, ranges, key_only, zone,
+    )?);
+    if !conditions.is_empty() {
+        exec = Box::new(SelectionExecutor::new(exec, conditions)?);
+    }
+    match (aggregation, &dag.projection) {
+        (Some((keys, aggs)), _) => {
             exec = Box::new(AggregationExecutor::new(
                 exec,
                 Aggregator::partial(keys, aggs)?,
@@ -122,13 +164,7 @@ pub fn build_executors<'a, S: Storage + 'a>(
         }
         (None, None) => {}
     }
-
     if dag.limit > 0 {
-        if dag.aggregation.is_some() {
-            return Err(invalid_input!(
-                "LIMIT cannot be pushed below an aggregation"
-            ));
-        }
         exec = Box::new(LimitExecutor::new(exec, dag.limit as usize));
     }
     Ok(exec)

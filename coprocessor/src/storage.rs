@@ -51,6 +51,11 @@ pub trait Storage {
     /// The next pair of the current scan in key order, or `None` when the
     /// range is exhausted. The slices are valid until the next call.
     fn scan_next(&mut self) -> Result<Option<(&[u8], &[u8])>>;
+
+    /// The pair the last [`Storage::scan_next`] returned (None before the
+    /// first call or after the end). Lets a caller that must decide in a
+    /// loop whether to keep a pair borrow it again once the loop is done.
+    fn current(&self) -> Option<(&[u8], &[u8])>;
 }
 
 impl<T: Storage + ?Sized> Storage for &mut T {
@@ -60,6 +65,10 @@ impl<T: Storage + ?Sized> Storage for &mut T {
 
     fn scan_next(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         (**self).scan_next()
+    }
+
+    fn current(&self) -> Option<(&[u8], &[u8])> {
+        (**self).current()
     }
 }
 
@@ -72,6 +81,8 @@ pub struct MemStorage {
     pos: usize,
     end: usize,
     key_only: bool,
+    /// Index of the pair `scan_next` returned last.
+    cur: Option<usize>,
 }
 
 impl MemStorage {
@@ -122,19 +133,23 @@ impl Storage for MemStorage {
                 .partition_point(|(k, _)| k.as_slice() < range.end.as_slice())
         };
         self.key_only = key_only;
+        self.cur = None;
         Ok(())
     }
 
     fn scan_next(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         if self.pos >= self.end {
+            self.cur = None;
             return Ok(None);
         }
-        let (k, v) = &self.data[self.pos];
+        self.cur = Some(self.pos);
         self.pos += 1;
-        Ok(Some((
-            k.as_slice(),
-            if self.key_only { &[] } else { v.as_slice() },
-        )))
+        Ok(Storage::current(&*self))
+    }
+
+    fn current(&self) -> Option<(&[u8], &[u8])> {
+        let (k, v) = &self.data[self.cur?];
+        Some((k.as_slice(), if self.key_only { &[] } else { v.as_slice() }))
     }
 }
 

@@ -16,12 +16,13 @@
 //! * `CompactLog`: truncates the raft log.
 //! * Conf changes (raft-rs `ConfChange` entries) add or remove a peer.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use prost::Message as _;
 use protobuf::Message as _;
-use quarry_coprocessor::codec::key::{decode_record_key, hex};
+use quarry_coprocessor::codec::key::{decode_record_key, hex, record_prefix};
+use quarry_coprocessor::codec::pack::{classify_key, pack_key, KeyKind, PackView};
 use quarry_proto::meta::{Peer as PeerMeta, Region};
 use quarry_proto::raft::{
     raft_cmd::Cmd, ChangePeerContext, Conflict, KvWrite, RaftCmd, SplitRequest,
@@ -52,10 +53,15 @@ pub struct ApplyCtx<'a, E: Engine> {
     /// Point writes of this batch: key → value (None = deleted).
     overlay: HashMap<Vec<u8>, Option<Vec<u8>>>,
     deleted_ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Packs (column-layout blocks) written by this batch, by key, so an
+    /// INSERT applied after a compaction in the same batch sees them.
+    pack_puts: BTreeMap<Vec<u8>, Vec<u8>>,
     pub results: Vec<ExecResult<E>>,
     pub finished: Vec<(Proposal, Result<Outcome>)>,
     /// Bytes of data written, per region (for split checks).
     pub written: HashMap<u64, u64>,
+    /// Row KVs put, per region (a column table's delta; see `compaction`).
+    pub delta_rows: HashMap<u64, u64>,
 }
 
 impl<'a, E: Engine> ApplyCtx<'a, E> {
@@ -66,9 +72,11 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
             wb,
             overlay: HashMap::new(),
             deleted_ranges: Vec::new(),
+            pack_puts: BTreeMap::new(),
             results: Vec::new(),
             finished: Vec::new(),
             written: HashMap::new(),
+            delta_rows: HashMap::new(),
         }
     }
 
@@ -87,11 +95,80 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
         self.engine.get(Cf::Default, key)
     }
 
+    fn is_deleted(&self, key: &[u8]) -> bool {
+        matches!(self.overlay.get(key), Some(None))
+            || self
+                .deleted_ranges
+                .iter()
+                .any(|(s, e)| key >= s.as_slice() && (e.is_empty() || key < e.as_slice()))
+    }
+
+    /// Whether a row is already stored under `key`, and if so whether it
+    /// holds exactly `value`. A column table's row may sit in a pack
+    /// rather than under its own key: the pack that could hold it is the
+    /// last one starting at or before its handle (packs never overlap).
+    fn existing(&self, key: &[u8], value: &[u8]) -> Result<Existing> {
+        if let Some(v) = self.lookup(key)? {
+            return Ok(if v == value {
+                Existing::Same
+            } else {
+                Existing::Different
+            });
+        }
+        let Ok((table, handle)) = decode_record_key(key) else {
+            return Ok(Existing::Absent);
+        };
+        let probe = pack_key(table, handle);
+        let lower = record_prefix(table);
+        // Packs this batch wrote, then the engine's (unless this batch
+        // replaced them: their rows are then in this batch's packs).
+        let mut candidates: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        if let Some((k, v)) = self
+            .pack_puts
+            .range(lower.clone()..=probe.clone())
+            .next_back()
+        {
+            candidates.push((k.clone(), v.clone()));
+        }
+        if let Some((k, v)) = self.engine.seek_prev(Cf::Default, &probe, &lower)? {
+            if !self.is_deleted(&k) && !self.pack_puts.contains_key(&k) {
+                candidates.push((k, v));
+            }
+        }
+        for (k, v) in candidates {
+            if !matches!(classify_key(&k), KeyKind::Pack(_)) {
+                continue;
+            }
+            let pack = PackView::parse(&v).map_err(|e| Error::Internal(e.to_string()))?;
+            if let Some(i) = pack
+                .find(handle)
+                .map_err(|e| Error::Internal(e.to_string()))?
+            {
+                let same = pack
+                    .row_equals(i, value)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                return Ok(if same {
+                    Existing::Same
+                } else {
+                    Existing::Different
+                });
+            }
+        }
+        Ok(Existing::Absent)
+    }
+
     /// Forgets the overlay once the batch has been written.
     pub fn reset_overlay(&mut self) {
         self.overlay.clear();
         self.deleted_ranges.clear();
+        self.pack_puts.clear();
     }
+}
+
+enum Existing {
+    Absent,
+    Same,
+    Different,
 }
 
 fn duplicate(key: &[u8]) -> Error {
@@ -117,29 +194,42 @@ fn exec_write<E: Engine>(
             return Err(Error::region(region::key_not_in_region(k, region)));
         }
     }
+    for k in &w.must_exist {
+        if ctx.lookup(k)?.is_none() {
+            return Err(Error::InvalidInput(format!(
+                "region {}: key {} is gone; the rows to compact changed",
+                region.id,
+                hex(k)
+            )));
+        }
+    }
     let conflict = Conflict::try_from(w.conflict).unwrap_or(Conflict::Overwrite);
     let mut skip = vec![false; w.puts.len()];
     if conflict != Conflict::Overwrite {
         for (i, p) in w.puts.iter().enumerate() {
-            if let Some(existing) = ctx.lookup(&p.key)? {
-                if conflict == Conflict::FailIfDifferent && existing == p.value {
-                    skip[i] = true;
-                } else {
-                    return Err(duplicate(&p.key));
-                }
+            match ctx.existing(&p.key, &p.value)? {
+                Existing::Absent => {}
+                Existing::Same if conflict == Conflict::FailIfDifferent => skip[i] = true,
+                Existing::Same | Existing::Different => return Err(duplicate(&p.key)),
             }
         }
     }
     let mut bytes = 0u64;
+    let mut rows = 0u64;
     for (p, skip) in w.puts.into_iter().zip(skip) {
         if skip {
             continue;
         }
+        rows += matches!(classify_key(&p.key), KeyKind::Row(_)) as u64;
         bytes += (p.key.len() + p.value.len()) as u64;
+        if matches!(classify_key(&p.key), KeyKind::Pack(_)) {
+            ctx.pack_puts.insert(p.key.clone(), p.value.clone());
+        }
         ctx.overlay.insert(p.key.clone(), Some(p.value.clone()));
         ctx.wb.put(Cf::Default, p.key, p.value);
     }
     for k in w.deletes {
+        ctx.pack_puts.remove(&k);
         ctx.overlay.insert(k.clone(), None);
         ctx.wb.delete(Cf::Default, k);
     }
@@ -151,9 +241,9 @@ fn exec_write<E: Engine>(
                 region.end_key.clone(),
             ),
         );
-        ctx.overlay.retain(|k, _| {
-            !(k.as_slice() >= s.as_slice() && (e.is_empty() || k.as_slice() < e.as_slice()))
-        });
+        let inside = |k: &[u8]| k >= s.as_slice() && (e.is_empty() || k < e.as_slice());
+        ctx.overlay.retain(|k, _| !inside(k));
+        ctx.pack_puts.retain(|k, _| !inside(k));
         let end = if e.is_empty() {
             vec![0xFF; 32]
         } else {
@@ -163,6 +253,9 @@ fn exec_write<E: Engine>(
         ctx.deleted_ranges.push((s, e));
     }
     *ctx.written.entry(region.id).or_default() += bytes;
+    if rows > 0 {
+        *ctx.delta_rows.entry(region.id).or_default() += rows;
+    }
     Ok(Outcome::Done)
 }
 

@@ -50,6 +50,9 @@ pub struct RaftstoreSection {
     /// Move each region's leadership to its preferred peer, so leaders
     /// spread evenly over stores.
     pub balance_leaders: bool,
+    /// A column table's region whose row delta (fresh INSERTs) grew by this
+    /// many rows has it folded into packs.
+    pub compact_delta_rows: u64,
 }
 
 impl Default for RaftstoreSection {
@@ -58,6 +61,7 @@ impl Default for RaftstoreSection {
             early_apply: true,
             region_split_size_mb: 64,
             balance_leaders: true,
+            compact_delta_rows: 1024,
         }
     }
 }
@@ -98,6 +102,11 @@ impl StorageConfig {
         if self.raftstore.region_split_size_mb == 0 {
             return Err(Error::InvalidInput(
                 "raftstore.region-split-size-mb must be positive".into(),
+            ));
+        }
+        if self.raftstore.compact_delta_rows == 0 {
+            return Err(Error::InvalidInput(
+                "raftstore.compact-delta-rows must be positive".into(),
             ));
         }
         if self.max_pending_reads == 0 {

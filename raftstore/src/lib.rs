@@ -76,6 +76,7 @@
 //!   its deadline.
 
 pub mod apply;
+pub mod compaction;
 pub mod config;
 pub mod engine;
 mod error;

@@ -140,6 +140,7 @@ pub async fn run(
     };
     let raftstore = RaftStore::new(cfg.store_id, engine.clone(), transport, raft_cfg)?;
     let fresh = raftstore.peers().next().is_none();
+    let delta = raftstore.delta_stats();
     let (router, rx) = std::sync::mpsc::channel();
     let loop_thread = std::thread::Builder::new()
         .name("raftstore".into())
@@ -170,6 +171,8 @@ pub async fn run(
         meta_svc.clone(),
         me.clone(),
         cfg.raftstore.region_split_size_mb << 20,
+        delta,
+        cfg.raftstore.compact_delta_rows,
     ));
 
     let (down_tx, down_rx) = tokio::sync::watch::channel(false);

@@ -41,6 +41,7 @@ use raft::{ReadState, Ready};
 use tokio::sync::oneshot;
 
 use crate::apply::{apply_entries, ApplyCtx, ExecResult};
+use crate::compaction::DeltaStats;
 use crate::engine::{Cf, Engine, WriteBatch};
 use crate::keys;
 use crate::peer::{Callback, Peer, PendingRead, ELECTION_TICKS, TICK};
@@ -128,6 +129,9 @@ pub struct RaftStore<E: Engine, T: Transport> {
     ticks: u64,
     /// Tests drive time by ticks: the clock is `start + ticks × TICK`.
     virtual_start: Option<Instant>,
+    /// Row KVs applied per region, for the worker's compaction of column
+    /// tables.
+    delta: Arc<DeltaStats>,
 }
 
 fn encode_cmd(region_id: u64, epoch: Option<RegionEpoch>, cmd: Cmd) -> Vec<u8> {
@@ -191,6 +195,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             logger,
             ticks: 0,
             virtual_start: None,
+            delta: Arc::new(DeltaStats::default()),
         })
     }
 
@@ -209,6 +214,11 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
 
     pub fn peer(&self, region_id: u64) -> Option<&Peer<E>> {
         self.peers.get(&region_id)
+    }
+
+    /// Row KVs applied per region since the worker last looked.
+    pub fn delta_stats(&self) -> Arc<DeltaStats> {
+        self.delta.clone()
     }
 
     pub fn peers(&self) -> impl Iterator<Item = &Peer<E>> {
@@ -791,6 +801,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             }
             results.append(&mut ctx.results);
             finished.append(&mut ctx.finished);
+            self.delta.add(&ctx.delta_rows);
         }
         if !apply_wb.is_empty() {
             self.engine.write(&apply_wb, false)?;
@@ -825,6 +836,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             }
             results.append(&mut ctx.results);
             finished.append(&mut ctx.finished);
+            self.delta.add(&ctx.delta_rows);
         }
         if !late_wb.is_empty() {
             // A commit index from a LightReady must be durable before apply

@@ -7,19 +7,23 @@
 //! * split regions this store leads once they pass `region-split-size`
 //!   (new ids come from meta, the split goes through raft, and meta learns
 //!   the new regions afterwards; until then requests with the old epoch get
-//!   EpochNotMatch carrying the new regions).
+//!   EpochNotMatch carrying the new regions). A column table's region is
+//!   split only where no pack straddles the split;
+//! * fold the row delta of column-table regions it leads into packs once
+//!   it passes `compact-delta-rows` (see [`crate::compaction`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use quarry_proto::meta::meta_server::Meta as MetaRpc;
 use quarry_proto::meta::{
-    AllocIdsRequest, GetStoresRequest, Region, RegionEpoch, ReportRegionsRequest,
-    Store as StoreInfo, StoreHeartbeatRequest,
+    AllocIdsRequest, GetStoresRequest, Layout, ListTablesRequest, Region, RegionEpoch,
+    ReportRegionsRequest, Store as StoreInfo, StoreHeartbeatRequest,
 };
 use quarry_proto::raft::SplitRequest;
 use tonic::Request;
 
+use crate::compaction::{plan_compaction, split_point, DeltaStats};
 use crate::engine::{Cf, Engine};
 use crate::keys::META_REGION_ID;
 use crate::node::Node;
@@ -31,6 +35,8 @@ pub struct Worker<E: Engine> {
     meta: Arc<MetaService<E>>,
     me: StoreInfo,
     split_size: u64,
+    delta: Arc<DeltaStats>,
+    compact_delta_rows: u64,
 }
 
 fn status_err(s: tonic::Status) -> Error {
@@ -46,12 +52,16 @@ impl<E: Engine> Worker<E> {
         meta: Arc<MetaService<E>>,
         me: StoreInfo,
         split_size: u64,
+        delta: Arc<DeltaStats>,
+        compact_delta_rows: u64,
     ) -> Self {
         Worker {
             node,
             meta,
             me,
             split_size,
+            delta,
+            compact_delta_rows,
         }
     }
 
@@ -72,6 +82,9 @@ impl<E: Engine> Worker<E> {
                 if let Err(e) = self.meta.meta().repair_replicas().await {
                     tracing::warn!("re-creating replicas: {e}");
                 }
+            }
+            if let Err(e) = self.compact_check().await {
+                tracing::debug!("compaction: {e}");
             }
             if round % 5 == 4 && round >= 20 {
                 if let Err(e) = self.split_check().await {
@@ -133,19 +146,89 @@ impl<E: Engine> Worker<E> {
         Ok(())
     }
 
-    /// The key in the middle of a region's data (by bytes).
+    /// Folds the delta of column-table regions this store leads into
+    /// packs, for regions that took at least `compact-delta-rows` row
+    /// writes since they were last looked at.
+    async fn compact_check(&self) -> Result<()> {
+        let ready = self.delta.take_ready(self.compact_delta_rows);
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let tables = self
+            .meta
+            .list_tables(Request::new(ListTablesRequest {}))
+            .await
+            .map_err(status_err)?
+            .into_inner()
+            .tables;
+        for region_id in ready {
+            let Ok(region) = self.node.read_check(region_id, None).await else {
+                continue; // not the leader (any more): its leader compacts
+            };
+            let table_id = (region.start_key.first() == Some(&b't'))
+                .then(|| {
+                    quarry_coprocessor::codec::key::decode_i64(region.start_key.get(1..)?).ok()
+                })
+                .flatten();
+            let Some(table) = tables
+                .iter()
+                .find(|t| Some(t.id) == table_id && t.layout == Layout::Column as i32)
+                .cloned()
+            else {
+                continue;
+            };
+            let engine = self.node.engine().clone();
+            let r = region.clone();
+            let planned =
+                tokio::task::spawn_blocking(move || plan_compaction(engine.as_ref(), &r, &table))
+                    .await
+                    .map_err(|e| Error::Internal(format!("compaction task: {e}")))??;
+            let Some((write, summary)) = planned else {
+                continue;
+            };
+            match self.node.write(region.id, region.epoch, write).await {
+                Ok(()) => tracing::info!(
+                    region = region.id,
+                    delta_rows = summary.delta_rows,
+                    packs_replaced = summary.packs_replaced,
+                    packs_written = summary.packs_written,
+                    "compacted the row delta into packs"
+                ),
+                Err(e) => {
+                    tracing::debug!(region = region.id, "compaction not applied: {e}");
+                    self.delta.restore(region.id, self.compact_delta_rows);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The key in the middle of a region's data (by bytes), where no
+    /// column-layout pack straddles the split.
     fn middle_key(&self, region: &Region) -> Result<Vec<u8>> {
         let mut samples: Vec<(u64, Vec<u8>)> = Vec::new();
         let mut total = 0u64;
         let mut n = 0u64;
+        let mut last_pack: Option<(i64, i64)> = None;
         self.node.engine().scan(
             Cf::Default,
             &region.start_key,
             &region.end_key,
             &mut |k, v| {
                 total += (k.len() + v.len()) as u64;
-                if n.is_multiple_of(64) {
-                    samples.push((total, k.to_vec()));
+                let is_pack = matches!(
+                    quarry_coprocessor::codec::pack::classify_key(k),
+                    quarry_coprocessor::codec::pack::KeyKind::Pack(_)
+                );
+                if is_pack || n.is_multiple_of(64) {
+                    if let Some(at) = split_point(k, last_pack) {
+                        samples.push((total, at));
+                    }
+                }
+                if is_pack {
+                    if let Ok(p) = quarry_coprocessor::codec::pack::PackView::parse(v) {
+                        last_pack = Some((p.first_handle(), p.last_handle()));
+                    }
                 }
                 n += 1;
                 true

@@ -697,7 +697,11 @@ fn writes_commit_through_heavy_message_loss() {
         c.ticks(20);
         for s in 1..=3 {
             for h in 0..20 {
-                assert_eq!(c.value(s, h).as_deref(), Some("v"), "seed {seed} store {s} handle {h}");
+                assert_eq!(
+                    c.value(s, h).as_deref(),
+                    Some("v"),
+                    "seed {seed} store {s} handle {h}"
+                );
             }
         }
     }
@@ -720,24 +724,34 @@ fn a_minority_partition_stalls_and_the_majority_goes_on() {
     // The old leader can neither write nor (once its lease runs out) read.
     let (tx, mut rx) = oneshot::channel();
     let epoch = c.epoch(leader, 10);
-    c.stores.get_mut(&leader).unwrap().handle_msg(StoreMsg::Write {
-        region_id: 10,
-        epoch: Some(epoch),
-        write: KvWrite {
-            puts: vec![KvPair {
-                key: record_key(TABLE, 3),
-                value: b"lost".to_vec(),
-            }],
-            ..Default::default()
-        },
-        cb: tx,
-    });
+    c.stores
+        .get_mut(&leader)
+        .unwrap()
+        .handle_msg(StoreMsg::Write {
+            region_id: 10,
+            epoch: Some(epoch),
+            write: KvWrite {
+                puts: vec![KvPair {
+                    key: record_key(TABLE, 3),
+                    value: b"lost".to_vec(),
+                }],
+                ..Default::default()
+            },
+            cb: tx,
+        });
     c.ticks(30);
-    assert!(!matches!(rx.try_recv(), Ok(Ok(()))), "a minority acknowledged a write");
+    assert!(
+        !matches!(rx.try_recv(), Ok(Ok(()))),
+        "a minority acknowledged a write"
+    );
     c.heal();
     c.ticks(30);
     for s in 1..=3 {
         assert_eq!(c.value(s, 2).as_deref(), Some("b"));
-        assert_eq!(c.value(s, 3), None, "store {s}: the minority's write never applied");
+        assert_eq!(
+            c.value(s, 3),
+            None,
+            "store {s}: the minority's write never applied"
+        );
     }
 }

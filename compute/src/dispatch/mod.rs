@@ -158,6 +158,8 @@ fn add_summary(into: &mut ExecSummary, s: &ExecSummary) {
     into.wait_ns += s.wait_ns;
     into.process_ns += s.process_ns;
     into.blocks_skipped += s.blocks_skipped;
+    into.blocks_scanned += s.blocks_scanned;
+    into.blocks_fallback += s.blocks_fallback;
 }
 
 pub struct Dispatcher {

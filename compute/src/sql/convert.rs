@@ -48,7 +48,10 @@ fn object_name(n: &ast::ObjectName) -> Result<String> {
 fn convert_statement(s: SqlStatement) -> Result<Statement> {
     match s {
         SqlStatement::Query(q) => Ok(Statement::Query(convert_query(*q)?)),
-        SqlStatement::Explain { statement, .. } => match *statement {
+        SqlStatement::Explain {
+            statement, analyze, ..
+        } => match *statement {
+            SqlStatement::Query(q) if analyze => Ok(Statement::ExplainAnalyze(convert_query(*q)?)),
             SqlStatement::Query(q) => Ok(Statement::Explain(convert_query(*q)?)),
             other => unsupported(format!("EXPLAIN of {other}")),
         },

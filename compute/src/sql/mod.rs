@@ -18,8 +18,13 @@ pub use convert::parse;
 pub enum Statement {
     Query(Query),
     Explain(Query),
+    /// `EXPLAIN ANALYZE`: run the query, show the plan and what it did.
+    ExplainAnalyze(Query),
     CreateTable(CreateTable),
-    DropTable { name: String, if_exists: bool },
+    DropTable {
+        name: String,
+        if_exists: bool,
+    },
     Insert(Insert),
     ShowTables,
     Describe(String),

@@ -1,4 +1,6 @@
-//! Byte encodings: memcomparable keys ([`key`]) and row values ([`row`]).
+//! Byte encodings: memcomparable keys ([`key`]), row values ([`row`]) and
+//! the column layout's packs ([`pack`]).
 
 pub mod key;
+pub mod pack;
 pub mod row;

@@ -75,7 +75,7 @@ fn put_compact(buf: &mut Vec<u8>, v: i128) {
 }
 
 #[inline]
-fn get_compact(b: &[u8]) -> Result<i128> {
+pub(crate) fn get_compact(b: &[u8]) -> Result<i128> {
     Ok(match b.len() {
         1 => b[0] as i8 as i128,
         2 => i16::from_le_bytes([b[0], b[1]]) as i128,
@@ -156,7 +156,7 @@ impl RowEncoder {
 }
 
 /// Where a column is in a row.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Lookup<'a> {
     Value(&'a [u8]),
     Null,
@@ -231,6 +231,11 @@ impl<'a> RowView<'a> {
             }
         }
         None
+    }
+
+    /// Number of non-NULL values the row stores.
+    pub fn num_values(&self) -> usize {
+        self.not_null
     }
 
     /// Finds column `id` by binary search over the sorted id lists.

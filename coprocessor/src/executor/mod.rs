@@ -2,7 +2,13 @@
 //!
 //! ```text
 //!   TableScan ─▶ Selection ─▶ Aggregation (partial) | Projection ─▶ Limit
+//!   FusedAggregation (scan + filter + partial aggregation in one pass)
 //! ```
+//!
+//! The table scan reads both storage layouts (`scan.rs`); an aggregation
+//! whose every part has a fused form runs as one executor over the stored
+//! integers instead (`fused.rs`), falling back to the generic executors
+//! block by block.
 //!
 //! THE CONTRACT (after TiKV's `BatchExecutor`): `next_batch(scan_rows)` asks
 //! for at most about `scan_rows` rows' worth of work and returns a
@@ -16,16 +22,18 @@
 //! call [`Chunk::materialize`].
 
 mod aggregation;
+pub mod fused;
 mod limit;
 mod projection;
 mod scan;
 mod selection;
 
 pub use aggregation::AggregationExecutor;
+pub use fused::{FusedAggExecutor, FusedPlan};
 pub use limit::LimitExecutor;
 pub use projection::ProjectionExecutor;
-pub use scan::TableScanExecutor;
-pub use selection::SelectionExecutor;
+pub use scan::{KvScanner, TableScanExecutor, ZoneFilter};
+pub use selection::{filter_chunk, order_conditions, SelectionExecutor};
 
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::buffer::BooleanBuffer;

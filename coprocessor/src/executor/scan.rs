@@ -1,25 +1,44 @@
-//! The table scan: reads row-layout KVs through the [`Storage`] trait and
-//! decodes only the requested columns, straight into Arrow builders.
+//! The table scan: one executor for both storage layouts.
 //!
-//! With no columns requested (a `COUNT(*)`), the scan runs key-only and
-//! emits column-less batches that carry just a row count: no value is read
-//! or decoded.
+//! A region's key range holds row-layout KVs (a row table's rows, or a
+//! column table's *delta* of fresh writes) and packs (a column table's
+//! column blocks, see [`crate::codec::pack`]); the key tells which is which.
+//! The scan reads both in key order and hands the executors above it plain
+//! Arrow batches of the requested columns, so nothing above knows the
+//! layout:
+//!
+//! * a row is decoded straight into Arrow builders, only the requested
+//!   columns, from the borrowed value ([`RowDecoder`]);
+//! * a pack is first checked against the [`ZoneFilter`] (the conjuncts of
+//!   the query's filter that bound a column by constants): a pack whose
+//!   min/max cannot match is skipped without decoding anything
+//!   (`blocks_skipped`). Otherwise only the requested columns are decoded;
+//! * with no columns requested (`COUNT(*)`) a row-layout scan reads keys
+//!   only, and a pack contributes its row count from its header: no value
+//!   is decoded either way.
+//!
+//! [`KvScanner`] is the key-range walk shared with the fused aggregation
+//! (`fused.rs`): ranges in order, counters, and the resume point for a
+//! response cut short by its byte limit.
 
 use std::sync::Arc;
 
 use arrow::array::{RecordBatch, RecordBatchOptions};
+use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
 
 use super::{BatchExecutor, BatchResult, Chunk};
+use crate::codec::pack::{classify_key, decode_columns, ColumnView, KeyKind, PackView};
 use crate::codec::row::RowDecoder;
+use crate::expr::{CmpOp, Expr, LogicOp, ScalarValue};
 use crate::storage::{KeyRange, Storage};
-use crate::Result;
+use crate::{invalid_input, Result};
 
-pub struct TableScanExecutor<S: Storage> {
+/// Walks a list of key ranges through a [`Storage`], remembering where it
+/// is so that a response cut short can name the ranges left.
+pub struct KvScanner<S: Storage> {
     storage: S,
-    schema: SchemaRef,
-    decoder: RowDecoder,
     key_only: bool,
     ranges: Vec<KeyRange>,
     /// Index of the range being scanned; `ranges.len()` when done.
@@ -29,24 +48,15 @@ pub struct TableScanExecutor<S: Storage> {
     /// `has_last_key`).
     last_key: Vec<u8>,
     has_last_key: bool,
-    scanned_keys: u64,
-    scanned_bytes: u64,
+    pub scanned_keys: u64,
+    pub scanned_bytes: u64,
 }
 
-impl<S: Storage> TableScanExecutor<S> {
-    /// `columns`: (column id, type) per output column.
-    pub fn new(storage: S, columns: &[(i64, DataType)], ranges: Vec<KeyRange>) -> Result<Self> {
-        let schema = Arc::new(Schema::new(
-            columns
-                .iter()
-                .map(|(id, t)| Field::new(format!("col_{id}"), t.clone(), true))
-                .collect::<Vec<_>>(),
-        ));
-        Ok(TableScanExecutor {
+impl<S: Storage> KvScanner<S> {
+    pub fn new(storage: S, ranges: Vec<KeyRange>, key_only: bool) -> Self {
+        KvScanner {
             storage,
-            schema,
-            decoder: RowDecoder::new(columns, 1024)?,
-            key_only: columns.is_empty(),
+            key_only,
             ranges,
             current: 0,
             started: false,
@@ -54,67 +64,49 @@ impl<S: Storage> TableScanExecutor<S> {
             has_last_key: false,
             scanned_keys: 0,
             scanned_bytes: 0,
-        })
-    }
-}
-
-impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
+        }
     }
 
-    fn next_batch(&mut self, scan_rows: usize) -> Result<BatchResult> {
-        let mut rows = 0usize;
-        while rows < scan_rows && self.current < self.ranges.len() {
+    /// True once every range has been read.
+    pub fn is_drained(&self) -> bool {
+        self.current >= self.ranges.len()
+    }
+
+    /// The next pair in key order across all ranges, or None at the end.
+    /// The slices are valid until the next call.
+    pub fn next_kv(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+        while self.current < self.ranges.len() {
             if !self.started {
                 self.storage
                     .begin_scan(&self.ranges[self.current], self.key_only)?;
                 self.started = true;
                 self.has_last_key = false;
             }
-            while rows < scan_rows {
-                match self.storage.scan_next()? {
-                    Some((k, v)) => {
-                        if !self.key_only {
-                            self.decoder.decode(v)?;
-                        }
-                        self.scanned_bytes += (k.len() + v.len()) as u64;
-                        rows += 1;
-                        self.last_key.clear();
-                        self.last_key.extend_from_slice(k);
-                        self.has_last_key = true;
-                    }
-                    None => {
-                        self.current += 1;
-                        self.started = false;
-                        break;
-                    }
-                }
+            // Two-step to satisfy the borrow checker: probe, then re-borrow.
+            if self.storage.scan_next()?.is_none() {
+                self.current += 1;
+                self.started = false;
+                continue;
             }
+            break;
         }
-        self.scanned_keys += rows as u64;
-        let columns = if self.key_only {
-            vec![]
-        } else {
-            self.decoder.finish()?
-        };
-        let batch = RecordBatch::try_new_with_options(
-            self.schema.clone(),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(rows)),
-        )?;
-        Ok(BatchResult {
-            chunk: Chunk::new(batch),
-            is_drained: self.current >= self.ranges.len(),
-        })
+        if self.current >= self.ranges.len() {
+            return Ok(None);
+        }
+        let (k, v) = self
+            .storage
+            .current()
+            .ok_or_else(|| crate::internal!("storage lost its position"))?;
+        self.scanned_keys += 1;
+        self.scanned_bytes += (k.len() + v.len()) as u64;
+        self.last_key.clear();
+        self.last_key.extend_from_slice(k);
+        self.has_last_key = true;
+        Ok(Some((k, v)))
     }
 
-    fn collect_summary(&self, s: &mut ExecSummary) {
-        s.scanned_keys += self.scanned_keys;
-        s.scanned_bytes += self.scanned_bytes;
-    }
-
-    fn remaining_ranges(&self) -> Vec<KeyRange> {
+    /// The key ranges not read yet.
+    pub fn remaining_ranges(&self) -> Vec<KeyRange> {
         let mut out = Vec::new();
         if let Some(r) = self.ranges.get(self.current) {
             let start = if self.started && self.has_last_key {
@@ -129,5 +121,265 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
             out.extend(self.ranges[self.current + 1..].iter().cloned());
         }
         out
+    }
+}
+
+/// Constant bounds on scan columns, from a filter's conjuncts: a pack whose
+/// zone map falls outside any of them holds no matching row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ZoneFilter {
+    /// (column id, lowest, highest) allowed, inclusive, on the stored
+    /// integer (days for DATE, the unscaled value for DECIMAL).
+    bounds: Vec<(i64, i64, i64)>,
+}
+
+fn as_stored_int(v: &ScalarValue, dt: &DataType) -> Option<i64> {
+    match (v, dt) {
+        (ScalarValue::Int64(x), DataType::Int64) => Some(*x),
+        (ScalarValue::Date(x), DataType::Date32) => Some(*x as i64),
+        (ScalarValue::Decimal(x, _, s), DataType::Decimal128(p, ts)) if s == ts && *p <= 18 => {
+            // Beyond i64 the bound is beyond every stored value.
+            Some((*x).clamp(i64::MIN as i128, i64::MAX as i128) as i64)
+        }
+        _ => None,
+    }
+}
+
+impl ZoneFilter {
+    /// Collects bounds from `conditions` (ANDed) over scan `columns`
+    /// (column id, type). Conditions of other shapes are ignored: the
+    /// filter only ever skips packs, the conditions still run on the rest.
+    pub fn from_conditions(conditions: &[Expr], columns: &[(i64, DataType)]) -> Self {
+        let mut f = ZoneFilter::default();
+        for c in conditions {
+            f.add(c, columns);
+        }
+        f
+    }
+
+    fn add(&mut self, e: &Expr, columns: &[(i64, DataType)]) {
+        match e {
+            Expr::Logic {
+                op: LogicOp::And,
+                left,
+                right,
+            } => {
+                self.add(left, columns);
+                self.add(right, columns);
+            }
+            Expr::Compare { op, left, right } => {
+                let (op, col, lit) = match (left.as_ref(), right.as_ref()) {
+                    (Expr::Column { index, .. }, Expr::Literal(v)) => (*op, *index, v),
+                    (Expr::Literal(v), Expr::Column { index, .. }) => (op.flip(), *index, v),
+                    _ => return,
+                };
+                let Some((id, dt)) = columns.get(col) else {
+                    return;
+                };
+                let Some(v) = as_stored_int(lit, dt) else {
+                    return;
+                };
+                let (lo, hi) = match op {
+                    CmpOp::Eq => (v, v),
+                    CmpOp::Lt if v == i64::MIN => (1, 0),
+                    CmpOp::Lt => (i64::MIN, v - 1),
+                    CmpOp::Le => (i64::MIN, v),
+                    CmpOp::Gt if v == i64::MAX => (1, 0),
+                    CmpOp::Gt => (v + 1, i64::MAX),
+                    CmpOp::Ge => (v, i64::MAX),
+                    CmpOp::Ne => return,
+                };
+                self.bounds.push((*id, lo, hi));
+            }
+            Expr::InList {
+                expr,
+                list,
+                negated: false,
+            } => {
+                let Expr::Column { index, .. } = expr.as_ref() else {
+                    return;
+                };
+                let Some((id, dt)) = columns.get(*index) else {
+                    return;
+                };
+                let vals: Option<Vec<i64>> = list
+                    .iter()
+                    .filter(|v| !v.is_null())
+                    .map(|v| as_stored_int(v, dt))
+                    .collect();
+                match vals {
+                    Some(v) if v.is_empty() => self.bounds.push((*id, 1, 0)),
+                    Some(v) => self.bounds.push((
+                        *id,
+                        *v.iter().min().expect("non-empty"),
+                        *v.iter().max().expect("non-empty"),
+                    )),
+                    None => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bounds.is_empty()
+    }
+
+    /// True if some row of `pack` may pass (false: skip the pack).
+    pub fn may_match(&self, pack: &PackView<'_>) -> Result<bool> {
+        for (id, lo, hi) in &self.bounds {
+            match pack.column(*id)? {
+                // A comparison with NULL is never true.
+                ColumnView::Null => return Ok(false),
+                ColumnView::Int(v) if v.max < *lo || v.min > *hi => return Ok(false),
+                _ => {}
+            }
+        }
+        Ok(true)
+    }
+
+    /// The bounds, as (column id, lowest, highest).
+    pub fn bounds(&self) -> &[(i64, i64, i64)] {
+        &self.bounds
+    }
+}
+
+pub struct TableScanExecutor<S: Storage> {
+    scanner: KvScanner<S>,
+    schema: SchemaRef,
+    columns: Vec<(i64, DataType)>,
+    decoder: RowDecoder,
+    zone: ZoneFilter,
+    key_only: bool,
+    blocks_scanned: u64,
+    blocks_skipped: u64,
+}
+
+impl<S: Storage> TableScanExecutor<S> {
+    /// `columns`: (column id, type) per output column. `key_only` may be
+    /// set when no column is requested of a row-layout table (packs need
+    /// their header read to count rows).
+    pub fn new(
+        storage: S,
+        columns: &[(i64, DataType)],
+        ranges: Vec<KeyRange>,
+        key_only: bool,
+        zone: ZoneFilter,
+    ) -> Result<Self> {
+        let schema = Arc::new(Schema::new(
+            columns
+                .iter()
+                .map(|(id, t)| Field::new(format!("col_{id}"), t.clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        Ok(TableScanExecutor {
+            scanner: KvScanner::new(storage, ranges, key_only && columns.is_empty()),
+            schema,
+            columns: columns.to_vec(),
+            decoder: RowDecoder::new(columns, 1024)?,
+            zone,
+            key_only: key_only && columns.is_empty(),
+            blocks_scanned: 0,
+            blocks_skipped: 0,
+        })
+    }
+
+    fn batch(&self, columns: Vec<arrow::array::ArrayRef>, rows: usize) -> Result<RecordBatch> {
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows)),
+        )?)
+    }
+
+    /// Rows decoded into the row builders so far, as a batch.
+    fn flush_rows(&mut self, parts: &mut Vec<RecordBatch>) -> Result<()> {
+        let n = self.decoder.rows();
+        if n > 0 {
+            let cols = self.decoder.finish()?;
+            parts.push(self.batch(cols, n)?);
+        }
+        Ok(())
+    }
+}
+
+impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn next_batch(&mut self, scan_rows: usize) -> Result<BatchResult> {
+        let mut parts: Vec<RecordBatch> = Vec::new();
+        let mut rows = 0usize;
+        // Rows counted without decoding (COUNT(*) over keys or pack headers).
+        let mut counted = 0usize;
+        while rows + counted < scan_rows {
+            let Some((k, v)) = self.scanner.next_kv()? else {
+                break;
+            };
+            match classify_key(k) {
+                KeyKind::Row(_) => {
+                    if self.columns.is_empty() {
+                        counted += 1;
+                    } else {
+                        self.decoder.decode(v)?;
+                        rows += 1;
+                    }
+                }
+                KeyKind::Pack(_) => {
+                    if self.key_only {
+                        return Err(crate::internal!(
+                            "a key-only scan met a pack: the table is not row-layout"
+                        ));
+                    }
+                    let pack = PackView::parse(v)?;
+                    if !self.zone.is_empty() && !self.zone.may_match(&pack)? {
+                        self.blocks_skipped += 1;
+                        continue;
+                    }
+                    self.blocks_scanned += 1;
+                    if self.columns.is_empty() {
+                        counted += pack.rows();
+                        continue;
+                    }
+                    let n = pack.rows();
+                    let cols = decode_columns(&pack, &self.columns)?;
+                    // Keep key order: rows decoded before this pack first.
+                    self.flush_rows(&mut parts)?;
+                    parts.push(self.batch(cols, n)?);
+                    rows += n;
+                }
+                KeyKind::Other => {
+                    return Err(invalid_input!(
+                        "the scanned range holds a key that is not table data"
+                    ))
+                }
+            }
+        }
+        self.flush_rows(&mut parts)?;
+        let batch = if self.columns.is_empty() {
+            self.batch(vec![], counted)?
+        } else {
+            match parts.len() {
+                0 => RecordBatch::new_empty(self.schema.clone()),
+                1 => parts.pop().expect("one part"),
+                _ => concat_batches(&self.schema, &parts)?,
+            }
+        };
+        Ok(BatchResult {
+            chunk: Chunk::new(batch),
+            is_drained: self.scanner.is_drained(),
+        })
+    }
+
+    fn collect_summary(&self, s: &mut ExecSummary) {
+        s.scanned_keys += self.scanner.scanned_keys;
+        s.scanned_bytes += self.scanner.scanned_bytes;
+        s.blocks_skipped += self.blocks_skipped;
+        s.blocks_scanned += self.blocks_scanned;
+    }
+
+    fn remaining_ranges(&self) -> Vec<KeyRange> {
+        self.scanner.remaining_ranges()
     }
 }

@@ -10,7 +10,7 @@ use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{DataType, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
 
-use super::{BatchExecutor, BatchResult};
+use super::{BatchExecutor, BatchResult, Chunk};
 use crate::expr::{ColumnarValue, Expr, ScalarValue};
 use crate::storage::KeyRange;
 use crate::{invalid_input, Result};
@@ -21,18 +21,58 @@ pub struct SelectionExecutor<'a> {
 }
 
 impl<'a> SelectionExecutor<'a> {
-    pub fn new(child: Box<dyn BatchExecutor + 'a>, mut conditions: Vec<Expr>) -> Result<Self> {
-        for c in &conditions {
-            if !matches!(c.data_type(), DataType::Boolean | DataType::Null) {
-                return Err(invalid_input!(
-                    "a filter condition must be BOOLEAN, got {}",
-                    crate::types::sql_name(&c.data_type())
-                ));
-            }
-        }
-        conditions.sort_by_key(|c| (c.is_fallible(), c.cost()));
-        Ok(SelectionExecutor { child, conditions })
+    pub fn new(child: Box<dyn BatchExecutor + 'a>, conditions: Vec<Expr>) -> Result<Self> {
+        Ok(SelectionExecutor {
+            child,
+            conditions: order_conditions(conditions)?,
+        })
     }
+}
+
+/// Checks that every condition is BOOLEAN and orders them cheapest first
+/// (infallible before fallible).
+pub fn order_conditions(mut conditions: Vec<Expr>) -> Result<Vec<Expr>> {
+    for c in &conditions {
+        if !matches!(c.data_type(), DataType::Boolean | DataType::Null) {
+            return Err(invalid_input!(
+                "a filter condition must be BOOLEAN, got {}",
+                crate::types::sql_name(&c.data_type())
+            ));
+        }
+    }
+    conditions.sort_by_key(|c| (c.is_fallible(), c.cost()));
+    Ok(conditions)
+}
+
+/// Narrows `chunk`'s selection by `conditions` (ANDed, in the order of
+/// [`order_conditions`]).
+pub fn filter_chunk(conditions: &[Expr], chunk: &mut Chunk) -> Result<()> {
+    let n = chunk.batch.num_rows();
+    for cond in conditions {
+        if chunk
+            .selection
+            .as_ref()
+            .is_some_and(|s| s.count_set_bits() == 0)
+        {
+            break;
+        }
+        let keep: BooleanBuffer = match cond.evaluate(&chunk.batch, chunk.selection.as_ref())? {
+            ColumnarValue::Scalar(ScalarValue::Boolean(true)) => continue,
+            ColumnarValue::Scalar(_) => BooleanBuffer::new_unset(n),
+            ColumnarValue::Array(a) => {
+                let b = a.as_boolean();
+                match b.nulls() {
+                    Some(nulls) => b.values() & nulls.inner(),
+                    None => b.values().clone(),
+                }
+            }
+        };
+        chunk.selection = Some(match &chunk.selection {
+            Some(s) => s & &keep,
+            None => keep,
+        });
+    }
+    Ok(())
 }
 
 impl BatchExecutor for SelectionExecutor<'_> {
@@ -42,32 +82,7 @@ impl BatchExecutor for SelectionExecutor<'_> {
 
     fn next_batch(&mut self, scan_rows: usize) -> Result<BatchResult> {
         let mut r = self.child.next_batch(scan_rows)?;
-        let n = r.chunk.batch.num_rows();
-        for cond in &self.conditions {
-            if r.chunk
-                .selection
-                .as_ref()
-                .is_some_and(|s| s.count_set_bits() == 0)
-            {
-                break;
-            }
-            let keep: BooleanBuffer =
-                match cond.evaluate(&r.chunk.batch, r.chunk.selection.as_ref())? {
-                    ColumnarValue::Scalar(ScalarValue::Boolean(true)) => continue,
-                    ColumnarValue::Scalar(_) => BooleanBuffer::new_unset(n),
-                    ColumnarValue::Array(a) => {
-                        let b = a.as_boolean();
-                        match b.nulls() {
-                            Some(nulls) => b.values() & nulls.inner(),
-                            None => b.values().clone(),
-                        }
-                    }
-                };
-            r.chunk.selection = Some(match &r.chunk.selection {
-                Some(s) => s & &keep,
-                None => keep,
-            });
-        }
+        filter_chunk(&self.conditions, &mut r.chunk)?;
         Ok(r)
     }
 

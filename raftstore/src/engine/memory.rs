@@ -81,6 +81,18 @@ impl Engine for MemEngine {
         Ok(())
     }
 
+    fn seek_prev(&self, cf: Cf, key: &[u8], lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        if key < lower {
+            return Ok(None);
+        }
+        let cfs = self.cfs.read();
+        Ok(cfs.get(&cf).and_then(|m| {
+            m.range::<[u8], _>((Bound::Included(lower), Bound::Included(key)))
+                .next_back()
+                .map(|(k, v)| (k.clone(), v.clone()))
+        }))
+    }
+
     fn with_snapshot<R>(&self, bounds: &KeyRange, f: impl FnOnce(&mut dyn Storage) -> R) -> R {
         let snapshot: MemStorage = {
             let cfs = self.cfs.read();

@@ -64,6 +64,8 @@ impl WriteBatch {
     }
 
     pub fn delete_range(&mut self, cf: Cf, start: Vec<u8>, end: Vec<u8>) {
+        // RocksDB refuses a range whose end comes before its start.
+        debug_assert!(start <= end, "delete_range with start after end");
         self.bytes += start.len() + end.len();
         self.ops.push(WriteOp::DeleteRange(cf, start, end));
     }
@@ -89,6 +91,9 @@ pub trait Engine: Send + Sync + 'static {
         end: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()>;
+
+    /// The last pair with `lower <= key' <= key`, if any.
+    fn seek_prev(&self, cf: Cf, key: &[u8], lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>>;
 
     /// Runs `f` over a consistent snapshot of the data column family,
     /// presented as coprocessor [`Storage`]. Scans through it never leave

@@ -113,6 +113,21 @@ impl Engine for RocksEngine {
         Ok(it.status()?)
     }
 
+    fn seek_prev(&self, cf: Cf, key: &[u8], lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_lower_bound(lower.to_vec());
+        let mut it = self.db.raw_iterator_cf_opt(self.cf(cf), opts);
+        it.seek_for_prev(key);
+        if !it.valid() {
+            it.status()?;
+            return Ok(None);
+        }
+        Ok(match (it.key(), it.value()) {
+            (Some(k), Some(v)) => Some((k.to_vec(), v.to_vec())),
+            _ => None,
+        })
+    }
+
     fn with_snapshot<R>(&self, bounds: &KeyRange, f: impl FnOnce(&mut dyn Storage) -> R) -> R {
         let snapshot = self.db.snapshot();
         let mut storage = RocksStorage {
@@ -179,12 +194,20 @@ impl Storage for RocksStorage<'_> {
                 .map_err(|e| quarry_coprocessor::Error::Internal(format!("RocksDB scan: {e}")))?;
             return Ok(None);
         }
-        let key = it.key().unwrap_or_default();
+        Ok(Storage::current(&*self))
+    }
+
+    fn current(&self) -> Option<(&[u8], &[u8])> {
+        let it = self.iter.as_ref()?;
+        if self.first || !it.valid() {
+            return None;
+        }
+        let key = it.key()?;
         let value = if self.key_only {
             &[][..]
         } else {
             it.value().unwrap_or_default()
         };
-        Ok(Some((key, value)))
+        Some((key, value))
     }
 }

@@ -1,0 +1,382 @@
+//! The fused aggregation must answer exactly what the generic executors
+//! answer, over packs and delta rows, with and without NULLs, and fail
+//! the same way on overflow.
+
+use arrow::array::{Array, RecordBatch};
+use arrow::datatypes::DataType;
+use proptest::prelude::*;
+use quarry_proto::coprocessor::AggKind;
+
+use super::*;
+use crate::aggregate::{AggregateFunction, Aggregator};
+use crate::codec::key::record_key;
+use crate::codec::pack::{pack_key, PackBuilder};
+use crate::codec::row::{Datum, RowEncoder};
+use crate::executor::scan::ZoneFilter;
+use crate::executor::{AggregationExecutor, BatchExecutor, SelectionExecutor, TableScanExecutor};
+use crate::expr::{ArithOp, CmpOp, Expr, ScalarValue};
+use crate::storage::{KeyRange, MemStorage};
+
+const TABLE: i64 = 9;
+
+fn columns() -> Vec<(i64, DataType)> {
+    vec![
+        (1, DataType::Int64),
+        (2, DataType::Decimal128(15, 2)),
+        (3, DataType::Decimal128(15, 2)),
+        (4, DataType::Date32),
+        (5, DataType::Utf8),
+        (6, DataType::Utf8),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Row {
+    qty: Option<i64>,
+    price: Option<i64>,
+    disc: Option<i64>,
+    date: Option<i32>,
+    flag: Option<&'static str>,
+    status: &'static str,
+}
+
+impl Row {
+    fn datums(&self) -> Vec<Datum<'static>> {
+        vec![
+            self.qty.map_or(Datum::Null, Datum::Int),
+            self.price
+                .map_or(Datum::Null, |v| Datum::Decimal(v as i128)),
+            self.disc.map_or(Datum::Null, |v| Datum::Decimal(v as i128)),
+            self.date.map_or(Datum::Null, Datum::Date),
+            self.flag
+                .map_or(Datum::Null, |s| Datum::Bytes(s.as_bytes())),
+            Datum::Bytes(self.status.as_bytes()),
+        ]
+    }
+}
+
+fn opt<T: std::fmt::Debug + Clone + 'static>(
+    s: impl Strategy<Value = T> + 'static,
+    nulls: bool,
+) -> BoxedStrategy<Option<T>> {
+    if nulls {
+        proptest::option::weighted(0.95, s).boxed()
+    } else {
+        s.prop_map(Some).boxed()
+    }
+}
+
+fn row_strategy(nulls: bool) -> impl Strategy<Value = Row> {
+    (
+        opt(1i64..=50, nulls),
+        opt(100i64..=10_000_000, nulls),
+        opt(0i64..=10, nulls),
+        opt(8000i32..=10_600, nulls),
+        opt(prop_oneof![Just("A"), Just("N"), Just("R")], nulls),
+        prop_oneof![Just("F"), Just("O")],
+    )
+        .prop_map(|(qty, price, disc, date, flag, status)| Row {
+            qty,
+            price,
+            disc,
+            date,
+            flag,
+            status,
+        })
+}
+
+/// Rows into storage: runs of packs (of `pack_rows`) and delta rows.
+fn store(rows: &[Row], pack_rows: usize, delta_every: usize) -> MemStorage {
+    let mut s = MemStorage::new();
+    let mut b = PackBuilder::new(&columns()).unwrap();
+    let mut enc = RowEncoder::new();
+    let flush = |b: &mut PackBuilder, s: &mut MemStorage| {
+        if !b.is_empty() {
+            let (first, v) = b.finish().unwrap();
+            s.put(pack_key(TABLE, first), v);
+        }
+    };
+    for (h, r) in rows.iter().enumerate() {
+        let h = h as i64 * 2;
+        if delta_every > 0 && h as usize % delta_every == 1 % delta_every.max(1) {
+            flush(&mut b, &mut s);
+            let ids: Vec<(i64, Datum)> = columns()
+                .iter()
+                .map(|(id, _)| *id)
+                .zip(r.datums())
+                .collect();
+            let mut v = Vec::new();
+            enc.encode(&ids, &mut v).unwrap();
+            s.put(record_key(TABLE, h), v);
+            continue;
+        }
+        b.push(h, &r.datums()).unwrap();
+        if b.len() >= pack_rows {
+            flush(&mut b, &mut s);
+        }
+    }
+    flush(&mut b, &mut s);
+    s
+}
+
+fn col(i: usize) -> Expr {
+    Expr::Column {
+        index: i,
+        data_type: columns()[i].1.clone(),
+    }
+}
+
+fn dec(v: i128, s: i8) -> Expr {
+    Expr::Literal(ScalarValue::Decimal(
+        v,
+        crate::types::digits_of(v).max(s as u8).max(1),
+        s,
+    ))
+}
+
+type Aggs = Vec<(AggregateFunction, Option<Expr>)>;
+
+/// Q1's and Q6's shapes over the test table, plus MIN/MAX/COUNT(x):
+/// (conditions, group keys, aggregates).
+fn query(q6: bool) -> (Vec<Expr>, Vec<Expr>, Aggs) {
+    let date_le =
+        Expr::compare(CmpOp::Le, col(3), Expr::Literal(ScalarValue::Date(10_400))).unwrap();
+    let disc_price = Expr::arith(
+        ArithOp::Multiply,
+        col(1),
+        Expr::arith(ArithOp::Minus, Expr::Literal(ScalarValue::Int64(1)), col(2)).unwrap(),
+    )
+    .unwrap();
+    let agg = |k: AggKind, e: Option<Expr>| {
+        (
+            AggregateFunction::new(k, e.as_ref().map(Expr::data_type)).unwrap(),
+            e,
+        )
+    };
+    if q6 {
+        let conds = vec![
+            Expr::compare(CmpOp::Ge, col(3), Expr::Literal(ScalarValue::Date(9000))).unwrap(),
+            Expr::compare(CmpOp::Lt, col(3), Expr::Literal(ScalarValue::Date(9365))).unwrap(),
+            Expr::between(col(2), dec(5, 2), dec(7, 2), false).unwrap(),
+            Expr::compare(CmpOp::Lt, col(0), Expr::Literal(ScalarValue::Int64(24))).unwrap(),
+        ];
+        let rev = Expr::arith(ArithOp::Multiply, col(1), col(2)).unwrap();
+        (conds, vec![], vec![agg(AggKind::Sum, Some(rev))])
+    } else {
+        (
+            vec![date_le],
+            vec![col(4), col(5)],
+            vec![
+                agg(AggKind::Sum, Some(col(0))),
+                agg(AggKind::Sum, Some(disc_price.clone())),
+                agg(AggKind::Avg, Some(col(1))),
+                agg(AggKind::Min, Some(col(3))),
+                agg(AggKind::Max, Some(disc_price)),
+                agg(AggKind::Count, Some(col(2))),
+                agg(AggKind::CountStar, None),
+            ],
+        )
+    }
+}
+
+fn try_drain(exec: &mut dyn BatchExecutor) -> crate::Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    loop {
+        let r = exec.next_batch(1000)?;
+        out.push(r.chunk.materialize()?);
+        if r.is_drained {
+            return Ok(out);
+        }
+    }
+}
+
+/// Final-merges partials and prints the result rows sorted.
+fn final_rows(
+    partials: &[RecordBatch],
+    keys: &[Expr],
+    aggs: &[(AggregateFunction, Option<Expr>)],
+) -> Vec<String> {
+    let mut f = Aggregator::final_stage(
+        keys.iter().map(Expr::data_type).collect(),
+        aggs.iter().map(|(f, _)| f.clone()).collect(),
+    )
+    .unwrap();
+    for b in partials {
+        f.merge(b).unwrap();
+    }
+    let out = f.finish().unwrap();
+    let mut rows: Vec<String> = (0..out.num_rows())
+        .map(|r| {
+            out.columns()
+                .iter()
+                .map(|c| arrow::util::display::array_value_to_string(c, r).unwrap())
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+fn generic(
+    s: MemStorage,
+    conds: &[Expr],
+    keys: &[Expr],
+    aggs: &[(AggregateFunction, Option<Expr>)],
+) -> crate::Result<Vec<RecordBatch>> {
+    let range = vec![KeyRange::new(vec![], vec![])];
+    let scan = TableScanExecutor::new(s, &columns(), range, false, ZoneFilter::default())?;
+    let sel = SelectionExecutor::new(Box::new(scan), conds.to_vec())?;
+    let mut agg = AggregationExecutor::new(
+        Box::new(sel),
+        Aggregator::partial(keys.to_vec(), aggs.to_vec())?,
+    );
+    try_drain(&mut agg)
+}
+
+fn fused(
+    s: MemStorage,
+    conds: &[Expr],
+    keys: &[Expr],
+    aggs: &[(AggregateFunction, Option<Expr>)],
+) -> crate::Result<(Vec<RecordBatch>, ExecSummary)> {
+    let plan = FusedPlan::compile(&columns(), conds, keys, aggs).expect("fusable");
+    let range = vec![KeyRange::new(vec![], vec![])];
+    let mut exec = FusedAggExecutor::new(
+        s,
+        range,
+        &columns(),
+        conds.to_vec(),
+        plan,
+        Aggregator::partial(keys.to_vec(), aggs.to_vec())?,
+    )?;
+    let out = try_drain(&mut exec)?;
+    let mut summary = ExecSummary::default();
+    exec.collect_summary(&mut summary);
+    Ok((out, summary))
+}
+
+fn same_answer(rows: &[Row], pack_rows: usize, delta_every: usize, q6: bool) {
+    let (conds, keys, aggs) = query(q6);
+    let g = generic(store(rows, pack_rows, delta_every), &conds, &keys, &aggs).unwrap();
+    let (f, _) = fused(store(rows, pack_rows, delta_every), &conds, &keys, &aggs).unwrap();
+    assert_eq!(final_rows(&f, &keys, &aggs), final_rows(&g, &keys, &aggs));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn fused_q1_matches_the_generic_executors(
+        rows in proptest::collection::vec(row_strategy(false), 0..600),
+        pack_rows in 1usize..300,
+        delta_every in 0usize..7,
+    ) {
+        same_answer(&rows, pack_rows, delta_every, false);
+    }
+
+    #[test]
+    fn fused_q6_matches_the_generic_executors(
+        rows in proptest::collection::vec(row_strategy(false), 0..600),
+        pack_rows in 1usize..300,
+        delta_every in 0usize..7,
+    ) {
+        same_answer(&rows, pack_rows, delta_every, true);
+    }
+
+    #[test]
+    fn blocks_with_nulls_take_the_generic_path_and_agree(
+        rows in proptest::collection::vec(row_strategy(true), 0..400),
+        pack_rows in 1usize..200,
+        delta_every in 0usize..5,
+        q6: bool,
+    ) {
+        same_answer(&rows, pack_rows, delta_every, q6);
+    }
+}
+
+fn tpch_like(n: usize) -> Vec<Row> {
+    (0..n)
+        .map(|i| Row {
+            qty: Some((i % 50 + 1) as i64),
+            price: Some(100_000 + (i as i64 * 7919) % 9_000_000),
+            disc: Some((i % 11) as i64),
+            date: Some(8000 + (i as i32 * 37) % 2500),
+            flag: Some(["A", "N", "R"][i % 3]),
+            status: ["F", "O"][i % 2],
+        })
+        .collect()
+}
+
+#[test]
+fn packs_outside_the_filter_are_skipped_by_their_zone_maps() {
+    // Dates ascend with the handle, so packs cover disjoint date ranges.
+    let rows: Vec<Row> = tpch_like(4096)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            r.date = Some(8000 + i as i32);
+            r
+        })
+        .collect();
+    let (conds, keys, aggs) = query(true);
+    let (out, summary) = fused(store(&rows, 256, 0), &conds, &keys, &aggs).unwrap();
+    // Dates 9000..9365 live in 2-3 of the 16 packs.
+    assert!(summary.blocks_skipped >= 13, "{summary:?}");
+    assert_eq!(summary.blocks_fallback, 0);
+    let g = generic(store(&rows, 256, 0), &conds, &keys, &aggs).unwrap();
+    assert_eq!(final_rows(&out, &keys, &aggs), final_rows(&g, &keys, &aggs));
+}
+
+#[test]
+fn whole_packs_use_the_fused_kernels() {
+    let (conds, keys, aggs) = query(false);
+    let (_, summary) = fused(store(&tpch_like(5000), 1000, 0), &conds, &keys, &aggs).unwrap();
+    assert_eq!(summary.blocks_fallback, 0, "{summary:?}");
+    assert_eq!(summary.blocks_scanned, 5);
+}
+
+#[test]
+fn a_sum_past_bigint_is_an_overflow_error_on_both_paths() {
+    let big = |q| Row {
+        qty: Some(q),
+        price: Some(1),
+        disc: Some(1),
+        date: Some(9000),
+        flag: Some("A"),
+        status: "F",
+    };
+    let rows = vec![big(i64::MAX / 2), big(i64::MAX / 2), big(i64::MAX / 2)];
+    let keys = vec![];
+    let aggs = vec![(
+        AggregateFunction::new(AggKind::Sum, Some(DataType::Int64)).unwrap(),
+        Some(col(0)),
+    )];
+    for delta in [0, 1] {
+        let g = generic(store(&rows, 2, delta), &[], &keys, &aggs);
+        assert!(matches!(g, Err(crate::Error::Overflow(_))), "{g:?}");
+        let f = fused(store(&rows, 2, delta), &[], &keys, &aggs);
+        assert!(matches!(f, Err(crate::Error::Overflow(_))), "{f:?}");
+    }
+}
+
+#[test]
+fn shapes_without_a_fused_form_are_refused_at_compile_time() {
+    let aggs = vec![(
+        AggregateFunction::new(AggKind::Sum, Some(DataType::Decimal128(38, 6))).unwrap(),
+        Some(Expr::arith(ArithOp::Divide, col(1), col(2)).unwrap()),
+    )];
+    assert!(FusedPlan::compile(&columns(), &[], &[], &aggs).is_none());
+    let like = Expr::like(col(4), "A%".into(), false).unwrap();
+    let (_, keys, aggs) = query(false);
+    assert!(FusedPlan::compile(&columns(), &[like], &keys, &aggs).is_none());
+}
+
+#[test]
+fn an_empty_region_answers_one_row_without_group_by() {
+    let (conds, keys, aggs) = query(true);
+    let (out, _) = fused(MemStorage::new(), &conds, &keys, &aggs).unwrap();
+    let rows: usize = out.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 1);
+    assert_eq!(out.last().unwrap().column(0).null_count(), 1);
+}

@@ -1,0 +1,441 @@
+//! Column tables: merging the row delta into packs.
+//!
+//! A column-layout table keeps its rows in packs (`coprocessor::codec::pack`)
+//! but takes fresh writes — `INSERT`s — as ordinary row-layout KVs, the
+//! *delta*, because rewriting a 4096-row pack per inserted row would cost
+//! far more than the row. Scans read packs and delta side by side; this
+//! module folds the delta back into packs so scans stay on the fast path.
+//!
+//! HOW (TiFlash's delta merge, done the raft way)
+//!
+//! 1. Applying a write counts, per region, the row KVs it put
+//!    ([`DeltaStats`]). The store loop does this; it costs a hash-map add.
+//! 2. Every couple of seconds the worker looks at regions it leads whose
+//!    count passed `compact-delta-rows` and that belong to a column table,
+//!    reads the region from its own engine, and plans a rewrite
+//!    ([`plan_compaction`]): the delta rows (at most [`MAX_ROWS_PER_ROUND`]
+//!    of the lowest handles) plus every pack whose handle range overlaps
+//!    theirs, merged in handle order and cut into new packs. Packs stay
+//!    sorted and never overlap.
+//! 3. The rewrite is proposed like any write: new packs as puts, the
+//!    replaced delta rows and packs as deletes, and all of those as
+//!    `must_exist`. Apply refuses it whole if any of them is gone (another
+//!    compaction, e.g. by a new leader, got there first), so every replica
+//!    makes the same decision and no row is lost or doubled. Only the
+//!    leader spends CPU encoding packs; followers apply the bytes.
+//!
+//! Rows are never updated in place (INSERT refuses duplicate keys, and an
+//! INSERT checks packs as well as row keys), so a delta row read by the
+//! planner is still the same row when the rewrite applies, or it is gone.
+//!
+//! CAVEATS: the counts live in memory; after a restart a region's old delta
+//! is compacted when the region next takes writes (or at the worker's first
+//! pass, which checks every led region of a column table once).
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+use quarry_coprocessor::codec::key::{record_key, table_record_range};
+use quarry_coprocessor::codec::pack::{
+    classify_key, pack_key, KeyKind, PackBuilder, PackView, PACK_ROWS,
+};
+use quarry_coprocessor::types::arrow_type;
+use quarry_proto::kv::KvPair;
+use quarry_proto::meta::{Region, TableDef};
+use quarry_proto::raft::KvWrite;
+
+use crate::engine::{Cf, Engine};
+use crate::{Error, Result};
+
+/// Most delta rows one compaction takes (the rest wait for the next round).
+pub const MAX_ROWS_PER_ROUND: usize = 16 * PACK_ROWS;
+
+/// Row KVs written per region since its last compaction check.
+#[derive(Default)]
+pub struct DeltaStats {
+    rows: Mutex<HashMap<u64, u64>>,
+}
+
+impl DeltaStats {
+    pub fn add(&self, counts: &HashMap<u64, u64>) {
+        if counts.is_empty() {
+            return;
+        }
+        let mut rows = self.rows.lock();
+        for (region, n) in counts {
+            *rows.entry(*region).or_default() += n;
+        }
+    }
+
+    /// Takes the regions at or past `threshold` rows out of the counts.
+    pub fn take_ready(&self, threshold: u64) -> Vec<u64> {
+        let mut rows = self.rows.lock();
+        let ready: Vec<u64> = rows
+            .iter()
+            .filter(|(_, n)| **n >= threshold)
+            .map(|(r, _)| *r)
+            .collect();
+        for r in &ready {
+            rows.remove(r);
+        }
+        ready
+    }
+
+    /// Puts a region back (its compaction did not happen).
+    pub fn restore(&self, region: u64, n: u64) {
+        *self.rows.lock().entry(region).or_default() += n;
+    }
+}
+
+/// What a planned compaction does.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompactionSummary {
+    pub delta_rows: usize,
+    pub packs_replaced: usize,
+    pub packs_written: usize,
+}
+
+/// The rewrite that folds `region`'s delta rows of `table` into packs, or
+/// None when there is no delta. Reads the region from `engine` (the
+/// leader's applied state).
+pub fn plan_compaction<E: Engine>(
+    engine: &E,
+    region: &Region,
+    table: &TableDef,
+) -> Result<Option<(KvWrite, CompactionSummary)>> {
+    let (tstart, tend) = table_record_range(table.id);
+    let start = tstart.max(region.start_key.clone());
+    let end = if region.end_key.is_empty() {
+        tend
+    } else {
+        tend.min(region.end_key.clone())
+    };
+    if start >= end {
+        return Ok(None);
+    }
+    // Delta rows (the lowest handles first) and every pack's range.
+    let mut delta: Vec<(i64, Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut packs: Vec<(i64, i64, Vec<u8>)> = Vec::new();
+    let mut bad = None;
+    engine.scan(Cf::Default, &start, &end, &mut |k, v| {
+        match classify_key(k) {
+            KeyKind::Row(h) if delta.len() < MAX_ROWS_PER_ROUND => {
+                delta.push((h, k.to_vec(), v.to_vec()))
+            }
+            KeyKind::Row(_) => {}
+            KeyKind::Pack(_) => match PackView::parse(v) {
+                Ok(p) => packs.push((p.first_handle(), p.last_handle(), k.to_vec())),
+                Err(e) => {
+                    bad = Some(e);
+                    return false;
+                }
+            },
+            KeyKind::Other => {}
+        }
+        true
+    })?;
+    if let Some(e) = bad {
+        return Err(Error::Internal(format!("reading a pack to compact: {e}")));
+    }
+    let (Some(lo), Some(hi)) = (delta.first().map(|d| d.0), delta.last().map(|d| d.0)) else {
+        return Ok(None);
+    };
+    let overlapping: Vec<&(i64, i64, Vec<u8>)> = packs
+        .iter()
+        .filter(|(first, last, _)| *first <= hi && *last >= lo)
+        .collect();
+    let mut old_values = Vec::with_capacity(overlapping.len());
+    for (_, _, k) in &overlapping {
+        let v = engine
+            .get(Cf::Default, k)?
+            .ok_or_else(|| Error::Internal("a pack vanished while compacting".into()))?;
+        old_values.push(v);
+    }
+    let old: Vec<PackView> = old_values
+        .iter()
+        .map(|v| PackView::parse(v))
+        .collect::<quarry_coprocessor::Result<_>>()
+        .map_err(|e| Error::Internal(e.to_string()))?;
+
+    let columns = table
+        .columns
+        .iter()
+        .map(|c| {
+            let ft = c
+                .field_type
+                .as_ref()
+                .ok_or_else(|| Error::Internal(format!("column {} has no type", c.name)))?;
+            Ok((
+                c.id,
+                arrow_type(ft).map_err(|e| Error::Internal(e.to_string()))?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let cop = |e: quarry_coprocessor::Error| Error::Internal(format!("building a pack: {e}"));
+    let mut builder = PackBuilder::new(&columns).map_err(cop)?;
+    let mut puts: Vec<KvPair> = Vec::new();
+    let flush = |b: &mut PackBuilder, puts: &mut Vec<KvPair>| -> Result<()> {
+        if !b.is_empty() {
+            let (first, value) = b.finish().map_err(cop)?;
+            puts.push(KvPair {
+                key: pack_key(table.id, first),
+                value,
+            });
+        }
+        Ok(())
+    };
+    // Merge by handle: old packs' rows (in order) and the delta rows. A
+    // delta row and a pack row with the same handle cannot both exist
+    // (INSERT checks both); if they did, the delta row is the newer.
+    let mut d = 0usize;
+    for pack in &old {
+        let handles = pack.handles().map_err(cop)?;
+        for i in 0..pack.rows() {
+            let h = handles.get(i);
+            while d < delta.len() && delta[d].0 < h {
+                builder
+                    .push_row_value(delta[d].0, &delta[d].2)
+                    .map_err(cop)?;
+                d += 1;
+                if builder.len() >= PACK_ROWS {
+                    flush(&mut builder, &mut puts)?;
+                }
+            }
+            if d < delta.len() && delta[d].0 == h {
+                continue;
+            }
+            builder.push_pack_row(pack, i).map_err(cop)?;
+            if builder.len() >= PACK_ROWS {
+                flush(&mut builder, &mut puts)?;
+            }
+        }
+    }
+    while d < delta.len() {
+        builder
+            .push_row_value(delta[d].0, &delta[d].2)
+            .map_err(cop)?;
+        d += 1;
+        if builder.len() >= PACK_ROWS {
+            flush(&mut builder, &mut puts)?;
+        }
+    }
+    flush(&mut builder, &mut puts)?;
+
+    let new_keys: std::collections::HashSet<&Vec<u8>> = puts.iter().map(|p| &p.key).collect();
+    let replaced: Vec<Vec<u8>> = delta
+        .iter()
+        .map(|(_, k, _)| k.clone())
+        .chain(overlapping.iter().map(|(_, _, k)| k.clone()))
+        .collect();
+    let deletes: Vec<Vec<u8>> = replaced
+        .iter()
+        .filter(|k| !new_keys.contains(k))
+        .cloned()
+        .collect();
+    let summary = CompactionSummary {
+        delta_rows: delta.len(),
+        packs_replaced: overlapping.len(),
+        packs_written: puts.len(),
+    };
+    debug_assert!(puts
+        .iter()
+        .all(|p| p.key.as_slice() >= start.as_slice() && p.key.as_slice() < end.as_slice()));
+    Ok(Some((
+        KvWrite {
+            puts,
+            deletes,
+            delete_ranges: vec![],
+            conflict: 0,
+            must_exist: replaced,
+        },
+        summary,
+    )))
+}
+
+/// Snaps a split key so that no pack straddles the split: a pack key
+/// becomes its first row's key; a row key inside the handle range of the
+/// pack before it is not a valid split point (None).
+pub fn split_point(key: &[u8], last_pack: Option<(i64, i64)>) -> Option<Vec<u8>> {
+    match classify_key(key) {
+        KeyKind::Pack(first) => {
+            let table = quarry_coprocessor::codec::key::decode_i64(&key[1..9]).ok()?;
+            Some(record_key(table, first))
+        }
+        KeyKind::Row(h) => match last_pack {
+            Some((first, last)) if first <= h && h <= last => None,
+            _ => Some(key.to_vec()),
+        },
+        KeyKind::Other => Some(key.to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::datatypes::DataType;
+    use quarry_coprocessor::codec::row::{Datum, RowEncoder};
+    use quarry_coprocessor::types::field_type;
+    use quarry_proto::meta::{ColumnDef, Layout};
+
+    use super::*;
+    use crate::engine::memory::MemEngine;
+    use crate::engine::WriteBatch;
+
+    const T: i64 = 5;
+
+    fn table() -> TableDef {
+        TableDef {
+            id: T,
+            name: "t".into(),
+            columns: vec![
+                ColumnDef {
+                    id: 1,
+                    name: "a".into(),
+                    field_type: Some(field_type(&DataType::Int64, true).unwrap()),
+                },
+                ColumnDef {
+                    id: 2,
+                    name: "s".into(),
+                    field_type: Some(field_type(&DataType::Utf8, true).unwrap()),
+                },
+            ],
+            handle_column_id: 0,
+            layout: Layout::Column as i32,
+        }
+    }
+
+    fn row(h: i64) -> Vec<u8> {
+        let mut v = Vec::new();
+        let s = format!("s{h}");
+        RowEncoder::new()
+            .encode(
+                &[(1, Datum::Int(h * 10)), (2, Datum::Bytes(s.as_bytes()))],
+                &mut v,
+            )
+            .unwrap();
+        v
+    }
+
+    fn region() -> Region {
+        let (s, e) = table_record_range(T);
+        Region {
+            id: 7,
+            start_key: s,
+            end_key: e,
+            ..Default::default()
+        }
+    }
+
+    fn apply(engine: &MemEngine, w: &KvWrite) {
+        let mut wb = WriteBatch::new();
+        for p in &w.puts {
+            wb.put(Cf::Default, p.key.clone(), p.value.clone());
+        }
+        for k in &w.deletes {
+            wb.delete(Cf::Default, k.clone());
+        }
+        engine.write(&wb, false).unwrap();
+    }
+
+    /// Every (handle, a) the region holds, packs and delta together.
+    fn contents(engine: &MemEngine) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        let r = region();
+        engine
+            .scan(Cf::Default, &r.start_key, &r.end_key, &mut |k, v| {
+                match classify_key(k) {
+                    KeyKind::Row(h) => {
+                        let view = quarry_coprocessor::codec::row::RowView::new(v).unwrap();
+                        assert!(matches!(
+                            view.get(1).unwrap(),
+                            quarry_coprocessor::codec::row::Lookup::Value(_)
+                        ));
+                        out.push((h, h * 10));
+                    }
+                    KeyKind::Pack(_) => {
+                        let p = PackView::parse(v).unwrap();
+                        let hs = p.handles().unwrap();
+                        let a = p.column(1).unwrap();
+                        for i in 0..p.rows() {
+                            let quarry_coprocessor::codec::row::Datum::Int(x) = a.datum(i).unwrap()
+                            else {
+                                panic!("not an int")
+                            };
+                            out.push((hs.get(i), x));
+                        }
+                    }
+                    KeyKind::Other => panic!("stray key"),
+                }
+                true
+            })
+            .unwrap();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn delta_rows_merge_into_sorted_non_overlapping_packs() {
+        let engine = Arc::new(MemEngine::new());
+        // Round 1: 5000 rows with even handles.
+        let mut wb = WriteBatch::new();
+        for h in 0..5000 {
+            wb.put(Cf::Default, record_key(T, h * 2), row(h * 2));
+        }
+        engine.write(&wb, false).unwrap();
+        let (w, s) = plan_compaction(engine.as_ref(), &region(), &table())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (s.delta_rows, s.packs_replaced, s.packs_written),
+            (5000, 0, 2)
+        );
+        apply(&engine, &w);
+        // Round 2: odd handles land inside the packs' ranges.
+        let mut wb = WriteBatch::new();
+        for h in [1i64, 3, 8001, 20_001] {
+            wb.put(Cf::Default, record_key(T, h), row(h));
+        }
+        engine.write(&wb, false).unwrap();
+        let (w, s) = plan_compaction(engine.as_ref(), &region(), &table())
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.delta_rows, 4);
+        assert_eq!(s.packs_replaced, 2, "both packs overlap [1, 20001]");
+        apply(&engine, &w);
+        let got = contents(&engine);
+        let mut want: Vec<(i64, i64)> = (0..5000).map(|h| (h * 2, h * 20)).collect();
+        want.extend([1i64, 3, 8001, 20_001].map(|h| (h, h * 10)));
+        want.sort();
+        assert_eq!(got, want);
+        assert!(plan_compaction(engine.as_ref(), &region(), &table())
+            .unwrap()
+            .is_none());
+        // Packs are sorted and disjoint.
+        let mut ranges = Vec::new();
+        engine
+            .scan(
+                Cf::Default,
+                &region().start_key,
+                &region().end_key,
+                &mut |_, v| {
+                    let p = PackView::parse(v).unwrap();
+                    ranges.push((p.first_handle(), p.last_handle()));
+                    true
+                },
+            )
+            .unwrap();
+        assert!(ranges.windows(2).all(|w| w[0].1 < w[1].0), "{ranges:?}");
+    }
+
+    #[test]
+    fn split_points_never_cut_a_pack() {
+        let pk = pack_key(T, 100);
+        assert_eq!(split_point(&pk, None), Some(record_key(T, 100)));
+        assert_eq!(split_point(&record_key(T, 150), Some((100, 200))), None);
+        assert_eq!(
+            split_point(&record_key(T, 250), Some((100, 200))),
+            Some(record_key(T, 250))
+        );
+    }
+}
