@@ -143,6 +143,38 @@ pub async fn run_queries(
     Ok(out)
 }
 
+/// CPU seconds the processes have used so far (Linux /proc).
+fn cpu_seconds(pids: &[u32]) -> f64 {
+    let tick = 100.0; // USER_HZ on Linux
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+        .filter_map(|s| {
+            // Fields after the ")" that ends the command name.
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let user: f64 = f.get(11)?.parse().ok()?;
+            let sys: f64 = f.get(12)?.parse().ok()?;
+            Some((user + sys) / tick)
+        })
+        .sum()
+}
+
+/// Waits until the stores are done with the background work a load leaves
+/// (memtable flushes, compactions): under 5% of a core for a second, or
+/// two minutes at most. Timing queries before that measures RocksDB's
+/// compactions, not the queries.
+pub async fn settle(cluster: &LocalCluster) {
+    let pids: Vec<u32> = cluster.stores.iter().map(|p| p.pid).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut quiet = 0;
+    while Instant::now() < deadline && quiet < 2 {
+        let before = cpu_seconds(&pids);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let used = cpu_seconds(&pids) - before;
+        quiet = if used < 0.025 { quiet + 1 } else { 0 };
+    }
+}
+
 async fn load(cluster: &LocalCluster, opts: &BenchOptions, layout: Layout) -> Result<LoadSummary> {
     let load = load_tpch(
         &cluster.store_addrs(),
@@ -155,6 +187,7 @@ async fn load(cluster: &LocalCluster, opts: &BenchOptions, layout: Layout) -> Re
         },
     )
     .await?;
+    settle(cluster).await;
     Ok(LoadSummary {
         sf: opts.sf,
         layout: layout_name(layout).into(),

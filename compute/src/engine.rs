@@ -134,7 +134,7 @@ impl QueryEngine {
         // Region requests carry the deadline and fail first, naming the
         // store; this outer bound only guards against a bug.
         let guard = self.timeout + Duration::from_secs(2);
-        let (batch, stats) =
+        let (batches, stats) =
             match tokio::time::timeout(guard, run_plan(plan, &self.dispatcher, deadline)).await {
                 Ok(r) => r?,
                 Err(_) => {
@@ -146,9 +146,23 @@ impl QueryEngine {
             };
         Ok(QueryOutput {
             schema: plan.schema.clone(),
-            batches: vec![batch],
+            batches,
             stats: Some(stats),
         })
+    }
+
+    /// Runs a SELECT planned against `table` (as GetFlightInfo saw it).
+    pub async fn sql_on(&self, text: &str, table: &TableDef) -> Result<QueryOutput> {
+        match sql::parse(text)? {
+            Statement::Query(q) if q.table == table.name => self.query_on(&q, table).await,
+            _ => self.sql(text).await,
+        }
+    }
+
+    /// Runs a query against `table` without looking it up.
+    pub async fn query_on(&self, q: &Query, table: &TableDef) -> Result<QueryOutput> {
+        let plan = plan_query(q, table)?;
+        self.run(&plan).await
     }
 
     pub async fn query(&self, q: &Query) -> Result<QueryOutput> {

@@ -65,12 +65,12 @@ fn schema_of(types: &[DataType]) -> Arc<Schema> {
     ))
 }
 
-/// Runs `plan`; returns the result batch and the dispatch statistics.
+/// Runs `plan`; returns the result batches and the dispatch statistics.
 pub async fn run_plan(
     plan: &QueryPlan,
     dispatcher: &Dispatcher,
     deadline: Instant,
-) -> Result<(RecordBatch, DispatchStats)> {
+) -> Result<(Vec<RecordBatch>, DispatchStats)> {
     let (start, end) = table_record_range(plan.table.id);
     let ranges = vec![KeyRange::new(start, end)];
     let types = dag_output_types(plan)?;
@@ -93,7 +93,7 @@ pub async fn run_plan(
                     .unwrap_or_else(|| BooleanArray::new_null(post.num_rows()));
                 post = filter_record_batch(&post, &keep)?;
             }
-            Ok((finish(plan, post)?, stats))
+            Ok((vec![finish(plan, post)?], stats))
         }
         None => {
             // Without ORDER BY, stop pulling once OFFSET + LIMIT rows are in.
@@ -118,8 +118,32 @@ pub async fn run_plan(
                 .into_iter()
                 .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
                 .collect::<std::result::Result<_, _>>()?;
+            if plan.order_by.is_empty() {
+                // No sort: OFFSET/LIMIT and the outputs batch by batch, with
+                // no copy of the whole result.
+                let mut skip = plan.offset as usize;
+                let mut left = plan.limit.map_or(usize::MAX, |l| l as usize);
+                let mut out = Vec::with_capacity(batches.len());
+                for b in batches {
+                    if left == 0 {
+                        break;
+                    }
+                    let n = b.num_rows();
+                    let from = skip.min(n);
+                    skip -= from;
+                    let take = (n - from).min(left);
+                    left -= take;
+                    if take > 0 {
+                        out.push(outputs(plan, b.slice(from, take))?);
+                    }
+                }
+                if out.is_empty() {
+                    out.push(outputs(plan, RecordBatch::new_empty(schema))?);
+                }
+                return Ok((out, stats));
+            }
             let input = concat_batches(&schema, &batches)?;
-            Ok((finish(plan, input)?, stats))
+            Ok((vec![finish(plan, input)?], stats))
         }
     }
 }
@@ -160,6 +184,11 @@ pub fn finish(plan: &QueryPlan, input: RecordBatch) -> Result<RecordBatch> {
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(limit)),
         )?
     };
+    outputs(plan, input)
+}
+
+/// The output expressions over `input`.
+fn outputs(plan: &QueryPlan, input: RecordBatch) -> Result<RecordBatch> {
     let cols = plan
         .outputs
         .iter()

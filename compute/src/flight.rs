@@ -7,7 +7,9 @@
 //!   their small result rides in the ticket. Compute keeps no state between
 //!   the two calls.
 //! * `DoGet(TicketStatementQuery)` runs the statement and streams Arrow
-//!   record batches (schema first, even for zero rows).
+//!   record batches (schema first, even for zero rows). The ticket also
+//!   carries the table definition the statement was planned against, so
+//!   DoGet plans again without a round trip to meta.
 //! * `DoPut(CommandStatementUpdate)` runs DDL/DML and answers the row count.
 //! * A `quarry.compute.Query` message (the client library's typed builder)
 //!   goes through `GetFlightInfo` as a custom command.
@@ -102,6 +104,7 @@ impl FlightSqlService for FlightSqlServer {
                 plan.schema.clone(),
                 QuarryTicket {
                     kind: Some(ticket::Kind::Sql(cmd.query)),
+                    table: Some(plan.table.clone()),
                 },
             ),
             Prepared::Done(out) => {
@@ -111,6 +114,7 @@ impl FlightSqlService for FlightSqlServer {
                     out.schema,
                     QuarryTicket {
                         kind: Some(ticket::Kind::ResultIpc(bytes)),
+                        table: None,
                     },
                 )
             }
@@ -130,6 +134,7 @@ impl FlightSqlService for FlightSqlServer {
                 let plan = self.engine.plan(&q).await?;
                 let t = QuarryTicket {
                     kind: Some(ticket::Kind::Query(q)),
+                    table: Some(plan.table.clone()),
                 };
                 Ok(Response::new(flight_info(
                     &plan.schema,
@@ -150,10 +155,13 @@ impl FlightSqlService for FlightSqlServer {
         _request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let t = QuarryTicket::decode(ticket.statement_handle).map_err(bad_ticket)?;
-        let out = match t.kind.ok_or_else(|| bad_ticket("empty"))? {
-            ticket::Kind::Sql(sql) => self.engine.sql(&sql).await?,
-            ticket::Kind::Query(q) => self.engine.query(&q).await?,
-            ticket::Kind::ResultIpc(bytes) => {
+        let out = match (t.kind.ok_or_else(|| bad_ticket("empty"))?, t.table) {
+            // Planned in GetFlightInfo against this table: no meta call.
+            (ticket::Kind::Sql(sql), Some(table)) => self.engine.sql_on(&sql, &table).await?,
+            (ticket::Kind::Query(q), Some(table)) => self.engine.query_on(&q, &table).await?,
+            (ticket::Kind::Sql(sql), None) => self.engine.sql(&sql).await?,
+            (ticket::Kind::Query(q), None) => self.engine.query(&q).await?,
+            (ticket::Kind::ResultIpc(bytes), _) => {
                 let (schema, batches) =
                     quarry_coprocessor::ipc::decode(&bytes).map_err(bad_ticket)?;
                 QueryOutput {

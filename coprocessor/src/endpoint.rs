@@ -235,6 +235,118 @@ fn run(
     Ok(Output { data, remaining })
 }
 
+/// Runs an aggregation request over several parts of a region side by
+/// side (on the current rayon pool), each part scanned by its own storage
+/// from `make` (the same snapshot), and answers with every part's partial
+/// states in one stream — compute merges them like any partials. Requests
+/// that are not aggregations, or a single part, run as [`handle`].
+///
+/// This is how a big region uses more than one core (TXRocks cuts ranges
+/// the same way); the caller picks the parts.
+pub fn handle_parts<S: Storage>(
+    make: &(dyn Fn() -> S + Sync),
+    parts: Vec<Vec<KeyRange>>,
+    req: &CopRequest,
+    deadline: Option<Instant>,
+    wait_ns: u64,
+) -> CopResponse {
+    use rayon::prelude::*;
+    let aggregating = req.dag.as_ref().is_some_and(|d| d.aggregation.is_some());
+    if parts.len() <= 1 || !aggregating {
+        return handle(make(), req, deadline, wait_ns);
+    }
+    let started = Instant::now();
+    let dag = req.dag.as_ref().expect("checked");
+    let results: Vec<
+        Result<(
+            Vec<arrow::array::RecordBatch>,
+            arrow::datatypes::SchemaRef,
+            ExecSummary,
+        )>,
+    > = parts
+        .into_par_iter()
+        .map(|ranges| {
+            let mut exec = build_executors(make(), dag, ranges)?;
+            let mut batches = Vec::new();
+            loop {
+                if deadline.is_some_and(|d| Instant::now() > d) {
+                    return Err(Error::Deadline(
+                        "coprocessor task exceeded its deadline".into(),
+                    ));
+                }
+                let r = exec.next_batch(MAX_BATCH_ROWS)?;
+                let b = r.chunk.materialize()?;
+                if b.num_rows() > 0 {
+                    batches.push(b);
+                }
+                if r.is_drained {
+                    break;
+                }
+            }
+            let mut s = ExecSummary::default();
+            exec.collect_summary(&mut s);
+            Ok((batches, exec.schema(), s))
+        })
+        .collect();
+    let mut summary = ExecSummary {
+        wait_ns,
+        ..Default::default()
+    };
+    let encoded = (|| -> Result<Vec<u8>> {
+        let mut all = Vec::new();
+        let mut schema = None;
+        for r in results {
+            let (batches, sch, s) = r?;
+            summary.scanned_keys += s.scanned_keys;
+            summary.scanned_bytes += s.scanned_bytes;
+            summary.blocks_skipped += s.blocks_skipped;
+            summary.blocks_scanned += s.blocks_scanned;
+            summary.blocks_fallback += s.blocks_fallback;
+            schema.get_or_insert(sch);
+            all.extend(batches);
+        }
+        let schema = schema.ok_or_else(|| crate::internal!("no part answered"))?;
+        let encode = EncodeType::try_from(req.encode_type)
+            .map_err(|_| invalid_input!("unknown encode type {}", req.encode_type))?;
+        for b in &all {
+            summary.output_rows += b.num_rows() as u64;
+            summary.num_batches += 1;
+        }
+        match encode {
+            EncodeType::Arrow => {
+                let mut w = StreamWriter::try_new(Vec::new(), &schema)?;
+                for b in &all {
+                    w.write(b)?;
+                }
+                w.finish()?;
+                Ok(w.into_inner()?)
+            }
+            EncodeType::Rows => {
+                let mut out = Vec::new();
+                for b in &all {
+                    encode_rows(b.columns(), &mut out)?;
+                }
+                Ok(out)
+            }
+        }
+    })();
+    summary.process_ns = started.elapsed().as_nanos() as u64;
+    match encoded {
+        Ok(data) => CopResponse {
+            data: data.into(),
+            region_error: None,
+            other_error: None,
+            summary: Some(summary),
+            remaining: vec![],
+        },
+        Err(e) => CopResponse {
+            other_error: Some(e.to_proto()),
+            summary: Some(summary),
+            ..Default::default()
+        },
+    }
+}
+
 /// Runs `req` over `storage`. Never fails: errors are in `other_error`.
 /// `wait_ns` is how long the request queued before this call.
 pub fn handle<S: Storage>(

@@ -58,6 +58,24 @@ pub trait Storage {
     fn current(&self) -> Option<(&[u8], &[u8])>;
 }
 
+impl<T: Storage + ?Sized> Storage for Box<T> {
+    fn begin_scan(&mut self, range: &KeyRange, key_only: bool) -> Result<()> {
+        (**self).begin_scan(range, key_only)
+    }
+
+    fn scan_next(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+        (**self).scan_next()
+    }
+
+    fn current(&self) -> Option<(&[u8], &[u8])> {
+        (**self).current()
+    }
+}
+
+/// Makes scans over one snapshot, one per call, for threads that scan
+/// parts of a region side by side.
+pub type StorageSource<'a> = dyn Fn() -> Box<dyn Storage + Send + 'a> + Sync + 'a;
+
 impl<T: Storage + ?Sized> Storage for &mut T {
     fn begin_scan(&mut self, range: &KeyRange, key_only: bool) -> Result<()> {
         (**self).begin_scan(range, key_only)

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use quarry_coprocessor::codec::key::hex;
+use quarry_coprocessor::codec::key::{decode_i64, hex, record_key};
+use quarry_coprocessor::codec::pack::{classify_key, KeyKind};
 use quarry_coprocessor::endpoint;
 use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::coprocessor::{other_error, CopRequest, CopResponse, OtherError};
@@ -30,6 +31,9 @@ use crate::{region, Error, Result};
 
 /// How long a write may wait to be committed and applied.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of region per part when an aggregation is cut into parts scanned
+/// on several threads.
+pub const SUBRANGE_BYTES: u64 = 4 << 20;
 /// How long a read may wait for leadership to be confirmed.
 pub const READ_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -38,6 +42,7 @@ pub struct Node<E: Engine> {
     engine: Arc<E>,
     router: Mutex<Sender<StoreMsg>>,
     read_pool: rayon::ThreadPool,
+    read_pool_threads: usize,
     pending_reads: Arc<AtomicUsize>,
     max_pending_reads: usize,
     pub resolver: Arc<StoreResolver>,
@@ -70,6 +75,7 @@ impl<E: Engine> Node<E> {
             engine,
             router: Mutex::new(router),
             read_pool,
+            read_pool_threads,
             pending_reads: Arc::new(AtomicUsize::new(0)),
             max_pending_reads,
             resolver,
@@ -361,6 +367,63 @@ impl<E: Engine> Node<E> {
 
     // ------------------------------------------------------------ coprocessor
 
+    /// Cuts an aggregation over a big region into parts of about
+    /// [`SUBRANGE_BYTES`] (at most one per read thread), at evenly spaced
+    /// handles between the region's first and last keys, so that the
+    /// region is scanned on several threads. One part (no cut) otherwise.
+    fn split_parts(&self, bounds: &KeyRange, req: &CopRequest) -> Vec<Vec<KeyRange>> {
+        let ranges: Vec<KeyRange> = req.ranges.iter().map(KeyRange::from_proto).collect();
+        let aggregating = req.dag.as_ref().is_some_and(|d| d.aggregation.is_some());
+        if self.read_pool_threads < 2 || ranges.len() != 1 || !aggregating {
+            return vec![ranges];
+        }
+        let (start, end) = crate::engine::clamp(&ranges[0], bounds);
+        if end.is_empty() {
+            return vec![ranges];
+        }
+        let size = self.engine.approximate_size(&start, &end);
+        let k = (size / SUBRANGE_BYTES).min(self.read_pool_threads as u64) as i64;
+        if k < 2 {
+            return vec![ranges];
+        }
+        let handle_of = |key: &[u8]| match classify_key(key) {
+            KeyKind::Row(h) | KeyKind::Pack(h) => decode_i64(&key[1..9]).ok().map(|t| (t, h)),
+            KeyKind::Other => None,
+        };
+        let mut first = None;
+        let _ = self.engine.scan(Cf::Default, &start, &end, &mut |k, _| {
+            first = handle_of(k);
+            false
+        });
+        // The last key below `end`: `end` itself may exist (another region).
+        let last = match handle_of(&end) {
+            Some((t, h)) => Some((t, h)),
+            None => self
+                .engine
+                .seek_prev(Cf::Default, &end, &start)
+                .ok()
+                .flatten()
+                .and_then(|(k, _)| handle_of(&k))
+                .map(|(t, h)| (t, h.saturating_add(1))),
+        };
+        let (Some((table, lo)), Some((t2, hi))) = (first, last) else {
+            return vec![ranges];
+        };
+        if table != t2 || hi - lo < 2 * k {
+            return vec![ranges];
+        }
+        let mut cuts = vec![start];
+        for i in 1..k {
+            let h = lo + ((hi as i128 - lo as i128) * i as i128 / k as i128) as i64;
+            cuts.push(record_key(table, h));
+        }
+        cuts.push(end);
+        cuts.windows(2)
+            .filter(|w| w[0] < w[1])
+            .map(|w| vec![KeyRange::new(w[0].clone(), w[1].clone())])
+            .collect()
+    }
+
     /// Runs a coprocessor request: leadership confirmed through the store
     /// loop, then the DAG on the read pool over a RocksDB snapshot. Never
     /// fails: errors come back inside the response.
@@ -417,11 +480,13 @@ impl<E: Engine> Node<E> {
             (req.timeout_ms > 0).then(|| received + Duration::from_millis(req.timeout_ms));
         let engine = self.engine.clone();
         let bounds = KeyRange::new(r.start_key, r.end_key);
+        let parts = self.split_parts(&bounds, &req);
         let (tx, rx) = oneshot::channel();
         self.read_pool.spawn(move || {
             let wait_ns = received.elapsed().as_nanos() as u64;
-            let resp =
-                engine.with_snapshot(&bounds, |s| endpoint::handle(s, &req, deadline, wait_ns));
+            let resp = engine.with_snapshot_source(&bounds, |make| {
+                endpoint::handle_parts(make, parts, &req, deadline, wait_ns)
+            });
             let _ = tx.send(resp);
         });
         rx.await.unwrap_or_else(|_| CopResponse {

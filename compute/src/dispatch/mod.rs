@@ -216,7 +216,7 @@ impl Dispatcher {
             stats.response_bytes += out.stats.response_bytes;
             add_summary(&mut stats.summary, &out.stats.summary);
             for page in out.pages {
-                for batch in self.decode(&page, row_types)? {
+                for batch in self.decode(page, row_types)? {
                     if on_batch(batch)?.is_break() {
                         return Ok(stats);
                     }
@@ -226,11 +226,12 @@ impl Dispatcher {
         Ok(stats)
     }
 
-    fn decode(&self, page: &[u8], row_types: &[DataType]) -> Result<Vec<RecordBatch>> {
+    fn decode(&self, page: bytes::Bytes, row_types: &[DataType]) -> Result<Vec<RecordBatch>> {
         match self.cfg.encode {
-            EncodeType::Arrow => Ok(quarry_coprocessor::ipc::decode(page)?.1),
+            // Zero-copy: the batches point into the response's bytes.
+            EncodeType::Arrow => Ok(quarry_coprocessor::ipc::decode_shared(page)?),
             EncodeType::Rows => {
-                let cols = quarry_coprocessor::codec::row::decode_rows(page, row_types)?;
+                let cols = quarry_coprocessor::codec::row::decode_rows(&page, row_types)?;
                 let schema = Arc::new(Schema::new(
                     row_types
                         .iter()

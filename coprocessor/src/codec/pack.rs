@@ -1024,6 +1024,99 @@ impl<'a> ColumnView<'a> {
         })
     }
 
+    /// Decodes the rows `sel` (ascending) into an Arrow array of the
+    /// column's SQL type: late materialization, after a filter on other
+    /// columns picked the rows.
+    pub fn to_arrow_at(&self, dt: &DataType, sel: &[u32]) -> Result<ArrayRef> {
+        let mismatch = || internal!("pack column does not hold {dt}");
+        let n = sel.len();
+        let nulls = |bits: Option<&[u8]>| -> Option<NullBuffer> {
+            let b = bits?;
+            let nb = NullBuffer::from_iter(sel.iter().map(|i| bit(b, *i as usize)));
+            (nb.null_count() > 0).then_some(nb)
+        };
+        Ok(match self {
+            ColumnView::Null => arrow::array::new_null_array(dt, n),
+            ColumnView::Int(v) => {
+                let vals = sel.iter().map(|i| v.get(*i as usize));
+                let nb = nulls(v.nulls);
+                match dt {
+                    DataType::Int64 => Arc::new(Int64Array::new(vals.collect(), nb)),
+                    DataType::Date32 => {
+                        Arc::new(Date32Array::new(vals.map(|x| x as i32).collect(), nb))
+                    }
+                    DataType::Decimal128(p, s) => {
+                        let vals: Vec<i128> = vals.map(|x| x as i128).collect();
+                        if !vals.iter().all(|v| fits_precision(*v, *p)) {
+                            return Err(invalid_input!(
+                                "corrupt pack (decimal exceeds its precision)"
+                            ));
+                        }
+                        Arc::new(
+                            Decimal128Array::new(ScalarBuffer::from(vals), nb)
+                                .with_precision_and_scale(*p, *s)?,
+                        )
+                    }
+                    _ => return Err(mismatch()),
+                }
+            }
+            ColumnView::F64 { data, nulls: nbits } => {
+                if *dt != DataType::Float64 {
+                    return Err(mismatch());
+                }
+                let vals: Vec<f64> = sel
+                    .iter()
+                    .map(|i| {
+                        let i = *i as usize * 8;
+                        f64::from_le_bytes(data[i..i + 8].try_into().expect("8"))
+                    })
+                    .collect();
+                Arc::new(Float64Array::new(ScalarBuffer::from(vals), nulls(*nbits)))
+            }
+            ColumnView::I128 { data, nulls: nbits } => {
+                let DataType::Decimal128(p, s) = dt else {
+                    return Err(mismatch());
+                };
+                let vals: Vec<i128> = sel
+                    .iter()
+                    .map(|i| {
+                        let i = *i as usize * 16;
+                        i128::from_le_bytes(data[i..i + 16].try_into().expect("16"))
+                    })
+                    .collect();
+                Arc::new(
+                    Decimal128Array::new(ScalarBuffer::from(vals), nulls(*nbits))
+                        .with_precision_and_scale(*p, *s)?,
+                )
+            }
+            ColumnView::Dict(_) | ColumnView::Plain { .. } => {
+                if *dt != DataType::Utf8 {
+                    return Err(mismatch());
+                }
+                let mut offsets = Vec::with_capacity(n + 1);
+                let mut bytes = Vec::new();
+                offsets.push(0i32);
+                for i in sel {
+                    if let Datum::Bytes(b) = self.datum(*i as usize)? {
+                        bytes.extend_from_slice(b);
+                    }
+                    offsets.push(bytes.len() as i32);
+                }
+                utf8(&bytes)?;
+                let nbits = match self {
+                    ColumnView::Dict(d) => d.nulls,
+                    ColumnView::Plain { nulls, .. } => *nulls,
+                    _ => None,
+                };
+                Arc::new(StringArray::try_new(
+                    OffsetBuffer::new(ScalarBuffer::from(offsets)),
+                    Buffer::from_vec(bytes),
+                    nulls(nbits),
+                )?)
+            }
+        })
+    }
+
     /// Decodes the column into an Arrow array of the column's SQL type.
     pub fn to_arrow(&self, dt: &DataType, rows: usize) -> Result<ArrayRef> {
         let mismatch = || internal!("pack column does not hold {dt}");

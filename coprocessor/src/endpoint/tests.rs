@@ -306,3 +306,67 @@ fn sum_overflow_in_a_region_is_an_overflow_error() {
     let e = resp.other_error.unwrap();
     assert_eq!(e.code, Code::Overflow as i32, "{}", e.message);
 }
+
+#[test]
+fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
+    use super::handle_parts;
+    use crate::storage::KeyRange;
+    // SELECT flag, SUM(price), COUNT(qty) GROUP BY flag, in 3 parts.
+    let dag = DagRequest {
+        scan: Some(scan(&[1, 2, 3])),
+        aggregation: Some(Aggregation {
+            group_by: vec![col(0).to_proto().unwrap()],
+            aggs: vec![
+                AggFunc {
+                    kind: AggKind::Sum as i32,
+                    arg: Some(col(2).to_proto().unwrap()),
+                },
+                AggFunc {
+                    kind: AggKind::Count as i32,
+                    arg: Some(col(1).to_proto().unwrap()),
+                },
+            ],
+        }),
+        ..Default::default()
+    };
+    let (start, end) = table_record_range(TABLE);
+    let cuts = [start, record_key(TABLE, 30), record_key(TABLE, 71), end];
+    let parts: Vec<Vec<KeyRange>> = cuts
+        .windows(2)
+        .map(|w| vec![KeyRange::new(w[0].clone(), w[1].clone())])
+        .collect();
+    let storage = region();
+    let make = || storage.clone();
+    // Totals per flag, however the partial rows are spread.
+    let totals = |bs: &[RecordBatch]| {
+        let mut t = std::collections::BTreeMap::new();
+        for b in bs {
+            for r in 0..b.num_rows() {
+                let e = t
+                    .entry(b.column(0).as_string::<i32>().value(r).to_string())
+                    .or_insert((0i128, 0i64));
+                e.0 += b.column(1).as_primitive::<Decimal128Type>().value(r);
+                e.1 += b.column(2).as_primitive::<Int64Type>().value(r);
+            }
+        }
+        t
+    };
+    let whole = handle(region(), &request(dag.clone()), None, 0);
+    let split = handle_parts(&make, parts.clone(), &request(dag.clone()), None, 0);
+    assert_eq!(totals(&batches(&split)), totals(&batches(&whole)));
+    // One partial row per flag per part.
+    assert_eq!(split.summary.as_ref().unwrap().output_rows, 9);
+    assert_eq!(split.summary.unwrap().scanned_keys, 100);
+    // Rows on the wire too.
+    let mut req = request(dag);
+    req.encode_type = EncodeType::Rows as i32;
+    let rows = handle_parts(&make, parts, &req, None, 0);
+    assert!(rows.other_error.is_none(), "{:?}", rows.other_error);
+    let cols = decode_rows(
+        &rows.data,
+        &[DataType::Utf8, DataType::Decimal128(38, 2), DataType::Int64],
+    )
+    .unwrap();
+    let b = RecordBatch::try_from_iter(["f", "s", "c"].into_iter().zip(cols)).unwrap();
+    assert_eq!(totals(&[b]), totals(&batches(&whole)));
+}

@@ -53,6 +53,7 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Int64Type, SchemaRef};
 use quarry_proto::coprocessor::{AggKind, ExecSummary};
 
+use super::kernels::{all_rows, and_masks, and_range_packed, indices};
 use super::scan::KvScanner;
 use super::selection::filter_chunk;
 use super::{BatchExecutor, BatchResult, Chunk};
@@ -720,6 +721,13 @@ impl Source<'_> {
         buf.clear();
         match self {
             Source::Values(v, ..) => buf.extend(sel.iter().map(|i| v[*i as usize])),
+            // Past about one selected row per cache line, one sequential
+            // pass (which the prefetcher streams) beats a miss per row.
+            Source::Packed(v) if sel.len() * 64 >= v.len() * v.width() && v.width() > 0 => {
+                let mut all = Vec::with_capacity(v.len());
+                v.decode_into(&mut all);
+                buf.extend(sel.iter().map(|i| all[*i as usize]));
+            }
             Source::Packed(v) => {
                 let (min, d) = (v.min, v.data());
                 match v.width() {
@@ -748,122 +756,58 @@ impl Source<'_> {
     }
 }
 
-/// Appends to `out` the rows (all `n`, or those in `sel`) for which `f`
-/// holds. Written to be inlined with `f`, one loop per filter and width.
+/// [`and_masks`] for `lo <= value <= hi` (on a pack, in the stored frame:
+/// see [`and_range_packed`]).
 #[inline(always)]
-fn select(n: usize, sel: Option<&[u32]>, f: impl Fn(usize) -> bool, out: &mut Vec<u32>) {
-    // Branch-free: write every candidate, advance past it on a match. The
-    // writes go through a plain slice so nothing the filter reads has to
-    // be reloaded after each store.
-    out.clear();
-    let len = sel.map_or(n, |s| s.len());
-    out.resize(len + 1, 0);
-    let buf = out.as_mut_slice();
-    let mut k = 0;
-    match sel {
-        None => {
-            // 64 rows at a time: decide into bytes (a loop the compiler
-            // vectorizes), pack them into a bit mask, then visit the set
-            // bits only.
-            let mut bytes = [0u8; 64];
-            let mut base = 0;
-            while base < n {
-                let len = (n - base).min(64);
-                for (j, b) in bytes[..len].iter_mut().enumerate() {
-                    *b = f(base + j) as u8;
-                }
-                bytes[len..].fill(0);
-                let mut word = 0u64;
-                for (c, chunk) in bytes.chunks_exact(8).enumerate() {
-                    let x = u64::from_le_bytes(chunk.try_into().expect("8"));
-                    // Gathers the low bit of each byte into the top byte.
-                    word |= (x.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * c);
-                }
-                while word != 0 {
-                    buf[k] = base as u32 + word.trailing_zeros();
-                    k += 1;
-                    word &= word - 1;
-                }
-                base += 64;
-            }
-        }
-        Some(s) => {
-            for &i in s {
-                buf[k] = i;
-                k += f(i as usize) as usize;
-            }
+fn and_range(src: &Source<'_>, n: usize, bits: &mut [u64], lo: i64, hi: i64) {
+    match src {
+        Source::Packed(v) => and_range_packed(v, n, bits, lo, hi),
+        _ => {
+            let span = hi.wrapping_sub(lo) as u64;
+            and_int(src, n, bits, move |x| (x.wrapping_sub(lo) as u64) <= span)
         }
     }
-    out.truncate(k);
 }
 
-/// [`select`] over an integer column with `keep` deciding on the value:
-/// the value is read straight from the packed bytes, one specialized loop
-/// per width.
+/// [`and_masks`] over an integer column, `keep` deciding on the value: one
+/// specialized loop per stored width, reading the packed bytes in place.
 #[inline(always)]
-fn select_int(
-    src: &Source<'_>,
-    n: usize,
-    sel: Option<&[u32]>,
-    keep: impl Fn(i64) -> bool,
-    out: &mut Vec<u32>,
-) {
+fn and_int(src: &Source<'_>, n: usize, bits: &mut [u64], keep: impl Fn(i64) -> bool) {
     match src {
         Source::Packed(v) => {
             let (min, d) = (v.min, v.data());
             match v.width() {
-                0 => select(n, sel, |_| keep(min), out),
-                1 => {
-                    let d = &d[..n];
-                    select(n, sel, |i| keep(min.wrapping_add(d[i] as i64)), out)
-                }
-                2 => {
-                    let d = &d[..2 * n];
-                    select(
-                        n,
-                        sel,
-                        |i| {
-                            keep(
-                                min.wrapping_add(
-                                    u16::from_le_bytes([d[2 * i], d[2 * i + 1]]) as i64
-                                ),
-                            )
-                        },
-                        out,
-                    )
-                }
-                4 => {
-                    let d = &d[..4 * n];
-                    select(
-                        n,
-                        sel,
-                        |i| {
-                            let j = 4 * i;
-                            keep(min.wrapping_add(u32::from_le_bytes([
-                                d[j],
-                                d[j + 1],
-                                d[j + 2],
-                                d[j + 3],
-                            ]) as i64))
-                        },
-                        out,
-                    )
-                }
-                _ => select(
-                    n,
-                    sel,
-                    |i| {
-                        let j = 8 * i;
-                        keep(min.wrapping_add(
-                            u64::from_le_bytes(d[j..j + 8].try_into().expect("8")) as i64,
-                        ))
-                    },
-                    out,
-                ),
+                0 => and_masks(n, bits, |_, bytes| bytes.fill(keep(min) as u8)),
+                1 => and_masks(n, bits, |base, bytes| {
+                    for (b, x) in bytes.iter_mut().zip(&d[base..]) {
+                        *b = keep(min.wrapping_add(*x as i64)) as u8;
+                    }
+                }),
+                2 => and_masks(n, bits, |base, bytes| {
+                    for (b, c) in bytes.iter_mut().zip(d[2 * base..].chunks_exact(2)) {
+                        *b = keep(min.wrapping_add(u16::from_le_bytes([c[0], c[1]]) as i64)) as u8;
+                    }
+                }),
+                4 => and_masks(n, bits, |base, bytes| {
+                    for (b, c) in bytes.iter_mut().zip(d[4 * base..].chunks_exact(4)) {
+                        let x = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                        *b = keep(min.wrapping_add(x as i64)) as u8;
+                    }
+                }),
+                _ => and_masks(n, bits, |base, bytes| {
+                    for (b, c) in bytes.iter_mut().zip(d[8 * base..].chunks_exact(8)) {
+                        let x = u64::from_le_bytes(c.try_into().expect("8"));
+                        *b = keep(min.wrapping_add(x as i64)) as u8;
+                    }
+                }),
             }
         }
-        Source::Values(v, ..) => select(n, sel, |i| keep(v[i]), out),
-        _ => out.clear(),
+        Source::Values(v, ..) => and_masks(n, bits, |base, bytes| {
+            for (b, x) in bytes.iter_mut().zip(&v[base..]) {
+                *b = keep(*x) as u8;
+            }
+        }),
+        _ => bits.fill(0),
     }
 }
 
@@ -923,7 +867,7 @@ impl Groups {
 #[derive(Default)]
 struct Scratch {
     sel: Vec<u32>,
-    sel2: Vec<u32>,
+    bits: Vec<u64>,
     decoded: Vec<Vec<i64>>,
     tmp: Vec<i64>,
     idx: Vec<u32>,
@@ -1119,70 +1063,59 @@ impl Core {
             live.push((((kept / span) * (1 << 20) as f64) as u64, p));
         }
         live.sort_by_key(|(est, _)| *est);
-        let mut all = true;
+        // The rows still selected, as a bitmap: each filter narrows it 64
+        // rows at a time in a vectorized pass, skipping words already empty.
+        sc.bits = all_rows(n);
+        let all = live.is_empty();
         for (_, p) in &live {
-            let first = all;
-            all = false;
-            let sel = if first { None } else { Some(sc.sel.as_slice()) };
+            let bits = &mut sc.bits;
             match p {
-                Pred::StrIn { col, set, negated } => {
-                    let col = *col;
-                    match &src[col] {
-                        Source::Dict(d) => {
-                            let accept: Vec<bool> = (0..d.entries())
-                                .map(|k| set.iter().any(|s| s == d.entry(k)) != *negated)
-                                .collect();
-                            let codes = d.codes;
-                            select(n, sel, |i| accept[codes[i] as usize], &mut sc.sel2);
-                        }
-                        Source::Strings(a) => {
-                            let ok = |i: usize| {
-                                set.iter().any(|s| s.as_slice() == a.value(i).as_bytes())
-                                    != *negated
-                            };
-                            select(n, sel, ok, &mut sc.sel2);
-                        }
-                        _ => return Ok(Outcome::Fallback),
+                Pred::StrIn { col, set, negated } => match &src[*col] {
+                    Source::Dict(d) => {
+                        let accept: Vec<u8> = (0..d.entries())
+                            .map(|k| (set.iter().any(|s| s == d.entry(k)) != *negated) as u8)
+                            .collect();
+                        let codes = d.codes;
+                        and_masks(n, bits, |base, bytes| {
+                            for (b, c) in bytes.iter_mut().zip(&codes[base..]) {
+                                *b = accept[*c as usize];
+                            }
+                        });
                     }
-                }
-                Pred::Range { col, lo, hi } => {
-                    let (lo, span) = (*lo, hi.wrapping_sub(*lo) as u64);
-                    select_int(
-                        &src[*col],
-                        n,
-                        sel,
-                        move |v| (v.wrapping_sub(lo) as u64) <= span,
-                        &mut sc.sel2,
-                    );
-                }
+                    Source::Strings(a) => and_masks(n, bits, |base, bytes| {
+                        for (j, b) in bytes.iter_mut().enumerate() {
+                            let v = a.value(base + j).as_bytes();
+                            *b = (set.iter().any(|s| s.as_slice() == v) != *negated) as u8;
+                        }
+                    }),
+                    _ => return Ok(Outcome::Fallback),
+                },
+                Pred::Range { col, lo, hi } => and_range(&src[*col], n, bits, *lo, *hi),
                 Pred::NotEq { col, v: x } => {
                     let x = *x;
-                    select_int(&src[*col], n, sel, move |v| v != x, &mut sc.sel2);
+                    and_int(&src[*col], n, bits, move |v| v != x);
                 }
                 Pred::IntIn { col, set, negated } => {
                     let neg = *negated;
-                    select_int(
-                        &src[*col],
-                        n,
-                        sel,
-                        |v| set.binary_search(&v).is_ok() != neg,
-                        &mut sc.sel2,
-                    );
+                    and_int(&src[*col], n, bits, |v| {
+                        set.binary_search(&v).is_ok() != neg
+                    });
                 }
                 Pred::Const(_) | Pred::NullCheck { .. } => {
                     return Err(internal!("a constant filter reached the kernels"))
                 }
             }
-            std::mem::swap(&mut sc.sel, &mut sc.sel2);
-            if sc.sel.is_empty() {
+            if sc.bits.iter().all(|w| *w == 0) {
                 self.blocks_scanned += 1;
                 return Ok(Outcome::Done);
             }
         }
-        // A selection that keeps most rows is cheaper applied as a slot
-        // than as gathers: every row is computed, and the rows the filter
-        // dropped go to a discard slot whose totals are thrown away.
-        let masked = !all && sc.sel.len() * 2 >= n;
+        let selected: usize = sc.bits.iter().map(|w| w.count_ones() as usize).sum();
+        sc.sel.clear();
+        if !all && selected * 2 < n {
+            indices(&sc.bits, &mut sc.sel);
+        }
+        let masked = !all && selected * 2 >= n;
         let dense = all || masked;
         let m = if dense { n } else { sc.sel.len() };
 
@@ -1243,10 +1176,8 @@ impl Core {
         }
         if masked {
             sc.keep.clear();
-            sc.keep.resize(n, false);
-            for i in &sc.sel {
-                sc.keep[*i as usize] = true;
-            }
+            sc.keep
+                .extend((0..n).map(|j| (sc.bits[j / 64] >> (j % 64)) & 1 != 0));
         }
         sc.local.clear();
         sc.local_keys.clear();

@@ -23,6 +23,7 @@
 
 mod aggregation;
 pub mod fused;
+pub mod kernels;
 mod limit;
 mod projection;
 mod scan;

@@ -28,6 +28,7 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
 
+use super::kernels::{all_rows, and_range_packed, indices};
 use super::{BatchExecutor, BatchResult, Chunk};
 use crate::codec::pack::{classify_key, decode_columns, ColumnView, KeyKind, PackView};
 use crate::codec::row::RowDecoder;
@@ -242,6 +243,24 @@ impl ZoneFilter {
     pub fn bounds(&self) -> &[(i64, i64, i64)] {
         &self.bounds
     }
+
+    /// The rows of `pack` inside every bound whose column is stored as
+    /// integers (others are left to the filter above the scan), as a
+    /// bitmap; checked on the stored bytes, before anything is decoded.
+    pub fn rows(&self, pack: &PackView<'_>) -> Result<Vec<u64>> {
+        let n = pack.rows();
+        let mut bits = all_rows(n);
+        for (id, lo, hi) in &self.bounds {
+            match pack.column(*id)? {
+                ColumnView::Null => bits.fill(0),
+                ColumnView::Int(v) if !v.has_nulls() => {
+                    and_range_packed(&v, n, &mut bits, *lo, *hi)
+                }
+                _ => {}
+            }
+        }
+        Ok(bits)
+    }
 }
 
 pub struct TableScanExecutor<S: Storage> {
@@ -253,6 +272,7 @@ pub struct TableScanExecutor<S: Storage> {
     key_only: bool,
     blocks_scanned: u64,
     blocks_skipped: u64,
+    sel: Vec<u32>,
 }
 
 impl<S: Storage> TableScanExecutor<S> {
@@ -281,6 +301,7 @@ impl<S: Storage> TableScanExecutor<S> {
             key_only: key_only && columns.is_empty(),
             blocks_scanned: 0,
             blocks_skipped: 0,
+            sel: Vec::new(),
         })
     }
 
@@ -342,8 +363,28 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
                         counted += pack.rows();
                         continue;
                     }
-                    let n = pack.rows();
-                    let cols = decode_columns(&pack, &self.columns)?;
+                    let mut n = pack.rows();
+                    // Late materialization: decode only the rows the zone
+                    // filter's bounds keep, when they are fewer.
+                    let cols = if self.zone.is_empty() {
+                        decode_columns(&pack, &self.columns)?
+                    } else {
+                        let bits = self.zone.rows(&pack)?;
+                        let kept: usize = bits.iter().map(|w| w.count_ones() as usize).sum();
+                        if kept == 0 {
+                            continue;
+                        }
+                        if kept == n {
+                            decode_columns(&pack, &self.columns)?
+                        } else {
+                            indices(&bits, &mut self.sel);
+                            n = kept;
+                            self.columns
+                                .iter()
+                                .map(|(id, dt)| pack.column(*id)?.to_arrow_at(dt, &self.sel))
+                                .collect::<Result<Vec<_>>>()?
+                        }
+                    };
                     // Keep key order: rows decoded before this pack first.
                     self.flush_rows(&mut parts)?;
                     parts.push(self.batch(cols, n)?);

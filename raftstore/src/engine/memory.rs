@@ -109,6 +109,26 @@ impl Engine for MemEngine {
         f(&mut snapshot)
     }
 
+    fn with_snapshot_source<R>(
+        &self,
+        bounds: &KeyRange,
+        f: impl FnOnce(&quarry_coprocessor::storage::StorageSource<'_>) -> R,
+    ) -> R {
+        let snapshot: MemStorage = {
+            let cfs = self.cfs.read();
+            cfs.get(&Cf::Default)
+                .map(|m| {
+                    let (s, e) = clamp(&KeyRange::default(), bounds);
+                    m.range(range_bounds(&s, &e))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let make = || -> Box<dyn Storage + Send + '_> { Box::new(snapshot.clone()) };
+        f(&make)
+    }
+
     fn approximate_size(&self, start: &[u8], end: &[u8]) -> u64 {
         let cfs = self.cfs.read();
         cfs.get(&Cf::Default)

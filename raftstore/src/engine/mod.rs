@@ -104,6 +104,15 @@ pub trait Engine: Send + Sync + 'static {
         f: impl FnOnce(&mut dyn Storage) -> R,
     ) -> R;
 
+    /// Runs `f` with a maker of scans over one consistent snapshot (each
+    /// call a new [`Storage`], usable on another thread), for scanning
+    /// parts of a region in parallel.
+    fn with_snapshot_source<R>(
+        &self,
+        bounds: &quarry_coprocessor::storage::KeyRange,
+        f: impl FnOnce(&quarry_coprocessor::storage::StorageSource<'_>) -> R,
+    ) -> R;
+
     /// Approximate bytes of data in `[start, end)` (for split sizing and
     /// reports); 0 when unknown.
     fn approximate_size(&self, start: &[u8], end: &[u8]) -> u64;

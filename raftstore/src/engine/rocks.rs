@@ -141,6 +141,26 @@ impl Engine for RocksEngine {
         f(&mut storage)
     }
 
+    fn with_snapshot_source<R>(
+        &self,
+        bounds: &KeyRange,
+        f: impl FnOnce(&quarry_coprocessor::storage::StorageSource<'_>) -> R,
+    ) -> R {
+        let snapshot = self.db.snapshot();
+        let cf = self.cf(Cf::Default);
+        let make = || -> Box<dyn Storage + Send + '_> {
+            Box::new(RocksStorage {
+                snapshot: &snapshot,
+                cf,
+                bounds: bounds.clone(),
+                iter: None,
+                first: false,
+                key_only: false,
+            })
+        };
+        f(&make)
+    }
+
     fn approximate_size(&self, start: &[u8], end: &[u8]) -> u64 {
         let range = rocksdb::Range::new(start, end);
         self.db
