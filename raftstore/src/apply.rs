@@ -107,7 +107,7 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
     /// holds exactly `value`. A column table's row may sit in a pack
     /// rather than under its own key: the pack that could hold it is the
     /// last one starting at or before its handle (packs never overlap).
-    fn existing(&self, key: &[u8], value: &[u8]) -> Result<Existing> {
+    pub(crate) fn existing(&self, key: &[u8], value: &[u8]) -> Result<Existing> {
         if let Some(v) = self.lookup(key)? {
             return Ok(if v == value {
                 Existing::Same
@@ -130,11 +130,21 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
         {
             candidates.push((k.clone(), v.clone()));
         }
-        if let Some((k, v)) = self.engine.seek_prev(Cf::Default, &probe, &lower)? {
-            if !self.is_deleted(&k) && !self.pack_puts.contains_key(&k) {
-                candidates.push((k, v));
-            }
-        }
+        // The nearest live pack at or before the probe; delta rows (and
+        // packs this batch replaced) may sit in between.
+        let mut found = None;
+        self.engine
+            .scan_back(Cf::Default, &probe, &lower, &mut |k, v| {
+                if !matches!(classify_key(k), KeyKind::Pack(_))
+                    || self.is_deleted(k)
+                    || self.pack_puts.contains_key(k)
+                {
+                    return true;
+                }
+                found = Some((k.to_vec(), v.to_vec()));
+                false
+            })?;
+        candidates.extend(found);
         for (k, v) in candidates {
             if !matches!(classify_key(&k), KeyKind::Pack(_)) {
                 continue;
@@ -157,6 +167,39 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
         Ok(Existing::Absent)
     }
 
+    /// The handle range of the nearest live pack before `key` (in the same
+    /// table), as this batch leaves the data.
+    pub(crate) fn pack_before(&self, key: &[u8]) -> Result<Option<(i64, i64)>> {
+        let Ok((table, _)) = decode_record_key(key) else {
+            return Ok(None);
+        };
+        let lower = record_prefix(table);
+        let mut best: Option<(Vec<u8>, Vec<u8>)> = self
+            .pack_puts
+            .range(lower.clone()..key.to_vec())
+            .next_back()
+            .map(|(k, v)| (k.clone(), v.clone()));
+        self.engine
+            .scan_back(Cf::Default, key, &lower, &mut |k, v| {
+                if k >= key
+                    || !matches!(classify_key(k), KeyKind::Pack(_))
+                    || self.is_deleted(k)
+                    || self.pack_puts.contains_key(k)
+                {
+                    return true;
+                }
+                if best.as_ref().is_none_or(|(b, _)| k > b.as_slice()) {
+                    best = Some((k.to_vec(), v.to_vec()));
+                }
+                false
+            })?;
+        let Some((_, v)) = best else {
+            return Ok(None);
+        };
+        let p = PackView::parse(&v).map_err(|e| Error::Internal(e.to_string()))?;
+        Ok(Some((p.first_handle(), p.last_handle())))
+    }
+
     /// Forgets the overlay once the batch has been written.
     pub fn reset_overlay(&mut self) {
         self.overlay.clear();
@@ -165,7 +208,8 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
     }
 }
 
-enum Existing {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Existing {
     Absent,
     Same,
     Different,
@@ -179,7 +223,7 @@ fn duplicate(key: &[u8]) -> Error {
     Error::InvalidInput(format!("duplicate key: a row with {what} already exists"))
 }
 
-fn exec_write<E: Engine>(
+pub(crate) fn exec_write<E: Engine>(
     region: &Region,
     epoch: Option<&quarry_proto::meta::RegionEpoch>,
     w: KvWrite,
@@ -194,10 +238,22 @@ fn exec_write<E: Engine>(
             return Err(Error::region(region::key_not_in_region(k, region)));
         }
     }
-    for k in &w.must_exist {
-        if ctx.lookup(k)?.is_none() {
+    if !w.must_exist_hash.is_empty() && w.must_exist_hash.len() != w.must_exist.len() {
+        return Err(Error::InvalidInput(
+            "must_exist_hash must match must_exist".into(),
+        ));
+    }
+    for (i, k) in w.must_exist.iter().enumerate() {
+        let changed = match ctx.lookup(k)? {
+            None => true,
+            Some(v) => w
+                .must_exist_hash
+                .get(i)
+                .is_some_and(|h| crate::compaction::value_hash(&v) != *h),
+        };
+        if changed {
             return Err(Error::InvalidInput(format!(
-                "region {}: key {} is gone; the rows to compact changed",
+                "region {}: key {} changed; the rows to compact changed",
                 region.id,
                 hex(k)
             )));
@@ -276,6 +332,17 @@ fn exec_split<E: Engine>(
             hex(&key),
             region.id
         )));
+    }
+    if let Some((first, last)) = ctx.pack_before(&key)? {
+        // A pack's rows belong to the region holding its key: a split
+        // inside its handle range would strand some of them.
+        if let Ok((_, h)) = decode_record_key(&key) {
+            if h <= last {
+                return Err(Error::InvalidInput(format!(
+                    "split key (handle {h}) falls inside a pack of handles [{first}, {last}]"
+                )));
+            }
+        }
     }
     if req.new_peer_ids.len() != region.peers.len() {
         return Err(Error::InvalidInput(format!(

@@ -47,6 +47,17 @@ use quarry_proto::raft::KvWrite;
 use crate::engine::{Cf, Engine};
 use crate::{Error, Result};
 
+/// FNV-1a over a value: stable across builds and machines, so every
+/// replica decides a compaction's guard the same way.
+pub fn value_hash(v: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in v {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 /// Most delta rows one compaction takes (the rest wait for the next round).
 pub const MAX_ROWS_PER_ROUND: usize = 16 * PACK_ROWS;
 
@@ -227,6 +238,11 @@ pub fn plan_compaction<E: Engine>(
         .map(|(_, k, _)| k.clone())
         .chain(overlapping.iter().map(|(_, _, k)| k.clone()))
         .collect();
+    let hashes: Vec<u64> = delta
+        .iter()
+        .map(|(_, _, v)| value_hash(v))
+        .chain(old_values.iter().map(|v| value_hash(v)))
+        .collect();
     let deletes: Vec<Vec<u8>> = replaced
         .iter()
         .filter(|k| !new_keys.contains(k))
@@ -247,6 +263,7 @@ pub fn plan_compaction<E: Engine>(
             delete_ranges: vec![],
             conflict: 0,
             must_exist: replaced,
+            must_exist_hash: hashes,
         },
         summary,
     )))
@@ -426,6 +443,91 @@ mod tests {
             )
             .unwrap();
         assert!(ranges.windows(2).all(|w| w[0].1 < w[1].0), "{ranges:?}");
+    }
+
+    #[test]
+    fn inserts_find_rows_in_packs_past_delta_rows_and_splits_refuse_to_cut_packs() {
+        use crate::apply::{ApplyCtx, Existing};
+        let engine = Arc::new(MemEngine::new());
+        let mut wb = WriteBatch::new();
+        for h in 0..100 {
+            wb.put(Cf::Default, record_key(T, h * 2), row(h * 2));
+        }
+        engine.write(&wb, false).unwrap();
+        let (w, _) = plan_compaction(engine.as_ref(), &region(), &table())
+            .unwrap()
+            .unwrap();
+        apply(&engine, &w);
+        // Delta rows 1 and 3 sit between the pack's key and handle 4's.
+        let mut wb = WriteBatch::new();
+        for h in [1i64, 3] {
+            wb.put(Cf::Default, record_key(T, h), row(h));
+        }
+        engine.write(&wb, false).unwrap();
+        let mut scratch = WriteBatch::new();
+        let ctx = ApplyCtx::new(&engine, 1, &mut scratch);
+        assert_eq!(
+            ctx.existing(&record_key(T, 4), &row(4)).unwrap(),
+            Existing::Same
+        );
+        assert_eq!(
+            ctx.existing(&record_key(T, 4), &row(5)).unwrap(),
+            Existing::Different
+        );
+        assert_eq!(
+            ctx.existing(&record_key(T, 5), &row(5)).unwrap(),
+            Existing::Absent
+        );
+        assert_eq!(
+            ctx.existing(&record_key(T, 3), &row(3)).unwrap(),
+            Existing::Same
+        );
+        assert_eq!(
+            ctx.existing(&record_key(T, 999), &row(999)).unwrap(),
+            Existing::Absent
+        );
+        // The pack holds handles 0..=198: a split inside it is refused.
+        assert_eq!(ctx.pack_before(&record_key(T, 50)).unwrap(), Some((0, 198)));
+        assert_eq!(ctx.pack_before(&record_key(T, 0)).unwrap(), None);
+    }
+
+    #[test]
+    fn a_compaction_is_refused_once_what_it_read_changed() {
+        use crate::apply::{exec_write, ApplyCtx};
+        let engine = Arc::new(MemEngine::new());
+        let mut wb = WriteBatch::new();
+        for h in 0..10 {
+            wb.put(Cf::Default, record_key(T, h), row(h));
+        }
+        engine.write(&wb, false).unwrap();
+        let (w, _) = plan_compaction(engine.as_ref(), &region(), &table())
+            .unwrap()
+            .unwrap();
+        assert_eq!(w.must_exist.len(), w.must_exist_hash.len());
+        assert_eq!(
+            value_hash(b""),
+            0xcbf2_9ce4_8422_2325,
+            "FNV-1a offset basis"
+        );
+        let epoch = Some(crate::region::epoch(&region()));
+        // Another writer changed row 3 since the plan read it.
+        let mut wb = WriteBatch::new();
+        wb.put(Cf::Default, record_key(T, 3), row(33));
+        engine.write(&wb, false).unwrap();
+        let mut out = WriteBatch::new();
+        let mut ctx = ApplyCtx::new(&engine, 1, &mut out);
+        let Err(err) = exec_write(&region(), epoch.as_ref(), w.clone(), &mut ctx) else {
+            panic!("a compaction over a changed row applied")
+        };
+        assert!(err.to_string().contains("changed"), "{err}");
+        drop(ctx);
+        assert!(out.is_empty(), "a refused compaction writes nothing");
+        // Unchanged, it applies.
+        let mut wb = WriteBatch::new();
+        wb.put(Cf::Default, record_key(T, 3), row(3));
+        engine.write(&wb, false).unwrap();
+        let mut ctx = ApplyCtx::new(&engine, 1, &mut out);
+        assert!(exec_write(&region(), epoch.as_ref(), w, &mut ctx).is_ok());
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub mod engine;
 mod error;
 pub mod grpc_transport;
 pub mod keys;
+pub mod local_read;
 pub mod meta;
 pub mod node;
 pub mod peer;

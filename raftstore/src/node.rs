@@ -26,6 +26,7 @@ use tokio::sync::oneshot;
 
 use crate::engine::{Cf, Engine};
 use crate::grpc_transport::StoreResolver;
+use crate::local_read::LocalReader;
 use crate::store::StoreMsg;
 use crate::{region, Error, Result};
 
@@ -46,6 +47,7 @@ pub struct Node<E: Engine> {
     pending_reads: Arc<AtomicUsize>,
     max_pending_reads: usize,
     pub resolver: Arc<StoreResolver>,
+    local: Arc<LocalReader>,
 }
 
 struct PendingGuard(Arc<AtomicUsize>);
@@ -64,6 +66,7 @@ impl<E: Engine> Node<E> {
         read_pool_threads: usize,
         max_pending_reads: usize,
         resolver: Arc<StoreResolver>,
+        local: Arc<LocalReader>,
     ) -> Result<Self> {
         let read_pool = rayon::ThreadPoolBuilder::new()
             .num_threads(read_pool_threads)
@@ -79,6 +82,7 @@ impl<E: Engine> Node<E> {
             pending_reads: Arc::new(AtomicUsize::new(0)),
             max_pending_reads,
             resolver,
+            local,
         })
     }
 
@@ -182,6 +186,10 @@ impl<E: Engine> Node<E> {
         region_id: u64,
         epoch: Option<quarry_proto::meta::RegionEpoch>,
     ) -> Result<Region> {
+        // Under a published lease, no trip through the store loop.
+        if let Some(r) = self.local.read(region_id, epoch.as_ref(), Instant::now()) {
+            return Ok(r);
+        }
         self.ask(
             || format!("reading region {region_id}"),
             READ_CHECK_TIMEOUT,
@@ -409,12 +417,12 @@ impl<E: Engine> Node<E> {
         let (Some((table, lo)), Some((t2, hi))) = (first, last) else {
             return vec![ranges];
         };
-        if table != t2 || hi - lo < 2 * k {
+        if table != t2 || (hi as i128 - lo as i128) < 2 * k as i128 {
             return vec![ranges];
         }
         let mut cuts = vec![start];
         for i in 1..k {
-            let h = lo + ((hi as i128 - lo as i128) * i as i128 / k as i128) as i64;
+            let h = (lo as i128 + (hi as i128 - lo as i128) * i as i128 / k as i128) as i64;
             cuts.push(record_key(table, h));
         }
         cuts.push(end);

@@ -301,11 +301,19 @@ impl<E: Engine> Peer<E> {
         }
     }
 
-    /// True if a read may be served from local state right now.
+    /// True if a read may be served from local state right now. Not while
+    /// a leadership transfer is pending: its target may be elected at once,
+    /// inside the lease.
     pub fn lease_valid(&self, now: Instant) -> bool {
         self.is_leader()
+            && self.raft.raft.lead_transferee.is_none()
             && self.lease_until.is_some_and(|u| now < u)
             && self.storage().apply_state.applied_term == self.term()
+    }
+
+    /// When the current lease ends (if it is valid at `now`).
+    pub fn lease_end(&self, now: Instant) -> Option<Instant> {
+        self.lease_until.filter(|_| self.lease_valid(now))
     }
 
     pub fn next_read_id(&mut self) -> u64 {

@@ -141,6 +141,7 @@ pub async fn run(
     let raftstore = RaftStore::new(cfg.store_id, engine.clone(), transport, raft_cfg)?;
     let fresh = raftstore.peers().next().is_none();
     let delta = raftstore.delta_stats();
+    let local_reader = raftstore.local_reader();
     let (router, rx) = std::sync::mpsc::channel();
     let loop_thread = std::thread::Builder::new()
         .name("raftstore".into())
@@ -154,6 +155,7 @@ pub async fn run(
         cfg.read_pool_size(),
         cfg.max_pending_reads,
         resolver.clone(),
+        local_reader,
     )?);
     let meta = Arc::new(Meta::new(
         node.clone(),

@@ -24,7 +24,7 @@
 //! confirms leadership (lease or ReadIndex) and that the apply caught up,
 //! then the service reads a RocksDB snapshot on the read pool.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Instant;
@@ -44,6 +44,7 @@ use crate::apply::{apply_entries, ApplyCtx, ExecResult};
 use crate::compaction::DeltaStats;
 use crate::engine::{Cf, Engine, WriteBatch};
 use crate::keys;
+use crate::local_read::LocalReader;
 use crate::peer::{Callback, Peer, PendingRead, ELECTION_TICKS, TICK};
 use crate::peer_storage::PeerStorage;
 use crate::transport::Transport;
@@ -132,6 +133,9 @@ pub struct RaftStore<E: Engine, T: Transport> {
     /// Row KVs applied per region, for the worker's compaction of column
     /// tables.
     delta: Arc<DeltaStats>,
+    /// Leases published for reads that skip the loop (see `local_read`).
+    local: Arc<LocalReader>,
+    published: HashSet<u64>,
 }
 
 fn encode_cmd(region_id: u64, epoch: Option<RegionEpoch>, cmd: Cmd) -> Vec<u8> {
@@ -196,6 +200,8 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             ticks: 0,
             virtual_start: None,
             delta: Arc::new(DeltaStats::default()),
+            local: Arc::new(LocalReader::default()),
+            published: HashSet::new(),
         })
     }
 
@@ -214,6 +220,46 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
 
     pub fn peer(&self, region_id: u64) -> Option<&Peer<E>> {
         self.peers.get(&region_id)
+    }
+
+    /// The leases this store publishes for reads off the loop.
+    pub fn local_reader(&self) -> Arc<LocalReader> {
+        self.local.clone()
+    }
+
+    /// Publishes every leader's valid lease, and revokes the rest, for
+    /// [`LocalReader`]. Real clocks only: tests on a virtual clock read
+    /// through the loop.
+    pub fn publish_leases(&mut self) {
+        if self.virtual_start.is_some() {
+            return;
+        }
+        let now = self.now();
+        for (id, peer) in &self.peers {
+            match peer.lease_end(now) {
+                Some(until) => {
+                    let current = self.local.published(*id);
+                    if current.is_none_or(|(r, u)| u != until || &r != peer.region()) {
+                        self.local.publish(peer.region(), until);
+                    }
+                    self.published.insert(*id);
+                }
+                None => {
+                    if self.published.remove(id) {
+                        self.local.revoke(*id);
+                    }
+                }
+            }
+        }
+        let peers = &self.peers;
+        let local = &self.local;
+        self.published.retain(|id| {
+            let keep = peers.contains_key(id);
+            if !keep {
+                local.revoke(*id);
+            }
+            keep
+        });
     }
 
     /// Row KVs applied per region since the worker last looked.
@@ -324,6 +370,8 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             } => {
                 if let Some(p) = self.peers.get_mut(&region_id) {
                     if p.is_leader() {
+                        // Stop local lease reads before the target can win.
+                        self.local.revoke(region_id);
                         p.raft.transfer_leader(to_peer_id);
                     }
                 }
@@ -599,7 +647,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                 Self::maybe_compact_log(peer, &self.cfg, now);
                 if self.cfg.balance_leaders && self.ticks.is_multiple_of(5 * ELECTION_TICKS as u64)
                 {
-                    Self::maybe_transfer_to_preferred(peer);
+                    Self::maybe_transfer_to_preferred(peer, &self.local);
                 }
             }
         }
@@ -645,7 +693,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         peer.propose(data, Callback::None, now);
     }
 
-    fn maybe_transfer_to_preferred(peer: &mut Peer<E>) {
+    fn maybe_transfer_to_preferred(peer: &mut Peer<E>, local: &LocalReader) {
         let Some(pref) = peer.preferred_leader() else {
             return;
         };
@@ -665,6 +713,8 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                 to = pref.id,
                 "handing leadership to the preferred peer"
             );
+            // Stop local lease reads before the target can win.
+            local.revoke(peer.region_id());
             peer.raft.transfer_leader(pref.id);
         }
     }
@@ -931,6 +981,7 @@ pub fn run_loop<E: Engine, T: Transport>(mut store: RaftStore<E, T>, rx: Receive
         }
         let round = Instant::now();
         let result = store.handle_readies();
+        store.publish_leases();
         if round.elapsed() > std::time::Duration::from_millis(500) {
             tracing::warn!(
                 store = store.store_id,

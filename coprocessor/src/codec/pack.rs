@@ -979,6 +979,11 @@ impl<'a> DictView<'a> {
     }
 }
 
+/// A string offset as Arrow's i32.
+fn offset32(n: usize) -> Result<i32> {
+    i32::try_from(n).map_err(|_| invalid_input!("corrupt pack (strings past 2 GiB)"))
+}
+
 fn utf8(b: &[u8]) -> Result<&str> {
     std::str::from_utf8(b).map_err(|_| invalid_input!("corrupt pack (string is not UTF-8)"))
 }
@@ -1100,7 +1105,7 @@ impl<'a> ColumnView<'a> {
                     if let Datum::Bytes(b) = self.datum(*i as usize)? {
                         bytes.extend_from_slice(b);
                     }
-                    offsets.push(bytes.len() as i32);
+                    offsets.push(offset32(bytes.len())?);
                 }
                 utf8(&bytes)?;
                 let nbits = match self {
@@ -1168,6 +1173,11 @@ impl<'a> ColumnView<'a> {
                     .chunks_exact(16)
                     .map(|c| i128::from_le_bytes(c.try_into().expect("16")))
                     .collect();
+                if !vals.iter().all(|v| fits_precision(*v, *p)) {
+                    return Err(invalid_input!(
+                        "corrupt pack (decimal exceeds its precision)"
+                    ));
+                }
                 Arc::new(
                     Decimal128Array::new(ScalarBuffer::from(vals), null_buffer(*nulls, rows))
                         .with_precision_and_scale(*p, *s)?,
@@ -1188,13 +1198,13 @@ impl<'a> ColumnView<'a> {
                     if d.nulls.is_none_or(|b| bit(b, i)) {
                         bytes.extend_from_slice(entries[*c as usize]);
                     }
-                    offsets.push(bytes.len() as i32);
+                    offsets.push(offset32(bytes.len())?);
                 }
-                Arc::new(StringArray::new(
+                Arc::new(StringArray::try_new(
                     OffsetBuffer::new(ScalarBuffer::from(offsets)),
                     Buffer::from_vec(bytes),
                     null_buffer(d.nulls, rows),
-                ))
+                )?)
             }
             ColumnView::Plain {
                 offsets,
@@ -1207,8 +1217,8 @@ impl<'a> ColumnView<'a> {
                 utf8(bytes)?;
                 let offs: Vec<i32> = offsets
                     .chunks_exact(4)
-                    .map(|c| u32::from_le_bytes(c.try_into().expect("4")) as i32)
-                    .collect();
+                    .map(|c| offset32(u32::from_le_bytes(c.try_into().expect("4")) as usize))
+                    .collect::<Result<_>>()?;
                 // Offsets must fall on character boundaries.
                 let text = utf8(bytes)?;
                 if offs.iter().any(|o| !text.is_char_boundary(*o as usize)) {
@@ -1216,11 +1226,11 @@ impl<'a> ColumnView<'a> {
                         "corrupt pack (string offsets split a character)"
                     ));
                 }
-                Arc::new(StringArray::new(
+                Arc::new(StringArray::try_new(
                     OffsetBuffer::new(ScalarBuffer::from(offs)),
                     Buffer::from_slice_ref(bytes),
                     null_buffer(*nulls, rows),
-                ))
+                )?)
             }
         })
     }

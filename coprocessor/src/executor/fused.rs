@@ -179,7 +179,16 @@ impl Node {
                     (DataType::Date32, DataType::Date32) => Node::compile(expr),
                     (_, DataType::Decimal128(p, s)) => {
                         let s1 = scale_of(&from)?;
-                        Node::compile(expr)?.rescale(*s as i32 - s1 as i32, decimal_limit(*p))
+                        let limit = decimal_limit(*p);
+                        let mut n = Node::compile(expr)?;
+                        if *s as i32 == s1 as i32 {
+                            // Same scale: the value must still fit the
+                            // (possibly narrower) precision.
+                            n.limit = n.limit.min(limit);
+                            Some(n)
+                        } else {
+                            n.rescale(*s as i32 - s1 as i32, limit)
+                        }
                     }
                     _ => None,
                 }
@@ -370,9 +379,18 @@ fn column_ref(e: &Expr) -> Option<(usize, i128, DataType)> {
             let from = expr.data_type();
             match (&from, to) {
                 (a, b) if a == b => Some((c, f, dt)),
-                (_, DataType::Decimal128(_, s)) => {
+                (_, DataType::Decimal128(p, s)) => {
                     let k = *s as i32 - scale_of(&from)? as i32;
                     if !(0..=18).contains(&k) {
+                        return None;
+                    }
+                    // A cast that could overflow its precision raises an
+                    // error on the generic path: leave those to it.
+                    let int_digits = match &from {
+                        DataType::Decimal128(p1, s1) => *p1 as i32 - *s1 as i32,
+                        _ => 19,
+                    };
+                    if (*p as i32 - *s as i32) < int_digits {
                         return None;
                     }
                     Some((c, f * POW10[k as usize], dt))
@@ -452,20 +470,19 @@ impl Pred {
                     CmpOp::Gt => (l + 1, i128::MAX / 4),
                     CmpOp::Ge => (l, i128::MAX / 4),
                     CmpOp::Ne => {
-                        out.push(if l % f == 0 {
-                            match i64::try_from(l / f) {
-                                Ok(v) => Pred::NotEq { col, v },
-                                Err(_) => Pred::Const(true),
-                            }
-                        } else {
-                            Pred::Const(true)
+                        // A value that cannot be equal still rejects NULL.
+                        out.push(match i64::try_from(l / f) {
+                            Ok(v) if l % f == 0 => Pred::NotEq { col, v },
+                            _ => Pred::NullCheck { col, negated: true },
                         });
                         return true;
                     }
                 };
                 let lo = lo.div_euclid(f) + (lo.rem_euclid(f) != 0) as i128;
                 let hi = hi.div_euclid(f);
-                out.push(if lo > hi {
+                // A range entirely outside i64 holds no stored value.
+                let outside = lo > i64::MAX as i128 || hi < i64::MIN as i128;
+                out.push(if lo > hi || outside {
                     Pred::Const(false)
                 } else {
                     Pred::Range {
@@ -1142,10 +1159,11 @@ impl Core {
                     let Some((lo, hi)) = src[*col].range() else {
                         return Ok(Outcome::Fallback);
                     };
-                    if hi - lo >= MAX_INT_KEY_SPAN {
+                    let span = hi as i128 - lo as i128;
+                    if !(0..MAX_INT_KEY_SPAN as i128).contains(&span) {
                         return Ok(Outcome::Fallback);
                     }
-                    ((hi - lo + 1) as usize, None)
+                    ((span + 1) as usize, None)
                 }
                 KeyCol::Str { col } => match &src[*col] {
                     Source::Dict(d) => (d.entries(), None),
@@ -1193,13 +1211,18 @@ impl Core {
                 let idx = &mut sc.idx;
                 match k {
                     KeyCol::Int { col, .. } => {
-                        let lo = src[*col].range().expect("checked").0;
+                        let (lo, hi) = src[*col].range().expect("checked");
                         let mut vals = std::mem::take(&mut sc.tmp);
                         if dense {
                             let all_rows: Vec<u32> = (0..n as u32).collect();
                             src[*col].gather(&all_rows, &mut vals);
                         } else {
                             src[*col].gather(&sc.sel, &mut vals);
+                        }
+                        if vals.iter().any(|v| *v < lo || *v > hi) {
+                            return Err(invalid_input!(
+                                "corrupt pack (a value outside its min/max)"
+                            ));
                         }
                         for (x, v) in idx.iter_mut().zip(&vals) {
                             *x += (v - lo) as u32 * stride;

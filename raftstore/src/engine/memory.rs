@@ -81,16 +81,28 @@ impl Engine for MemEngine {
         Ok(())
     }
 
-    fn seek_prev(&self, cf: Cf, key: &[u8], lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    fn scan_back(
+        &self,
+        cf: Cf,
+        key: &[u8],
+        lower: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
         if key < lower {
-            return Ok(None);
+            return Ok(());
         }
         let cfs = self.cfs.read();
-        Ok(cfs.get(&cf).and_then(|m| {
-            m.range::<[u8], _>((Bound::Included(lower), Bound::Included(key)))
-                .next_back()
-                .map(|(k, v)| (k.clone(), v.clone()))
-        }))
+        if let Some(m) = cfs.get(&cf) {
+            for (k, v) in m
+                .range::<[u8], _>((Bound::Included(lower), Bound::Included(key)))
+                .rev()
+            {
+                if !f(k, v) {
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn with_snapshot<R>(&self, bounds: &KeyRange, f: impl FnOnce(&mut dyn Storage) -> R) -> R {

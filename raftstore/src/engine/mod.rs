@@ -92,8 +92,25 @@ pub trait Engine: Send + Sync + 'static {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()>;
 
+    /// Calls `f` with each pair in `[lower, key]` in descending key order
+    /// until `f` returns false.
+    fn scan_back(
+        &self,
+        cf: Cf,
+        key: &[u8],
+        lower: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()>;
+
     /// The last pair with `lower <= key' <= key`, if any.
-    fn seek_prev(&self, cf: Cf, key: &[u8], lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>>;
+    fn seek_prev(&self, cf: Cf, key: &[u8], lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut out = None;
+        self.scan_back(cf, key, lower, &mut |k, v| {
+            out = Some((k.to_vec(), v.to_vec()));
+            false
+        })?;
+        Ok(out)
+    }
 
     /// Runs `f` over a consistent snapshot of the data column family,
     /// presented as coprocessor [`Storage`]. Scans through it never leave

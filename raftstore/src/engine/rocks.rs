@@ -113,19 +113,27 @@ impl Engine for RocksEngine {
         Ok(it.status()?)
     }
 
-    fn seek_prev(&self, cf: Cf, key: &[u8], lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    fn scan_back(
+        &self,
+        cf: Cf,
+        key: &[u8],
+        lower: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
         let mut opts = ReadOptions::default();
         opts.set_iterate_lower_bound(lower.to_vec());
         let mut it = self.db.raw_iterator_cf_opt(self.cf(cf), opts);
         it.seek_for_prev(key);
-        if !it.valid() {
-            it.status()?;
-            return Ok(None);
+        while it.valid() {
+            let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                break;
+            };
+            if !f(k, v) {
+                return Ok(());
+            }
+            it.prev();
         }
-        Ok(match (it.key(), it.value()) {
-            (Some(k), Some(v)) => Some((k.to_vec(), v.to_vec())),
-            _ => None,
-        })
+        Ok(it.status()?)
     }
 
     fn with_snapshot<R>(&self, bounds: &KeyRange, f: impl FnOnce(&mut dyn Storage) -> R) -> R {

@@ -421,3 +421,64 @@ fn speed_probe() {
         );
     }
 }
+
+#[test]
+fn a_never_equal_ne_still_drops_null_rows() {
+    // price <> 0.055 compares at scale 3; no DECIMAL(15,2) equals it, but
+    // NULL <> x is NULL, and the row is filtered out.
+    let rows: Vec<Row> = (0..300)
+        .map(|i| Row {
+            price: (i % 4 != 0).then_some(1000 + i),
+            ..tpch_like(1)[0].clone()
+        })
+        .collect();
+    let conds = vec![Expr::compare(CmpOp::Ne, col(1), dec(55, 3)).unwrap()];
+    let aggs = vec![(
+        AggregateFunction::new(AggKind::CountStar, None).unwrap(),
+        None,
+    )];
+    let (f, _) = fused(store(&rows, 64, 0), &conds, &[], &aggs).unwrap();
+    let g = generic(store(&rows, 64, 0), &conds, &[], &aggs).unwrap();
+    assert_eq!(final_rows(&f, &[], &aggs), final_rows(&g, &[], &aggs));
+    assert_eq!(final_rows(&f, &[], &aggs), vec!["225".to_string()]);
+}
+
+#[test]
+fn a_bound_past_bigint_selects_nothing() {
+    let cond = Expr::compare(
+        CmpOp::Gt,
+        col(0),
+        Expr::Literal(ScalarValue::Int64(i64::MAX)),
+    )
+    .unwrap();
+    let aggs = vec![(
+        AggregateFunction::new(AggKind::CountStar, None).unwrap(),
+        None,
+    )];
+    let plan = FusedPlan::compile(&columns(), std::slice::from_ref(&cond), &[], &aggs).unwrap();
+    assert_eq!(plan.preds, vec![Pred::Const(false)]);
+}
+
+#[test]
+fn a_cast_to_a_narrower_precision_overflows_on_both_paths() {
+    // SUM(CAST(price AS DECIMAL(5,2))): prices reach 100000.00.
+    let arg = Expr::cast(col(1), DataType::Decimal128(5, 2)).unwrap();
+    let aggs = vec![(
+        AggregateFunction::new(AggKind::Sum, Some(arg.data_type())).unwrap(),
+        Some(arg),
+    )];
+    let rows = tpch_like(500);
+    let g = generic(store(&rows, 100, 0), &[], &[], &aggs);
+    assert!(
+        matches!(
+            g,
+            Err(crate::Error::Overflow(_)) | Err(crate::Error::InvalidInput(_))
+        ),
+        "{g:?}"
+    );
+    let f = fused(store(&rows, 100, 0), &[], &[], &aggs);
+    assert_eq!(
+        std::mem::discriminant(&f.map(|_| ()).unwrap_err()),
+        std::mem::discriminant(&g.unwrap_err())
+    );
+}
