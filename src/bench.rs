@@ -110,7 +110,7 @@ pub async fn run_queries(
     let mut out = Vec::new();
     for q in &opts.queries {
         let Some(sql) = tpch::query(q) else {
-            bail!("unknown query '{q}': known are q1, q6, scan");
+            bail!("unknown query '{q}': known are q1, q6, scan, topn");
         };
         let warm = client.sql(sql).await?;
         let answer = match tpch::expected(q, opts.sf) {

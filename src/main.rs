@@ -269,7 +269,8 @@ enum BenchWhat {
         layout: LayoutArg,
         /// Measure in one run: column layout, row layout, rows instead of
         /// Arrow chunks on the wire, and DuckDB (when importable) over the
-        /// same data; print the ratios. Adds the many-rows query `scan`.
+        /// same data; print the ratios. Adds the many-rows queries `scan` (all
+        /// rows to the client) and `topn` (all rows to compute, ten to the client).
         #[arg(long)]
         compare: bool,
     },
@@ -696,8 +697,10 @@ async fn run(cli: Cli) -> Result<()> {
                 layout: layout.layout(),
             };
             if compare {
-                if !opts.queries.iter().any(|q| q == "scan") {
-                    opts.queries.push("scan".into());
+                for extra in ["scan", "topn"] {
+                    if !opts.queries.iter().any(|q| q == extra) {
+                        opts.queries.push(extra.into());
+                    }
                 }
                 let r = bench_compare(&opts).await?;
                 if json {

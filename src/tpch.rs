@@ -19,12 +19,19 @@ pub const SCAN: &str = "SELECT l_orderkey, l_linenumber, l_quantity, l_extendedp
     l_discount, l_tax, l_returnflag, l_shipdate FROM lineitem \
     WHERE l_shipdate >= date '1998-01-01'";
 
-/// The text of a query by name (`q1`, `q6`, `scan`).
+/// The same rows as [`SCAN`] travel from storage to compute, but only the
+/// top ten reach the client: the storage-to-compute wire, isolated.
+pub const TOPN: &str = "SELECT l_orderkey, l_linenumber, l_quantity, l_extendedprice, \
+    l_discount, l_tax, l_returnflag, l_shipdate FROM lineitem \
+    WHERE l_shipdate >= date '1998-01-01' ORDER BY l_extendedprice DESC, l_orderkey, l_linenumber LIMIT 10";
+
+/// The text of a query by name (`q1`, `q6`, `scan`, `topn`).
 pub fn query(name: &str) -> Option<&'static str> {
     match name {
         "q1" => Some(Q1),
         "q6" => Some(Q6),
         "scan" => Some(SCAN),
+        "topn" => Some(TOPN),
         _ => None,
     }
 }
