@@ -3,7 +3,9 @@
 //!
 //! * `coprocessor`: row decoding, and one region's scan + filter + partial
 //!   aggregation for TPC-H Q1 and Q6 over an in-memory region of real
-//!   lineitem rows (tpchgen, SF 0.01).
+//!   lineitem rows (tpchgen, SF 0.01), row layout.
+//! * `column`: the same over packs (SF 0.1): decoding packs, and Q1/Q6
+//!   with the fused executor and with the generic executors.
 //! * `merge`: compute's final aggregation merging many regions' partials.
 
 use criterion::{criterion_group, criterion_main, Criterion};

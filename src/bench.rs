@@ -106,39 +106,65 @@ pub async fn run_queries(
     setting: &str,
     opts: &BenchOptions,
 ) -> Result<Vec<QueryReport>> {
-    let mut client = Client::connect(url).await?;
+    run_interleaved(&[(setting, url)], opts).await
+}
+
+/// Times each query on several compute processes (settings), one run of
+/// each in turn, so that every setting sees the same machine (a shared
+/// 2-core box drifts). Each query first runs once per setting to warm up
+/// and to check its answer.
+pub async fn run_interleaved(
+    settings: &[(&str, &str)],
+    opts: &BenchOptions,
+) -> Result<Vec<QueryReport>> {
+    let mut clients = Vec::with_capacity(settings.len());
+    for (_, url) in settings {
+        clients.push(Client::connect(url).await?);
+    }
     let mut out = Vec::new();
     for q in &opts.queries {
         let Some(sql) = tpch::query(q) else {
             bail!("unknown query '{q}': known are q1, q6, scan, topn");
         };
-        let warm = client.sql(sql).await?;
-        let answer = match tpch::expected(q, opts.sf) {
-            None => "unknown".to_string(),
-            Some(csv) => match tpch::compare(&warm, csv) {
-                Ok(()) => "match".into(),
-                Err(e) => format!("mismatch: {e}"),
-            },
-        };
-        let mut times = Vec::with_capacity(opts.runs);
-        let mut rows = warm.iter().map(|b| b.num_rows()).sum();
-        for _ in 0..opts.runs.max(1) {
-            let t = Instant::now();
-            let batches = client.sql(sql).await?;
-            times.push(t.elapsed().as_secs_f64() * 1e3);
-            rows = batches.iter().map(|b| b.num_rows()).sum();
+        let mut reports = Vec::with_capacity(settings.len());
+        for ((setting, _), client) in settings.iter().zip(clients.iter_mut()) {
+            let warm = client.sql(sql).await?;
+            let answer = match tpch::expected(q, opts.sf) {
+                None => "unknown".to_string(),
+                Some(csv) => match tpch::compare(&warm, csv) {
+                    Ok(()) => "match".into(),
+                    Err(e) => format!("mismatch: {e}"),
+                },
+            };
+            reports.push((
+                QueryReport {
+                    query: q.clone(),
+                    setting: setting.to_string(),
+                    sf: opts.sf,
+                    runs: 0,
+                    min_ms: 0.0,
+                    median_ms: 0.0,
+                    rows: warm.iter().map(|b| b.num_rows()).sum(),
+                    answer,
+                    digest: digest(&warm),
+                },
+                Vec::with_capacity(opts.runs),
+            ));
         }
-        out.push(QueryReport {
-            query: q.clone(),
-            setting: setting.to_string(),
-            sf: opts.sf,
-            runs: times.len(),
-            min_ms: times.iter().copied().fold(f64::INFINITY, f64::min),
-            median_ms: median(times),
-            rows,
-            answer,
-            digest: digest(&warm),
-        });
+        for _ in 0..opts.runs.max(1) {
+            for (client, (report, times)) in clients.iter_mut().zip(reports.iter_mut()) {
+                let t = Instant::now();
+                let batches = client.sql(sql).await?;
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+                report.rows = batches.iter().map(|b| b.num_rows()).sum();
+            }
+        }
+        for (mut report, times) in reports {
+            report.runs = times.len();
+            report.min_ms = times.iter().copied().fold(f64::INFINITY, f64::min);
+            report.median_ms = median(times);
+            out.push(report);
+        }
     }
     Ok(out)
 }
@@ -241,8 +267,17 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
         let mut loads = Vec::new();
         let mut queries = Vec::new();
         loads.push(load(&cluster, opts, Layout::Column).await?);
-        queries.extend(run_queries(&cluster.compute_url(), "column", opts).await?);
-        queries.extend(run_queries(&rows_url, "column, rows on the wire", opts).await?);
+        let arrow_url = cluster.compute_url();
+        queries.extend(
+            run_interleaved(
+                &[
+                    ("column", arrow_url.as_str()),
+                    ("column, rows on the wire", rows_url.as_str()),
+                ],
+                opts,
+            )
+            .await?,
+        );
         loads.push(load(&cluster, opts, Layout::Row).await?);
         queries.extend(run_queries(&cluster.compute_url(), "row", opts).await?);
         let duckdb = duckdb_times(dir.path(), opts).await;

@@ -38,6 +38,8 @@ pub struct LocalCluster {
     store_args: Vec<String>,
     compute_args: Vec<String>,
     replicas: usize,
+    /// How many stores share this machine (for their block caches).
+    store_count: usize,
 }
 
 /// Extra arguments for the children.
@@ -127,6 +129,7 @@ impl LocalCluster {
             store_args: args.store.clone(),
             compute_args: args.compute.clone(),
             replicas: args.replicas,
+            store_count: stores,
         };
         for id in 1..=stores as u64 {
             let p = c.start_store(id).await?;
@@ -214,6 +217,12 @@ impl LocalCluster {
             args.push(first);
         }
         args.extend(["--replicas".to_string(), self.replicas.to_string()]);
+        // The stores share this machine: 40% of its memory for their block
+        // caches together (a flag in store_args, later, wins).
+        if let Some(mem) = quarry_raftstore::config::total_memory_bytes() {
+            let share = (mem as f64 * 0.4 / self.store_count.max(1) as f64) as u64 >> 20;
+            args.extend(["--block-cache-mb".to_string(), share.max(64).to_string()]);
+        }
         args.extend(self.store_args.iter().cloned());
         spawn(
             &self.exe,

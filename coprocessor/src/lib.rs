@@ -11,9 +11,10 @@
 //!
 //! THE PIECES
 //!
-//! * [`codec`]: memcomparable keys (`t{table}_r{handle}`) and the row-v2
+//! * [`codec`]: memcomparable keys (`t{table}_r{handle}`), the row-v2
 //!   value format, which finds one column by binary search and decodes it
-//!   straight into an Arrow builder.
+//!   straight into an Arrow builder, and the column layout's packs (4096
+//!   rows, each column stored on its own with a zone map).
 //! * [`storage`]: the scan trait (`begin_scan` / `scan_next` over borrowed
 //!   slices) and an in-memory implementation for tests.
 //! * [`expr`]: typed expressions with exact decimal rules, built once and
@@ -21,7 +22,9 @@
 //! * [`aggregate`]: aggregate functions, grouped accumulators and the
 //!   [`aggregate::Aggregator`] that runs them in Partial (storage) or Final
 //!   (compute) mode.
-//! * [`executor`]: the batch executors and their pull contract.
+//! * [`executor`]: the batch executors and their pull contract; one table
+//!   scan for both layouts, and the fused aggregation that filters and
+//!   aggregates on a pack's stored integers in one pass.
 //! * [`endpoint`]: one request in, one response out, errors as data.
 //! * [`ipc`]: Arrow IPC stream encoding.
 //!
@@ -31,13 +34,14 @@
 //!
 //! IMPLEMENTATION CAVEATS
 //!
-//! * Only the row layout is scanned; a column-layout table is refused.
-//! * Filters run on the full batch with a selection bitmap; expressions that
-//!   can fail see unselected rows as NULL. Aggregate arguments are evaluated
-//!   over the whole batch, so a highly selective filter still pays for the
-//!   arithmetic of rejected rows.
-//! * Group keys go through arrow's row format and a hash map; there is no
-//!   fixed-array fast path for tiny key domains yet.
+//! * The generic executors filter the full batch with a selection bitmap;
+//!   expressions that can fail see unselected rows as NULL, and aggregate
+//!   arguments are evaluated over the whole batch. The fused executor
+//!   (integer shapes only) avoids both; other shapes pay them.
+//! * Generic group keys go through arrow's row format and a hash map; the
+//!   fixed-array lookup exists only in the fused executor.
+//! * Corrupt stored bytes are errors, never panics; detecting corruption
+//!   of values that still decode is left to RocksDB's block checksums.
 
 pub mod aggregate;
 pub mod codec;

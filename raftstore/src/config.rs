@@ -25,6 +25,10 @@ pub struct StorageConfig {
     /// Coprocessor requests queued or running past which new ones get
     /// ServerIsBusy.
     pub max_pending_reads: usize,
+    /// RocksDB's block cache (uncompressed blocks; the working set of
+    /// scans). 0: 40% of the machine's memory, as TiKV sizes it for one
+    /// store per machine; run several stores on one machine with an
+    /// explicit share each.
     pub block_cache_mb: usize,
     /// fsync every write batch before acknowledging it.
     pub sync_writes: bool,
@@ -76,7 +80,7 @@ impl Default for StorageConfig {
             join: vec![],
             read_pool_threads: 0,
             max_pending_reads: 4096,
-            block_cache_mb: 512,
+            block_cache_mb: 0,
             sync_writes: true,
             peer_timeout_ms: 10_000,
             replicas: 3,
@@ -90,11 +94,6 @@ impl StorageConfig {
     pub fn validate(&self) -> Result<()> {
         if self.store_id == 0 {
             return Err(Error::InvalidInput("store-id must be at least 1".into()));
-        }
-        if self.block_cache_mb == 0 {
-            return Err(Error::InvalidInput(
-                "block-cache-mb must be positive".into(),
-            ));
         }
         if self.replicas == 0 {
             return Err(Error::InvalidInput("replicas must be at least 1".into()));
@@ -117,6 +116,14 @@ impl StorageConfig {
         Ok(())
     }
 
+    /// The block cache size in bytes (resolving 0 = 40% of memory).
+    pub fn block_cache_bytes(&self) -> usize {
+        if self.block_cache_mb > 0 {
+            return self.block_cache_mb << 20;
+        }
+        (total_memory_bytes().unwrap_or(4 << 30) as f64 * 0.4) as usize
+    }
+
     pub fn read_pool_size(&self) -> usize {
         if self.read_pool_threads > 0 {
             self.read_pool_threads
@@ -124,6 +131,14 @@ impl StorageConfig {
             std::thread::available_parallelism().map_or(2, |n| n.get())
         }
     }
+}
+
+/// The machine's memory (Linux `/proc/meminfo`).
+pub fn total_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 #[cfg(test)]

@@ -35,10 +35,13 @@
 //! READS
 //!
 //! Only a region's leader serves reads. Under its lease (renewed by quorum
-//! rounds, shorter than the election timeout) it reads local state at once;
-//! otherwise it confirms leadership with ReadIndex and waits until it has
-//! applied up to the read index. Coprocessor requests then run on a thread
-//! pool over a RocksDB snapshot bounded to the region ([`node`]).
+//! rounds, shorter than the election timeout) it reads local state at once
+//! — checked on the request's own thread against the leases the store loop
+//! publishes ([`local_read`]); otherwise it confirms leadership with
+//! ReadIndex and waits until it has applied up to the read index.
+//! Coprocessor requests then run on a thread pool over a RocksDB snapshot
+//! bounded to the region, a big region's aggregation cut into parts
+//! scanned in parallel ([`node`]).
 //!
 //! THE META REGION
 //!
@@ -53,8 +56,9 @@
 //! * [`peer_storage`], [`peer`], [`apply`]: one replica's state.
 //! * [`store`]: the store loop; [`transport`] and [`grpc_transport`]: raft
 //!   messages between stores.
-//! * [`node`]: what services call; [`meta`]: the catalog; [`worker`]:
-//!   heartbeats, meta replicas, splits.
+//! * [`node`]: what services call; [`local_read`]: lease reads without the
+//!   store loop; [`meta`]: the catalog; [`worker`]: heartbeats, meta
+//!   replicas, splits, and [`compaction`] of column tables' row delta.
 //! * [`service`]: the gRPC services; [`server`]: process start and stop.
 //!
 //! MEMBERSHIP

@@ -104,7 +104,7 @@ pub async fn run(
         Error::InvalidInput(format!("cannot create {}: {e}", cfg.data_dir.display()))
     })?;
     let rocks = RocksConfig {
-        block_cache_bytes: cfg.block_cache_mb << 20,
+        block_cache_bytes: cfg.block_cache_bytes(),
         ..Default::default()
     };
     let engine = Arc::new(RocksEngine::open(&cfg.data_dir, &rocks)?);
