@@ -302,6 +302,25 @@ fn tpch_on_the_column_layout_skips_packs_by_zone_map_and_fuses() {
     );
 }
 
+/// Waits (30 s at most) until `done(keys, packs)` holds for a COUNT(*) of
+/// `table`: keys scanned (packs and delta rows) and packs among them.
+fn wait_for_keys_and_packs(pg: &Playground, table: &str, done: impl Fn(u64, u64) -> bool) {
+    let sql = format!("SELECT count(*) FROM {table}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (text, packs) = analyzed(pg, &sql, "packs: ");
+        let (_, keys) = analyzed(pg, &sql, "storage: ");
+        if done(keys, packs) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compaction within 30 s: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+}
+
 #[test]
 fn a_column_table_takes_inserts_compacts_them_and_refuses_duplicates() {
     let _serial = SERIAL.lock();
@@ -348,19 +367,7 @@ fn a_column_table_takes_inserts_compacts_them_and_refuses_duplicates() {
     let ids: Vec<i64> = (1..=60).collect();
     assert_eq!(pg.ok(summary), expect(&ids));
     // The leaders fold the delta into packs within a few seconds.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let (text, packs) = analyzed(&pg, "SELECT count(*) FROM c", "packs: ");
-        let (_, keys) = analyzed(&pg, "SELECT count(*) FROM c", "storage: ");
-        if packs >= 2 && keys == packs {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no compaction within 30 s: {text}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    }
+    wait_for_keys_and_packs(&pg, "c", |keys, packs| packs >= 2 && keys == packs);
     // Same answers from packs, with and without the fused kernels (the
     // NULLs send the blocks holding them through the generic path).
     assert_eq!(pg.ok(summary), expect(&ids));
@@ -393,20 +400,8 @@ fn a_column_table_takes_inserts_compacts_them_and_refuses_duplicates() {
     let mut ids: Vec<i64> = (0..=75).collect();
     ids.sort();
     assert_eq!(pg.ok(summary), expect(&ids));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let (text, packs) = analyzed(&pg, "SELECT count(*) FROM c", "packs: ");
-        let (_, keys) = analyzed(&pg, "SELECT count(*) FROM c", "storage: ");
-        // Region [50, ..) took 15 rows and compacts; region [.., 50)
-        // took one and keeps it as a delta row.
-        if keys == packs + 1 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no second compaction within 30 s: {text}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    }
+    // Region [50, ..) took 15 rows and compacts; region [.., 50) took one
+    // and keeps it as a delta row.
+    wait_for_keys_and_packs(&pg, "c", |keys, packs| keys == packs + 1);
     assert_eq!(pg.ok(summary), expect(&ids));
 }

@@ -22,6 +22,19 @@ impl MemEngine {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// A copy of the data column family within `bounds`.
+    fn snapshot(&self, bounds: &KeyRange) -> MemStorage {
+        let cfs = self.cfs.read();
+        cfs.get(&Cf::Default)
+            .map(|m| {
+                let (s, e) = clamp(&KeyRange::default(), bounds);
+                m.range(range_bounds(&s, &e))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 fn range_bounds(start: &[u8], end: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
@@ -106,18 +119,7 @@ impl Engine for MemEngine {
     }
 
     fn with_snapshot<R>(&self, bounds: &KeyRange, f: impl FnOnce(&mut dyn Storage) -> R) -> R {
-        let snapshot: MemStorage = {
-            let cfs = self.cfs.read();
-            cfs.get(&Cf::Default)
-                .map(|m| {
-                    let (s, e) = clamp(&KeyRange::default(), bounds);
-                    m.range(range_bounds(&s, &e))
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let mut snapshot = snapshot;
+        let mut snapshot = self.snapshot(bounds);
         f(&mut snapshot)
     }
 
@@ -126,17 +128,7 @@ impl Engine for MemEngine {
         bounds: &KeyRange,
         f: impl FnOnce(&quarry_coprocessor::storage::StorageSource<'_>) -> R,
     ) -> R {
-        let snapshot: MemStorage = {
-            let cfs = self.cfs.read();
-            cfs.get(&Cf::Default)
-                .map(|m| {
-                    let (s, e) = clamp(&KeyRange::default(), bounds);
-                    m.range(range_bounds(&s, &e))
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let snapshot = self.snapshot(bounds);
         let make = || -> Box<dyn Storage + Send + '_> { Box::new(snapshot.clone()) };
         f(&make)
     }
