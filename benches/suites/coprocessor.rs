@@ -12,6 +12,22 @@ use quarry_proto::meta::Layout;
 
 use super::{column_region, plan, region, TABLE_ID};
 
+/// Every value of the table in `storage`, in key order.
+fn table_values(storage: &MemStorage) -> Vec<Vec<u8>> {
+    let mut s = storage.clone();
+    let (start, end) = table_record_range(TABLE_ID);
+    s.begin_scan(
+        &quarry_coprocessor::storage::KeyRange::new(start, end),
+        false,
+    )
+    .unwrap();
+    let mut v = Vec::new();
+    while let Some((_, val)) = s.scan_next().unwrap() {
+        v.push(val.to_vec());
+    }
+    v
+}
+
 /// Runs a DAG over a whole region to the end; returns output rows.
 fn run_dag(
     storage: &mut MemStorage,
@@ -37,20 +53,7 @@ pub fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements(rows as u64));
 
     // Decode the 4 columns Q6 reads from every row value.
-    let values: Vec<Vec<u8>> = {
-        let mut s = storage.clone();
-        let (start, end) = table_record_range(TABLE_ID);
-        s.begin_scan(
-            &quarry_coprocessor::storage::KeyRange::new(start, end),
-            false,
-        )
-        .unwrap();
-        let mut v = Vec::new();
-        while let Some((_, val)) = s.scan_next().unwrap() {
-            v.push(val.to_vec());
-        }
-        v
-    };
+    let values = table_values(&storage);
     let q6_cols = [
         (11, arrow::datatypes::DataType::Date32),
         (7, arrow::datatypes::DataType::Decimal128(15, 2)),
@@ -95,20 +98,7 @@ pub fn bench(c: &mut Criterion) {
     let (mut packs, rows) = column_region(0.1);
     let mut g = c.benchmark_group("column");
     g.throughput(Throughput::Elements(rows as u64));
-    let pack_values: Vec<Vec<u8>> = {
-        let mut s = packs.clone();
-        let (start, end) = table_record_range(TABLE_ID);
-        s.begin_scan(
-            &quarry_coprocessor::storage::KeyRange::new(start, end),
-            false,
-        )
-        .unwrap();
-        let mut v = Vec::new();
-        while let Some((_, val)) = s.scan_next().unwrap() {
-            v.push(val.to_vec());
-        }
-        v
-    };
+    let pack_values = table_values(&packs);
     g.bench_function("decode_q6_columns_from_packs", |b| {
         b.iter(|| {
             for v in &pack_values {

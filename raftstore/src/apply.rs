@@ -118,53 +118,24 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
         let Ok((table, handle)) = decode_record_key(key) else {
             return Ok(Existing::Absent);
         };
-        let probe = pack_key(table, handle);
-        let lower = record_prefix(table);
-        // Packs this batch wrote, then the engine's (unless this batch
-        // replaced them: their rows are then in this batch's packs).
-        let mut candidates: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        if let Some((k, v)) = self
-            .pack_puts
-            .range(lower.clone()..=probe.clone())
-            .next_back()
-        {
-            candidates.push((k.clone(), v.clone()));
-        }
-        // The nearest live pack at or before the probe; delta rows (and
-        // packs this batch replaced) may sit in between.
-        let mut found = None;
-        self.engine
-            .scan_back(Cf::Default, &probe, &lower, &mut |k, v| {
-                if !matches!(classify_key(k), KeyKind::Pack(_))
-                    || self.is_deleted(k)
-                    || self.pack_puts.contains_key(k)
-                {
-                    return true;
-                }
-                found = Some((k.to_vec(), v.to_vec()));
-                false
-            })?;
-        candidates.extend(found);
-        for (k, v) in candidates {
-            if !matches!(classify_key(&k), KeyKind::Pack(_)) {
-                continue;
-            }
-            let pack = PackView::parse(&v).map_err(|e| Error::Internal(e.to_string()))?;
-            if let Some(i) = pack
-                .find(handle)
-                .map_err(|e| Error::Internal(e.to_string()))?
-            {
-                let same = pack
-                    .row_equals(i, value)
-                    .map_err(|e| Error::Internal(e.to_string()))?;
-                return Ok(if same {
-                    Existing::Same
-                } else {
-                    Existing::Different
-                });
-            }
-        }
-        Ok(Existing::Absent)
+        let Some(v) = self.nearest_pack(table, &pack_key(table, handle))? else {
+            return Ok(Existing::Absent);
+        };
+        let pack = PackView::parse(&v).map_err(|e| Error::Internal(e.to_string()))?;
+        let Some(i) = pack
+            .find(handle)
+            .map_err(|e| Error::Internal(e.to_string()))?
+        else {
+            return Ok(Existing::Absent);
+        };
+        let same = pack
+            .row_equals(i, value)
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        Ok(if same {
+            Existing::Same
+        } else {
+            Existing::Different
+        })
     }
 
     /// The handle range of the nearest live pack before `key` (in the same
@@ -173,16 +144,28 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
         let Ok((table, _)) = decode_record_key(key) else {
             return Ok(None);
         };
+        // A pack key never equals a row key: "at or before" is "before".
+        let Some(v) = self.nearest_pack(table, key)? else {
+            return Ok(None);
+        };
+        let p = PackView::parse(&v).map_err(|e| Error::Internal(e.to_string()))?;
+        Ok(Some((p.first_handle(), p.last_handle())))
+    }
+
+    /// The value of `table`'s live pack with the greatest key at or before
+    /// `upper`, as this batch leaves the data: packs this batch wrote, and
+    /// the engine's unless this batch deleted or replaced them. Delta rows
+    /// may sit in between and are passed over.
+    fn nearest_pack(&self, table: i64, upper: &[u8]) -> Result<Option<Vec<u8>>> {
         let lower = record_prefix(table);
         let mut best: Option<(Vec<u8>, Vec<u8>)> = self
             .pack_puts
-            .range(lower.clone()..key.to_vec())
+            .range(lower.clone()..=upper.to_vec())
             .next_back()
             .map(|(k, v)| (k.clone(), v.clone()));
         self.engine
-            .scan_back(Cf::Default, key, &lower, &mut |k, v| {
-                if k >= key
-                    || !matches!(classify_key(k), KeyKind::Pack(_))
+            .scan_back(Cf::Default, upper, &lower, &mut |k, v| {
+                if !matches!(classify_key(k), KeyKind::Pack(_))
                     || self.is_deleted(k)
                     || self.pack_puts.contains_key(k)
                 {
@@ -193,11 +176,7 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
                 }
                 false
             })?;
-        let Some((_, v)) = best else {
-            return Ok(None);
-        };
-        let p = PackView::parse(&v).map_err(|e| Error::Internal(e.to_string()))?;
-        Ok(Some((p.first_handle(), p.last_handle())))
+        Ok(best.map(|(_, v)| v))
     }
 
     /// Forgets the overlay once the batch has been written.

@@ -239,11 +239,6 @@ impl ZoneFilter {
         Ok(true)
     }
 
-    /// The bounds, as (column id, lowest, highest).
-    pub fn bounds(&self) -> &[(i64, i64, i64)] {
-        &self.bounds
-    }
-
     /// The rows of `pack` inside every bound whose column is stored as
     /// integers (others are left to the filter above the scan), as a
     /// bitmap; checked on the stored bytes, before anything is decoded.
