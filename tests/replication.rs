@@ -287,19 +287,22 @@ fn splits_during_a_query_loop_change_no_answer() {
         .iter()
         .map(|s| s.regions.iter().filter(|r| r.is_leader).count())
         .sum();
-    let stop = Arc::new(AtomicBool::new(false));
+    // The splitter tries once on every leader region but the first; the
+    // query loop keeps going until the splitter is done (at least 25
+    // queries, at most two minutes), so every split lands mid-loop however
+    // fast the queries are.
     let splitter = {
-        let (addrs, stop) = (addrs.clone(), stop.clone());
+        let addrs = addrs.clone();
         std::thread::spawn(move || {
-            let mut splits = 0;
+            let (mut splits, mut refused) = (0, Vec::new());
             for s in status(&addrs) {
                 for r in s.regions.iter().filter(|r| r.is_leader) {
                     let region = r.region.clone().unwrap();
-                    if region.id == 1 || stop.load(Ordering::SeqCst) {
+                    if region.id == 1 {
                         continue;
                     }
                     let addr = addrs[s.store_id as usize - 1].clone();
-                    let ok = runtime().block_on(async move {
+                    let result = runtime().block_on(async move {
                         let mut c = AdminClient::connect(format!("http://{addr}"))
                             .await
                             .unwrap();
@@ -309,25 +312,34 @@ fn splits_during_a_query_loop_change_no_answer() {
                             split_key: vec![],
                         })
                         .await
-                        .is_ok()
                     });
-                    splits += ok as usize;
+                    match result {
+                        Ok(_) => splits += 1,
+                        Err(e) => refused.push(format!("region {}: {}", region.id, e.message())),
+                    }
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
-            splits
+            (splits, refused)
         })
     };
     let q1 = tpch::expected("q1", 0.01).unwrap();
-    runtime().block_on(async {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let queries = runtime().block_on(async {
         let mut c = Client::connect(&pg.compute).await.unwrap();
-        for _ in 0..25 {
+        let mut n = 0;
+        while n < 25 || (!splitter.is_finished() && Instant::now() < deadline) {
             tpch::compare(&c.sql(tpch::Q1).await.unwrap(), q1).unwrap();
+            n += 1;
         }
+        n
     });
-    stop.store(true, Ordering::SeqCst);
-    let splits = splitter.join().unwrap();
-    assert!(splits >= 3, "only {splits} splits happened");
+    let (splits, refused) = splitter.join().unwrap();
+    eprintln!("{splits} splits during {queries} queries; refused: {refused:?}");
+    assert!(
+        splits >= 3,
+        "only {splits} splits happened during {queries} queries; refused: {refused:?}"
+    );
     let regions_after: usize = status(&addrs)
         .iter()
         .map(|s| s.regions.iter().filter(|r| r.is_leader).count())
