@@ -21,9 +21,7 @@ pub const SCAN: &str = "SELECT l_orderkey, l_linenumber, l_quantity, l_extendedp
 
 /// The same rows as [`SCAN`] travel from storage to compute, but only the
 /// top ten reach the client: the storage-to-compute wire, isolated.
-pub const TOPN: &str = "SELECT l_orderkey, l_linenumber, l_quantity, l_extendedprice, \
-    l_discount, l_tax, l_returnflag, l_shipdate FROM lineitem \
-    WHERE l_shipdate >= date '1998-01-01' ORDER BY l_extendedprice DESC, l_orderkey, l_linenumber LIMIT 10";
+pub const TOPN: &str = include_str!("../tests/tpch/topn.sql");
 
 /// The text of a query by name (`q1`, `q6`, `scan`, `topn`).
 pub fn query(name: &str) -> Option<&'static str> {
@@ -47,6 +45,9 @@ pub fn expected(query: &str, sf: f64) -> Option<&'static str> {
         ("q6", "0.01") => include_str!("../tests/tpch/answers/q6_sf0.01.csv"),
         ("q6", "0.1") => include_str!("../tests/tpch/answers/q6_sf0.1.csv"),
         ("q6", "1") => include_str!("../tests/tpch/answers/q6_sf1.csv"),
+        ("topn", "0.01") => include_str!("../tests/tpch/answers/topn_sf0.01.csv"),
+        ("topn", "0.1") => include_str!("../tests/tpch/answers/topn_sf0.1.csv"),
+        ("topn", "1") => include_str!("../tests/tpch/answers/topn_sf1.csv"),
         _ => return None,
     })
 }

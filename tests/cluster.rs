@@ -46,7 +46,7 @@ fn q6_request() -> Request {
 }
 
 #[test]
-fn tpch_q1_and_q6_at_sf_0_01_match_duckdb() {
+fn tpch_q1_q6_and_a_top_n_at_sf_0_01_match_duckdb() {
     let _serial = SERIAL.lock();
     let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
     assert_eq!(pg.stores.len(), 3);
@@ -57,6 +57,9 @@ fn tpch_q1_and_q6_at_sf_0_01_match_duckdb() {
     assert_csv_matches(&pg.ok(tpch::Q1), q1);
     assert_csv_matches(&pg.ok(tpch::Q6), q6);
     assert_eq!(pg.ok("SELECT count(*) AS n FROM lineitem"), "n\n60175\n");
+    // ORDER BY ... LIMIT over ~7k rows from every region: compute's top-k
+    // keeps ten of them and must pick DuckDB's ten.
+    assert_csv_matches(&pg.ok(tpch::TOPN), tpch::expected("topn", 0.01).unwrap());
 
     // Through the client library: SQL and the typed builder agree.
     runtime().block_on(async {

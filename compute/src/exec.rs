@@ -101,10 +101,23 @@ pub async fn run_plan(
                 (true, Some(l)) => Some(l.saturating_add(plan.offset) as usize),
                 _ => None,
             };
+            let schema = schema_of(&types);
+            // ORDER BY with LIMIT keeps only the best OFFSET + LIMIT rows
+            // as batches arrive, so compute holds a few batches of rows,
+            // not the whole result.
+            let mut top = match (plan.order_by.is_empty(), plan.limit) {
+                (false, Some(l)) => Some(TopK::new(l.saturating_add(plan.offset) as usize)),
+                _ => None,
+            };
             let mut batches = Vec::new();
             let mut rows = 0usize;
             let stats = dispatcher
                 .run(&plan.dag, ranges, &types, deadline, &mut |b| {
+                    let b = RecordBatch::try_new(schema.clone(), b.columns().to_vec())?;
+                    if let Some(top) = &mut top {
+                        top.push(plan, b)?;
+                        return Ok(ControlFlow::Continue(()));
+                    }
                     rows += b.num_rows();
                     batches.push(b);
                     Ok(match want {
@@ -113,11 +126,9 @@ pub async fn run_plan(
                     })
                 })
                 .await?;
-            let schema = schema_of(&types);
-            let batches: Vec<RecordBatch> = batches
-                .into_iter()
-                .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
-                .collect::<std::result::Result<_, _>>()?;
+            if let Some(top) = top {
+                batches = top.kept;
+            }
             if plan.order_by.is_empty() {
                 // No sort: OFFSET/LIMIT and the outputs batch by batch, with
                 // no copy of the whole result.
@@ -148,6 +159,84 @@ pub async fn run_plan(
     }
 }
 
+/// Kept rows past which [`TopK`] merges them (or four times `k`, if more).
+const TOPK_MERGE_ROWS: usize = 1024;
+
+/// The best `k` rows seen so far under the plan's ORDER BY (DataFusion's
+/// TopK, simply): each arriving batch is cut to its own best `k` rows, and
+/// once the kept rows pass a few times `k` they are merged and cut to `k`
+/// again. Memory stays within a few multiples of `k` rows however many
+/// rows the regions send; the final ORDER BY then sorts only those.
+struct TopK {
+    k: usize,
+    kept: Vec<RecordBatch>,
+    kept_rows: usize,
+}
+
+impl TopK {
+    fn new(k: usize) -> Self {
+        TopK {
+            k,
+            kept: Vec::new(),
+            kept_rows: 0,
+        }
+    }
+
+    fn push(&mut self, plan: &QueryPlan, batch: RecordBatch) -> Result<()> {
+        let batch = if batch.num_rows() > self.k {
+            take_rows(&batch, &sort_indices(plan, &batch, Some(self.k))?)?
+        } else {
+            batch
+        };
+        self.kept_rows += batch.num_rows();
+        self.kept.push(batch);
+        if self.kept_rows > (4 * self.k).max(TOPK_MERGE_ROWS) {
+            let all = concat_batches(&self.kept[0].schema(), &self.kept)?;
+            let best = take_rows(&all, &sort_indices(plan, &all, Some(self.k))?)?;
+            self.kept_rows = best.num_rows();
+            self.kept = vec![best];
+        }
+        Ok(())
+    }
+}
+
+/// The row order the plan's ORDER BY gives `input`: the first `limit`
+/// positions only, when given.
+fn sort_indices(
+    plan: &QueryPlan,
+    input: &RecordBatch,
+    limit: Option<usize>,
+) -> Result<UInt32Array> {
+    let keys = plan
+        .order_by
+        .iter()
+        .map(|k| {
+            Ok(SortColumn {
+                values: k.expr.evaluate_to_array(input, None)?,
+                options: Some(SortOptions {
+                    descending: k.descending,
+                    nulls_first: k.nulls_first,
+                }),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(lexsort_to_indices(&keys, limit)?)
+}
+
+/// The rows of `input` at `idx`, in that order.
+fn take_rows(input: &RecordBatch, idx: &UInt32Array) -> Result<RecordBatch> {
+    let cols = input
+        .columns()
+        .iter()
+        .map(|c| Ok(take(c.as_ref(), idx, None)?))
+        .collect::<Result<Vec<ArrayRef>>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        input.schema(),
+        cols,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(idx.len())),
+    )?)
+}
+
 /// ORDER BY, OFFSET/LIMIT and the output expressions over `input`.
 pub fn finish(plan: &QueryPlan, input: RecordBatch) -> Result<RecordBatch> {
     let n = input.num_rows();
@@ -158,31 +247,8 @@ pub fn finish(plan: &QueryPlan, input: RecordBatch) -> Result<RecordBatch> {
     let input = if plan.order_by.is_empty() {
         input.slice(offset, limit)
     } else {
-        let keys = plan
-            .order_by
-            .iter()
-            .map(|k| {
-                Ok(SortColumn {
-                    values: k.expr.evaluate_to_array(&input, None)?,
-                    options: Some(SortOptions {
-                        descending: k.descending,
-                        nulls_first: k.nulls_first,
-                    }),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let idx = lexsort_to_indices(&keys, Some(offset + limit))?;
-        let idx: UInt32Array = idx.slice(offset, limit);
-        let cols = input
-            .columns()
-            .iter()
-            .map(|c| Ok(take(c.as_ref(), &idx, None)?))
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        RecordBatch::try_new_with_options(
-            input.schema(),
-            cols,
-            &arrow::array::RecordBatchOptions::new().with_row_count(Some(limit)),
-        )?
+        let idx = sort_indices(plan, &input, Some(offset + limit))?;
+        take_rows(&input, &idx.slice(offset, limit))?
     };
     outputs(plan, input)
 }
@@ -205,4 +271,55 @@ fn outputs(plan: &QueryPlan, input: RecordBatch) -> Result<RecordBatch> {
         cols,
         &arrow::array::RecordBatchOptions::new().with_row_count(Some(input.num_rows())),
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::Int64Array;
+
+    use super::*;
+    use crate::plan::plan_query;
+    use crate::sql::{parse, Statement};
+
+    fn plan(ddl: &str, sql: &str) -> QueryPlan {
+        let Statement::CreateTable(ct) = parse(ddl).unwrap() else {
+            panic!("not a CREATE TABLE")
+        };
+        let Statement::Query(q) = parse(sql).unwrap() else {
+            panic!("not a query")
+        };
+        plan_query(&q, &ct.table_def()).unwrap()
+    }
+
+    /// Top-k over batches as they arrive picks the same rows, in the same
+    /// order, as sorting everything: across many merges, with ties on the
+    /// first key broken by the second, and with an OFFSET.
+    #[test]
+    fn top_k_as_batches_arrive_equals_a_full_sort() {
+        let plan = plan(
+            "CREATE TABLE t (a BIGINT, b BIGINT)",
+            "SELECT a, b FROM t ORDER BY b DESC, a LIMIT 7 OFFSET 3",
+        );
+        let types = dag_output_types(&plan).unwrap();
+        let schema = schema_of(&types);
+        let mut top = TopK::new(10);
+        let mut all = Vec::new();
+        assert_eq!(types.len(), 2, "the scan returns a and b");
+        for batch in 0..400i64 {
+            // a unique, b with few distinct values: many ties on b, which
+            // a breaks.
+            let a: Vec<i64> = (0..64).map(|i| batch * 64 + i).collect();
+            let b: Vec<i64> = a.iter().map(|a| (a * 7919) % 7).collect();
+            let cols: Vec<ArrayRef> =
+                vec![Arc::new(Int64Array::from(a)), Arc::new(Int64Array::from(b))];
+            let b = RecordBatch::try_new(schema.clone(), cols).unwrap();
+            all.push(b.clone());
+            top.push(&plan, b).unwrap();
+            assert!(top.kept_rows <= 4 * TOPK_MERGE_ROWS, "{}", top.kept_rows);
+        }
+        let want = finish(&plan, concat_batches(&schema, &all).unwrap()).unwrap();
+        let got = finish(&plan, concat_batches(&schema, &top.kept).unwrap()).unwrap();
+        assert_eq!(want.num_rows(), 7);
+        assert_eq!(got, want);
+    }
 }
