@@ -187,19 +187,32 @@ fn cpu_seconds(pids: &[u32]) -> f64 {
 
 /// Waits until the stores are done with the background work a load leaves
 /// (memtable flushes, compactions): under 5% of a core for a second, or
-/// two minutes at most. Timing queries before that measures RocksDB's
-/// compactions, not the queries.
+/// [`SETTLE_MAX`] at most. Timing queries before that measures RocksDB's
+/// compactions, not the queries: at SF 10 they run for three to four
+/// minutes after the load on this 2-core machine, and a bench that waited
+/// only two minutes timed Q1 at 1156 ms instead of about 650.
 pub async fn settle(cluster: &LocalCluster) {
     let pids: Vec<u32> = cluster.stores.iter().map(|p| p.pid).collect();
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let started = Instant::now();
     let mut quiet = 0;
-    while Instant::now() < deadline && quiet < 2 {
+    while quiet < 2 {
+        if started.elapsed() > SETTLE_MAX {
+            tracing::warn!(
+                "the stores were still busy {SETTLE_MAX:?} after the load; \
+                 timings include their background compactions"
+            );
+            return;
+        }
         let before = cpu_seconds(&pids);
         tokio::time::sleep(Duration::from_millis(500)).await;
         let used = cpu_seconds(&pids) - before;
         quiet = if used < 0.025 { quiet + 1 } else { 0 };
     }
+    tracing::info!(waited = ?started.elapsed(), "the stores are quiet");
 }
+
+/// The longest [`settle`] waits.
+const SETTLE_MAX: Duration = Duration::from_secs(15 * 60);
 
 async fn load(cluster: &LocalCluster, opts: &BenchOptions, layout: Layout) -> Result<LoadSummary> {
     let load = load_tpch(

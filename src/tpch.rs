@@ -42,12 +42,15 @@ pub fn expected(query: &str, sf: f64) -> Option<&'static str> {
         ("q1", "0.01") => include_str!("../tests/tpch/answers/q1_sf0.01.csv"),
         ("q1", "0.1") => include_str!("../tests/tpch/answers/q1_sf0.1.csv"),
         ("q1", "1") => include_str!("../tests/tpch/answers/q1_sf1.csv"),
+        ("q1", "10") => include_str!("../tests/tpch/answers/q1_sf10.csv"),
         ("q6", "0.01") => include_str!("../tests/tpch/answers/q6_sf0.01.csv"),
         ("q6", "0.1") => include_str!("../tests/tpch/answers/q6_sf0.1.csv"),
         ("q6", "1") => include_str!("../tests/tpch/answers/q6_sf1.csv"),
+        ("q6", "10") => include_str!("../tests/tpch/answers/q6_sf10.csv"),
         ("topn", "0.01") => include_str!("../tests/tpch/answers/topn_sf0.01.csv"),
         ("topn", "0.1") => include_str!("../tests/tpch/answers/topn_sf0.1.csv"),
         ("topn", "1") => include_str!("../tests/tpch/answers/topn_sf1.csv"),
+        ("topn", "10") => include_str!("../tests/tpch/answers/topn_sf10.csv"),
         _ => return None,
     })
 }
