@@ -185,30 +185,61 @@ fn cpu_seconds(pids: &[u32]) -> f64 {
         .sum()
 }
 
-/// Waits until the stores are done with the background work a load leaves
-/// (memtable flushes, compactions): under 5% of a core for a second, or
-/// [`SETTLE_MAX`] at most. Timing queries before that measures RocksDB's
-/// compactions, not the queries: at SF 10 they run for three to four
-/// minutes after the load on this 2-core machine, and a bench that waited
-/// only two minutes timed Q1 at 1156 ms instead of about 650.
+/// Waits until the stores are done with the work a load leaves behind:
+/// every follower has applied what its leader has, no store reports
+/// RocksDB flushes or compactions running or pending (Admin `Status`), and
+/// the stores use under 5% of a core for a second; or [`SETTLE_MAX`] at
+/// most. Timing queries before that measures the aftermath of the load,
+/// not the queries: at SF 10 it keeps a core busy for minutes on this
+/// 2-core machine, and a bench that only watched for a quiet second timed
+/// Q1 at 1107 ms instead of about 650.
 pub async fn settle(cluster: &LocalCluster) {
     let pids: Vec<u32> = cluster.stores.iter().map(|p| p.pid).collect();
+    let addrs = cluster.store_addrs();
     let started = Instant::now();
     let mut quiet = 0;
     while quiet < 2 {
         if started.elapsed() > SETTLE_MAX {
             tracing::warn!(
                 "the stores were still busy {SETTLE_MAX:?} after the load; \
-                 timings include their background compactions"
+                 timings include their background work"
             );
             return;
         }
         let before = cpu_seconds(&pids);
         tokio::time::sleep(Duration::from_millis(500)).await;
         let used = cpu_seconds(&pids) - before;
-        quiet = if used < 0.025 { quiet + 1 } else { 0 };
+        quiet = if used < 0.025 && !stores_busy(&addrs).await {
+            quiet + 1
+        } else {
+            0
+        };
     }
-    tracing::info!(waited = ?started.elapsed(), "the stores are quiet");
+    eprintln!(
+        "the stores went quiet {:.0} s after the load",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Whether any store is still applying its leader's entries or has RocksDB
+/// work running or pending. A store that does not answer counts as busy.
+async fn stores_busy(addrs: &[String]) -> bool {
+    let mut leader_commit = std::collections::HashMap::new();
+    let mut all = Vec::new();
+    for a in addrs {
+        match crate::status::fetch(a).await {
+            Ok(s) if !s.background_work => all.push(s),
+            _ => return true,
+        }
+    }
+    for r in all.iter().flat_map(|s| &s.regions).filter(|r| r.is_leader) {
+        leader_commit.insert(r.region.as_ref().map_or(0, |g| g.id), r.commit_index);
+    }
+    all.iter().flat_map(|s| &s.regions).any(|r| {
+        leader_commit
+            .get(&r.region.as_ref().map_or(0, |g| g.id))
+            .is_some_and(|&c| r.applied_index < c)
+    })
 }
 
 /// The longest [`settle`] waits.

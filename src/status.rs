@@ -35,9 +35,14 @@ fn short(key: &[u8]) -> String {
 
 pub fn format(addr: &str, s: &StatusResponse) -> String {
     let mut out = format!(
-        "store {} at {addr}: {} regions\n",
+        "store {} at {addr}: {} regions{}\n",
         s.store_id,
-        s.regions.len()
+        s.regions.len(),
+        if s.background_work {
+            ", RocksDB flushing or compacting"
+        } else {
+            ""
+        }
     );
     for r in &s.regions {
         let RegionStatus {

@@ -272,10 +272,12 @@ impl<E: Engine> Node<E> {
             .lock()
             .send(StoreMsg::Status { cb: tx })
             .map_err(|_| Error::Unavailable("store is shutting down".into()))?;
-        tokio::time::timeout(Duration::from_secs(5), rx)
+        let mut status = tokio::time::timeout(Duration::from_secs(5), rx)
             .await
             .map_err(|_| Error::Unavailable("the store loop did not answer".into()))?
-            .map_err(|_| Error::Unavailable("the store loop stopped".into()))
+            .map_err(|_| Error::Unavailable("the store loop stopped".into()))?;
+        status.background_work = self.engine.background_work();
+        Ok(status)
     }
 
     // ------------------------------------------------------------ kv

@@ -623,6 +623,8 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         StatusResponse {
             store_id: self.store_id,
             regions,
+            // Filled in by the node, which owns the engine.
+            background_work: false,
         }
     }
 

@@ -133,6 +133,12 @@ pub trait Engine: Send + Sync + 'static {
     /// Approximate bytes of data in `[start, end)` (for split sizing and
     /// reports); 0 when unknown.
     fn approximate_size(&self, start: &[u8], end: &[u8]) -> u64;
+
+    /// Whether flushes or compactions are running or pending. Engines
+    /// without background work say no.
+    fn background_work(&self) -> bool {
+        false
+    }
 }
 
 /// Clamps a scan range to `bounds`.

@@ -136,6 +136,24 @@ impl Engine for RocksEngine {
         Ok(it.status()?)
     }
 
+    fn background_work(&self) -> bool {
+        const BUSY: [&str; 4] = [
+            "rocksdb.compaction-pending",
+            "rocksdb.num-running-compactions",
+            "rocksdb.num-running-flushes",
+            "rocksdb.mem-table-flush-pending",
+        ];
+        Cf::ALL.iter().any(|&cf| {
+            BUSY.iter().any(|p| {
+                self.db
+                    .property_int_value_cf(self.cf(cf), *p)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|v| v > 0)
+            })
+        })
+    }
+
     fn with_snapshot<R>(&self, bounds: &KeyRange, f: impl FnOnce(&mut dyn Storage) -> R) -> R {
         let snapshot = self.db.snapshot();
         let mut storage = RocksStorage {
