@@ -190,9 +190,9 @@ fn cpu_seconds(pids: &[u32]) -> f64 {
 /// RocksDB flushes or compactions running or pending (Admin `Status`), and
 /// the stores use under 5% of a core for a second; or [`SETTLE_MAX`] at
 /// most. Timing queries before that measures the aftermath of the load,
-/// not the queries: at SF 10 it keeps a core busy for minutes on this
-/// 2-core machine, and a bench that only watched for a quiet second timed
-/// Q1 at 1107 ms instead of about 650.
+/// not the queries: after an SF 10 load one store compacts for 20-30 s on
+/// this 2-core machine, and Q1 meanwhile takes 1.2-1.7 s instead of
+/// 0.6-0.8 s.
 pub async fn settle(cluster: &LocalCluster) {
     let pids: Vec<u32> = cluster.stores.iter().map(|p| p.pid).collect();
     let addrs = cluster.store_addrs();

@@ -165,8 +165,8 @@ const TOPK_MERGE_ROWS: usize = 1024;
 /// The best `k` rows seen so far under the plan's ORDER BY (DataFusion's
 /// TopK, simply): each arriving batch is cut to its own best `k` rows, and
 /// once the kept rows pass a few times `k` they are merged and cut to `k`
-/// again. Memory stays within a few multiples of `k` rows however many
-/// rows the regions send; the final ORDER BY then sorts only those.
+/// again. Memory stays within max(4k, 1024) + k rows however many rows
+/// the regions send; the final ORDER BY then sorts only those.
 struct TopK {
     k: usize,
     kept: Vec<RecordBatch>,
