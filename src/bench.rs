@@ -215,9 +215,16 @@ pub async fn settle(cluster: &LocalCluster) {
             0
         };
     }
+    let mut leaders = Vec::new();
+    for a in &addrs {
+        if let Ok(s) = crate::status::fetch(a).await {
+            leaders.push(s.regions.iter().filter(|r| r.is_leader).count().to_string());
+        }
+    }
     eprintln!(
-        "the stores went quiet {:.0} s after the load",
-        started.elapsed().as_secs_f64()
+        "the stores went quiet {:.0} s after the load (leaders per store: {})",
+        started.elapsed().as_secs_f64(),
+        leaders.join("/")
     );
 }
 

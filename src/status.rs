@@ -59,7 +59,7 @@ pub fn format(addr: &str, s: &StatusResponse) -> String {
         let region = region.clone().unwrap_or_default();
         let epoch = region.epoch.unwrap_or_default();
         out.push_str(&format!(
-            "  region {:>4} [{}, {}) v{} c{} peer {} {} (leader peer {}) term {} log {}..{} commit {} applied {}\n",
+            "  region {:>4} [{}, {}) v{} c{} peer {} {} (leader peer {}) term {} log {}..{} commit {} applied {} peers {}\n",
             region.id,
             short(&region.start_key),
             short(&region.end_key),
@@ -72,7 +72,13 @@ pub fn format(addr: &str, s: &StatusResponse) -> String {
             truncated_index,
             last_index,
             commit_index,
-            applied_index
+            applied_index,
+            region
+                .peers
+                .iter()
+                .map(|p| format!("{}@{}", p.id, p.store_id))
+                .collect::<Vec<_>>()
+                .join(",")
         ));
     }
     out

@@ -634,7 +634,16 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         self.ticks += 1;
         let now = self.now();
         let periodic = self.ticks.is_multiple_of(ELECTION_TICKS as u64);
+        let balance =
+            self.cfg.balance_leaders && self.ticks.is_multiple_of(5 * ELECTION_TICKS as u64);
         for peer in self.peers.values_mut() {
+            // Before `raft.tick()`: a leader's tick that ends an election
+            // timeout clears its followers' `recent_active` (check quorum),
+            // and a check right after it would find the preferred peer
+            // inactive every time for a leader elected in step with it.
+            if balance && peer.is_leader() {
+                Self::maybe_transfer_to_preferred(peer, &self.local);
+            }
             peer.raft.tick();
             peer.drive_reads(now);
             if let Some(n) = peer.campaign_in {
@@ -647,10 +656,6 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             }
             if periodic && peer.is_leader() {
                 Self::maybe_compact_log(peer, &self.cfg, now);
-                if self.cfg.balance_leaders && self.ticks.is_multiple_of(5 * ELECTION_TICKS as u64)
-                {
-                    Self::maybe_transfer_to_preferred(peer, &self.local);
-                }
             }
         }
     }

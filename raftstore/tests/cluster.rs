@@ -755,3 +755,35 @@ fn a_minority_partition_stalls_and_the_majority_goes_on() {
         );
     }
 }
+
+/// Leadership moved off the preferred peer comes back to it, whatever the
+/// phase of the leader's check-quorum cycle when it moved. (The balancing
+/// check used to run right after `raft.tick()`, which at every fifth
+/// election timeout had just cleared the followers' `recent_active`: a
+/// leader elected in step with that never handed back, and at SF 10 a
+/// third of one store's leaders stayed put.)
+#[test]
+fn leadership_returns_to_the_preferred_peer_in_every_tick_phase() {
+    for phase in 0..10 {
+        let (mut c, leader) = three();
+        assert_eq!(leader, 2, "store 2 holds the preferred peer");
+        c.ticks(phase);
+        c.stores
+            .get_mut(&2)
+            .unwrap()
+            .handle_msg(StoreMsg::TransferLeader {
+                region_id: 10,
+                to_peer_id: 1003,
+            });
+        for _ in 0..20 {
+            if c.leader(10) == Some(3) {
+                break;
+            }
+            c.rounds(1);
+        }
+        assert_eq!(c.leader(10), Some(3), "phase {phase}: the transfer away");
+        // Two balancing periods (every 5 election timeouts).
+        c.ticks(5 * 10 * 2 + 5);
+        assert_eq!(c.leader(10), Some(2), "phase {phase}: not handed back");
+    }
+}
