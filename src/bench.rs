@@ -231,7 +231,6 @@ pub async fn settle(cluster: &LocalCluster) {
 /// Whether any store is still applying its leader's entries or has RocksDB
 /// work running or pending. A store that does not answer counts as busy.
 async fn stores_busy(addrs: &[String]) -> bool {
-    let mut leader_commit = std::collections::HashMap::new();
     let mut all = Vec::new();
     for a in addrs {
         match crate::status::fetch(a).await {
@@ -239,14 +238,7 @@ async fn stores_busy(addrs: &[String]) -> bool {
             _ => return true,
         }
     }
-    for r in all.iter().flat_map(|s| &s.regions).filter(|r| r.is_leader) {
-        leader_commit.insert(r.region.as_ref().map_or(0, |g| g.id), r.commit_index);
-    }
-    all.iter().flat_map(|s| &s.regions).any(|r| {
-        leader_commit
-            .get(&r.region.as_ref().map_or(0, |g| g.id))
-            .is_some_and(|&c| r.applied_index < c)
-    })
+    crate::status::followers_behind(&all)
 }
 
 /// The longest [`settle`] waits.

@@ -22,6 +22,24 @@ pub async fn fetch(addr: &str) -> Result<StatusResponse> {
         .into_inner())
 }
 
+/// Whether some replica has applied less than its region's leader, over
+/// the statuses of a cluster's stores. A region whose leader is not among
+/// them counts as caught up.
+pub fn followers_behind(all: &[StatusResponse]) -> bool {
+    let id = |r: &RegionStatus| r.region.as_ref().map_or(0, |g| g.id);
+    let leader_applied: std::collections::HashMap<u64, u64> = all
+        .iter()
+        .flat_map(|s| &s.regions)
+        .filter(|r| r.is_leader)
+        .map(|r| (id(r), r.applied_index))
+        .collect();
+    all.iter().flat_map(|s| &s.regions).any(|r| {
+        leader_applied
+            .get(&id(r))
+            .is_some_and(|&l| r.applied_index < l)
+    })
+}
+
 fn short(key: &[u8]) -> String {
     let h = hex(key);
     if h.len() > 16 {

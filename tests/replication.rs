@@ -51,21 +51,7 @@ fn wait_caught_up(pg: &Playground, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
         let all = status(&pg.store_addrs());
-        let mut leader_applied = BTreeMap::new();
-        for s in &all {
-            for r in s.regions.iter().filter(|r| r.is_leader) {
-                leader_applied.insert(r.region.as_ref().unwrap().id, r.applied_index);
-            }
-        }
-        let behind = all.len() < pg.stores.len()
-            || all.iter().any(|s| {
-                s.regions.iter().any(|r| {
-                    let id = r.region.as_ref().unwrap().id;
-                    leader_applied
-                        .get(&id)
-                        .is_some_and(|&l| r.applied_index < l)
-                })
-            });
+        let behind = all.len() < pg.stores.len() || quarry::status::followers_behind(&all);
         if !behind {
             return;
         }

@@ -355,6 +355,22 @@ mod tests {
         engine.write(&wb, false).unwrap();
     }
 
+    /// Writes `row(h)` at each handle, as delta rows.
+    fn put_rows(engine: &MemEngine, handles: impl IntoIterator<Item = i64>) {
+        let mut wb = WriteBatch::new();
+        for h in handles {
+            wb.put(Cf::Default, record_key(T, h), row(h));
+        }
+        engine.write(&wb, false).unwrap();
+    }
+
+    /// The compaction the region's delta calls for (there must be one).
+    fn plan(engine: &MemEngine) -> (KvWrite, CompactionSummary) {
+        plan_compaction(engine, &region(), &table())
+            .unwrap()
+            .unwrap()
+    }
+
     /// Every (handle, a) the region holds, packs and delta together.
     fn contents(engine: &MemEngine) -> Vec<(i64, i64)> {
         let mut out = Vec::new();
@@ -395,28 +411,16 @@ mod tests {
     fn delta_rows_merge_into_sorted_non_overlapping_packs() {
         let engine = Arc::new(MemEngine::new());
         // Round 1: 5000 rows with even handles.
-        let mut wb = WriteBatch::new();
-        for h in 0..5000 {
-            wb.put(Cf::Default, record_key(T, h * 2), row(h * 2));
-        }
-        engine.write(&wb, false).unwrap();
-        let (w, s) = plan_compaction(engine.as_ref(), &region(), &table())
-            .unwrap()
-            .unwrap();
+        put_rows(&engine, (0..5000).map(|h| h * 2));
+        let (w, s) = plan(&engine);
         assert_eq!(
             (s.delta_rows, s.packs_replaced, s.packs_written),
             (5000, 0, 2)
         );
         apply(&engine, &w);
         // Round 2: odd handles land inside the packs' ranges.
-        let mut wb = WriteBatch::new();
-        for h in [1i64, 3, 8001, 20_001] {
-            wb.put(Cf::Default, record_key(T, h), row(h));
-        }
-        engine.write(&wb, false).unwrap();
-        let (w, s) = plan_compaction(engine.as_ref(), &region(), &table())
-            .unwrap()
-            .unwrap();
+        put_rows(&engine, [1, 3, 8001, 20_001]);
+        let (w, s) = plan(&engine);
         assert_eq!(s.delta_rows, 4);
         assert_eq!(s.packs_replaced, 2, "both packs overlap [1, 20001]");
         apply(&engine, &w);
@@ -449,21 +453,11 @@ mod tests {
     fn inserts_find_rows_in_packs_past_delta_rows_and_splits_refuse_to_cut_packs() {
         use crate::apply::{ApplyCtx, Existing};
         let engine = Arc::new(MemEngine::new());
-        let mut wb = WriteBatch::new();
-        for h in 0..100 {
-            wb.put(Cf::Default, record_key(T, h * 2), row(h * 2));
-        }
-        engine.write(&wb, false).unwrap();
-        let (w, _) = plan_compaction(engine.as_ref(), &region(), &table())
-            .unwrap()
-            .unwrap();
+        put_rows(&engine, (0..100).map(|h| h * 2));
+        let (w, _) = plan(&engine);
         apply(&engine, &w);
         // Delta rows 1 and 3 sit between the pack's key and handle 4's.
-        let mut wb = WriteBatch::new();
-        for h in [1i64, 3] {
-            wb.put(Cf::Default, record_key(T, h), row(h));
-        }
-        engine.write(&wb, false).unwrap();
+        put_rows(&engine, [1, 3]);
         let mut scratch = WriteBatch::new();
         let ctx = ApplyCtx::new(&engine, 1, &mut scratch);
         assert_eq!(
@@ -495,14 +489,8 @@ mod tests {
     fn a_compaction_is_refused_once_what_it_read_changed() {
         use crate::apply::{exec_write, ApplyCtx};
         let engine = Arc::new(MemEngine::new());
-        let mut wb = WriteBatch::new();
-        for h in 0..10 {
-            wb.put(Cf::Default, record_key(T, h), row(h));
-        }
-        engine.write(&wb, false).unwrap();
-        let (w, _) = plan_compaction(engine.as_ref(), &region(), &table())
-            .unwrap()
-            .unwrap();
+        put_rows(&engine, 0..10);
+        let (w, _) = plan(&engine);
         assert_eq!(w.must_exist.len(), w.must_exist_hash.len());
         assert_eq!(
             value_hash(b""),
@@ -523,9 +511,7 @@ mod tests {
         drop(ctx);
         assert!(out.is_empty(), "a refused compaction writes nothing");
         // Unchanged, it applies.
-        let mut wb = WriteBatch::new();
-        wb.put(Cf::Default, record_key(T, 3), row(3));
-        engine.write(&wb, false).unwrap();
+        put_rows(&engine, [3]);
         let mut ctx = ApplyCtx::new(&engine, 1, &mut out);
         assert!(exec_write(&region(), epoch.as_ref(), w, &mut ctx).is_ok());
     }
