@@ -2,6 +2,9 @@
 //! loader, the local multi-process cluster, the bench, and result printing.
 //! `src/main.rs` is the command line over these.
 
+// Library and binary code handles failures; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod bench;
 pub mod load;
 pub mod local;

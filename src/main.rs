@@ -7,6 +7,9 @@
 //! * `quarry sql`: run one statement and print the result.
 //! * `quarry bench tpch`: time TPC-H Q1/Q6 and check the answers.
 
+// Library and binary code handles failures; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;

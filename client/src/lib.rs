@@ -23,6 +23,9 @@
 //! JDBC) reaches the same server; the typed request travels as a
 //! `quarry.compute.Query` command inside Flight.
 
+// Library and binary code handles failures; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 mod builder;
 
 pub use builder::{

@@ -2,8 +2,9 @@
 //! store answers; we fail over across the configured addresses) and
 //! per-store gRPC channels for Coprocessor and Kv calls.
 //!
-//! [`Routes`] and [`CopTransport`] are the seams the dispatch layer is
-//! tested through; [`Cluster`] implements both over tonic.
+//! [`Routes`], [`CopTransport`] and [`KvTransport`] are the seams the
+//! dispatch and retry layers are tested through; [`Cluster`] implements
+//! them over tonic.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use parking_lot::Mutex;
 use quarry_proto::coprocessor::coprocessor_client::CoprocessorClient;
 use quarry_proto::coprocessor::{CopRequest, CopResponse};
 use quarry_proto::kv::kv_client::KvClient;
+use quarry_proto::kv::{BatchPutRequest, BatchPutResponse};
 use quarry_proto::meta::meta_client::MetaClient;
 use quarry_proto::meta::*;
 use quarry_proto::MAX_MESSAGE_BYTES;
@@ -38,6 +40,16 @@ pub trait CopTransport: Send + Sync {
         req: CopRequest,
         timeout: Duration,
     ) -> BoxFuture<'static, std::result::Result<CopResponse, tonic::Status>>;
+}
+
+/// Sends one batch of writes to a store.
+pub trait KvTransport: Send + Sync {
+    fn batch_put(
+        &self,
+        addr: &str,
+        req: BatchPutRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'static, std::result::Result<BatchPutResponse, tonic::Status>>;
 }
 
 pub struct Cluster {
@@ -237,6 +249,23 @@ impl CopTransport for Cluster {
             let mut r = tonic::Request::new(req);
             r.set_timeout(timeout);
             c.coprocessor(r).await.map(|r| r.into_inner())
+        })
+    }
+}
+
+impl KvTransport for Cluster {
+    fn batch_put(
+        &self,
+        addr: &str,
+        req: BatchPutRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'static, std::result::Result<BatchPutResponse, tonic::Status>> {
+        let client = self.kv(addr);
+        Box::pin(async move {
+            let mut c = client.map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+            let mut r = tonic::Request::new(req);
+            r.set_timeout(timeout);
+            c.batch_put(r).await.map(|r| r.into_inner())
         })
     }
 }

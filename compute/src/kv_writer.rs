@@ -1,11 +1,10 @@
 //! Writing key-value pairs to whatever regions hold them, through region
 //! errors and store failures: used by INSERT and by the bulk loader.
 //!
-//! Pairs are grouped by region and sent as one `BatchPut` per region.
-//! NotLeader with a hint and EpochNotMatch are followed at once; an
-//! unreachable store sends the batch to another replica; busy stores,
-//! elections and overtaken proposals are retried with backoff until the
-//! deadline.
+//! Pairs are grouped by region and sent as one `BatchPut` per region, a
+//! few regions at once. Region errors, unreachable stores, busy stores,
+//! elections and overtaken proposals are the shared retry layer's
+//! (`dispatch/retry.rs`), the same that serves reads.
 //!
 //! A write whose outcome is unknown (the store went away, the proposal was
 //! overtaken, no answer in time) may have been applied. INSERT retries it
@@ -13,31 +12,130 @@
 //! written count as written, so a retry of a write that did land is not
 //! reported as a duplicate key, while a different existing row still is.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
+use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::kv::{key_error, BatchPutRequest, Context, KvPair};
 
-use crate::cluster::Cluster;
-use crate::dispatch::backoff::Backoff;
-use crate::region_cache::RegionCache;
+use crate::cluster::KvTransport;
+use crate::dispatch::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
+use crate::region_cache::{Located, RegionCache};
 use crate::{Error, Result};
 
+/// Region batches written at once by one `put`.
+const WRITE_CONCURRENCY: usize = 8;
+
 pub struct KvWriter {
-    cluster: Arc<Cluster>,
+    transport: Arc<dyn KvTransport>,
     cache: Arc<RegionCache>,
+    retry: RetryConfig,
 }
 
-/// Pairs for one region, and whether an earlier attempt's outcome is unknown.
-struct Batch {
+/// Sorted pairs on their way to the regions that hold them.
+struct PutWork {
     pairs: Vec<KvPair>,
-    retry: bool,
+    if_absent: bool,
+    /// An earlier attempt's outcome is unknown: keys already holding
+    /// exactly these values count as written.
+    same_value_ok: bool,
+    transport: Arc<dyn KvTransport>,
+}
+
+impl RegionWork for PutWork {
+    fn span(&self) -> Option<KeyRange> {
+        let start = self.pairs.first()?.key.clone();
+        let mut end = self.pairs.last()?.key.clone();
+        // Just past the last key.
+        end.push(0);
+        Some(KeyRange::new(start, end))
+    }
+
+    fn split(self, regions: Vec<Located>) -> Result<Vec<(Located, Self)>> {
+        let mut pieces: Vec<(Located, PutWork)> = Vec::new();
+        let mut pairs = self.pairs.into_iter().peekable();
+        for region in regions {
+            let bounds = KeyRange::of_region(&region.region);
+            let mut mine = Vec::new();
+            while let Some(p) = pairs.next_if(|p| bounds.contains(&p.key)) {
+                mine.push(p);
+            }
+            if !mine.is_empty() {
+                let work = PutWork {
+                    pairs: mine,
+                    if_absent: self.if_absent,
+                    same_value_ok: self.same_value_ok,
+                    transport: self.transport.clone(),
+                };
+                pieces.push((region, work));
+            }
+        }
+        match pairs.next() {
+            None => Ok(pieces),
+            Some(p) => Err(Error::Internal(format!(
+                "no region holds key {}",
+                quarry_coprocessor::codec::key::hex(&p.key)
+            ))),
+        }
+    }
+
+    fn send<'a>(
+        &'a mut self,
+        region: &'a Located,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Attempt>> {
+        Box::pin(async move {
+            let req = BatchPutRequest {
+                context: Some(Context {
+                    region_id: region.region.id,
+                    region_epoch: region.region.epoch,
+                }),
+                pairs: self.pairs.clone(),
+                if_absent: self.if_absent,
+                same_value_ok: self.same_value_ok,
+            };
+            let resp = match self
+                .transport
+                .batch_put(&region.addr, req, timeout + Duration::from_millis(100))
+                .await
+            {
+                Ok(r) => r,
+                Err(st) => return Ok(Attempt::Unreachable(st)),
+            };
+            if let Some(e) = resp.error {
+                return match key_error::Code::try_from(e.code) {
+                    Ok(key_error::Code::InvalidInput) => Err(Error::InvalidInput(e.message)),
+                    Ok(key_error::Code::Unavailable) => {
+                        Ok(Attempt::Busy(format!("writing: {}", e.message)))
+                    }
+                    _ => Err(Error::Internal(e.message)),
+                };
+            }
+            Ok(match resp.region_error {
+                Some(re) => Attempt::Region(Box::new(re)),
+                None => Attempt::Done,
+            })
+        })
+    }
+
+    fn outcome_unknown(&mut self) {
+        self.same_value_ok = true;
+    }
 }
 
 impl KvWriter {
-    pub fn new(cluster: Arc<Cluster>, cache: Arc<RegionCache>) -> Self {
-        KvWriter { cluster, cache }
+    pub fn new(transport: Arc<dyn KvTransport>, cache: Arc<RegionCache>) -> Self {
+        KvWriter {
+            transport,
+            cache,
+            retry: RetryConfig {
+                concurrency: WRITE_CONCURRENCY,
+                backoff_base: Duration::from_millis(2),
+                backoff_max: Duration::from_millis(500),
+                unavailable_after: Duration::from_secs(10),
+            },
+        }
     }
 
     /// Writes `pairs`. With `if_absent` the write is an INSERT: a key that
@@ -48,156 +146,19 @@ impl KvWriter {
         if_absent: bool,
         timeout: Duration,
     ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        let mut backoff = Backoff::new(
-            Duration::from_millis(2),
-            Duration::from_millis(500),
-            deadline,
-        );
         pairs.sort_by(|a, b| a.key.cmp(&b.key));
-        let mut todo = vec![Batch {
+        let stats = RetryStats::default();
+        let retry = Retry {
+            cache: &self.cache,
+            cfg: &self.retry,
+            stats: &stats,
+        };
+        let work = PutWork {
             pairs,
-            retry: false,
-        }];
-        // Stores we could not reach: NotLeader hints at them are stale.
-        let mut failed_stores: Vec<u64> = Vec::new();
-        while let Some(batch) = todo.pop() {
-            if batch.pairs.is_empty() {
-                continue;
-            }
-            let start = batch
-                .pairs
-                .first()
-                .map(|p| p.key.clone())
-                .unwrap_or_default();
-            let mut end = batch
-                .pairs
-                .last()
-                .map(|p| p.key.clone())
-                .unwrap_or_default();
-            end.push(0);
-            let regions = self.cache.locate(&start, &end).await?;
-            let mut by_region: BTreeMap<usize, Vec<KvPair>> = BTreeMap::new();
-            for p in batch.pairs {
-                let i = regions
-                    .iter()
-                    .position(|r| {
-                        p.key >= r.region.start_key
-                            && (r.region.end_key.is_empty() || p.key < r.region.end_key)
-                    })
-                    .ok_or_else(|| Error::Internal("no region for a key".into()))?;
-                by_region.entry(i).or_default().push(p);
-            }
-            for (i, group) in by_region {
-                let r = &regions[i];
-                let req = BatchPutRequest {
-                    context: Some(Context {
-                        region_id: r.region.id,
-                        region_epoch: r.region.epoch,
-                    }),
-                    pairs: group.clone(),
-                    if_absent,
-                    same_value_ok: batch.retry,
-                };
-                let mut client = self.cluster.kv(&r.addr)?;
-                let mut call = tonic::Request::new(req);
-                call.set_timeout(
-                    deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(100),
-                );
-                let resp = match client.batch_put(call).await {
-                    Ok(resp) => resp.into_inner(),
-                    Err(st) => {
-                        let what = || {
-                            format!(
-                                "writing to region {}: store {} at {} is unavailable: {}",
-                                r.region.id,
-                                r.store_id(),
-                                r.addr,
-                                crate::status_detail(&st)
-                            )
-                        };
-                        failed_stores.push(r.store_id());
-                        backoff
-                            .sleep(&what)
-                            .await
-                            .map_err(|e| Error::Unavailable(e.to_string()))?;
-                        if self
-                            .cache
-                            .switch_peer(r.region.id, r.store_id())
-                            .await?
-                            .is_none()
-                        {
-                            self.cache.invalidate(r.region.id);
-                        }
-                        todo.push(Batch {
-                            pairs: group,
-                            retry: true,
-                        });
-                        continue;
-                    }
-                };
-                if let Some(e) = resp.error {
-                    match key_error::Code::try_from(e.code) {
-                        Ok(key_error::Code::InvalidInput) => {
-                            return Err(Error::InvalidInput(e.message))
-                        }
-                        Ok(key_error::Code::Unavailable) => {
-                            let what =
-                                || format!("writing to region {}: {}", r.region.id, e.message);
-                            backoff
-                                .sleep(&what)
-                                .await
-                                .map_err(|e| Error::Unavailable(e.to_string()))?;
-                            todo.push(Batch {
-                                pairs: group,
-                                retry: true,
-                            });
-                            continue;
-                        }
-                        _ => return Err(Error::Internal(e.message)),
-                    }
-                }
-                let Some(re) = resp.region_error else {
-                    continue;
-                };
-                let what = || format!("writing to region {}: {}", r.region.id, re.message);
-                // NotLeader and epoch errors mean nothing was proposed; the
-                // others leave the outcome unknown.
-                let mut retry = batch.retry;
-                if let Some(nl) = &re.not_leader {
-                    match nl.leader.filter(|l| !failed_stores.contains(&l.store_id)) {
-                        Some(leader) => {
-                            self.cache
-                                .set_leader(r.region.id, leader, nl.leader_store.clone())
-                                .await?;
-                        }
-                        None => {
-                            backoff
-                                .sleep(&what)
-                                .await
-                                .map_err(|e| Error::Unavailable(e.to_string()))?;
-                            self.cache.switch_peer(r.region.id, r.store_id()).await?;
-                        }
-                    }
-                } else if let Some(enm) = re.epoch_not_match {
-                    self.cache.invalidate(r.region.id);
-                    self.cache.install_regions(enm.current_regions).await?;
-                } else {
-                    retry = true;
-                    if re.region_not_found.is_some() || re.key_not_in_region.is_some() {
-                        self.cache.invalidate(r.region.id);
-                    }
-                    backoff
-                        .sleep(&what)
-                        .await
-                        .map_err(|e| Error::Unavailable(e.to_string()))?;
-                }
-                todo.push(Batch {
-                    pairs: group,
-                    retry,
-                });
-            }
-        }
-        Ok(())
+            if_absent,
+            same_value_ok: false,
+            transport: self.transport.clone(),
+        };
+        retry.run(work, Instant::now() + timeout).await
     }
 }

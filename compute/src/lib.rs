@@ -15,18 +15,20 @@
 //! 4. [`region_cache::RegionCache`] maps the table's key range to regions
 //!    and the stores leading them.
 //! 5. [`dispatch::Dispatcher`] sends one coprocessor request per region,
-//!    many in flight, each retried on its own (backoff 2 ms → 500 ms;
-//!    NotLeader → retry at the hint; EpochNotMatch → install the new
-//!    regions and re-split only that task).
-//! 6. Each region answers with Arrow IPC chunks; [`exec::run_plan`] merges
-//!    them column-wise as they arrive (the final aggregator's
-//!    `merge_batch`), never decoding a row.
+//!    many in flight, each retried on its own by the one region-retry layer
+//!    ([`dispatch::retry`], which INSERT's writer shares: backoff 2 ms →
+//!    500 ms with jitter; NotLeader → retry at the hint; EpochNotMatch →
+//!    install the new regions and re-split only that piece).
+//! 6. Each region answers with Arrow IPC chunks, page by page; each page
+//!    reaches [`exec::run_plan`] as it arrives, which merges it
+//!    column-wise (the final aggregator's `merge_batch`), never decoding a
+//!    row, and can stop the query once a LIMIT is met.
 //! 7. [`exec::finish`] applies HAVING, ORDER BY, OFFSET/LIMIT and the output
 //!    expressions; [`flight`] streams the record batches back.
 //!
 //! DDL and INSERT go through the same engine: CREATE TABLE asks the meta
 //! region to create pre-split regions, INSERT encodes rows and writes them
-//! region by region ([`insert`]).
+//! region by region ([`insert`], [`kv_writer`]).
 //!
 //! IMPLEMENTATION CAVEATS
 //!
@@ -38,6 +40,9 @@
 //!   1–2 s): requests go to other replicas meanwhile. A region with no
 //!   reachable leader for 10 s (a majority of its stores down) fails the
 //!   query with an unavailable error naming the stores tried.
+
+// Library and binary code handles failures; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod cluster;
 pub mod config;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 use quarry_coprocessor::codec::key::hex;
+use quarry_coprocessor::storage::KeyRangeRef;
 use quarry_proto::meta::{Peer, Region, RegionRoute, Store};
 
 use crate::cluster::Routes;
@@ -37,8 +38,7 @@ pub struct RegionCache {
 }
 
 fn overlaps(r: &Region, start: &[u8], end: &[u8]) -> bool {
-    (end.is_empty() || r.start_key.as_slice() < end)
-        && (r.end_key.is_empty() || r.end_key.as_slice() > start)
+    KeyRangeRef::of_region(r).overlaps(KeyRangeRef::new(start, end))
 }
 
 impl RegionCache {
@@ -56,10 +56,11 @@ impl RegionCache {
         let first = map.range(..=start.to_vec()).next_back()?;
         let mut out = vec![first.1.clone()];
         let mut cursor = first.1.region.end_key.clone();
-        if !overlaps(&first.1.region, start, end) {
+        if !KeyRangeRef::of_region(&first.1.region).contains(start) {
             return None;
         }
-        while !cursor.is_empty() && (end.is_empty() || cursor.as_slice() < end) {
+        let wanted = KeyRangeRef::new(start, end);
+        while !cursor.is_empty() && wanted.before_end(&cursor) {
             let next = map.get(&cursor)?;
             cursor = next.region.end_key.clone();
             out.push(next.clone());
@@ -200,11 +201,6 @@ impl RegionCache {
             e.addr = addr;
             e.clone()
         }))
-    }
-
-    /// Forgets every store address (a store restarted on a new port).
-    pub fn forget_stores(&self) {
-        self.stores.write().clear();
     }
 
     async fn store_addr(&self, store_id: u64) -> Result<String> {

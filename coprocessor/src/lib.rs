@@ -15,6 +15,8 @@
 //!   value format, which finds one column by binary search and decodes it
 //!   straight into an Arrow builder, and the column layout's packs (4096
 //!   rows, each column stored on its own with a zone map).
+//! * [`key_range`]: half-open key ranges, the one home of "an empty end
+//!   means unbounded".
 //! * [`storage`]: the scan trait (`begin_scan` / `scan_next` over borrowed
 //!   slices) and an in-memory implementation for tests.
 //! * [`expr`]: typed expressions with exact decimal rules, built once and
@@ -50,6 +52,7 @@ mod error;
 pub mod executor;
 pub mod expr;
 pub mod ipc;
+pub mod key_range;
 pub mod storage;
 pub mod types;
 

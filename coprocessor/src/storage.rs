@@ -11,36 +11,7 @@
 
 use crate::Result;
 
-/// A half-open key range `[start, end)`; an empty `end` means unbounded.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct KeyRange {
-    pub start: Vec<u8>,
-    pub end: Vec<u8>,
-}
-
-impl KeyRange {
-    pub fn new(start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) -> Self {
-        KeyRange {
-            start: start.into(),
-            end: end.into(),
-        }
-    }
-
-    pub fn contains(&self, key: &[u8]) -> bool {
-        key >= self.start.as_slice() && (self.end.is_empty() || key < self.end.as_slice())
-    }
-
-    pub fn from_proto(r: &quarry_proto::coprocessor::KeyRange) -> Self {
-        KeyRange::new(r.start.clone(), r.end.clone())
-    }
-
-    pub fn to_proto(&self) -> quarry_proto::coprocessor::KeyRange {
-        quarry_proto::coprocessor::KeyRange {
-            start: self.start.clone(),
-            end: self.end.clone(),
-        }
-    }
-}
+pub use crate::key_range::{KeyRange, KeyRangeRef};
 
 /// An ordered key-value source the executors scan.
 pub trait Storage {
@@ -144,12 +115,9 @@ impl Storage for MemStorage {
         self.pos = self
             .data
             .partition_point(|(k, _)| k.as_slice() < range.start.as_slice());
-        self.end = if range.end.is_empty() {
-            self.data.len()
-        } else {
-            self.data
-                .partition_point(|(k, _)| k.as_slice() < range.end.as_slice())
-        };
+        self.end = self
+            .data
+            .partition_point(|(k, _)| range.as_ref().before_end(k));
         self.key_only = key_only;
         self.cur = None;
         Ok(())

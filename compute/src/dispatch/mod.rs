@@ -1,38 +1,39 @@
 //! Dispatch: one coprocessor request per region, many in flight, each with
-//! its own retries; results handed over as they arrive.
+//! its own retries; pages handed to the query as they arrive.
 //!
 //! ```text
-//!   locate regions ─▶ split ranges per region ─▶ bounded fan-out (buffer_unordered)
-//!        ▲                                             │ per task:
-//!        │                                             ├─ ok: decode chunks, next page if cut short
-//!        └──── re-split this task only ◀───────────────┼─ EpochNotMatch: install regions
-//!                                                      ├─ NotLeader{hint}: retry at once there
-//!                                                      ├─ ServerIsBusy / store unreachable: back off
-//!                                                      └─ other error: fail the query
+//!   ranges ─▶ ScanWork ─▶ retry::Retry (locate, split per region, bounded fan-out,
+//!                         region errors, backoff) ─▶ per region: CopRequest
+//!                                                      │ page ─▶ channel ─▶ decode ─▶ on_batch
+//!                                                      └ cut short: next page from `remaining`
 //! ```
 //!
-//! Backoff starts at 2 ms and doubles to 500 ms, bounded by the query
-//! deadline. A store that cannot be reached is retried a few times (its
-//! regions may have moved), then the query fails with an error naming the
-//! store: it never hangs.
+//! Everything about failures — unreachable stores, NotLeader hints, busy
+//! stores, splits — is the [`retry`] layer's, shared with the writer
+//! (`kv_writer.rs`). This module only says what a scan request carries and
+//! what happens to its answer: each page goes through a bounded channel to
+//! the query as soon as it arrives, so an `on_batch` that is satisfied (a
+//! LIMIT) stops the query while later pages of the same region are still
+//! unread, and a slow consumer holds the regions back instead of piling up
+//! their pages.
 
 pub mod backoff;
+pub mod retry;
 
 use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema};
 use futures::future::BoxFuture;
-use futures::StreamExt;
-use quarry_coprocessor::storage::KeyRange;
-use quarry_proto::coprocessor::{
-    CopRequest, DagRequest, EncodeType, ExecSummary, KeyRange as PbRange,
-};
+use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
+use quarry_proto::coprocessor::{CopRequest, DagRequest, EncodeType, ExecSummary};
 use quarry_proto::kv::Context;
+use tokio::sync::mpsc;
 
-use self::backoff::Backoff;
+use self::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
 use crate::cluster::CopTransport;
 use crate::region_cache::{Located, RegionCache};
 use crate::{Error, Result};
@@ -66,6 +67,18 @@ impl Default for DispatchConfig {
     }
 }
 
+impl DispatchConfig {
+    /// The retry layer's share of the settings.
+    pub fn retry_config(&self) -> RetryConfig {
+        RetryConfig {
+            concurrency: self.concurrency,
+            backoff_base: self.backoff_base,
+            backoff_max: self.backoff_max,
+            unavailable_after: self.unavailable_after,
+        }
+    }
+}
+
 /// Totals over every region request of a query.
 #[derive(Debug, Clone, Default)]
 pub struct DispatchStats {
@@ -73,81 +86,6 @@ pub struct DispatchStats {
     pub retries: u64,
     pub response_bytes: u64,
     pub summary: ExecSummary,
-}
-
-/// One region's share of the work.
-#[derive(Debug, Clone)]
-struct Task {
-    region: Located,
-    ranges: Vec<KeyRange>,
-    /// Failed attempts so far at reaching a store for these ranges, and
-    /// region errors so far; both survive re-splits so retries stay bounded.
-    store_failures: u32,
-    region_errors: u32,
-}
-
-/// Region errors one piece of work may meet before the query gives up.
-const MAX_REGION_ERRORS: u32 = 32;
-
-/// What one task brought back.
-#[derive(Default)]
-struct TaskOutput {
-    pages: Vec<bytes::Bytes>,
-    stats: DispatchStats,
-}
-
-fn clamp_to(ranges: &[KeyRange], r: &quarry_proto::meta::Region) -> Vec<KeyRange> {
-    let bounds = KeyRange::new(r.start_key.clone(), r.end_key.clone());
-    ranges
-        .iter()
-        .filter_map(|k| {
-            let start = k.start.clone().max(bounds.start.clone());
-            let end = match (k.end.is_empty(), bounds.end.is_empty()) {
-                (true, _) => bounds.end.clone(),
-                (false, true) => k.end.clone(),
-                (false, false) => k.end.clone().min(bounds.end.clone()),
-            };
-            (end.is_empty() || start < end).then(|| KeyRange::new(start, end))
-        })
-        .collect()
-}
-
-fn split_tasks(
-    ranges: &[KeyRange],
-    regions: Vec<Located>,
-    store_failures: u32,
-    region_errors: u32,
-) -> Vec<Task> {
-    regions
-        .into_iter()
-        .filter_map(|region| {
-            let rs = clamp_to(ranges, &region.region);
-            (!rs.is_empty()).then_some(Task {
-                region,
-                ranges: rs,
-                store_failures,
-                region_errors,
-            })
-        })
-        .collect()
-}
-
-fn span(ranges: &[KeyRange]) -> (Vec<u8>, Vec<u8>) {
-    let start = ranges
-        .iter()
-        .map(|r| r.start.clone())
-        .min()
-        .unwrap_or_default();
-    let end = if ranges.iter().any(|r| r.end.is_empty()) {
-        vec![]
-    } else {
-        ranges
-            .iter()
-            .map(|r| r.end.clone())
-            .max()
-            .unwrap_or_default()
-    };
-    (start, end)
 }
 
 fn add_summary(into: &mut ExecSummary, s: &ExecSummary) {
@@ -166,6 +104,7 @@ pub struct Dispatcher {
     cache: Arc<RegionCache>,
     transport: Arc<dyn CopTransport>,
     cfg: DispatchConfig,
+    retry: RetryConfig,
 }
 
 impl Dispatcher {
@@ -177,6 +116,7 @@ impl Dispatcher {
         Dispatcher {
             cache,
             transport,
+            retry: cfg.retry_config(),
             cfg,
         }
     }
@@ -198,32 +138,63 @@ impl Dispatcher {
         deadline: Instant,
         on_batch: &mut (dyn FnMut(RecordBatch) -> Result<ControlFlow<()>> + Send),
     ) -> Result<DispatchStats> {
-        let (start, end) = span(&ranges);
-        let regions = self.cache.locate(&start, &end).await?;
-        let tasks = split_tasks(&ranges, regions, 0, 0);
-        let dag = Arc::new(dag.clone());
+        let retry_stats = RetryStats::default();
+        let retry = Retry {
+            cache: &self.cache,
+            cfg: &self.retry,
+            stats: &retry_stats,
+        };
+        let (pages, mut arrived) = mpsc::channel(PAGES_BUFFERED);
+        let work = ScanWork {
+            ranges,
+            dag: Arc::new(dag.clone()),
+            transport: self.transport.clone(),
+            encode: self.cfg.encode,
+            max_response_bytes: self.cfg.max_response_bytes,
+            pages,
+        };
+        let mut scans = std::pin::pin!(retry.run(work, deadline));
+        let mut scans_done = false;
         let mut stats = DispatchStats::default();
-        let mut results = futures::stream::iter(
-            tasks
-                .into_iter()
-                .map(|t| self.run_task(t, dag.clone(), deadline)),
-        )
-        .buffer_unordered(self.cfg.concurrency.max(1));
-        while let Some(out) = results.next().await {
-            let out = out?;
-            stats.requests += out.stats.requests;
-            stats.retries += out.stats.retries;
-            stats.response_bytes += out.stats.response_bytes;
-            add_summary(&mut stats.summary, &out.stats.summary);
-            for page in out.pages {
-                for batch in self.decode(page, row_types)? {
-                    if on_batch(batch)?.is_break() {
-                        return Ok(stats);
+        let stopped = loop {
+            tokio::select! {
+                done = &mut scans, if !scans_done => {
+                    done?;
+                    // Every sender is gone with the work: the channel
+                    // drains and closes.
+                    scans_done = true;
+                }
+                page = arrived.recv() => {
+                    let Some(page) = page else { break false };
+                    stats.response_bytes += page.data.len() as u64;
+                    add_summary(&mut stats.summary, &page.summary);
+                    if self.hand_over(page.data, row_types, on_batch)?.is_break() {
+                        break true;
                     }
                 }
             }
+        };
+        if !stopped && !scans_done {
+            scans.await?;
         }
+        stats.requests = retry_stats.requests.load(Ordering::Relaxed);
+        stats.retries = retry_stats.retries.load(Ordering::Relaxed);
         Ok(stats)
+    }
+
+    /// Decodes one page and hands its batches over, until one says stop.
+    fn hand_over(
+        &self,
+        data: bytes::Bytes,
+        row_types: &[DataType],
+        on_batch: &mut (dyn FnMut(RecordBatch) -> Result<ControlFlow<()>> + Send),
+    ) -> Result<ControlFlow<()>> {
+        for batch in self.decode(data, row_types)? {
+            if on_batch(batch)?.is_break() {
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        Ok(ControlFlow::Continue(()))
     }
 
     fn decode(&self, page: bytes::Bytes, row_types: &[DataType]) -> Result<Vec<RecordBatch>> {
@@ -247,250 +218,117 @@ impl Dispatcher {
             }
         }
     }
+}
 
-    /// Locates `ranges` afresh and runs one task per region, concurrently.
-    fn resplit(
-        &self,
-        ranges: Vec<KeyRange>,
-        dag: Arc<DagRequest>,
-        deadline: Instant,
-        store_failures: u32,
-        region_errors: u32,
-    ) -> BoxFuture<'_, Result<TaskOutput>> {
-        Box::pin(async move {
-            let (start, end) = span(&ranges);
-            let regions = self.cache.locate(&start, &end).await?;
-            let subtasks = split_tasks(&ranges, regions, store_failures, region_errors);
-            let outs = futures::future::try_join_all(
-                subtasks
-                    .into_iter()
-                    .map(|t| self.run_task(t, dag.clone(), deadline)),
-            )
-            .await?;
-            let mut all = TaskOutput::default();
-            for o in outs {
-                all.pages.extend(o.pages);
-                all.stats.requests += o.stats.requests;
-                all.stats.retries += o.stats.retries + 1;
-                all.stats.response_bytes += o.stats.response_bytes;
-                add_summary(&mut all.stats.summary, &o.stats.summary);
-            }
-            Ok(all)
-        })
+/// Pages that may wait for the query at once (each up to
+/// `max_response_bytes`); a region with more to send waits its turn.
+const PAGES_BUFFERED: usize = 8;
+
+/// One page of a region's answer.
+struct Page {
+    data: bytes::Bytes,
+    summary: ExecSummary,
+}
+
+/// A scan's share of work for the retry layer: key ranges, cut along
+/// region boundaries; each answer's pages go to the query's channel.
+struct ScanWork {
+    ranges: Vec<KeyRange>,
+    dag: Arc<DagRequest>,
+    transport: Arc<dyn CopTransport>,
+    encode: EncodeType,
+    max_response_bytes: u64,
+    pages: mpsc::Sender<Page>,
+}
+
+impl RegionWork for ScanWork {
+    fn span(&self) -> Option<KeyRange> {
+        let touched: Vec<KeyRange> = self
+            .ranges
+            .iter()
+            .filter(|r| !r.is_empty())
+            .cloned()
+            .collect();
+        KeyRange::span(&touched)
     }
 
-    fn run_task(
-        &self,
-        task: Task,
-        dag: Arc<DagRequest>,
-        deadline: Instant,
-    ) -> BoxFuture<'_, Result<TaskOutput>> {
-        Box::pin(async move {
-            let Task {
-                mut region,
-                mut ranges,
-                mut store_failures,
-                mut region_errors,
-            } = task;
-            let mut out = TaskOutput::default();
-            let mut backoff = Backoff::new(self.cfg.backoff_base, self.cfg.backoff_max, deadline);
-            // Stores this task could not reach: a NotLeader hint pointing at
-            // one of them is stale (the election has not finished).
-            let mut failed_stores: Vec<u64> = Vec::new();
-            let mut unavailable_since: Option<Instant> = None;
-            // Later rounds of the same work back off longer.
-            for _ in 0..store_failures + region_errors {
-                let _ = backoff.next_delay(&String::new);
-            }
-            loop {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(Error::Deadline(format!(
-                        "query deadline exceeded while waiting for region {} on store {} ({})",
-                        region.region.id,
-                        region.store_id(),
-                        region.addr
-                    )));
-                }
-                let remaining = deadline - now;
-                let req = CopRequest {
-                    context: Some(Context {
-                        region_id: region.region.id,
-                        region_epoch: region.region.epoch,
-                    }),
-                    ranges: ranges
-                        .iter()
-                        .map(|r| PbRange {
-                            start: r.start.clone(),
-                            end: r.end.clone(),
-                        })
-                        .collect(),
-                    dag: Some((*dag).clone()),
-                    encode_type: self.cfg.encode as i32,
-                    max_response_bytes: self.cfg.max_response_bytes,
-                    timeout_ms: remaining.as_millis().max(1) as u64,
-                };
-                out.stats.requests += 1;
-                let sent = self
-                    .transport
-                    .coprocessor(&region.addr, req, remaining + Duration::from_millis(200))
-                    .await;
-                let resp = match sent {
-                    Ok(r) => r,
-                    Err(st) => {
-                        store_failures += 1;
-                        let what = || {
-                            format!(
-                                "region {}: store {} at {} is unavailable: {}",
-                                region.region.id,
-                                region.store_id(),
-                                region.addr,
-                                crate::status_detail(&st)
-                            )
-                        };
-                        if Instant::now() + self.cfg.backoff_base >= deadline {
-                            return Err(Error::Deadline(format!(
-                                "query deadline exceeded: store {} at {} did not answer in time (region {}): {}",
-                                region.store_id(),
-                                region.addr,
-                                region.region.id,
-                                crate::status_detail(&st)
-                            )));
-                        }
-                        let peers = region.region.peers.len().max(1) as u32;
-                        failed_stores.push(region.store_id());
-                        let since = *unavailable_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() > self.cfg.unavailable_after
-                            || (peers == 1 && store_failures >= 3)
-                        {
-                            return Err(Error::Unavailable(what()));
-                        }
-                        out.stats.retries += 1;
-                        backoff
-                            .sleep(&what)
-                            .await
-                            .map_err(|e| Error::Unavailable(e.to_string()))?;
-                        // Another replica may lead now, or know who does.
-                        match self
-                            .cache
-                            .switch_peer(region.region.id, region.store_id())
-                            .await?
-                        {
-                            Some(l) if peers > 1 => {
-                                region = l;
-                                continue;
-                            }
-                            _ => {
-                                self.cache.invalidate(region.region.id);
-                                let mut more = self
-                                    .resplit(
-                                        ranges,
-                                        dag.clone(),
-                                        deadline,
-                                        store_failures,
-                                        region_errors,
-                                    )
-                                    .await?;
-                                more.pages.splice(0..0, out.pages);
-                                more.stats.requests += out.stats.requests;
-                                more.stats.retries += out.stats.retries;
-                                return Ok(more);
-                            }
-                        }
-                    }
-                };
-                if let Some(re) = resp.region_error {
-                    out.stats.retries += 1;
-                    region_errors += 1;
-                    let what = || format!("region {}: {}", region.region.id, re.message);
-                    if region_errors > MAX_REGION_ERRORS {
-                        return Err(Error::Unavailable(format!(
-                            "gave up after {MAX_REGION_ERRORS} region errors: {}",
-                            what()
-                        )));
-                    }
-                    if let Some(nl) = &re.not_leader {
-                        let hint = nl.leader.filter(|l| !failed_stores.contains(&l.store_id));
-                        if let Some(leader) = hint {
-                            if let Some(l) = self
-                                .cache
-                                .set_leader(region.region.id, leader, nl.leader_store.clone())
-                                .await?
-                            {
-                                region = l;
-                                continue;
-                            }
-                        }
-                        // No leader known there (or only one we could not
-                        // reach): an election is running, or this replica is
-                        // cut off. Try another.
-                        let since = *unavailable_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() > self.cfg.unavailable_after {
-                            return Err(Error::Unavailable(format!(
-                                "region {} has no leader: {}",
-                                region.region.id,
-                                what()
-                            )));
-                        }
-                        backoff
-                            .sleep(&what)
-                            .await
-                            .map_err(|e| Error::Unavailable(e.to_string()))?;
-                        if let Some(l) = self
-                            .cache
-                            .switch_peer(region.region.id, region.store_id())
-                            .await?
-                        {
-                            region = l;
-                            continue;
-                        }
-                    } else if re.server_is_busy.is_some() || re.stale_command.is_some() {
-                        backoff
-                            .sleep(&what)
-                            .await
-                            .map_err(|e| Error::Unavailable(e.to_string()))?;
-                        continue;
-                    } else if let Some(enm) = re.epoch_not_match.clone() {
-                        self.cache.invalidate(region.region.id);
-                        self.cache.install_regions(enm.current_regions).await?;
-                    } else {
-                        self.cache.invalidate(region.region.id);
-                        backoff.sleep(&what).await?;
-                    }
-                    // Re-split only this task's ranges over current regions.
-                    let mut more = self
-                        .resplit(ranges, dag.clone(), deadline, store_failures, region_errors)
-                        .await?;
-                    more.pages.splice(0..0, out.pages);
-                    more.stats.requests += out.stats.requests;
-                    more.stats.retries += out.stats.retries;
-                    return Ok(more);
-                }
-                if let Some(e) = resp.other_error {
-                    let e: Error = quarry_coprocessor::Error::from_proto(&e).into();
-                    return Err(match e {
-                        Error::Internal(m) => Error::Internal(format!(
-                            "region {} on store {}: {m}",
-                            region.region.id,
-                            region.store_id()
-                        )),
-                        other => other,
-                    });
-                }
-                if let Some(s) = &resp.summary {
-                    add_summary(&mut out.stats.summary, s);
-                }
-                out.stats.response_bytes += resp.data.len() as u64;
-                out.pages.push(resp.data);
-                if resp.remaining.is_empty() {
-                    return Ok(out);
-                }
-                ranges = resp
-                    .remaining
+    fn split(self, regions: Vec<Located>) -> Result<Vec<(Located, Self)>> {
+        Ok(regions
+            .into_iter()
+            .filter_map(|region| {
+                let bounds = KeyRangeRef::of_region(&region.region);
+                let ranges: Vec<KeyRange> = self
+                    .ranges
                     .iter()
-                    .map(|r| KeyRange::new(r.start.clone(), r.end.clone()))
+                    .filter_map(|r| r.as_ref().intersect(bounds))
                     .collect();
+                (!ranges.is_empty()).then(|| {
+                    let work = ScanWork {
+                        ranges,
+                        dag: self.dag.clone(),
+                        transport: self.transport.clone(),
+                        encode: self.encode,
+                        max_response_bytes: self.max_response_bytes,
+                        pages: self.pages.clone(),
+                    };
+                    (region, work)
+                })
+            })
+            .collect())
+    }
+
+    fn send<'a>(
+        &'a mut self,
+        region: &'a Located,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Attempt>> {
+        Box::pin(async move {
+            let req = CopRequest {
+                context: Some(Context {
+                    region_id: region.region.id,
+                    region_epoch: region.region.epoch,
+                }),
+                ranges: self.ranges.iter().map(KeyRange::to_proto).collect(),
+                dag: Some((*self.dag).clone()),
+                encode_type: self.encode as i32,
+                max_response_bytes: self.max_response_bytes,
+                timeout_ms: timeout.as_millis().max(1) as u64,
+            };
+            let resp = match self
+                .transport
+                .coprocessor(&region.addr, req, timeout + Duration::from_millis(200))
+                .await
+            {
+                Ok(r) => r,
+                Err(st) => return Ok(Attempt::Unreachable(st)),
+            };
+            if let Some(re) = resp.region_error {
+                return Ok(Attempt::Region(Box::new(re)));
             }
+            if let Some(e) = resp.other_error {
+                let e: Error = quarry_coprocessor::Error::from_proto(&e).into();
+                return Err(match e {
+                    Error::Internal(m) => Error::Internal(format!(
+                        "region {} on store {}: {m}",
+                        region.region.id,
+                        region.store_id()
+                    )),
+                    other => other,
+                });
+            }
+            let page = Page {
+                data: resp.data,
+                summary: resp.summary.unwrap_or_default(),
+            };
+            if self.pages.send(page).await.is_err() {
+                // The query stopped reading (a satisfied LIMIT).
+                return Ok(Attempt::Done);
+            }
+            if resp.remaining.is_empty() {
+                return Ok(Attempt::Done);
+            }
+            self.ranges = resp.remaining.iter().map(KeyRange::from_proto).collect();
+            Ok(Attempt::More)
         })
     }
 }

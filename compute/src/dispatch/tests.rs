@@ -10,17 +10,19 @@ use arrow::array::{AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use quarry_coprocessor::storage::KeyRange;
+use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{
     other_error, CopRequest, CopResponse, DagRequest, KeyRange as PbRange, OtherError,
 };
+use quarry_proto::kv::{key_error, BatchPutRequest, BatchPutResponse, KeyError, KvPair};
 use quarry_proto::meta::{
     EpochNotMatch, NotLeader, Peer, Region, RegionEpoch, RegionError, RegionRoute, ServerIsBusy,
     Store,
 };
 
 use super::{DispatchConfig, Dispatcher};
-use crate::cluster::{CopTransport, Routes};
+use crate::cluster::{CopTransport, KvTransport, Routes};
+use crate::kv_writer::KvWriter;
 use crate::region_cache::RegionCache;
 use crate::{Error, Result};
 
@@ -63,10 +65,7 @@ impl Routes for MockRoutes {
             .regions
             .lock()
             .iter()
-            .filter(|r| {
-                (end.is_empty() || r.start_key.as_slice() < end)
-                    && (r.end_key.is_empty() || r.end_key.as_slice() > start)
-            })
+            .filter(|r| KeyRangeRef::of_region(r).overlaps(KeyRangeRef::new(start, end)))
             .map(|r| RegionRoute {
                 region: Some(r.clone()),
                 leader: r.peers.first().cloned(),
@@ -365,4 +364,187 @@ async fn execution_errors_fail_the_query_with_their_category() {
         run(&h).await.unwrap_err(),
         Error::Overflow("SUM overflowed BIGINT".into())
     );
+}
+
+#[tokio::test]
+async fn a_satisfied_consumer_stops_a_paging_region() {
+    // Region 1 would page forever; the query wants one batch.
+    let h = harness(
+        vec![region(1, "a", "z", 1, 1)],
+        Box::new(|_, _, n| {
+            Ok(CopResponse {
+                remaining: vec![PbRange {
+                    start: format!("b{n:05}").into_bytes(),
+                    end: b"z".to_vec(),
+                }],
+                ..ok(n as u64)
+            })
+        }),
+    );
+    let mut seen = 0;
+    h.dispatcher
+        .run(
+            &DagRequest::default(),
+            vec![KeyRange::new(b"a".to_vec(), b"z".to_vec())],
+            &[],
+            Instant::now() + Duration::from_secs(5),
+            &mut |_| {
+                seen += 1;
+                Ok(ControlFlow::Break(()))
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(seen, 1);
+    let asked = h.transport.asked.lock()[&1];
+    assert!(asked <= 2 + super::PAGES_BUFFERED, "asked {asked} pages");
+}
+
+type PutHandler = dyn Fn(&str, &BatchPutRequest, usize) -> std::result::Result<BatchPutResponse, tonic::Status>
+    + Send
+    + Sync;
+
+/// Records every BatchPut (address, region, keys, same_value_ok) and
+/// answers through `handler` (given how many times the region was asked).
+struct MockKv {
+    handler: Box<PutHandler>,
+    asked: Mutex<HashMap<u64, usize>>,
+    log: Mutex<Vec<PutLogEntry>>,
+}
+
+/// Address, region, keys, and whether it was a retry of an unknown outcome.
+type PutLogEntry = (String, u64, Vec<Vec<u8>>, bool);
+
+impl KvTransport for MockKv {
+    fn batch_put(
+        &self,
+        addr: &str,
+        req: BatchPutRequest,
+        _timeout: Duration,
+    ) -> BoxFuture<'static, std::result::Result<BatchPutResponse, tonic::Status>> {
+        let id = req.context.as_ref().unwrap().region_id;
+        let n = {
+            let mut asked = self.asked.lock();
+            let n = asked.entry(id).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let keys = req.pairs.iter().map(|p| p.key.clone()).collect();
+        self.log
+            .lock()
+            .push((addr.to_string(), id, keys, req.same_value_ok));
+        let r = (self.handler)(addr, &req, n);
+        Box::pin(async move { r })
+    }
+}
+
+fn writer(regions: Vec<Region>, handler: Box<PutHandler>) -> (KvWriter, Arc<MockKv>) {
+    let routes = Arc::new(MockRoutes {
+        regions: Mutex::new(regions),
+        lookups: Mutex::new(0),
+    });
+    let kv = Arc::new(MockKv {
+        handler,
+        asked: Mutex::new(HashMap::new()),
+        log: Mutex::new(vec![]),
+    });
+    let cache = Arc::new(RegionCache::new(routes));
+    (KvWriter::new(kv.clone(), cache), kv)
+}
+
+fn pairs(keys: &[&str]) -> Vec<KvPair> {
+    keys.iter()
+        .map(|k| KvPair {
+            key: k.as_bytes().to_vec(),
+            value: b"v".to_vec(),
+        })
+        .collect()
+}
+
+fn region_error(re: RegionError) -> BatchPutResponse {
+    BatchPutResponse {
+        region_error: Some(re),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn writes_go_through_the_same_retry_layer_as_reads() {
+    // Region 1 moved its leader to store 3; region 2 split at "l"; store 3's
+    // first answer for region 3 is lost.
+    let (w, kv) = writer(
+        three_regions(),
+        Box::new(|addr, req, n| {
+            let id = req.context.as_ref().unwrap().region_id;
+            match (id, addr, n) {
+                (1, "store1:1", _) => Ok(region_error(RegionError {
+                    message: "not leader".into(),
+                    not_leader: Some(NotLeader {
+                        region_id: 1,
+                        leader: Some(Peer {
+                            id: 11,
+                            store_id: 3,
+                        }),
+                        leader_store: Some(store(3)),
+                    }),
+                    ..Default::default()
+                })),
+                (2, _, _) => Ok(region_error(RegionError {
+                    message: "split".into(),
+                    epoch_not_match: Some(EpochNotMatch {
+                        current_regions: vec![
+                            region(20, "h", "l", 2, 2),
+                            region(4, "l", "p", 1, 2),
+                        ],
+                    }),
+                    ..Default::default()
+                })),
+                (3, _, 1) => Err(tonic::Status::unavailable("connection reset")),
+                _ => Ok(BatchPutResponse::default()),
+            }
+        }),
+    );
+    w.put(pairs(&["q", "b", "i", "m"]), true, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let log = kv.log.lock().clone();
+    let landed = |addr: &str, id: u64| {
+        log.iter()
+            .filter(|(a, r, _, _)| a == addr && *r == id)
+            .map(|(_, _, k, same)| (k.clone(), *same))
+            .collect::<Vec<_>>()
+    };
+    // The hint was followed, and nothing was proposed: not a retry.
+    assert_eq!(landed("store3:1", 1), vec![(vec![b"b".to_vec()], false)]);
+    // The split re-cut region 2's keys only.
+    assert_eq!(landed("store2:1", 20), vec![(vec![b"i".to_vec()], false)]);
+    assert_eq!(landed("store1:1", 4), vec![(vec![b"m".to_vec()], false)]);
+    // Region 3 has one peer: the lost answer is retried on the same store,
+    // marked as a retry whose earlier outcome is unknown.
+    assert_eq!(
+        landed("store3:1", 3),
+        vec![(vec![b"q".to_vec()], false), (vec![b"q".to_vec()], true)]
+    );
+}
+
+#[tokio::test]
+async fn a_write_refused_as_invalid_fails_at_once_with_the_stores_words() {
+    let (w, kv) = writer(
+        three_regions(),
+        Box::new(|_, _, _| {
+            Ok(BatchPutResponse {
+                error: Some(KeyError {
+                    code: key_error::Code::InvalidInput as i32,
+                    message: "duplicate key: handle 7".into(),
+                }),
+                ..Default::default()
+            })
+        }),
+    );
+    let err = w
+        .put(pairs(&["b"]), true, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(err, Error::InvalidInput("duplicate key: handle 7".into()));
+    assert_eq!(kv.log.lock().len(), 1);
 }

@@ -1,0 +1,325 @@
+//! The one region-retry layer, for reads and writes alike.
+//!
+//! A request to a region can fail in ways that say nothing about the
+//! request itself: the store is unreachable, the peer asked is not the
+//! leader, the region split since compute last looked, the store is busy.
+//! Reads (coprocessor scans) and writes (batches of key-value pairs) meet
+//! exactly the same failures and want exactly the same answers, so the
+//! answers live here, once, in the shape of tikv/client-rust's
+//! `RetryableMultiRegion`:
+//!
+//! ```text
+//!   work ─▶ locate its span ─▶ split over regions ─▶ one piece per region (bounded fan-out)
+//!                                   ▲                      │ per piece, RegionWork::send:
+//!                                   │                      ├─ Done: finished
+//!                                   │                      ├─ More: next page, same region
+//!                                   │                      ├─ Busy / ServerIsBusy / StaleCommand: back off, same region
+//!                                   │                      ├─ NotLeader{hint}: retry at the hint at once
+//!                                   │                      ├─ NotLeader, no hint: back off, try another peer
+//!                                   │                      ├─ Unreachable: back off, try another peer
+//!                                   └── re-split this ─────┼─ EpochNotMatch: install the store's regions
+//!                                       piece only         └─ RegionNotFound / KeyNotInRegion: forget, back off
+//! ```
+//!
+//! The work itself — what a request carries, how its answer is consumed,
+//! how it is cut along region boundaries — is the caller's, behind
+//! [`RegionWork`]: `dispatch` implements it for a scan's key ranges (pages
+//! stream to the query as they arrive), `kv_writer` for a sorted batch of
+//! pairs.
+//!
+//! Backoff starts at `backoff_base` and doubles to `backoff_max`, each delay
+//! drawn with equal jitter (between half and all of it) so pieces that failed
+//! together do not retry in lockstep; it never sleeps past the deadline. A
+//! piece that was re-split keeps its failure counts, so retries stay bounded
+//! and later rounds back off longer. A region that stays unreachable (every
+//! replica tried, no leader elected) for `unavailable_after` fails the work
+//! with an error naming the region and store: it never hangs.
+//!
+//! Some failures leave a write's outcome unknown (the store may have applied
+//! it before the answer was lost); the layer tells the work so through
+//! [`RegionWork::outcome_unknown`] before it retries.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::{StreamExt, TryStreamExt};
+use quarry_coprocessor::storage::KeyRange;
+use quarry_proto::meta::RegionError;
+
+use super::backoff::Backoff;
+use crate::region_cache::{Located, RegionCache};
+use crate::{Error, Result};
+
+/// What one attempt at a region came to.
+#[derive(Debug)]
+pub enum Attempt {
+    /// The region did all of the piece's work.
+    Done,
+    /// The region did part of it and the piece now holds the rest (a page
+    /// cut short by the response size bound): send again, same region.
+    More,
+    /// The region refused; what to do depends on the error.
+    Region(Box<RegionError>),
+    /// The store cannot do it now (a busy engine): back off, same region.
+    /// The outcome is unknown.
+    Busy(String),
+    /// The store could not be reached or did not answer.
+    Unreachable(tonic::Status),
+}
+
+/// Work that can be sent to a region and cut along region boundaries.
+pub trait RegionWork: Send + Sized + 'static {
+    /// The keys the work touches, to locate its regions; `None` when it
+    /// touches none (nothing to do).
+    fn span(&self) -> Option<KeyRange>;
+
+    /// Cuts the work over `regions` (in key order, covering the span);
+    /// parts outside every region are dropped.
+    fn split(self, regions: Vec<Located>) -> Result<Vec<(Located, Self)>>;
+
+    /// One attempt at `region`, answering within `timeout`. An `Err` is
+    /// final (the request itself is wrong, or the work was abandoned).
+    fn send<'a>(
+        &'a mut self,
+        region: &'a Located,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Attempt>>;
+
+    /// An attempt may have been applied although it was not answered; the
+    /// retry must tolerate finding its own effects.
+    fn outcome_unknown(&mut self) {}
+}
+
+#[derive(Debug, Clone)]
+pub struct RetryConfig {
+    /// Region pieces in flight at once.
+    pub concurrency: usize,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    /// How long a region may stay unreachable before the work fails.
+    pub unavailable_after: Duration,
+}
+
+/// Region errors one piece of work may meet before it gives up.
+pub const MAX_REGION_ERRORS: u32 = 32;
+
+/// Requests sent and retries made, over all pieces of one run.
+#[derive(Debug, Default)]
+pub struct RetryStats {
+    pub requests: AtomicU64,
+    pub retries: AtomicU64,
+}
+
+/// Failures a piece has met so far; carried into its re-split parts.
+#[derive(Debug, Clone, Copy, Default)]
+struct Failures {
+    store: u32,
+    region: u32,
+}
+
+/// Runs region work through failures. Borrowed for one run.
+pub struct Retry<'a> {
+    pub cache: &'a RegionCache,
+    pub cfg: &'a RetryConfig,
+    pub stats: &'a RetryStats,
+}
+
+impl Retry<'_> {
+    /// Locates `work`'s regions and runs one piece per region, at most
+    /// `concurrency` at once, until all are done or one fails.
+    pub async fn run<W: RegionWork>(&self, work: W, deadline: Instant) -> Result<()> {
+        self.run_split(work, deadline, Failures::default(), self.cfg.concurrency)
+            .await
+    }
+
+    fn run_split<W: RegionWork>(
+        &self,
+        work: W,
+        deadline: Instant,
+        failures: Failures,
+        concurrency: usize,
+    ) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let Some(span) = work.span().filter(|s| !s.is_empty()) else {
+                return Ok(());
+            };
+            let regions = self.cache.locate(&span.start, &span.end).await?;
+            let pieces = work.split(regions)?;
+            futures::stream::iter(
+                pieces
+                    .into_iter()
+                    .map(|(region, w)| self.run_piece(region, w, deadline, failures)),
+            )
+            .buffer_unordered(concurrency.max(1))
+            .try_collect::<()>()
+            .await
+        })
+    }
+
+    /// Re-locates a piece and runs its parts (all at once: the piece
+    /// already holds its place in the fan-out).
+    async fn resplit<W: RegionWork>(
+        &self,
+        work: W,
+        deadline: Instant,
+        failures: Failures,
+    ) -> Result<()> {
+        self.stats.retries.fetch_add(1, Ordering::Relaxed);
+        self.run_split(work, deadline, failures, usize::MAX).await
+    }
+
+    fn run_piece<W: RegionWork>(
+        &self,
+        mut region: Located,
+        mut work: W,
+        deadline: Instant,
+        mut failures: Failures,
+    ) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let mut backoff = Backoff::new(self.cfg.backoff_base, self.cfg.backoff_max, deadline);
+            // Later rounds of the same work back off longer.
+            backoff.skip(failures.store + failures.region);
+            // Stores this piece could not reach: a NotLeader hint pointing
+            // at one of them is stale (the election has not finished).
+            let mut failed_stores: Vec<u64> = Vec::new();
+            let mut unavailable_since: Option<Instant> = None;
+            loop {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(Error::Deadline(format!(
+                        "query deadline exceeded while waiting for region {} on store {} ({})",
+                        region.region.id,
+                        region.store_id(),
+                        region.addr
+                    )));
+                }
+                self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                let re = match work.send(&region, deadline - now).await? {
+                    Attempt::Done => return Ok(()),
+                    Attempt::More => continue,
+                    Attempt::Busy(msg) => {
+                        self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                        work.outcome_unknown();
+                        let what = || format!("region {}: {msg}", region.region.id);
+                        backoff.sleep(&what).await.map_err(unavailable)?;
+                        continue;
+                    }
+                    Attempt::Unreachable(st) => {
+                        failures.store += 1;
+                        work.outcome_unknown();
+                        let what = || {
+                            format!(
+                                "region {}: store {} at {} is unavailable: {}",
+                                region.region.id,
+                                region.store_id(),
+                                region.addr,
+                                crate::status_detail(&st)
+                            )
+                        };
+                        if Instant::now() + self.cfg.backoff_base >= deadline {
+                            return Err(Error::Deadline(format!(
+                                "query deadline exceeded: store {} at {} did not answer in time (region {}): {}",
+                                region.store_id(),
+                                region.addr,
+                                region.region.id,
+                                crate::status_detail(&st)
+                            )));
+                        }
+                        let peers = region.region.peers.len().max(1);
+                        failed_stores.push(region.store_id());
+                        let since = *unavailable_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > self.cfg.unavailable_after
+                            || (peers == 1 && failures.store >= 3)
+                        {
+                            return Err(Error::Unavailable(what()));
+                        }
+                        self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                        backoff.sleep(&what).await.map_err(unavailable)?;
+                        // Another replica may lead now, or know who does.
+                        match self
+                            .cache
+                            .switch_peer(region.region.id, region.store_id())
+                            .await?
+                        {
+                            Some(l) if peers > 1 => {
+                                region = l;
+                                continue;
+                            }
+                            _ => {
+                                self.cache.invalidate(region.region.id);
+                                return self.resplit(work, deadline, failures).await;
+                            }
+                        }
+                    }
+                    Attempt::Region(re) => *re,
+                };
+                self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                failures.region += 1;
+                let what = || format!("region {}: {}", region.region.id, re.message);
+                if failures.region > MAX_REGION_ERRORS {
+                    return Err(Error::Unavailable(format!(
+                        "gave up after {MAX_REGION_ERRORS} region errors: {}",
+                        what()
+                    )));
+                }
+                if let Some(nl) = &re.not_leader {
+                    // Nothing was proposed: the outcome is known.
+                    let hint = nl.leader.filter(|l| !failed_stores.contains(&l.store_id));
+                    if let Some(leader) = hint {
+                        if let Some(l) = self
+                            .cache
+                            .set_leader(region.region.id, leader, nl.leader_store.clone())
+                            .await?
+                        {
+                            region = l;
+                            continue;
+                        }
+                    }
+                    // No leader known there (or only one we could not
+                    // reach): an election is running, or this replica is
+                    // cut off. Try another.
+                    let since = *unavailable_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > self.cfg.unavailable_after {
+                        return Err(Error::Unavailable(format!(
+                            "region {} has no leader: {}",
+                            region.region.id,
+                            what()
+                        )));
+                    }
+                    backoff.sleep(&what).await.map_err(unavailable)?;
+                    if let Some(l) = self
+                        .cache
+                        .switch_peer(region.region.id, region.store_id())
+                        .await?
+                    {
+                        region = l;
+                        continue;
+                    }
+                } else if let Some(enm) = &re.epoch_not_match {
+                    // Nothing was proposed: the outcome is known.
+                    self.cache.invalidate(region.region.id);
+                    self.cache
+                        .install_regions(enm.current_regions.clone())
+                        .await?;
+                } else if re.server_is_busy.is_some() || re.stale_command.is_some() {
+                    work.outcome_unknown();
+                    backoff.sleep(&what).await.map_err(unavailable)?;
+                    continue;
+                } else {
+                    work.outcome_unknown();
+                    self.cache.invalidate(region.region.id);
+                    backoff.sleep(&what).await?;
+                }
+                // Re-split only this piece over the current regions.
+                return self.resplit(work, deadline, failures).await;
+            }
+        })
+    }
+}
+
+/// A spent backoff budget while a store or leader is missing reads as the
+/// store being unavailable, with the deadline's message.
+fn unavailable(e: Error) -> Error {
+    Error::Unavailable(e.to_string())
+}
