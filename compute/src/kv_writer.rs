@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use quarry_coprocessor::storage::KeyRange;
-use quarry_proto::kv::{key_error, BatchPutRequest, Context, KvPair};
+use quarry_proto::kv::{key_error, BatchPutRequest, KvPair};
 
 use crate::cluster::KvTransport;
 use crate::dispatch::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
@@ -87,10 +87,7 @@ impl RegionWork for PutWork {
     ) -> BoxFuture<'a, Result<Attempt>> {
         Box::pin(async move {
             let req = BatchPutRequest {
-                context: Some(Context {
-                    region_id: region.region.id,
-                    region_epoch: region.region.epoch,
-                }),
+                context: Some(region.context()),
                 pairs: self.pairs.clone(),
                 if_absent: self.if_absent,
                 same_value_ok: self.same_value_ok,

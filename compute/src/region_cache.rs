@@ -29,6 +29,14 @@ impl Located {
     pub fn store_id(&self) -> u64 {
         self.leader.store_id
     }
+
+    /// What a request to this region says it is for.
+    pub fn context(&self) -> quarry_proto::kv::Context {
+        quarry_proto::kv::Context {
+            region_id: self.region.id,
+            region_epoch: self.region.epoch,
+        }
+    }
 }
 
 pub struct RegionCache {

@@ -30,7 +30,6 @@ use arrow::datatypes::{DataType, Field, Schema};
 use futures::future::BoxFuture;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{CopRequest, DagRequest, EncodeType, ExecSummary};
-use quarry_proto::kv::Context;
 use tokio::sync::mpsc;
 
 use self::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
@@ -284,10 +283,7 @@ impl RegionWork for ScanWork {
     ) -> BoxFuture<'a, Result<Attempt>> {
         Box::pin(async move {
             let req = CopRequest {
-                context: Some(Context {
-                    region_id: region.region.id,
-                    region_epoch: region.region.epoch,
-                }),
+                context: Some(region.context()),
                 ranges: self.ranges.iter().map(KeyRange::to_proto).collect(),
                 dag: Some((*self.dag).clone()),
                 encode_type: self.encode as i32,
