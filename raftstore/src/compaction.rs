@@ -39,6 +39,7 @@ use quarry_coprocessor::codec::key::{record_key, table_record_range};
 use quarry_coprocessor::codec::pack::{
     classify_key, pack_key, KeyKind, PackBuilder, PackView, PACK_ROWS,
 };
+use quarry_coprocessor::storage::KeyRange;
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::kv::KvPair;
 use quarry_proto::meta::{Region, TableDef};
@@ -115,15 +116,11 @@ pub fn plan_compaction<E: Engine>(
     table: &TableDef,
 ) -> Result<Option<(KvWrite, CompactionSummary)>> {
     let (tstart, tend) = table_record_range(table.id);
-    let start = tstart.max(region.start_key.clone());
-    let end = if region.end_key.is_empty() {
-        tend
-    } else {
-        tend.min(region.end_key.clone())
-    };
-    if start >= end {
+    let Some(KeyRange { start, end }) =
+        KeyRange::new(tstart, tend).intersect(&KeyRange::of_region(region))
+    else {
         return Ok(None);
-    }
+    };
     // Delta rows (the lowest handles first) and every pack's range.
     let mut delta: Vec<(i64, Vec<u8>, Vec<u8>)> = Vec::new();
     let mut packs: Vec<(i64, i64, Vec<u8>)> = Vec::new();

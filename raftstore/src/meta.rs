@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use prost::Message;
 use quarry_coprocessor::codec::key::{record_key, table_record_range};
+use quarry_coprocessor::storage::KeyRangeRef;
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::kv::KvPair;
 use quarry_proto::meta::{
@@ -541,10 +542,7 @@ impl<E: Engine> Meta<E> {
         let mut out: Vec<Region> = self
             .scan_all::<Region>(keys::REGION)?
             .into_iter()
-            .filter(|r| {
-                (end.is_empty() || r.start_key.as_slice() < end)
-                    && (r.end_key.is_empty() || r.end_key.as_slice() > start)
-            })
+            .filter(|r| KeyRangeRef::of_region(r).overlaps(KeyRangeRef::new(start, end)))
             .collect();
         out.sort_by(|a, b| a.start_key.cmp(&b.start_key));
         Ok(out)

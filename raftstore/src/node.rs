@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use quarry_coprocessor::codec::key::{decode_i64, hex, record_key};
 use quarry_coprocessor::codec::pack::{classify_key, KeyKind};
 use quarry_coprocessor::endpoint;
-use quarry_coprocessor::storage::KeyRange;
+use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{other_error, CopRequest, CopResponse, OtherError};
 use quarry_proto::kv::{Context, KvPair};
 use quarry_proto::meta::{
@@ -360,18 +360,18 @@ impl<E: Engine> Node<E> {
     ) -> Result<Vec<KvPair>> {
         let ctx = Self::context(ctx)?;
         let r = self.read_check(ctx.region_id, ctx.region_epoch).await?;
-        let (s, e) = crate::engine::clamp(
-            &KeyRange::new(start.to_vec(), end.to_vec()),
-            &KeyRange::new(r.start_key.clone(), r.end_key.clone()),
-        );
         let mut out = Vec::new();
-        self.engine.scan(Cf::Default, &s, &e, &mut |k, v| {
-            out.push(KvPair {
-                key: k.to_vec(),
-                value: if key_only { vec![] } else { v.to_vec() },
-            });
-            limit == 0 || out.len() < limit
-        })?;
+        let Some(range) = KeyRangeRef::new(start, end).intersect(KeyRangeRef::of_region(&r)) else {
+            return Ok(out);
+        };
+        self.engine
+            .scan(Cf::Default, &range.start, &range.end, &mut |k, v| {
+                out.push(KvPair {
+                    key: k.to_vec(),
+                    value: if key_only { vec![] } else { v.to_vec() },
+                });
+                limit == 0 || out.len() < limit
+            })?;
         Ok(out)
     }
 
@@ -387,7 +387,9 @@ impl<E: Engine> Node<E> {
         if self.read_pool_threads < 2 || ranges.len() != 1 || !aggregating {
             return vec![ranges];
         }
-        let (start, end) = crate::engine::clamp(&ranges[0], bounds);
+        let Some(KeyRange { start, end }) = ranges[0].intersect(bounds) else {
+            return vec![ranges];
+        };
         if end.is_empty() {
             return vec![ranges];
         }

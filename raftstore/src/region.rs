@@ -2,25 +2,19 @@
 //! answers with.
 
 use quarry_coprocessor::codec::key::hex;
+use quarry_coprocessor::storage::KeyRangeRef;
 use quarry_proto::meta::{
     EpochNotMatch, KeyNotInRegion, Region, RegionEpoch, RegionError, RegionNotFound, ServerIsBusy,
 };
 
 /// True if `key` is in `[start_key, end_key)` of `r`.
 pub fn contains(r: &Region, key: &[u8]) -> bool {
-    key >= r.start_key.as_slice() && (r.end_key.is_empty() || key < r.end_key.as_slice())
+    KeyRangeRef::of_region(r).contains(key)
 }
 
 /// True if `[start, end)` lies inside `r` (an empty `end` means unbounded).
 pub fn contains_range(r: &Region, start: &[u8], end: &[u8]) -> bool {
-    if start < r.start_key.as_slice() {
-        return false;
-    }
-    match (end.is_empty(), r.end_key.is_empty()) {
-        (_, true) => true,
-        (true, false) => false,
-        (false, false) => end <= r.end_key.as_slice(),
-    }
+    KeyRangeRef::of_region(r).covers(KeyRangeRef::new(start, end))
 }
 
 pub fn epoch(r: &Region) -> RegionEpoch {
