@@ -178,13 +178,6 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
             })?;
         Ok(best.map(|(_, v)| v))
     }
-
-    /// Forgets the overlay once the batch has been written.
-    pub fn reset_overlay(&mut self) {
-        self.overlay.clear();
-        self.deleted_ranges.clear();
-        self.pack_puts.clear();
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

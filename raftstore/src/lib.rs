@@ -8,7 +8,7 @@
 //! `conf_ver` when the peers change) and peers on distinct stores, three by
 //! default. A table gets its regions when it is created, pre-split at
 //! handles the creator chooses; regions later split in two when they grow
-//! past `region-split-size`. Every request names a region and the epoch it
+//! past `region-split-size-mb`. Every request names a region and the epoch it
 //! believes in; a store that disagrees answers with a region error:
 //! `NotLeader` (with the leader it knows), `EpochNotMatch` (with the current
 //! region), `RegionNotFound`, `KeyNotInRegion`, `ServerIsBusy`,

@@ -4,7 +4,7 @@
 //! TiKV's raftstore-v2 `raft/peer.rs`): the raft-rs `RawNode` over a
 //! [`PeerStorage`], the proposals waiting to be applied, the reads waiting
 //! for a read index, and the leader lease. The store loop
-//! (`store.rs`) drives it; apply is in `apply.rs`, reads in `read.rs`.
+//! (`store.rs`) drives it and answers reads; apply is in `apply.rs`.
 //!
 //! LEASE: a leader may serve reads from its local state, without a round
 //! trip, while its lease holds. The lease is renewed whenever a quorum
@@ -102,8 +102,6 @@ pub struct Peer<E: Engine> {
     lease_until: Option<Instant>,
     /// Ticks until this peer campaigns (a new region's preferred leader).
     pub campaign_in: Option<u32>,
-    /// Removed from the region: destroy once the store loop gets to it.
-    pub pending_remove: bool,
     last_role: StateRole,
     /// Peers learned from incoming messages, for replying before this peer
     /// knows its region's peers (an uninitialized peer).
@@ -159,7 +157,6 @@ impl<E: Engine> Peer<E> {
             next_read_id: 1,
             lease_until: None,
             campaign_in: None,
-            pending_remove: false,
             last_role: StateRole::Follower,
             peer_cache: std::collections::HashMap::new(),
         })
