@@ -33,8 +33,7 @@ use prost::Message as _;
 use protobuf::Message as _;
 use quarry_proto::meta::{Peer as PeerMeta, Region, RegionEpoch, RegionStatus, StatusResponse};
 use quarry_proto::raft::{
-    raft_cmd::Cmd, ChangePeerContext, KvWrite, PeerState, RaftCmd, RaftMessage, RegionLocalState,
-    SplitRequest,
+    raft_cmd::Cmd, ChangePeerContext, KvWrite, PeerState, RaftCmd, RaftMessage, SplitRequest,
 };
 use raft::eraftpb::{ConfChange, ConfChangeType, Message as RaftMsg, MessageType};
 use raft::{ReadState, Ready};
@@ -42,8 +41,7 @@ use tokio::sync::oneshot;
 
 use crate::apply::{apply_entries, ApplyCtx, ExecResult};
 use crate::compaction::DeltaStats;
-use crate::engine::{Cf, Engine, WriteBatch};
-use crate::keys;
+use crate::engine::{Engine, WriteBatch};
 use crate::local_read::LocalReader;
 use crate::peer::{Callback, Peer, PendingRead, ELECTION_TICKS, TICK};
 use crate::peer_storage::PeerStorage;
@@ -160,26 +158,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         let logger = crate::peer::raft_logger();
         let mut peers = HashMap::new();
         let mut tombstones = HashMap::new();
-        let mut states = Vec::new();
-        let mut err = None;
-        engine.scan(
-            Cf::Raft,
-            keys::REGION_STATE_PREFIX,
-            &keys::prefix_end(keys::REGION_STATE_PREFIX),
-            &mut |_, v| match RegionLocalState::decode(v) {
-                Ok(s) => {
-                    states.push(s);
-                    true
-                }
-                Err(e) => {
-                    err = Some(e);
-                    false
-                }
-            },
-        )?;
-        if let Some(e) = err {
-            return Err(e.into());
-        }
+        let states = PeerStorage::region_states(engine.as_ref())?;
         for s in states {
             let id = s.region.as_ref().map_or(0, |r| r.id);
             if s.state == PeerState::Tombstone as i32 {
@@ -570,33 +549,8 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             return Ok(());
         };
         peer.fail_all(|| Error::region(region::not_found(region_id)));
-        let r = peer.region().clone();
         let mut wb = WriteBatch::new();
-        if peer.is_initialized() {
-            wb.delete_range(
-                Cf::Default,
-                r.start_key.clone(),
-                if r.end_key.is_empty() {
-                    vec![0xFF; 32]
-                } else {
-                    r.end_key.clone()
-                },
-            );
-        }
-        let (s, e) = keys::raft_log_range(region_id);
-        wb.delete_range(Cf::Raft, s, e);
-        wb.delete(Cf::Raft, keys::raft_state_key(region_id));
-        wb.delete(Cf::Raft, keys::apply_state_key(region_id));
-        let tomb = RegionLocalState {
-            region: Some(r),
-            state: PeerState::Tombstone as i32,
-            peer: Some(peer.meta),
-        };
-        wb.put(
-            Cf::Raft,
-            keys::region_state_key(region_id),
-            tomb.encode_to_vec(),
-        );
+        peer.storage().destroy(&mut wb);
         self.engine.write(&wb, true)?;
         self.tombstones.insert(region_id, peer.meta.id);
         tracing::info!(region = region_id, peer = peer.meta.id, "destroyed peer");
