@@ -30,7 +30,8 @@ use quarry_proto::raft::{
 use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType};
 
 use crate::engine::{Cf, Engine, WriteBatch};
-use crate::peer::{Outcome, Peer, Proposal};
+use crate::peer::propose::{Outcome, Proposal};
+use crate::peer::Peer;
 use crate::peer_storage::PeerStorage;
 use crate::{region, Error, Result};
 
@@ -381,15 +382,13 @@ fn exec_change_peer<E: Engine>(
         // Already done (a retried proposal): nothing changes, not even raft.
         _ => return Ok(Outcome::Region(region)),
     }
-    peer.raft
-        .apply_conf_change(&cc)
-        .map_err(|e| Error::Internal(format!("applying a conf change: {e}")))?;
+    peer.apply_conf_change(&cc)?;
     let mut epoch = region::epoch(&region);
     epoch.conf_ver += 1;
     region.epoch = Some(epoch);
     peer.storage_mut().region = region.clone();
     peer.storage().write_region_state(ctx.wb);
-    let removed_self = target.id == peer.meta.id && change.remove;
+    let removed_self = target.id == peer.peer_id() && change.remove;
     ctx.results.push(ExecResult::ChangePeer {
         region: region.clone(),
         removed_self,
@@ -408,31 +407,7 @@ pub fn apply_entries<E: Engine>(
     };
     let (last_index, last_term) = (last.index, last.term);
     for entry in entries {
-        let result: Result<Outcome> = match entry.get_entry_type() {
-            EntryType::EntryNormal if entry.data.is_empty() => Ok(Outcome::Done),
-            EntryType::EntryNormal => match RaftCmd::decode(entry.data.as_ref()) {
-                Err(e) => Err(Error::Internal(format!("corrupt raft command: {e}"))),
-                Ok(cmd) => match cmd.cmd {
-                    Some(Cmd::Write(w)) => {
-                        let region = peer.region().clone();
-                        exec_write(&region, cmd.epoch.as_ref(), w, ctx)
-                    }
-                    Some(Cmd::Split(s)) => exec_split(peer, cmd.epoch.as_ref(), s, ctx),
-                    Some(Cmd::CompactLog(c)) => {
-                        let (i, t) = (c.compact_index, c.compact_term);
-                        if i > peer.storage().truncated_index() && i <= entry.index {
-                            peer.storage_mut().compact_to(i, t, ctx.wb);
-                        }
-                        Ok(Outcome::Done)
-                    }
-                    None => Err(Error::Internal("empty raft command".into())),
-                },
-            },
-            EntryType::EntryConfChange => exec_change_peer(peer, &entry, ctx),
-            EntryType::EntryConfChangeV2 => {
-                Err(Error::Internal("unexpected ConfChangeV2 entry".into()))
-            }
-        };
+        let result = exec_entry(peer, &entry, ctx);
         if let Err(Error::Internal(m)) = &result {
             tracing::error!(
                 region = peer.region_id(),
@@ -450,4 +425,38 @@ pub fn apply_entries<E: Engine>(
     s.apply_state.commit_index = last_index;
     s.apply_state.commit_term = last_term;
     s.write_apply_state(ctx.wb);
+}
+
+/// Executes one committed entry.
+fn exec_entry<E: Engine>(
+    peer: &mut Peer<E>,
+    entry: &Entry,
+    ctx: &mut ApplyCtx<'_, E>,
+) -> Result<Outcome> {
+    match entry.get_entry_type() {
+        EntryType::EntryNormal if entry.data.is_empty() => Ok(Outcome::Done),
+        EntryType::EntryNormal => {
+            let cmd = RaftCmd::decode(entry.data.as_ref())
+                .map_err(|e| Error::Internal(format!("corrupt raft command: {e}")))?;
+            match cmd.cmd {
+                Some(Cmd::Write(w)) => {
+                    let region = peer.region().clone();
+                    exec_write(&region, cmd.epoch.as_ref(), w, ctx)
+                }
+                Some(Cmd::Split(s)) => exec_split(peer, cmd.epoch.as_ref(), s, ctx),
+                Some(Cmd::CompactLog(c)) => {
+                    let (i, t) = (c.compact_index, c.compact_term);
+                    if i > peer.storage().truncated_index() && i <= entry.index {
+                        peer.storage_mut().compact_to(i, t, ctx.wb);
+                    }
+                    Ok(Outcome::Done)
+                }
+                None => Err(Error::Internal("empty raft command".into())),
+            }
+        }
+        EntryType::EntryConfChange => exec_change_peer(peer, entry, ctx),
+        EntryType::EntryConfChangeV2 => {
+            Err(Error::Internal("unexpected ConfChangeV2 entry".into()))
+        }
+    }
 }
