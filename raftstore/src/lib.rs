@@ -23,7 +23,10 @@
 //! fsync for the raft log writes of every peer in a round, before any
 //! message that depends on them leaves. Writes are proposed by the leader
 //! ([`peer::propose`]) and acknowledged once applied; apply writes the data
-//! and the apply state in one write batch ([`apply`]).
+//! and the apply state in one write batch ([`apply`]). A command refused
+//! for a reason every replica shares (a stale epoch, a duplicate key) is
+//! answered and passed over; an apply error of this replica alone (a failed
+//! disk read) stops the store instead of skipping the entry.
 //!
 //! APPLY BEFORE PERSISTING THE COMMIT INDEX (TiDB 4.0, `early-apply`):
 //! committed entries already in the local log are applied before the

@@ -295,12 +295,17 @@ impl<E: Engine> Peer<E> {
         self.raft.advance_apply();
     }
 
-    /// Applies a committed membership change to raft's configuration.
+    /// Applies a committed membership change to raft's configuration. A
+    /// change raft refuses (it would remove the last voter, say) is refused
+    /// by every replica alike, so it is a deterministic error.
     pub(crate) fn apply_conf_change(&mut self, cc: &ConfChange) -> Result<()> {
-        self.raft
-            .apply_conf_change(cc)
-            .map(|_| ())
-            .map_err(|e| Error::Internal(format!("applying a conf change: {e}")))
+        match self.raft.apply_conf_change(cc) {
+            Ok(_) => Ok(()),
+            Err(e @ raft::Error::ConfChangeError(_)) => Err(Error::InvalidInput(format!(
+                "membership change refused by raft: {e}"
+            ))),
+            Err(e) => Err(Error::Internal(format!("applying a conf change: {e}"))),
+        }
     }
 
     // ------------------------------------------------------------ leases

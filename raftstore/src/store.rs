@@ -27,6 +27,10 @@
 //!    what the LightReady brings, answer proposals and reads, and carry out
 //!    splits and membership changes.
 //!
+//! A round that fails (a write the engine refused, an apply error that is
+//! not deterministic) returns its error before anything after it is
+//! written or answered, and [`run_loop`] stops the process.
+//!
 //! Apply happens on this thread. Coprocessor reads do not: the loop only
 //! confirms leadership (lease or ReadIndex) and that the apply caught up,
 //! then the service reads a RocksDB snapshot on the read pool.
@@ -53,6 +57,8 @@ use crate::transport::Transport;
 use crate::{region, Error, Result};
 
 mod life;
+#[cfg(test)]
+mod tests;
 
 /// Requests to the store loop.
 pub enum StoreMsg {
@@ -463,7 +469,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                 peer.on_read_states(ready.take_read_states());
                 let committed = ready.take_committed_entries();
                 let deferred = if self.cfg.early_apply && !has_snapshot {
-                    apply_entries(peer, committed, &mut ctx);
+                    apply_entries(peer, committed, &mut ctx)?;
                     vec![]
                 } else {
                     committed
@@ -507,7 +513,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                     deferred,
                 } = p;
                 let peer = self.peers.get_mut(&region_id).expect("pending peer");
-                apply_entries(peer, deferred, &mut ctx);
+                apply_entries(peer, deferred, &mut ctx)?;
                 let persisted = ready.take_persisted_messages();
                 let mut light = peer.advance(ready);
                 if let Some(commit) = light.commit_index() {
@@ -515,7 +521,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                     peer.storage().write_raft_state(ctx.wb);
                 }
                 let light_msgs = light.take_messages();
-                apply_entries(peer, light.take_committed_entries(), &mut ctx);
+                apply_entries(peer, light.take_committed_entries(), &mut ctx)?;
                 peer.advance_apply();
                 self.send_later(region_id, persisted);
                 self.send_later(region_id, light_msgs);
@@ -593,7 +599,25 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
 }
 
 /// Runs the store loop until every sender of `rx` is gone.
+///
+/// A round that fails (the engine refused a write, or apply met an error
+/// that is this replica's alone) leaves memory ahead of the disk: the
+/// process stops at once, with the error logged and exit status 2, rather
+/// than acknowledge anything more. A restart resumes from what was written.
 pub fn run_loop<E: Engine, T: Transport>(mut store: RaftStore<E, T>, rx: Receiver<StoreMsg>) {
+    if let Err(e) = drive(&mut store, &rx) {
+        tracing::error!(store = store.store_id, "store loop stopped: {e}");
+        eprintln!("fatal: store {} stopped: {e}", store.store_id);
+        std::process::exit(2);
+    }
+}
+
+/// The loop itself: returns once every sender of `rx` is gone, or with the
+/// error of the first round that failed.
+fn drive<E: Engine, T: Transport>(
+    store: &mut RaftStore<E, T>,
+    rx: &Receiver<StoreMsg>,
+) -> Result<()> {
     let mut next_tick = Instant::now() + TICK;
     loop {
         let now = Instant::now();
@@ -606,7 +630,7 @@ pub fn run_loop<E: Engine, T: Transport>(mut store: RaftStore<E, T>, rx: Receive
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Disconnected) => return Ok(()),
         }
         if Instant::now() >= next_tick {
             store.tick();
@@ -625,15 +649,6 @@ pub fn run_loop<E: Engine, T: Transport>(mut store: RaftStore<E, T>, rx: Receive
                 "slow store loop round"
             );
         }
-        if let Err(e) = result {
-            // A failed RocksDB write leaves memory and disk disagreeing:
-            // stop rather than acknowledge anything more.
-            tracing::error!(store = store.store_id, "store loop stopped: {e}");
-            eprintln!(
-                "fatal: store {} cannot persist raft state: {e}",
-                store.store_id
-            );
-            std::process::exit(2);
-        }
+        result?;
     }
 }
