@@ -4,8 +4,20 @@
 //! with the peer's `ApplyState` (data and applied index can never
 //! disagree). Apply is deterministic: every replica sees the same entries
 //! in the same order and reaches the same result, including refusals
-//! (a write against an older region epoch, a duplicate key), which are
-//! decided from the data alone and so are the same everywhere.
+//! (a write against an older region epoch, a duplicate key, an unknown
+//! conflict mode), which are decided from the data alone and so are the
+//! same everywhere.
+//!
+//! ERRORS: a refusal is the command's answer: the proposer hears it, and
+//! the applied index moves past the entry on every replica alike. An error
+//! that is not deterministic ([`Error::is_deterministic`]: the engine
+//! failed to read, a stored pack did not decode) is this replica's alone;
+//! answering it and moving on would silently skip a write the other
+//! replicas applied. [`apply_entries`] then stops at that entry and returns
+//! the error without answering anyone or moving the applied index, and the
+//! store loop stops as it does after a failed write, before anything of
+//! the round is written (`store::run_loop`). After a restart the entry is
+//! applied again from the log.
 //!
 //! Commands:
 //! * `KvWrite`: puts, deletes and range deletes inside the region, with an
@@ -30,7 +42,8 @@ use quarry_proto::raft::{
 use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType};
 
 use crate::engine::{Cf, Engine, WriteBatch};
-use crate::peer::{Outcome, Peer, Proposal};
+use crate::peer::propose::{Outcome, Proposal};
+use crate::peer::Peer;
 use crate::peer_storage::PeerStorage;
 use crate::{region, Error, Result};
 
@@ -178,13 +191,6 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
             })?;
         Ok(best.map(|(_, v)| v))
     }
-
-    /// Forgets the overlay once the batch has been written.
-    pub fn reset_overlay(&mut self) {
-        self.overlay.clear();
-        self.deleted_ranges.clear();
-        self.pack_puts.clear();
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,6 +228,12 @@ pub(crate) fn exec_write<E: Engine>(
             "must_exist_hash must match must_exist".into(),
         ));
     }
+    let conflict = Conflict::try_from(w.conflict).map_err(|_| {
+        Error::InvalidInput(format!(
+            "unknown conflict mode {} in a write to region {}",
+            w.conflict, region.id
+        ))
+    })?;
     for (i, k) in w.must_exist.iter().enumerate() {
         let changed = match ctx.lookup(k)? {
             None => true,
@@ -238,7 +250,6 @@ pub(crate) fn exec_write<E: Engine>(
             )));
         }
     }
-    let conflict = Conflict::try_from(w.conflict).unwrap_or(Conflict::Overwrite);
     let mut skip = vec![false; w.puts.len()];
     if conflict != Conflict::Overwrite {
         for (i, p) in w.puts.iter().enumerate() {
@@ -388,15 +399,13 @@ fn exec_change_peer<E: Engine>(
         // Already done (a retried proposal): nothing changes, not even raft.
         _ => return Ok(Outcome::Region(region)),
     }
-    peer.raft
-        .apply_conf_change(&cc)
-        .map_err(|e| Error::Internal(format!("applying a conf change: {e}")))?;
+    peer.apply_conf_change(&cc)?;
     let mut epoch = region::epoch(&region);
     epoch.conf_ver += 1;
     region.epoch = Some(epoch);
     peer.storage_mut().region = region.clone();
     peer.storage().write_region_state(ctx.wb);
-    let removed_self = target.id == peer.meta.id && change.remove;
+    let removed_self = target.id == peer.peer_id() && change.remove;
     ctx.results.push(ExecResult::ChangePeer {
         region: region.clone(),
         removed_self,
@@ -405,47 +414,32 @@ fn exec_change_peer<E: Engine>(
 }
 
 /// Applies `entries` (committed, in order) to `peer` into `ctx`.
+///
+/// A deterministic error rejects its command (the proposer is answered) and
+/// apply goes on. A non-deterministic one stops apply at its entry and is
+/// returned: nothing is answered for it, the applied index stays before
+/// it, and `ctx` and the peer's memory hold a partial round the caller must
+/// not write or go on from (see the module docs).
 pub fn apply_entries<E: Engine>(
     peer: &mut Peer<E>,
     entries: Vec<Entry>,
     ctx: &mut ApplyCtx<'_, E>,
-) {
+) -> Result<()> {
     let Some(last) = entries.last() else {
-        return;
+        return Ok(());
     };
     let (last_index, last_term) = (last.index, last.term);
     for entry in entries {
-        let result: Result<Outcome> = match entry.get_entry_type() {
-            EntryType::EntryNormal if entry.data.is_empty() => Ok(Outcome::Done),
-            EntryType::EntryNormal => match RaftCmd::decode(entry.data.as_ref()) {
-                Err(e) => Err(Error::Internal(format!("corrupt raft command: {e}"))),
-                Ok(cmd) => match cmd.cmd {
-                    Some(Cmd::Write(w)) => {
-                        let region = peer.region().clone();
-                        exec_write(&region, cmd.epoch.as_ref(), w, ctx)
-                    }
-                    Some(Cmd::Split(s)) => exec_split(peer, cmd.epoch.as_ref(), s, ctx),
-                    Some(Cmd::CompactLog(c)) => {
-                        let (i, t) = (c.compact_index, c.compact_term);
-                        if i > peer.storage().truncated_index() && i <= entry.index {
-                            peer.storage_mut().compact_to(i, t, ctx.wb);
-                        }
-                        Ok(Outcome::Done)
-                    }
-                    None => Err(Error::Internal("empty raft command".into())),
-                },
-            },
-            EntryType::EntryConfChange => exec_change_peer(peer, &entry, ctx),
-            EntryType::EntryConfChangeV2 => {
-                Err(Error::Internal("unexpected ConfChangeV2 entry".into()))
+        let result = exec_entry(peer, &entry, ctx);
+        if let Err(e) = &result {
+            if !e.is_deterministic() {
+                tracing::error!(
+                    region = peer.region_id(),
+                    index = entry.index,
+                    "apply failed on this replica alone, not moving past the entry: {e}"
+                );
+                return result.map(|_| ());
             }
-        };
-        if let Err(Error::Internal(m)) = &result {
-            tracing::error!(
-                region = peer.region_id(),
-                index = entry.index,
-                "apply failed: {m}"
-            );
         }
         if let Some(p) = peer.take_proposal(entry.index, entry.term) {
             ctx.finished.push((p, result));
@@ -457,4 +451,129 @@ pub fn apply_entries<E: Engine>(
     s.apply_state.commit_index = last_index;
     s.apply_state.commit_term = last_term;
     s.write_apply_state(ctx.wb);
+    Ok(())
+}
+
+/// Executes one committed entry.
+fn exec_entry<E: Engine>(
+    peer: &mut Peer<E>,
+    entry: &Entry,
+    ctx: &mut ApplyCtx<'_, E>,
+) -> Result<Outcome> {
+    match entry.get_entry_type() {
+        EntryType::EntryNormal if entry.data.is_empty() => Ok(Outcome::Done),
+        EntryType::EntryNormal => {
+            let cmd = RaftCmd::decode(entry.data.as_ref())
+                .map_err(|e| Error::Internal(format!("corrupt raft command: {e}")))?;
+            match cmd.cmd {
+                Some(Cmd::Write(w)) => {
+                    let region = peer.region().clone();
+                    exec_write(&region, cmd.epoch.as_ref(), w, ctx)
+                }
+                Some(Cmd::Split(s)) => exec_split(peer, cmd.epoch.as_ref(), s, ctx),
+                Some(Cmd::CompactLog(c)) => {
+                    let (i, t) = (c.compact_index, c.compact_term);
+                    if i > peer.storage().truncated_index() && i <= entry.index {
+                        peer.storage_mut().compact_to(i, t, ctx.wb);
+                    }
+                    Ok(Outcome::Done)
+                }
+                None => Err(Error::Internal("empty raft command".into())),
+            }
+        }
+        EntryType::EntryConfChange => exec_change_peer(peer, entry, ctx),
+        EntryType::EntryConfChangeV2 => {
+            Err(Error::Internal("unexpected ConfChangeV2 entry".into()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use quarry_coprocessor::codec::key::{record_key, table_record_range};
+    use quarry_proto::kv::KvPair;
+    use quarry_proto::meta::{Region, RegionEpoch};
+    use quarry_proto::raft::{Conflict, KvWrite};
+
+    use super::{exec_write, ApplyCtx};
+    use crate::engine::memory::MemEngine;
+    use crate::engine::{Cf, WriteBatch};
+    use crate::Error;
+
+    const T: i64 = 7;
+
+    fn region() -> Region {
+        let (start_key, end_key) = table_record_range(T);
+        Region {
+            id: 10,
+            start_key,
+            end_key,
+            epoch: Some(RegionEpoch {
+                conf_ver: 1,
+                version: 1,
+            }),
+            peers: vec![],
+        }
+    }
+
+    fn put(conflict: i32) -> KvWrite {
+        KvWrite {
+            puts: vec![KvPair {
+                key: record_key(T, 1),
+                value: b"v".to_vec(),
+            }],
+            conflict,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_unknown_conflict_mode_is_refused_not_taken_for_overwrite() {
+        let engine = Arc::new(MemEngine::new());
+        let r = region();
+        let mut wb = WriteBatch::new();
+        let mut ctx = ApplyCtx::new(&engine, 1, &mut wb);
+        let Err(err) = exec_write(&r, r.epoch.as_ref(), put(7), &mut ctx) else {
+            panic!("a write with conflict mode 7 applied")
+        };
+        assert!(matches!(err, Error::InvalidInput(_)), "{err}");
+        assert!(err.is_deterministic(), "every replica refuses it alike");
+        assert!(err.to_string().contains("unknown conflict mode 7"), "{err}");
+        drop(ctx);
+        assert!(wb.is_empty(), "a refused write writes nothing");
+        // The known modes still apply.
+        for mode in [
+            Conflict::Overwrite,
+            Conflict::FailIfExists,
+            Conflict::FailIfDifferent,
+        ] {
+            let mut wb = WriteBatch::new();
+            let mut ctx = ApplyCtx::new(&engine, 1, &mut wb);
+            assert!(exec_write(&r, r.epoch.as_ref(), put(mode as i32), &mut ctx).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_failed_engine_read_during_apply_is_not_deterministic() {
+        let engine = Arc::new(MemEngine::new());
+        engine.fail_reads(Cf::Default, true);
+        let r = region();
+        let mut wb = WriteBatch::new();
+        let mut ctx = ApplyCtx::new(&engine, 1, &mut wb);
+        // An INSERT looks for the key: the read fails.
+        let Err(err) = exec_write(
+            &r,
+            r.epoch.as_ref(),
+            put(Conflict::FailIfExists as i32),
+            &mut ctx,
+        ) else {
+            panic!("an INSERT applied without reading")
+        };
+        assert!(matches!(err, Error::Engine(_)), "{err}");
+        assert!(!err.is_deterministic());
+        // An overwrite reads nothing.
+        assert!(exec_write(&r, r.epoch.as_ref(), put(0), &mut ctx).is_ok());
+    }
 }

@@ -5,6 +5,15 @@
 //! peer that could not be reached; `Engine` and `Internal` are failures of
 //! this process. Services map each variant to a response field or a tonic
 //! status exactly once, at the server boundary.
+//!
+//! DETERMINISM: applying a committed entry must reach the same result on
+//! every replica. An error that follows from the entry and the replicated
+//! state alone (a stale epoch, a duplicate key, malformed input) is the
+//! command's answer: it is rejected everywhere alike and the replica moves
+//! on. Any other error (the engine failed to read, a stored value did not
+//! decode, a bug) belongs to this replica only; answering it and moving on
+//! would skip a write the other replicas applied, so apply stops the store
+//! instead ([`Error::is_deterministic`], `apply.rs`).
 
 use quarry_proto::meta::RegionError;
 
@@ -62,5 +71,30 @@ impl From<Error> for tonic::Status {
 impl Error {
     pub fn region(e: RegionError) -> Self {
         Error::Region(Box::new(e))
+    }
+
+    /// Whether every replica applying the same entry over the same
+    /// replicated state meets this error too (see the module docs). Region
+    /// errors and invalid input are decided from the command and the data;
+    /// engine, internal and availability errors come from this process.
+    pub fn is_deterministic(&self) -> bool {
+        match self {
+            Error::Region(_) | Error::InvalidInput(_) => true,
+            Error::Unavailable(_) | Error::Engine(_) | Error::Internal(_) => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_errors_decided_by_the_command_and_the_data_are_deterministic() {
+        assert!(Error::region(crate::region::not_found(1)).is_deterministic());
+        assert!(Error::InvalidInput("duplicate key".into()).is_deterministic());
+        assert!(!Error::Engine("read failed".into()).is_deterministic());
+        assert!(!Error::Internal("corrupt stored protobuf".into()).is_deterministic());
+        assert!(!Error::Unavailable("peer down".into()).is_deterministic());
     }
 }

@@ -113,12 +113,6 @@ pub fn raft_log_range(region_id: u64) -> (Vec<u8>, Vec<u8>) {
     (raft_log_key(region_id, 0), raft_log_key(region_id + 1, 0))
 }
 
-/// The index in a raft log key.
-pub fn raft_log_index(key: &[u8]) -> Option<u64> {
-    let b: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;
-    Some(u64::from_be_bytes(b))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@
 //! `conf_ver` when the peers change) and peers on distinct stores, three by
 //! default. A table gets its regions when it is created, pre-split at
 //! handles the creator chooses; regions later split in two when they grow
-//! past `region-split-size`. Every request names a region and the epoch it
+//! past `region-split-size-mb`. Every request names a region and the epoch it
 //! believes in; a store that disagrees answers with a region error:
 //! `NotLeader` (with the leader it knows), `EpochNotMatch` (with the current
 //! region), `RegionNotFound`, `KeyNotInRegion`, `ServerIsBusy`,
@@ -22,8 +22,11 @@
 //! incoming messages, ticks, and runs the Ready procedure in order, with one
 //! fsync for the raft log writes of every peer in a round, before any
 //! message that depends on them leaves. Writes are proposed by the leader
-//! and acknowledged once applied; apply writes the data and the apply state
-//! in one write batch ([`apply`]).
+//! ([`peer::propose`]) and acknowledged once applied; apply writes the data
+//! and the apply state in one write batch ([`apply`]). A command refused
+//! for a reason every replica shares (a stale epoch, a duplicate key) is
+//! answered and passed over; an apply error of this replica alone (a failed
+//! disk read) stops the store instead of skipping the entry.
 //!
 //! APPLY BEFORE PERSISTING THE COMMIT INDEX (TiDB 4.0, `early-apply`):
 //! committed entries already in the local log are applied before the
@@ -38,7 +41,8 @@
 //! rounds, shorter than the election timeout) it reads local state at once
 //! — checked on the request's own thread against the leases the store loop
 //! publishes ([`local_read`]); otherwise it confirms leadership with
-//! ReadIndex and waits until it has applied up to the read index.
+//! ReadIndex and waits until it has applied up to the read index
+//! ([`peer::read`]).
 //! Coprocessor requests then run on a thread pool over a RocksDB snapshot
 //! bounded to the region, a big region's aggregation cut into parts
 //! scanned in parallel ([`node`]).
@@ -53,9 +57,16 @@
 //! CODE MAP
 //!
 //! * [`engine`]: the engine trait, RocksDB and in-memory implementations.
-//! * [`peer_storage`], [`peer`], [`apply`]: one replica's state.
-//! * [`store`]: the store loop; [`transport`] and [`grpc_transport`]: raft
-//!   messages between stores.
+//! * State: [`peer_storage`] (one replica's durable raft state, and the
+//!   only writer of its keys), [`peer`] (the replica: raft node, waiting
+//!   proposals and reads, lease), [`apply`] (executing committed entries).
+//! * Behaviours of a peer, each in its own module: [`peer::propose`]
+//!   (proposals and their answers), [`peer::read`] (lease and ReadIndex
+//!   reads), [`peer::compact_log`] (raft log truncation),
+//!   [`peer::balance`] (leadership transfers, the preferred leader).
+//! * [`store`]: the driver, the store loop: message routing, ticks, the
+//!   Ready procedure, and peers' creation and destruction; [`transport`]
+//!   and [`grpc_transport`]: raft messages between stores.
 //! * [`node`]: what services call; [`local_read`]: lease reads without the
 //!   store loop; [`meta`]: the catalog; [`worker`]: heartbeats, meta
 //!   replicas, splits, and [`compaction`] of column tables' row delta.
@@ -64,7 +75,8 @@
 //! MEMBERSHIP
 //!
 //! Leaders move to each region's preferred peer (`peers[id % n]`) when it
-//! is caught up, which spreads leaders evenly over stores. A store not heard
+//! is caught up, which spreads leaders evenly over stores
+//! ([`peer::balance`]). A store not heard
 //! from for `max-store-down-secs` has its replicas re-created on stores
 //! without one (add the new peer, then remove the dead one), when such
 //! stores exist.

@@ -1,10 +1,20 @@
 //! A peer: this store's replica of one region.
 //!
-//! State that does not depend on the threading model lives here (as in
-//! TiKV's raftstore-v2 `raft/peer.rs`): the raft-rs `RawNode` over a
-//! [`PeerStorage`], the proposals waiting to be applied, the reads waiting
-//! for a read index, and the leader lease. The store loop
-//! (`store.rs`) drives it; apply is in `apply.rs`, reads in `read.rs`.
+//! STATE HERE, BEHAVIOUR BESIDE IT (as in TiKV's raftstore-v2, where
+//! `raft/peer.rs` holds the state and `operation/` the behaviours). A
+//! [`Peer`] is the raft-rs `RawNode` over a [`PeerStorage`] plus what
+//! waits on it: the proposals waiting to be applied, the reads waiting for
+//! a read index, the leader lease. Its fields are private; each behaviour
+//! that works on them is a submodule with its own `impl Peer` block:
+//!
+//! * [`propose`]: proposing commands and membership changes, and answering
+//!   proposals once their entries apply;
+//! * [`read`]: reads, under the lease or through ReadIndex;
+//! * [`compact_log`]: when a leader truncates the raft log;
+//! * [`balance`]: leadership transfers and the preferred leader.
+//!
+//! The store loop (`store.rs`) drives peers through the methods here and
+//! there; apply (`apply.rs`) executes their committed entries.
 //!
 //! LEASE: a leader may serve reads from its local state, without a round
 //! trip, while its lease holds. The lease is renewed whenever a quorum
@@ -15,12 +25,19 @@
 //! a second). It is only used once the leader has applied an entry of its
 //! own term, so every write acknowledged by an earlier leader is visible.
 
-use std::collections::VecDeque;
+pub mod balance;
+pub mod compact_log;
+pub mod propose;
+pub mod read;
+
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use protobuf::Message as _;
 use quarry_proto::meta::{Peer as PeerMeta, Region, RegionError};
-use raft::{Config, RawNode, StateRole};
-use tokio::sync::oneshot;
+use quarry_proto::raft::RaftMessage;
+use raft::eraftpb::{ConfChange, Message as RaftMsg};
+use raft::{Config, LightReady, RawNode, Ready, StateRole};
 
 use crate::engine::Engine;
 use crate::peer_storage::PeerStorage;
@@ -34,80 +51,22 @@ pub const HEARTBEAT_TICKS: usize = 2;
 /// The leader lease: below the minimum election timeout (1 s).
 pub const LEASE: Duration = Duration::from_millis(800);
 
-/// What a finished proposal reports.
-pub enum Callback {
-    Write(oneshot::Sender<Result<()>>),
-    Split(oneshot::Sender<Result<(Region, Region)>>),
-    ChangePeer(oneshot::Sender<Result<Region>>),
-    None,
-}
-
-/// What applying a command produced, for its callback.
-pub enum Outcome {
-    Done,
-    Split(Region, Region),
-    Region(Region),
-}
-
-impl Callback {
-    /// Answers the proposer with the outcome of applying its entry.
-    pub fn finish(self, r: Result<Outcome>) {
-        match (self, r) {
-            (Callback::Write(c), Ok(_)) => drop(c.send(Ok(()))),
-            (Callback::Split(c), Ok(Outcome::Split(l, r))) => drop(c.send(Ok((l, r)))),
-            (Callback::ChangePeer(c), Ok(Outcome::Region(r))) => drop(c.send(Ok(r))),
-            (Callback::None, _) => {}
-            (cb, Ok(_)) => cb.fail(Error::Internal(
-                "a command finished with the wrong outcome".into(),
-            )),
-            (cb, Err(e)) => cb.fail(e),
-        }
-    }
-
-    pub fn fail(self, e: Error) {
-        match self {
-            Callback::Write(c) => drop(c.send(Err(e))),
-            Callback::Split(c) => drop(c.send(Err(e))),
-            Callback::ChangePeer(c) => drop(c.send(Err(e))),
-            Callback::None => {}
-        }
-    }
-}
-
-pub struct Proposal {
-    pub index: u64,
-    pub term: u64,
-    pub cb: Callback,
-    pub proposed_at: Instant,
-}
-
-/// A read waiting for its read index to be confirmed and applied.
-pub struct PendingRead {
-    pub id: u64,
-    pub requested_at: Instant,
-    /// When the current ReadIndex round for it was started; None while it
-    /// waits for the leader to commit an entry of its term (raft-rs drops
-    /// ReadIndex requests before that).
-    pub issued_at: Option<Instant>,
-    pub index: Option<u64>,
-    pub cbs: Vec<oneshot::Sender<Result<Region>>>,
-}
-
 pub struct Peer<E: Engine> {
+    /// The raft-rs node. Public only so tests can inspect raft-rs's own
+    /// positions (`raft.raft.raft_log`); the store and the behaviour
+    /// modules go through `Peer`'s methods.
     pub raft: RawNode<PeerStorage<E>>,
-    pub meta: PeerMeta,
-    pub proposals: VecDeque<Proposal>,
-    pub reads: VecDeque<PendingRead>,
+    meta: PeerMeta,
+    proposals: VecDeque<propose::Proposal>,
+    reads: VecDeque<read::PendingRead>,
     next_read_id: u64,
     lease_until: Option<Instant>,
     /// Ticks until this peer campaigns (a new region's preferred leader).
-    pub campaign_in: Option<u32>,
-    /// Removed from the region: destroy once the store loop gets to it.
-    pub pending_remove: bool,
+    campaign_in: Option<u32>,
     last_role: StateRole,
     /// Peers learned from incoming messages, for replying before this peer
     /// knows its region's peers (an uninitialized peer).
-    pub peer_cache: std::collections::HashMap<u64, PeerMeta>,
+    peer_cache: HashMap<u64, PeerMeta>,
 }
 
 /// raft-rs logs through slog; forward its records to `tracing` at debug.
@@ -159,10 +118,20 @@ impl<E: Engine> Peer<E> {
             next_read_id: 1,
             lease_until: None,
             campaign_in: None,
-            pending_remove: false,
             last_role: StateRole::Follower,
-            peer_cache: std::collections::HashMap::new(),
+            peer_cache: HashMap::new(),
         })
+    }
+
+    // ------------------------------------------------------------ state
+
+    /// This peer (its id and store).
+    pub fn meta(&self) -> PeerMeta {
+        self.meta
+    }
+
+    pub fn peer_id(&self) -> u64 {
+        self.meta.id
     }
 
     pub fn region(&self) -> &Region {
@@ -193,14 +162,18 @@ impl<E: Engine> Peer<E> {
         self.raft.raft.leader_id
     }
 
-    pub fn is_initialized(&self) -> bool {
-        self.storage().is_initialized()
+    /// The highest log index raft knows to be committed.
+    pub fn commit_index(&self) -> u64 {
+        self.raft.raft.raft_log.committed
     }
 
-    /// The peer this region prefers as leader: spreads leaders over stores.
-    pub fn preferred_leader(&self) -> Option<PeerMeta> {
-        let peers = &self.region().peers;
-        (!peers.is_empty()).then(|| peers[(self.region_id() as usize) % peers.len()])
+    /// The last index in raft's log (persisted or not).
+    pub fn last_index(&self) -> u64 {
+        self.raft.raft.raft_log.last_index()
+    }
+
+    pub fn is_initialized(&self) -> bool {
+        self.storage().is_initialized()
     }
 
     /// NotLeader with the leader we know of, if any.
@@ -247,54 +220,97 @@ impl<E: Engine> Peer<E> {
         }
     }
 
-    // ------------------------------------------------------------ proposals
+    // ------------------------------------------------------------ raft
 
-    /// Proposes `data`; `cb` is answered once the entry is applied.
-    pub fn propose(&mut self, data: Vec<u8>, cb: Callback, now: Instant) {
-        if !self.is_leader() {
-            cb.fail(self.not_leader());
-            return;
-        }
-        let before = self.raft.raft.raft_log.last_index();
-        if let Err(e) = self.raft.propose(vec![], data) {
-            cb.fail(region_error(format!("proposal dropped: {e}")));
-            return;
-        }
-        let index = self.raft.raft.raft_log.last_index();
-        if index == before {
-            cb.fail(region_error("proposal dropped".into()));
-            return;
-        }
-        self.proposals.push_back(Proposal {
-            index,
-            term: self.term(),
-            cb,
-            proposed_at: now,
-        });
+    /// Steps a message from another peer into raft.
+    pub(crate) fn step(&mut self, msg: RaftMsg) -> raft::Result<()> {
+        self.raft.step(msg)
     }
 
-    /// Answers the proposals an applied entry settles: earlier ones were
-    /// overtaken, a matching one is done. Returns the matching callback.
-    pub fn take_proposal(&mut self, index: u64, term: u64) -> Option<Proposal> {
-        while let Some(p) = self.proposals.front() {
-            if p.index > index {
-                return None;
+    /// Notes the sender of an incoming message, so that replies reach it
+    /// before this peer knows its region's peers.
+    pub(crate) fn remember_peer(&mut self, from: PeerMeta) {
+        self.peer_cache.insert(from.id, from);
+    }
+
+    /// Wraps a raft message to another peer of this region for the
+    /// transport; `None` if that peer is unknown here.
+    pub(crate) fn to_raft_message(&self, msg: RaftMsg) -> Option<RaftMessage> {
+        let r = self.region();
+        let to = r
+            .peers
+            .iter()
+            .find(|p| p.id == msg.to)
+            .copied()
+            .or_else(|| self.peer_cache.get(&msg.to).copied())?;
+        let bytes = msg.write_to_bytes().ok()?;
+        Some(RaftMessage {
+            region_id: r.id,
+            from_peer: Some(self.meta),
+            to_peer: Some(to),
+            region_epoch: r.epoch,
+            message: bytes,
+            start_key: r.start_key.clone(),
+            end_key: r.end_key.clone(),
+        })
+    }
+
+    /// Campaigns for leadership once `ticks` more ticks have passed (0:
+    /// at the next tick).
+    pub(crate) fn campaign_after(&mut self, ticks: u32) {
+        self.campaign_in = Some(ticks);
+    }
+
+    /// One raft tick: advances raft's clock, (re)starts ReadIndex rounds
+    /// that need it, and campaigns when a scheduled campaign is due.
+    pub(crate) fn tick(&mut self, now: Instant) {
+        self.raft.tick();
+        self.drive_reads(now);
+        if let Some(n) = self.campaign_in {
+            if n == 0 {
+                self.campaign_in = None;
+                let _ = self.raft.campaign();
+            } else {
+                self.campaign_in = Some(n - 1);
             }
-            let p = self.proposals.pop_front().expect("non-empty");
-            if p.index == index && p.term == term {
-                if self.is_leader() {
-                    self.renew_lease(p.proposed_at);
-                }
-                return Some(p);
-            }
-            p.cb.fail(stale_command(self.region_id()));
         }
-        None
+    }
+
+    pub(crate) fn has_ready(&self) -> bool {
+        self.raft.has_ready()
+    }
+
+    pub(crate) fn ready(&mut self) -> Ready {
+        self.raft.ready()
+    }
+
+    /// Tells raft a Ready has been persisted (its messages sent, its
+    /// committed entries applied or about to be).
+    pub(crate) fn advance(&mut self, ready: Ready) -> LightReady {
+        self.raft.advance(ready)
+    }
+
+    /// Tells raft every committed entry it handed out has been applied.
+    pub(crate) fn advance_apply(&mut self) {
+        self.raft.advance_apply();
+    }
+
+    /// Applies a committed membership change to raft's configuration. A
+    /// change raft refuses (it would remove the last voter, say) is refused
+    /// by every replica alike, so it is a deterministic error.
+    pub(crate) fn apply_conf_change(&mut self, cc: &ConfChange) -> Result<()> {
+        match self.raft.apply_conf_change(cc) {
+            Ok(_) => Ok(()),
+            Err(e @ raft::Error::ConfChangeError(_)) => Err(Error::InvalidInput(format!(
+                "membership change refused by raft: {e}"
+            ))),
+            Err(e) => Err(Error::Internal(format!("applying a conf change: {e}"))),
+        }
     }
 
     // ------------------------------------------------------------ leases
 
-    pub fn renew_lease(&mut self, since: Instant) {
+    pub(crate) fn renew_lease(&mut self, since: Instant) {
         let until = since + LEASE;
         if self.lease_until.is_none_or(|u| u < until) {
             self.lease_until = Some(until);
@@ -316,80 +332,28 @@ impl<E: Engine> Peer<E> {
         self.lease_until.filter(|_| self.lease_valid(now))
     }
 
-    pub fn next_read_id(&mut self) -> u64 {
-        let id = self.next_read_id;
-        self.next_read_id += 1;
-        id
-    }
-
-    /// Starts ReadIndex rounds for reads that have none, and restarts
-    /// rounds unconfirmed for a second (a heartbeat or its answer was lost).
-    /// Nothing starts before the leader has committed an entry of its term:
-    /// raft-rs would drop the request without a word.
-    pub fn drive_reads(&mut self, now: Instant) {
-        if !self.is_leader() || !self.raft.raft.commit_to_current_term() {
-            return;
-        }
-        let mut restart = Vec::new();
-        for (i, r) in self.reads.iter().enumerate() {
-            let stale = r.issued_at.is_some_and(|at| {
-                r.index.is_none() && now.duration_since(at) > Duration::from_secs(1)
-            });
-            if r.issued_at.is_none() || stale {
-                restart.push(i);
-            }
-        }
-        for i in restart {
-            let id = self.next_read_id();
-            let r = &mut self.reads[i];
-            r.id = id;
-            r.issued_at = Some(now);
-            self.raft.read_index(id.to_be_bytes().to_vec());
-        }
-    }
+    // ------------------------------------------------------------ role
 
     /// Called after every Ready: notices leadership changes. Losing
     /// leadership fails the reads waiting on this peer and drops the lease.
-    pub fn on_role_change(&mut self) {
+    pub(crate) fn on_role_change(&mut self) {
         let role = self.raft.raft.state;
         if role == self.last_role {
             return;
         }
         if self.last_role == StateRole::Leader {
             self.lease_until = None;
-            let reads = std::mem::take(&mut self.reads);
-            for r in reads {
-                for cb in r.cbs {
-                    let _ = cb.send(Err(self.not_leader()));
-                }
-            }
-            let stale = std::mem::take(&mut self.proposals);
-            for p in stale {
-                p.cb.fail(stale_command(self.region_id()));
-            }
+            let not_leader = self.not_leader();
+            self.fail_reads(|| not_leader.clone());
+            let region_id = self.region_id();
+            self.fail_proposals(|| propose::stale_command(region_id));
         }
         self.last_role = role;
     }
 
     /// Fails everything waiting on this peer (it is being destroyed).
-    pub fn fail_all(&mut self, e: impl Fn() -> Error) {
-        for p in std::mem::take(&mut self.proposals) {
-            p.cb.fail(e());
-        }
-        for r in std::mem::take(&mut self.reads) {
-            for cb in r.cbs {
-                let _ = cb.send(Err(e()));
-            }
-        }
+    pub(crate) fn fail_all(&mut self, e: impl Fn() -> Error) {
+        self.fail_proposals(&e);
+        self.fail_reads(&e);
     }
-}
-
-pub fn stale_command(region_id: u64) -> Error {
-    Error::region(RegionError {
-        message: format!(
-            "region {region_id}: the proposal was overtaken by a leader change; its outcome is unknown"
-        ),
-        stale_command: Some(quarry_proto::meta::StaleCommand {}),
-        ..Default::default()
-    })
 }

@@ -2,7 +2,12 @@
 //!
 //! The log lives in the `raft` column family (`\x01l{region}{index}`), with
 //! the HardState and the log's end in `RaftLocalState` and the applied,
-//! committed and truncated positions in `ApplyState` (see `keys.rs`).
+//! committed and truncated positions in `ApplyState` (see `keys.rs`), and
+//! the region, this peer and whether it was removed in `RegionLocalState`.
+//! Only this module writes those keys: creating a peer, appending, moving
+//! positions, installing a snapshot, and destroying a peer
+//! ([`PeerStorage::destroy`]: the data, the log and the states go, and a
+//! tombstone stays so that a late message cannot bring the peer back).
 //! Recent entries are also kept in a bounded in-memory cache, so a leader
 //! sending appends and applying committed entries rarely reads RocksDB.
 //!
@@ -178,6 +183,32 @@ impl<E: Engine> PeerStorage<E> {
         Ok(s)
     }
 
+    /// The region states of every peer this store holds or removed (the
+    /// latter as tombstones), for loading them at start.
+    pub fn region_states(engine: &E) -> Result<Vec<RegionLocalState>> {
+        let mut states = Vec::new();
+        let mut err = None;
+        engine.scan(
+            Cf::Raft,
+            keys::REGION_STATE_PREFIX,
+            &keys::prefix_end(keys::REGION_STATE_PREFIX),
+            &mut |_, v| match RegionLocalState::decode(v) {
+                Ok(s) => {
+                    states.push(s);
+                    true
+                }
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            },
+        )?;
+        match err {
+            Some(e) => Err(e.into()),
+            None => Ok(states),
+        }
+    }
+
     pub fn is_initialized(&self) -> bool {
         self.raft_state.last_index > 0
     }
@@ -203,9 +234,13 @@ impl<E: Engine> PeerStorage<E> {
     // ------------------------------------------------------------ writes
 
     pub fn write_region_state(&self, wb: &mut WriteBatch) {
+        self.put_region_state(PeerState::Normal, wb);
+    }
+
+    fn put_region_state(&self, state: PeerState, wb: &mut WriteBatch) {
         let state = RegionLocalState {
             region: Some(self.region.clone()),
-            state: PeerState::Normal as i32,
+            state: state as i32,
             peer: Some(self.peer),
         };
         wb.put(
@@ -311,6 +346,30 @@ impl<E: Engine> PeerStorage<E> {
         self.apply_state.truncated_index = index;
         self.apply_state.truncated_term = term;
         self.trim_cache(index + 1);
+    }
+
+    /// Writes into `wb` the removal of this peer from the store: the
+    /// region's data (if this peer has any), then its raft state
+    /// ([`PeerStorage::clear_meta`]).
+    pub fn destroy(&self, wb: &mut WriteBatch) {
+        if self.is_initialized() {
+            let r = &self.region;
+            wb.delete_range(Cf::Default, r.start_key.clone(), end_or_max(&r.end_key));
+        }
+        self.clear_meta(wb);
+    }
+
+    /// Writes into `wb` the removal of this peer's raft state: its log, its
+    /// raft and apply states, and a tombstone region state in place of the
+    /// live one, naming the removed peer (a message for it, or for an
+    /// older peer of the region, must not recreate it).
+    pub fn clear_meta(&self, wb: &mut WriteBatch) {
+        let id = self.region.id;
+        let (s, e) = keys::raft_log_range(id);
+        wb.delete_range(Cf::Raft, s, e);
+        wb.delete(Cf::Raft, keys::raft_state_key(id));
+        wb.delete(Cf::Raft, keys::apply_state_key(id));
+        self.put_region_state(PeerState::Tombstone, wb);
     }
 
     /// Installs a snapshot received from the leader (into `wb`): the

@@ -1,5 +1,11 @@
 //! The store loop: one thread per storage process drives every peer.
 //!
+//! This module is the driver: it routes messages to peers, ticks them, and
+//! runs the Ready procedure. What a peer does lives with the peer
+//! ([`crate::peer`]: proposals, reads, log compaction, leadership
+//! transfers), what its state is in [`crate::peer_storage`], and what
+//! applying an entry does in [`crate::apply`].
+//!
 //! Messages arrive on a channel ([`StoreMsg`]): raft messages from other
 //! stores, writes and reads from the services, admin commands. Each round
 //! the loop handles what arrived, ticks raft every [`TICK`], then runs the
@@ -13,12 +19,17 @@
 //!    the local log): data and apply state into one write batch;
 //! 5. append new entries and the HardState to the raft write batch;
 //! 6. write the apply batch (no fsync: the log is the durable truth), then
-//!    the raft batch of *all* peers with one fsync;
+//!    the raft batch of *all* peers with one fsync (why one for all:
+//!    `docs/design-notes.md`, Replication);
 //! 7. without early apply, apply committed entries only now, after the
 //!    commit index is durable;
 //! 8. send the messages that had to wait for the persist, `advance`, apply
 //!    what the LightReady brings, answer proposals and reads, and carry out
 //!    splits and membership changes.
+//!
+//! A round that fails (a write the engine refused, an apply error that is
+//! not deterministic) returns its error before anything after it is
+//! written or answered, and [`run_loop`] stops the process.
 //!
 //! Apply happens on this thread. Coprocessor reads do not: the loop only
 //! confirms leadership (lease or ReadIndex) and that the apply caught up,
@@ -29,26 +40,25 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Instant;
 
-use prost::Message as _;
 use protobuf::Message as _;
 use quarry_proto::meta::{Peer as PeerMeta, Region, RegionEpoch, RegionStatus, StatusResponse};
-use quarry_proto::raft::{
-    raft_cmd::Cmd, ChangePeerContext, KvWrite, PeerState, RaftCmd, RaftMessage, RegionLocalState,
-    SplitRequest,
-};
-use raft::eraftpb::{ConfChange, ConfChangeType, Message as RaftMsg, MessageType};
-use raft::{ReadState, Ready};
+use quarry_proto::raft::{KvWrite, PeerState, RaftMessage, SplitRequest};
+use raft::eraftpb::Message as RaftMsg;
+use raft::Ready;
 use tokio::sync::oneshot;
 
 use crate::apply::{apply_entries, ApplyCtx, ExecResult};
 use crate::compaction::DeltaStats;
-use crate::engine::{Cf, Engine, WriteBatch};
-use crate::keys;
+use crate::engine::{Engine, WriteBatch};
 use crate::local_read::LocalReader;
-use crate::peer::{Callback, Peer, PendingRead, ELECTION_TICKS, TICK};
+use crate::peer::{Peer, ELECTION_TICKS, TICK};
 use crate::peer_storage::PeerStorage;
 use crate::transport::Transport;
 use crate::{region, Error, Result};
+
+mod life;
+#[cfg(test)]
+mod tests;
 
 /// Requests to the store loop.
 pub enum StoreMsg {
@@ -138,15 +148,6 @@ pub struct RaftStore<E: Engine, T: Transport> {
     published: HashSet<u64>,
 }
 
-fn encode_cmd(region_id: u64, epoch: Option<RegionEpoch>, cmd: Cmd) -> Vec<u8> {
-    RaftCmd {
-        region_id,
-        epoch,
-        cmd: Some(cmd),
-    }
-    .encode_to_vec()
-}
-
 /// What one peer's Ready left for after the persist.
 struct PendingReady {
     region_id: u64,
@@ -160,26 +161,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         let logger = crate::peer::raft_logger();
         let mut peers = HashMap::new();
         let mut tombstones = HashMap::new();
-        let mut states = Vec::new();
-        let mut err = None;
-        engine.scan(
-            Cf::Raft,
-            keys::REGION_STATE_PREFIX,
-            &keys::prefix_end(keys::REGION_STATE_PREFIX),
-            &mut |_, v| match RegionLocalState::decode(v) {
-                Ok(s) => {
-                    states.push(s);
-                    true
-                }
-                Err(e) => {
-                    err = Some(e);
-                    false
-                }
-            },
-        )?;
-        if let Some(e) = err {
-            return Err(e.into());
-        }
+        let states = PeerStorage::region_states(engine.as_ref())?;
         for s in states {
             let id = s.region.as_ref().map_or(0, |r| r.id);
             if s.state == PeerState::Tombstone as i32 {
@@ -284,28 +266,16 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                 cb,
             } => match self.leader_for(region_id, epoch.as_ref(), false) {
                 Err(e) => drop(cb.send(Err(e))),
-                Ok(peer) => {
-                    let r = peer.region();
-                    if let Some(k) = write
-                        .puts
-                        .iter()
-                        .map(|p| &p.key)
-                        .chain(&write.deletes)
-                        .find(|k| !region::contains(r, k))
-                    {
-                        let e = Error::region(region::key_not_in_region(k, r));
-                        drop(cb.send(Err(e)));
-                        return;
-                    }
-                    let data = encode_cmd(region_id, epoch, Cmd::Write(write));
-                    peer.propose(data, Callback::Write(cb), now);
-                }
+                Ok(peer) => peer.propose_write(epoch, write, cb, now),
             },
             StoreMsg::Read {
                 region_id,
                 epoch,
                 cb,
-            } => self.on_read(region_id, epoch, cb),
+            } => match self.leader_for(region_id, epoch.as_ref(), false) {
+                Err(e) => drop(cb.send(Err(e))),
+                Ok(peer) => peer.on_read(cb, now),
+            },
             StoreMsg::CreatePeer { region, cb } => drop(cb.send(self.create_peer(region))),
             StoreMsg::DestroyPeer { region_id, cb } => drop(cb.send(self.destroy_peer(region_id))),
             StoreMsg::ChangePeer {
@@ -315,42 +285,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                 cb,
             } => match self.leader_for(region_id, None, false) {
                 Err(e) => drop(cb.send(Err(e))),
-                Ok(p) => {
-                    let mut cc = ConfChange::default();
-                    cc.set_change_type(if remove {
-                        ConfChangeType::RemoveNode
-                    } else {
-                        ConfChangeType::AddNode
-                    });
-                    cc.node_id = peer.id;
-                    cc.context = ChangePeerContext {
-                        peer: Some(peer),
-                        remove,
-                    }
-                    .encode_to_vec()
-                    .into();
-                    let before = p.raft.raft.raft_log.last_index();
-                    match p.raft.propose_conf_change(vec![], cc) {
-                        Err(e) => drop(cb.send(Err(crate::peer::region_error(format!(
-                            "membership change refused: {e}"
-                        ))))),
-                        Ok(()) if p.raft.raft.raft_log.last_index() == before => {
-                            drop(cb.send(Err(crate::peer::region_error(
-                                "membership change dropped (another is pending)".into(),
-                            ))))
-                        }
-                        Ok(()) => {
-                            let index = p.raft.raft.raft_log.last_index();
-                            let term = p.term();
-                            p.proposals.push_back(crate::peer::Proposal {
-                                index,
-                                term,
-                                cb: Callback::ChangePeer(cb),
-                                proposed_at: now,
-                            });
-                        }
-                    }
-                }
+                Ok(p) => p.propose_change_peer(peer, remove, cb, now),
             },
             StoreMsg::Split {
                 region_id,
@@ -359,10 +294,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                 cb,
             } => match self.leader_for(region_id, epoch.as_ref(), true) {
                 Err(e) => drop(cb.send(Err(e))),
-                Ok(peer) => {
-                    let data = encode_cmd(region_id, epoch, Cmd::Split(split));
-                    peer.propose(data, Callback::Split(cb), now);
-                }
+                Ok(peer) => peer.propose_split(epoch, split, cb, now),
             },
             StoreMsg::TransferLeader {
                 region_id,
@@ -370,9 +302,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             } => {
                 if let Some(p) = self.peers.get_mut(&region_id) {
                     if p.is_leader() {
-                        // Stop local lease reads before the target can win.
-                        self.local.revoke(region_id);
-                        p.raft.transfer_leader(to_peer_id);
+                        p.transfer_leader(to_peer_id, &self.local);
                     }
                 }
             }
@@ -400,38 +330,6 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         Ok(peer)
     }
 
-    fn on_read(
-        &mut self,
-        region_id: u64,
-        epoch: Option<RegionEpoch>,
-        cb: oneshot::Sender<Result<Region>>,
-    ) {
-        let now = self.now();
-        let peer = match self.leader_for(region_id, epoch.as_ref(), false) {
-            Ok(p) => p,
-            Err(e) => return drop(cb.send(Err(e))),
-        };
-        if peer.lease_valid(now) {
-            let _ = cb.send(Ok(peer.region().clone()));
-            return;
-        }
-        // Join a ReadIndex round not sent yet, or start one. (A round already
-        // sent may confirm leadership only as of before this read arrived.)
-        if let Some(r) = peer.reads.back_mut().filter(|r| r.issued_at.is_none()) {
-            r.cbs.push(cb);
-            return;
-        }
-        let id = peer.next_read_id();
-        peer.reads.push_back(PendingRead {
-            id,
-            requested_at: now,
-            issued_at: None,
-            index: None,
-            cbs: vec![cb],
-        });
-        peer.drive_reads(now);
-    }
-
     fn on_raft_message(&mut self, m: RaftMessage) {
         let mut msg = RaftMsg::default();
         if let Err(e) = msg.merge_from_bytes(&m.message) {
@@ -448,9 +346,9 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         let Some(peer) = self.peers.get_mut(&m.region_id) else {
             return;
         };
-        if peer.meta.id != to.id {
+        if peer.peer_id() != to.id {
             // A message for another incarnation of our peer of this region.
-            if to.id > peer.meta.id && !peer.is_initialized() {
+            if to.id > peer.peer_id() && !peer.is_initialized() {
                 self.peers.remove(&m.region_id);
                 if self.maybe_create_peer(&m, &msg) {
                     self.step(m.region_id, msg);
@@ -459,148 +357,17 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             return;
         }
         if let (Some(from), Some(peer)) = (m.from_peer, self.peers.get_mut(&m.region_id)) {
-            peer.peer_cache.insert(from.id, from);
+            peer.remember_peer(from);
         }
         self.step(m.region_id, msg);
     }
 
     fn step(&mut self, region_id: u64, msg: RaftMsg) {
         if let Some(peer) = self.peers.get_mut(&region_id) {
-            if let Err(e) = peer.raft.step(msg) {
+            if let Err(e) = peer.step(msg) {
                 tracing::debug!(region = region_id, "raft step: {e}");
             }
         }
-    }
-
-    /// Creates an empty peer for a message about a region this store does
-    /// not hold yet (a replica being added): the leader will send a snapshot.
-    fn maybe_create_peer(&mut self, m: &RaftMessage, msg: &RaftMsg) -> bool {
-        let creates = matches!(
-            msg.get_msg_type(),
-            MessageType::MsgRequestVote
-                | MessageType::MsgRequestPreVote
-                | MessageType::MsgAppend
-                | MessageType::MsgHeartbeat
-                | MessageType::MsgSnapshot
-        );
-        let to = m.to_peer.unwrap_or_default();
-        if !creates
-            || self
-                .tombstones
-                .get(&m.region_id)
-                .is_some_and(|&t| to.id <= t)
-        {
-            return false;
-        }
-        // Never two initialized peers over the same keys.
-        let (s, e) = (m.start_key.as_slice(), m.end_key.as_slice());
-        if self.peers.values().any(|p| {
-            let r = p.region();
-            p.is_initialized()
-                && (e.is_empty() || r.start_key.as_slice() < e)
-                && (r.end_key.is_empty() || r.end_key.as_slice() > s)
-        }) {
-            return false;
-        }
-        let region = Region {
-            id: m.region_id,
-            start_key: m.start_key.clone(),
-            end_key: m.end_key.clone(),
-            epoch: None,
-            peers: vec![],
-        };
-        let storage = PeerStorage::uninitialized(self.engine.clone(), region, to);
-        match Peer::new(storage, &self.logger) {
-            Ok(p) => {
-                tracing::info!(
-                    region = m.region_id,
-                    peer = to.id,
-                    "created a peer to receive a snapshot"
-                );
-                self.peers.insert(m.region_id, p);
-                true
-            }
-            Err(e) => {
-                tracing::warn!(region = m.region_id, "cannot create a peer: {e}");
-                false
-            }
-        }
-    }
-
-    /// Creates this store's peer of a new region (all peers start alike).
-    pub fn create_peer(&mut self, region: Region) -> Result<()> {
-        let me = region
-            .peers
-            .iter()
-            .find(|p| p.store_id == self.store_id)
-            .copied()
-            .ok_or_else(|| {
-                Error::InvalidInput(format!(
-                    "region {} has no peer on store {}",
-                    region.id, self.store_id
-                ))
-            })?;
-        if let Some(p) = self.peers.get(&region.id) {
-            if p.is_initialized() {
-                let cur = p.region();
-                if cur.start_key == region.start_key && cur.end_key == region.end_key {
-                    return Ok(());
-                }
-                return Err(Error::InvalidInput(format!(
-                    "region {} already exists with another range",
-                    region.id
-                )));
-            }
-            self.peers.remove(&region.id);
-        }
-        let mut wb = WriteBatch::new();
-        let storage = PeerStorage::create(self.engine.clone(), region.clone(), me, &mut wb);
-        self.engine.write(&wb, true)?;
-        let mut peer = Peer::new(storage, &self.logger)?;
-        if peer.preferred_leader().map(|p| p.id) == Some(me.id) {
-            peer.campaign_in = Some(1);
-        }
-        self.peers.insert(region.id, peer);
-        Ok(())
-    }
-
-    /// Removes this store's peer of `region_id` and its data.
-    pub fn destroy_peer(&mut self, region_id: u64) -> Result<()> {
-        let Some(mut peer) = self.peers.remove(&region_id) else {
-            return Ok(());
-        };
-        peer.fail_all(|| Error::region(region::not_found(region_id)));
-        let r = peer.region().clone();
-        let mut wb = WriteBatch::new();
-        if peer.is_initialized() {
-            wb.delete_range(
-                Cf::Default,
-                r.start_key.clone(),
-                if r.end_key.is_empty() {
-                    vec![0xFF; 32]
-                } else {
-                    r.end_key.clone()
-                },
-            );
-        }
-        let (s, e) = keys::raft_log_range(region_id);
-        wb.delete_range(Cf::Raft, s, e);
-        wb.delete(Cf::Raft, keys::raft_state_key(region_id));
-        wb.delete(Cf::Raft, keys::apply_state_key(region_id));
-        let tomb = RegionLocalState {
-            region: Some(r),
-            state: PeerState::Tombstone as i32,
-            peer: Some(peer.meta),
-        };
-        wb.put(
-            Cf::Raft,
-            keys::region_state_key(region_id),
-            tomb.encode_to_vec(),
-        );
-        self.engine.write(&wb, true)?;
-        self.tombstones.insert(region_id, peer.meta.id);
-        tracing::info!(region = region_id, peer = peer.meta.id, "destroyed peer");
-        Ok(())
     }
 
     fn status(&self) -> StatusResponse {
@@ -609,13 +376,13 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             .values()
             .map(|p| RegionStatus {
                 region: Some(p.region().clone()),
-                peer_id: p.meta.id,
+                peer_id: p.peer_id(),
                 is_leader: p.is_leader(),
                 leader_peer_id: p.leader_id(),
                 term: p.term(),
                 applied_index: p.storage().applied_index(),
-                commit_index: p.raft.raft.raft_log.committed,
-                last_index: p.raft.raft.raft_log.last_index(),
+                commit_index: p.commit_index(),
+                last_index: p.last_index(),
                 truncated_index: p.storage().truncated_index(),
             })
             .collect();
@@ -642,111 +409,16 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             // and a check right after it would find the preferred peer
             // inactive every time for a leader elected in step with it.
             if balance && peer.is_leader() {
-                Self::maybe_transfer_to_preferred(peer, &self.local);
+                peer.maybe_transfer_to_preferred(&self.local);
             }
-            peer.raft.tick();
-            peer.drive_reads(now);
-            if let Some(n) = peer.campaign_in {
-                if n == 0 {
-                    peer.campaign_in = None;
-                    let _ = peer.raft.campaign();
-                } else {
-                    peer.campaign_in = Some(n - 1);
-                }
-            }
+            peer.tick(now);
             if periodic && peer.is_leader() {
-                Self::maybe_compact_log(peer, &self.cfg, now);
+                peer.maybe_compact_log(&self.cfg, now);
             }
-        }
-    }
-
-    fn maybe_compact_log(peer: &mut Peer<E>, cfg: &RaftStoreConfig, now: Instant) {
-        let s = peer.storage();
-        let (applied, truncated) = (s.applied_index(), s.truncated_index());
-        if applied < truncated + cfg.compact_log_entries {
-            return;
-        }
-        let me = peer.meta.id;
-        let slowest = peer
-            .raft
-            .raft
-            .prs()
-            .iter()
-            .filter(|(id, _)| **id != me)
-            .map(|(_, p)| p.matched)
-            .min()
-            .unwrap_or(applied);
-        let target = if applied - truncated > cfg.max_log_entries {
-            applied
-        } else {
-            applied.min(slowest)
-        };
-        if target <= truncated + 1 {
-            return;
-        }
-        let index = target - 1;
-        let Ok(term) = raft::Storage::term(peer.storage(), index) else {
-            return;
-        };
-        let region_id = peer.region_id();
-        let data = encode_cmd(
-            region_id,
-            peer.region().epoch,
-            Cmd::CompactLog(quarry_proto::raft::CompactLogRequest {
-                compact_index: index,
-                compact_term: term,
-            }),
-        );
-        peer.propose(data, Callback::None, now);
-    }
-
-    fn maybe_transfer_to_preferred(peer: &mut Peer<E>, local: &LocalReader) {
-        let Some(pref) = peer.preferred_leader() else {
-            return;
-        };
-        if pref.id == peer.meta.id {
-            return;
-        }
-        let last = peer.raft.raft.raft_log.last_index();
-        let caught_up = peer
-            .raft
-            .raft
-            .prs()
-            .get(pref.id)
-            .is_some_and(|p| p.matched == last && p.recent_active);
-        if caught_up {
-            tracing::info!(
-                region = peer.region_id(),
-                to = pref.id,
-                "handing leadership to the preferred peer"
-            );
-            // Stop local lease reads before the target can win.
-            local.revoke(peer.region_id());
-            peer.raft.transfer_leader(pref.id);
         }
     }
 
     // ------------------------------------------------------------ ready
-
-    fn to_raft_message(&self, peer: &Peer<E>, msg: RaftMsg) -> Option<RaftMessage> {
-        let r = peer.region();
-        let to = r
-            .peers
-            .iter()
-            .find(|p| p.id == msg.to)
-            .copied()
-            .or_else(|| peer.peer_cache.get(&msg.to).copied())?;
-        let bytes = msg.write_to_bytes().ok()?;
-        Some(RaftMessage {
-            region_id: r.id,
-            from_peer: Some(peer.meta),
-            to_peer: Some(to),
-            region_epoch: r.epoch,
-            message: bytes,
-            start_key: r.start_key.clone(),
-            end_key: r.end_key.clone(),
-        })
-    }
 
     fn send(&mut self, region_id: u64, msgs: Vec<RaftMsg>) {
         let Some(peer) = self.peers.get(&region_id) else {
@@ -754,48 +426,11 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         };
         let out: Vec<RaftMessage> = msgs
             .into_iter()
-            .filter_map(|m| self.to_raft_message(peer, m))
+            .filter_map(|m| peer.to_raft_message(m))
             .collect();
         for m in out {
             self.transport.send(m);
         }
-    }
-
-    fn on_read_states(peer: &mut Peer<E>, states: Vec<ReadState>) {
-        for rs in states {
-            let Ok(bytes) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) else {
-                continue;
-            };
-            let id = u64::from_be_bytes(bytes);
-            let mut renew = None;
-            if let Some(r) = peer.reads.iter_mut().find(|r| r.id == id) {
-                r.index = Some(rs.index);
-                renew = r.issued_at;
-            }
-            if let Some(at) = renew {
-                peer.renew_lease(at);
-            }
-        }
-    }
-
-    /// Answers reads whose read index has been applied.
-    fn finish_reads(peer: &mut Peer<E>, now: Instant) {
-        let applied = peer.storage().applied_index();
-        while let Some(r) = peer.reads.front() {
-            match r.index {
-                Some(i) if i <= applied => {
-                    let r = peer.reads.pop_front().expect("non-empty");
-                    let region = peer.region().clone();
-                    for cb in r.cbs {
-                        let _ = cb.send(Ok(region.clone()));
-                    }
-                }
-                _ => break,
-            }
-        }
-        // Reads stuck without quorum give up; their callers see an error.
-        peer.reads
-            .retain(|r| now.duration_since(r.requested_at) < std::time::Duration::from_secs(10));
     }
 
     /// Runs the Ready procedure for every peer with work (see module docs).
@@ -803,7 +438,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         let ids: Vec<u64> = self
             .peers
             .iter()
-            .filter(|(_, p)| p.raft.has_ready())
+            .filter(|(_, p)| p.has_ready())
             .map(|(id, _)| *id)
             .collect();
         if ids.is_empty() {
@@ -819,7 +454,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             let mut ctx = ApplyCtx::new(&engine, self.store_id, &mut apply_wb);
             for id in ids {
                 let peer = self.peers.get_mut(&id).expect("listed");
-                let mut ready = peer.raft.ready();
+                let mut ready = peer.ready();
                 let now_msgs = ready.take_messages();
                 let has_snapshot = !ready.snapshot().is_empty();
                 if has_snapshot {
@@ -831,10 +466,10 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                         "installed a snapshot"
                     );
                 }
-                Self::on_read_states(peer, ready.take_read_states());
+                peer.on_read_states(ready.take_read_states());
                 let committed = ready.take_committed_entries();
                 let deferred = if self.cfg.early_apply && !has_snapshot {
-                    apply_entries(peer, committed, &mut ctx);
+                    apply_entries(peer, committed, &mut ctx)?;
                     vec![]
                 } else {
                     committed
@@ -878,16 +513,16 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                     deferred,
                 } = p;
                 let peer = self.peers.get_mut(&region_id).expect("pending peer");
-                apply_entries(peer, deferred, &mut ctx);
+                apply_entries(peer, deferred, &mut ctx)?;
                 let persisted = ready.take_persisted_messages();
-                let mut light = peer.raft.advance(ready);
+                let mut light = peer.advance(ready);
                 if let Some(commit) = light.commit_index() {
                     peer.storage_mut().set_commit(commit);
                     peer.storage().write_raft_state(ctx.wb);
                 }
                 let light_msgs = light.take_messages();
-                apply_entries(peer, light.take_committed_entries(), &mut ctx);
-                peer.raft.advance_apply();
+                apply_entries(peer, light.take_committed_entries(), &mut ctx)?;
+                peer.advance_apply();
                 self.send_later(region_id, persisted);
                 self.send_later(region_id, light_msgs);
             }
@@ -907,7 +542,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         for peer in self.peers.values_mut() {
             let applied = peer.storage().applied_index();
             peer.storage_mut().trim_cache(applied);
-            Self::finish_reads(peer, now);
+            peer.finish_reads(now);
             peer.on_role_change();
             peer.drive_reads(now);
         }
@@ -946,7 +581,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                 }
                 let mut peer = Peer::new(*right, &self.logger)?;
                 if was_leader {
-                    peer.campaign_in = Some(0);
+                    peer.campaign_after(0);
                 }
                 self.peers.insert(right_id, peer);
             }
@@ -964,7 +599,25 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
 }
 
 /// Runs the store loop until every sender of `rx` is gone.
+///
+/// A round that fails (the engine refused a write, or apply met an error
+/// that is this replica's alone) leaves memory ahead of the disk: the
+/// process stops at once, with the error logged and exit status 2, rather
+/// than acknowledge anything more. A restart resumes from what was written.
 pub fn run_loop<E: Engine, T: Transport>(mut store: RaftStore<E, T>, rx: Receiver<StoreMsg>) {
+    if let Err(e) = drive(&mut store, &rx) {
+        tracing::error!(store = store.store_id, "store loop stopped: {e}");
+        eprintln!("fatal: store {} stopped: {e}", store.store_id);
+        std::process::exit(2);
+    }
+}
+
+/// The loop itself: returns once every sender of `rx` is gone, or with the
+/// error of the first round that failed.
+fn drive<E: Engine, T: Transport>(
+    store: &mut RaftStore<E, T>,
+    rx: &Receiver<StoreMsg>,
+) -> Result<()> {
     let mut next_tick = Instant::now() + TICK;
     loop {
         let now = Instant::now();
@@ -977,7 +630,7 @@ pub fn run_loop<E: Engine, T: Transport>(mut store: RaftStore<E, T>, rx: Receive
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Disconnected) => return Ok(()),
         }
         if Instant::now() >= next_tick {
             store.tick();
@@ -996,15 +649,6 @@ pub fn run_loop<E: Engine, T: Transport>(mut store: RaftStore<E, T>, rx: Receive
                 "slow store loop round"
             );
         }
-        if let Err(e) = result {
-            // A failed RocksDB write leaves memory and disk disagreeing:
-            // stop rather than acknowledge anything more.
-            tracing::error!(store = store.store_id, "store loop stopped: {e}");
-            eprintln!(
-                "fatal: store {} cannot persist raft state: {e}",
-                store.store_id
-            );
-            std::process::exit(2);
-        }
+        result?;
     }
 }

@@ -3,8 +3,8 @@
 //! The store loop hands every outgoing message to a [`Transport`]. In a
 //! real process that is [`crate::grpc_transport::GrpcTransport`] (one
 //! long-lived tonic stream per destination store); tests use an in-memory
-//! transport with filters (`tests::cluster`). Raft tolerates lost messages,
-//! so a transport may drop what it cannot deliver.
+//! transport with filters (`raftstore/tests/cluster.rs`). Raft tolerates
+//! lost messages, so a transport may drop what it cannot deliver.
 
 use quarry_proto::raft::RaftMessage;
 

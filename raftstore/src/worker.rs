@@ -4,7 +4,7 @@
 //!   and refresh the store address book raft messages are routed with;
 //! * on the meta leader: give the meta region its replicas on joining
 //!   stores, and move replicas off stores down past `max-store-down-secs`;
-//! * split regions this store leads once they pass `region-split-size`
+//! * split regions this store leads once they pass `region-split-size-mb`
 //!   (new ids come from meta, the split goes through raft, and meta learns
 //!   the new regions afterwards; until then requests with the old epoch get
 //!   EpochNotMatch carrying the new regions). A column table's region is

@@ -128,6 +128,30 @@ impl Cluster {
         }
     }
 
+    /// One round like `rounds(1)`, but a store whose Ready procedure fails
+    /// is not unwrapped: the errors come back, by store, for the caller to
+    /// stop those stores (as `run_loop` stops the process).
+    fn try_round(&mut self) -> Vec<(u64, Error)> {
+        let msgs: Vec<RaftMessage> = std::mem::take(&mut *self.queue.lock());
+        for m in msgs {
+            let from = m.from_peer.unwrap().store_id;
+            let to = m.to_peer.unwrap().store_id;
+            if !self.filters.iter().all(|f| f(from, to)) {
+                continue;
+            }
+            if let Some(s) = self.stores.get_mut(&to) {
+                s.handle_msg(StoreMsg::Raft(Box::new(m)));
+            }
+        }
+        let mut failed = Vec::new();
+        for (id, s) in self.stores.iter_mut() {
+            if let Err(e) = s.handle_readies() {
+                failed.push((*id, e));
+            }
+        }
+        failed
+    }
+
     /// Advances time by `n` ticks, settling messages after each.
     fn ticks(&mut self, n: usize) {
         for _ in 0..n {
@@ -785,5 +809,119 @@ fn leadership_returns_to_the_preferred_peer_in_every_tick_phase() {
         // Two balancing periods (every 5 election timeouts).
         c.ticks(5 * 10 * 2 + 5);
         assert_eq!(c.leader(10), Some(2), "phase {phase}: not handed back");
+    }
+}
+
+#[test]
+fn a_failed_read_during_apply_stops_the_replica_before_the_entry() {
+    use prost::Message;
+    for early_apply in [true, false] {
+        for faulty_leader in [false, true] {
+            let mut c = Cluster::new(
+                3,
+                RaftStoreConfig {
+                    early_apply,
+                    ..Default::default()
+                },
+            );
+            let r = c.region(10, &[1, 2, 3]);
+            c.create(&r);
+            let leader = c.wait_leader(10);
+            c.put(leader, 10, &[(1, "a")], Conflict::Overwrite).unwrap();
+            c.rounds(10);
+            let faulty = match (faulty_leader, leader) {
+                (true, l) => l,
+                (false, 1) => 2,
+                (false, _) => 1,
+            };
+            let case =
+                format!("early_apply {early_apply}, faulty store {faulty} (leader {leader})");
+            // An INSERT reads the data while it applies; on the faulty store
+            // that read fails.
+            c.engines[&faulty].fail_reads(Cf::Default, true);
+            let epoch = c.epoch(leader, 10);
+            let (tx, mut rx) = oneshot::channel();
+            c.stores
+                .get_mut(&leader)
+                .unwrap()
+                .handle_msg(StoreMsg::Write {
+                    region_id: 10,
+                    epoch: Some(epoch),
+                    write: KvWrite {
+                        puts: vec![KvPair {
+                            key: record_key(TABLE, 2),
+                            value: b"b".to_vec(),
+                        }],
+                        conflict: Conflict::FailIfExists as i32,
+                        ..Default::default()
+                    },
+                    cb: tx,
+                });
+            let index = c.stores[&leader]
+                .peer(10)
+                .unwrap()
+                .raft
+                .raft
+                .raft_log
+                .last_index();
+            let mut failure = None;
+            for _ in 0..20 {
+                for s in c.stores.values_mut() {
+                    s.tick();
+                }
+                for _ in 0..4 {
+                    for (store, e) in c.try_round() {
+                        assert_eq!(store, faulty, "{case}: {e}");
+                        let applied = c.stores[&store].peer(10).unwrap().storage().applied_index();
+                        assert!(
+                            applied < index,
+                            "{case}: applied index {applied} moved past the failed entry {index}"
+                        );
+                        c.stop(store);
+                        failure = Some(e);
+                    }
+                }
+                if failure.is_some() {
+                    break;
+                }
+            }
+            match failure {
+                Some(Error::Engine(m)) => assert!(m.contains("injected"), "{case}: {m}"),
+                other => panic!("{case}: the faulty store went on: {other:?}"),
+            }
+            if faulty_leader {
+                // The leader stopped before answering: the outcome is
+                // unknown to the proposer, never a rejection.
+                assert!(
+                    matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Closed)),
+                    "{case}"
+                );
+            }
+            // Nothing of the failed entry reached the faulty store's disk.
+            c.engines[&faulty].fail_reads(Cf::Default, false);
+            assert_eq!(c.value(faulty, 2), None, "{case}");
+            let apply = quarry_proto::raft::ApplyState::decode(
+                c.engines[&faulty]
+                    .get(Cf::Raft, &keys::apply_state_key(10))
+                    .unwrap()
+                    .unwrap()
+                    .as_slice(),
+            )
+            .unwrap();
+            assert!(apply.applied_index < index, "{case}: {apply:?}");
+            // The others go on; restarted, the faulty store applies the
+            // entry it stopped at, like every other replica.
+            c.start(faulty);
+            let leader = c.wait_leader(10);
+            c.put(leader, 10, &[(3, "c")], Conflict::Overwrite).unwrap();
+            c.rounds(10);
+            if !faulty_leader {
+                assert!(matches!(rx.try_recv(), Ok(Ok(()))), "{case}");
+            }
+            for s in 1..=3 {
+                assert_eq!(c.value(s, 2).as_deref(), Some("b"), "{case}: store {s}");
+                assert_eq!(c.value(s, 3).as_deref(), Some("c"), "{case}: store {s}");
+            }
+        }
     }
 }

@@ -1,14 +1,18 @@
 //! An in-memory [`Engine`] for tests: ordered maps under a lock; a snapshot
 //! is a copy of the data map.
+//!
+//! Tests can make reads of a column family fail
+//! ([`MemEngine::fail_reads`]), as a disk read error would, to check what
+//! the store does when a read it cannot do without fails.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 
 use parking_lot::RwLock;
 use quarry_coprocessor::storage::{KeyRange, MemStorage, Storage};
 
 use super::{clamp, Cf, Engine, WriteBatch, WriteOp};
-use crate::Result;
+use crate::{Error, Result};
 
 /// One column family's ordered data.
 type CfMap = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -16,11 +20,35 @@ type CfMap = BTreeMap<Vec<u8>, Vec<u8>>;
 #[derive(Default)]
 pub struct MemEngine {
     cfs: RwLock<HashMap<Cf, CfMap>>,
+    /// Column families whose reads fail (fault injection for tests).
+    failing: RwLock<HashSet<Cf>>,
 }
 
 impl MemEngine {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Makes `get`, `scan` and `scan_back` on `cf` fail with an engine
+    /// error while `fail` holds, as a failed disk read would. Writes and
+    /// snapshots are unaffected.
+    pub fn fail_reads(&self, cf: Cf, fail: bool) {
+        let mut failing = self.failing.write();
+        if fail {
+            failing.insert(cf);
+        } else {
+            failing.remove(&cf);
+        }
+    }
+
+    fn check_read(&self, cf: Cf) -> Result<()> {
+        if self.failing.read().contains(&cf) {
+            return Err(Error::Engine(format!(
+                "injected read failure in column family {}",
+                cf.name()
+            )));
+        }
+        Ok(())
     }
 
     /// A copy of the data column family within `bounds`.
@@ -48,6 +76,7 @@ fn range_bounds(start: &[u8], end: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
 
 impl Engine for MemEngine {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_read(cf)?;
         Ok(self.cfs.read().get(&cf).and_then(|m| m.get(key).cloned()))
     }
 
@@ -83,6 +112,7 @@ impl Engine for MemEngine {
         end: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
+        self.check_read(cf)?;
         let cfs = self.cfs.read();
         if let Some(m) = cfs.get(&cf) {
             for (k, v) in m.range(range_bounds(start, end)) {
@@ -101,6 +131,7 @@ impl Engine for MemEngine {
         lower: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
+        self.check_read(cf)?;
         if key < lower {
             return Ok(());
         }

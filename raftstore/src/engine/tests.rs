@@ -96,3 +96,23 @@ fn rocks_engine() {
     let e = RocksEngine::open(dir.path(), &RocksConfig::default()).unwrap();
     assert_eq!(e.get(Cf::Raft, b"local").unwrap(), Some(b"x".to_vec()));
 }
+
+#[test]
+fn memory_engine_reads_fail_on_demand() {
+    let e = MemEngine::new();
+    let mut wb = WriteBatch::new();
+    wb.put(Cf::Default, b"k".to_vec(), b"v".to_vec());
+    wb.put(Cf::Raft, b"r".to_vec(), b"x".to_vec());
+    e.write(&wb, true).unwrap();
+    e.fail_reads(Cf::Default, true);
+    assert!(e.get(Cf::Default, b"k").is_err());
+    assert!(e.scan(Cf::Default, b"", b"", &mut |_, _| true).is_err());
+    assert!(e.seek_prev(Cf::Default, b"z", b"").is_err());
+    assert_eq!(
+        e.get(Cf::Raft, b"r").unwrap(),
+        Some(b"x".to_vec()),
+        "other column families still read"
+    );
+    e.fail_reads(Cf::Default, false);
+    assert_eq!(e.get(Cf::Default, b"k").unwrap(), Some(b"v".to_vec()));
+}

@@ -1,0 +1,139 @@
+//! Peer lifecycle: how this store's peers come into being and go.
+//!
+//! A peer is created
+//!
+//! * with its region ([`RaftStore::create_peer`]): every peer of a new
+//!   region starts from the same initial log and state
+//!   ([`PeerStorage::create`]), so they agree without a snapshot, and the
+//!   region's preferred peer campaigns first;
+//! * by a split, when its entry applies (the right half's peer: see the
+//!   store's `on_exec_result`);
+//! * empty, when a raft message arrives for a region this store does not
+//!   hold: a replica being added. Only messages a leader or candidate sends
+//!   create one, never for a peer a tombstone says was removed (or an
+//!   older one), and never over keys an initialized peer here holds; it
+//!   stays uninitialized until the leader's snapshot fills it.
+//!
+//! A peer is destroyed ([`RaftStore::destroy_peer`]) when a membership
+//! change removes it or an admin asks: what waits on it fails with
+//! RegionNotFound, its data and raft state go in one synced write
+//! ([`PeerStorage::destroy`]), and the tombstone it leaves is remembered.
+
+use quarry_proto::meta::Region;
+use quarry_proto::raft::RaftMessage;
+use raft::eraftpb::{Message as RaftMsg, MessageType};
+
+use super::RaftStore;
+use crate::engine::{Engine, WriteBatch};
+use crate::peer::Peer;
+use crate::peer_storage::PeerStorage;
+use crate::transport::Transport;
+use crate::{region, Error, Result};
+
+impl<E: Engine, T: Transport> RaftStore<E, T> {
+    /// Creates an empty peer for a message about a region this store does
+    /// not hold yet (a replica being added): the leader will send a snapshot.
+    pub(super) fn maybe_create_peer(&mut self, m: &RaftMessage, msg: &RaftMsg) -> bool {
+        let creates = matches!(
+            msg.get_msg_type(),
+            MessageType::MsgRequestVote
+                | MessageType::MsgRequestPreVote
+                | MessageType::MsgAppend
+                | MessageType::MsgHeartbeat
+                | MessageType::MsgSnapshot
+        );
+        let to = m.to_peer.unwrap_or_default();
+        if !creates
+            || self
+                .tombstones
+                .get(&m.region_id)
+                .is_some_and(|&t| to.id <= t)
+        {
+            return false;
+        }
+        // Never two initialized peers over the same keys.
+        let (s, e) = (m.start_key.as_slice(), m.end_key.as_slice());
+        if self.peers.values().any(|p| {
+            let r = p.region();
+            p.is_initialized()
+                && (e.is_empty() || r.start_key.as_slice() < e)
+                && (r.end_key.is_empty() || r.end_key.as_slice() > s)
+        }) {
+            return false;
+        }
+        let region = Region {
+            id: m.region_id,
+            start_key: m.start_key.clone(),
+            end_key: m.end_key.clone(),
+            epoch: None,
+            peers: vec![],
+        };
+        let storage = PeerStorage::uninitialized(self.engine.clone(), region, to);
+        match Peer::new(storage, &self.logger) {
+            Ok(p) => {
+                tracing::info!(
+                    region = m.region_id,
+                    peer = to.id,
+                    "created a peer to receive a snapshot"
+                );
+                self.peers.insert(m.region_id, p);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(region = m.region_id, "cannot create a peer: {e}");
+                false
+            }
+        }
+    }
+
+    /// Creates this store's peer of a new region (all peers start alike).
+    pub fn create_peer(&mut self, region: Region) -> Result<()> {
+        let me = region
+            .peers
+            .iter()
+            .find(|p| p.store_id == self.store_id)
+            .copied()
+            .ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "region {} has no peer on store {}",
+                    region.id, self.store_id
+                ))
+            })?;
+        if let Some(p) = self.peers.get(&region.id) {
+            if p.is_initialized() {
+                let cur = p.region();
+                if cur.start_key == region.start_key && cur.end_key == region.end_key {
+                    return Ok(());
+                }
+                return Err(Error::InvalidInput(format!(
+                    "region {} already exists with another range",
+                    region.id
+                )));
+            }
+            self.peers.remove(&region.id);
+        }
+        let mut wb = WriteBatch::new();
+        let storage = PeerStorage::create(self.engine.clone(), region.clone(), me, &mut wb);
+        self.engine.write(&wb, true)?;
+        let mut peer = Peer::new(storage, &self.logger)?;
+        if peer.preferred_leader().map(|p| p.id) == Some(me.id) {
+            peer.campaign_after(1);
+        }
+        self.peers.insert(region.id, peer);
+        Ok(())
+    }
+
+    /// Removes this store's peer of `region_id` and its data.
+    pub fn destroy_peer(&mut self, region_id: u64) -> Result<()> {
+        let Some(mut peer) = self.peers.remove(&region_id) else {
+            return Ok(());
+        };
+        peer.fail_all(|| Error::region(region::not_found(region_id)));
+        let mut wb = WriteBatch::new();
+        peer.storage().destroy(&mut wb);
+        self.engine.write(&wb, true)?;
+        self.tombstones.insert(region_id, peer.peer_id());
+        tracing::info!(region = region_id, peer = peer.peer_id(), "destroyed peer");
+        Ok(())
+    }
+}
