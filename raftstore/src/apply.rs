@@ -35,6 +35,7 @@ use prost::Message as _;
 use protobuf::Message as _;
 use quarry_coprocessor::codec::key::{decode_record_key, hex, record_prefix};
 use quarry_coprocessor::codec::pack::{classify_key, pack_key, KeyKind, PackView};
+use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::meta::{Peer as PeerMeta, Region};
 use quarry_proto::raft::{
     raft_cmd::Cmd, ChangePeerContext, Conflict, KvWrite, RaftCmd, SplitRequest,
@@ -45,7 +46,7 @@ use crate::engine::{Cf, Engine, WriteBatch};
 use crate::peer::propose::{Outcome, Proposal};
 use crate::peer::Peer;
 use crate::peer_storage::PeerStorage;
-use crate::{region, Error, Result};
+use crate::{keys, region, Error, Result};
 
 /// Side effects the store must carry out after an apply.
 pub enum ExecResult<E: Engine> {
@@ -65,7 +66,7 @@ pub struct ApplyCtx<'a, E: Engine> {
     pub wb: &'a mut WriteBatch,
     /// Point writes of this batch: key → value (None = deleted).
     overlay: HashMap<Vec<u8>, Option<Vec<u8>>>,
-    deleted_ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    deleted_ranges: Vec<KeyRange>,
     /// Packs (column-layout blocks) written by this batch, by key, so an
     /// INSERT applied after a compaction in the same batch sees them.
     pack_puts: BTreeMap<Vec<u8>, Vec<u8>>,
@@ -98,11 +99,7 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
         if let Some(v) = self.overlay.get(key) {
             return Ok(v.clone());
         }
-        if self
-            .deleted_ranges
-            .iter()
-            .any(|(s, e)| key >= s.as_slice() && (e.is_empty() || key < e.as_slice()))
-        {
+        if self.deleted_ranges.iter().any(|r| r.contains(key)) {
             return Ok(None);
         }
         self.engine.get(Cf::Default, key)
@@ -110,10 +107,7 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
 
     fn is_deleted(&self, key: &[u8]) -> bool {
         matches!(self.overlay.get(key), Some(None))
-            || self
-                .deleted_ranges
-                .iter()
-                .any(|(s, e)| key >= s.as_slice() && (e.is_empty() || key < e.as_slice()))
+            || self.deleted_ranges.iter().any(|r| r.contains(key))
     }
 
     /// Whether a row is already stored under `key`, and if so whether it
@@ -280,23 +274,18 @@ pub(crate) fn exec_write<E: Engine>(
         ctx.wb.delete(Cf::Default, k);
     }
     for r in w.delete_ranges {
-        let (s, e) = crate::engine::clamp(
-            &quarry_coprocessor::storage::KeyRange::new(r.key, r.value),
-            &quarry_coprocessor::storage::KeyRange::new(
-                region.start_key.clone(),
-                region.end_key.clone(),
-            ),
-        );
-        let inside = |k: &[u8]| k >= s.as_slice() && (e.is_empty() || k < e.as_slice());
-        ctx.overlay.retain(|k, _| !inside(k));
-        ctx.pack_puts.retain(|k, _| !inside(k));
-        let end = if e.is_empty() {
-            vec![0xFF; 32]
-        } else {
-            e.clone()
+        let Some(range) = KeyRange::new(r.key, r.value).intersect(&KeyRange::of_region(region))
+        else {
+            continue;
         };
-        ctx.wb.delete_range(Cf::Default, s.clone(), end);
-        ctx.deleted_ranges.push((s, e));
+        ctx.overlay.retain(|k, _| !range.contains(k));
+        ctx.pack_puts.retain(|k, _| !range.contains(k));
+        ctx.wb.delete_range(
+            Cf::Default,
+            range.start.clone(),
+            keys::concrete_end(&range.end),
+        );
+        ctx.deleted_ranges.push(range);
     }
     *ctx.written.entry(region.id).or_default() += bytes;
     if rows > 0 {
@@ -315,7 +304,7 @@ fn exec_split<E: Engine>(
     let region = peer.region().clone();
     let key = req.split_key;
     if key.as_slice() <= region.start_key.as_slice()
-        || (!region.end_key.is_empty() && key.as_slice() >= region.end_key.as_slice())
+        || !KeyRangeRef::of_region(&region).before_end(&key)
     {
         return Err(Error::InvalidInput(format!(
             "split key {} is not inside region {}",

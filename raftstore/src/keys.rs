@@ -27,6 +27,19 @@
 
 use quarry_coprocessor::codec::key::{encode_bytes, encode_i64};
 
+/// A key past every data key (they start with `t` or `m`). RocksDB's
+/// `delete_range` needs a concrete end where a range's end is unbounded.
+pub const DATA_END: &[u8] = &[0xFF; 32];
+
+/// `end` as a concrete key: [`DATA_END`] where it is empty (unbounded).
+pub fn concrete_end(end: &[u8]) -> Vec<u8> {
+    if end.is_empty() {
+        DATA_END.to_vec()
+    } else {
+        end.to_vec()
+    }
+}
+
 /// The meta region's key range: `[m, n)`.
 pub const META_START: &[u8] = b"m";
 pub const META_END: &[u8] = b"n";

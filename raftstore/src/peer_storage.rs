@@ -354,7 +354,11 @@ impl<E: Engine> PeerStorage<E> {
     pub fn destroy(&self, wb: &mut WriteBatch) {
         if self.is_initialized() {
             let r = &self.region;
-            wb.delete_range(Cf::Default, r.start_key.clone(), end_or_max(&r.end_key));
+            wb.delete_range(
+                Cf::Default,
+                r.start_key.clone(),
+                keys::concrete_end(&r.end_key),
+            );
         }
         self.clear_meta(wb);
     }
@@ -385,7 +389,11 @@ impl<E: Engine> PeerStorage<E> {
         // Old data in the old and new ranges goes, the snapshot's comes in.
         for r in [&self.region, &region] {
             if !r.start_key.is_empty() || !r.end_key.is_empty() {
-                wb.delete_range(Cf::Default, r.start_key.clone(), end_or_max(&r.end_key));
+                wb.delete_range(
+                    Cf::Default,
+                    r.start_key.clone(),
+                    keys::concrete_end(&r.end_key),
+                );
             }
         }
         for KvPair { key, value } in data.pairs {
@@ -469,14 +477,6 @@ impl<E: Engine> PeerStorage<E> {
         meta.term = self.apply_state.applied_term;
         meta.set_conf_state(self.conf_state());
         Ok(snap)
-    }
-}
-
-fn end_or_max(end: &[u8]) -> Vec<u8> {
-    if end.is_empty() {
-        vec![0xFF; 32]
-    } else {
-        end.to_vec()
     }
 }
 

@@ -11,7 +11,7 @@ use std::ops::Bound;
 use parking_lot::RwLock;
 use quarry_coprocessor::storage::{KeyRange, MemStorage, Storage};
 
-use super::{clamp, Cf, Engine, WriteBatch, WriteOp};
+use super::{Cf, Engine, WriteBatch, WriteOp};
 use crate::{Error, Result};
 
 /// One column family's ordered data.
@@ -56,8 +56,7 @@ impl MemEngine {
         let cfs = self.cfs.read();
         cfs.get(&Cf::Default)
             .map(|m| {
-                let (s, e) = clamp(&KeyRange::default(), bounds);
-                m.range(range_bounds(&s, &e))
+                m.range(range_bounds(&bounds.start, &bounds.end))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect()
             })

@@ -141,19 +141,5 @@ pub trait Engine: Send + Sync + 'static {
     }
 }
 
-/// Clamps a scan range to `bounds`.
-pub fn clamp(
-    range: &quarry_coprocessor::storage::KeyRange,
-    bounds: &quarry_coprocessor::storage::KeyRange,
-) -> (Vec<u8>, Vec<u8>) {
-    let start = range.start.clone().max(bounds.start.clone());
-    let end = match (range.end.is_empty(), bounds.end.is_empty()) {
-        (true, _) => bounds.end.clone(),
-        (false, true) => range.end.clone(),
-        (false, false) => range.end.clone().min(bounds.end.clone()),
-    };
-    (start, end)
-}
-
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,7 @@ use rocksdb::{
     ReadOptions, WriteOptions, DB,
 };
 
-use super::{clamp, Cf, Engine, WriteBatch, WriteOp};
+use super::{Cf, Engine, WriteBatch, WriteOp};
 use crate::{Error, Result};
 
 /// RocksDB settings a store may tune.
@@ -210,7 +210,13 @@ struct RocksStorage<'a> {
 
 impl Storage for RocksStorage<'_> {
     fn begin_scan(&mut self, range: &KeyRange, key_only: bool) -> quarry_coprocessor::Result<()> {
-        let (start, end) = clamp(range, &self.bounds);
+        self.first = true;
+        self.key_only = key_only;
+        let Some(KeyRange { start, end }) = range.intersect(&self.bounds) else {
+            // Nothing of the range is in bounds: an empty scan.
+            self.iter = None;
+            return Ok(());
+        };
         let mut opts = ReadOptions::default();
         if !end.is_empty() {
             opts.set_iterate_upper_bound(end);
@@ -221,8 +227,6 @@ impl Storage for RocksStorage<'_> {
         let mut it = self.snapshot.raw_iterator_cf_opt(self.cf, opts);
         it.seek(&start);
         self.iter = Some(it);
-        self.first = true;
-        self.key_only = key_only;
         Ok(())
     }
 

@@ -55,13 +55,18 @@ fn script(e: &impl Engine) {
         while s.scan_next().unwrap().is_some() {
             n += 1;
         }
-        (keys, n)
+        // A range wholly outside the bounds scans nothing.
+        s.begin_scan(&KeyRange::new(vec![b'k', 8], vec![b'k', 9]), false)
+            .unwrap();
+        let outside = s.scan_next().unwrap().map(|(k, _)| k.to_vec());
+        (keys, n, outside)
     });
     assert_eq!(
         seen.0,
         vec![vec![b'k', 4], vec![b'k', 5], vec![b'k', 6], vec![b'k', 7]]
     );
     assert_eq!(seen.1, 2);
+    assert_eq!(seen.2, None);
 
     let mut wb = WriteBatch::new();
     wb.delete_range(Cf::Default, vec![b'k', 0], vec![b'k', 5]);

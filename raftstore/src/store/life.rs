@@ -19,6 +19,7 @@
 //! RegionNotFound, its data and raft state go in one synced write
 //! ([`PeerStorage::destroy`]), and the tombstone it leaves is remembered.
 
+use quarry_coprocessor::storage::KeyRangeRef;
 use quarry_proto::meta::Region;
 use quarry_proto::raft::RaftMessage;
 use raft::eraftpb::{Message as RaftMsg, MessageType};
@@ -52,13 +53,12 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             return false;
         }
         // Never two initialized peers over the same keys.
-        let (s, e) = (m.start_key.as_slice(), m.end_key.as_slice());
-        if self.peers.values().any(|p| {
-            let r = p.region();
-            p.is_initialized()
-                && (e.is_empty() || r.start_key.as_slice() < e)
-                && (r.end_key.is_empty() || r.end_key.as_slice() > s)
-        }) {
+        let wanted = KeyRangeRef::new(&m.start_key, &m.end_key);
+        if self
+            .peers
+            .values()
+            .any(|p| p.is_initialized() && KeyRangeRef::of_region(p.region()).overlaps(wanted))
+        {
             return false;
         }
         let region = Region {
