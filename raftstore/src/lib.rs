@@ -91,6 +91,9 @@
 //! * A coprocessor request keeps running after its caller gives up, until
 //!   its deadline.
 
+// Library code handles failures; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod apply;
 pub mod compaction;
 pub mod config;
