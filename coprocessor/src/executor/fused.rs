@@ -53,7 +53,7 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Int64Type, SchemaRef};
 use quarry_proto::coprocessor::{AggKind, ExecSummary};
 
-use super::kernels::{all_rows, and_masks, and_range_packed, indices};
+use super::kernels::{all_rows, and_masks, and_packed, and_range_packed, indices};
 use super::scan::KvScanner;
 use super::selection::filter_chunk;
 use super::{BatchExecutor, BatchResult, Chunk};
@@ -745,29 +745,7 @@ impl Source<'_> {
                 v.decode_into(&mut all);
                 buf.extend(sel.iter().map(|i| all[*i as usize]));
             }
-            Source::Packed(v) => {
-                let (min, d) = (v.min, v.data());
-                match v.width() {
-                    0 => buf.resize(sel.len(), min),
-                    1 => buf.extend(sel.iter().map(|&i| min.wrapping_add(d[i as usize] as i64))),
-                    2 => buf.extend(sel.iter().map(|&i| {
-                        let i = 2 * i as usize;
-                        min.wrapping_add(u16::from_le_bytes([d[i], d[i + 1]]) as i64)
-                    })),
-                    4 => buf.extend(sel.iter().map(|&i| {
-                        let i = 4 * i as usize;
-                        min.wrapping_add(
-                            u32::from_le_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]) as i64
-                        )
-                    })),
-                    _ => buf.extend(sel.iter().map(|&i| {
-                        let i = 8 * i as usize;
-                        min.wrapping_add(
-                            u64::from_le_bytes(d[i..i + 8].try_into().expect("8")) as i64
-                        )
-                    })),
-                }
-            }
+            Source::Packed(v) => v.gather_into(sel, buf),
             _ => {}
         }
     }
@@ -786,39 +764,12 @@ fn and_range(src: &Source<'_>, n: usize, bits: &mut [u64], lo: i64, hi: i64) {
     }
 }
 
-/// [`and_masks`] over an integer column, `keep` deciding on the value: one
-/// specialized loop per stored width, reading the packed bytes in place.
+/// [`and_masks`] over an integer column, `keep` deciding on the value (on
+/// a pack, one loop per stored width: see [`and_packed`]).
 #[inline(always)]
 fn and_int(src: &Source<'_>, n: usize, bits: &mut [u64], keep: impl Fn(i64) -> bool) {
     match src {
-        Source::Packed(v) => {
-            let (min, d) = (v.min, v.data());
-            match v.width() {
-                0 => and_masks(n, bits, |_, bytes| bytes.fill(keep(min) as u8)),
-                1 => and_masks(n, bits, |base, bytes| {
-                    for (b, x) in bytes.iter_mut().zip(&d[base..]) {
-                        *b = keep(min.wrapping_add(*x as i64)) as u8;
-                    }
-                }),
-                2 => and_masks(n, bits, |base, bytes| {
-                    for (b, c) in bytes.iter_mut().zip(d[2 * base..].chunks_exact(2)) {
-                        *b = keep(min.wrapping_add(u16::from_le_bytes([c[0], c[1]]) as i64)) as u8;
-                    }
-                }),
-                4 => and_masks(n, bits, |base, bytes| {
-                    for (b, c) in bytes.iter_mut().zip(d[4 * base..].chunks_exact(4)) {
-                        let x = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                        *b = keep(min.wrapping_add(x as i64)) as u8;
-                    }
-                }),
-                _ => and_masks(n, bits, |base, bytes| {
-                    for (b, c) in bytes.iter_mut().zip(d[8 * base..].chunks_exact(8)) {
-                        let x = u64::from_le_bytes(c.try_into().expect("8"));
-                        *b = keep(min.wrapping_add(x as i64)) as u8;
-                    }
-                }),
-            }
-        }
+        Source::Packed(v) => and_packed(v, n, bits, keep),
         Source::Values(v, ..) => and_masks(n, bits, |base, bytes| {
             for (b, x) in bytes.iter_mut().zip(&v[base..]) {
                 *b = keep(*x) as u8;

@@ -7,7 +7,7 @@
 //! word with one multiplication per 8 rows, and the word is ANDed in. Words
 //! already empty are skipped.
 
-use crate::codec::pack::IntView;
+use crate::codec::pack::{IntView, Lane, WidthVisitor};
 
 /// A bitmap selecting rows `0..n`.
 pub fn all_rows(n: usize) -> Vec<u64> {
@@ -72,46 +72,85 @@ pub fn and_range_packed(v: &IntView<'_>, n: usize, bits: &mut [u64], lo: i64, hi
     if a == 0 && b == top {
         return;
     }
-    let d = v.data();
-    let (a, span) = (a as u64, (b - a) as u64);
-    match v.width() {
-        1 => {
-            let (a, span) = (a as u8, span as u8);
-            and_masks(n, bits, |base, bytes| {
-                for (m, x) in bytes.iter_mut().zip(&d[base..]) {
-                    *m = (x.wrapping_sub(a) <= span) as u8;
-                }
-            })
+    v.visit(InStoredRange {
+        n,
+        bits,
+        a: a as u64,
+        span: (b - a) as u64,
+    })
+}
+
+/// [`and_range_packed`] in the stored frame: `a <= value − min <= a + span`.
+struct InStoredRange<'b> {
+    n: usize,
+    bits: &'b mut [u64],
+    a: u64,
+    span: u64,
+}
+
+impl WidthVisitor for InStoredRange<'_> {
+    type Output = ();
+
+    fn constant(self) {
+        if self.a != 0 {
+            self.bits.fill(0)
         }
-        2 => {
-            let (a, span) = (a as u16, span as u16);
-            and_masks(n, bits, |base, bytes| {
-                for (m, c) in bytes.iter_mut().zip(d[2 * base..].chunks_exact(2)) {
-                    *m = (u16::from_le_bytes([c[0], c[1]]).wrapping_sub(a) <= span) as u8;
-                }
-            })
-        }
-        4 => {
-            let (a, span) = (a as u32, span as u32);
-            and_masks(n, bits, |base, bytes| {
-                for (m, c) in bytes.iter_mut().zip(d[4 * base..].chunks_exact(4)) {
-                    let x = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                    *m = (x.wrapping_sub(a) <= span) as u8;
-                }
-            })
-        }
-        _ => and_masks(n, bits, |base, bytes| {
-            for (m, c) in bytes.iter_mut().zip(d[8 * base..].chunks_exact(8)) {
-                let x = u64::from_le_bytes(c.try_into().expect("8"));
+    }
+
+    #[inline(always)]
+    fn lanes<L: Lane>(self, d: &[u8]) {
+        let (a, span) = (L::truncate(self.a), L::truncate(self.span));
+        and_masks(self.n, self.bits, |base, bytes| {
+            for (m, x) in bytes.iter_mut().zip(L::iter(&d[L::BYTES * base..])) {
                 *m = (x.wrapping_sub(a) <= span) as u8;
             }
-        }),
+        })
+    }
+}
+
+/// [`and_masks`] over a frame-of-reference column, `keep` deciding on each
+/// value: one loop per stored width, reading the packed bytes in place.
+#[inline(always)]
+pub fn and_packed(v: &IntView<'_>, n: usize, bits: &mut [u64], keep: impl Fn(i64) -> bool) {
+    v.visit(Keep {
+        n,
+        bits,
+        min: v.min,
+        keep,
+    })
+}
+
+/// [`and_packed`].
+struct Keep<'b, F> {
+    n: usize,
+    bits: &'b mut [u64],
+    min: i64,
+    keep: F,
+}
+
+impl<F: Fn(i64) -> bool> WidthVisitor for Keep<'_, F> {
+    type Output = ();
+
+    fn constant(self) {
+        let k = (self.keep)(self.min) as u8;
+        and_masks(self.n, self.bits, |_, bytes| bytes.fill(k))
+    }
+
+    #[inline(always)]
+    fn lanes<L: Lane>(self, d: &[u8]) {
+        let (min, keep) = (self.min, self.keep);
+        and_masks(self.n, self.bits, |base, bytes| {
+            for (b, x) in bytes.iter_mut().zip(L::iter(&d[L::BYTES * base..])) {
+                *b = keep(min.wrapping_add(x.into() as i64)) as u8;
+            }
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::pack::int_column_pack;
     use crate::codec::pack::{ColumnView, PackBuilder, PackView};
     use crate::codec::row::Datum;
     use arrow::datatypes::DataType;
@@ -144,6 +183,31 @@ mod tests {
                     .filter(|i| (lo..=hi).contains(&vals[*i as usize]))
                     .collect();
                 assert_eq!(got, want, "spread {spread} range [{lo}, {hi}]");
+            }
+        }
+    }
+
+    #[test]
+    fn value_filters_agree_with_a_plain_loop_at_every_width() {
+        let keeps: [&dyn Fn(i64) -> bool; 3] =
+            [&|v| v.rem_euclid(3) == 0, &|v| v == -7, &|v| v != -7];
+        for spread in [0i64, 200, 60_000, 4_000_000_000, i64::MAX / 2] {
+            let vals: Vec<i64> = (0..1000).map(|i| -7 + (i * 7919) % (spread + 1)).collect();
+            let value = int_column_pack(&vals);
+            let pack = PackView::parse(&value).unwrap();
+            let ColumnView::Int(col) = pack.column(1).unwrap() else {
+                panic!("not an integer column")
+            };
+            for (k, keep) in keeps.iter().enumerate() {
+                // Start from a selection with holes: emptied words stay empty.
+                let mut bits = all_rows(vals.len());
+                bits[1] = 0;
+                and_packed(&col, vals.len(), &mut bits, keep);
+                for (i, v) in vals.iter().enumerate() {
+                    let kept = (bits[i / 64] >> (i % 64)) & 1 == 1;
+                    let want = !(64..128).contains(&i) && keep(*v);
+                    assert_eq!(kept, want, "spread {spread} filter {k} row {i}");
+                }
             }
         }
     }
