@@ -53,7 +53,7 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Int64Type, SchemaRef};
 use quarry_proto::coprocessor::{AggKind, ExecSummary};
 
-use super::kernels::{all_rows, and_masks, and_packed, and_range_packed, indices};
+use super::kernels::{all_rows, and_masks, and_packed, and_range_packed, compare_range, indices};
 use super::scan::KvScanner;
 use super::selection::filter_chunk;
 use super::{BatchExecutor, BatchResult, Chunk};
@@ -411,10 +411,6 @@ fn literal_int(v: &ScalarValue) -> Option<i128> {
     }
 }
 
-fn clamp64(v: i128) -> i64 {
-    v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
-}
-
 impl Pred {
     /// Adds the fused form of `e` (ANDed) to `out`; false if it has none.
     fn compile(e: &Expr, out: &mut Vec<Pred>) -> bool {
@@ -462,34 +458,17 @@ impl Pred {
                 if !is_int_type(&dt) {
                     return false;
                 }
-                // A range on col × f, then on col.
-                let (lo, hi) = match op {
-                    CmpOp::Eq => (l, l),
-                    CmpOp::Lt => (i128::MIN / 4, l - 1),
-                    CmpOp::Le => (i128::MIN / 4, l),
-                    CmpOp::Gt => (l + 1, i128::MAX / 4),
-                    CmpOp::Ge => (l, i128::MAX / 4),
-                    CmpOp::Ne => {
-                        // A value that cannot be equal still rejects NULL.
-                        out.push(match i64::try_from(l / f) {
-                            Ok(v) if l % f == 0 => Pred::NotEq { col, v },
-                            _ => Pred::NullCheck { col, negated: true },
-                        });
-                        return true;
-                    }
-                };
-                let lo = lo.div_euclid(f) + (lo.rem_euclid(f) != 0) as i128;
-                let hi = hi.div_euclid(f);
-                // A range entirely outside i64 holds no stored value.
-                let outside = lo > i64::MAX as i128 || hi < i64::MIN as i128;
-                out.push(if lo > hi || outside {
-                    Pred::Const(false)
-                } else {
-                    Pred::Range {
-                        col,
-                        lo: clamp64(lo),
-                        hi: clamp64(hi),
-                    }
+                if op == CmpOp::Ne {
+                    // A value that cannot be equal still rejects NULL.
+                    out.push(match compare_range(CmpOp::Eq, l, f) {
+                        Some((v, _)) => Pred::NotEq { col, v },
+                        None => Pred::NullCheck { col, negated: true },
+                    });
+                    return true;
+                }
+                out.push(match compare_range(op, l, f) {
+                    Some((lo, hi)) => Pred::Range { col, lo, hi },
+                    None => Pred::Const(false),
                 });
                 true
             }
@@ -536,10 +515,8 @@ impl Pred {
                         return false;
                     };
                     // col × f = l has a solution only if f divides l.
-                    if l % f == 0 {
-                        if let Ok(x) = i64::try_from(l / f) {
-                            set.push(x);
-                        }
+                    if let Some((x, _)) = compare_range(CmpOp::Eq, l, f) {
+                        set.push(x);
                     }
                 }
                 set.sort_unstable();

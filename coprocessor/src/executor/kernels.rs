@@ -1,5 +1,7 @@
 //! Vectorized filter kernels over a pack's stored columns, shared by the
-//! table scan (late materialization) and the fused aggregation.
+//! table scan (late materialization) and the fused aggregation, and the
+//! rule that turns a comparison with a constant into the range they test
+//! ([`compare_range`]).
 //!
 //! A selection is a bitmap of 64-row words. A filter narrows it one word at
 //! a time: a loop without bounds checks writes one 0/1 byte per row (the
@@ -8,6 +10,7 @@
 //! already empty are skipped.
 
 use crate::codec::pack::{IntView, Lane, WidthVisitor};
+use crate::expr::CmpOp;
 
 /// A bitmap selecting rows `0..n`.
 pub fn all_rows(n: usize) -> Vec<u64> {
@@ -147,6 +150,35 @@ impl<F: Fn(i64) -> bool> WidthVisitor for Keep<'_, F> {
     }
 }
 
+/// The stored integers `x` for which `x × factor  op  c` holds, as one
+/// inclusive range `(lo, hi)`, or None when no i64 does: the rule both the
+/// zone-map filter ([`super::ZoneFilter`]) and the fused aggregation's
+/// predicates turn "column op constant" into a range check with.
+///
+/// `c` is the constant's stored value at the comparison's type (days for a
+/// DATE, the unscaled value for a DECIMAL); `factor` (≥ 1) is the 10^k of an
+/// upscaling cast around the column (a DECIMAL(15,2) column compared at
+/// scale 4 has factor 100, and `x × 100 < 12345` keeps `x <= 123`). The
+/// arithmetic is exact in i128 and only the result is clamped to i64, so a
+/// constant beyond every stored value gives an empty or a full range, never
+/// a wrapped one. `<>` excludes at most one value: its range is every value.
+pub fn compare_range(op: CmpOp, c: i128, factor: i128) -> Option<(i64, i64)> {
+    let factor = factor.max(1);
+    let floor = c.div_euclid(factor);
+    let ceil = floor + (c.rem_euclid(factor) != 0) as i128;
+    let (lo, hi) = match op {
+        CmpOp::Eq => (ceil, floor),
+        CmpOp::Lt => (i128::MIN, ceil.saturating_sub(1)),
+        CmpOp::Le => (i128::MIN, floor),
+        CmpOp::Gt => (floor.saturating_add(1), i128::MAX),
+        CmpOp::Ge => (ceil, i128::MAX),
+        CmpOp::Ne => (i128::MIN, i128::MAX),
+    };
+    let clamp = |v: i128| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+    // Past i64 on either side, no stored value is in the range.
+    (lo <= hi && lo <= i64::MAX as i128 && hi >= i64::MIN as i128).then(|| (clamp(lo), clamp(hi)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +239,126 @@ mod tests {
                     let kept = (bits[i / 64] >> (i % 64)) & 1 == 1;
                     let want = !(64..128).contains(&i) && keep(*v);
                     assert_eq!(kept, want, "spread {spread} filter {k} row {i}");
+                }
+            }
+        }
+    }
+
+    const MIN: i64 = i64::MIN;
+    const MAX: i64 = i64::MAX;
+
+    #[test]
+    fn a_comparison_becomes_the_range_of_values_that_pass() {
+        use CmpOp::*;
+        for (op, want) in [
+            (Eq, Some((10, 10))),
+            (Lt, Some((MIN, 9))),
+            (Le, Some((MIN, 10))),
+            (Gt, Some((11, MAX))),
+            (Ge, Some((10, MAX))),
+            (Ne, Some((MIN, MAX))),
+        ] {
+            assert_eq!(compare_range(op, 10, 1), want, "{op:?} 10");
+        }
+        // Negative constants round the same way as positive ones.
+        for (op, want) in [
+            (Eq, Some((-10, -10))),
+            (Lt, Some((MIN, -11))),
+            (Le, Some((MIN, -10))),
+            (Gt, Some((-9, MAX))),
+            (Ge, Some((-10, MAX))),
+        ] {
+            assert_eq!(compare_range(op, -10, 1), want, "{op:?} -10");
+        }
+    }
+
+    #[test]
+    fn a_constant_at_or_beyond_the_ends_of_bigint_never_wraps() {
+        use CmpOp::*;
+        let above = MAX as i128 + 1;
+        let below = MIN as i128 - 1;
+        for (op, c, want) in [
+            // At the ends: < MIN and > MAX hold for no value.
+            (Lt, MIN as i128, None),
+            (Le, MIN as i128, Some((MIN, MIN))),
+            (Gt, MAX as i128, None),
+            (Ge, MAX as i128, Some((MAX, MAX))),
+            (Lt, MAX as i128, Some((MIN, MAX - 1))),
+            (Gt, MIN as i128, Some((MIN + 1, MAX))),
+            // Beyond: every value or none, not a clamped bound.
+            (Eq, above, None),
+            (Lt, above, Some((MIN, MAX))),
+            (Le, above, Some((MIN, MAX))),
+            (Gt, above, None),
+            (Ge, above, None),
+            (Eq, below, None),
+            (Lt, below, None),
+            (Le, below, None),
+            (Gt, below, Some((MIN, MAX))),
+            (Ge, below, Some((MIN, MAX))),
+            // The widest constants a DECIMAL(38) can hold, and past them.
+            (Lt, i128::MAX, Some((MIN, MAX))),
+            (Gt, i128::MAX, None),
+            (Lt, i128::MIN, None),
+            (Ge, i128::MIN, Some((MIN, MAX))),
+            (Eq, i128::MIN, None),
+        ] {
+            assert_eq!(compare_range(op, c, 1), want, "{op:?} {c}");
+        }
+        // The same with the widest upscaling cast (10^18).
+        let f = 10i128.pow(18);
+        assert_eq!(compare_range(Lt, i128::MAX, f), Some((MIN, MAX)));
+        assert_eq!(compare_range(Gt, i128::MAX, f), None);
+        assert_eq!(compare_range(Le, 10i128.pow(37), f), Some((MIN, MAX)));
+        assert_eq!(compare_range(Ge, -(10i128.pow(37)), f), Some((MIN, MAX)));
+        assert_eq!(compare_range(Lt, i128::MIN, f), None);
+    }
+
+    #[test]
+    fn an_upscaled_column_rounds_the_constant_inward() {
+        use CmpOp::*;
+        // A DECIMAL(15,2) column x compared at scale 4: x × 100 op c.
+        for (op, c, want) in [
+            (Lt, 12_345, Some((MIN, 123))),
+            (Le, 12_345, Some((MIN, 123))),
+            (Gt, 12_345, Some((124, MAX))),
+            (Ge, 12_345, Some((124, MAX))),
+            (Eq, 12_345, None),
+            (Lt, 12_300, Some((MIN, 122))),
+            (Le, 12_300, Some((MIN, 123))),
+            (Gt, 12_300, Some((124, MAX))),
+            (Ge, 12_300, Some((123, MAX))),
+            (Eq, 12_300, Some((123, 123))),
+            (Lt, -12_345, Some((MIN, -124))),
+            (Le, -12_345, Some((MIN, -124))),
+            (Gt, -12_345, Some((-123, MAX))),
+            (Ge, -12_345, Some((-123, MAX))),
+            (Eq, -12_300, Some((-123, -123))),
+        ] {
+            assert_eq!(compare_range(op, c, 100), want, "x × 100 {op:?} {c}");
+        }
+    }
+
+    #[test]
+    fn a_range_holds_exactly_the_values_that_pass() {
+        use CmpOp::*;
+        for f in [1i128, 3, 10, 100] {
+            for c in -60i128..=60 {
+                for op in [Eq, Lt, Le, Gt, Ge, Ne] {
+                    let r = compare_range(op, c, f);
+                    for x in -40i64..=40 {
+                        let v = x as i128 * f;
+                        let passes = match op {
+                            Eq => v == c,
+                            Lt => v < c,
+                            Le => v <= c,
+                            Gt => v > c,
+                            Ge => v >= c,
+                            Ne => true, // the range of `<>` is every value
+                        };
+                        let inside = r.is_some_and(|(lo, hi)| (lo..=hi).contains(&x));
+                        assert_eq!(inside, passes, "x = {x}: x × {f} {op:?} {c} -> {r:?}");
+                    }
                 }
             }
         }

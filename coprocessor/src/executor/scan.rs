@@ -28,7 +28,7 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
 
-use super::kernels::{all_rows, and_range_packed, indices};
+use super::kernels::{all_rows, and_range_packed, compare_range, indices};
 use super::{BatchExecutor, BatchResult, Chunk};
 use crate::codec::pack::{classify_key, decode_columns, ColumnView, KeyKind, PackView};
 use crate::codec::row::RowDecoder;
@@ -134,13 +134,17 @@ pub struct ZoneFilter {
     bounds: Vec<(i64, i64, i64)>,
 }
 
-fn as_stored_int(v: &ScalarValue, dt: &DataType) -> Option<i64> {
+/// A bound no value is inside.
+const EMPTY: (i64, i64) = (1, 0);
+
+/// A constant as the stored integer of a column of type `dt`, if the types
+/// match exactly (the zone map's frame: no cast around the column).
+fn as_stored_int(v: &ScalarValue, dt: &DataType) -> Option<i128> {
     match (v, dt) {
-        (ScalarValue::Int64(x), DataType::Int64) => Some(*x),
-        (ScalarValue::Date(x), DataType::Date32) => Some(*x as i64),
+        (ScalarValue::Int64(x), DataType::Int64) => Some(*x as i128),
+        (ScalarValue::Date(x), DataType::Date32) => Some(*x as i128),
         (ScalarValue::Decimal(x, _, s), DataType::Decimal128(p, ts)) if s == ts && *p <= 18 => {
-            // Beyond i64 the bound is beyond every stored value.
-            Some((*x).clamp(i64::MIN as i128, i64::MAX as i128) as i64)
+            Some(*x)
         }
         _ => None,
     }
@@ -180,16 +184,10 @@ impl ZoneFilter {
                 let Some(v) = as_stored_int(lit, dt) else {
                     return;
                 };
-                let (lo, hi) = match op {
-                    CmpOp::Eq => (v, v),
-                    CmpOp::Lt if v == i64::MIN => (1, 0),
-                    CmpOp::Lt => (i64::MIN, v - 1),
-                    CmpOp::Le => (i64::MIN, v),
-                    CmpOp::Gt if v == i64::MAX => (1, 0),
-                    CmpOp::Gt => (v + 1, i64::MAX),
-                    CmpOp::Ge => (v, i64::MAX),
-                    CmpOp::Ne => return,
-                };
+                if op == CmpOp::Ne {
+                    return;
+                }
+                let (lo, hi) = compare_range(op, v, 1).unwrap_or(EMPTY);
                 self.bounds.push((*id, lo, hi));
             }
             Expr::InList {
@@ -203,20 +201,25 @@ impl ZoneFilter {
                 let Some((id, dt)) = columns.get(*index) else {
                     return;
                 };
-                let vals: Option<Vec<i64>> = list
+                let vals: Option<Vec<i128>> = list
                     .iter()
                     .filter(|v| !v.is_null())
                     .map(|v| as_stored_int(v, dt))
                     .collect();
-                match vals {
-                    Some(v) if v.is_empty() => self.bounds.push((*id, 1, 0)),
-                    Some(v) => self.bounds.push((
-                        *id,
-                        *v.iter().min().expect("non-empty"),
-                        *v.iter().max().expect("non-empty"),
-                    )),
-                    None => {}
-                }
+                let Some(vals) = vals else {
+                    return;
+                };
+                // The smallest range holding every value that can be equal.
+                let eq: Vec<i64> = vals
+                    .iter()
+                    .filter_map(|v| compare_range(CmpOp::Eq, *v, 1))
+                    .map(|(v, _)| v)
+                    .collect();
+                let (lo, hi) = match (eq.iter().min(), eq.iter().max()) {
+                    (Some(lo), Some(hi)) => (*lo, *hi),
+                    _ => EMPTY,
+                };
+                self.bounds.push((*id, lo, hi));
             }
             _ => {}
         }
@@ -417,5 +420,70 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
 
     fn remaining_ranges(&self) -> Vec<KeyRange> {
         self.scanner.remaining_ranges()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmp(op: CmpOp, lit: ScalarValue) -> Expr {
+        Expr::Compare {
+            op,
+            left: Box::new(Expr::Column {
+                index: 0,
+                data_type: lit.data_type(),
+            }),
+            right: Box::new(Expr::Literal(lit)),
+        }
+    }
+
+    #[test]
+    fn zone_bounds_past_bigint_are_empty_or_full_never_clamped() {
+        // DECIMAL(18,0) constants just past the ends of i64.
+        let above = ScalarValue::Decimal(i64::MAX as i128 + 1, 18, 0);
+        let below = ScalarValue::Decimal(i64::MIN as i128 - 1, 18, 0);
+        let columns = [(7, DataType::Decimal128(18, 0))];
+        let full = Some((7, i64::MIN, i64::MAX));
+        for (cond, want) in [
+            (cmp(CmpOp::Lt, above.clone()), full),
+            (cmp(CmpOp::Le, above.clone()), full),
+            (cmp(CmpOp::Gt, above.clone()), Some((7, 1, 0))),
+            (cmp(CmpOp::Eq, above.clone()), Some((7, 1, 0))),
+            (cmp(CmpOp::Ge, below.clone()), full),
+            (cmp(CmpOp::Le, below.clone()), Some((7, 1, 0))),
+            (cmp(CmpOp::Ne, above.clone()), None),
+            (
+                Expr::InList {
+                    expr: Box::new(Expr::Column {
+                        index: 0,
+                        data_type: DataType::Decimal128(18, 0),
+                    }),
+                    list: vec![above.clone(), ScalarValue::Decimal(5, 18, 0), below],
+                    negated: false,
+                },
+                Some((7, 5, 5)),
+            ),
+        ] {
+            let f = ZoneFilter::from_conditions(std::slice::from_ref(&cond), &columns);
+            assert_eq!(f.bounds.first().copied(), want, "{cond:?}");
+        }
+        // At the ends of BIGINT itself.
+        let columns = [(7, DataType::Int64)];
+        for (cond, want) in [
+            (cmp(CmpOp::Lt, ScalarValue::Int64(i64::MIN)), (7, 1, 0)),
+            (cmp(CmpOp::Gt, ScalarValue::Int64(i64::MAX)), (7, 1, 0)),
+            (
+                cmp(CmpOp::Le, ScalarValue::Int64(i64::MIN)),
+                (7, i64::MIN, i64::MIN),
+            ),
+            (
+                cmp(CmpOp::Lt, ScalarValue::Int64(i64::MAX)),
+                (7, i64::MIN, i64::MAX - 1),
+            ),
+        ] {
+            let f = ZoneFilter::from_conditions(std::slice::from_ref(&cond), &columns);
+            assert_eq!(f.bounds, vec![want], "{cond:?}");
+        }
     }
 }
