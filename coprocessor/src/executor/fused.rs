@@ -54,13 +54,11 @@ use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Int64Type, SchemaRe
 use quarry_proto::coprocessor::{AggKind, ExecSummary};
 
 use super::kernels::{all_rows, and_masks, and_packed, and_range_packed, compare_range, indices};
-use super::scan::KvScanner;
+use super::scan::{KvScanner, TableData};
 use super::selection::filter_chunk;
 use super::{BatchExecutor, BatchResult, Chunk};
 use crate::aggregate::{AggregateFunction, Aggregator};
-use crate::codec::pack::{
-    classify_key, decode_columns, is_int_type, ColumnView, DictView, IntView, KeyKind, PackView,
-};
+use crate::codec::pack::{decode_columns, is_int_type, ColumnView, DictView, IntView, PackView};
 use crate::codec::row::RowDecoder;
 use crate::expr::{ArithOp, CmpOp, Expr, LogicOp, ScalarValue};
 use crate::storage::{KeyRange, Storage};
@@ -1572,26 +1570,20 @@ impl<S: Storage> BatchExecutor for FusedAggExecutor<S> {
     fn next_batch(&mut self, scan_rows: usize) -> Result<BatchResult> {
         let mut rows = 0usize;
         while rows < scan_rows {
-            let Some((k, v)) = self.scanner.next_kv()? else {
+            let Some(data) = self.scanner.next_data()? else {
                 break;
             };
-            match classify_key(k) {
-                KeyKind::Row(_) => {
+            match data {
+                TableData::Row(v) => {
                     self.core.decoder.decode(v)?;
                     rows += 1;
                     if self.core.decoder.rows() >= ROW_BLOCK {
                         self.core.rows()?;
                     }
                 }
-                KeyKind::Pack(_) => {
-                    let pack = PackView::parse(v)?;
+                TableData::Pack(pack) => {
                     rows += pack.rows();
                     self.core.pack(&pack)?;
-                }
-                KeyKind::Other => {
-                    return Err(invalid_input!(
-                        "the scanned range holds a key that is not table data"
-                    ))
                 }
             }
         }
@@ -1616,8 +1608,7 @@ impl<S: Storage> BatchExecutor for FusedAggExecutor<S> {
     }
 
     fn collect_summary(&self, s: &mut ExecSummary) {
-        s.scanned_keys += self.scanner.scanned_keys;
-        s.scanned_bytes += self.scanner.scanned_bytes;
+        self.scanner.collect_summary(s);
         s.blocks_skipped += self.core.blocks_skipped;
         s.blocks_scanned += self.core.blocks_scanned;
         s.blocks_fallback += self.core.blocks_fallback;

@@ -18,8 +18,9 @@
 //!   is decoded either way.
 //!
 //! [`KvScanner`] is the key-range walk shared with the fused aggregation
-//! (`fused.rs`): ranges in order, counters, and the resume point for a
-//! response cut short by its byte limit.
+//! (`fused.rs`): ranges in order, counters, the resume point for a response
+//! cut short by its byte limit, and the one loop step that tells rows from
+//! packs by their key ([`KvScanner::next_data`]).
 
 use std::sync::Arc;
 
@@ -34,7 +35,15 @@ use crate::codec::pack::{classify_key, decode_columns, ColumnView, KeyKind, Pack
 use crate::codec::row::RowDecoder;
 use crate::expr::{CmpOp, Expr, LogicOp, ScalarValue};
 use crate::storage::{KeyRange, Storage};
-use crate::{invalid_input, Result};
+use crate::{internal, invalid_input, Result};
+
+/// One pair of a table's key range, by what its key says it is.
+pub enum TableData<'a> {
+    /// A row-layout value: a row table's row, or a column table's delta row.
+    Row(&'a [u8]),
+    /// A column-layout pack.
+    Pack(PackView<'a>),
+}
 
 /// Walks a list of key ranges through a [`Storage`], remembering where it
 /// is so that a response cut short can name the ranges left.
@@ -49,8 +58,8 @@ pub struct KvScanner<S: Storage> {
     /// `has_last_key`).
     last_key: Vec<u8>,
     has_last_key: bool,
-    pub scanned_keys: u64,
-    pub scanned_bytes: u64,
+    scanned_keys: u64,
+    scanned_bytes: u64,
 }
 
 impl<S: Storage> KvScanner<S> {
@@ -68,14 +77,46 @@ impl<S: Storage> KvScanner<S> {
         }
     }
 
+    /// Adds the keys and bytes read so far to `summary`.
+    pub fn collect_summary(&self, summary: &mut ExecSummary) {
+        summary.scanned_keys += self.scanned_keys;
+        summary.scanned_bytes += self.scanned_bytes;
+    }
+
     /// True once every range has been read.
     pub fn is_drained(&self) -> bool {
         self.current >= self.ranges.len()
     }
 
+    /// The next row or pack in key order across all ranges, or None at the
+    /// end; borrowed until the next call. The key tells which it is
+    /// ([`classify_key`]); a key that is not table data is an error, and so
+    /// is a pack in a key-only scan (only a row-layout table may be read
+    /// without its values).
+    pub fn next_data(&mut self) -> Result<Option<TableData<'_>>> {
+        let key_only = self.key_only;
+        let Some((k, v)) = self.next_kv()? else {
+            return Ok(None);
+        };
+        Ok(Some(match classify_key(k) {
+            KeyKind::Row(_) => TableData::Row(v),
+            KeyKind::Pack(_) if key_only => {
+                return Err(internal!(
+                    "a key-only scan met a pack: the table is not row-layout"
+                ))
+            }
+            KeyKind::Pack(_) => TableData::Pack(PackView::parse(v)?),
+            KeyKind::Other => {
+                return Err(invalid_input!(
+                    "the scanned range holds a key that is not table data"
+                ))
+            }
+        }))
+    }
+
     /// The next pair in key order across all ranges, or None at the end.
     /// The slices are valid until the next call.
-    pub fn next_kv(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+    fn next_kv(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         while self.current < self.ranges.len() {
             if !self.started {
                 self.storage
@@ -267,7 +308,6 @@ pub struct TableScanExecutor<S: Storage> {
     columns: Vec<(i64, DataType)>,
     decoder: RowDecoder,
     zone: ZoneFilter,
-    key_only: bool,
     blocks_scanned: u64,
     blocks_skipped: u64,
     sel: Vec<u32>,
@@ -296,7 +336,6 @@ impl<S: Storage> TableScanExecutor<S> {
             columns: columns.to_vec(),
             decoder: RowDecoder::new(columns, 1024)?,
             zone,
-            key_only: key_only && columns.is_empty(),
             blocks_scanned: 0,
             blocks_skipped: 0,
             sel: Vec::new(),
@@ -333,11 +372,11 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
         // Rows counted without decoding (COUNT(*) over keys or pack headers).
         let mut counted = 0usize;
         while rows + counted < scan_rows {
-            let Some((k, v)) = self.scanner.next_kv()? else {
+            let Some(data) = self.scanner.next_data()? else {
                 break;
             };
-            match classify_key(k) {
-                KeyKind::Row(_) => {
+            match data {
+                TableData::Row(v) => {
                     if self.columns.is_empty() {
                         counted += 1;
                     } else {
@@ -345,13 +384,7 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
                         rows += 1;
                     }
                 }
-                KeyKind::Pack(_) => {
-                    if self.key_only {
-                        return Err(crate::internal!(
-                            "a key-only scan met a pack: the table is not row-layout"
-                        ));
-                    }
-                    let pack = PackView::parse(v)?;
+                TableData::Pack(pack) => {
                     if !self.zone.is_empty() && !self.zone.may_match(&pack)? {
                         self.blocks_skipped += 1;
                         continue;
@@ -388,11 +421,6 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
                     parts.push(self.batch(cols, n)?);
                     rows += n;
                 }
-                KeyKind::Other => {
-                    return Err(invalid_input!(
-                        "the scanned range holds a key that is not table data"
-                    ))
-                }
             }
         }
         self.flush_rows(&mut parts)?;
@@ -412,8 +440,7 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
     }
 
     fn collect_summary(&self, s: &mut ExecSummary) {
-        s.scanned_keys += self.scanner.scanned_keys;
-        s.scanned_bytes += self.scanner.scanned_bytes;
+        self.scanner.collect_summary(s);
         s.blocks_skipped += self.blocks_skipped;
         s.blocks_scanned += self.blocks_scanned;
     }
