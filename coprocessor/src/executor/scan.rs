@@ -18,7 +18,7 @@
 //!   is decoded either way.
 //!
 //! [`KvScanner`] is the key-range walk shared with the fused aggregation
-//! (`fused.rs`): ranges in order, counters, the resume point for a response
+//! (`fused/`): ranges in order, counters, the resume point for a response
 //! cut short by its byte limit, and the one loop step that tells rows from
 //! packs by their key ([`KvScanner::next_data`]).
 
