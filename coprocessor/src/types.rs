@@ -116,12 +116,6 @@ pub fn fits_precision(v: i128, precision: u8) -> bool {
     v > -bound && v < bound
 }
 
-/// Multiplies by 10^k, checked.
-#[inline]
-pub fn scale_up(v: i128, k: u32) -> Option<i128> {
-    POW10.get(k as usize).and_then(|p| v.checked_mul(*p))
-}
-
 /// Divides by 10^k, rounding half away from zero.
 #[inline]
 pub fn scale_down_round(v: i128, k: u32) -> i128 {

@@ -84,16 +84,6 @@ pub fn decode_record_key(key: &[u8]) -> Result<(i64, i64)> {
     Ok((decode_i64(&key[1..9])?, decode_i64(&key[11..19])?))
 }
 
-/// The handle of a row key (no validation beyond length: scans only see row
-/// keys of the scanned table).
-#[inline]
-pub fn record_key_handle(key: &[u8]) -> Result<i64> {
-    if key.len() != RECORD_KEY_LEN {
-        return Err(invalid_input!("not a row key: {}", hex(key)));
-    }
-    decode_i64(&key[11..19])
-}
-
 const GROUP: usize = 8;
 const MARKER: u8 = 0xFF;
 const PAD: u8 = 0;
@@ -112,8 +102,10 @@ pub fn encode_bytes(buf: &mut Vec<u8>, data: &[u8]) {
 }
 
 /// Decodes one group-encoded byte string from the front of `input`; returns
-/// it and the number of input bytes consumed.
-pub fn decode_bytes(input: &[u8]) -> Result<(Vec<u8>, usize)> {
+/// it and the number of input bytes consumed. Nothing reads names back out
+/// of keys yet: only the tests, to check [`encode_bytes`].
+#[cfg(test)]
+fn decode_bytes(input: &[u8]) -> Result<(Vec<u8>, usize)> {
     let mut out = Vec::new();
     let mut pos = 0;
     loop {

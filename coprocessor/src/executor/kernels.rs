@@ -1,5 +1,7 @@
 //! Vectorized filter kernels over a pack's stored columns, shared by the
-//! table scan (late materialization) and the fused aggregation.
+//! table scan (late materialization) and the fused aggregation, and the
+//! rule that turns a comparison with a constant into the range they test
+//! ([`compare_range`]).
 //!
 //! A selection is a bitmap of 64-row words. A filter narrows it one word at
 //! a time: a loop without bounds checks writes one 0/1 byte per row (the
@@ -7,7 +9,8 @@
 //! word with one multiplication per 8 rows, and the word is ANDed in. Words
 //! already empty are skipped.
 
-use crate::codec::pack::IntView;
+use crate::codec::pack::{IntView, Lane, WidthVisitor};
+use crate::expr::CmpOp;
 
 /// A bitmap selecting rows `0..n`.
 pub fn all_rows(n: usize) -> Vec<u64> {
@@ -72,46 +75,114 @@ pub fn and_range_packed(v: &IntView<'_>, n: usize, bits: &mut [u64], lo: i64, hi
     if a == 0 && b == top {
         return;
     }
-    let d = v.data();
-    let (a, span) = (a as u64, (b - a) as u64);
-    match v.width() {
-        1 => {
-            let (a, span) = (a as u8, span as u8);
-            and_masks(n, bits, |base, bytes| {
-                for (m, x) in bytes.iter_mut().zip(&d[base..]) {
-                    *m = (x.wrapping_sub(a) <= span) as u8;
-                }
-            })
+    v.visit(InStoredRange {
+        n,
+        bits,
+        a: a as u64,
+        span: (b - a) as u64,
+    })
+}
+
+/// [`and_range_packed`] in the stored frame: `a <= value − min <= a + span`.
+struct InStoredRange<'b> {
+    n: usize,
+    bits: &'b mut [u64],
+    a: u64,
+    span: u64,
+}
+
+impl WidthVisitor for InStoredRange<'_> {
+    type Output = ();
+
+    fn constant(self) {
+        if self.a != 0 {
+            self.bits.fill(0)
         }
-        2 => {
-            let (a, span) = (a as u16, span as u16);
-            and_masks(n, bits, |base, bytes| {
-                for (m, c) in bytes.iter_mut().zip(d[2 * base..].chunks_exact(2)) {
-                    *m = (u16::from_le_bytes([c[0], c[1]]).wrapping_sub(a) <= span) as u8;
-                }
-            })
-        }
-        4 => {
-            let (a, span) = (a as u32, span as u32);
-            and_masks(n, bits, |base, bytes| {
-                for (m, c) in bytes.iter_mut().zip(d[4 * base..].chunks_exact(4)) {
-                    let x = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                    *m = (x.wrapping_sub(a) <= span) as u8;
-                }
-            })
-        }
-        _ => and_masks(n, bits, |base, bytes| {
-            for (m, c) in bytes.iter_mut().zip(d[8 * base..].chunks_exact(8)) {
-                let x = u64::from_le_bytes(c.try_into().expect("8"));
+    }
+
+    #[inline(always)]
+    fn lanes<L: Lane>(self, d: &[u8]) {
+        let (a, span) = (L::truncate(self.a), L::truncate(self.span));
+        and_masks(self.n, self.bits, |base, bytes| {
+            for (m, x) in bytes.iter_mut().zip(L::iter(&d[L::BYTES * base..])) {
                 *m = (x.wrapping_sub(a) <= span) as u8;
             }
-        }),
+        })
     }
+}
+
+/// [`and_masks`] over a frame-of-reference column, `keep` deciding on each
+/// value: one loop per stored width, reading the packed bytes in place.
+#[inline(always)]
+pub fn and_packed(v: &IntView<'_>, n: usize, bits: &mut [u64], keep: impl Fn(i64) -> bool) {
+    v.visit(Keep {
+        n,
+        bits,
+        min: v.min,
+        keep,
+    })
+}
+
+/// [`and_packed`].
+struct Keep<'b, F> {
+    n: usize,
+    bits: &'b mut [u64],
+    min: i64,
+    keep: F,
+}
+
+impl<F: Fn(i64) -> bool> WidthVisitor for Keep<'_, F> {
+    type Output = ();
+
+    fn constant(self) {
+        let k = (self.keep)(self.min) as u8;
+        and_masks(self.n, self.bits, |_, bytes| bytes.fill(k))
+    }
+
+    #[inline(always)]
+    fn lanes<L: Lane>(self, d: &[u8]) {
+        let (min, keep) = (self.min, self.keep);
+        and_masks(self.n, self.bits, |base, bytes| {
+            for (b, x) in bytes.iter_mut().zip(L::iter(&d[L::BYTES * base..])) {
+                *b = keep(min.wrapping_add(x.into() as i64)) as u8;
+            }
+        })
+    }
+}
+
+/// The stored integers `x` for which `x × factor  op  c` holds, as one
+/// inclusive range `(lo, hi)`, or None when no i64 does: the rule both the
+/// zone-map filter ([`super::ZoneFilter`]) and the fused aggregation's
+/// predicates turn "column op constant" into a range check with.
+///
+/// `c` is the constant's stored value at the comparison's type (days for a
+/// DATE, the unscaled value for a DECIMAL); `factor` (≥ 1) is the 10^k of an
+/// upscaling cast around the column (a DECIMAL(15,2) column compared at
+/// scale 4 has factor 100, and `x × 100 < 12345` keeps `x <= 123`). The
+/// arithmetic is exact in i128 and only the result is clamped to i64, so a
+/// constant beyond every stored value gives an empty or a full range, never
+/// a wrapped one. `<>` excludes at most one value: its range is every value.
+pub fn compare_range(op: CmpOp, c: i128, factor: i128) -> Option<(i64, i64)> {
+    let factor = factor.max(1);
+    let floor = c.div_euclid(factor);
+    let ceil = floor + (c.rem_euclid(factor) != 0) as i128;
+    let (lo, hi) = match op {
+        CmpOp::Eq => (ceil, floor),
+        CmpOp::Lt => (i128::MIN, ceil.saturating_sub(1)),
+        CmpOp::Le => (i128::MIN, floor),
+        CmpOp::Gt => (floor.saturating_add(1), i128::MAX),
+        CmpOp::Ge => (ceil, i128::MAX),
+        CmpOp::Ne => (i128::MIN, i128::MAX),
+    };
+    let clamp = |v: i128| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+    // Past i64 on either side, no stored value is in the range.
+    (lo <= hi && lo <= i64::MAX as i128 && hi >= i64::MIN as i128).then(|| (clamp(lo), clamp(hi)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::pack::int_column_pack;
     use crate::codec::pack::{ColumnView, PackBuilder, PackView};
     use crate::codec::row::Datum;
     use arrow::datatypes::DataType;
@@ -144,6 +215,151 @@ mod tests {
                     .filter(|i| (lo..=hi).contains(&vals[*i as usize]))
                     .collect();
                 assert_eq!(got, want, "spread {spread} range [{lo}, {hi}]");
+            }
+        }
+    }
+
+    #[test]
+    fn value_filters_agree_with_a_plain_loop_at_every_width() {
+        let keeps: [&dyn Fn(i64) -> bool; 3] =
+            [&|v| v.rem_euclid(3) == 0, &|v| v == -7, &|v| v != -7];
+        for spread in [0i64, 200, 60_000, 4_000_000_000, i64::MAX / 2] {
+            let vals: Vec<i64> = (0..1000).map(|i| -7 + (i * 7919) % (spread + 1)).collect();
+            let value = int_column_pack(&vals);
+            let pack = PackView::parse(&value).unwrap();
+            let ColumnView::Int(col) = pack.column(1).unwrap() else {
+                panic!("not an integer column")
+            };
+            for (k, keep) in keeps.iter().enumerate() {
+                // Start from a selection with holes: emptied words stay empty.
+                let mut bits = all_rows(vals.len());
+                bits[1] = 0;
+                and_packed(&col, vals.len(), &mut bits, keep);
+                for (i, v) in vals.iter().enumerate() {
+                    let kept = (bits[i / 64] >> (i % 64)) & 1 == 1;
+                    let want = !(64..128).contains(&i) && keep(*v);
+                    assert_eq!(kept, want, "spread {spread} filter {k} row {i}");
+                }
+            }
+        }
+    }
+
+    const MIN: i64 = i64::MIN;
+    const MAX: i64 = i64::MAX;
+
+    #[test]
+    fn a_comparison_becomes_the_range_of_values_that_pass() {
+        use CmpOp::*;
+        for (op, want) in [
+            (Eq, Some((10, 10))),
+            (Lt, Some((MIN, 9))),
+            (Le, Some((MIN, 10))),
+            (Gt, Some((11, MAX))),
+            (Ge, Some((10, MAX))),
+            (Ne, Some((MIN, MAX))),
+        ] {
+            assert_eq!(compare_range(op, 10, 1), want, "{op:?} 10");
+        }
+        // Negative constants round the same way as positive ones.
+        for (op, want) in [
+            (Eq, Some((-10, -10))),
+            (Lt, Some((MIN, -11))),
+            (Le, Some((MIN, -10))),
+            (Gt, Some((-9, MAX))),
+            (Ge, Some((-10, MAX))),
+        ] {
+            assert_eq!(compare_range(op, -10, 1), want, "{op:?} -10");
+        }
+    }
+
+    #[test]
+    fn a_constant_at_or_beyond_the_ends_of_bigint_never_wraps() {
+        use CmpOp::*;
+        let above = MAX as i128 + 1;
+        let below = MIN as i128 - 1;
+        for (op, c, want) in [
+            // At the ends: < MIN and > MAX hold for no value.
+            (Lt, MIN as i128, None),
+            (Le, MIN as i128, Some((MIN, MIN))),
+            (Gt, MAX as i128, None),
+            (Ge, MAX as i128, Some((MAX, MAX))),
+            (Lt, MAX as i128, Some((MIN, MAX - 1))),
+            (Gt, MIN as i128, Some((MIN + 1, MAX))),
+            // Beyond: every value or none, not a clamped bound.
+            (Eq, above, None),
+            (Lt, above, Some((MIN, MAX))),
+            (Le, above, Some((MIN, MAX))),
+            (Gt, above, None),
+            (Ge, above, None),
+            (Eq, below, None),
+            (Lt, below, None),
+            (Le, below, None),
+            (Gt, below, Some((MIN, MAX))),
+            (Ge, below, Some((MIN, MAX))),
+            // The widest constants a DECIMAL(38) can hold, and past them.
+            (Lt, i128::MAX, Some((MIN, MAX))),
+            (Gt, i128::MAX, None),
+            (Lt, i128::MIN, None),
+            (Ge, i128::MIN, Some((MIN, MAX))),
+            (Eq, i128::MIN, None),
+        ] {
+            assert_eq!(compare_range(op, c, 1), want, "{op:?} {c}");
+        }
+        // The same with the widest upscaling cast (10^18).
+        let f = 10i128.pow(18);
+        assert_eq!(compare_range(Lt, i128::MAX, f), Some((MIN, MAX)));
+        assert_eq!(compare_range(Gt, i128::MAX, f), None);
+        assert_eq!(compare_range(Le, 10i128.pow(37), f), Some((MIN, MAX)));
+        assert_eq!(compare_range(Ge, -(10i128.pow(37)), f), Some((MIN, MAX)));
+        assert_eq!(compare_range(Lt, i128::MIN, f), None);
+    }
+
+    #[test]
+    fn an_upscaled_column_rounds_the_constant_inward() {
+        use CmpOp::*;
+        // A DECIMAL(15,2) column x compared at scale 4: x × 100 op c.
+        for (op, c, want) in [
+            (Lt, 12_345, Some((MIN, 123))),
+            (Le, 12_345, Some((MIN, 123))),
+            (Gt, 12_345, Some((124, MAX))),
+            (Ge, 12_345, Some((124, MAX))),
+            (Eq, 12_345, None),
+            (Lt, 12_300, Some((MIN, 122))),
+            (Le, 12_300, Some((MIN, 123))),
+            (Gt, 12_300, Some((124, MAX))),
+            (Ge, 12_300, Some((123, MAX))),
+            (Eq, 12_300, Some((123, 123))),
+            (Lt, -12_345, Some((MIN, -124))),
+            (Le, -12_345, Some((MIN, -124))),
+            (Gt, -12_345, Some((-123, MAX))),
+            (Ge, -12_345, Some((-123, MAX))),
+            (Eq, -12_300, Some((-123, -123))),
+        ] {
+            assert_eq!(compare_range(op, c, 100), want, "x × 100 {op:?} {c}");
+        }
+    }
+
+    #[test]
+    fn a_range_holds_exactly_the_values_that_pass() {
+        use CmpOp::*;
+        for f in [1i128, 3, 10, 100] {
+            for c in -60i128..=60 {
+                for op in [Eq, Lt, Le, Gt, Ge, Ne] {
+                    let r = compare_range(op, c, f);
+                    for x in -40i64..=40 {
+                        let v = x as i128 * f;
+                        let passes = match op {
+                            Eq => v == c,
+                            Lt => v < c,
+                            Le => v <= c,
+                            Gt => v > c,
+                            Ge => v >= c,
+                            Ne => true, // the range of `<>` is every value
+                        };
+                        let inside = r.is_some_and(|(lo, hi)| (lo..=hi).contains(&x));
+                        assert_eq!(inside, passes, "x = {x}: x × {f} {op:?} {c} -> {r:?}");
+                    }
+                }
             }
         }
     }

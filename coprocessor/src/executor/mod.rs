@@ -7,8 +7,10 @@
 //!
 //! The table scan reads both storage layouts (`scan.rs`); an aggregation
 //! whose every part has a fused form runs as one executor over the stored
-//! integers instead (`fused.rs`), falling back to the generic executors
-//! block by block.
+//! integers instead (`fused/`), falling back to the generic executors
+//! block by block. The filter kernels both run on a pack's stored bytes,
+//! and the rule that turns a comparison into the range they test, are in
+//! `kernels.rs`.
 //!
 //! THE CONTRACT (after TiKV's `BatchExecutor`): `next_batch(scan_rows)` asks
 //! for at most about `scan_rows` rows' worth of work and returns a

@@ -18,8 +18,9 @@
 //!   is decoded either way.
 //!
 //! [`KvScanner`] is the key-range walk shared with the fused aggregation
-//! (`fused.rs`): ranges in order, counters, and the resume point for a
-//! response cut short by its byte limit.
+//! (`fused/`): ranges in order, counters, the resume point for a response
+//! cut short by its byte limit, and the one loop step that tells rows from
+//! packs by their key ([`KvScanner::next_data`]).
 
 use std::sync::Arc;
 
@@ -28,13 +29,21 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
 
-use super::kernels::{all_rows, and_range_packed, indices};
+use super::kernels::{all_rows, and_range_packed, compare_range, indices};
 use super::{BatchExecutor, BatchResult, Chunk};
 use crate::codec::pack::{classify_key, decode_columns, ColumnView, KeyKind, PackView};
 use crate::codec::row::RowDecoder;
 use crate::expr::{CmpOp, Expr, LogicOp, ScalarValue};
 use crate::storage::{KeyRange, Storage};
-use crate::{invalid_input, Result};
+use crate::{internal, invalid_input, Result};
+
+/// One pair of a table's key range, by what its key says it is.
+pub enum TableData<'a> {
+    /// A row-layout value: a row table's row, or a column table's delta row.
+    Row(&'a [u8]),
+    /// A column-layout pack.
+    Pack(PackView<'a>),
+}
 
 /// Walks a list of key ranges through a [`Storage`], remembering where it
 /// is so that a response cut short can name the ranges left.
@@ -49,8 +58,8 @@ pub struct KvScanner<S: Storage> {
     /// `has_last_key`).
     last_key: Vec<u8>,
     has_last_key: bool,
-    pub scanned_keys: u64,
-    pub scanned_bytes: u64,
+    scanned_keys: u64,
+    scanned_bytes: u64,
 }
 
 impl<S: Storage> KvScanner<S> {
@@ -68,14 +77,46 @@ impl<S: Storage> KvScanner<S> {
         }
     }
 
+    /// Adds the keys and bytes read so far to `summary`.
+    pub fn collect_summary(&self, summary: &mut ExecSummary) {
+        summary.scanned_keys += self.scanned_keys;
+        summary.scanned_bytes += self.scanned_bytes;
+    }
+
     /// True once every range has been read.
     pub fn is_drained(&self) -> bool {
         self.current >= self.ranges.len()
     }
 
+    /// The next row or pack in key order across all ranges, or None at the
+    /// end; borrowed until the next call. The key tells which it is
+    /// ([`classify_key`]); a key that is not table data is an error, and so
+    /// is a pack in a key-only scan (only a row-layout table may be read
+    /// without its values).
+    pub fn next_data(&mut self) -> Result<Option<TableData<'_>>> {
+        let key_only = self.key_only;
+        let Some((k, v)) = self.next_kv()? else {
+            return Ok(None);
+        };
+        Ok(Some(match classify_key(k) {
+            KeyKind::Row(_) => TableData::Row(v),
+            KeyKind::Pack(_) if key_only => {
+                return Err(internal!(
+                    "a key-only scan met a pack: the table is not row-layout"
+                ))
+            }
+            KeyKind::Pack(_) => TableData::Pack(PackView::parse(v)?),
+            KeyKind::Other => {
+                return Err(invalid_input!(
+                    "the scanned range holds a key that is not table data"
+                ))
+            }
+        }))
+    }
+
     /// The next pair in key order across all ranges, or None at the end.
     /// The slices are valid until the next call.
-    pub fn next_kv(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+    fn next_kv(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         while self.current < self.ranges.len() {
             if !self.started {
                 self.storage
@@ -134,13 +175,17 @@ pub struct ZoneFilter {
     bounds: Vec<(i64, i64, i64)>,
 }
 
-fn as_stored_int(v: &ScalarValue, dt: &DataType) -> Option<i64> {
+/// A bound no value is inside.
+const EMPTY: (i64, i64) = (1, 0);
+
+/// A constant as the stored integer of a column of type `dt`, if the types
+/// match exactly (the zone map's frame: no cast around the column).
+fn as_stored_int(v: &ScalarValue, dt: &DataType) -> Option<i128> {
     match (v, dt) {
-        (ScalarValue::Int64(x), DataType::Int64) => Some(*x),
-        (ScalarValue::Date(x), DataType::Date32) => Some(*x as i64),
+        (ScalarValue::Int64(x), DataType::Int64) => Some(*x as i128),
+        (ScalarValue::Date(x), DataType::Date32) => Some(*x as i128),
         (ScalarValue::Decimal(x, _, s), DataType::Decimal128(p, ts)) if s == ts && *p <= 18 => {
-            // Beyond i64 the bound is beyond every stored value.
-            Some((*x).clamp(i64::MIN as i128, i64::MAX as i128) as i64)
+            Some(*x)
         }
         _ => None,
     }
@@ -180,16 +225,10 @@ impl ZoneFilter {
                 let Some(v) = as_stored_int(lit, dt) else {
                     return;
                 };
-                let (lo, hi) = match op {
-                    CmpOp::Eq => (v, v),
-                    CmpOp::Lt if v == i64::MIN => (1, 0),
-                    CmpOp::Lt => (i64::MIN, v - 1),
-                    CmpOp::Le => (i64::MIN, v),
-                    CmpOp::Gt if v == i64::MAX => (1, 0),
-                    CmpOp::Gt => (v + 1, i64::MAX),
-                    CmpOp::Ge => (v, i64::MAX),
-                    CmpOp::Ne => return,
-                };
+                if op == CmpOp::Ne {
+                    return;
+                }
+                let (lo, hi) = compare_range(op, v, 1).unwrap_or(EMPTY);
                 self.bounds.push((*id, lo, hi));
             }
             Expr::InList {
@@ -203,20 +242,25 @@ impl ZoneFilter {
                 let Some((id, dt)) = columns.get(*index) else {
                     return;
                 };
-                let vals: Option<Vec<i64>> = list
+                let vals: Option<Vec<i128>> = list
                     .iter()
                     .filter(|v| !v.is_null())
                     .map(|v| as_stored_int(v, dt))
                     .collect();
-                match vals {
-                    Some(v) if v.is_empty() => self.bounds.push((*id, 1, 0)),
-                    Some(v) => self.bounds.push((
-                        *id,
-                        *v.iter().min().expect("non-empty"),
-                        *v.iter().max().expect("non-empty"),
-                    )),
-                    None => {}
-                }
+                let Some(vals) = vals else {
+                    return;
+                };
+                // The smallest range holding every value that can be equal.
+                let eq: Vec<i64> = vals
+                    .iter()
+                    .filter_map(|v| compare_range(CmpOp::Eq, *v, 1))
+                    .map(|(v, _)| v)
+                    .collect();
+                let (lo, hi) = match (eq.iter().min(), eq.iter().max()) {
+                    (Some(lo), Some(hi)) => (*lo, *hi),
+                    _ => EMPTY,
+                };
+                self.bounds.push((*id, lo, hi));
             }
             _ => {}
         }
@@ -264,7 +308,6 @@ pub struct TableScanExecutor<S: Storage> {
     columns: Vec<(i64, DataType)>,
     decoder: RowDecoder,
     zone: ZoneFilter,
-    key_only: bool,
     blocks_scanned: u64,
     blocks_skipped: u64,
     sel: Vec<u32>,
@@ -293,7 +336,6 @@ impl<S: Storage> TableScanExecutor<S> {
             columns: columns.to_vec(),
             decoder: RowDecoder::new(columns, 1024)?,
             zone,
-            key_only: key_only && columns.is_empty(),
             blocks_scanned: 0,
             blocks_skipped: 0,
             sel: Vec::new(),
@@ -330,11 +372,11 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
         // Rows counted without decoding (COUNT(*) over keys or pack headers).
         let mut counted = 0usize;
         while rows + counted < scan_rows {
-            let Some((k, v)) = self.scanner.next_kv()? else {
+            let Some(data) = self.scanner.next_data()? else {
                 break;
             };
-            match classify_key(k) {
-                KeyKind::Row(_) => {
+            match data {
+                TableData::Row(v) => {
                     if self.columns.is_empty() {
                         counted += 1;
                     } else {
@@ -342,13 +384,7 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
                         rows += 1;
                     }
                 }
-                KeyKind::Pack(_) => {
-                    if self.key_only {
-                        return Err(crate::internal!(
-                            "a key-only scan met a pack: the table is not row-layout"
-                        ));
-                    }
-                    let pack = PackView::parse(v)?;
+                TableData::Pack(pack) => {
                     if !self.zone.is_empty() && !self.zone.may_match(&pack)? {
                         self.blocks_skipped += 1;
                         continue;
@@ -385,11 +421,6 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
                     parts.push(self.batch(cols, n)?);
                     rows += n;
                 }
-                KeyKind::Other => {
-                    return Err(invalid_input!(
-                        "the scanned range holds a key that is not table data"
-                    ))
-                }
             }
         }
         self.flush_rows(&mut parts)?;
@@ -409,13 +440,77 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
     }
 
     fn collect_summary(&self, s: &mut ExecSummary) {
-        s.scanned_keys += self.scanner.scanned_keys;
-        s.scanned_bytes += self.scanner.scanned_bytes;
+        self.scanner.collect_summary(s);
         s.blocks_skipped += self.blocks_skipped;
         s.blocks_scanned += self.blocks_scanned;
     }
 
     fn remaining_ranges(&self) -> Vec<KeyRange> {
         self.scanner.remaining_ranges()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmp(op: CmpOp, lit: ScalarValue) -> Expr {
+        Expr::Compare {
+            op,
+            left: Box::new(Expr::Column {
+                index: 0,
+                data_type: lit.data_type(),
+            }),
+            right: Box::new(Expr::Literal(lit)),
+        }
+    }
+
+    #[test]
+    fn zone_bounds_past_bigint_are_empty_or_full_never_clamped() {
+        // DECIMAL(18,0) constants just past the ends of i64.
+        let above = ScalarValue::Decimal(i64::MAX as i128 + 1, 18, 0);
+        let below = ScalarValue::Decimal(i64::MIN as i128 - 1, 18, 0);
+        let columns = [(7, DataType::Decimal128(18, 0))];
+        let full = Some((7, i64::MIN, i64::MAX));
+        for (cond, want) in [
+            (cmp(CmpOp::Lt, above.clone()), full),
+            (cmp(CmpOp::Le, above.clone()), full),
+            (cmp(CmpOp::Gt, above.clone()), Some((7, 1, 0))),
+            (cmp(CmpOp::Eq, above.clone()), Some((7, 1, 0))),
+            (cmp(CmpOp::Ge, below.clone()), full),
+            (cmp(CmpOp::Le, below.clone()), Some((7, 1, 0))),
+            (cmp(CmpOp::Ne, above.clone()), None),
+            (
+                Expr::InList {
+                    expr: Box::new(Expr::Column {
+                        index: 0,
+                        data_type: DataType::Decimal128(18, 0),
+                    }),
+                    list: vec![above.clone(), ScalarValue::Decimal(5, 18, 0), below],
+                    negated: false,
+                },
+                Some((7, 5, 5)),
+            ),
+        ] {
+            let f = ZoneFilter::from_conditions(std::slice::from_ref(&cond), &columns);
+            assert_eq!(f.bounds.first().copied(), want, "{cond:?}");
+        }
+        // At the ends of BIGINT itself.
+        let columns = [(7, DataType::Int64)];
+        for (cond, want) in [
+            (cmp(CmpOp::Lt, ScalarValue::Int64(i64::MIN)), (7, 1, 0)),
+            (cmp(CmpOp::Gt, ScalarValue::Int64(i64::MAX)), (7, 1, 0)),
+            (
+                cmp(CmpOp::Le, ScalarValue::Int64(i64::MIN)),
+                (7, i64::MIN, i64::MIN),
+            ),
+            (
+                cmp(CmpOp::Lt, ScalarValue::Int64(i64::MAX)),
+                (7, i64::MIN, i64::MAX - 1),
+            ),
+        ] {
+            let f = ZoneFilter::from_conditions(std::slice::from_ref(&cond), &columns);
+            assert_eq!(f.bounds, vec![want], "{cond:?}");
+        }
     }
 }

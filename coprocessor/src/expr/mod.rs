@@ -490,68 +490,6 @@ impl Expr {
         }
     }
 
-    /// Rewrites column indexes through `map` (used when a plan narrows its
-    /// input to the columns it needs).
-    pub fn remap_columns(&self, map: &impl Fn(usize) -> usize) -> Expr {
-        let b = |e: &Expr| Box::new(e.remap_columns(map));
-        match self {
-            Expr::Column { index, data_type } => Expr::Column {
-                index: map(*index),
-                data_type: data_type.clone(),
-            },
-            Expr::Literal(v) => Expr::Literal(v.clone()),
-            Expr::Arith {
-                op,
-                left,
-                right,
-                data_type,
-            } => Expr::Arith {
-                op: *op,
-                left: b(left),
-                right: b(right),
-                data_type: data_type.clone(),
-            },
-            Expr::Negate(e) => Expr::Negate(b(e)),
-            Expr::Compare { op, left, right } => Expr::Compare {
-                op: *op,
-                left: b(left),
-                right: b(right),
-            },
-            Expr::Logic { op, left, right } => Expr::Logic {
-                op: *op,
-                left: b(left),
-                right: b(right),
-            },
-            Expr::Not(e) => Expr::Not(b(e)),
-            Expr::IsNull { expr, negated } => Expr::IsNull {
-                expr: b(expr),
-                negated: *negated,
-            },
-            Expr::InList {
-                expr,
-                list,
-                negated,
-            } => Expr::InList {
-                expr: b(expr),
-                list: list.clone(),
-                negated: *negated,
-            },
-            Expr::Like {
-                expr,
-                pattern,
-                negated,
-            } => Expr::Like {
-                expr: b(expr),
-                pattern: pattern.clone(),
-                negated: *negated,
-            },
-            Expr::Cast { expr, to } => Expr::Cast {
-                expr: b(expr),
-                to: to.clone(),
-            },
-        }
-    }
-
     /// The value of a constant expression (a literal after folding).
     pub fn as_literal(&self) -> Option<&ScalarValue> {
         match self {
@@ -720,7 +658,7 @@ impl Expr {
 }
 
 /// Applies a function kind to built arguments (the proto path's dispatch).
-pub fn build_func(
+fn build_func(
     kind: FuncKind,
     mut args: Vec<Expr>,
     cast_to: Option<&quarry_proto::meta::FieldType>,

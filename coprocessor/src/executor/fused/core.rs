@@ -1,0 +1,358 @@
+//! The fused executor's work on blocks ([`Core`]): a pack or a batch of
+//! delta rows becomes a block of [`Source`]s, which goes through the fused
+//! steps ([`Core::block`]) or, when they cannot take it, the generic
+//! executors' filter and partial aggregation ([`Core::generic`]).
+//!
+//! The fused steps are, in order: the filters (the zone map decides which
+//! conjuncts run, they narrow a selection bitmap), the argument programs'
+//! bounds, the rows' group slots, the programs over the rows, and the
+//! accumulation into the groups. Every step that can send a block the
+//! generic way comes before the first change to the groups, so a block is
+//! counted by exactly one path.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
+use arrow::compute::concat_batches;
+use arrow::datatypes::{DataType, SchemaRef};
+use quarry_proto::coprocessor::ExecSummary;
+
+use super::groups::Groups;
+use super::keys::{KeyLayout, Slots};
+use super::node::{Node, Val};
+use super::plan::FusedPlan;
+use super::pred::{live, Pred};
+use super::source::{int_values, Source};
+use crate::aggregate::Aggregator;
+use crate::codec::pack::{decode_columns, is_int_type, ColumnView, PackView};
+use crate::codec::row::RowDecoder;
+use crate::executor::kernels::{all_rows, indices};
+use crate::executor::selection::{filter_chunk, order_conditions};
+use crate::executor::Chunk;
+use crate::expr::Expr;
+use crate::{Error, Result};
+
+/// Delta rows decoded per block.
+const ROW_BLOCK: usize = 4096;
+
+/// Why a block left the fused steps before the end.
+pub(super) enum Early {
+    /// The zone map showed that no row can pass.
+    Skipped,
+    /// The filters left no row.
+    Emptied,
+    /// The fused steps cannot take the block: the generic path will.
+    Fallback,
+    /// Corrupt data, or an overflow.
+    Failed(Error),
+}
+
+impl From<Error> for Early {
+    fn from(e: Error) -> Self {
+        Early::Failed(e)
+    }
+}
+
+/// The rows of a block the filters left, as the later steps read them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Selected {
+    /// Rows in the block.
+    pub(super) n: usize,
+    /// Every row is read, in place; else the rows in `sel`.
+    pub(super) dense: bool,
+    /// Dense, but filtered: the rows the filters dropped go to a discard
+    /// slot (cheaper than a gather once at least half the rows pass).
+    pub(super) masked: bool,
+    /// Rows read: `n` when dense, else the length of `sel`.
+    pub(super) m: usize,
+}
+
+/// Scratch buffers reused across blocks.
+#[derive(Default)]
+pub(super) struct Scratch {
+    /// The selected rows, when fewer than half.
+    sel: Vec<u32>,
+    /// The selection bitmap.
+    bits: Vec<u64>,
+    /// Per column: its values over the rows read, when a program reads it.
+    decoded: Vec<Vec<i64>>,
+    slots: Slots,
+}
+
+impl Scratch {
+    /// Narrows the block's `n` rows by the `live` conjuncts (a bitmap, 64
+    /// rows at a time, each filter skipping words already empty).
+    fn select(&mut self, live: &[&Pred], src: &[Source<'_>], n: usize) -> Result<Selected, Early> {
+        self.bits = all_rows(n);
+        for p in live {
+            p.narrow(src, n, &mut self.bits)?;
+            if self.bits.iter().all(|w| *w == 0) {
+                return Err(Early::Emptied);
+            }
+        }
+        let all = live.is_empty();
+        let selected: usize = self.bits.iter().map(|w| w.count_ones() as usize).sum();
+        self.sel.clear();
+        if !all && selected * 2 < n {
+            indices(&self.bits, &mut self.sel);
+        }
+        let masked = !all && selected * 2 >= n;
+        let dense = all || masked;
+        Ok(Selected {
+            n,
+            dense,
+            masked,
+            m: if dense { n } else { self.sel.len() },
+        })
+    }
+}
+
+/// The columns the programs read, over the rows read (`rows`, and `sel`
+/// when not dense), decoded into `bufs`; the others empty.
+fn program_inputs<'b>(
+    progs: &[Node],
+    src: &[Source<'_>],
+    rows: Selected,
+    sel: &[u32],
+    bufs: &'b mut Vec<Vec<i64>>,
+) -> Vec<&'b [i64]> {
+    if bufs.len() < src.len() {
+        bufs.resize_with(src.len(), Vec::new);
+    }
+    let mut need = vec![false; src.len()];
+    for p in progs {
+        p.visit_columns(&mut |c| need[c] = true);
+    }
+    for (c, buf) in bufs.iter_mut().enumerate() {
+        if !need[c] {
+            continue;
+        }
+        if rows.dense {
+            src[c].decode_into(buf);
+        } else {
+            src[c].gather(sel, buf);
+        }
+    }
+    let bufs: &'b Vec<Vec<i64>> = bufs;
+    bufs.iter()
+        .zip(&need)
+        .map(|(buf, need)| if *need { buf.as_slice() } else { &[] })
+        .collect()
+}
+
+/// The fused executor's state apart from the scan (so a pack borrowed from
+/// the scan can be processed while it is borrowed).
+pub(super) struct Core {
+    plan: FusedPlan,
+    columns: Vec<(i64, DataType)>,
+    groups: Groups,
+    scratch: Scratch,
+    /// The generic path for blocks the fused one cannot take.
+    conditions: Vec<Expr>,
+    fallback: Aggregator,
+    fallback_used: bool,
+    decoder: RowDecoder,
+    schema: SchemaRef,
+    blocks_scanned: u64,
+    blocks_skipped: u64,
+    blocks_fallback: u64,
+}
+
+impl Core {
+    /// See [`super::FusedAggExecutor::new`].
+    pub(super) fn new(
+        columns: &[(i64, DataType)],
+        conditions: Vec<Expr>,
+        plan: FusedPlan,
+        fallback: Aggregator,
+    ) -> Result<Self> {
+        Ok(Core {
+            groups: Groups::new(plan.progs.len()),
+            plan,
+            columns: columns.to_vec(),
+            scratch: Scratch::default(),
+            conditions: order_conditions(conditions)?,
+            schema: fallback.output_schema(),
+            fallback,
+            fallback_used: false,
+            decoder: RowDecoder::new(columns, ROW_BLOCK)?,
+            blocks_scanned: 0,
+            blocks_skipped: 0,
+            blocks_fallback: 0,
+        })
+    }
+
+    pub(super) fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    pub(super) fn collect_summary(&self, s: &mut ExecSummary) {
+        s.blocks_skipped += self.blocks_skipped;
+        s.blocks_scanned += self.blocks_scanned;
+        s.blocks_fallback += self.blocks_fallback;
+    }
+
+    /// A delta row: decoded, and run as a block once there are enough.
+    pub(super) fn row(&mut self, value: &[u8]) -> Result<()> {
+        self.decoder.decode(value)?;
+        if self.decoder.rows() >= ROW_BLOCK {
+            self.rows()?;
+        }
+        Ok(())
+    }
+
+    /// After the last block: the partial states of the fused groups, then
+    /// of the generic path's.
+    pub(super) fn finish(&mut self) -> Result<RecordBatch> {
+        self.rows()?;
+        let groups = std::mem::replace(&mut self.groups, Groups::new(self.plan.progs.len()));
+        let fused = groups.finish(&self.plan, self.schema.clone())?;
+        Ok(if self.fallback_used {
+            let generic = self.fallback.finish()?;
+            concat_batches(&self.schema, &[fused, generic])?
+        } else {
+            fused
+        })
+    }
+
+    /// A pack through the fused path, or the generic one.
+    pub(super) fn pack(&mut self, pack: &PackView<'_>) -> Result<()> {
+        let n = pack.rows();
+        let mut sources = Vec::with_capacity(self.columns.len());
+        let mut fusable = true;
+        for (i, (id, dt)) in self.columns.iter().enumerate() {
+            if !self.plan.used[i] {
+                sources.push(Source::Unused);
+                continue;
+            }
+            match pack.column(*id)? {
+                ColumnView::Int(v) if !v.has_nulls() && is_int_type(dt) => {
+                    sources.push(Source::Packed(v))
+                }
+                ColumnView::Dict(d) if !d.has_nulls() && *dt == DataType::Utf8 => {
+                    sources.push(Source::Dict(d))
+                }
+                _ => {
+                    fusable = false;
+                    break;
+                }
+            }
+        }
+        if fusable && self.block(&sources, n)? {
+            return Ok(());
+        }
+        self.blocks_fallback += 1;
+        let cols = decode_columns(pack, &self.columns)?;
+        self.generic(cols, n)
+    }
+
+    /// The delta rows decoded so far, through the fused path or the
+    /// generic one.
+    fn rows(&mut self) -> Result<()> {
+        let n = self.decoder.rows();
+        if n == 0 {
+            return Ok(());
+        }
+        let cols = self.decoder.finish()?;
+        // Integer columns as i64, checking for NULLs.
+        let mut ints: Vec<Option<(Vec<i64>, i64, i64)>> = Vec::with_capacity(cols.len());
+        let mut fusable = true;
+        for (i, c) in cols.iter().enumerate() {
+            if !self.plan.used[i] {
+                ints.push(None);
+                continue;
+            }
+            if c.null_count() > 0 {
+                fusable = false;
+                break;
+            }
+            if c.data_type() == &DataType::Utf8 {
+                ints.push(None);
+                continue;
+            }
+            match int_values(c.as_ref()) {
+                Some(v) => ints.push(Some(v)),
+                None => {
+                    fusable = false;
+                    break;
+                }
+            }
+        }
+        if fusable {
+            let sources: Vec<Source> = cols
+                .iter()
+                .enumerate()
+                .map(|(i, c)| match ints.get(i) {
+                    Some(Some((v, lo, hi))) => Source::Values(v, *lo, *hi),
+                    _ if self.plan.used[i] => Source::Strings(c.as_string::<i32>()),
+                    _ => Source::Unused,
+                })
+                .collect();
+            if self.block(&sources, n)? {
+                return Ok(());
+            }
+        }
+        self.blocks_fallback += 1;
+        self.generic(cols, n)
+    }
+
+    /// The generic path over one block's logical columns.
+    fn generic(&mut self, cols: Vec<ArrayRef>, n: usize) -> Result<()> {
+        let schema = Arc::new(arrow::datatypes::Schema::new(
+            self.columns
+                .iter()
+                .map(|(id, t)| arrow::datatypes::Field::new(format!("col_{id}"), t.clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        let batch = RecordBatch::try_new_with_options(
+            schema,
+            cols,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?;
+        let mut chunk = Chunk::new(batch);
+        filter_chunk(&self.conditions, &mut chunk)?;
+        self.fallback
+            .update(&chunk.batch, chunk.selection.as_ref())?;
+        self.fallback_used = true;
+        Ok(())
+    }
+
+    /// One block of `n` rows through the fused steps; false if the generic
+    /// path must take it instead (the groups are unchanged then).
+    fn block(&mut self, src: &[Source<'_>], n: usize) -> Result<bool> {
+        match self.fused_steps(src, n) {
+            Ok(()) | Err(Early::Emptied) => self.blocks_scanned += 1,
+            Err(Early::Skipped) => self.blocks_skipped += 1,
+            Err(Early::Fallback) => return Ok(false),
+            Err(Early::Failed(e)) => return Err(e),
+        }
+        Ok(true)
+    }
+
+    /// The fused steps over one block (see the module docs).
+    fn fused_steps(&mut self, src: &[Source<'_>], n: usize) -> Result<(), Early> {
+        let Core {
+            plan,
+            groups,
+            scratch: sc,
+            ..
+        } = self;
+        // 1. Filters: decided per block from the zone map, then selecting.
+        let live = live(&plan.preds, src)?;
+        let rows = sc.select(&live, src, n)?;
+        // 2. The argument programs' bounds (no state changes before).
+        let bounds = plan.prog_bounds(src).ok_or(Early::Fallback)?;
+        // 3. Group slots of the rows: a lookup table over the keys' codes.
+        let layout = KeyLayout::new(&plan.keys, src, n)?;
+        let locals = sc
+            .slots
+            .assign(&layout, &plan.keys, src, rows, &sc.bits, &sc.sel)?;
+        // 4. The programs over the rows.
+        let inputs = program_inputs(&plan.progs, src, rows, &sc.sel, &mut sc.decoded);
+        let values: Vec<Val> = plan.progs.iter().map(|p| p.eval(&inputs)).collect();
+        // 5. Accumulate per local slot, then fold into the groups.
+        let group_of = groups.slots_for(&plan.keys, &layout, src, &sc.slots.local_keys)?;
+        groups.add(plan, &group_of, &sc.slots.local, locals, &values, &bounds)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,374 @@
+//! The groups: per-group totals across blocks ([`Groups`]), what a block
+//! adds to them ([`Groups::add`]: counts, sums, minimums and maximums per
+//! local slot, folded into the groups once per block), and the partial
+//! states they end as ([`Groups::finish`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, Date32Array, Decimal128Array, Int64Array, RecordBatch, RecordBatchOptions,
+    StringArray,
+};
+use arrow::datatypes::{DataType, SchemaRef};
+
+use super::keys::{KeyLayout, Locals};
+use super::node::{Val, I64_LIMIT};
+use super::plan::{AggState, FusedPlan, KeyCol};
+use super::source::Source;
+use crate::types::{fits_precision, MAX_DECIMAL_PRECISION};
+use crate::{internal, invalid_input, overflow, Result};
+
+/// Per-group totals across blocks.
+#[derive(Default)]
+pub(super) struct Groups {
+    keys: Vec<Vec<KeyValue>>,
+    index: HashMap<Vec<KeyValue>, u32>,
+    counts: Vec<i64>,
+    /// Per program: per group.
+    sums: Vec<Vec<i128>>,
+    mins: Vec<Vec<i64>>,
+    maxs: Vec<Vec<i64>>,
+}
+
+/// One key of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum KeyValue {
+    Int(i64),
+    Bytes(Vec<u8>),
+}
+
+impl Groups {
+    pub(super) fn new(progs: usize) -> Self {
+        Groups {
+            sums: vec![Vec::new(); progs],
+            mins: vec![Vec::new(); progs],
+            maxs: vec![Vec::new(); progs],
+            ..Default::default()
+        }
+    }
+
+    fn slot(&mut self, key: Vec<KeyValue>) -> u32 {
+        if let Some(s) = self.index.get(&key) {
+            return *s;
+        }
+        let s = self.keys.len() as u32;
+        self.keys.push(key.clone());
+        self.index.insert(key, s);
+        self.counts.push(0);
+        for v in &mut self.sums {
+            v.push(0);
+        }
+        for v in &mut self.mins {
+            v.push(i64::MAX);
+        }
+        for v in &mut self.maxs {
+            v.push(i64::MIN);
+        }
+        s
+    }
+
+    /// The group of each of a block's local group slots (`local_keys`:
+    /// their lookup-table indexes), adding the groups not seen before.
+    pub(super) fn slots_for(
+        &mut self,
+        keys: &[KeyCol],
+        layout: &KeyLayout<'_>,
+        src: &[Source<'_>],
+        local_keys: &[u32],
+    ) -> Result<Vec<u32>> {
+        if keys.is_empty() {
+            if self.keys.is_empty() {
+                self.slot(vec![]);
+            }
+            return Ok(vec![0]);
+        }
+        local_keys
+            .iter()
+            .map(|idx| Ok(self.slot(layout.key_of(keys, src, *idx)?)))
+            .collect()
+    }
+
+    /// Adds a block's rows to the groups: `local` holds each row's local
+    /// slot, `group_of` each local group slot's group, `values` each
+    /// program's values over the rows and `bounds` their range.
+    pub(super) fn add(
+        &mut self,
+        plan: &FusedPlan,
+        group_of: &[u32],
+        local: &[u32],
+        locals: Locals,
+        values: &[Val<'_>],
+        bounds: &[(i128, i128)],
+    ) -> Result<()> {
+        let Locals {
+            real,
+            total,
+            single,
+            rows,
+        } = locals;
+        // Counts.
+        if single {
+            self.counts[0] += rows as i64;
+        } else {
+            let counts = count_by_slot(local, total);
+            for (l, c) in counts.iter().take(real).enumerate() {
+                self.counts[group_of[l] as usize] += c;
+            }
+        }
+        // Sums, minimums, maximums: which programs need which.
+        let (mut need_sum, mut need_min, mut need_max) = (
+            vec![false; plan.progs.len()],
+            vec![false; plan.progs.len()],
+            vec![false; plan.progs.len()],
+        );
+        for (_, st) in &plan.aggs {
+            match st {
+                AggState::Sum { prog } | AggState::Avg { prog } => need_sum[*prog] = true,
+                AggState::Min { prog } => need_min[*prog] = true,
+                AggState::Max { prog } => need_max[*prog] = true,
+                AggState::Count => {}
+            }
+        }
+        for (p, val) in values.iter().enumerate() {
+            let vals = val.values(rows);
+            if need_sum[p] {
+                self.add_sums(p, &vals, bounds[p], group_of, local, locals)?;
+            }
+            if need_min[p] || need_max[p] {
+                self.add_extremes(p, &vals, group_of, local, locals);
+            }
+        }
+        Ok(())
+    }
+
+    /// Program `p`'s sums, in i64 per block when `max |value| × rows` fits.
+    fn add_sums(
+        &mut self,
+        p: usize,
+        vals: &[i64],
+        (lo, hi): (i128, i128),
+        group_of: &[u32],
+        local: &[u32],
+        locals: Locals,
+    ) -> Result<()> {
+        let bound = lo.abs().max(hi.abs());
+        let fits_i64 = bound.saturating_mul(locals.rows as i128) <= I64_LIMIT;
+        if locals.single {
+            let s: i128 = if fits_i64 {
+                vals.iter().copied().fold(0i64, i64::wrapping_add) as i128
+            } else {
+                vals.iter().map(|v| *v as i128).sum()
+            };
+            let g = &mut self.sums[p][0];
+            *g = g
+                .checked_add(s)
+                .ok_or_else(|| overflow!("SUM overflowed"))?;
+            return Ok(());
+        }
+        let mut sums = vec![0i128; locals.total];
+        if fits_i64 {
+            for (a, b) in sums.iter_mut().zip(sum_by_slot(vals, local, locals.total)) {
+                *a = b as i128;
+            }
+        } else {
+            for (v, l) in vals.iter().zip(local) {
+                sums[*l as usize] += *v as i128;
+            }
+        }
+        for (l, s) in sums.iter().take(locals.real).enumerate() {
+            let g = &mut self.sums[p][group_of[l] as usize];
+            *g = g
+                .checked_add(*s)
+                .ok_or_else(|| overflow!("SUM overflowed"))?;
+        }
+        Ok(())
+    }
+
+    /// Program `p`'s minimums and maximums.
+    fn add_extremes(
+        &mut self,
+        p: usize,
+        vals: &[i64],
+        group_of: &[u32],
+        local: &[u32],
+        locals: Locals,
+    ) {
+        let mut mins = vec![i64::MAX; locals.total];
+        let mut maxs = vec![i64::MIN; locals.total];
+        if locals.single {
+            mins[0] = vals.iter().copied().min().unwrap_or(i64::MAX);
+            maxs[0] = vals.iter().copied().max().unwrap_or(i64::MIN);
+        } else {
+            for (v, l) in vals.iter().zip(local) {
+                let l = *l as usize;
+                mins[l] = mins[l].min(*v);
+                maxs[l] = maxs[l].max(*v);
+            }
+        }
+        for l in 0..locals.real {
+            let g = group_of[l] as usize;
+            self.mins[p][g] = self.mins[p][g].min(mins[l]);
+            self.maxs[p][g] = self.maxs[p][g].max(maxs[l]);
+        }
+    }
+
+    /// The groups' partial states, in the partial aggregator's `schema`.
+    pub(super) fn finish(self, plan: &FusedPlan, schema: SchemaRef) -> Result<RecordBatch> {
+        let mut g = self;
+        // Without GROUP BY the one group exists even if no row came.
+        if plan.keys.is_empty() && g.keys.is_empty() {
+            g.slot(vec![]);
+        }
+        let n = g.keys.len();
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        for (q, k) in plan.keys.iter().enumerate() {
+            let ints = || {
+                g.keys.iter().map(|key| match &key[q] {
+                    KeyValue::Int(v) => *v,
+                    KeyValue::Bytes(_) => 0,
+                })
+            };
+            cols.push(match k {
+                KeyCol::Int { data_type, .. } => int_array(data_type, ints().map(Some))?,
+                KeyCol::Str { .. } => {
+                    let strs: Vec<String> = g
+                        .keys
+                        .iter()
+                        .map(|key| match &key[q] {
+                            KeyValue::Bytes(b) => String::from_utf8(b.clone())
+                                .map_err(|_| invalid_input!("a string key is not UTF-8")),
+                            KeyValue::Int(_) => Err(internal!("integer in a string key")),
+                        })
+                        .collect::<Result<_>>()?;
+                    Arc::new(StringArray::from(strs))
+                }
+            });
+        }
+        let seen = |s: usize| g.counts[s] > 0;
+        for (f, st) in &plan.aggs {
+            match st {
+                AggState::Count => cols.push(Arc::new(Int64Array::from(g.counts.clone()))),
+                AggState::Sum { prog } | AggState::Avg { prog } => {
+                    let sum_type = f
+                        .state_types()
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| internal!("SUM without a state"))?;
+                    let sums = &g.sums[*prog];
+                    cols.push(match &sum_type {
+                        DataType::Int64 => {
+                            let vals = (0..n)
+                                .map(|s| {
+                                    if !seen(s) {
+                                        return Ok(None);
+                                    }
+                                    i64::try_from(sums[s]).map(Some).map_err(|_| {
+                                        overflow!("SUM overflowed BIGINT: the exact result does not fit")
+                                    })
+                                })
+                                .collect::<Result<Vec<_>>>()?;
+                            Arc::new(Int64Array::from(vals)) as ArrayRef
+                        }
+                        DataType::Decimal128(p, s) => {
+                            let vals = (0..n)
+                                .map(|i| {
+                                    if !seen(i) {
+                                        return Ok(None);
+                                    }
+                                    if fits_precision(sums[i], MAX_DECIMAL_PRECISION) {
+                                        Ok(Some(sums[i]))
+                                    } else {
+                                        Err(overflow!(
+                                            "SUM overflowed DECIMAL(38,{s}): the exact result does not fit"
+                                        ))
+                                    }
+                                })
+                                .collect::<Result<Vec<_>>>()?;
+                            Arc::new(Decimal128Array::from(vals).with_precision_and_scale(*p, *s)?)
+                        }
+                        other => return Err(internal!("fused SUM into {other}")),
+                    });
+                    if matches!(st, AggState::Avg { .. }) {
+                        cols.push(Arc::new(Int64Array::from(g.counts.clone())));
+                    }
+                }
+                AggState::Min { prog } | AggState::Max { prog } => {
+                    let v = if matches!(st, AggState::Min { .. }) {
+                        &g.mins[*prog]
+                    } else {
+                        &g.maxs[*prog]
+                    };
+                    let t = f.state_types().into_iter().next().unwrap_or(DataType::Null);
+                    cols.push(int_array(&t, (0..n).map(|s| seen(s).then(|| v[s])))?);
+                }
+            }
+        }
+        Ok(RecordBatch::try_new_with_options(
+            schema,
+            cols,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?)
+    }
+}
+
+/// Sums `vals` per slot (`slots[i]` < `nslots`). Four interleaved sets of
+/// sums, so consecutive rows of the same group do not wait on each other's
+/// store. The caller has bounded the sums to i64.
+fn sum_by_slot(vals: &[i64], slots: &[u32], nslots: usize) -> Vec<i64> {
+    let mut acc = vec![0i64; 4 * nslots];
+    let (a, rest) = acc.split_at_mut(nslots);
+    let (b, rest) = rest.split_at_mut(nslots);
+    let (c, d) = rest.split_at_mut(nslots);
+    let mut vc = vals.chunks_exact(4);
+    let mut sc = slots.chunks_exact(4);
+    for (v, s) in (&mut vc).zip(&mut sc) {
+        a[s[0] as usize] = a[s[0] as usize].wrapping_add(v[0]);
+        b[s[1] as usize] = b[s[1] as usize].wrapping_add(v[1]);
+        c[s[2] as usize] = c[s[2] as usize].wrapping_add(v[2]);
+        d[s[3] as usize] = d[s[3] as usize].wrapping_add(v[3]);
+    }
+    for (v, s) in vc.remainder().iter().zip(sc.remainder()) {
+        a[*s as usize] = a[*s as usize].wrapping_add(*v);
+    }
+    (0..nslots)
+        .map(|i| {
+            a[i].wrapping_add(b[i])
+                .wrapping_add(c[i])
+                .wrapping_add(d[i])
+        })
+        .collect()
+}
+
+/// Rows per slot, four interleaved counters (see [`sum_by_slot`]).
+fn count_by_slot(slots: &[u32], nslots: usize) -> Vec<i64> {
+    let mut acc = vec![0i64; 4 * nslots];
+    let (a, rest) = acc.split_at_mut(nslots);
+    let (b, rest) = rest.split_at_mut(nslots);
+    let (c, d) = rest.split_at_mut(nslots);
+    let mut sc = slots.chunks_exact(4);
+    for s in &mut sc {
+        a[s[0] as usize] += 1;
+        b[s[1] as usize] += 1;
+        c[s[2] as usize] += 1;
+        d[s[3] as usize] += 1;
+    }
+    for s in sc.remainder() {
+        a[*s as usize] += 1;
+    }
+    (0..nslots).map(|i| a[i] + b[i] + c[i] + d[i]).collect()
+}
+
+/// An integer-stored column of SQL type `t` from i64 values.
+fn int_array(t: &DataType, vals: impl Iterator<Item = Option<i64>>) -> Result<ArrayRef> {
+    Ok(match t {
+        DataType::Int64 => Arc::new(vals.collect::<Int64Array>()),
+        DataType::Date32 => Arc::new(vals.map(|v| v.map(|x| x as i32)).collect::<Date32Array>()),
+        DataType::Decimal128(p, s) => Arc::new(
+            vals.map(|v| v.map(|x| x as i128))
+                .collect::<Decimal128Array>()
+                .with_precision_and_scale(*p, *s)?,
+        ),
+        other => return Err(internal!("fused integer column of type {other}")),
+    })
+}

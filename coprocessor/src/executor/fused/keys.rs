@@ -1,0 +1,277 @@
+//! A block's group keys as one small array index, and the rows' group
+//! slots through it — no hashing per row.
+//!
+//! Each key gets a code per row: a dictionary code, the index of a decoded
+//! string among the block's distinct ones, or value − min for an integer
+//! key of a narrow range. The codes combine, key by key times a stride,
+//! into one index into a lookup table of the block's combinations ([`KeyLayout`]);
+//! Q1's two flags make at most 3 × 2 slots. The table hands out *local*
+//! slots in order of first appearance ([`Slots::assign`]); the accumulation
+//! sums per local slot and folds each into its group once per block.
+
+use std::collections::HashMap;
+
+use super::core::{Early, Selected};
+use super::groups::KeyValue;
+use super::plan::KeyCol;
+use super::source::Source;
+use crate::{internal, invalid_input, Result};
+
+/// Most slots a block's group lookup table may have.
+const MAX_LUT: usize = 1 << 16;
+/// Most values an integer group key may span in one block.
+const MAX_INT_KEY_SPAN: i64 = 1 << 12;
+
+/// A decoded string key's per-row codes and the strings they stand for.
+type StrCodes<'a> = (Vec<u32>, Vec<&'a [u8]>);
+
+/// One key's part of the lookup-table index: `code × stride`.
+struct KeyCodes<'a> {
+    stride: usize,
+    /// Codes the key can have in this block.
+    card: usize,
+    /// An integer key's block minimum (its code is value − min).
+    min: i64,
+    /// A decoded string key's codes (a dictionary's are stored).
+    strings: Option<StrCodes<'a>>,
+}
+
+/// How a block's keys combine into one lookup-table index.
+pub(super) struct KeyLayout<'a> {
+    keys: Vec<KeyCodes<'a>>,
+    /// Slots of the lookup table.
+    total: usize,
+}
+
+impl<'a> KeyLayout<'a> {
+    /// The layout of `keys` over a block of `n` rows; the block goes the
+    /// generic way when an integer key spans too many values, the keys have
+    /// too many combinations, or a key's column cannot be read here.
+    pub(super) fn new(keys: &[KeyCol], src: &[Source<'a>], n: usize) -> Result<Self, Early> {
+        let mut layout = KeyLayout {
+            keys: Vec::with_capacity(keys.len()),
+            total: 1,
+        };
+        for k in keys {
+            let (card, min, strings) = match k {
+                KeyCol::Int { col, .. } => {
+                    let (lo, hi) = src[*col].range().ok_or(Early::Fallback)?;
+                    let span = hi as i128 - lo as i128;
+                    if !(0..MAX_INT_KEY_SPAN as i128).contains(&span) {
+                        return Err(Early::Fallback);
+                    }
+                    ((span + 1) as usize, lo, None)
+                }
+                KeyCol::Str { col } => match &src[*col] {
+                    Source::Dict(d) => (d.entries(), 0, None),
+                    Source::Strings(a) => {
+                        let mut index: HashMap<&[u8], u32> = HashMap::new();
+                        let mut names: Vec<&[u8]> = Vec::new();
+                        let codes: Vec<u32> = (0..n)
+                            .map(|i| {
+                                let s = a.value(i).as_bytes();
+                                *index.entry(s).or_insert_with(|| {
+                                    names.push(s);
+                                    names.len() as u32 - 1
+                                })
+                            })
+                            .collect();
+                        (names.len(), 0, Some((codes, names)))
+                    }
+                    _ => return Err(Early::Fallback),
+                },
+            };
+            layout.keys.push(KeyCodes {
+                stride: layout.total,
+                card,
+                min,
+                strings,
+            });
+            layout.total = layout.total.saturating_mul(card.max(1));
+        }
+        if layout.total > MAX_LUT {
+            return Err(Early::Fallback);
+        }
+        Ok(layout)
+    }
+
+    /// Adds each read row's `code × stride` of every key into `idx`.
+    fn index_rows(
+        &self,
+        keys: &[KeyCol],
+        src: &[Source<'_>],
+        rows: Selected,
+        sel: &[u32],
+        idx: &mut Vec<u32>,
+        tmp: &mut Vec<i64>,
+    ) -> Result<(), Early> {
+        idx.clear();
+        idx.resize(rows.m, 0);
+        for (k, codes) in keys.iter().zip(&self.keys) {
+            let stride = codes.stride as u32;
+            match k {
+                KeyCol::Int { col, .. } => {
+                    let (lo, hi) = src[*col].range().ok_or(Early::Fallback)?;
+                    if rows.dense {
+                        let all_rows: Vec<u32> = (0..rows.n as u32).collect();
+                        src[*col].gather(&all_rows, tmp);
+                    } else {
+                        src[*col].gather(sel, tmp);
+                    }
+                    if tmp.iter().any(|v| *v < lo || *v > hi) {
+                        return Err(
+                            invalid_input!("corrupt pack (a value outside its min/max)").into()
+                        );
+                    }
+                    for (x, v) in idx.iter_mut().zip(tmp.iter()) {
+                        *x += (v - lo) as u32 * stride;
+                    }
+                }
+                KeyCol::Str { col } => match (&src[*col], &codes.strings) {
+                    (Source::Dict(d), _) => {
+                        let codes = d.codes;
+                        if rows.dense {
+                            for (x, c) in idx.iter_mut().zip(codes) {
+                                *x += *c as u32 * stride;
+                            }
+                        } else {
+                            for (x, i) in idx.iter_mut().zip(sel) {
+                                *x += codes[*i as usize] as u32 * stride;
+                            }
+                        }
+                    }
+                    (_, Some((codes, _))) => {
+                        if rows.dense {
+                            for (x, c) in idx.iter_mut().zip(codes) {
+                                *x += *c * stride;
+                            }
+                        } else {
+                            for (x, i) in idx.iter_mut().zip(sel) {
+                                *x += codes[*i as usize] * stride;
+                            }
+                        }
+                    }
+                    _ => return Err(Early::Fallback),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// The key values behind lookup-table index `idx`.
+    pub(super) fn key_of(
+        &self,
+        keys: &[KeyCol],
+        src: &[Source<'_>],
+        idx: u32,
+    ) -> Result<Vec<KeyValue>> {
+        keys.iter()
+            .zip(&self.keys)
+            .map(|(k, codes)| {
+                let code = (idx as usize / codes.stride) % codes.card.max(1);
+                Ok(match k {
+                    KeyCol::Int { .. } => KeyValue::Int(codes.min + code as i64),
+                    KeyCol::Str { col } => match (&src[*col], &codes.strings) {
+                        (Source::Dict(d), _) => KeyValue::Bytes(d.entry(code).to_vec()),
+                        (_, Some((_, names))) => KeyValue::Bytes(names[code].to_vec()),
+                        _ => return Err(internal!("string key without codes")),
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+/// A block's rows by group: what the accumulation reads.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Locals {
+    /// Local slots that are groups: 0..real.
+    pub(super) real: usize,
+    /// Slots the accumulation loops index: the groups and, with a mask,
+    /// one more for the rows it dropped.
+    pub(super) total: usize,
+    /// One group and no mask: plain reductions, no slots.
+    pub(super) single: bool,
+    /// Rows read.
+    pub(super) rows: usize,
+}
+
+/// Scratch buffers for the rows' slots, reused across blocks.
+#[derive(Default)]
+pub(super) struct Slots {
+    /// Each read row's lookup-table index.
+    idx: Vec<u32>,
+    /// Each row's selection bit, when the filters left most rows (a mask).
+    keep: Vec<bool>,
+    /// Lookup table: index → local slot (`u32::MAX`: not seen yet).
+    lut: Vec<u32>,
+    /// Each read row's local slot.
+    pub(super) local: Vec<u32>,
+    /// Each local group slot's lookup-table index, in order of appearance.
+    pub(super) local_keys: Vec<u32>,
+    /// An integer key's values.
+    tmp: Vec<i64>,
+}
+
+impl Slots {
+    /// Gives each row read (`rows`; `bits` and `sel` from the filters) a
+    /// local slot in `local`, a slot per distinct key combination, in
+    /// order of first appearance (`local_keys`).
+    pub(super) fn assign(
+        &mut self,
+        layout: &KeyLayout<'_>,
+        keys: &[KeyCol],
+        src: &[Source<'_>],
+        rows: Selected,
+        bits: &[u64],
+        sel: &[u32],
+    ) -> Result<Locals, Early> {
+        if rows.masked {
+            self.keep.clear();
+            self.keep
+                .extend((0..rows.n).map(|j| (bits[j / 64] >> (j % 64)) & 1 != 0));
+        }
+        self.local.clear();
+        self.local_keys.clear();
+        // Local slots 0..real are groups; with a mask, slot `real` discards.
+        let real = if keys.is_empty() {
+            if rows.masked {
+                self.local.extend(self.keep.iter().map(|k| (!k) as u32));
+            }
+            1
+        } else {
+            layout.index_rows(keys, src, rows, sel, &mut self.idx, &mut self.tmp)?;
+            self.lut.clear();
+            self.lut.resize(layout.total, u32::MAX);
+            self.local.reserve(rows.m);
+            for (j, x) in self.idx.iter().enumerate() {
+                if rows.masked && !self.keep[j] {
+                    self.local.push(u32::MAX);
+                    continue;
+                }
+                let slot = &mut self.lut[*x as usize];
+                if *slot == u32::MAX {
+                    *slot = self.local_keys.len() as u32;
+                    self.local_keys.push(*x);
+                }
+                self.local.push(*slot);
+            }
+            let real = self.local_keys.len();
+            if rows.masked {
+                let discard = real as u32;
+                for l in &mut self.local {
+                    if *l == u32::MAX {
+                        *l = discard;
+                    }
+                }
+            }
+            real
+        };
+        Ok(Locals {
+            real,
+            total: real + rows.masked as usize,
+            single: keys.is_empty() && !rows.masked,
+            rows: rows.m,
+        })
+    }
+}

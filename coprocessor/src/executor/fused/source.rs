@@ -1,0 +1,117 @@
+//! A block's columns as the fused kernels read them ([`Source`]): a pack's
+//! stored integers and dictionary codes, read in place, or a delta block's
+//! decoded values; and the filter kernels over them, which test a pack's
+//! integers at their stored width (`kernels.rs`).
+
+use arrow::array::{Array, AsArray, StringArray};
+use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Int64Type};
+
+use crate::codec::pack::{DictView, IntView};
+use crate::executor::kernels::{and_masks, and_packed, and_range_packed};
+
+/// One column of a block, as the fused kernels read it.
+pub(super) enum Source<'a> {
+    /// A pack's frame-of-reference integers.
+    Packed(IntView<'a>),
+    /// Decoded values with their min and max.
+    Values(&'a [i64], i64, i64),
+    /// A pack's dictionary-coded strings.
+    Dict(DictView<'a>),
+    /// Decoded strings.
+    Strings(&'a StringArray),
+    /// Not read by the plan.
+    Unused,
+}
+
+impl Source<'_> {
+    /// The integer column's min and max.
+    pub(super) fn range(&self) -> Option<(i64, i64)> {
+        match self {
+            Source::Packed(v) => Some((v.min, v.max)),
+            Source::Values(_, lo, hi) => Some((*lo, *hi)),
+            _ => None,
+        }
+    }
+
+    /// The values at `sel` into `buf`.
+    pub(super) fn gather(&self, sel: &[u32], buf: &mut Vec<i64>) {
+        buf.clear();
+        match self {
+            Source::Values(v, ..) => buf.extend(sel.iter().map(|i| v[*i as usize])),
+            // Past about one selected row per cache line, one sequential
+            // pass (which the prefetcher streams) beats a miss per row.
+            Source::Packed(v) if sel.len() * 64 >= v.len() * v.width() && v.width() > 0 => {
+                let mut all = Vec::with_capacity(v.len());
+                v.decode_into(&mut all);
+                buf.extend(sel.iter().map(|i| all[*i as usize]));
+            }
+            Source::Packed(v) => v.gather_into(sel, buf),
+            _ => {}
+        }
+    }
+
+    /// Every value into `buf` (an integer column).
+    pub(super) fn decode_into(&self, buf: &mut Vec<i64>) {
+        match self {
+            Source::Values(v, ..) => {
+                buf.clear();
+                buf.extend_from_slice(v)
+            }
+            Source::Packed(v) => v.decode_into(buf),
+            _ => buf.clear(),
+        }
+    }
+}
+
+/// A decoded integer column's values as i64, with their min and max (for
+/// [`Source::Values`]); None if it is not an integer column or a value is
+/// past i64.
+pub(super) fn int_values(c: &dyn Array) -> Option<(Vec<i64>, i64, i64)> {
+    let v: Vec<i64> = match c.data_type() {
+        DataType::Int64 => c.as_primitive::<Int64Type>().values().to_vec(),
+        DataType::Date32 => c
+            .as_primitive::<Date32Type>()
+            .values()
+            .iter()
+            .map(|x| *x as i64)
+            .collect(),
+        DataType::Decimal128(..) => c
+            .as_primitive::<Decimal128Type>()
+            .values()
+            .iter()
+            .map(|x| i64::try_from(*x).ok())
+            .collect::<Option<_>>()?,
+        _ => return None,
+    };
+    let lo = v.iter().copied().min().unwrap_or(0);
+    let hi = v.iter().copied().max().unwrap_or(0);
+    Some((v, lo, hi))
+}
+
+/// [`and_masks`] for `lo <= value <= hi` (on a pack, in the stored frame:
+/// see [`and_range_packed`]).
+#[inline(always)]
+pub(super) fn and_range(src: &Source<'_>, n: usize, bits: &mut [u64], lo: i64, hi: i64) {
+    match src {
+        Source::Packed(v) => and_range_packed(v, n, bits, lo, hi),
+        _ => {
+            let span = hi.wrapping_sub(lo) as u64;
+            and_int(src, n, bits, move |x| (x.wrapping_sub(lo) as u64) <= span)
+        }
+    }
+}
+
+/// [`and_masks`] over an integer column, `keep` deciding on the value (on
+/// a pack, one loop per stored width: see [`and_packed`]).
+#[inline(always)]
+pub(super) fn and_int(src: &Source<'_>, n: usize, bits: &mut [u64], keep: impl Fn(i64) -> bool) {
+    match src {
+        Source::Packed(v) => and_packed(v, n, bits, keep),
+        Source::Values(v, ..) => and_masks(n, bits, |base, bytes| {
+            for (b, x) in bytes.iter_mut().zip(&v[base..]) {
+                *b = keep(*x) as u8;
+            }
+        }),
+        _ => bits.fill(0),
+    }
+}
