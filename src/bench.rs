@@ -188,7 +188,7 @@ fn cpu_seconds(pids: &[u32]) -> f64 {
 /// Waits until the stores are done with the work a load leaves behind:
 /// every follower has applied what its leader has, no store reports
 /// RocksDB flushes or compactions running or pending (Admin `Status`), and
-/// the stores use under 5% of a core for a second; or [`SETTLE_MAX`] at
+/// the stores use under 5% of a core for a second; or `SETTLE_MAX` at
 /// most. Timing queries before that measures the aftermath of the load,
 /// not the queries: after an SF 10 load one store compacts for 20-30 s on
 /// this 2-core machine, and Q1 meanwhile takes 1.2-1.7 s instead of

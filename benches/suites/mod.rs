@@ -30,7 +30,8 @@ pub fn region(sf: f64) -> (MemStorage, usize) {
 /// The same rows in the column layout: packs of 4096 rows, as the loader
 /// writes them. Returns the storage and the row count.
 pub fn column_region(sf: f64) -> (MemStorage, usize) {
-    use quarry_coprocessor::codec::pack::{pack_key, PackBuilder, PACK_ROWS};
+    use quarry_coprocessor::codec::key::pack_key;
+    use quarry_coprocessor::codec::pack::{PackBuilder, PACK_ROWS};
     let mut s = MemStorage::new();
     let mut b = PackBuilder::new(&quarry::tpch::lineitem_columns()).expect("builder");
     let mut n = 0;

@@ -45,6 +45,9 @@
 //! * Corrupt stored bytes are errors, never panics; detecting corruption
 //!   of values that still decode is left to RocksDB's block checksums.
 
+// Library code handles failures; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod aggregate;
 pub mod codec;
 pub mod endpoint;

@@ -33,8 +33,9 @@ use std::sync::Arc;
 
 use prost::Message as _;
 use protobuf::Message as _;
+use quarry_coprocessor::codec::key::{classify_key, pack_key, KeyKind};
 use quarry_coprocessor::codec::key::{decode_record_key, hex, record_prefix};
-use quarry_coprocessor::codec::pack::{classify_key, pack_key, KeyKind, PackView};
+use quarry_coprocessor::codec::pack::PackView;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::meta::{Peer as PeerMeta, Region};
 use quarry_proto::raft::{

@@ -35,10 +35,10 @@
 use std::collections::HashMap;
 
 use parking_lot::Mutex;
-use quarry_coprocessor::codec::key::{record_key, table_record_range};
-use quarry_coprocessor::codec::pack::{
-    classify_key, pack_key, KeyKind, PackBuilder, PackView, PACK_ROWS,
+use quarry_coprocessor::codec::key::{
+    classify_key, pack_key, record_key, table_record_range, KeyKind,
 };
+use quarry_coprocessor::codec::pack::{PackBuilder, PackView, PACK_ROWS};
 use quarry_coprocessor::storage::KeyRange;
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::kv::KvPair;

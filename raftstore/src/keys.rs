@@ -3,6 +3,9 @@
 //! ```text
 //! CF "default" (data, replicated, split into regions)
 //!   t{table_id:i64}_r{handle:i64}   a row (coprocessor/src/codec/key.rs)
+//!   t{table_id:i64}_r{first:i64}P   a pack of the column layout: up to 4096
+//!                                   rows from handle `first` on
+//!                                   (coprocessor/src/codec/pack/)
 //!   m...                            the meta region: catalog and directory
 //!     mt{name:bytes}                  TableDef of a table, by name
 //!     mr{region_id:u64}               Region of the directory

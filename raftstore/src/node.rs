@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use quarry_coprocessor::codec::key::{classify_key, KeyKind};
 use quarry_coprocessor::codec::key::{decode_i64, hex, record_key};
-use quarry_coprocessor::codec::pack::{classify_key, KeyKind};
 use quarry_coprocessor::endpoint;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{other_error, CopRequest, CopResponse, OtherError};

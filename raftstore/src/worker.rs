@@ -217,8 +217,8 @@ impl<E: Engine> Worker<E> {
             &mut |k, v| {
                 total += (k.len() + v.len()) as u64;
                 let is_pack = matches!(
-                    quarry_coprocessor::codec::pack::classify_key(k),
-                    quarry_coprocessor::codec::pack::KeyKind::Pack(_)
+                    quarry_coprocessor::codec::key::classify_key(k),
+                    quarry_coprocessor::codec::key::KeyKind::Pack(_)
                 );
                 if is_pack || n.is_multiple_of(64) {
                     if let Some(at) = split_point(k, last_pack) {

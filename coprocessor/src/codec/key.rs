@@ -6,8 +6,14 @@
 //!
 //! ```text
 //! row key:      t{table_id: i64}_r{handle: i64}        19 bytes
+//! pack key:     t{table_id: i64}_r{first_handle: i64}P 20 bytes (column layout)
 //! table range:  [t{table_id}_r, t{table_id}_s)
 //! ```
+//!
+//! A pack key is the row key of the pack's smallest handle plus a marker
+//! byte, so packs sort among the row keys of their table (just after the
+//! row key of their first handle) and every key-range operation moves them
+//! like rows; [`classify_key`] tells the two apart by length and marker.
 //!
 //! Integers are big-endian with the sign bit flipped, so negative values
 //! sort before positive ones. Byte strings use the group encoding of TiKV's
@@ -24,6 +30,10 @@ pub const TABLE_PREFIX: u8 = b't';
 pub const RECORD_SEP: &[u8; 2] = b"_r";
 /// Length of a row key.
 pub const RECORD_KEY_LEN: usize = 1 + 8 + 2 + 8;
+/// The marker byte after a pack's row key.
+pub const PACK_MARKER: u8 = b'P';
+/// Length of a pack key.
+pub const PACK_KEY_LEN: usize = RECORD_KEY_LEN + 1;
 
 const SIGN_MASK: u64 = 0x8000_0000_0000_0000;
 
@@ -127,6 +137,41 @@ fn decode_bytes(input: &[u8]) -> Result<(Vec<u8>, usize)> {
             return Ok((out, pos));
         }
     }
+}
+
+/// What a data key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// A row-layout KV (a row table's row, or a column table's delta row).
+    Row(i64),
+    /// A pack starting at this handle.
+    Pack(i64),
+    /// Anything else (not table data).
+    Other,
+}
+
+/// Tells row keys from pack keys without looking at values.
+#[inline]
+pub fn classify_key(key: &[u8]) -> KeyKind {
+    match key.len() {
+        RECORD_KEY_LEN => match decode_i64(&key[11..19]) {
+            Ok(h) => KeyKind::Row(h),
+            Err(_) => KeyKind::Other,
+        },
+        PACK_KEY_LEN if key[RECORD_KEY_LEN] == PACK_MARKER => match decode_i64(&key[11..19]) {
+            Ok(h) => KeyKind::Pack(h),
+            Err(_) => KeyKind::Other,
+        },
+        _ => KeyKind::Other,
+    }
+}
+
+/// `t{table_id}_r{first_handle}P`.
+pub fn pack_key(table_id: i64, first_handle: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(PACK_KEY_LEN);
+    append_record_key(&mut k, table_id, first_handle);
+    k.push(PACK_MARKER);
+    k
 }
 
 /// Lower-case hex, for messages about keys.

@@ -31,7 +31,8 @@ use quarry_proto::coprocessor::ExecSummary;
 
 use super::kernels::{all_rows, and_range_packed, compare_range, indices};
 use super::{BatchExecutor, BatchResult, Chunk};
-use crate::codec::pack::{classify_key, decode_columns, ColumnView, KeyKind, PackView};
+use crate::codec::key::{classify_key, KeyKind};
+use crate::codec::pack::{decode_columns, ColumnView, PackView};
 use crate::codec::row::RowDecoder;
 use crate::expr::{CmpOp, Expr, LogicOp, ScalarValue};
 use crate::storage::{KeyRange, Storage};

@@ -7,14 +7,15 @@
 //! others, and each column carries its min/max (a zone map) so a filter can
 //! skip a whole pack without decoding it.
 //!
-//! KEYS. A pack sits at `t{table}_r{first_handle}P`: the row key of its
-//! smallest handle plus one marker byte. Packs therefore live inside the
+//! KEYS. A pack sits at `t{table}_r{first_handle}P` (`codec/key.rs`, with
+//! every other data key): the row key of its smallest handle plus one
+//! marker byte. Packs therefore live inside the
 //! table's key range, between the row keys, and everything that works on
 //! key ranges — regions, splits, raft snapshots, `DROP TABLE` — moves packs
 //! without knowing what they are. Fresh writes still arrive as row-layout
 //! KVs (the *row delta*, see `raftstore`'s compaction), and a scan reads
 //! packs and delta rows side by side: the key alone says which is which
-//! ([`classify_key`]). A pack's handles are sorted and packs never overlap:
+//! ([`classify_key`](super::key::classify_key)). A pack's handles are sorted and packs never overlap:
 //! the rows of a pack with handles `[first, last]` belong to the region that
 //! holds the key `t{table}_r{first}`, so a region is only ever split at the
 //! row key of a pack's first handle.
@@ -61,8 +62,9 @@ mod view;
 
 use arrow::datatypes::DataType;
 
-use super::key::{append_record_key, decode_i64, RECORD_KEY_LEN};
-// The tests build rows of datums through `use super::*`.
+// The tests build rows of datums and pack keys through `use super::*`.
+#[cfg(test)]
+use super::key::{classify_key, pack_key, KeyKind};
 #[cfg(test)]
 use super::row::Datum;
 
@@ -73,10 +75,6 @@ pub(crate) use int::int_column_pack;
 pub use int::{IntView, Lane, WidthVisitor};
 pub use view::{ColumnView, DictView, PackView};
 
-/// The marker byte after a pack's row key.
-pub const PACK_MARKER: u8 = b'P';
-/// Length of a pack key.
-pub const PACK_KEY_LEN: usize = RECORD_KEY_LEN + 1;
 /// Rows per pack (the loader's and the compaction's target).
 pub const PACK_ROWS: usize = 4096;
 /// The column id of the handles inside a pack.
@@ -98,41 +96,6 @@ const FLAG_NULLS: u8 = 1;
 /// Most distinct values a string column may have in a pack to be
 /// dictionary-encoded.
 const MAX_DICT: usize = 255;
-
-/// What a data key is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyKind {
-    /// A row-layout KV (a row table's row, or a column table's delta row).
-    Row(i64),
-    /// A pack starting at this handle.
-    Pack(i64),
-    /// Anything else (not table data).
-    Other,
-}
-
-/// Tells row keys from pack keys without looking at values.
-#[inline]
-pub fn classify_key(key: &[u8]) -> KeyKind {
-    match key.len() {
-        RECORD_KEY_LEN => match decode_i64(&key[11..19]) {
-            Ok(h) => KeyKind::Row(h),
-            Err(_) => KeyKind::Other,
-        },
-        PACK_KEY_LEN if key[RECORD_KEY_LEN] == PACK_MARKER => match decode_i64(&key[11..19]) {
-            Ok(h) => KeyKind::Pack(h),
-            Err(_) => KeyKind::Other,
-        },
-        _ => KeyKind::Other,
-    }
-}
-
-/// `t{table_id}_r{first_handle}P`.
-pub fn pack_key(table_id: i64, first_handle: i64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(PACK_KEY_LEN);
-    append_record_key(&mut k, table_id, first_handle);
-    k.push(PACK_MARKER);
-    k
-}
 
 /// True if a column of this type is stored as a frame-of-reference integer.
 pub fn is_int_type(dt: &DataType) -> bool {

@@ -9,8 +9,9 @@ use quarry_proto::coprocessor::AggKind;
 
 use super::*;
 use crate::aggregate::{AggregateFunction, Aggregator};
+use crate::codec::key::pack_key;
 use crate::codec::key::record_key;
-use crate::codec::pack::{pack_key, PackBuilder};
+use crate::codec::pack::PackBuilder;
 use crate::codec::row::{Datum, RowEncoder};
 use crate::executor::scan::ZoneFilter;
 use crate::executor::{AggregationExecutor, BatchExecutor, SelectionExecutor, TableScanExecutor};
