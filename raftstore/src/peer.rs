@@ -52,10 +52,9 @@ pub const HEARTBEAT_TICKS: usize = 2;
 pub const LEASE: Duration = Duration::from_millis(800);
 
 pub struct Peer<E: Engine> {
-    /// The raft-rs node. Public only so tests can inspect raft-rs's own
-    /// positions (`raft.raft.raft_log`); the store and the behaviour
-    /// modules go through `Peer`'s methods.
-    pub raft: RawNode<PeerStorage<E>>,
+    /// The raft-rs node; the store reaches it only through `Peer`'s
+    /// methods.
+    raft: RawNode<PeerStorage<E>>,
     meta: PeerMeta,
     proposals: VecDeque<propose::Proposal>,
     reads: VecDeque<read::PendingRead>,

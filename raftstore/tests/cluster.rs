@@ -480,13 +480,7 @@ fn a_lagging_follower_catches_up_from_a_snapshot() {
         .unwrap()
         .storage()
         .truncated_index();
-    let lagging_last = c.stores[&lagging]
-        .peer(10)
-        .unwrap()
-        .raft
-        .raft
-        .raft_log
-        .last_index();
+    let lagging_last = c.stores[&lagging].peer(10).unwrap().last_index();
     assert!(
         truncated > lagging_last,
         "the log was truncated past the follower ({truncated} > {lagging_last})"
@@ -559,10 +553,7 @@ fn early_apply_moves_the_commit_index_forward_or_refuses_to_start() {
     engine.write(&wb, true).unwrap();
     c.start(follower);
     let p = c.stores[&follower].peer(10).unwrap();
-    assert_eq!(
-        p.raft.raft.raft_log.committed, apply.commit_index,
-        "commit moved forward"
-    );
+    assert_eq!(p.commit_index(), apply.commit_index, "commit moved forward");
     c.stop(follower);
     // Now lose the log tail the apply state vouches for: refuse to start.
     let mut wb = WriteBatch::new();
@@ -857,13 +848,7 @@ fn a_failed_read_during_apply_stops_the_replica_before_the_entry() {
                     },
                     cb: tx,
                 });
-            let index = c.stores[&leader]
-                .peer(10)
-                .unwrap()
-                .raft
-                .raft
-                .raft_log
-                .last_index();
+            let index = c.stores[&leader].peer(10).unwrap().last_index();
             let mut failure = None;
             for _ in 0..20 {
                 for s in c.stores.values_mut() {
