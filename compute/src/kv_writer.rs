@@ -130,7 +130,9 @@ impl KvWriter {
                 concurrency: WRITE_CONCURRENCY,
                 backoff_base: Duration::from_millis(2),
                 backoff_max: Duration::from_millis(500),
-                unavailable_after: Duration::from_secs(10),
+                // Until the deadline: a load waits out a store's restart.
+                give_up: None,
+                what: "write",
             },
         }
     }
@@ -156,6 +158,14 @@ impl KvWriter {
             same_value_ok: false,
             transport: self.transport.clone(),
         };
-        retry.run(work, Instant::now() + timeout).await
+        // A write that ran out of time could not reach a store that
+        // would take it: unavailable, as the writer has always said.
+        retry
+            .run(work, Instant::now() + timeout)
+            .await
+            .map_err(|e| match e {
+                Error::Deadline(m) => Error::Unavailable(m),
+                other => other,
+            })
     }
 }

@@ -14,10 +14,14 @@
 //! failed to read, a stored pack did not decode) is this replica's alone;
 //! answering it and moving on would silently skip a write the other
 //! replicas applied. [`apply_entries`] then stops at that entry and returns
-//! the error without answering anyone or moving the applied index, and the
-//! store loop stops as it does after a failed write, before anything of
-//! the round is written (`store::run_loop`). After a restart the entry is
-//! applied again from the log.
+//! the error without answering its proposer or moving the applied index
+//! (proposals overtaken earlier in the round have already heard "stale
+//! command": their outcome is unknown, which stays true), and the store
+//! loop stops as it does after a failed write, before anything of the
+//! round is written (`store::run_loop`). After a restart the entry is
+//! applied again from the log. A command whose replicated bytes cannot be
+//! executed at all (it does not decode) is the same on every replica:
+//! `BadCommand`, a deterministic refusal.
 //!
 //! Commands:
 //! * `KvWrite`: puts, deletes and range deletes inside the region, with an
@@ -376,11 +380,12 @@ fn exec_change_peer<E: Engine>(
 ) -> Result<Outcome> {
     let mut cc = ConfChange::default();
     cc.merge_from_bytes(&entry.data)
-        .map_err(|e| Error::Internal(format!("corrupt conf change: {e}")))?;
-    let change = ChangePeerContext::decode(cc.get_context())?;
+        .map_err(|e| Error::BadCommand(format!("corrupt conf change: {e}")))?;
+    let change = ChangePeerContext::decode(cc.get_context())
+        .map_err(|e| Error::BadCommand(format!("corrupt conf change context: {e}")))?;
     let target = change
         .peer
-        .ok_or_else(|| Error::Internal("conf change without a peer".into()))?;
+        .ok_or_else(|| Error::BadCommand("conf change without a peer".into()))?;
     let mut region = peer.region().clone();
     let exists = region.peers.iter().any(|p| p.id == target.id);
     match (cc.get_change_type(), exists) {
@@ -454,7 +459,7 @@ fn exec_entry<E: Engine>(
         EntryType::EntryNormal if entry.data.is_empty() => Ok(Outcome::Done),
         EntryType::EntryNormal => {
             let cmd = RaftCmd::decode(entry.data.as_ref())
-                .map_err(|e| Error::Internal(format!("corrupt raft command: {e}")))?;
+                .map_err(|e| Error::BadCommand(format!("corrupt raft command: {e}")))?;
             match cmd.cmd {
                 Some(Cmd::Write(w)) => {
                     let region = peer.region().clone();
@@ -468,12 +473,12 @@ fn exec_entry<E: Engine>(
                     }
                     Ok(Outcome::Done)
                 }
-                None => Err(Error::Internal("empty raft command".into())),
+                None => Err(Error::BadCommand("empty raft command".into())),
             }
         }
         EntryType::EntryConfChange => exec_change_peer(peer, entry, ctx),
         EntryType::EntryConfChangeV2 => {
-            Err(Error::Internal("unexpected ConfChangeV2 entry".into()))
+            Err(Error::BadCommand("unexpected ConfChangeV2 entry".into()))
         }
     }
 }

@@ -10,7 +10,8 @@
 //! every replica. An error that follows from the entry and the replicated
 //! state alone (a stale epoch, a duplicate key, malformed input) is the
 //! command's answer: it is rejected everywhere alike and the replica moves
-//! on. Any other error (the engine failed to read, a stored value did not
+//! on. So is a command whose replicated bytes cannot be executed at all
+//! (`BadCommand`): every replica holds the same bytes. Any other error (the engine failed to read, a stored value did not
 //! decode, a bug) belongs to this replica only; answering it and moving on
 //! would skip a write the other replicas applied, so apply stops the store
 //! instead ([`Error::is_deterministic`], `apply.rs`).
@@ -29,6 +30,11 @@ pub enum Error {
     Unavailable(String),
     #[error("storage engine: {0}")]
     Engine(String),
+    /// A committed command that cannot be executed as written (it does not
+    /// decode, or names no peer). Every replica holds the same bytes and
+    /// refuses it alike, so it is answered and apply moves on.
+    #[error("bad raft command: {0}")]
+    BadCommand(String),
     #[error("internal error (likely a bug): {0}")]
     Internal(String),
 }
@@ -63,6 +69,7 @@ impl From<Error> for tonic::Status {
             Error::InvalidInput(m) => tonic::Status::invalid_argument(m),
             Error::Unavailable(m) => tonic::Status::unavailable(m),
             Error::Engine(m) => tonic::Status::internal(format!("storage engine: {m}")),
+            Error::BadCommand(m) => tonic::Status::internal(format!("bad raft command: {m}")),
             Error::Internal(m) => tonic::Status::internal(m),
         }
     }
@@ -79,7 +86,7 @@ impl Error {
     /// engine, internal and availability errors come from this process.
     pub fn is_deterministic(&self) -> bool {
         match self {
-            Error::Region(_) | Error::InvalidInput(_) => true,
+            Error::Region(_) | Error::InvalidInput(_) | Error::BadCommand(_) => true,
             Error::Unavailable(_) | Error::Engine(_) | Error::Internal(_) => false,
         }
     }
@@ -93,6 +100,7 @@ mod tests {
     fn only_errors_decided_by_the_command_and_the_data_are_deterministic() {
         assert!(Error::region(crate::region::not_found(1)).is_deterministic());
         assert!(Error::InvalidInput("duplicate key".into()).is_deterministic());
+        assert!(Error::BadCommand("empty raft command".into()).is_deterministic());
         assert!(!Error::Engine("read failed".into()).is_deterministic());
         assert!(!Error::Internal("corrupt stored protobuf".into()).is_deterministic());
         assert!(!Error::Unavailable("peer down".into()).is_deterministic());

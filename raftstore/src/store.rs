@@ -641,7 +641,6 @@ fn drive<E: Engine, T: Transport>(
         }
         let round = Instant::now();
         let result = store.handle_readies();
-        store.publish_leases();
         if round.elapsed() > std::time::Duration::from_millis(500) {
             tracing::warn!(
                 store = store.store_id,
@@ -649,6 +648,9 @@ fn drive<E: Engine, T: Transport>(
                 "slow store loop round"
             );
         }
+        // A failed round may have left regions in memory that were never
+        // written: stop before any lease would vouch for them.
         result?;
+        store.publish_leases();
     }
 }

@@ -32,7 +32,7 @@ impl Backoff {
         let now = Instant::now();
         if now >= self.deadline {
             return Err(Error::Deadline(format!(
-                "query deadline exceeded after {} retries: {}",
+                "deadline exceeded after {} retries: {}",
                 self.attempts,
                 what()
             )));

@@ -32,7 +32,7 @@ use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{CopRequest, DagRequest, EncodeType, ExecSummary};
 use tokio::sync::mpsc;
 
-use self::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
+use self::retry::{Attempt, GiveUp, RegionWork, Retry, RetryConfig, RetryStats, MAX_REGION_ERRORS};
 use crate::cluster::CopTransport;
 use crate::region_cache::{Located, RegionCache};
 use crate::{Error, Result};
@@ -73,7 +73,11 @@ impl DispatchConfig {
             concurrency: self.concurrency,
             backoff_base: self.backoff_base,
             backoff_max: self.backoff_max,
-            unavailable_after: self.unavailable_after,
+            give_up: Some(GiveUp {
+                unavailable_after: self.unavailable_after,
+                max_region_errors: MAX_REGION_ERRORS,
+            }),
+            what: "query",
         }
     }
 }

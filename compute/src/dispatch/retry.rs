@@ -30,10 +30,13 @@
 //! Backoff starts at `backoff_base` and doubles to `backoff_max`, each delay
 //! drawn with equal jitter (between half and all of it) so pieces that failed
 //! together do not retry in lockstep; it never sleeps past the deadline. A
-//! piece that was re-split keeps its failure counts, so retries stay bounded
-//! and later rounds back off longer. A region that stays unreachable (every
-//! replica tried, no leader elected) for `unavailable_after` fails the work
-//! with an error naming the region and store: it never hangs.
+//! piece that was re-split keeps its failure counts, so later rounds back
+//! off longer. A query gives up early ([`GiveUp`]): a region that stays
+//! unreachable (every replica tried, no leader elected) for
+//! `unavailable_after` fails it with an error naming the region and store,
+//! and so do too many region errors. A write retries until its deadline,
+//! so a store restart during a load is waited out. Either way nothing
+//! hangs: the deadline bounds every piece.
 //!
 //! Some failures leave a write's outcome unknown (the store may have applied
 //! it before the answer was lost); the layer tells the work so through
@@ -74,8 +77,9 @@ pub trait RegionWork: Send + Sized + 'static {
     /// touches none (nothing to do).
     fn span(&self) -> Option<KeyRange>;
 
-    /// Cuts the work over `regions` (in key order, covering the span);
-    /// parts outside every region are dropped.
+    /// Cuts the work over `regions` (in key order, covering the span).
+    /// What no region holds is the work's to judge: a scan has nothing to
+    /// read there, a write fails.
     fn split(self, regions: Vec<Located>) -> Result<Vec<(Located, Self)>>;
 
     /// One attempt at `region`, answering within `timeout`. An `Err` is
@@ -97,11 +101,24 @@ pub struct RetryConfig {
     pub concurrency: usize,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
-    /// How long a region may stay unreachable before the work fails.
-    pub unavailable_after: Duration,
+    /// Fail fast: how long a region may stay unreachable or leaderless
+    /// before the work fails (a single-replica region after 3 failed
+    /// attempts), and how many region errors a piece may meet. `None`
+    /// retries until the deadline (writes, whose callers wait out a store
+    /// restart).
+    pub give_up: Option<GiveUp>,
+    /// What the deadline bounds, for messages: "query", "write".
+    pub what: &'static str,
 }
 
-/// Region errors one piece of work may meet before it gives up.
+/// When a piece stops retrying before its deadline.
+#[derive(Debug, Clone, Copy)]
+pub struct GiveUp {
+    pub unavailable_after: Duration,
+    pub max_region_errors: u32,
+}
+
+/// Region errors one piece of a query may meet before it gives up.
 pub const MAX_REGION_ERRORS: u32 = 32;
 
 /// Requests sent and retries made, over all pieces of one run.
@@ -188,7 +205,8 @@ impl Retry<'_> {
                 let now = Instant::now();
                 if now >= deadline {
                     return Err(Error::Deadline(format!(
-                        "query deadline exceeded while waiting for region {} on store {} ({})",
+                        "{} deadline exceeded while waiting for region {} on store {} ({})",
+                        self.cfg.what,
                         region.region.id,
                         region.store_id(),
                         region.addr
@@ -219,7 +237,8 @@ impl Retry<'_> {
                         };
                         if Instant::now() + self.cfg.backoff_base >= deadline {
                             return Err(Error::Deadline(format!(
-                                "query deadline exceeded: store {} at {} did not answer in time (region {}): {}",
+                                "{} deadline exceeded: store {} at {} did not answer in time (region {}): {}",
+                                self.cfg.what,
                                 region.store_id(),
                                 region.addr,
                                 region.region.id,
@@ -229,10 +248,12 @@ impl Retry<'_> {
                         let peers = region.region.peers.len().max(1);
                         failed_stores.push(region.store_id());
                         let since = *unavailable_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() > self.cfg.unavailable_after
-                            || (peers == 1 && failures.store >= 3)
-                        {
-                            return Err(Error::Unavailable(what()));
+                        if let Some(g) = self.cfg.give_up {
+                            if since.elapsed() > g.unavailable_after
+                                || (peers == 1 && failures.store >= 3)
+                            {
+                                return Err(Error::Unavailable(what()));
+                            }
                         }
                         self.stats.retries.fetch_add(1, Ordering::Relaxed);
                         backoff.sleep(&what).await.map_err(unavailable)?;
@@ -257,11 +278,14 @@ impl Retry<'_> {
                 self.stats.retries.fetch_add(1, Ordering::Relaxed);
                 failures.region += 1;
                 let what = || format!("region {}: {}", region.region.id, re.message);
-                if failures.region > MAX_REGION_ERRORS {
-                    return Err(Error::Unavailable(format!(
-                        "gave up after {MAX_REGION_ERRORS} region errors: {}",
-                        what()
-                    )));
+                if let Some(g) = self.cfg.give_up {
+                    if failures.region > g.max_region_errors {
+                        return Err(Error::Unavailable(format!(
+                            "gave up after {} region errors: {}",
+                            g.max_region_errors,
+                            what()
+                        )));
+                    }
                 }
                 if let Some(nl) = &re.not_leader {
                     // Nothing was proposed: the outcome is known.
@@ -280,7 +304,11 @@ impl Retry<'_> {
                     // reach): an election is running, or this replica is
                     // cut off. Try another.
                     let since = *unavailable_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > self.cfg.unavailable_after {
+                    if self
+                        .cfg
+                        .give_up
+                        .is_some_and(|g| since.elapsed() > g.unavailable_after)
+                    {
                         return Err(Error::Unavailable(format!(
                             "region {} has no leader: {}",
                             region.region.id,

@@ -548,3 +548,36 @@ async fn a_write_refused_as_invalid_fails_at_once_with_the_stores_words() {
     assert_eq!(err, Error::InvalidInput("duplicate key: handle 7".into()));
     assert_eq!(kv.log.lock().len(), 1);
 }
+
+#[tokio::test]
+async fn a_write_waits_out_a_restarting_store_where_a_query_gives_up() {
+    // Region 3's only replica refuses connections for its first 5 calls.
+    let (w, kv) = writer(
+        three_regions(),
+        Box::new(|_, req, n| {
+            let id = req.context.as_ref().unwrap().region_id;
+            if id == 3 && n <= 5 {
+                return Err(tonic::Status::unavailable("connection refused"));
+            }
+            Ok(BatchPutResponse::default())
+        }),
+    );
+    w.put(pairs(&["q"]), true, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let tries: Vec<bool> = kv.log.lock().iter().map(|e| e.3).collect();
+    assert_eq!(tries, vec![false, true, true, true, true, true]);
+
+    // A query over the same region fails fast instead.
+    let h = harness(
+        three_regions(),
+        Box::new(|_, req, n| {
+            let id = req.context.as_ref().unwrap().region_id;
+            if id == 3 && n <= 5 {
+                return Err(tonic::Status::unavailable("connection refused"));
+            }
+            Ok(ok(id))
+        }),
+    );
+    assert!(matches!(run(&h).await, Err(Error::Unavailable(_))));
+}
