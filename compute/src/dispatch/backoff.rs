@@ -49,6 +49,7 @@ impl Backoff {
         for _ in 0..n.min(32) {
             self.next = (self.next * 2).min(self.max);
         }
+        self.attempts += n;
     }
 
     pub async fn sleep(&mut self, what: &(dyn Fn() -> String + Send + Sync)) -> Result<()> {
