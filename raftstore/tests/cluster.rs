@@ -111,27 +111,15 @@ impl Cluster {
     /// store's Ready procedure; `n` times.
     fn rounds(&mut self, n: usize) {
         for _ in 0..n {
-            let msgs: Vec<RaftMessage> = std::mem::take(&mut *self.queue.lock());
-            for m in msgs {
-                let from = m.from_peer.unwrap().store_id;
-                let to = m.to_peer.unwrap().store_id;
-                if !self.filters.iter().all(|f| f(from, to)) {
-                    continue;
-                }
-                if let Some(s) = self.stores.get_mut(&to) {
-                    s.handle_msg(StoreMsg::Raft(Box::new(m)));
-                }
-            }
+            self.deliver();
             for s in self.stores.values_mut() {
                 s.handle_readies().unwrap();
             }
         }
     }
 
-    /// One round like `rounds(1)`, but a store whose Ready procedure fails
-    /// is not unwrapped: the errors come back, by store, for the caller to
-    /// stop those stores (as `run_loop` stops the process).
-    fn try_round(&mut self) -> Vec<(u64, Error)> {
+    /// Hands every queued message that passes the filters to its store.
+    fn deliver(&mut self) {
         let msgs: Vec<RaftMessage> = std::mem::take(&mut *self.queue.lock());
         for m in msgs {
             let from = m.from_peer.unwrap().store_id;
@@ -143,6 +131,13 @@ impl Cluster {
                 s.handle_msg(StoreMsg::Raft(Box::new(m)));
             }
         }
+    }
+
+    /// One round like `rounds(1)`, but a store whose Ready procedure fails
+    /// is not unwrapped: the errors come back, by store, for the caller to
+    /// stop those stores (as `run_loop` stops the process).
+    fn try_round(&mut self) -> Vec<(u64, Error)> {
+        self.deliver();
         let mut failed = Vec::new();
         for (id, s) in self.stores.iter_mut() {
             if let Err(e) = s.handle_readies() {
@@ -202,8 +197,28 @@ impl Cluster {
         pairs: &[(i64, &str)],
         conflict: Conflict,
     ) -> Result<(), Error> {
+        let mut rx = self.start_put(store, region_id, pairs, conflict);
+        for _ in 0..100 {
+            match rx.try_recv() {
+                Ok(r) => return r,
+                Err(oneshot::error::TryRecvError::Closed) => panic!("write dropped"),
+                Err(oneshot::error::TryRecvError::Empty) => self.ticks(1),
+            }
+        }
+        panic!("write never finished");
+    }
+
+    /// Proposes a write of `pairs` at `store` and returns where its answer
+    /// will come, without driving the cluster.
+    fn start_put(
+        &mut self,
+        store: u64,
+        region_id: u64,
+        pairs: &[(i64, &str)],
+        conflict: Conflict,
+    ) -> oneshot::Receiver<Result<(), Error>> {
         let epoch = self.epoch(store, region_id);
-        let (tx, mut rx) = oneshot::channel();
+        let (tx, rx) = oneshot::channel();
         let write = KvWrite {
             puts: pairs
                 .iter()
@@ -224,14 +239,17 @@ impl Cluster {
                 write,
                 cb: tx,
             });
-        for _ in 0..100 {
-            match rx.try_recv() {
-                Ok(r) => return r,
-                Err(oneshot::error::TryRecvError::Closed) => panic!("write dropped"),
-                Err(oneshot::error::TryRecvError::Empty) => self.ticks(1),
-            }
-        }
-        panic!("write never finished");
+        rx
+    }
+
+    /// The apply state a store has on disk for a region.
+    fn disk_apply_state(&self, store: u64, region_id: u64) -> quarry_proto::raft::ApplyState {
+        use prost::Message;
+        let bytes = self.engines[&store]
+            .get(Cf::Raft, &keys::apply_state_key(region_id))
+            .unwrap()
+            .unwrap();
+        quarry_proto::raft::ApplyState::decode(bytes.as_slice()).unwrap()
     }
 
     fn read(&mut self, store: u64, region_id: u64, ticks: usize) -> Option<Result<Region, Error>> {
@@ -298,7 +316,12 @@ impl Cluster {
 }
 
 fn three() -> (Cluster, u64) {
-    let mut c = Cluster::new(3, RaftStoreConfig::default());
+    three_with(RaftStoreConfig::default())
+}
+
+/// Region 10 on stores 1–2–3 under `cfg`, and its leader.
+fn three_with(cfg: RaftStoreConfig) -> (Cluster, u64) {
+    let mut c = Cluster::new(3, cfg);
     let r = c.region(10, &[1, 2, 3]);
     c.create(&r);
     let leader = c.wait_leader(10);
@@ -495,16 +518,10 @@ fn a_lagging_follower_catches_up_from_a_snapshot() {
 #[test]
 fn restarted_stores_keep_what_they_applied() {
     for early_apply in [true, false] {
-        let mut c = Cluster::new(
-            3,
-            RaftStoreConfig {
-                early_apply,
-                ..Default::default()
-            },
-        );
-        let r = c.region(10, &[1, 2, 3]);
-        c.create(&r);
-        let leader = c.wait_leader(10);
+        let (mut c, leader) = three_with(RaftStoreConfig {
+            early_apply,
+            ..Default::default()
+        });
         c.put(leader, 10, &[(1, "a")], Conflict::Overwrite).unwrap();
         c.rounds(10);
         for s in 1..=3 {
@@ -532,16 +549,8 @@ fn early_apply_moves_the_commit_index_forward_or_refuses_to_start() {
     c.stop(follower);
     let engine = c.engines[&follower].clone();
     let raft_key = keys::raft_state_key(10);
-    let apply_key = keys::apply_state_key(10);
     use prost::Message;
-    let apply = quarry_proto::raft::ApplyState::decode(
-        engine
-            .get(Cf::Raft, &apply_key)
-            .unwrap()
-            .unwrap()
-            .as_slice(),
-    )
-    .unwrap();
+    let apply = c.disk_apply_state(follower, 10);
     // Crash after applying, before the HardState with the commit was written.
     let mut raft_state = quarry_proto::raft::RaftLocalState::decode(
         engine.get(Cf::Raft, &raft_key).unwrap().unwrap().as_slice(),
@@ -805,19 +814,12 @@ fn leadership_returns_to_the_preferred_peer_in_every_tick_phase() {
 
 #[test]
 fn a_failed_read_during_apply_stops_the_replica_before_the_entry() {
-    use prost::Message;
     for early_apply in [true, false] {
         for faulty_leader in [false, true] {
-            let mut c = Cluster::new(
-                3,
-                RaftStoreConfig {
-                    early_apply,
-                    ..Default::default()
-                },
-            );
-            let r = c.region(10, &[1, 2, 3]);
-            c.create(&r);
-            let leader = c.wait_leader(10);
+            let (mut c, leader) = three_with(RaftStoreConfig {
+                early_apply,
+                ..Default::default()
+            });
             c.put(leader, 10, &[(1, "a")], Conflict::Overwrite).unwrap();
             c.rounds(10);
             let faulty = match (faulty_leader, leader) {
@@ -830,24 +832,7 @@ fn a_failed_read_during_apply_stops_the_replica_before_the_entry() {
             // An INSERT reads the data while it applies; on the faulty store
             // that read fails.
             c.engines[&faulty].fail_reads(Cf::Default, true);
-            let epoch = c.epoch(leader, 10);
-            let (tx, mut rx) = oneshot::channel();
-            c.stores
-                .get_mut(&leader)
-                .unwrap()
-                .handle_msg(StoreMsg::Write {
-                    region_id: 10,
-                    epoch: Some(epoch),
-                    write: KvWrite {
-                        puts: vec![KvPair {
-                            key: record_key(TABLE, 2),
-                            value: b"b".to_vec(),
-                        }],
-                        conflict: Conflict::FailIfExists as i32,
-                        ..Default::default()
-                    },
-                    cb: tx,
-                });
+            let mut rx = c.start_put(leader, 10, &[(2, "b")], Conflict::FailIfExists);
             let index = c.stores[&leader].peer(10).unwrap().last_index();
             let mut failure = None;
             for _ in 0..20 {
@@ -885,14 +870,7 @@ fn a_failed_read_during_apply_stops_the_replica_before_the_entry() {
             // Nothing of the failed entry reached the faulty store's disk.
             c.engines[&faulty].fail_reads(Cf::Default, false);
             assert_eq!(c.value(faulty, 2), None, "{case}");
-            let apply = quarry_proto::raft::ApplyState::decode(
-                c.engines[&faulty]
-                    .get(Cf::Raft, &keys::apply_state_key(10))
-                    .unwrap()
-                    .unwrap()
-                    .as_slice(),
-            )
-            .unwrap();
+            let apply = c.disk_apply_state(faulty, 10);
             assert!(apply.applied_index < index, "{case}: {apply:?}");
             // The others go on; restarted, the faulty store applies the
             // entry it stopped at, like every other replica.

@@ -118,6 +118,16 @@ pub struct GiveUp {
     pub max_region_errors: u32,
 }
 
+impl RetryConfig {
+    /// True when a region that has had no reachable leader since `since`
+    /// has been waited for long enough (never, for work that retries until
+    /// its deadline).
+    fn waited_long_enough(&self, since: Instant) -> bool {
+        self.give_up
+            .is_some_and(|g| since.elapsed() > g.unavailable_after)
+    }
+}
+
 /// Region errors one piece of a query may meet before it gives up.
 pub const MAX_REGION_ERRORS: u32 = 32;
 
@@ -248,12 +258,10 @@ impl Retry<'_> {
                         let peers = region.region.peers.len().max(1);
                         failed_stores.push(region.store_id());
                         let since = *unavailable_since.get_or_insert_with(Instant::now);
-                        if let Some(g) = self.cfg.give_up {
-                            if since.elapsed() > g.unavailable_after
-                                || (peers == 1 && failures.store >= 3)
-                            {
-                                return Err(Error::Unavailable(what()));
-                            }
+                        let single_replica_down =
+                            self.cfg.give_up.is_some() && peers == 1 && failures.store >= 3;
+                        if self.cfg.waited_long_enough(since) || single_replica_down {
+                            return Err(Error::Unavailable(what()));
                         }
                         self.stats.retries.fetch_add(1, Ordering::Relaxed);
                         backoff.sleep(&what).await.map_err(unavailable)?;
@@ -304,11 +312,7 @@ impl Retry<'_> {
                     // reach): an election is running, or this replica is
                     // cut off. Try another.
                     let since = *unavailable_since.get_or_insert_with(Instant::now);
-                    if self
-                        .cfg
-                        .give_up
-                        .is_some_and(|g| since.elapsed() > g.unavailable_after)
-                    {
+                    if self.cfg.waited_long_enough(since) {
                         return Err(Error::Unavailable(format!(
                             "region {} has no leader: {}",
                             region.region.id,

@@ -116,12 +116,7 @@ impl CopTransport for MockTransport {
         _timeout: Duration,
     ) -> BoxFuture<'static, std::result::Result<CopResponse, tonic::Status>> {
         let id = req.context.as_ref().unwrap().region_id;
-        let n = {
-            let mut asked = self.asked.lock();
-            let n = asked.entry(id).or_insert(0);
-            *n += 1;
-            *n
-        };
+        let n = count(&self.asked, id);
         self.log.lock().push((addr.to_string(), id));
         let r = (self.handler)(addr, &req, n);
         Box::pin(async move { r })
@@ -159,6 +154,41 @@ fn harness(regions: Vec<Region>, handler: Box<Handler>) -> Harness {
         transport,
         routes,
     }
+}
+
+/// Region 1's leader moved to store 3 (the answer store 1 gives).
+fn region_1_led_by_store_3() -> RegionError {
+    RegionError {
+        message: "not leader".into(),
+        not_leader: Some(NotLeader {
+            region_id: 1,
+            leader: Some(Peer {
+                id: 11,
+                store_id: 3,
+            }),
+            leader_store: Some(store(3)),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Region 2 split into 20 [h, l) and 4 [l, p).
+fn region_2_split() -> RegionError {
+    RegionError {
+        message: "split".into(),
+        epoch_not_match: Some(EpochNotMatch {
+            current_regions: vec![region(20, "h", "l", 2, 2), region(4, "l", "p", 1, 2)],
+        }),
+        ..Default::default()
+    }
+}
+
+/// Counts one more request for `region_id`; returns how many so far.
+fn count(asked: &Mutex<HashMap<u64, usize>>, region_id: u64) -> usize {
+    let mut asked = asked.lock();
+    let n = asked.entry(region_id).or_insert(0);
+    *n += 1;
+    *n
 }
 
 fn three_regions() -> Vec<Region> {
@@ -228,18 +258,8 @@ async fn epoch_not_match_re_splits_only_the_failed_task() {
         Box::new(|_, req, _| {
             let ctx = req.context.as_ref().unwrap();
             if ctx.region_id == 2 {
-                // Region 2 split into 2 [h, l) and 4 [l, p).
                 return Ok(CopResponse {
-                    region_error: Some(RegionError {
-                        message: "split".into(),
-                        epoch_not_match: Some(EpochNotMatch {
-                            current_regions: vec![
-                                region(20, "h", "l", 2, 2),
-                                region(4, "l", "p", 1, 2),
-                            ],
-                        }),
-                        ..Default::default()
-                    }),
+                    region_error: Some(region_2_split()),
                     ..Default::default()
                 });
             }
@@ -261,18 +281,7 @@ async fn not_leader_with_a_hint_retries_there_at_once() {
             let id = req.context.as_ref().unwrap().region_id;
             if id == 1 && addr == "store1:1" {
                 return Ok(CopResponse {
-                    region_error: Some(RegionError {
-                        message: "not leader".into(),
-                        not_leader: Some(NotLeader {
-                            region_id: 1,
-                            leader: Some(Peer {
-                                id: 11,
-                                store_id: 3,
-                            }),
-                            leader_store: Some(store(3)),
-                        }),
-                        ..Default::default()
-                    }),
+                    region_error: Some(region_1_led_by_store_3()),
                     ..Default::default()
                 });
             }
@@ -423,12 +432,7 @@ impl KvTransport for MockKv {
         _timeout: Duration,
     ) -> BoxFuture<'static, std::result::Result<BatchPutResponse, tonic::Status>> {
         let id = req.context.as_ref().unwrap().region_id;
-        let n = {
-            let mut asked = self.asked.lock();
-            let n = asked.entry(id).or_insert(0);
-            *n += 1;
-            *n
-        };
+        let n = count(&self.asked, id);
         let keys = req.pairs.iter().map(|p| p.key.clone()).collect();
         self.log
             .lock()
@@ -477,28 +481,8 @@ async fn writes_go_through_the_same_retry_layer_as_reads() {
         Box::new(|addr, req, n| {
             let id = req.context.as_ref().unwrap().region_id;
             match (id, addr, n) {
-                (1, "store1:1", _) => Ok(region_error(RegionError {
-                    message: "not leader".into(),
-                    not_leader: Some(NotLeader {
-                        region_id: 1,
-                        leader: Some(Peer {
-                            id: 11,
-                            store_id: 3,
-                        }),
-                        leader_store: Some(store(3)),
-                    }),
-                    ..Default::default()
-                })),
-                (2, _, _) => Ok(region_error(RegionError {
-                    message: "split".into(),
-                    epoch_not_match: Some(EpochNotMatch {
-                        current_regions: vec![
-                            region(20, "h", "l", 2, 2),
-                            region(4, "l", "p", 1, 2),
-                        ],
-                    }),
-                    ..Default::default()
-                })),
+                (1, "store1:1", _) => Ok(region_error(region_1_led_by_store_3())),
+                (2, _, _) => Ok(region_error(region_2_split())),
                 (3, _, 1) => Err(tonic::Status::unavailable("connection reset")),
                 _ => Ok(BatchPutResponse::default()),
             }
