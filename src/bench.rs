@@ -25,12 +25,14 @@ use quarry_proto::meta::Layout;
 
 use crate::load::{load_tpch, LoadOptions};
 use crate::local::LocalCluster;
-use crate::tpch;
+use crate::tpch::{self, Table};
 
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
     pub addr: Option<String>,
     pub sf: f64,
+    /// The tables an embedded cluster loads.
+    pub tables: Vec<Table>,
     pub queries: Vec<String>,
     pub runs: usize,
     pub stores: usize,
@@ -249,6 +251,7 @@ async fn load(cluster: &LocalCluster, opts: &BenchOptions, layout: Layout) -> Re
         &cluster.store_addrs(),
         &LoadOptions {
             sf: opts.sf,
+            tables: opts.tables.clone(),
             progress: opts.progress,
             layout,
             replace: true,
@@ -483,7 +486,7 @@ fn write_tbl(path: &Path, sf: f64) -> Result<()> {
     let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
     let mut line = String::with_capacity(256);
     let mut err = None;
-    tpch::generate_part(sf, 1, 1, |_, cols| {
+    Table::Lineitem.generate_part(sf, 1, 1, |_, cols| {
         line.clear();
         for (i, (_, d)) in cols.iter().enumerate() {
             if i > 0 {
@@ -655,6 +658,8 @@ pub async fn bench_write(opts: &WriteBenchOptions) -> Result<Vec<WriteReport>> {
                 &cluster.store_addrs(),
                 &LoadOptions {
                     sf: opts.sf,
+                    // Load throughput as before: lineitem alone.
+                    tables: vec![Table::Lineitem],
                     progress: false,
                     ..Default::default()
                 },

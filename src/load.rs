@@ -1,11 +1,16 @@
-//! `quarry load tpch`: bulk-load TPC-H lineitem straight into the stores.
+//! `quarry load tpch`: bulk-load the eight TPC-H tables (region, nation,
+//! supplier, customer, part, partsupp, orders, lineitem; or a chosen few)
+//! straight into the stores.
 //!
 //! Like TiDB Lightning's physical mode (and MyTopling's bulk load), the
 //! loader encodes rows itself and writes key-value batches to the regions,
-//! bypassing compute:
+//! bypassing compute. Tables load one after another, each the same way:
 //!
-//! 1. Create `lineitem` through the Meta service, pre-split into regions at
-//!    evenly spaced handles (handle = orderkey × 8 + linenumber).
+//! 1. Create the table through the Meta service, pre-split into regions at
+//!    evenly spaced handles (see [`Table`]: the table's key, or for
+//!    lineitem orderkey × 8 + linenumber). Regions are sized by the table's
+//!    estimated bytes (one per [`REGION_BYTES`]); lineitem and orders, the
+//!    tables most queries scan, get at least four per store.
 //! 2. Worker threads generate parts of the table with the `tpchgen` crate
 //!    (dbgen's data, part by part) and buffer them per region: in the
 //!    column layout (the default) as packs of 4096 rows built right here,
@@ -35,17 +40,21 @@ use quarry_proto::kv::KvPair;
 use quarry_proto::meta::{CreateTableRequest, Layout};
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::tpch;
+use crate::tpch::Table;
 
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
     pub sf: f64,
-    /// Regions to pre-split into (0 = one per ~64 MiB, at least two per store).
+    /// The tables to load, in this order (default: all eight).
+    pub tables: Vec<Table>,
+    /// Regions to pre-split lineitem and orders into (0 = one per
+    /// [`REGION_BYTES`], at least four per store); the other tables are
+    /// always sized by their bytes.
     pub regions: usize,
     pub threads: usize,
     /// Bytes per BatchPut.
     pub batch_bytes: usize,
-    /// Drop an existing lineitem first.
+    /// Drop existing tables first.
     pub replace: bool,
     pub progress: bool,
     /// Column (packs, the default) or row (one KV per row).
@@ -56,6 +65,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             sf: 0.1,
+            tables: Table::ALL.to_vec(),
             regions: 0,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             batch_bytes: 4 << 20,
@@ -95,21 +105,28 @@ impl Sink {
     }
 }
 
+/// What one table's load did.
 #[derive(Debug, Clone)]
-pub struct LoadReport {
+pub struct TableReport {
+    pub table: Table,
     pub rows: u64,
     pub bytes: u64,
     pub regions: usize,
     pub seconds: f64,
 }
 
-/// Bytes a lineitem row takes as a row-layout KV, roughly (for sizing
-/// regions).
-const ROW_BYTES: u64 = 140;
-/// Bytes a lineitem row takes in a pack, roughly.
-const PACKED_ROW_BYTES: u64 = 60;
+/// What a load did: totals over its tables, and each table.
+#[derive(Debug, Clone)]
+pub struct LoadReport {
+    pub rows: u64,
+    pub bytes: u64,
+    pub regions: usize,
+    pub seconds: f64,
+    pub tables: Vec<TableReport>,
+}
+
 /// Pre-split regions below the split size, so a fresh load does not split.
-const REGION_BYTES: u64 = 48 << 20;
+pub const REGION_BYTES: u64 = 48 << 20;
 /// How long one batch may take to be written, through retries.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -117,42 +134,111 @@ fn cluster(stores: &[String]) -> Arc<Cluster> {
     Arc::new(Cluster::new(stores.to_vec(), Duration::from_secs(10)))
 }
 
-/// Is lineitem there already? Returns its table id.
-pub async fn existing_lineitem(stores: &[String]) -> Result<Option<i64>> {
-    Ok(cluster(stores).get_table("lineitem").await?.map(|t| t.id))
+/// Which of `tables` are there already.
+pub async fn existing_tables(stores: &[String], tables: &[Table]) -> Result<Vec<Table>> {
+    present(&cluster(stores), tables).await
 }
 
-/// Loads lineitem at `opts.sf` through the cluster's stores (any of them
-/// answers; `stores` also sizes the pre-split).
+async fn present(meta: &Cluster, tables: &[Table]) -> Result<Vec<Table>> {
+    let mut out = Vec::new();
+    for &t in tables {
+        if meta.get_table(t.name()).await?.is_some() {
+            out.push(t);
+        }
+    }
+    Ok(out)
+}
+
+/// "a, b and c".
+fn names(tables: &[Table]) -> String {
+    let n: Vec<&str> = tables.iter().map(|t| t.name()).collect();
+    match n.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => n.join(""),
+    }
+}
+
+/// Regions to pre-split `t` into: one per [`REGION_BYTES`] of its
+/// estimated size; lineitem and orders at least four per store (or
+/// `opts.regions` when given), so every store's read threads have work and
+/// leaders spread evenly.
+fn regions_for(t: Table, opts: &LoadOptions, stores: usize) -> usize {
+    let bytes = t.approx_rows(opts.sf)
+        * match opts.layout {
+            Layout::Row => t.row_bytes(),
+            Layout::Column => t.packed_row_bytes(),
+        };
+    let by_size = (bytes / REGION_BYTES) as usize + 1;
+    match (t.spread(), opts.regions) {
+        (false, _) => by_size,
+        (true, 0) => by_size.max(4 * stores.max(1)),
+        (true, n) => n,
+    }
+}
+
+/// Loads `opts.tables` at `opts.sf` through the cluster's stores (any of
+/// them answers; `stores` also sizes the pre-split), one table after
+/// another.
 pub async fn load_tpch(stores: &[String], opts: &LoadOptions) -> Result<LoadReport> {
     if opts.sf.is_nan() || opts.sf <= 0.0 {
         bail!("--sf must be positive");
     }
+    let mut tables = opts.tables.clone();
+    if tables.is_empty() {
+        bail!("no tables to load");
+    }
+    // Once each, in the order given.
+    let mut seen = std::collections::HashSet::new();
+    tables.retain(|t| seen.insert(*t));
     let started = Instant::now();
     let meta = cluster(stores);
-    if meta.get_table("lineitem").await?.is_some() {
-        if !opts.replace {
-            bail!("table lineitem already exists; load with --replace to drop and reload it");
-        }
-        meta.drop_table("lineitem", true).await?;
+    let existing = present(&meta, &tables).await?;
+    if !existing.is_empty() && !opts.replace {
+        let (verb, them) = if existing.len() == 1 {
+            ("exists", "it")
+        } else {
+            ("exist", "them")
+        };
+        bail!(
+            "{} {} already {verb}; load with --replace to drop and reload {them}",
+            if existing.len() == 1 {
+                "table"
+            } else {
+                "tables"
+            },
+            names(&existing)
+        );
     }
-    let Statement::CreateTable(mut ct) = parse(tpch::LINEITEM_DDL)? else {
-        bail!("the lineitem DDL is not a CREATE TABLE");
+    let mut done = Vec::new();
+    for t in tables {
+        if existing.contains(&t) {
+            meta.drop_table(t.name(), true).await?;
+        }
+        done.push(load_table(&meta, stores, t, opts).await?);
+    }
+    Ok(LoadReport {
+        rows: done.iter().map(|r| r.rows).sum(),
+        bytes: done.iter().map(|r| r.bytes).sum(),
+        regions: done.iter().map(|r| r.regions).sum(),
+        seconds: started.elapsed().as_secs_f64(),
+        tables: done,
+    })
+}
+
+/// Creates `t` (it does not exist) and loads it.
+async fn load_table(
+    meta: &Arc<Cluster>,
+    stores: &[String],
+    t: Table,
+    opts: &LoadOptions,
+) -> Result<TableReport> {
+    let started = Instant::now();
+    let Statement::CreateTable(mut ct) = parse(t.ddl())? else {
+        bail!("the {t} DDL is not a CREATE TABLE");
     };
     ct.layout = opts.layout;
-    let row_bytes = match opts.layout {
-        Layout::Row => ROW_BYTES,
-        Layout::Column => PACKED_ROW_BYTES,
-    };
-    let est = tpch::approx_rows(opts.sf) * row_bytes;
-    // At least four regions per store, so every store's read threads
-    // have work and leaders spread evenly.
-    let regions = if opts.regions > 0 {
-        opts.regions
-    } else {
-        ((est / REGION_BYTES) as usize + 1).max(4 * stores.len().max(1))
-    };
-    let splits = tpch::split_handles(opts.sf, regions);
+    let regions = regions_for(t, opts, stores.len());
+    let splits = t.split_handles(opts.sf, regions);
     let created = meta
         .create_table(CreateTableRequest {
             table: Some(ct.table_def()),
@@ -166,33 +252,39 @@ pub async fn load_tpch(stores: &[String], opts: &LoadOptions) -> Result<LoadRepo
     let routes = Arc::new(created.regions);
     if routes.len() != splits.len() + 1 {
         bail!(
-            "expected {} regions, meta made {}",
+            "expected {} regions for {t}, meta made {}",
             splits.len() + 1,
             routes.len()
         );
     }
 
+    let approx_rows = t.approx_rows(opts.sf);
     let bar = if opts.progress {
-        let b = ProgressBar::new(tpch::approx_rows(opts.sf));
+        let b = ProgressBar::new(approx_rows);
         b.set_style(
             ProgressStyle::with_template(
-                "loading lineitem {bar:40} {human_pos}/{human_len} rows {per_sec} eta {eta}",
+                "loading {prefix:8} {bar:40} {human_pos}/{human_len} rows {per_sec} eta {eta}",
             )
             .expect("valid template"),
         );
+        b.set_prefix(t.name());
         b
     } else {
         ProgressBar::hidden()
     };
 
-    // Workers → (region index, pairs) → writer.
+    // Workers → (region index, pairs) → writer. Parts of at least a pack's
+    // rows, so small tables are not cut into tiny packs.
     let (tx, mut rx) = mpsc::channel::<(usize, Vec<KvPair>)>(opts.threads * 2 + 2);
-    let parts = (opts.threads * 8).max(regions) as i32;
+    let parts = (opts.threads * 8)
+        .max(regions)
+        .min(approx_rows.div_ceil(PACK_ROWS as u64) as usize)
+        .max(1) as i32;
     let next_part = Arc::new(AtomicI32::new(1));
     let rows = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
-    for _ in 0..opts.threads.max(1) {
+    for _ in 0..opts.threads.clamp(1, parts as usize) {
         let (tx, next_part, rows, bytes, splits, bar) = (
             tx.clone(),
             next_part.clone(),
@@ -218,7 +310,7 @@ pub async fn load_tpch(stores: &[String], opts: &LoadOptions) -> Result<LoadRepo
             };
             let mut packs = match layout {
                 Layout::Column => (0..nregions)
-                    .map(|_| PackBuilder::new(&tpch::lineitem_columns()))
+                    .map(|_| PackBuilder::new(&t.columns()))
                     .collect::<quarry_coprocessor::Result<Vec<_>>>()?,
                 Layout::Row => vec![],
             };
@@ -229,13 +321,13 @@ pub async fn load_tpch(stores: &[String], opts: &LoadOptions) -> Result<LoadRepo
                 }
                 let mut n = 0u64;
                 match layout {
-                    Layout::Row => tpch::encode_part(sf, part, parts, table_id, |h, k, v| {
+                    Layout::Row => t.encode_part(sf, part, parts, table_id, |h, k, v| {
                         let r = splits.partition_point(|s| *s <= h);
                         sink.push(r, k.to_vec(), v.to_vec());
                         n += 1;
                     })?,
                     Layout::Column => {
-                        tpch::generate_part(sf, part, parts, |h, cols| {
+                        t.generate_part(sf, part, parts, |h, cols| {
                             let r = splits.partition_point(|s| *s <= h);
                             let b = &mut packs[r];
                             b.push_pairs(h, cols)?;
@@ -314,14 +406,61 @@ pub async fn load_tpch(stores: &[String], opts: &LoadOptions) -> Result<LoadRepo
     }
     bar.finish_and_clear();
     if let Some(e) = write_error {
-        return Err(e.context("loading lineitem failed; drop it and load again"));
+        return Err(e.context(format!("loading {t} failed; drop it and load again")));
     }
-    meta.alloc_handles(table.id, 0, tpch::handle_end(opts.sf))
+    meta.alloc_handles(table.id, 0, t.handle_end(opts.sf))
         .await?;
-    Ok(LoadReport {
+    Ok(TableReport {
+        table: t,
         rows: rows.load(Ordering::SeqCst),
         bytes: bytes.load(Ordering::SeqCst),
         regions: routes.len(),
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_follow_the_size_and_spread_the_big_tables() {
+        let opts = |sf, layout, regions| LoadOptions {
+            sf,
+            layout,
+            regions,
+            ..Default::default()
+        };
+        let small = opts(0.01, Layout::Column, 0);
+        // Small tables: one region; lineitem and orders: four per store.
+        for t in Table::ALL {
+            let want = if t.spread() { 12 } else { 1 };
+            assert_eq!(regions_for(t, &small, 3), want, "{t}");
+        }
+        // Big ones by size: SF 100 lineitem packs ~36 GB, row-layout KVs
+        // ~84 GB.
+        let sf100 = opts(100.0, Layout::Column, 0);
+        assert_eq!(regions_for(Table::Lineitem, &sf100, 3), 716);
+        assert_eq!(regions_for(Table::Nation, &sf100, 3), 1);
+        assert!(regions_for(Table::PartSupp, &sf100, 3) > 100);
+        let rows = opts(100.0, Layout::Row, 0);
+        assert_eq!(regions_for(Table::Lineitem, &rows, 3), 1670);
+        // --regions sets the spread tables only.
+        let given = opts(0.01, Layout::Column, 5);
+        assert_eq!(regions_for(Table::Orders, &given, 3), 5);
+        assert_eq!(regions_for(Table::Part, &given, 3), 1);
+    }
+
+    #[test]
+    fn names_read_as_a_list() {
+        assert_eq!(names(&[Table::Orders]), "orders");
+        assert_eq!(
+            names(&[Table::Orders, Table::Lineitem]),
+            "orders and lineitem"
+        );
+        assert_eq!(
+            names(&[Table::Region, Table::Orders, Table::Lineitem]),
+            "region, orders and lineitem"
+        );
+    }
 }

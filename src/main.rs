@@ -3,7 +3,7 @@
 //! * `quarry storage`: a storage process (RocksDB, regions, coprocessor).
 //! * `quarry compute`: a compute process (SQL, planning, Arrow Flight SQL).
 //! * `quarry playground`: a local cluster of both, in one command.
-//! * `quarry load tpch`: bulk-load TPC-H lineitem.
+//! * `quarry load tpch`: bulk-load the TPC-H tables (all eight, or some).
 //! * `quarry sql`: run one statement and print the result.
 //! * `quarry bench tpch`: time TPC-H Q1/Q6 and check the answers.
 
@@ -19,9 +19,10 @@ use clap::{Args, Parser, Subcommand};
 use quarry::bench::{
     bench_compare, bench_tpch, bench_write, print_compare, BenchOptions, WriteBenchOptions,
 };
-use quarry::load::{existing_lineitem, load_tpch, LoadOptions};
+use quarry::load::{existing_tables, load_tpch, LoadOptions, LoadReport};
 use quarry::local::{ClusterArgs, LocalCluster};
 use quarry::output::{self, Format};
+use quarry::tpch::Table;
 use quarry_compute::config::ComputeConfig;
 use quarry_raftstore::config::StorageConfig;
 use tokio::signal::unix::{signal, SignalKind};
@@ -141,9 +142,13 @@ struct PlaygroundArgs {
     dir: PathBuf,
     #[arg(long, default_value_t = 3)]
     stores: usize,
-    /// Load TPC-H lineitem at this scale factor (skipped if DIR has it).
+    /// Load TPC-H at this scale factor (skipped if DIR has it).
     #[arg(long)]
     sf: Option<f64>,
+    /// The TPC-H tables to load with --sf, comma-separated (default: all
+    /// eight).
+    #[arg(long, value_delimiter = ',')]
+    tables: Vec<Table>,
     /// Replicas per region.
     #[arg(long, default_value_t = 3)]
     replicas: usize,
@@ -156,7 +161,7 @@ struct PlaygroundArgs {
     /// raftstore.compact-delta-rows for every store.
     #[arg(long)]
     compact_delta_rows: Option<u64>,
-    /// Storage layout of the loaded lineitem: column or row.
+    /// Storage layout of the loaded tables: column or row.
     #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
     layout: LayoutArg,
     /// max-store-down-secs for every store.
@@ -175,20 +180,26 @@ struct PlaygroundArgs {
 
 #[derive(Subcommand)]
 enum LoadWhat {
-    /// TPC-H lineitem, generated with the tpchgen crate.
+    /// TPC-H tables, generated with the tpchgen crate.
     Tpch {
         #[arg(long, default_value_t = 0.1)]
         sf: f64,
         /// Stores of the cluster, comma-separated (any one answers).
         #[arg(long, value_delimiter = ',', required = true)]
         store: Vec<String>,
-        /// Regions to pre-split into (default: one per ~48 MiB, at least
-        /// two per store given).
+        /// Tables to load, comma-separated, in this order (default: all
+        /// eight: region, nation, supplier, customer, part, partsupp,
+        /// orders, lineitem).
+        #[arg(long, value_delimiter = ',')]
+        tables: Vec<Table>,
+        /// Regions to pre-split lineitem and orders into (default: one per
+        /// ~48 MiB, at least four per store given). The other tables are
+        /// sized by their bytes (one region per ~48 MiB).
         #[arg(long, default_value_t = 0)]
         regions: usize,
         #[arg(long)]
         threads: Option<usize>,
-        /// Drop an existing lineitem first.
+        /// Drop the tables first if they exist.
         #[arg(long)]
         replace: bool,
         /// Storage layout: column (packs of 4096 rows) or row.
@@ -259,6 +270,10 @@ enum BenchWhat {
         addr: Option<String>,
         #[arg(long, default_value_t = 0.1)]
         sf: f64,
+        /// Tables the embedded cluster loads, comma-separated (default: all
+        /// eight).
+        #[arg(long, value_delimiter = ',')]
+        tables: Vec<Table>,
         #[arg(long, value_delimiter = ',', default_value = "q1,q6")]
         queries: Vec<String>,
         #[arg(long, default_value_t = 5)]
@@ -267,7 +282,7 @@ enum BenchWhat {
         json: bool,
         #[arg(long, default_value_t = 3)]
         stores: usize,
-        /// Storage layout of the loaded lineitem: column or row.
+        /// Storage layout of the loaded tables: column or row.
         #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
         layout: LayoutArg,
         /// Measure in one run: column layout, row layout, rows instead of
@@ -458,23 +473,28 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
         writeln!(out, "compute: pid {} addr {}", c.pid, cluster.compute_url())?;
         out.flush()?;
         if let Some(sf) = a.sf {
-            let marker = a.dir.join("lineitem.sf");
+            // The marker says what was loaded: "<sf> <layout> <tables>".
+            let marker = a.dir.join("tpch.loaded");
             let have = std::fs::read_to_string(&marker).ok();
             let stores = cluster.store_addrs();
-            let want = format!("{sf} {}", a.layout.name());
-            if have.as_deref() == Some(want.as_str()) && existing_lineitem(&stores).await?.is_some()
+            let tables = tables_or_all(&a.tables);
+            let list = table_list(&tables);
+            let want = format!("{sf} {} {list}", a.layout.name());
+            if have.as_deref() == Some(want.as_str())
+                && existing_tables(&stores, &tables).await?.len() == tables.len()
             {
                 eprintln!(
-                    "lineitem at SF {sf} is already loaded in {}",
+                    "TPC-H {list} at SF {sf} is already loaded in {}",
                     a.dir.display()
                 );
             } else {
                 let _ = std::fs::remove_file(&marker);
-                eprintln!("loading TPC-H lineitem at SF {sf} ...");
+                eprintln!("loading TPC-H {list} at SF {sf} ...");
                 let r = load_tpch(
                     &stores,
                     &LoadOptions {
                         sf,
+                        tables,
                         replace: true,
                         progress: false,
                         layout: a.layout.layout(),
@@ -483,13 +503,7 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
                 )
                 .await?;
                 std::fs::write(&marker, want)?;
-                eprintln!(
-                    "loaded {} rows into {} regions in {:.1} s ({:.0} rows/s)",
-                    r.rows,
-                    r.regions,
-                    r.seconds,
-                    r.rows as f64 / r.seconds
-                );
+                eprint!("{}", load_summary(&r));
             }
         }
         writeln!(out, "ready")?;
@@ -549,6 +563,45 @@ async fn supervise(cluster: &mut LocalCluster, a: &PlaygroundArgs) -> Result<()>
     }
 }
 
+/// The tables given, or all eight when none are.
+fn tables_or_all(tables: &[Table]) -> Vec<Table> {
+    if tables.is_empty() {
+        Table::ALL.to_vec()
+    } else {
+        tables.to_vec()
+    }
+}
+
+/// "region,nation,...".
+fn table_list(tables: &[Table]) -> String {
+    let names: Vec<&str> = tables.iter().map(|t| t.name()).collect();
+    names.join(",")
+}
+
+/// One line per table, then the totals.
+fn load_summary(r: &LoadReport) -> String {
+    let mut s = String::new();
+    for t in &r.tables {
+        s += &format!(
+            "  {:<8} {:>10} rows ({:.1} MB) into {} regions in {:.1} s\n",
+            t.table.name(),
+            t.rows,
+            t.bytes as f64 / 1e6,
+            t.regions,
+            t.seconds
+        );
+    }
+    s += &format!(
+        "loaded {} rows ({:.0} MB) into {} regions in {:.1} s: {:.0} rows/s\n",
+        r.rows,
+        r.bytes as f64 / 1e6,
+        r.regions,
+        r.seconds,
+        r.rows as f64 / r.seconds
+    );
+    s
+}
+
 async fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Storage(a) => {
@@ -568,6 +621,7 @@ async fn run(cli: Cli) -> Result<()> {
                 LoadWhat::Tpch {
                     sf,
                     store,
+                    tables,
                     regions,
                     threads,
                     replace,
@@ -577,6 +631,7 @@ async fn run(cli: Cli) -> Result<()> {
             init_logging("warn");
             let mut opts = LoadOptions {
                 sf,
+                tables: tables_or_all(&tables),
                 regions,
                 replace,
                 layout: layout.layout(),
@@ -586,14 +641,7 @@ async fn run(cli: Cli) -> Result<()> {
                 opts.threads = t;
             }
             let r = load_tpch(&store, &opts).await?;
-            println!(
-                "loaded {} rows ({:.0} MB) into {} regions in {:.1} s: {:.0} rows/s",
-                r.rows,
-                r.bytes as f64 / 1e6,
-                r.regions,
-                r.seconds,
-                r.rows as f64 / r.seconds
-            );
+            print!("{}", load_summary(&r));
             Ok(())
         }
         Cmd::Status { store } => {
@@ -680,6 +728,7 @@ async fn run(cli: Cli) -> Result<()> {
                 BenchWhat::Tpch {
                     addr,
                     sf,
+                    tables,
                     queries,
                     runs,
                     json,
@@ -692,6 +741,7 @@ async fn run(cli: Cli) -> Result<()> {
             let mut opts = BenchOptions {
                 addr,
                 sf,
+                tables: tables_or_all(&tables),
                 queries,
                 runs,
                 stores,

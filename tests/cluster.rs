@@ -136,7 +136,7 @@ fn bad_input_gets_a_clear_error_and_exit_code_1() {
         ),
         (
             "SELECT * FROM nope",
-            "unknown table 'nope'; tables are: lineitem",
+            "unknown table 'nope'; tables are: customer, lineitem, nation, orders, part, partsupp, region, supplier",
         ),
         (
             "SELECT sum(l_comment) FROM lineitem",

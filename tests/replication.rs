@@ -378,8 +378,9 @@ fn a_store_down_past_the_timeout_has_its_replicas_recreated() {
                 (region.id, if on_victim { 0 } else { region.peers.len() })
             })
             .collect();
-        // The meta region and lineitem's regions (the loader makes at
-        // least 4 per store), each with 3 replicas off the victim.
+        // The meta region and the TPC-H tables' regions (the loader makes
+        // lineitem at least 4 per store), each with 3 replicas off the
+        // victim.
         if regions.len() > 16 && regions.values().all(|&n| n == 3) {
             break;
         }

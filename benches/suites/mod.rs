@@ -21,7 +21,8 @@ pub fn lineitem() -> TableDef {
 /// One in-memory region holding all of lineitem at `sf`, row layout.
 pub fn region(sf: f64) -> (MemStorage, usize) {
     let mut s = MemStorage::new();
-    quarry::tpch::encode_part(sf, 1, 1, TABLE_ID, |_, k, v| s.put(k.to_vec(), v.to_vec()))
+    quarry::tpch::Table::Lineitem
+        .encode_part(sf, 1, 1, TABLE_ID, |_, k, v| s.put(k.to_vec(), v.to_vec()))
         .expect("encode");
     let n = s.len();
     (s, n)
@@ -33,18 +34,19 @@ pub fn column_region(sf: f64) -> (MemStorage, usize) {
     use quarry_coprocessor::codec::key::pack_key;
     use quarry_coprocessor::codec::pack::{PackBuilder, PACK_ROWS};
     let mut s = MemStorage::new();
-    let mut b = PackBuilder::new(&quarry::tpch::lineitem_columns()).expect("builder");
+    let mut b = PackBuilder::new(&quarry::tpch::Table::Lineitem.columns()).expect("builder");
     let mut n = 0;
-    quarry::tpch::generate_part(sf, 1, 1, |h, cols| {
-        b.push_pairs(h, cols)?;
-        n += 1;
-        if b.len() >= PACK_ROWS {
-            let (first, v) = b.finish()?;
-            s.put(pack_key(TABLE_ID, first), v);
-        }
-        Ok(())
-    })
-    .expect("generate");
+    quarry::tpch::Table::Lineitem
+        .generate_part(sf, 1, 1, |h, cols| {
+            b.push_pairs(h, cols)?;
+            n += 1;
+            if b.len() >= PACK_ROWS {
+                let (first, v) = b.finish()?;
+                s.put(pack_key(TABLE_ID, first), v);
+            }
+            Ok(())
+        })
+        .expect("generate");
     if !b.is_empty() {
         let (first, v) = b.finish().expect("pack");
         s.put(pack_key(TABLE_ID, first), v);

@@ -6,7 +6,7 @@ use crate::Error;
 
 fn lineitem() -> TableDef {
     let Statement::CreateTable(ct) =
-        parse(include_str!("../../../tests/tpch/lineitem.sql")).unwrap()
+        parse(include_str!("../../../tests/tpch/ddl/lineitem.sql")).unwrap()
     else {
         panic!()
     };
