@@ -5,6 +5,7 @@
 // Library and binary code handles failures; tests may unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod answers;
 pub mod bench;
 pub mod load;
 pub mod local;
