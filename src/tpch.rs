@@ -25,8 +25,8 @@ use tpchgen::generators::{
 
 /// `CREATE TABLE lineitem (...)`, exactly as Quarry creates it.
 pub const LINEITEM_DDL: &str = include_str!("../tests/tpch/ddl/lineitem.sql");
-pub const Q1: &str = include_str!("../tests/tpch/q1.sql");
-pub const Q6: &str = include_str!("../tests/tpch/q6.sql");
+pub const Q1: &str = include_str!("../tests/tpch/queries/q1.sql");
+pub const Q6: &str = include_str!("../tests/tpch/queries/q6.sql");
 /// A query that returns many rows (about 10% of lineitem): what the wire
 /// format costs when the answer is big, not a partial aggregate.
 pub const SCAN: &str = "SELECT l_orderkey, l_linenumber, l_quantity, l_extendedprice, \
@@ -90,58 +90,10 @@ pub fn format_value(a: &dyn Array, row: usize) -> String {
 
 /// Checks a result against an expected CSV: same header, same rows; sums,
 /// counts and keys digit for digit, DOUBLE columns to a relative 1e-9.
-/// Returns the first difference.
+/// Returns the first difference. ([`crate::answers::check`] without
+/// DuckDB's column types.)
 pub fn compare(batches: &[RecordBatch], expected_csv: &str) -> Result<(), String> {
-    let mut lines = expected_csv.lines().filter(|l| !l.is_empty());
-    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
-    let want: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    let Some(first) = batches.first() else {
-        return Err("no result batches".into());
-    };
-    let schema = first.schema();
-    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-    if names != header {
-        return Err(format!("columns {names:?}, expected {header:?}"));
-    }
-    let mut got: Vec<Vec<(String, bool)>> = Vec::new();
-    for b in batches {
-        for r in 0..b.num_rows() {
-            got.push(
-                b.columns()
-                    .iter()
-                    .map(|c| {
-                        (
-                            format_value(c.as_ref(), r),
-                            c.data_type() == &DataType::Float64,
-                        )
-                    })
-                    .collect(),
-            );
-        }
-    }
-    if got.len() != want.len() {
-        return Err(format!("{} rows, expected {}", got.len(), want.len()));
-    }
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        for (j, ((gv, is_double), wv)) in g.iter().zip(w).enumerate() {
-            let same = if *is_double {
-                match (gv.parse::<f64>(), wv.parse::<f64>()) {
-                    (Ok(a), Ok(b)) => (a - b).abs() <= 1e-9 * b.abs().max(1e-300),
-                    _ => false,
-                }
-            } else {
-                gv == wv
-            };
-            if !same {
-                return Err(format!(
-                    "row {} column {}: got {gv}, expected {wv}",
-                    i + 1,
-                    header[j]
-                ));
-            }
-        }
-    }
-    Ok(())
+    crate::answers::check(batches, expected_csv, "")
 }
 
 /// A TPC-H table. One mechanism for all eight: the static facts (name,

@@ -47,8 +47,8 @@ fn golden(name: &str, sql: &str) {
 
 #[test]
 fn tpch_q1_plan() {
-    golden("q1", include_str!("../../../tests/tpch/q1.sql"));
-    let p = plan(include_str!("../../../tests/tpch/q1.sql")).unwrap();
+    golden("q1", include_str!("../../../tests/tpch/queries/q1.sql"));
+    let p = plan(include_str!("../../../tests/tpch/queries/q1.sql")).unwrap();
     let names: Vec<&str> = p
         .schema
         .fields()
@@ -87,7 +87,7 @@ fn tpch_q1_plan() {
 
 #[test]
 fn tpch_q6_plan() {
-    golden("q6", include_str!("../../../tests/tpch/q6.sql"));
+    golden("q6", include_str!("../../../tests/tpch/queries/q6.sql"));
 }
 
 #[test]

@@ -21,7 +21,7 @@ fn err(sql: &str) -> String {
 
 #[test]
 fn tpch_q1_folds_its_date_arithmetic() {
-    let q = query(include_str!("../../../tests/tpch/q1.sql"));
+    let q = query(include_str!("../../../tests/tpch/queries/q1.sql"));
     assert_eq!(q.table, "lineitem");
     assert_eq!(q.select.len(), 10);
     assert_eq!(q.select[2].alias, "sum_qty");
@@ -40,7 +40,7 @@ fn tpch_q1_folds_its_date_arithmetic() {
 
 #[test]
 fn tpch_q6_adds_a_year_and_keeps_decimal_literals() {
-    let q = query(include_str!("../../../tests/tpch/q6.sql"));
+    let q = query(include_str!("../../../tests/tpch/queries/q6.sql"));
     let text = display::logical(&q.filters[0]);
     assert!(text.contains("DATE '1995-01-01'"), "{text}");
     assert!(
