@@ -126,14 +126,14 @@ pub async fn run_interleaved(
     let mut out = Vec::new();
     for q in &opts.queries {
         let Some(sql) = tpch::query(q) else {
-            bail!("unknown query '{q}': known are q1, q6, scan, topn");
+            bail!("unknown query '{q}': known are q1 … q22 (or all), scan, topn");
         };
         let mut reports = Vec::with_capacity(settings.len());
         for ((setting, _), client) in settings.iter().zip(clients.iter_mut()) {
             let warm = client.sql(sql).await?;
             let answer = match tpch::expected(q, opts.sf) {
                 None => "unknown".to_string(),
-                Some(csv) => match tpch::compare(&warm, csv) {
+                Some(csv) => match crate::answers::check(&warm, csv, tpch::expected_types(q)) {
                     Ok(()) => "match".into(),
                     Err(e) => format!("mismatch: {e}"),
                 },
@@ -392,17 +392,13 @@ fn duckdb_python() -> Result<String> {
 
 const DUCKDB_SCRIPT: &str = r#"
 import json, sys, time, duckdb
-path, threads, runs, queries = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+threads, runs, tables, queries = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
 con = duckdb.connect()
 con.execute(f"SET threads={threads}")
 con.execute("SET enable_progress_bar=false")
-types = {"l_orderkey": "BIGINT", "l_partkey": "BIGINT", "l_suppkey": "BIGINT",
-         "l_linenumber": "BIGINT", "l_quantity": "DECIMAL(15,2)", "l_extendedprice": "DECIMAL(15,2)",
-         "l_discount": "DECIMAL(15,2)", "l_tax": "DECIMAL(15,2)", "l_returnflag": "VARCHAR",
-         "l_linestatus": "VARCHAR", "l_shipdate": "DATE", "l_commitdate": "DATE",
-         "l_receiptdate": "DATE", "l_shipinstruct": "VARCHAR", "l_shipmode": "VARCHAR",
-         "l_comment": "VARCHAR"}
-con.execute(f"CREATE TABLE lineitem AS SELECT * FROM read_csv('{path}', delim='|', header=false, columns={types})")
+for name, t in tables.items():
+    con.execute(t["ddl"])
+    con.execute(f"COPY {name} FROM '{t['path']}' (DELIMITER '|', HEADER false)")
 def fetch(r):
     return r.to_arrow_table() if hasattr(r, "to_arrow_table") else r.arrow()
 out = {}
@@ -417,14 +413,24 @@ for name, sql in queries.items():
 print(json.dumps(out))
 "#;
 
-/// DuckDB in memory over the same rows (written as `|`-separated text),
-/// with as many threads as this machine has cores.
+/// DuckDB in memory over the same rows (every table the bench loaded,
+/// written as `|`-separated text and created with Quarry's DDL), with as
+/// many threads as this machine has cores.
 async fn duckdb_times(dir: &Path, opts: &BenchOptions) -> Result<Vec<QueryReport>> {
     let python = duckdb_python()?;
-    let path = dir.join("lineitem.tbl");
     let sf = opts.sf;
-    let p = path.clone();
-    tokio::task::spawn_blocking(move || write_tbl(&p, sf)).await??;
+    let mut tables = serde_json::Map::new();
+    let mut paths = Vec::new();
+    for &t in &opts.tables {
+        let path = dir.join(format!("{}.tbl", t.name()));
+        let p = path.clone();
+        tokio::task::spawn_blocking(move || write_tbl(t, &p, sf)).await??;
+        tables.insert(
+            t.name().into(),
+            serde_json::json!({ "ddl": t.ddl(), "path": path.to_string_lossy() }),
+        );
+        paths.push(path);
+    }
     let queries: serde_json::Map<String, serde_json::Value> = opts
         .queries
         .iter()
@@ -437,16 +443,18 @@ async fn duckdb_times(dir: &Path, opts: &BenchOptions) -> Result<Vec<QueryReport
             .args([
                 "-c",
                 DUCKDB_SCRIPT,
-                &path.to_string_lossy(),
                 &threads.to_string(),
                 &opts.runs.max(1).to_string(),
+                &serde_json::Value::Object(tables).to_string(),
                 &serde_json::Value::Object(queries).to_string(),
             ])
             .output(),
     )
     .await
     .map_err(|_| anyhow!("DuckDB did not finish within 30 minutes"))??;
-    let _ = std::fs::remove_file(&path);
+    for p in paths {
+        let _ = std::fs::remove_file(p);
+    }
     if !out.status.success() {
         bail!("DuckDB failed: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -478,15 +486,15 @@ async fn duckdb_times(dir: &Path, opts: &BenchOptions) -> Result<Vec<QueryReport
         .collect())
 }
 
-/// Writes lineitem at `sf` as dbgen's `|`-separated text.
-fn write_tbl(path: &Path, sf: f64) -> Result<()> {
+/// Writes `table` at `sf` as dbgen's `|`-separated text.
+fn write_tbl(table: Table, path: &Path, sf: f64) -> Result<()> {
     use quarry_coprocessor::codec::row::Datum;
     use quarry_coprocessor::types::{format_date, format_decimal};
     let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
     let mut line = String::with_capacity(256);
     let mut err = None;
-    Table::Lineitem.generate_part(sf, 1, 1, |_, cols| {
+    table.generate_part(sf, 1, 1, |_, cols| {
         line.clear();
         for (i, (_, d)) in cols.iter().enumerate() {
             if i > 0 {
@@ -561,6 +569,27 @@ pub fn print_compare(r: &CompareReport) {
             parts.push(format!("rows-on-wire/arrow {:.2}", w / c));
         }
         println!("{q}: {}", parts.join(", "));
+    }
+    // Over the TPC-H queries timed on both: the geometric mean of the
+    // ratios and the worst one.
+    let ratios: Vec<(&str, f64)> = r
+        .queries
+        .iter()
+        .filter(|q| q.setting == "column" && q.query.starts_with('q'))
+        .filter_map(|q| Some((q.query.as_str(), q.median_ms / med(&q.query, "duckdb")?)))
+        .collect();
+    if ratios.len() > 1 {
+        let geo = (ratios.iter().map(|(_, x)| x.ln()).sum::<f64>() / ratios.len() as f64).exp();
+        let worst = ratios
+            .iter()
+            .copied()
+            .fold(("", 0.0), |a, b| if b.1 > a.1 { b } else { a });
+        println!(
+            "column/duckdb over {} TPC-H queries: geometric mean {geo:.2}, worst {} {:.2}",
+            ratios.len(),
+            worst.0,
+            worst.1
+        );
     }
     if let Some(why) = &r.duckdb_skipped {
         println!("duckdb: not measured: {why}");

@@ -5,7 +5,8 @@
 //! * `quarry playground`: a local cluster of both, in one command.
 //! * `quarry load tpch`: bulk-load the TPC-H tables (all eight, or some).
 //! * `quarry sql`: run one statement and print the result.
-//! * `quarry bench tpch`: time TPC-H Q1/Q6 and check the answers.
+//! * `quarry bench tpch`: time TPC-H queries (Q1/Q6, any of the 22, or
+//!   all) and check the answers against DuckDB's.
 
 // Library and binary code handles failures; tests may unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -274,6 +275,8 @@ enum BenchWhat {
         /// eight).
         #[arg(long, value_delimiter = ',')]
         tables: Vec<Table>,
+        /// Queries to time, comma-separated: q1 … q22, `all` (the 22),
+        /// `scan`, `topn`.
         #[arg(long, value_delimiter = ',', default_value = "q1,q6")]
         queries: Vec<String>,
         #[arg(long, default_value_t = 5)]
@@ -742,7 +745,7 @@ async fn run(cli: Cli) -> Result<()> {
                 addr,
                 sf,
                 tables: tables_or_all(&tables),
-                queries,
+                queries: quarry::tpch::expand_queries(&queries),
                 runs,
                 stores,
                 cluster_args: ClusterArgs::default(),

@@ -37,15 +37,34 @@ pub const SCAN: &str = "SELECT l_orderkey, l_linenumber, l_quantity, l_extendedp
 /// top ten reach the client: the storage-to-compute wire, isolated.
 pub const TOPN: &str = include_str!("../tests/tpch/topn.sql");
 
-/// The text of a query by name (`q1`, `q6`, `scan`, `topn`).
+/// The text of a query by name: the 22 TPC-H queries (`q1` … `q22`),
+/// `scan` and `topn`.
 pub fn query(name: &str) -> Option<&'static str> {
     match name {
-        "q1" => Some(Q1),
-        "q6" => Some(Q6),
         "scan" => Some(SCAN),
         "topn" => Some(TOPN),
-        _ => None,
+        _ => crate::answers::query(name),
     }
+}
+
+/// The names `--queries` accepts for a list: `all` is the 22 TPC-H
+/// queries.
+pub fn expand_queries(names: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for n in names {
+        if n == "all" {
+            out.extend(crate::answers::QUERIES.iter().map(|(q, _)| q.to_string()));
+        } else {
+            out.push(n.clone());
+        }
+    }
+    out
+}
+
+/// DuckDB's column types for a query's answer (empty when unknown: only
+/// DOUBLE results are then taken as approximate).
+pub fn expected_types(query: &str) -> &'static str {
+    crate::answers::answer(query, 1.0).map_or("", |(_, t)| t)
 }
 
 /// DuckDB's answer (CSV with a header) for a query at a scale factor, when
@@ -65,7 +84,7 @@ pub fn expected(query: &str, sf: f64) -> Option<&'static str> {
         ("topn", "0.1") => include_str!("../tests/tpch/answers/topn_sf0.1.csv"),
         ("topn", "1") => include_str!("../tests/tpch/answers/topn_sf1.csv"),
         ("topn", "10") => include_str!("../tests/tpch/answers/topn_sf10.csv"),
-        _ => return None,
+        _ => return crate::answers::answer(query, sf).map(|(csv, _)| csv),
     })
 }
 
@@ -84,7 +103,9 @@ pub fn format_value(a: &dyn Array, row: usize) -> String {
         DataType::Date32 => format_date(a.as_primitive::<Date32Type>().value(row)),
         DataType::Utf8 => a.as_string::<i32>().value(row).to_string(),
         DataType::Boolean => a.as_boolean().value(row).to_string(),
-        other => format!("<{other}>"),
+        // Other widths (EXTRACT's Int32, views): Arrow's own display.
+        other => arrow::util::display::array_value_to_string(a, row)
+            .unwrap_or_else(|_| format!("<{other}>")),
     }
 }
 

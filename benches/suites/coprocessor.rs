@@ -10,7 +10,7 @@ use quarry_coprocessor::storage::{MemStorage, Storage};
 use quarry_proto::coprocessor::{CopRequest, KeyRange};
 use quarry_proto::meta::Layout;
 
-use super::{column_region, plan, region, TABLE_ID};
+use super::{column_region, dag, region, TABLE_ID};
 
 /// Every value of the table in `storage`, in key order.
 fn table_values(storage: &MemStorage) -> Vec<Vec<u8>> {
@@ -73,11 +73,10 @@ pub fn bench(c: &mut Criterion) {
     });
 
     for (name, sql) in [("q1", quarry::tpch::Q1), ("q6", quarry::tpch::Q6)] {
-        let p = plan(sql);
         let (start, end) = table_record_range(TABLE_ID);
         let req = CopRequest {
             ranges: vec![KeyRange { start, end }],
-            dag: Some(p.dag.clone()),
+            dag: Some(dag(sql)),
             ..Default::default()
         };
         g.bench_with_input(
@@ -108,7 +107,7 @@ pub fn bench(c: &mut Criterion) {
         })
     });
     for (name, sql) in [("q1", quarry::tpch::Q1), ("q6", quarry::tpch::Q6)] {
-        let mut dag = plan(sql).dag;
+        let mut dag = dag(sql);
         if let Some(s) = dag.scan.as_mut() {
             s.layout = Layout::Column as i32;
         }

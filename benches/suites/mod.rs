@@ -1,9 +1,18 @@
 pub mod coprocessor;
 pub mod merge;
 
-use quarry_compute::plan::{plan_query, QueryPlan};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quarry_compute::cluster::Cluster;
+use quarry_compute::datafusion::physical_plan::ExecutionPlan;
+use quarry_compute::df::region_scan::ScanContext;
+use quarry_compute::df::{region_dags, SqlSession};
+use quarry_compute::dispatch::{DispatchConfig, Dispatcher};
+use quarry_compute::region_cache::RegionCache;
 use quarry_compute::sql::{parse, Statement};
 use quarry_coprocessor::storage::MemStorage;
+use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::TableDef;
 
 pub const TABLE_ID: i64 = 100;
@@ -54,9 +63,31 @@ pub fn column_region(sf: f64) -> (MemStorage, usize) {
     (s, n)
 }
 
-pub fn plan(sql: &str) -> QueryPlan {
-    let Statement::Query(q) = parse(sql).expect("sql") else {
-        panic!("not a query")
+/// `sql`'s physical plan over [`lineitem`], as compute plans it (no
+/// cluster: nothing connects until a plan runs).
+pub fn physical_plan(sql: &str) -> Arc<dyn ExecutionPlan> {
+    let cluster = Arc::new(Cluster::new(vec![], Duration::from_secs(1)));
+    let cache = Arc::new(RegionCache::new(cluster.clone()));
+    let dispatcher = Arc::new(Dispatcher::new(
+        cache,
+        cluster.clone(),
+        DispatchConfig::default(),
+    ));
+    let scan = ScanContext {
+        dispatcher,
+        timeout: Duration::from_secs(10),
     };
-    plan_query(&q, &lineitem()).expect("plan")
+    let session = SqlSession::new(scan, cluster, 2);
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+        .block_on(session.physical_plan_over(sql, vec![lineitem()]))
+        .expect("plan")
+}
+
+/// The DAG every region runs for a single-table `sql`.
+pub fn dag(sql: &str) -> DagRequest {
+    let dags = region_dags(&physical_plan(sql));
+    assert_eq!(dags.len(), 1, "{sql} scans one table");
+    dags[0].clone()
 }

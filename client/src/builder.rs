@@ -1,74 +1,72 @@
-//! The typed request builder: expressions by column name, compiled to the
-//! `quarry.compute.Query` message that compute plans exactly like SQL.
+//! The typed request builder: expressions by column name, rendered as SQL.
+//!
+//! A [`Request`] is a single-table query built in code instead of written
+//! as text. It compiles to one SQL statement ([`Request::to_sql`]) that the
+//! server plans like any other, so the typed builder and SQL share the one
+//! planner (DataFusion's, with Quarry's pushdown) and give the same answers.
+//! Identifiers are always quoted and string literals escaped, so a column
+//! or value can never change the statement's shape.
 
+use std::fmt;
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
-use quarry_proto::compute::{
-    logical_expr::Kind, AggregateCall, Between, Binary, InList, IsNull, Like, LogicalExpr,
-    OrderByItem, Query, SelectItem,
-};
-use quarry_proto::coprocessor::{literal::Value, AggKind, Decimal, FuncKind, Literal};
+/// An expression by column name, as SQL text. Every compound expression is
+/// parenthesised, so operator precedence is the builder's, not the
+/// parser's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expr(String);
 
-/// An expression by column name.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Expr(LogicalExpr);
-
-fn ex(kind: Kind) -> Expr {
-    Expr(LogicalExpr { kind: Some(kind) })
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
-fn literal(v: Value) -> Expr {
-    ex(Kind::Literal(Literal {
-        value: Some(v),
-        field_type: None,
-    }))
+/// `name` as a quoted SQL identifier.
+fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `s` as a SQL string literal.
+fn string(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
 }
 
 /// A column of the request's table.
 pub fn col(name: &str) -> Expr {
-    ex(Kind::Column(name.to_string()))
+    Expr(ident(name))
 }
 
 /// An integer literal.
 pub fn lit(v: i64) -> Expr {
-    literal(Value::Int64(v))
+    // A negative literal is parenthesised so that `x - -1` stays valid.
+    Expr(if v < 0 {
+        format!("({v})")
+    } else {
+        v.to_string()
+    })
 }
 
 /// An exact decimal literal, e.g. `lit_decimal("0.06")`. Panics on text
 /// that is not a decimal number (a programming error, like a bad regex).
 pub fn lit_decimal(text: &str) -> Expr {
-    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
-    let neg = int.starts_with('-');
-    let digits: String = int
-        .trim_start_matches('-')
-        .chars()
-        .chain(frac.chars())
-        .collect();
-    let v: i128 = digits
-        .parse::<i128>()
-        .unwrap_or_else(|_| panic!("not a decimal literal: {text}"));
-    let v = if neg { -v } else { v };
-    let precision = digits.trim_start_matches('0').len().max(frac.len()).max(1) as u32;
-    literal(Value::Decimal(Decimal {
-        hi: (v >> 64) as i64,
-        lo: v as u64,
-        precision,
-        scale: frac.len() as u32,
-    }))
+    let body = text.strip_prefix('-').unwrap_or(text);
+    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+    let digits_only = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    assert!(
+        !(int.is_empty() && frac.is_empty()) && digits_only(int) && digits_only(frac),
+        "not a decimal literal: {text}"
+    );
+    Expr(if text.starts_with('-') {
+        format!("({text})")
+    } else {
+        text.to_string()
+    })
 }
 
-/// A date literal `YYYY-MM-DD` (compute checks it).
+/// A date literal `YYYY-MM-DD` (the server checks it).
 pub fn lit_date(text: &str) -> Expr {
-    Expr(LogicalExpr {
-        kind: Some(Kind::Cast(Box::new(quarry_proto::compute::Cast {
-            expr: Some(Box::new(literal(Value::Utf8(text.to_string())).0)),
-            to: Some(quarry_proto::meta::FieldType {
-                kind: quarry_proto::meta::TypeKind::Date as i32,
-                nullable: true,
-                ..Default::default()
-            }),
-        }))),
-    })
+    Expr(format!("DATE {}", string(text)))
 }
 
 impl From<i64> for Expr {
@@ -79,80 +77,62 @@ impl From<i64> for Expr {
 
 impl From<&str> for Expr {
     fn from(v: &str) -> Self {
-        literal(Value::Utf8(v.to_string()))
+        Expr(string(v))
     }
 }
 
-fn binary(op: FuncKind, l: Expr, r: Expr) -> Expr {
-    ex(Kind::Binary(Box::new(Binary {
-        op: op as i32,
-        left: Some(Box::new(l.0)),
-        right: Some(Box::new(r.0)),
-    })))
+fn binary(op: &str, l: Expr, r: Expr) -> Expr {
+    Expr(format!("({l} {op} {r})"))
 }
 
 impl Expr {
     pub fn eq(self, o: impl Into<Expr>) -> Expr {
-        binary(FuncKind::Eq, self, o.into())
+        binary("=", self, o.into())
     }
     pub fn ne(self, o: impl Into<Expr>) -> Expr {
-        binary(FuncKind::Ne, self, o.into())
+        binary("<>", self, o.into())
     }
     pub fn lt(self, o: impl Into<Expr>) -> Expr {
-        binary(FuncKind::Lt, self, o.into())
+        binary("<", self, o.into())
     }
     pub fn le(self, o: impl Into<Expr>) -> Expr {
-        binary(FuncKind::Le, self, o.into())
+        binary("<=", self, o.into())
     }
     pub fn gt(self, o: impl Into<Expr>) -> Expr {
-        binary(FuncKind::Gt, self, o.into())
+        binary(">", self, o.into())
     }
     pub fn ge(self, o: impl Into<Expr>) -> Expr {
-        binary(FuncKind::Ge, self, o.into())
+        binary(">=", self, o.into())
     }
     pub fn and(self, o: Expr) -> Expr {
-        binary(FuncKind::And, self, o)
+        binary("AND", self, o)
     }
     pub fn or(self, o: Expr) -> Expr {
-        binary(FuncKind::Or, self, o)
+        binary("OR", self, o)
     }
     #[allow(clippy::should_implement_trait)]
     pub fn not(self) -> Expr {
-        ex(Kind::Not(Box::new(self.0)))
+        Expr(format!("(NOT {self})"))
     }
     pub fn between(self, low: impl Into<Expr>, high: impl Into<Expr>) -> Expr {
-        ex(Kind::Between(Box::new(Between {
-            expr: Some(Box::new(self.0)),
-            low: Some(Box::new(low.into().0)),
-            high: Some(Box::new(high.into().0)),
-            negated: false,
-        })))
+        Expr(format!(
+            "({self} BETWEEN {} AND {})",
+            low.into(),
+            high.into()
+        ))
     }
     pub fn in_list(self, list: impl IntoIterator<Item = Expr>) -> Expr {
-        ex(Kind::InList(Box::new(InList {
-            expr: Some(Box::new(self.0)),
-            list: list.into_iter().map(|e| e.0).collect(),
-            negated: false,
-        })))
+        let items: Vec<String> = list.into_iter().map(|e| e.0).collect();
+        Expr(format!("({self} IN ({}))", items.join(", ")))
     }
     pub fn like(self, pattern: &str) -> Expr {
-        ex(Kind::Like(Box::new(Like {
-            expr: Some(Box::new(self.0)),
-            pattern: pattern.to_string(),
-            negated: false,
-        })))
+        Expr(format!("({self} LIKE {})", string(pattern)))
     }
     pub fn is_null(self) -> Expr {
-        ex(Kind::IsNull(Box::new(IsNull {
-            expr: Some(Box::new(self.0)),
-            negated: false,
-        })))
+        Expr(format!("({self} IS NULL)"))
     }
     pub fn is_not_null(self) -> Expr {
-        ex(Kind::IsNull(Box::new(IsNull {
-            expr: Some(Box::new(self.0)),
-            negated: true,
-        })))
+        Expr(format!("({self} IS NOT NULL)"))
     }
 }
 
@@ -166,42 +146,39 @@ macro_rules! arith {
         }
     };
 }
-arith!(Add, add, FuncKind::Plus);
-arith!(Sub, sub, FuncKind::Minus);
-arith!(Mul, mul, FuncKind::Multiply);
-arith!(Div, div, FuncKind::Divide);
+arith!(Add, add, "+");
+arith!(Sub, sub, "-");
+arith!(Mul, mul, "*");
+arith!(Div, div, "/");
 
 impl Neg for Expr {
     type Output = Expr;
     fn neg(self) -> Expr {
-        ex(Kind::Negate(Box::new(self.0)))
+        Expr(format!("(- {self})"))
     }
 }
 
-fn agg(kind: AggKind, arg: Option<Expr>) -> Expr {
-    ex(Kind::Aggregate(Box::new(AggregateCall {
-        kind: kind as i32,
-        arg: arg.map(|a| Box::new(a.0)),
-    })))
+fn call(name: &str, arg: Expr) -> Expr {
+    Expr(format!("{name}({arg})"))
 }
 
 pub fn sum(e: Expr) -> Expr {
-    agg(AggKind::Sum, Some(e))
+    call("sum", e)
 }
 pub fn avg(e: Expr) -> Expr {
-    agg(AggKind::Avg, Some(e))
+    call("avg", e)
 }
 pub fn min(e: Expr) -> Expr {
-    agg(AggKind::Min, Some(e))
+    call("min", e)
 }
 pub fn max(e: Expr) -> Expr {
-    agg(AggKind::Max, Some(e))
+    call("max", e)
 }
 pub fn count(e: Expr) -> Expr {
-    agg(AggKind::Count, Some(e))
+    call("count", e)
 }
 pub fn count_star() -> Expr {
-    agg(AggKind::CountStar, None)
+    Expr("count(*)".into())
 }
 
 /// A single-table request: filters, grouping, aggregates, order, limit.
@@ -210,11 +187,11 @@ pub fn count_star() -> Expr {
 #[derive(Debug, Clone, Default)]
 pub struct Request {
     table: String,
-    filters: Vec<LogicalExpr>,
-    group_by: Vec<(LogicalExpr, String)>,
-    aggregates: Vec<(LogicalExpr, String)>,
-    having: Option<LogicalExpr>,
-    order_by: Vec<OrderByItem>,
+    filters: Vec<Expr>,
+    group_by: Vec<String>,
+    aggregates: Vec<(Expr, String)>,
+    having: Option<Expr>,
+    order_by: Vec<(Expr, bool)>,
     limit: Option<u64>,
 }
 
@@ -228,34 +205,31 @@ impl Request {
 
     /// Adds a filter; filters are ANDed.
     pub fn filter(mut self, e: Expr) -> Request {
-        self.filters.push(e.0);
+        self.filters.push(e);
         self
     }
 
     /// Groups by a column (output under the column's name).
     pub fn group_by(mut self, column: &str) -> Request {
-        self.group_by.push((col(column).0, column.to_string()));
+        self.group_by.push(column.to_string());
         self
     }
 
     /// Adds an aggregate output named `alias`.
     pub fn aggregate(mut self, e: Expr, alias: &str) -> Request {
-        self.aggregates.push((e.0, alias.to_string()));
+        self.aggregates.push((e, alias.to_string()));
         self
     }
 
     pub fn having(mut self, e: Expr) -> Request {
-        self.having = Some(e.0);
+        self.having = Some(e);
         self
     }
 
-    /// Orders by an output (group key or aggregate alias) or expression.
+    /// Orders by an output (group key or aggregate alias, via [`col`]) or
+    /// an expression.
     pub fn order_by(mut self, e: Expr, descending: bool) -> Request {
-        self.order_by.push(OrderByItem {
-            expr: Some(e.0),
-            descending,
-            nulls_first: None,
-        });
+        self.order_by.push((e, descending));
         self
     }
 
@@ -264,28 +238,41 @@ impl Request {
         self
     }
 
-    pub fn to_proto(&self) -> Query {
-        let select = self
-            .group_by
-            .iter()
-            .chain(&self.aggregates)
-            .map(|(e, alias)| SelectItem {
-                expr: Some(e.clone()),
-                alias: alias.clone(),
-                wildcard: false,
-            })
-            .collect();
-        Query {
-            table: self.table.clone(),
-            select,
-            filters: self.filters.clone(),
-            group_by: self.group_by.iter().map(|(e, _)| e.clone()).collect(),
-            having: self.having.clone(),
-            order_by: self.order_by.clone(),
-            limit: self.limit,
-            offset: 0,
-            distinct: false,
+    /// The request as one SQL statement.
+    pub fn to_sql(&self) -> String {
+        let mut select: Vec<String> = self.group_by.iter().map(|c| ident(c)).collect();
+        select.extend(
+            self.aggregates
+                .iter()
+                .map(|(e, alias)| format!("{e} AS {}", ident(alias))),
+        );
+        if select.is_empty() {
+            select.push("*".into());
         }
+        let mut sql = format!("SELECT {} FROM {}", select.join(", "), ident(&self.table));
+        if !self.filters.is_empty() {
+            let f: Vec<&str> = self.filters.iter().map(|e| e.0.as_str()).collect();
+            sql += &format!(" WHERE {}", f.join(" AND "));
+        }
+        if !self.group_by.is_empty() {
+            let g: Vec<String> = self.group_by.iter().map(|c| ident(c)).collect();
+            sql += &format!(" GROUP BY {}", g.join(", "));
+        }
+        if let Some(h) = &self.having {
+            sql += &format!(" HAVING {h}");
+        }
+        if !self.order_by.is_empty() {
+            let o: Vec<String> = self
+                .order_by
+                .iter()
+                .map(|(e, desc)| format!("{e} {}", if *desc { "DESC" } else { "ASC" }))
+                .collect();
+            sql += &format!(" ORDER BY {}", o.join(", "));
+        }
+        if let Some(l) = self.limit {
+            sql += &format!(" LIMIT {l}");
+        }
+        sql
     }
 }
 
@@ -294,30 +281,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn builds_the_same_query_message_as_its_fields_say() {
+    fn renders_one_sql_statement_with_quoted_names_and_escaped_strings() {
         let r = Request::table("lineitem")
             .filter(col("l_quantity").lt(24))
+            .filter(col("l_shipmode").in_list(["MAIL".into(), "it's".into()]))
             .group_by("l_returnflag")
             .aggregate(
                 sum(col("l_extendedprice") * (lit(1) - col("l_discount"))),
                 "disc",
             )
             .aggregate(count_star(), "n")
+            .having(count_star().gt(lit(-1)))
             .order_by(col("disc"), true)
             .limit(3);
-        let q = r.to_proto();
-        assert_eq!(q.table, "lineitem");
-        let aliases: Vec<&str> = q.select.iter().map(|s| s.alias.as_str()).collect();
-        assert_eq!(aliases, vec!["l_returnflag", "disc", "n"]);
-        assert_eq!(q.group_by.len(), 1);
-        assert_eq!(q.limit, Some(3));
-        assert!(q.order_by[0].descending);
-        match lit_decimal("-0.06").0.kind {
-            Some(Kind::Literal(Literal {
-                value: Some(Value::Decimal(d)),
-                ..
-            })) => assert_eq!((d.lo as i64, d.precision, d.scale), (-6, 2, 2)),
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(
+            r.to_sql(),
+            "SELECT \"l_returnflag\", sum((\"l_extendedprice\" * (1 - \"l_discount\"))) AS \"disc\", \
+             count(*) AS \"n\" FROM \"lineitem\" WHERE (\"l_quantity\" < 24) AND \
+             (\"l_shipmode\" IN ('MAIL', 'it''s')) GROUP BY \"l_returnflag\" \
+             HAVING (count(*) > (-1)) ORDER BY \"disc\" DESC LIMIT 3"
+        );
+        assert_eq!(col("a\"b").to_string(), "\"a\"\"b\"");
+        assert_eq!(lit_decimal("-0.06").to_string(), "(-0.06)");
+        assert_eq!(lit_date("1994-01-01").to_string(), "DATE '1994-01-01'");
+    }
+
+    #[test]
+    #[should_panic(expected = "not a decimal literal")]
+    fn a_malformed_decimal_literal_is_a_programming_error() {
+        lit_decimal("1.2.3");
     }
 }

@@ -20,8 +20,8 @@
 //! ```
 //!
 //! The client speaks Arrow Flight SQL, so any Flight SQL client (ADBC,
-//! JDBC) reaches the same server; the typed request travels as a
-//! `quarry.compute.Query` command inside Flight.
+//! JDBC) reaches the same server; the typed request travels as the SQL
+//! statement it renders, planned by the server like any other.
 
 // Library and binary code handles failures; tests may unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -36,14 +36,11 @@ use arrow::array::RecordBatch;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
-use arrow_flight::sql::{Any, CommandStatementQuery, ProstMessageExt};
+use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
 use arrow_flight::{FlightDescriptor, FlightInfo};
 use futures::TryStreamExt;
 use prost::Message;
 use tonic::transport::{Channel, Endpoint};
-
-/// The type URL compute expects for a typed request.
-const QUERY_TYPE_URL: &str = "type.googleapis.com/quarry.compute.Query";
 
 /// What went wrong, by what the caller can do about it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -126,14 +123,9 @@ impl Client {
         self.fetch(desc).await
     }
 
-    /// Runs a typed request.
+    /// Runs a typed request (as the SQL it renders, [`Request::to_sql`]).
     pub async fn run(&mut self, request: &Request) -> Result<Vec<RecordBatch>> {
-        let any = Any {
-            type_url: QUERY_TYPE_URL.into(),
-            value: request.to_proto().encode_to_vec().into(),
-        };
-        let desc = FlightDescriptor::new_cmd(any.encode_to_vec());
-        self.fetch(desc).await
+        self.sql(&request.to_sql()).await
     }
 
     async fn fetch(&mut self, desc: FlightDescriptor) -> Result<Vec<RecordBatch>> {

@@ -6,22 +6,21 @@
 //! by region errors.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use quarry_coprocessor::types::{arrow_type, sql_name};
-use quarry_proto::compute::Query;
 use quarry_proto::coprocessor::EncodeType;
 use quarry_proto::meta::{CreateTableRequest, TableDef};
 
 use crate::cluster::Cluster;
 use crate::config::ComputeConfig;
+use crate::df::region_scan::ScanContext;
+use crate::df::{self, PlannedQuery, SqlSession};
 use crate::dispatch::{DispatchConfig, DispatchStats, Dispatcher};
-use crate::exec::run_plan;
 use crate::insert::insert;
 use crate::kv_writer::KvWriter;
-use crate::plan::{plan_query, QueryPlan};
 use crate::region_cache::RegionCache;
 use crate::sql::{self, Statement};
 use crate::{plan_err, Error, Result};
@@ -52,13 +51,14 @@ impl QueryOutput {
 /// A statement ready to run: queries are planned (so their schema is known)
 /// but not run; everything else has already run.
 pub enum Prepared {
-    Query(Box<QueryPlan>),
+    /// A query, planned by DataFusion.
+    Query(Box<PlannedQuery>),
     Done(QueryOutput),
 }
 
 pub struct QueryEngine {
     pub(crate) cluster: Arc<Cluster>,
-    dispatcher: Dispatcher,
+    sql: SqlSession,
     writer: KvWriter,
     timeout: Duration,
 }
@@ -77,7 +77,7 @@ impl QueryEngine {
         cfg.validate()?;
         let cluster = Arc::new(Cluster::new(cfg.stores.clone(), Duration::from_secs(10)));
         let cache = Arc::new(RegionCache::new(cluster.clone()));
-        let dispatcher = Dispatcher::new(
+        let dispatcher = Arc::new(Dispatcher::new(
             cache.clone(),
             cluster.clone(),
             DispatchConfig {
@@ -90,12 +90,21 @@ impl QueryEngine {
                 },
                 ..Default::default()
             },
+        ));
+        let timeout = Duration::from_millis(cfg.query_timeout_ms);
+        let sql = SqlSession::new(
+            ScanContext {
+                dispatcher,
+                timeout,
+            },
+            cluster.clone(),
+            std::thread::available_parallelism().map_or(2, |n| n.get()),
         );
         Ok(QueryEngine {
+            sql,
             writer: KvWriter::new(cluster.clone(), cache),
             cluster,
-            dispatcher,
-            timeout: Duration::from_millis(cfg.query_timeout_ms),
+            timeout,
         })
     }
 
@@ -123,102 +132,37 @@ impl QueryEngine {
         })
     }
 
-    pub async fn plan(&self, q: &Query) -> Result<QueryPlan> {
-        let table = self.table(&q.table).await?;
-        plan_query(q, &table)
-    }
-
-    /// Runs a planned query.
-    pub async fn run(&self, plan: &QueryPlan) -> Result<QueryOutput> {
-        let deadline = Instant::now() + self.timeout;
+    /// Runs a query DataFusion planned, within the query deadline.
+    pub async fn run(&self, q: PlannedQuery) -> Result<QueryOutput> {
         // Region requests carry the deadline and fail first, naming the
-        // store; this outer bound only guards against a bug.
+        // store; this bound also covers what runs in compute.
         let guard = self.timeout + Duration::from_secs(2);
-        let (batches, stats) =
-            match tokio::time::timeout(guard, run_plan(plan, &self.dispatcher, deadline)).await {
-                Ok(r) => r?,
-                Err(_) => {
-                    return Err(Error::Deadline(format!(
-                        "query exceeded its deadline of {:?}",
-                        self.timeout
-                    )))
-                }
-            };
-        Ok(QueryOutput {
-            schema: plan.schema.clone(),
-            batches,
-            stats: Some(stats),
-        })
-    }
-
-    /// Runs a SELECT planned against `table` (as GetFlightInfo saw it).
-    pub async fn sql_on(&self, text: &str, table: &TableDef) -> Result<QueryOutput> {
-        match sql::parse(text)? {
-            Statement::Query(q) if q.table == table.name => self.query_on(&q, table).await,
-            _ => self.sql(text).await,
+        match tokio::time::timeout(guard, self.sql.run(q)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Deadline(format!(
+                "query exceeded its deadline of {:?}",
+                self.timeout
+            ))),
         }
-    }
-
-    /// Runs a query against `table` without looking it up.
-    pub async fn query_on(&self, q: &Query, table: &TableDef) -> Result<QueryOutput> {
-        let plan = plan_query(q, table)?;
-        self.run(&plan).await
-    }
-
-    pub async fn query(&self, q: &Query) -> Result<QueryOutput> {
-        let plan = self.plan(q).await?;
-        self.run(&plan).await
     }
 
     /// Parses and runs one SQL statement.
     pub async fn sql(&self, text: &str) -> Result<QueryOutput> {
         match self.prepare_sql(text).await? {
-            Prepared::Query(plan) => self.run(&plan).await,
+            Prepared::Query(q) => self.run(*q).await,
             Prepared::Done(out) => Ok(out),
         }
     }
 
+    /// Plans a query (SELECT, WITH, EXPLAIN) with DataFusion; runs any
+    /// other statement (DDL, INSERT, SHOW TABLES, DESCRIBE) on Quarry's own
+    /// path.
     pub async fn prepare_sql(&self, text: &str) -> Result<Prepared> {
+        if df::is_query(text) {
+            return Ok(Prepared::Query(Box::new(self.sql.plan(text).await?)));
+        }
         let stmt = sql::parse(text)?;
         Ok(match stmt {
-            Statement::Query(q) => Prepared::Query(Box::new(self.plan(&q).await?)),
-            Statement::Explain(q) => {
-                let plan = self.plan(&q).await?;
-                Prepared::Done(text_output("plan", plan.explain())?)
-            }
-            Statement::ExplainAnalyze(q) => {
-                let plan = self.plan(&q).await?;
-                let started = std::time::Instant::now();
-                let out = self.run(&plan).await?;
-                let elapsed = started.elapsed();
-                let mut lines = plan.explain();
-                let rows: usize = out.batches.iter().map(|b| b.num_rows()).sum();
-                lines.push(format!(
-                    "Execution: {rows} rows in {:.1} ms",
-                    elapsed.as_secs_f64() * 1e3
-                ));
-                if let Some(st) = &out.stats {
-                    let s = &st.summary;
-                    lines.push(format!(
-                        "  region requests: {}, retries: {}, response bytes: {}",
-                        st.requests, st.retries, st.response_bytes
-                    ));
-                    lines.push(format!(
-                        "  storage: {} keys scanned ({} bytes), {} rows out",
-                        s.scanned_keys, s.scanned_bytes, s.output_rows
-                    ));
-                    lines.push(format!(
-                        "  packs: {} scanned, {} skipped by zone maps, {} on the generic path",
-                        s.blocks_scanned, s.blocks_skipped, s.blocks_fallback
-                    ));
-                    lines.push(format!(
-                        "  storage time: {:.1} ms processing, {:.1} ms queued (summed over regions)",
-                        s.process_ns as f64 / 1e6,
-                        s.wait_ns as f64 / 1e6
-                    ));
-                }
-                Prepared::Done(text_output("plan", lines)?)
-            }
             Statement::CreateTable(ct) => Prepared::Done(self.create_table(ct).await?),
             Statement::DropTable { name, if_exists } => {
                 let dropped = self.cluster.drop_table(&name, if_exists).await?;

@@ -7,12 +7,10 @@
 //!   their small result rides in the ticket. Compute keeps no state between
 //!   the two calls.
 //! * `DoGet(TicketStatementQuery)` runs the statement and streams Arrow
-//!   record batches (schema first, even for zero rows). The ticket also
-//!   carries the table definition the statement was planned against, so
-//!   DoGet plans again without a round trip to meta.
+//!   record batches (schema first, even for zero rows); a query is planned
+//!   again (DataFusion, over the meta region's current tables).
 //! * `DoPut(CommandStatementUpdate)` runs DDL/DML and answers the row count.
-//! * A `quarry.compute.Query` message (the client library's typed builder)
-//!   goes through `GetFlightInfo` as a custom command.
+//! * The client library's typed requests arrive as SQL, like any client's.
 //! * Everything else answers UNIMPLEMENTED, which ADBC's Python driver
 //!   expects (it falls back from prepared statements on UNIMPLEMENTED).
 //! * The endpoint's location list is empty: "reuse this connection".
@@ -26,20 +24,17 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    Any, Command, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo,
+    Command, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo,
     TicketStatementQuery,
 };
 use arrow_flight::{FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::{Stream, TryStreamExt};
 use prost::Message;
-use quarry_proto::compute::{ticket, Query, Ticket as QuarryTicket};
+use quarry_proto::compute::{ticket, Ticket as QuarryTicket};
 use tonic::{Request, Response, Status};
 
 use crate::engine::{Prepared, QueryEngine, QueryOutput};
 use crate::Error;
-
-/// The type URL of a structured query sent as a Flight command.
-pub const QUERY_TYPE_URL: &str = "type.googleapis.com/quarry.compute.Query";
 
 pub struct FlightSqlServer {
     engine: Arc<QueryEngine>,
@@ -100,11 +95,12 @@ impl FlightSqlService for FlightSqlServer {
     ) -> Result<Response<FlightInfo>, Status> {
         let desc = request.into_inner();
         let (schema, t) = match self.engine.prepare_sql(&cmd.query).await? {
-            Prepared::Query(plan) => (
-                plan.schema.clone(),
+            // DoGet plans the statement again: compute keeps no state
+            // between the two calls.
+            Prepared::Query(q) => (
+                q.schema(),
                 QuarryTicket {
                     kind: Some(ticket::Kind::Sql(cmd.query)),
-                    table: Some(plan.table.clone()),
                 },
             ),
             Prepared::Done(out) => {
@@ -114,7 +110,6 @@ impl FlightSqlService for FlightSqlServer {
                     out.schema,
                     QuarryTicket {
                         kind: Some(ticket::Kind::ResultIpc(bytes)),
-                        table: None,
                     },
                 )
             }
@@ -125,28 +120,12 @@ impl FlightSqlService for FlightSqlServer {
     async fn get_flight_info_fallback(
         &self,
         cmd: Command,
-        request: Request<FlightDescriptor>,
+        _request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        match cmd {
-            Command::Unknown(Any { type_url, value }) if type_url == QUERY_TYPE_URL => {
-                let q = Query::decode(value)
-                    .map_err(|e| Status::invalid_argument(format!("malformed query: {e}")))?;
-                let plan = self.engine.plan(&q).await?;
-                let t = QuarryTicket {
-                    kind: Some(ticket::Kind::Query(q)),
-                    table: Some(plan.table.clone()),
-                };
-                Ok(Response::new(flight_info(
-                    &plan.schema,
-                    t,
-                    request.into_inner(),
-                )?))
-            }
-            other => Err(Status::unimplemented(format!(
-                "command {} is not supported",
-                other.type_url()
-            ))),
-        }
+        Err(Status::unimplemented(format!(
+            "command {} is not supported",
+            cmd.type_url()
+        )))
     }
 
     async fn do_get_statement(
@@ -155,13 +134,9 @@ impl FlightSqlService for FlightSqlServer {
         _request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let t = QuarryTicket::decode(ticket.statement_handle).map_err(bad_ticket)?;
-        let out = match (t.kind.ok_or_else(|| bad_ticket("empty"))?, t.table) {
-            // Planned in GetFlightInfo against this table: no meta call.
-            (ticket::Kind::Sql(sql), Some(table)) => self.engine.sql_on(&sql, &table).await?,
-            (ticket::Kind::Query(q), Some(table)) => self.engine.query_on(&q, &table).await?,
-            (ticket::Kind::Sql(sql), None) => self.engine.sql(&sql).await?,
-            (ticket::Kind::Query(q), None) => self.engine.query(&q).await?,
-            (ticket::Kind::ResultIpc(bytes), _) => {
+        let out = match t.kind.ok_or_else(|| bad_ticket("empty"))? {
+            ticket::Kind::Sql(sql) => self.engine.sql(&sql).await?,
+            ticket::Kind::ResultIpc(bytes) => {
                 let (schema, batches) =
                     quarry_coprocessor::ipc::decode(&bytes).map_err(bad_ticket)?;
                 QueryOutput {

@@ -13,9 +13,10 @@ use std::time::Duration;
 use arrow::datatypes::DataType;
 use quarry_coprocessor::codec::key::record_key;
 use quarry_coprocessor::codec::row::{Datum, RowEncoder};
-use quarry_coprocessor::expr::{Expr, ScalarValue};
+use quarry_coprocessor::expr::{ArithOp, CmpOp, Expr, LogicOp, ScalarValue};
 use quarry_coprocessor::types::{arrow_type, sql_name};
-use quarry_proto::compute::LogicalExpr;
+use quarry_proto::compute::{logical_expr::Kind, LogicalExpr};
+use quarry_proto::coprocessor::FuncKind;
 use quarry_proto::kv::KvPair;
 use quarry_proto::meta::TableDef;
 
@@ -23,12 +24,70 @@ use crate::engine::QueryEngine;
 use crate::sql::Insert;
 use crate::{plan_err, Error, Result};
 
-/// Evaluates a constant expression.
+/// Evaluates a constant expression (an INSERT value): built with the
+/// coprocessor's constructors, which fold constants with Quarry's type
+/// rules, so it must end as a literal.
 fn constant(e: &LogicalExpr) -> Result<ScalarValue> {
-    match crate::plan::bind_constant(e)? {
+    match bind_constant(e)? {
         Expr::Literal(v) => Ok(v),
         _ => Err(plan_err!("INSERT values must be constants")),
     }
+}
+
+fn bind_constant(e: &LogicalExpr) -> Result<Expr> {
+    let sub = |x: &Option<Box<LogicalExpr>>| -> Result<Expr> {
+        bind_constant(
+            x.as_deref()
+                .ok_or_else(|| plan_err!("incomplete expression"))?,
+        )
+    };
+    Ok(match e.kind.as_ref() {
+        None => return Err(plan_err!("empty expression")),
+        Some(Kind::Column(c)) => {
+            return Err(plan_err!("INSERT values must be constants, not column {c}"))
+        }
+        Some(Kind::Literal(l)) => Expr::literal(ScalarValue::from_proto(l)?),
+        Some(Kind::Binary(b)) => {
+            let l = sub(&b.left)?;
+            let r = sub(&b.right)?;
+            match FuncKind::try_from(b.op).unwrap_or(FuncKind::FuncUnspecified) {
+                FuncKind::Plus => Expr::arith(ArithOp::Plus, l, r)?,
+                FuncKind::Minus => Expr::arith(ArithOp::Minus, l, r)?,
+                FuncKind::Multiply => Expr::arith(ArithOp::Multiply, l, r)?,
+                FuncKind::Divide => Expr::arith(ArithOp::Divide, l, r)?,
+                FuncKind::Eq => Expr::compare(CmpOp::Eq, l, r)?,
+                FuncKind::Ne => Expr::compare(CmpOp::Ne, l, r)?,
+                FuncKind::Lt => Expr::compare(CmpOp::Lt, l, r)?,
+                FuncKind::Le => Expr::compare(CmpOp::Le, l, r)?,
+                FuncKind::Gt => Expr::compare(CmpOp::Gt, l, r)?,
+                FuncKind::Ge => Expr::compare(CmpOp::Ge, l, r)?,
+                FuncKind::And => Expr::logic(LogicOp::And, l, r)?,
+                FuncKind::Or => Expr::logic(LogicOp::Or, l, r)?,
+                other => return Err(plan_err!("{other:?} is not a binary operator")),
+            }
+        }
+        Some(Kind::Not(x)) => Expr::logical_not(bind_constant(x)?)?,
+        Some(Kind::Negate(x)) => Expr::negate(bind_constant(x)?)?,
+        Some(Kind::IsNull(x)) => Expr::is_null(sub(&x.expr)?, x.negated)?,
+        Some(Kind::Between(x)) => {
+            Expr::between(sub(&x.expr)?, sub(&x.low)?, sub(&x.high)?, x.negated)?
+        }
+        Some(Kind::InList(x)) => {
+            let list = x
+                .list
+                .iter()
+                .map(bind_constant)
+                .collect::<Result<Vec<_>>>()?;
+            Expr::in_list(sub(&x.expr)?, list, x.negated)?
+        }
+        Some(Kind::Like(x)) => Expr::like(sub(&x.expr)?, x.pattern.clone(), x.negated)?,
+        Some(Kind::Cast(c)) => {
+            let to =
+                c.to.as_ref()
+                    .ok_or_else(|| plan_err!("CAST without a type"))?;
+            Expr::cast(sub(&c.expr)?, arrow_type(to)?)?
+        }
+    })
 }
 
 fn datum<'a>(v: &'a ScalarValue) -> Datum<'a> {

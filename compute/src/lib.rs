@@ -3,15 +3,18 @@
 //!
 //! LIFE OF A QUERY
 //!
-//! 1. A client sends SQL over Arrow Flight SQL ([`flight`]), or a typed
-//!    aggregation request from the client library (the same
-//!    `quarry.compute.Query` message the SQL front end produces).
-//! 2. [`sql::parse`] turns SQL into a [`sql::Statement`]; constant dates
-//!    and intervals fold into literals.
-//! 3. [`engine::QueryEngine`] looks the table up in the meta region and
-//!    [`plan::plan_query`] binds names and types, and splits the work: the
-//!    regions get scan + selection + partial aggregation (or projection and
-//!    limit); compute keeps the final aggregation, HAVING, ORDER BY, LIMIT.
+//! 1. A client sends SQL over Arrow Flight SQL ([`flight`]); the client
+//!    library's typed requests arrive as the SQL they render.
+//! 2. Queries (SELECT, WITH, EXPLAIN) go to DataFusion ([`df`]): each
+//!    statement gets a catalog of the meta region's tables, and DataFusion
+//!    parses, binds, decorrelates subqueries, orders joins and plans.
+//! 3. Each Quarry table is a [`df::table::QuarryTable`]: the filters the
+//!    coprocessor can evaluate, the projection and any limit become one
+//!    coprocessor DAG in a [`df::region_scan::RegionScanExec`], the leaf of
+//!    the physical plan. Quarry's physical rule ([`df::rules`]) moves a
+//!    Partial aggregation above a region scan into the DAG, so the regions
+//!    ship partial states that DataFusion's Final stage merges
+//!    column-wise, never decoding a row.
 //! 4. [`region_cache::RegionCache`] maps the table's key range to regions
 //!    and the stores leading them.
 //! 5. [`dispatch::Dispatcher`] sends one coprocessor request per region,
@@ -19,23 +22,21 @@
 //!    ([`dispatch::retry`], which INSERT's writer shares: backoff 2 ms →
 //!    500 ms with jitter; NotLeader → retry at the hint; EpochNotMatch →
 //!    install the new regions and re-split only that piece).
-//! 6. Each region answers with Arrow IPC chunks, page by page; each page
-//!    reaches [`exec::run_plan`] as it arrives, which merges it
-//!    column-wise (the final aggregator's `merge_batch`), never decoding a
-//!    row, and can stop the query once a LIMIT is met.
-//! 7. [`exec::finish`] applies HAVING, ORDER BY, OFFSET/LIMIT and the output
-//!    expressions; [`flight`] streams the record batches back.
+//! 6. Each region answers with Arrow IPC chunks, page by page, streamed
+//!    into DataFusion as they arrive; joins, final aggregation, sorts and
+//!    whatever storage could not evaluate run there, and [`flight`] streams
+//!    the record batches back.
 //!
-//! DDL and INSERT go through the same engine: CREATE TABLE asks the meta
-//! region to create pre-split regions, INSERT encodes rows and writes them
-//! region by region ([`insert`], [`kv_writer`]).
+//! DDL, INSERT, SHOW TABLES and DESCRIBE go through Quarry's own path
+//! ([`sql`]): CREATE TABLE asks the meta region to create pre-split
+//! regions, INSERT encodes rows and writes them region by region
+//! ([`insert`], [`kv_writer`]).
 //!
 //! IMPLEMENTATION CAVEATS
 //!
-//! * Single-table queries only: no joins, subqueries or window functions.
-//! * Results of queries without aggregation are collected on compute
-//!   before they are sent (ORDER BY needs them all; LIMIT without ORDER BY
-//!   stops early).
+//! * Each statement reads the table list from meta (one call), and a
+//!   Flight query does so twice (GetFlightInfo plans, DoGet plans again):
+//!   compute keeps no state between calls.
 //! * A store that is down costs the regions it led an election (about
 //!   1–2 s): requests go to other replicas meanwhile. A region with no
 //!   reachable leader for 10 s (a majority of its stores down) fails the
@@ -46,16 +47,18 @@
 
 pub mod cluster;
 pub mod config;
+pub mod df;
 pub mod dispatch;
 pub mod engine;
 mod error;
-pub mod exec;
 pub mod flight;
 pub mod insert;
 pub mod kv_writer;
-pub mod plan;
 pub mod region_cache;
 pub mod server;
 pub mod sql;
 
+/// The DataFusion this crate plans with, for callers that build or inspect
+/// its plans (the benches).
+pub use datafusion;
 pub use error::{status_detail, Error, Result};

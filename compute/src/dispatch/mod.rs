@@ -20,14 +20,19 @@
 pub mod backoff;
 pub mod retry;
 
+use std::collections::VecDeque;
 use std::ops::ControlFlow;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema};
 use futures::future::BoxFuture;
+use futures::{Stream, StreamExt};
+use parking_lot::Mutex;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{CopRequest, DagRequest, EncodeType, ExecSummary};
 use tokio::sync::mpsc;
@@ -128,26 +133,19 @@ impl Dispatcher {
         &self.cfg
     }
 
-    /// Runs `dag` over every region overlapping `ranges`, handing each
-    /// decoded batch to `on_batch` as responses arrive (in no fixed order).
-    /// `on_batch` may stop the query early with `Break`; requests still in
-    /// flight are then dropped. `row_types` are the DAG's output types, needed
-    /// to decode the ROWS encoding.
-    pub async fn run(
+    /// Runs `dag` over every region overlapping `ranges`: the decoded
+    /// batches, as responses arrive (in no fixed order). The regions are
+    /// scanned by a task of their own; dropping the stream stops it and
+    /// drops the requests in flight. `row_types` are the DAG's output types,
+    /// needed to decode the ROWS encoding.
+    pub fn stream(
         &self,
         dag: &DagRequest,
         ranges: Vec<KeyRange>,
-        row_types: &[DataType],
+        row_types: Vec<DataType>,
         deadline: Instant,
-        on_batch: &mut (dyn FnMut(RecordBatch) -> Result<ControlFlow<()>> + Send),
-    ) -> Result<DispatchStats> {
-        let retry_stats = RetryStats::default();
-        let retry = Retry {
-            cache: &self.cache,
-            cfg: &self.retry,
-            stats: &retry_stats,
-        };
-        let (pages, mut arrived) = mpsc::channel(PAGES_BUFFERED);
+    ) -> ScanStream {
+        let (pages, arrived) = mpsc::channel(PAGES_BUFFERED);
         let work = ScanWork {
             ranges,
             dag: Arc::new(dag.clone()),
@@ -156,69 +154,195 @@ impl Dispatcher {
             max_response_bytes: self.cfg.max_response_bytes,
             pages,
         };
-        let mut scans = std::pin::pin!(retry.run(work, deadline));
-        let mut scans_done = false;
-        let mut stats = DispatchStats::default();
-        let stopped = loop {
-            tokio::select! {
-                done = &mut scans, if !scans_done => {
-                    done?;
-                    // Every sender is gone with the work: the channel
-                    // drains and closes.
-                    scans_done = true;
-                }
-                page = arrived.recv() => {
-                    let Some(page) = page else { break false };
-                    stats.response_bytes += page.data.len() as u64;
-                    add_summary(&mut stats.summary, &page.summary);
-                    if self.hand_over(page.data, row_types, on_batch)?.is_break() {
-                        break true;
-                    }
-                }
-            }
-        };
-        if !stopped && !scans_done {
-            scans.await?;
+        let retry_stats = Arc::new(RetryStats::default());
+        let (cache, cfg, counters) = (self.cache.clone(), self.retry.clone(), retry_stats.clone());
+        let task = tokio::spawn(async move {
+            let retry = Retry {
+                cache: &cache,
+                cfg: &cfg,
+                stats: &counters,
+            };
+            retry.run(work, deadline).await
+        });
+        ScanStream {
+            state: Some(StreamState {
+                arrived,
+                task: AbortOnDrop(Some(task)),
+                ready: VecDeque::new(),
+                encode: self.cfg.encode,
+                row_types,
+                stats: Arc::new(Mutex::new(DispatchStats::default())),
+                retry_stats,
+            }),
+            stats: None,
+            next: None,
         }
-        stats.requests = retry_stats.requests.load(Ordering::Relaxed);
-        stats.retries = retry_stats.retries.load(Ordering::Relaxed);
+    }
+
+    /// Runs `dag` over every region overlapping `ranges`, handing each
+    /// decoded batch to `on_batch` as responses arrive (in no fixed order).
+    /// `on_batch` may stop the query early with `Break`; requests still in
+    /// flight are then dropped.
+    pub async fn run(
+        &self,
+        dag: &DagRequest,
+        ranges: Vec<KeyRange>,
+        row_types: &[DataType],
+        deadline: Instant,
+        on_batch: &mut (dyn FnMut(RecordBatch) -> Result<ControlFlow<()>> + Send),
+    ) -> Result<DispatchStats> {
+        let mut batches = self.stream(dag, ranges, row_types.to_vec(), deadline);
+        let stats = batches.stats();
+        while let Some(batch) = batches.next().await {
+            if on_batch(batch?)?.is_break() {
+                break;
+            }
+        }
+        drop(batches);
+        let stats = stats.lock().clone();
         Ok(stats)
     }
+}
 
-    /// Decodes one page and hands its batches over, until one says stop.
-    fn hand_over(
-        &self,
-        data: bytes::Bytes,
-        row_types: &[DataType],
-        on_batch: &mut (dyn FnMut(RecordBatch) -> Result<ControlFlow<()>> + Send),
-    ) -> Result<ControlFlow<()>> {
-        for batch in self.decode(data, row_types)? {
-            if on_batch(batch)?.is_break() {
-                return Ok(ControlFlow::Break(()));
-            }
+/// Aborts the scan task when the stream is dropped.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<Result<()>>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.abort();
         }
-        Ok(ControlFlow::Continue(()))
+    }
+}
+
+struct StreamState {
+    arrived: mpsc::Receiver<Page>,
+    task: AbortOnDrop,
+    /// Decoded batches of the last page not yet handed out.
+    ready: VecDeque<RecordBatch>,
+    encode: EncodeType,
+    row_types: Vec<DataType>,
+    stats: Arc<Mutex<DispatchStats>>,
+    retry_stats: Arc<RetryStats>,
+}
+
+impl StreamState {
+    fn count(&self) {
+        let mut st = self.stats.lock();
+        st.requests = self.retry_stats.requests.load(Ordering::Relaxed);
+        st.retries = self.retry_stats.retries.load(Ordering::Relaxed);
     }
 
-    fn decode(&self, page: bytes::Bytes, row_types: &[DataType]) -> Result<Vec<RecordBatch>> {
-        match self.cfg.encode {
-            // Zero-copy: the batches point into the response's bytes.
-            EncodeType::Arrow => Ok(quarry_coprocessor::ipc::decode_shared(page)?),
-            EncodeType::Rows => {
-                let cols = quarry_coprocessor::codec::row::decode_rows(&page, row_types)?;
-                let schema = Arc::new(Schema::new(
-                    row_types
-                        .iter()
-                        .enumerate()
-                        .map(|(i, t)| Field::new(format!("c{i}"), t.clone(), true))
-                        .collect::<Vec<_>>(),
-                ));
-                let rows = cols.first().map_or(0, |c| c.len());
-                if rows == 0 {
-                    return Ok(vec![]);
-                }
-                Ok(vec![RecordBatch::try_new(schema, cols)?])
+    /// The next batch, or None once every region has answered.
+    async fn next(mut self) -> Option<(Result<RecordBatch>, StreamState)> {
+        loop {
+            if let Some(b) = self.ready.pop_front() {
+                return Some((Ok(b), self));
             }
+            match self.arrived.recv().await {
+                Some(page) => {
+                    {
+                        let mut st = self.stats.lock();
+                        st.response_bytes += page.data.len() as u64;
+                        add_summary(&mut st.summary, &page.summary);
+                    }
+                    self.count();
+                    match decode(self.encode, page.data, &self.row_types) {
+                        Ok(batches) => self.ready.extend(batches),
+                        Err(e) => return Some((Err(e), self)),
+                    }
+                }
+                None => {
+                    // Every sender is gone with the work: the scan ended.
+                    let task = self.task.0.take()?;
+                    let done = match task.await {
+                        Ok(r) => r,
+                        Err(e) => Err(Error::Internal(format!("region scan task failed: {e}"))),
+                    };
+                    self.count();
+                    return match done {
+                        Ok(()) => None,
+                        Err(e) => Some((Err(e), self)),
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// The next batch of a scan, and the scan to go on with.
+type NextBatch = BoxFuture<'static, Option<(Result<RecordBatch>, StreamState)>>;
+
+/// The batches of a running region scan; see [`Dispatcher::stream`].
+pub struct ScanStream {
+    state: Option<StreamState>,
+    stats: Option<Arc<Mutex<DispatchStats>>>,
+    next: Option<NextBatch>,
+}
+
+impl ScanStream {
+    /// The scan's statistics so far (complete once the stream has ended).
+    pub fn stats(&self) -> Arc<Mutex<DispatchStats>> {
+        if let Some(s) = &self.stats {
+            return s.clone();
+        }
+        match &self.state {
+            Some(st) => st.stats.clone(),
+            None => Arc::new(Mutex::new(DispatchStats::default())),
+        }
+    }
+}
+
+impl Stream for ScanStream {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.next.is_none() {
+            let Some(state) = self.state.take() else {
+                return Poll::Ready(None);
+            };
+            self.stats = Some(state.stats.clone());
+            self.next = Some(Box::pin(state.next()));
+        }
+        let Some(fut) = self.next.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match fut.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => {
+                self.next = None;
+                Poll::Ready(r.map(|(item, state)| {
+                    self.state = Some(state);
+                    item
+                }))
+            }
+        }
+    }
+}
+
+/// Decodes one page into batches.
+fn decode(
+    encode: EncodeType,
+    page: bytes::Bytes,
+    row_types: &[DataType],
+) -> Result<Vec<RecordBatch>> {
+    match encode {
+        // Zero-copy: the batches point into the response's bytes.
+        EncodeType::Arrow => Ok(quarry_coprocessor::ipc::decode_shared(page)?),
+        EncodeType::Rows => {
+            let cols = quarry_coprocessor::codec::row::decode_rows(&page, row_types)?;
+            let schema = Arc::new(Schema::new(
+                row_types
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| Field::new(format!("c{i}"), t.clone(), true))
+                    .collect::<Vec<_>>(),
+            ));
+            let rows = cols.first().map_or(0, |c| c.len());
+            if rows == 0 {
+                return Ok(vec![]);
+            }
+            Ok(vec![RecordBatch::try_new(schema, cols)?])
         }
     }
 }

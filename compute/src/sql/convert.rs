@@ -1,11 +1,12 @@
-//! sqlparser AST → [`Statement`].
+//! sqlparser AST → [`Statement`]: DDL, INSERT (whose values are constant
+//! expressions), SHOW TABLES and DESCRIBE. Queries never come here: they
+//! are DataFusion's (`df/`).
 
 use quarry_coprocessor::types::{add_months, parse_date};
 use quarry_proto::compute::{
-    logical_expr::Kind, AggregateCall, Between, Binary, Cast, InList, IsNull, Like, LogicalExpr,
-    OrderByItem, Query, SelectItem,
+    logical_expr::Kind, Between, Binary, Cast, InList, IsNull, Like, LogicalExpr,
 };
-use quarry_proto::coprocessor::{literal::Value as LitValue, AggKind, FuncKind, Literal};
+use quarry_proto::coprocessor::{literal::Value as LitValue, FuncKind, Literal};
 use quarry_proto::meta::{FieldType, Layout, TypeKind};
 use sqlparser::ast::{self, Expr as SqlExpr, SetExpr, Statement as SqlStatement, Value};
 use sqlparser::dialect::GenericDialect;
@@ -47,14 +48,6 @@ fn object_name(n: &ast::ObjectName) -> Result<String> {
 
 fn convert_statement(s: SqlStatement) -> Result<Statement> {
     match s {
-        SqlStatement::Query(q) => Ok(Statement::Query(convert_query(*q)?)),
-        SqlStatement::Explain {
-            statement, analyze, ..
-        } => match *statement {
-            SqlStatement::Query(q) if analyze => Ok(Statement::ExplainAnalyze(convert_query(*q)?)),
-            SqlStatement::Query(q) => Ok(Statement::Explain(convert_query(*q)?)),
-            other => unsupported(format!("EXPLAIN of {other}")),
-        },
         SqlStatement::CreateTable(ct) => Ok(Statement::CreateTable(convert_create(ct)?)),
         SqlStatement::Drop {
             object_type: ast::ObjectType::Table,
@@ -84,173 +77,6 @@ fn convert_statement(s: SqlStatement) -> Result<Statement> {
                 .join(" ");
             unsupported(format!("statement {head} ..."))
         }
-    }
-}
-
-// ---------------------------------------------------------------- SELECT
-
-fn convert_query(q: ast::Query) -> Result<Query> {
-    if q.with.is_some() {
-        return unsupported("WITH (common table expressions)");
-    }
-    if q.fetch.is_some() || !q.locks.is_empty() {
-        return unsupported("FETCH / FOR UPDATE");
-    }
-    let select = match *q.body {
-        SetExpr::Select(s) => *s,
-        SetExpr::Query(inner) => return convert_query(*inner),
-        other => return unsupported(format!("{other}")),
-    };
-    let mut out = convert_select(select)?;
-    if let Some(order_by) = q.order_by {
-        let ast::OrderByKind::Expressions(items) = order_by.kind else {
-            return unsupported("ORDER BY ALL");
-        };
-        for item in items {
-            let descending = matches!(item.options.sort, Some(ast::OrderBySort::Desc));
-            if let Some(ast::OrderBySort::Using(_)) = item.options.sort {
-                return unsupported("ORDER BY ... USING");
-            }
-            out.order_by.push(OrderByItem {
-                expr: Some(convert_expr(&item.expr)?),
-                descending,
-                nulls_first: item.options.nulls_first,
-            });
-        }
-    }
-    match q.limit_clause {
-        None => {}
-        Some(ast::LimitClause::LimitOffset {
-            limit,
-            offset,
-            limit_by,
-        }) => {
-            if !limit_by.is_empty() {
-                return unsupported("LIMIT BY");
-            }
-            if let Some(l) = limit {
-                out.limit = Some(const_u64(&l, "LIMIT")?);
-            }
-            if let Some(o) = offset {
-                out.offset = const_u64(&o.value, "OFFSET")?;
-            }
-        }
-        Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => {
-            out.limit = Some(const_u64(&limit, "LIMIT")?);
-            out.offset = const_u64(&offset, "OFFSET")?;
-        }
-    }
-    Ok(out)
-}
-
-fn const_u64(e: &SqlExpr, what: &str) -> Result<u64> {
-    match e {
-        SqlExpr::Value(v) => match &v.value {
-            Value::Number(n, _) => n
-                .parse::<u64>()
-                .map_err(|_| plan_err!("{what} must be a non-negative integer, got {n}")),
-            other => Err(plan_err!(
-                "{what} must be a non-negative integer, got {other}"
-            )),
-        },
-        other => Err(plan_err!(
-            "{what} must be a non-negative integer, got {other}"
-        )),
-    }
-}
-
-fn convert_select(s: ast::Select) -> Result<Query> {
-    if s.top.is_some() || s.into.is_some() || !s.lateral_views.is_empty() {
-        return unsupported("TOP / INTO / LATERAL VIEW");
-    }
-    if s.prewhere.is_some() || s.qualify.is_some() || !s.named_window.is_empty() {
-        return unsupported("PREWHERE / QUALIFY / WINDOW");
-    }
-    if !s.cluster_by.is_empty() || !s.distribute_by.is_empty() || !s.sort_by.is_empty() {
-        return unsupported("CLUSTER BY / DISTRIBUTE BY / SORT BY");
-    }
-    let table = match s.from.as_slice() {
-        [] => return unsupported("SELECT without FROM"),
-        [t] => {
-            if !t.joins.is_empty() {
-                return unsupported("JOIN (Quarry runs single-table queries)");
-            }
-            match &t.relation {
-                ast::TableFactor::Table {
-                    name, args: None, ..
-                } => object_name(name)?,
-                other => return unsupported(format!("FROM {other}")),
-            }
-        }
-        _ => return unsupported("several tables in FROM (Quarry runs single-table queries)"),
-    };
-    let distinct = match s.distinct {
-        None | Some(ast::Distinct::All) => false,
-        Some(ast::Distinct::Distinct) => true,
-        Some(other) => return unsupported(format!("{other}")),
-    };
-    let mut select = Vec::new();
-    for item in &s.projection {
-        select.push(match item {
-            ast::SelectItem::UnnamedExpr(e) => SelectItem {
-                expr: Some(convert_expr(e)?),
-                alias: display_name(e),
-                wildcard: false,
-            },
-            ast::SelectItem::ExprWithAlias { expr, alias } => SelectItem {
-                expr: Some(convert_expr(expr)?),
-                alias: ident(alias),
-                wildcard: false,
-            },
-            ast::SelectItem::Wildcard(_) => SelectItem {
-                expr: None,
-                alias: String::new(),
-                wildcard: true,
-            },
-            other => return unsupported(format!("select item {other}")),
-        });
-    }
-    let filters = match &s.selection {
-        Some(e) => vec![convert_expr(e)?],
-        None => vec![],
-    };
-    let group_by = match &s.group_by {
-        ast::GroupByExpr::Expressions(exprs, modifiers) => {
-            if !modifiers.is_empty() {
-                return unsupported("GROUP BY modifiers (ROLLUP, CUBE, TOTALS)");
-            }
-            exprs.iter().map(convert_expr).collect::<Result<Vec<_>>>()?
-        }
-        ast::GroupByExpr::All(_) => return unsupported("GROUP BY ALL"),
-    };
-    let having = s.having.as_ref().map(convert_expr).transpose()?;
-    Ok(Query {
-        table,
-        select,
-        filters,
-        group_by,
-        having,
-        order_by: vec![],
-        limit: None,
-        offset: 0,
-        distinct,
-    })
-}
-
-/// A select item's default column name: the expression as written, with
-/// unquoted identifiers lower-cased (`SUM(l_quantity)` → `sum(l_quantity)`).
-fn display_name(e: &SqlExpr) -> String {
-    match e {
-        SqlExpr::Identifier(i) => ident(i),
-        SqlExpr::CompoundIdentifier(parts) => parts.last().map(ident).unwrap_or_default(),
-        SqlExpr::Function(f) if f.name.0.len() == 1 => {
-            let text = e.to_string();
-            match text.find('(') {
-                Some(p) => format!("{}{}", text[..p].to_lowercase(), &text[p..]),
-                None => text,
-            }
-        }
-        _ => e.to_string(),
     }
 }
 
@@ -526,59 +352,16 @@ pub(crate) fn convert_expr(e: &SqlExpr) -> Result<LogicalExpr> {
             expr,
             data_type,
             format: None,
+            array: false,
         } => lx(Kind::Cast(Box::new(Cast {
             expr: Some(Box::new(convert_expr(expr)?)),
             to: Some(parse_type(data_type)?),
         }))),
-        SqlExpr::Function(f) => convert_function(f)?,
         SqlExpr::Interval(_) => {
             return unsupported(format!("{e}: INTERVAL only folds onto constant dates"))
         }
         other => return unsupported(format!("expression {other}")),
     })
-}
-
-fn convert_function(f: &ast::Function) -> Result<LogicalExpr> {
-    let name = match f.name.0.as_slice() {
-        [ast::ObjectNamePart::Identifier(i)] => i.value.to_lowercase(),
-        _ => return unsupported(format!("function {}", f.name)),
-    };
-    if f.filter.is_some() || f.over.is_some() || !f.within_group.is_empty() {
-        return unsupported(format!("{name}(...) with FILTER, OVER or WITHIN GROUP"));
-    }
-    let ast::FunctionArguments::List(list) = &f.args else {
-        return unsupported(format!("{name} without an argument list"));
-    };
-    if matches!(
-        list.duplicate_treatment,
-        Some(ast::DuplicateTreatment::Distinct)
-    ) {
-        return unsupported(format!("{name}(DISTINCT ...)"));
-    }
-    if !list.clauses.is_empty() {
-        return unsupported(format!("clauses inside {name}(...)"));
-    }
-    let kind = match name.as_str() {
-        "count" => AggKind::Count,
-        "sum" => AggKind::Sum,
-        "avg" => AggKind::Avg,
-        "min" => AggKind::Min,
-        "max" => AggKind::Max,
-        _ => return Err(plan_err!("unknown function {name}()")),
-    };
-    let (kind, arg) = match list.args.as_slice() {
-        [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)] if kind == AggKind::Count => {
-            (AggKind::CountStar, None)
-        }
-        [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))] => {
-            (kind, Some(Box::new(convert_expr(e)?)))
-        }
-        _ => return Err(plan_err!("{name}() takes one argument")),
-    };
-    Ok(lx(Kind::Aggregate(Box::new(AggregateCall {
-        kind: kind as i32,
-        arg,
-    }))))
 }
 
 // ---------------------------------------------------------------- DDL / DML

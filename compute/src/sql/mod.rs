@@ -1,14 +1,14 @@
-//! SQL in: parsing with `sqlparser` and conversion to Quarry's statements.
+//! The statements Quarry runs itself, parsed with `sqlparser`: DDL, INSERT,
+//! SHOW TABLES and DESCRIBE. Queries (SELECT, WITH, EXPLAIN) are planned by
+//! DataFusion instead (`df/`).
 //!
-//! A SELECT becomes the same `quarry.compute.Query` message the client
-//! library's typed builder sends, so both front ends share one planner.
-//! Constant date arithmetic (`date '1998-12-01' - interval '90' day`) is
-//! folded here, while converting, into a date literal.
+//! Constant date arithmetic in an INSERT value (`date '1998-12-01' -
+//! interval '90' day`) is folded here, while converting, into a date
+//! literal.
 
 mod convert;
-pub mod display;
 
-use quarry_proto::compute::{LogicalExpr, Query};
+use quarry_proto::compute::LogicalExpr;
 use quarry_proto::meta::{FieldType, Layout};
 
 pub use convert::parse;
@@ -16,15 +16,8 @@ pub use convert::parse;
 /// One parsed statement.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Statement {
-    Query(Query),
-    Explain(Query),
-    /// `EXPLAIN ANALYZE`: run the query, show the plan and what it did.
-    ExplainAnalyze(Query),
     CreateTable(CreateTable),
-    DropTable {
-        name: String,
-        if_exists: bool,
-    },
+    DropTable { name: String, if_exists: bool },
     Insert(Insert),
     ShowTables,
     Describe(String),

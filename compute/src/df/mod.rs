@@ -1,0 +1,259 @@
+//! SQL queries through Apache DataFusion, with the commutative part pushed
+//! into the regions.
+//!
+//! ```text
+//!  SQL ─▶ DataFusion: parse, bind, optimize (joins, subqueries, pruning)
+//!           │ logical plan; each Quarry table is a QuarryTable (table.rs):
+//!           │ filters it can evaluate pushed Exact, projection, limit
+//!           ▼
+//!        physical plan ─▶ Quarry's rules (rules.rs): Partial aggregation
+//!           │              above a region scan moves into the scan
+//!           ▼
+//!        RegionScanExec (region_scan.rs): one DAG, every region, via the
+//!        dispatcher ──▶ storage: scan → selection → partial agg / projection
+//!           │
+//!           ▼ Arrow batches (partial states or rows)
+//!        DataFusion above the scans: Final aggregation, joins, sorts, …
+//! ```
+//!
+//! This is GreptimeDB's split and TiDB's: the planner is a whole optimizer
+//! (DataFusion's), and a rule hands storage what it can run near the data,
+//! whose partial aggregation states DataFusion's Final stage merges.
+//!
+//! Compute stays stateless: each statement gets a [`SessionContext`] whose
+//! catalog is the meta region's table list at that moment (one meta call),
+//! built from a base [`SessionState`] made once per process.
+//!
+//! Decimal literals stay decimals (`0.06 - 0.01` is DECIMAL, DataFusion's
+//! `parse_float_as_decimal`), and Quarry's own aggregate functions
+//! (`aggregates.rs`) replace DataFusion's where their result types or
+//! overflow rules differ.
+
+pub mod aggregates;
+pub mod pushdown;
+pub mod region_scan;
+pub mod rules;
+pub mod table;
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use datafusion::catalog::{
+    CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
+    MemorySchemaProvider, SchemaProvider,
+};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::DataFusionError;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+use futures::TryStreamExt;
+use quarry_proto::coprocessor::DagRequest;
+use quarry_proto::meta::TableDef;
+
+use self::region_scan::{RegionScanExec, ScanContext};
+use self::table::QuarryTable;
+use crate::cluster::Cluster;
+use crate::engine::QueryOutput;
+use crate::{Error, Result};
+
+/// Does `sql` read (a query, or EXPLAIN of one)? Those go to DataFusion;
+/// DDL, INSERT, SHOW and DESCRIBE keep Quarry's own path.
+pub fn is_query(sql: &str) -> bool {
+    match DFParser::parse_sql(sql) {
+        Ok(stmts) if stmts.len() == 1 => match &stmts[0] {
+            DfStatement::Statement(s) => matches!(
+                s.as_ref(),
+                SqlStatement::Query(_) | SqlStatement::Explain { .. }
+            ),
+            DfStatement::Explain(_) => true,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// A query planned by DataFusion, ready to run.
+pub struct PlannedQuery {
+    ctx: SessionContext,
+    plan: LogicalPlan,
+}
+
+impl PlannedQuery {
+    pub fn schema(&self) -> arrow::datatypes::SchemaRef {
+        Arc::new(self.plan.schema().as_arrow().clone())
+    }
+}
+
+/// Plans and runs SQL queries over the cluster's tables.
+pub struct SqlSession {
+    base: datafusion::execution::SessionState,
+    scan: ScanContext,
+    cluster: Arc<Cluster>,
+}
+
+impl SqlSession {
+    pub fn new(scan: ScanContext, cluster: Arc<Cluster>, target_partitions: usize) -> Self {
+        let mut config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_target_partitions(target_partitions.max(1))
+            .with_default_catalog_and_schema("quarry", "public");
+        let opts = config.options_mut();
+        opts.sql_parser.parse_float_as_decimal = true;
+        let mut state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .build();
+        aggregates::register(&mut state);
+        let state = rules::install(state);
+        SqlSession {
+            base: state,
+            scan,
+            cluster,
+        }
+    }
+
+    /// A context whose catalog is `tables`.
+    fn context_over(&self, tables: Vec<TableDef>) -> Result<SessionContext> {
+        let schema = Arc::new(MemorySchemaProvider::new());
+        for def in tables {
+            let name = def.name.clone();
+            let table = QuarryTable::new(def, self.scan.clone())?;
+            schema
+                .register_table(name, Arc::new(table))
+                .map_err(from_df)?;
+        }
+        let catalog = Arc::new(MemoryCatalogProvider::new());
+        catalog.register_schema("public", schema).map_err(from_df)?;
+        let catalogs = Arc::new(MemoryCatalogProviderList::new());
+        catalogs.register_catalog("quarry".into(), catalog);
+        let state = SessionStateBuilder::new_from_existing(self.base.clone())
+            .with_catalog_list(catalogs)
+            .build();
+        Ok(SessionContext::new_with_state(state))
+    }
+
+    /// Plans `sql` against the cluster's tables now (one meta call).
+    pub async fn plan(&self, sql: &str) -> Result<PlannedQuery> {
+        let tables = self.cluster.list_tables().await?;
+        let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
+        names.sort();
+        let ctx = self.context_over(tables)?;
+        let plan = ctx
+            .state()
+            .create_logical_plan(sql)
+            .await
+            .map_err(|e| unknown_table(e, &names))?;
+        Ok(PlannedQuery { ctx, plan })
+    }
+
+    /// The physical plan of `sql` over `tables`, without asking meta: what
+    /// the regions would run ([`region_dags`]) and what compute would.
+    pub async fn physical_plan_over(
+        &self,
+        sql: &str,
+        tables: Vec<TableDef>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let ctx = self.context_over(tables)?;
+        let df = ctx.sql(sql).await.map_err(from_df)?;
+        df.create_physical_plan().await.map_err(from_df)
+    }
+
+    pub async fn run(&self, q: PlannedQuery) -> Result<QueryOutput> {
+        let schema = q.schema();
+        let df = q.ctx.execute_logical_plan(q.plan).await.map_err(from_df)?;
+        let stream = df.execute_stream().await.map_err(from_df)?;
+        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(from_df)?;
+        let schema = batches.first().map_or(schema, |b| b.schema());
+        Ok(QueryOutput {
+            schema,
+            batches,
+            stats: None,
+        })
+    }
+
+    pub async fn sql(&self, sql: &str) -> Result<QueryOutput> {
+        let q = self.plan(sql).await?;
+        self.run(q).await
+    }
+}
+
+/// The coprocessor DAGs of the region scans in `plan`, in plan order.
+pub fn region_dags(plan: &Arc<dyn ExecutionPlan>) -> Vec<DagRequest> {
+    let mut out = Vec::new();
+    let _ = plan.apply(|node| {
+        if let Some(scan) = node.downcast_ref::<RegionScanExec>() {
+            out.push(scan.dag().clone());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    out
+}
+
+/// DataFusion's "table 'quarry.public.x' not found", in Quarry's words:
+/// the unknown name and the tables there are.
+fn unknown_table(e: DataFusionError, tables: &[String]) -> Error {
+    if let DataFusionError::Plan(m) = e.find_root() {
+        if let Some(name) = m
+            .strip_prefix("table '")
+            .and_then(|r| r.strip_suffix("' not found"))
+        {
+            let name = name.rsplit('.').next().unwrap_or(name);
+            return Error::InvalidInput(if tables.is_empty() {
+                format!("unknown table '{name}': there are no tables yet")
+            } else {
+                format!("unknown table '{name}'; tables are: {}", tables.join(", "))
+            });
+        }
+    }
+    from_df(e)
+}
+
+/// A DataFusion error as Quarry's, by what the caller does next: Quarry's
+/// own errors (from the regions) come back as they were; planning errors
+/// are the user's to fix.
+pub fn from_df(e: DataFusionError) -> Error {
+    if let Some(q) = quarry_error(&e) {
+        return q;
+    }
+    let root = e.find_root();
+    if let Some(q) = quarry_error(root) {
+        return q;
+    }
+    let msg = e.strip_backtrace();
+    match root {
+        DataFusionError::Plan(_)
+        | DataFusionError::SchemaError(..)
+        | DataFusionError::SQL(..)
+        | DataFusionError::NotImplemented(_)
+        | DataFusionError::Configuration(_) => Error::InvalidInput(msg),
+        DataFusionError::ResourcesExhausted(_) => Error::ResourceExhausted(msg),
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            arrow::error::ArrowError::ArithmeticOverflow(_) => Error::Overflow(msg),
+            arrow::error::ArrowError::DivideByZero
+            | arrow::error::ArrowError::CastError(_)
+            | arrow::error::ArrowError::InvalidArgumentError(_)
+            | arrow::error::ArrowError::ParseError(_) => Error::InvalidInput(msg),
+            _ => Error::Internal(msg),
+        },
+        DataFusionError::Execution(m) if m.contains("overflow") => Error::Overflow(msg),
+        DataFusionError::Execution(_) => Error::InvalidInput(msg),
+        _ => Error::Internal(msg),
+    }
+}
+
+fn quarry_error(e: &DataFusionError) -> Option<Error> {
+    match e {
+        DataFusionError::External(b) => b.downcast_ref::<Error>().cloned(),
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            arrow::error::ArrowError::ExternalError(b) => b.downcast_ref::<Error>().cloned(),
+            _ => None,
+        },
+        DataFusionError::Shared(s) => quarry_error(s),
+        DataFusionError::Context(_, inner) => quarry_error(inner),
+        _ => None,
+    }
+}

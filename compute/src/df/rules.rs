@@ -1,0 +1,283 @@
+//! Physical optimizer rule: partial aggregation moves into the regions.
+//!
+//! DataFusion plans an aggregation in two stages, and puts whatever lies
+//! between the Partial stage and the table scan — projections computing
+//! the aggregates' arguments, round-robin repartitioning — in compute:
+//!
+//! ```text
+//!  AggregateExec(Final)                     AggregateExec(Final)
+//!    RepartitionExec(Hash)                    RepartitionExec(Hash)
+//!      AggregateExec(Partial)         ==>       RegionScanExec (storage: scan →
+//!        RepartitionExec(RoundRobin)              selection → partial aggregation)
+//!          ProjectionExec(args)
+//!            RegionScanExec(scan → selection)
+//! ```
+//!
+//! When every group key and every aggregate argument translates into the
+//! coprocessor's expressions ([`pushdown::physical`]), and every aggregate
+//! is one the coprocessor runs with the same state (COUNT, MIN, MAX, and
+//! Quarry's SUM and AVG — `aggregates.rs`), the Partial subtree becomes a
+//! region scan whose DAG ends in that partial aggregation and whose output
+//! schema is exactly the Partial's. DataFusion's Final stage then merges
+//! the regions' states column-wise: no row crosses the network. Anything
+//! else (DISTINCT, FILTER clauses, grouping sets, a function storage does
+//! not have) leaves the plan as it was: correct, but rows travel.
+
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::Result as DfResult;
+use datafusion::execution::SessionState;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+#[allow(deprecated)]
+use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use quarry_coprocessor::aggregate::AggregateFunction;
+use quarry_coprocessor::expr::Expr;
+use quarry_coprocessor::types::arrow_type;
+use quarry_proto::coprocessor::{AggFunc, AggKind, Aggregation, DagRequest};
+
+use super::aggregates::QuarryAggregate;
+use super::pushdown;
+use super::region_scan::RegionScanExec;
+
+/// Adds Quarry's rules after DataFusion's own.
+pub fn install(state: SessionState) -> SessionState {
+    let mut rules = state.physical_optimizers().to_vec();
+    rules.push(Arc::new(PartialAggregateIntoRegions));
+    datafusion::execution::SessionStateBuilder::new_from_existing(state)
+        .with_physical_optimizer_rules(rules)
+        .build()
+}
+
+#[derive(Debug)]
+pub struct PartialAggregateIntoRegions;
+
+impl PhysicalOptimizerRule for PartialAggregateIntoRegions {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            Ok(match push_partial(&node) {
+                Some(scan) => Transformed::yes(Arc::new(scan) as Arc<dyn ExecutionPlan>),
+                None => Transformed::no(node),
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "quarry_partial_aggregate_into_regions"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// What the Partial stage reads, as expressions over the region scan's
+/// columns, and the scan under it.
+fn inputs_over_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<(Vec<Expr>, &RegionScanExec)> {
+    if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
+        let dag = scan.dag();
+        if dag.aggregation.is_some() || dag.limit != 0 {
+            return None;
+        }
+        let scan_types = dag
+            .scan
+            .as_ref()?
+            .columns
+            .iter()
+            .map(|c| arrow_type(c.field_type.as_ref()?).ok())
+            .collect::<Option<Vec<DataType>>>()?;
+        let exprs = match &dag.projection {
+            Some(p) => p
+                .exprs
+                .iter()
+                .map(|e| Expr::from_proto(e, &scan_types).ok())
+                .collect::<Option<Vec<_>>>()?,
+            None => scan_types
+                .iter()
+                .enumerate()
+                .map(|(index, t)| Expr::Column {
+                    index,
+                    data_type: t.clone(),
+                })
+                .collect(),
+        };
+        return Some((exprs, scan));
+    }
+    if let Some(r) = plan.downcast_ref::<RepartitionExec>() {
+        // Round-robin only spreads batches over partitions; a hash
+        // repartition under a Partial stage would be a different plan.
+        if !matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)) {
+            return None;
+        }
+        return inputs_over_scan(r.input());
+    }
+    #[allow(deprecated)]
+    if let Some(c) = plan.downcast_ref::<CoalesceBatchesExec>() {
+        return inputs_over_scan(c.input());
+    }
+    if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
+        let (below, scan) = inputs_over_scan(p.input())?;
+        let exprs = p
+            .expr()
+            .iter()
+            .map(|pe| pushdown::physical(&pe.expr, &mut |i| below.get(i).cloned()))
+            .collect::<Option<Vec<_>>>()?;
+        return Some((exprs, scan));
+    }
+    None
+}
+
+/// The coprocessor's function for a DataFusion aggregate, with its
+/// argument over the scan.
+fn agg_func(
+    a: &AggregateFunctionExpr,
+    inputs: &[Expr],
+) -> Option<(AggFunc, AggregateFunction, String)> {
+    if a.is_distinct() || !a.order_bys().is_empty() || a.ignore_nulls() {
+        return None;
+    }
+    let args = a.expressions();
+    let [arg] = args.as_slice() else {
+        return None;
+    };
+    let ours = a.fun().inner().downcast_ref::<QuarryAggregate>();
+    let mut kind = match (a.fun().name(), ours) {
+        (_, Some(q)) => q.kind(),
+        ("count", None) => AggKind::Count,
+        ("min", None) => AggKind::Min,
+        ("max", None) => AggKind::Max,
+        _ => return None,
+    };
+    let arg = pushdown::physical(arg, &mut |i| inputs.get(i).cloned())?;
+    // COUNT(*) is COUNT(1) to DataFusion: a constant that is never NULL.
+    if kind == AggKind::Count && arg.as_literal().is_some_and(|v| !v.is_null()) {
+        kind = AggKind::CountStar;
+    }
+    let (arg, arg_type) = if kind == AggKind::CountStar {
+        (None, None)
+    } else {
+        let t = arg.data_type();
+        (Some(arg), Some(t))
+    };
+    let function = AggregateFunction::new(kind, arg_type).ok()?;
+    // The states must line up with DataFusion's, column for column.
+    let fields = a.state_fields().ok()?;
+    if fields.len() != function.state_types().len() {
+        return None;
+    }
+    let shown = a.name().to_string();
+    Some((
+        AggFunc {
+            kind: kind as i32,
+            arg: match arg {
+                Some(e) => Some(e.to_proto().ok()?),
+                None => None,
+            },
+        },
+        function,
+        shown,
+    ))
+}
+
+/// The region scan that replaces `node`, when `node` is a Partial
+/// aggregation over a region scan that storage can run.
+fn push_partial(node: &Arc<dyn ExecutionPlan>) -> Option<RegionScanExec> {
+    let agg = node.downcast_ref::<AggregateExec>()?;
+    if *agg.mode() != AggregateMode::Partial
+        || !agg.group_expr().is_single()
+        || agg.filter_expr().iter().any(Option::is_some)
+        || agg.limit_options().is_some()
+    {
+        return None;
+    }
+    let (inputs, scan) = inputs_over_scan(agg.input())?;
+    let mut group_by = Vec::new();
+    let mut row_types = Vec::new();
+    let mut keys_shown = Vec::new();
+    for (e, name) in agg.group_expr().expr() {
+        let k = pushdown::physical(e, &mut |i| inputs.get(i).cloned())?;
+        row_types.push(k.data_type());
+        group_by.push(k.to_proto().ok()?);
+        keys_shown.push(name.clone());
+    }
+    let mut aggs = Vec::new();
+    let mut aggs_shown = Vec::new();
+    for a in agg.aggr_expr() {
+        let (f, function, shown) = agg_func(a, &inputs)?;
+        row_types.extend(function.state_types());
+        aggs.push(f);
+        aggs_shown.push(shown);
+    }
+    let schema = agg.schema();
+    if schema.fields().len() != row_types.len() {
+        return None;
+    }
+    let mut dag = DagRequest {
+        aggregation: Some(Aggregation { group_by, aggs }),
+        projection: None,
+        limit: 0,
+        ..scan.dag().clone()
+    };
+    // COUNT(*) alone, unfiltered, needs no column: the regions count keys
+    // (packs know their row counts without decoding).
+    let keys_only = dag.aggregation.as_ref().is_some_and(|a| {
+        a.group_by.is_empty() && a.aggs.iter().all(|f| f.kind == AggKind::CountStar as i32)
+    }) && dag.selection.is_none();
+    if keys_only {
+        if let Some(s) = dag.scan.as_mut() {
+            s.columns.clear();
+        }
+    }
+    let base = scan
+        .storage()
+        .split("; ")
+        .filter(|s| !s.starts_with("scan "))
+        .collect::<Vec<_>>();
+    let mut storage = vec![format!(
+        "scan {}",
+        Some(
+            scan.table()
+                .columns
+                .iter()
+                .filter(|c| dag
+                    .scan
+                    .as_ref()
+                    .is_some_and(|s| s.columns.iter().any(|sc| sc.column_id == c.id)))
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "(keys only)".into())
+    )];
+    storage.extend(base.into_iter().map(String::from));
+    storage.push(format!(
+        "partial aggregate [{}]{}",
+        aggs_shown.join(", "),
+        if keys_shown.is_empty() {
+            String::new()
+        } else {
+            format!(" group by [{}]", keys_shown.join(", "))
+        }
+    ));
+    Some(RegionScanExec::new(
+        scan.context().clone(),
+        scan.table().clone(),
+        dag,
+        row_types,
+        schema,
+        storage.join("; "),
+    ))
+}

@@ -1,0 +1,189 @@
+//! A Quarry table as a DataFusion [`TableProvider`].
+//!
+//! DataFusion offers the table its filters, projection and limit; the table
+//! answers with a [`RegionScanExec`] that runs them in the regions:
+//!
+//! * filters that [`pushdown::logical`] translates are `Exact`: storage
+//!   evaluates them and DataFusion keeps no copy; the rest are
+//!   `Unsupported` and DataFusion filters above the scan;
+//! * the projection becomes the scan's columns (plus the filters' columns,
+//!   projected away in storage);
+//! * a limit (DataFusion passes one only when every filter was pushed)
+//!   stops each region after that many rows, and the query stops reading
+//!   once the limit above the scan is met.
+//!
+//! Partial aggregation and top-k are moved into the node afterwards, by the
+//! physical optimizer rules in `rules.rs`.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{Result as DfResult, Statistics};
+use datafusion::logical_expr::{Expr as LExpr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+use quarry_coprocessor::expr::Expr;
+use quarry_coprocessor::types::arrow_type;
+use quarry_proto::coprocessor::{DagRequest, Projection, Selection};
+use quarry_proto::meta::TableDef;
+
+use super::pushdown::{self, ColumnBinder};
+use super::region_scan::{external, RegionScanExec, ScanContext};
+use crate::Result;
+
+#[derive(Debug)]
+pub struct QuarryTable {
+    def: TableDef,
+    schema: SchemaRef,
+    ctx: ScanContext,
+}
+
+/// The Arrow schema of a table definition.
+pub fn table_schema(def: &TableDef) -> Result<SchemaRef> {
+    let fields = def
+        .columns
+        .iter()
+        .map(|c| {
+            let ft = c.field_type.unwrap_or_default();
+            Ok(Field::new(&c.name, arrow_type(&ft)?, ft.nullable))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+impl QuarryTable {
+    pub fn new(def: TableDef, ctx: ScanContext) -> Result<Self> {
+        Ok(QuarryTable {
+            schema: table_schema(&def)?,
+            def,
+            ctx,
+        })
+    }
+
+    /// The region scan for `projection` (table column positions; all when
+    /// None), `filters` (each translatable) and `limit`.
+    pub fn region_scan(
+        &self,
+        projection: Option<&Vec<usize>>,
+        filters: &[LExpr],
+        limit: Option<usize>,
+    ) -> Result<RegionScanExec> {
+        let all: Vec<usize> = (0..self.def.columns.len()).collect();
+        let projection = projection.unwrap_or(&all);
+        let schema = Arc::new(self.schema.project(projection)?);
+        let mut binder = ColumnBinder::new(&self.def);
+        let mut outputs = Vec::with_capacity(projection.len());
+        // With no columns asked for (only row counts, as a cross join's
+        // side may need), regions still send one column, so that their
+        // batches carry the row count; the node then drops it (`conform`).
+        let read = if projection.is_empty() {
+            &vec![0]
+        } else {
+            projection
+        };
+        for &p in read {
+            outputs.push(binder.bind_position(p).ok_or_else(|| {
+                crate::Error::Internal(format!("column {p} of {} has no type", self.def.name))
+            })?);
+        }
+        let mut conditions = Vec::new();
+        let mut shown = Vec::new();
+        for f in filters {
+            let c = pushdown::logical(f, &mut binder).ok_or_else(|| {
+                crate::Error::Internal(format!("filter {f} was accepted but cannot be pushed"))
+            })?;
+            conditions.push(c.to_proto()?);
+            shown.push(f.to_string());
+        }
+        let scan = binder.table_scan();
+        // Project only when the filters read columns the output does not.
+        let dag_projection = (binder.used().len() > outputs.len())
+            .then(|| {
+                Ok::<_, crate::Error>(Projection {
+                    exprs: outputs
+                        .iter()
+                        .map(Expr::to_proto)
+                        .collect::<std::result::Result<_, _>>()?,
+                })
+            })
+            .transpose()?;
+        let row_types: Vec<DataType> = outputs.iter().map(Expr::data_type).collect();
+        let mut storage = vec![format!(
+            "scan {}",
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )];
+        if !shown.is_empty() {
+            storage.push(format!("filter {}", shown.join(" AND ")));
+        }
+        if let Some(l) = limit {
+            storage.push(format!("limit {l}"));
+        }
+        let dag = DagRequest {
+            scan: Some(scan),
+            selection: (!conditions.is_empty()).then_some(Selection { conditions }),
+            aggregation: None,
+            projection: dag_projection,
+            limit: limit.unwrap_or(0) as u64,
+        };
+        Ok(RegionScanExec::new(
+            self.ctx.clone(),
+            self.def.clone(),
+            dag,
+            row_types,
+            schema,
+            storage.join("; "),
+        ))
+    }
+}
+
+#[async_trait]
+impl TableProvider for QuarryTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&LExpr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|f| {
+                let mut binder = ColumnBinder::new(&self.def);
+                match pushdown::logical(f, &mut binder) {
+                    Some(e) if e.data_type() == DataType::Boolean => {
+                        TableProviderFilterPushDown::Exact
+                    }
+                    _ => TableProviderFilterPushDown::Unsupported,
+                }
+            })
+            .collect())
+    }
+
+    fn statistics(&self) -> Option<Statistics> {
+        None
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[LExpr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let scan = self
+            .region_scan(projection, filters, limit)
+            .map_err(external)?;
+        Ok(Arc::new(scan))
+    }
+}
