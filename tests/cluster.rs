@@ -60,6 +60,22 @@ fn tpch_q1_q6_and_a_top_n_at_sf_0_01_match_duckdb() {
     // ORDER BY ... LIMIT over ~7k rows from every region: compute's top-k
     // keeps ten of them and must pick DuckDB's ten.
     assert_csv_matches(&pg.ok(tpch::TOPN), tpch::expected("topn", 0.01).unwrap());
+    // Each of lineitem's 12 regions sends only its own top ten.
+    let plan = pg.ok(&format!("EXPLAIN ANALYZE {}", tpch::TOPN));
+    assert!(
+        plan.contains("top-k 10 by [l_extendedprice@3 DESC"),
+        "{plan}"
+    );
+    assert!(plan.contains(", 120 rows out"), "{plan}");
+    // A join hands its build side's keys to the probe side's regions:
+    // lineitem sends the 2289 rows of Brand#23's parts, not all 60175
+    // (DuckDB counts 2289 over the same data).
+    let join = "SELECT count(*) AS n FROM part JOIN lineitem ON l_partkey = p_partkey \
+                WHERE p_brand = 'Brand#23'";
+    assert_eq!(pg.ok(join), "n\n2289\n");
+    let plan = pg.ok(&format!("EXPLAIN ANALYZE {join}"));
+    assert!(plan.contains("runtime filter: ["), "{plan}");
+    assert!(plan.contains(", 2289 rows out"), "{plan}");
 
     // Through the client library: SQL and the typed builder agree.
     runtime().block_on(async {

@@ -5,7 +5,8 @@
 //! 1. The store validates the region and epoch, takes a snapshot bounded to
 //!    the region, and calls [`handle`] with it (`raftstore/src/service`).
 //! 2. [`build_executors`] turns the DAG into a pipeline, re-checking every
-//!    type: scan → selection → partial aggregation | projection → limit.
+//!    type: scan → selection → partial aggregation | [top-N →] projection →
+//!    limit.
 //! 3. [`handle`] pulls batches, starting at [`INITIAL_BATCH_ROWS`] and
 //!    doubling up to [`MAX_BATCH_ROWS`], checking the deadline between
 //!    batches, and encodes the output as an Arrow IPC stream (or as rows,
@@ -26,7 +27,8 @@ use crate::aggregate::{AggregateFunction, Aggregator};
 use crate::codec::row::encode_rows;
 use crate::executor::{
     order_conditions, AggregationExecutor, BatchExecutor, FusedAggExecutor, FusedPlan,
-    LimitExecutor, ProjectionExecutor, SelectionExecutor, TableScanExecutor, ZoneFilter,
+    LimitExecutor, ProjectionExecutor, SelectionExecutor, SortKey, TableScanExecutor, TopNExecutor,
+    ZoneFilter,
 };
 use crate::expr::Expr;
 use crate::storage::{KeyRange, Storage};
@@ -120,6 +122,11 @@ pub fn build_executors_with<'a, S: Storage + 'a>(
             "LIMIT cannot be pushed below an aggregation"
         ));
     }
+    if dag.top_n.is_some() && (aggregation.is_some() || dag.limit > 0) {
+        return Err(invalid_input!(
+            "a top-N request has neither an aggregation nor a plain limit"
+        ));
+    }
     if aggregation.is_some() && dag.projection.is_some() {
         return Err(invalid_input!(
             "a request has either an aggregation or a projection, not both"
@@ -146,6 +153,24 @@ pub fn build_executors_with<'a, S: Storage + 'a>(
     )?);
     if !conditions.is_empty() {
         exec = Box::new(SelectionExecutor::new(exec, conditions)?);
+    }
+    if let Some(top) = &dag.top_n {
+        let keys = top
+            .keys
+            .iter()
+            .map(|k| {
+                let e = k
+                    .expr
+                    .as_ref()
+                    .ok_or_else(|| invalid_input!("top-N sort key without an expression"))?;
+                Ok(SortKey {
+                    expr: Expr::from_proto(e, &input)?,
+                    descending: k.descending,
+                    nulls_first: k.nulls_first,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        exec = Box::new(TopNExecutor::new(exec, keys, top.limit as usize));
     }
     match (aggregation, &dag.projection) {
         (Some((keys, aggs)), _) => {

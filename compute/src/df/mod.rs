@@ -22,7 +22,8 @@
 //!
 //! Compute stays stateless: each statement gets a [`SessionContext`] whose
 //! catalog is the meta region's table list at that moment (one meta call),
-//! built from a base [`SessionState`] made once per process.
+//! built from a base [`SessionState`](datafusion::execution::SessionState)
+//! made once per process.
 //!
 //! Decimal literals stay decimals (`0.06 - 0.01` is DECIMAL, DataFusion's
 //! `parse_float_as_decimal`), and Quarry's own aggregate functions
@@ -103,6 +104,15 @@ impl SqlSession {
             .with_default_catalog_and_schema("quarry", "public");
         let opts = config.options_mut();
         opts.sql_parser.parse_float_as_decimal = true;
+        // Hash joins hand their build side's keys to the probe side's
+        // region scans (region_scan.rs), as an IN list up to this many
+        // distinct keys (storage probes long lists through a hash set),
+        // else as bounds. Top-k and aggregation filters stay off: they are
+        // complete only once the scan under them has finished, and a
+        // region scan waits for its filters before it starts.
+        opts.optimizer.hash_join_inlist_pushdown_max_distinct_values = 1024;
+        opts.optimizer.enable_topk_dynamic_filter_pushdown = false;
+        opts.optimizer.enable_aggregate_dynamic_filter_pushdown = false;
         let mut state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()

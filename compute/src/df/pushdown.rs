@@ -14,7 +14,7 @@
 //! Quarry's type rules (checked decimal arithmetic, comparison types), so
 //! only operators whose result does not depend on those rules are
 //! translated: comparisons, AND/OR/NOT, `+ - *` (exact for decimals and
-//! integers alike; overflow is an error on both sides), IS [NOT] NULL,
+//! integers alike; overflow is an error on both sides), IS \[NOT\] NULL,
 //! BETWEEN, IN lists, LIKE, and casts between Quarry's types. Division and
 //! `%` stay in DataFusion, whose result scale is the one the user sees.
 

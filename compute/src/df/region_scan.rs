@@ -20,11 +20,19 @@ use std::time::{Duration, Instant};
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result as DfResult};
 use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::{CaseExpr, DynamicFilterPhysicalExpr};
+use datafusion::physical_expr::utils::split_conjunction;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr_common::physical_expr::snapshot_physical_expr;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation,
+};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -34,10 +42,13 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use parking_lot::Mutex;
 use quarry_coprocessor::codec::key::table_record_range;
+use quarry_coprocessor::expr::{Expr, LogicOp};
 use quarry_coprocessor::storage::KeyRange;
+use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::TableDef;
 
+use super::pushdown;
 use crate::dispatch::{DispatchStats, Dispatcher};
 use crate::Error;
 
@@ -71,6 +82,102 @@ pub struct RegionScanExec {
     metrics: ExecutionPlanMetricsSet,
     /// The last run's totals, shown by EXPLAIN ANALYZE with exact counts.
     last_run: Arc<Mutex<Option<DispatchStats>>>,
+    /// Join filters DataFusion hands this scan, added to the DAG's
+    /// selection once the join's build side is known.
+    dynamic: Option<Arc<DynamicFilters>>,
+    /// What the last run's dynamic filters added, for EXPLAIN ANALYZE.
+    last_runtime_filter: Arc<Mutex<Vec<String>>>,
+}
+
+/// How long a scan waits for a join's build side to finish its filter.
+const MAX_FILTER_WAIT: Duration = Duration::from_secs(5);
+
+/// A hash join's dynamic filters on this scan's output, and that output
+/// as expressions over the scan's columns (so a filter still translates
+/// after a rule has changed what the node outputs).
+#[derive(Debug)]
+struct DynamicFilters {
+    filters: Vec<Arc<dyn PhysicalExpr>>,
+    columns: Vec<Expr>,
+}
+
+impl DynamicFilters {
+    /// `dag` with every translatable conjunct of the filters added to its
+    /// selection, once each filter's producer has finished (the join's
+    /// build side) or the deadline has passed. Returns the conjuncts added,
+    /// as text.
+    async fn narrow(&self, dag: &mut DagRequest, deadline: Instant) -> Vec<String> {
+        let mut shown = Vec::new();
+        for f in &self.filters {
+            let mut dynamic = Vec::new();
+            let _ = f.apply(|e| {
+                if e.as_ref()
+                    .downcast_ref::<DynamicFilterPhysicalExpr>()
+                    .is_some()
+                {
+                    dynamic.push(e.clone());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+            for d in &dynamic {
+                if let Some(d) = d.as_ref().downcast_ref::<DynamicFilterPhysicalExpr>() {
+                    // Scanning without the filter is only slower, never
+                    // wrong: past the bound, go on with what it says now.
+                    let bound = deadline.min(Instant::now() + MAX_FILTER_WAIT);
+                    let until = tokio::time::Instant::from_std(bound);
+                    let _ = tokio::time::timeout_at(until, d.wait_complete()).await;
+                }
+            }
+            let Ok(current) = snapshot_physical_expr(f.clone()) else {
+                continue;
+            };
+            for conjunct in split_conjunction(&current) {
+                let translated = self.widen(conjunct).and_then(|e| e.to_proto().ok());
+                if let Some(c) = translated {
+                    dag.selection
+                        .get_or_insert_with(Default::default)
+                        .conditions
+                        .push(c);
+                    let text = conjunct.to_string();
+                    shown.push(if text.len() > 120 {
+                        format!("{}…", text.chars().take(120).collect::<String>())
+                    } else {
+                        text
+                    });
+                }
+            }
+        }
+        shown
+    }
+
+    /// A condition storage can evaluate that every row passing `e` passes
+    /// (None: none found). A partitioned join's filter is a CASE over the
+    /// probe row's hash partition, each branch that partition's build keys;
+    /// the OR of the branches keeps every row any partition can match.
+    /// Conjuncts storage cannot evaluate are dropped, which only widens.
+    fn widen(&self, e: &Arc<dyn PhysicalExpr>) -> Option<Expr> {
+        if let Some(case) = e.as_ref().downcast_ref::<CaseExpr>() {
+            let mut any: Option<Expr> = None;
+            for (_, then) in case.when_then_expr() {
+                let branch = self.widen_all(then)?;
+                any = Some(match any {
+                    None => branch,
+                    Some(a) => Expr::logic(LogicOp::Or, a, branch).ok()?,
+                });
+            }
+            return any;
+        }
+        pushdown::physical(e, &mut |i| self.columns.get(i).cloned())
+            .filter(|x| x.data_type() == DataType::Boolean)
+    }
+
+    /// The AND of what storage can evaluate of `e`'s conjuncts.
+    fn widen_all(&self, e: &Arc<dyn PhysicalExpr>) -> Option<Expr> {
+        split_conjunction(e)
+            .into_iter()
+            .filter_map(|c| self.widen(c))
+            .reduce(|a, b| Expr::logic(LogicOp::And, a.clone(), b).unwrap_or(a))
+    }
 }
 
 impl RegionScanExec {
@@ -98,6 +205,8 @@ impl RegionScanExec {
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
             last_run: Arc::new(Mutex::new(None)),
+            dynamic: None,
+            last_runtime_filter: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -116,6 +225,65 @@ impl RegionScanExec {
     pub fn storage(&self) -> &str {
         &self.storage
     }
+
+    /// The same scan (columns, schema) running `dag`, shown as `storage`.
+    pub fn with_dag(&self, dag: DagRequest, storage: String) -> Self {
+        self.derive(dag, self.row_types.clone(), self.schema.clone(), storage)
+    }
+
+    /// A scan of the same table running `dag` with a new output, keeping
+    /// the join filters DataFusion gave this one.
+    pub fn derive(
+        &self,
+        dag: DagRequest,
+        row_types: Vec<DataType>,
+        schema: SchemaRef,
+        storage: String,
+    ) -> Self {
+        let mut scan = RegionScanExec::new(
+            self.ctx.clone(),
+            self.table.clone(),
+            dag,
+            row_types,
+            schema,
+            storage,
+        );
+        scan.dynamic = self.dynamic.clone();
+        scan
+    }
+
+    /// The output columns as expressions over the scan's columns, when this
+    /// is a plain scan (no aggregation, limit or top-k yet).
+    pub fn plain_outputs(&self) -> Option<Vec<Expr>> {
+        let dag = &self.dag;
+        if dag.aggregation.is_some() || dag.limit != 0 || dag.top_n.is_some() {
+            return None;
+        }
+        let scan_types = dag
+            .scan
+            .as_ref()?
+            .columns
+            .iter()
+            .map(|c| arrow_type(c.field_type.as_ref()?).ok())
+            .collect::<Option<Vec<DataType>>>()?;
+        match &dag.projection {
+            Some(p) => p
+                .exprs
+                .iter()
+                .map(|e| Expr::from_proto(e, &scan_types).ok())
+                .collect(),
+            None => Some(
+                scan_types
+                    .iter()
+                    .enumerate()
+                    .map(|(index, t)| Expr::Column {
+                        index,
+                        data_type: t.clone(),
+                    })
+                    .collect(),
+            ),
+        }
+    }
 }
 
 impl DisplayAs for RegionScanExec {
@@ -125,6 +293,13 @@ impl DisplayAs for RegionScanExec {
             "RegionScanExec: table={}, storage=[{}]",
             self.table.name, self.storage
         )?;
+        if let Some(d) = &self.dynamic {
+            write!(f, ", join filters: {}", d.filters.len())?;
+        }
+        let runtime = self.last_runtime_filter.lock();
+        if !runtime.is_empty() {
+            write!(f, ", runtime filter: [{}]", runtime.join(" AND "))?;
+        }
         if let Some(st) = self.last_run.lock().as_ref() {
             let s = &st.summary;
             write!(
@@ -195,10 +370,20 @@ impl ExecutionPlan for RegionScanExec {
         vec![]
     }
 
+    /// The join filters this scan holds: a hash join looks for its
+    /// dynamic filter here to know that someone consumes it (and only then
+    /// completes it, which the scan waits for).
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
     ) -> DfResult<TreeNodeRecursion> {
+        if let Some(d) = &self.dynamic {
+            for e in &d.filters {
+                if f(e)? == TreeNodeRecursion::Stop {
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+        }
         Ok(TreeNodeRecursion::Continue)
     }
 
@@ -213,6 +398,62 @@ impl ExecutionPlan for RegionScanExec {
         Some(self.metrics.clone_inner())
     }
 
+    /// Keeps the join filters DataFusion offers after optimization (its
+    /// dynamic filters) to narrow the regions' selection at run time. They
+    /// are reported as not pushed down: the join still applies them, so a
+    /// filter storage cannot evaluate costs nothing but rows on the wire.
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> DfResult<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        tracing::debug!(
+            table = %self.table.name,
+            ?phase,
+            offered = child_pushdown_result.parent_filters.len(),
+            filters = ?child_pushdown_result.parent_filters.iter().map(|f| f.filter.to_string()).collect::<Vec<_>>(),
+            "region scan offered filters"
+        );
+        let filters: Vec<Arc<dyn PhysicalExpr>> = child_pushdown_result
+            .parent_filters
+            .iter()
+            .map(|f| f.filter.clone())
+            .filter(|f| {
+                let mut dynamic = false;
+                let _ = f.apply(|e| {
+                    dynamic |= e
+                        .as_ref()
+                        .downcast_ref::<DynamicFilterPhysicalExpr>()
+                        .is_some();
+                    Ok(TreeNodeRecursion::Continue)
+                });
+                dynamic
+            })
+            .collect();
+        let propagation = FilterPushdownPropagation::all_unsupported(child_pushdown_result);
+        let columns = match (phase, self.plain_outputs()) {
+            (FilterPushdownPhase::Post, Some(c)) if !filters.is_empty() => c,
+            _ => return Ok(propagation),
+        };
+        let mut scan = self.derive(
+            self.dag.clone(),
+            self.row_types.clone(),
+            self.schema.clone(),
+            self.storage.clone(),
+        );
+        let mut all = self
+            .dynamic
+            .as_ref()
+            .map_or_else(Vec::new, |d| d.filters.clone());
+        all.extend(filters);
+        scan.dynamic = Some(Arc::new(DynamicFilters {
+            filters: all,
+            columns,
+        }));
+        Ok(propagation.with_updated_node(Arc::new(scan)))
+    }
+
     fn execute(
         &self,
         partition: usize,
@@ -225,13 +466,26 @@ impl ExecutionPlan for RegionScanExec {
         }
         let (start, end) = table_record_range(self.table.id);
         let deadline = Instant::now() + self.ctx.timeout;
-        let scan = self.ctx.dispatcher.stream(
-            &self.dag,
-            vec![KeyRange::new(start, end)],
-            self.row_types.clone(),
-            deadline,
-        );
-        let stats = scan.stats();
+        let dispatcher = self.ctx.dispatcher.clone();
+        let mut dag = self.dag.clone();
+        let row_types = self.row_types.clone();
+        let dynamic = self.dynamic.clone();
+        let runtime_filter = self.last_runtime_filter.clone();
+        // The scan's statistics, once it has started.
+        let stats: Arc<Mutex<Option<Arc<Mutex<DispatchStats>>>>> = Arc::default();
+        let started = stats.clone();
+        // Regions are asked only when DataFusion first polls the scan: a
+        // join's probe side waits there for its build side's filter.
+        let scan = futures::stream::once(async move {
+            if let Some(d) = dynamic {
+                *runtime_filter.lock() = d.narrow(&mut dag, deadline).await;
+            }
+            let scan =
+                dispatcher.stream(&dag, vec![KeyRange::new(start, end)], row_types, deadline);
+            *started.lock() = Some(scan.stats());
+            scan
+        })
+        .flatten();
         let last_run = self.last_run.clone();
         let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
         let schema = self.schema.clone();
@@ -246,7 +500,9 @@ impl ExecutionPlan for RegionScanExec {
                 // Once the scan has ended: its totals, for EXPLAIN ANALYZE.
                 if !reported {
                     reported = true;
-                    *last_run.lock() = Some(stats.lock().clone());
+                    if let Some(st) = stats.lock().as_ref() {
+                        *last_run.lock() = Some(st.lock().clone());
+                    }
                 }
                 std::task::Poll::Ready(None)
             }));

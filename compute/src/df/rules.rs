@@ -1,4 +1,5 @@
-//! Physical optimizer rule: partial aggregation moves into the regions.
+//! Physical optimizer rules: partial aggregation and top-k move into the
+//! regions.
 //!
 //! DataFusion plans an aggregation in two stages, and puts whatever lies
 //! between the Partial stage and the table scan — projections computing
@@ -25,23 +26,26 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::Result as DfResult;
 use datafusion::execution::SessionState;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::LexOrdering;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 #[allow(deprecated)]
 use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use quarry_coprocessor::aggregate::AggregateFunction;
 use quarry_coprocessor::expr::Expr;
-use quarry_coprocessor::types::arrow_type;
-use quarry_proto::coprocessor::{AggFunc, AggKind, Aggregation, DagRequest};
+use quarry_proto::coprocessor::{AggFunc, AggKind, Aggregation, DagRequest, SortKey, TopN};
 
 use super::aggregates::QuarryAggregate;
 use super::pushdown;
@@ -51,6 +55,7 @@ use super::region_scan::RegionScanExec;
 pub fn install(state: SessionState) -> SessionState {
     let mut rules = state.physical_optimizers().to_vec();
     rules.push(Arc::new(PartialAggregateIntoRegions));
+    rules.push(Arc::new(TopKIntoRegions));
     datafusion::execution::SessionStateBuilder::new_from_existing(state)
         .with_physical_optimizer_rules(rules)
         .build()
@@ -87,33 +92,7 @@ impl PhysicalOptimizerRule for PartialAggregateIntoRegions {
 /// columns, and the scan under it.
 fn inputs_over_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<(Vec<Expr>, &RegionScanExec)> {
     if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
-        let dag = scan.dag();
-        if dag.aggregation.is_some() || dag.limit != 0 {
-            return None;
-        }
-        let scan_types = dag
-            .scan
-            .as_ref()?
-            .columns
-            .iter()
-            .map(|c| arrow_type(c.field_type.as_ref()?).ok())
-            .collect::<Option<Vec<DataType>>>()?;
-        let exprs = match &dag.projection {
-            Some(p) => p
-                .exprs
-                .iter()
-                .map(|e| Expr::from_proto(e, &scan_types).ok())
-                .collect::<Option<Vec<_>>>()?,
-            None => scan_types
-                .iter()
-                .enumerate()
-                .map(|(index, t)| Expr::Column {
-                    index,
-                    data_type: t.clone(),
-                })
-                .collect(),
-        };
-        return Some((exprs, scan));
+        return Some((scan.plain_outputs()?, scan));
     }
     if let Some(r) = plan.downcast_ref::<RepartitionExec>() {
         // Round-robin only spreads batches over partitions; a hash
@@ -272,12 +251,109 @@ fn push_partial(node: &Arc<dyn ExecutionPlan>) -> Option<RegionScanExec> {
             format!(" group by [{}]", keys_shown.join(", "))
         }
     ));
-    Some(RegionScanExec::new(
-        scan.context().clone(),
-        scan.table().clone(),
-        dag,
-        row_types,
-        schema,
-        storage.join("; "),
-    ))
+    Some(scan.derive(dag, row_types, schema, storage.join("; ")))
+}
+
+/// Physical optimizer rule: `ORDER BY … LIMIT k` keeps only each region's
+/// first k rows.
+///
+/// ```text
+///  SortExec(TopK, fetch=k)               SortExec(TopK, fetch=k)
+///    CooperativeExec             ==>       CooperativeExec
+///      RegionScanExec(scan)                  RegionScanExec(scan → top-k)
+/// ```
+///
+/// When every sort key translates into the coprocessor's expressions, the
+/// region scan's DAG gets a top-N of k rows by those keys (after the
+/// selection, before the projection): each region sends at most k rows,
+/// and DataFusion's sort, which stays, picks the answer among the regions'
+/// candidates. Between the sort and the scan only operators that pass rows
+/// through unchanged are allowed.
+#[derive(Debug)]
+pub struct TopKIntoRegions;
+
+/// Above this many rows a top-k is a big sort: rows travel as they are.
+const MAX_PUSHED_TOP_K: usize = 100_000;
+
+impl PhysicalOptimizerRule for TopKIntoRegions {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            Ok(match push_top_k(&node) {
+                Some(n) => Transformed::yes(n),
+                None => Transformed::no(node),
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "quarry_top_k_into_regions"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+fn push_top_k(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    let sort = node.downcast_ref::<SortExec>()?;
+    let fetch = sort.fetch().filter(|&k| k <= MAX_PUSHED_TOP_K)?;
+    let input = with_top_k(sort.input(), sort.expr(), fetch)?;
+    replace_children_if_necessary(node.clone(), vec![input]).ok()
+}
+
+/// `plan` with the region scan under it keeping its first `fetch` rows by
+/// `keys` (over `plan`'s columns, which pass-through nodes keep).
+fn with_top_k(
+    plan: &Arc<dyn ExecutionPlan>,
+    keys: &LexOrdering,
+    fetch: usize,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
+        let outputs = scan.plain_outputs()?;
+        let mut sort_keys = Vec::new();
+        let mut shown = Vec::new();
+        for k in keys.iter() {
+            let e = pushdown::physical(&k.expr, &mut |i| outputs.get(i).cloned())?;
+            sort_keys.push(SortKey {
+                expr: Some(e.to_proto().ok()?),
+                descending: k.options.descending,
+                nulls_first: k.options.nulls_first,
+            });
+            shown.push(k.to_string());
+        }
+        let dag = DagRequest {
+            top_n: Some(TopN {
+                keys: sort_keys,
+                limit: fetch as u64,
+            }),
+            ..scan.dag().clone()
+        };
+        let storage = format!(
+            "{}; top-k {fetch} by [{}]",
+            scan.storage(),
+            shown.join(", ")
+        );
+        return Some(Arc::new(scan.with_dag(dag, storage)));
+    }
+    let passes_rows = plan.downcast_ref::<CooperativeExec>().is_some()
+        || plan
+            .downcast_ref::<RepartitionExec>()
+            .is_some_and(|r| matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)))
+        || plan.downcast_ref::<CoalescePartitionsExec>().is_some();
+    #[allow(deprecated)]
+    let passes_rows = passes_rows || plan.downcast_ref::<CoalesceBatchesExec>().is_some();
+    if !passes_rows {
+        return None;
+    }
+    let children = plan.children();
+    let [child] = children.as_slice() else {
+        return None;
+    };
+    let child = with_top_k(child, keys, fetch)?;
+    replace_children_if_necessary(plan.clone(), vec![child]).ok()
 }

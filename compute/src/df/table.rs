@@ -130,6 +130,7 @@ impl QuarryTable {
             aggregation: None,
             projection: dag_projection,
             limit: limit.unwrap_or(0) as u64,
+            top_n: None,
         };
         Ok(RegionScanExec::new(
             self.ctx.clone(),

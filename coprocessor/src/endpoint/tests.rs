@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Decimal128Type, Int64Type};
 use arrow::util::pretty::pretty_format_batches;
 use quarry_proto::coprocessor::{
@@ -231,6 +231,55 @@ fn limit_stops_the_scan() {
     let rows: usize = batches(&resp).iter().map(|b| b.num_rows()).sum();
     assert_eq!(rows, 7);
     assert!(resp.summary.unwrap().scanned_keys <= 7);
+}
+
+#[test]
+fn top_n_ships_only_each_regions_first_rows_by_the_keys() {
+    // qty DESC NULLS FIRST, then price ASC: the 10 NULL quantities come
+    // first (h = 9, 19, …, 99; 49 among them), then qty 48 (h = 48, 98).
+    let mut dag = projection_dag(0);
+    dag.top_n = Some(pb::TopN {
+        keys: vec![
+            pb::SortKey {
+                expr: Some(at(0, 2).to_proto().unwrap()),
+                descending: true,
+                nulls_first: true,
+            },
+            pb::SortKey {
+                expr: Some(at(1, 3).to_proto().unwrap()),
+                descending: false,
+                nulls_first: false,
+            },
+        ],
+        limit: 12,
+    });
+    let req = request(dag);
+    let resp = handle(region(), &req, None, 0);
+    let all = batches(&resp);
+    let b = arrow::compute::concat_batches(&all[0].schema(), &all).unwrap();
+    assert_eq!(b.num_rows(), 12);
+    let qty = b.column(0).as_primitive::<Int64Type>();
+    assert_eq!(qty.null_count(), 10);
+    assert!((0..10).all(|i| qty.is_null(i)));
+    assert_eq!((qty.value(10), qty.value(11)), (48, 48));
+    // Every row was read, only twelve were sent.
+    assert_eq!(resp.summary.unwrap().scanned_keys, 100);
+    // A top-N beside an aggregation is refused.
+    let mut bad = projection_dag(0);
+    bad.projection = None;
+    bad.aggregation = Some(Aggregation {
+        group_by: vec![],
+        aggs: vec![AggFunc {
+            kind: AggKind::CountStar as i32,
+            arg: None,
+        }],
+    });
+    bad.top_n = Some(pb::TopN {
+        keys: vec![],
+        limit: 1,
+    });
+    let resp = handle(region(), &request(bad), None, 0);
+    assert!(resp.other_error.is_some());
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Batch executors: a pull pipeline over Arrow record batches.
 //!
 //! ```text
-//!   TableScan ─▶ Selection ─▶ Aggregation (partial) | Projection ─▶ Limit
+//!   TableScan ─▶ Selection ─▶ Aggregation (partial)
+//!                          └▶ [TopN] ─▶ Projection ─▶ Limit
 //!   FusedAggregation (scan + filter + partial aggregation in one pass)
 //! ```
 //!
@@ -30,6 +31,7 @@ mod limit;
 mod projection;
 mod scan;
 mod selection;
+mod top_n;
 
 pub use aggregation::AggregationExecutor;
 pub use fused::{FusedAggExecutor, FusedPlan};
@@ -37,6 +39,7 @@ pub use limit::LimitExecutor;
 pub use projection::ProjectionExecutor;
 pub use scan::{KvScanner, TableScanExecutor, ZoneFilter};
 pub use selection::{filter_chunk, order_conditions, SelectionExecutor};
+pub use top_n::{SortKey, TopNExecutor};
 
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::buffer::BooleanBuffer;

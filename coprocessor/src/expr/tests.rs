@@ -183,6 +183,19 @@ fn three_valued_logic_in_like_and_is_null() {
 }
 
 #[test]
+fn a_long_integer_in_list_gives_what_the_short_one_gives() {
+    // qty: 10, NULL, i64::MAX. Long lists are probed through a hash set.
+    let long: Vec<Expr> = (0..40).map(|i| int(i * 5)).collect();
+    for negated in [false, true] {
+        let e = Expr::in_list(col(2), long.clone(), negated).unwrap();
+        let want = if negated { Some(false) } else { Some(true) };
+        assert_eq!(bools(&eval(&e)), vec![want, None, want.map(|b| !b)]);
+        let short = Expr::in_list(col(2), vec![int(10), int(5)], negated).unwrap();
+        assert_eq!(bools(&eval(&short)), bools(&eval(&e)));
+    }
+}
+
+#[test]
 fn type_errors_name_the_types() {
     let err = Expr::arith(ArithOp::Plus, col(3), int(1)).unwrap_err();
     assert_eq!(err.to_string(), "cannot apply + to DATE and BIGINT");
