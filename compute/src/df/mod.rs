@@ -34,6 +34,7 @@ pub mod aggregates;
 pub mod pushdown;
 pub mod region_scan;
 pub mod rules;
+pub mod stats;
 pub mod table;
 
 use std::sync::Arc;
@@ -94,6 +95,8 @@ pub struct SqlSession {
     base: datafusion::execution::SessionState,
     scan: ScanContext,
     cluster: Arc<Cluster>,
+    /// Row counts for join planning (`stats.rs`).
+    rows: Arc<stats::TableRows>,
 }
 
 impl SqlSession {
@@ -123,6 +126,7 @@ impl SqlSession {
             base: state,
             scan,
             cluster,
+            rows: Arc::default(),
         }
     }
 
@@ -131,7 +135,8 @@ impl SqlSession {
         let schema = Arc::new(MemorySchemaProvider::new());
         for def in tables {
             let name = def.name.clone();
-            let table = QuarryTable::new(def, self.scan.clone())?;
+            let rows = self.rows.get(&def, &self.scan);
+            let table = QuarryTable::new(def, self.scan.clone(), rows)?;
             schema
                 .register_table(name, Arc::new(table))
                 .map_err(from_df)?;

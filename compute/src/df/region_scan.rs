@@ -21,9 +21,10 @@ use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::config::ConfigOptions;
+use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{DataFusionError, Result as DfResult};
+use datafusion::common::{DataFusionError, Result as DfResult, Statistics};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::{CaseExpr, DynamicFilterPhysicalExpr};
 use datafusion::physical_expr::utils::split_conjunction;
@@ -34,6 +35,7 @@ use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation,
 };
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -87,6 +89,9 @@ pub struct RegionScanExec {
     dynamic: Option<Arc<DynamicFilters>>,
     /// What the last run's dynamic filters added, for EXPLAIN ANALYZE.
     last_runtime_filter: Arc<Mutex<Vec<String>>>,
+    /// The table's row count, if known: DataFusion's estimate of a plain
+    /// scan's output, for join order.
+    table_rows: Option<u64>,
 }
 
 /// How long a scan waits for a join's build side to finish its filter.
@@ -207,6 +212,7 @@ impl RegionScanExec {
             last_run: Arc::new(Mutex::new(None)),
             dynamic: None,
             last_runtime_filter: Arc::new(Mutex::new(Vec::new())),
+            table_rows: None,
         }
     }
 
@@ -249,7 +255,12 @@ impl RegionScanExec {
             storage,
         );
         scan.dynamic = self.dynamic.clone();
+        scan.table_rows = self.table_rows;
         scan
+    }
+
+    pub fn set_table_rows(&mut self, rows: Option<u64>) {
+        self.table_rows = rows;
     }
 
     /// The output columns as expressions over the scan's columns, when this
@@ -396,6 +407,28 @@ impl ExecutionPlan for RegionScanExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+
+    /// The estimated rows out of a plain scan: the table's row count, a
+    /// fifth of it under a filter (DataFusion's default selectivity), at
+    /// most the top-k per region. Aggregating scans are unknown.
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> DfResult<Arc<Statistics>> {
+        let mut stats = Statistics::new_unknown(&self.schema);
+        if let (Some(rows), None) = (self.table_rows, &self.dag.aggregation) {
+            let mut rows = rows as usize;
+            if self.dag.selection.is_some() {
+                rows /= 5;
+            }
+            if self.dag.limit > 0 {
+                rows = rows.min(self.dag.limit as usize);
+            }
+            stats.num_rows = Precision::Inexact(rows);
+        }
+        Ok(Arc::new(stats))
     }
 
     /// Keeps the join filters DataFusion offers after optimization (its

@@ -37,6 +37,8 @@ pub struct QuarryTable {
     def: TableDef,
     schema: SchemaRef,
     ctx: ScanContext,
+    /// The table's last row count, if known (`stats.rs`).
+    rows: Option<u64>,
 }
 
 /// The Arrow schema of a table definition.
@@ -53,11 +55,12 @@ pub fn table_schema(def: &TableDef) -> Result<SchemaRef> {
 }
 
 impl QuarryTable {
-    pub fn new(def: TableDef, ctx: ScanContext) -> Result<Self> {
+    pub fn new(def: TableDef, ctx: ScanContext, rows: Option<u64>) -> Result<Self> {
         Ok(QuarryTable {
             schema: table_schema(&def)?,
             def,
             ctx,
+            rows,
         })
     }
 
@@ -132,14 +135,16 @@ impl QuarryTable {
             limit: limit.unwrap_or(0) as u64,
             top_n: None,
         };
-        Ok(RegionScanExec::new(
+        let mut scan = RegionScanExec::new(
             self.ctx.clone(),
             self.def.clone(),
             dag,
             row_types,
             schema,
             storage.join("; "),
-        ))
+        );
+        scan.set_table_rows(self.rows);
+        Ok(scan)
     }
 }
 
