@@ -94,6 +94,21 @@ pub struct RegionScanExec {
     table_rows: Option<u64>,
 }
 
+/// The dynamic filters (a join's, filled in at run time) inside `e`.
+fn dynamic_parts(e: &Arc<dyn PhysicalExpr>) -> Vec<Arc<dyn PhysicalExpr>> {
+    let mut found = Vec::new();
+    let _ = e.apply(|x| {
+        if x.as_ref()
+            .downcast_ref::<DynamicFilterPhysicalExpr>()
+            .is_some()
+        {
+            found.push(x.clone());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
 /// How long a scan waits for a join's build side to finish its filter.
 const MAX_FILTER_WAIT: Duration = Duration::from_secs(5);
 
@@ -114,17 +129,7 @@ impl DynamicFilters {
     async fn narrow(&self, dag: &mut DagRequest, deadline: Instant) -> Vec<String> {
         let mut shown = Vec::new();
         for f in &self.filters {
-            let mut dynamic = Vec::new();
-            let _ = f.apply(|e| {
-                if e.as_ref()
-                    .downcast_ref::<DynamicFilterPhysicalExpr>()
-                    .is_some()
-                {
-                    dynamic.push(e.clone());
-                }
-                Ok(TreeNodeRecursion::Continue)
-            });
-            for d in &dynamic {
+            for d in &dynamic_parts(f) {
                 if let Some(d) = d.as_ref().downcast_ref::<DynamicFilterPhysicalExpr>() {
                     // Scanning without the filter is only slower, never
                     // wrong: past the bound, go on with what it says now.
@@ -452,17 +457,7 @@ impl ExecutionPlan for RegionScanExec {
             .parent_filters
             .iter()
             .map(|f| f.filter.clone())
-            .filter(|f| {
-                let mut dynamic = false;
-                let _ = f.apply(|e| {
-                    dynamic |= e
-                        .as_ref()
-                        .downcast_ref::<DynamicFilterPhysicalExpr>()
-                        .is_some();
-                    Ok(TreeNodeRecursion::Continue)
-                });
-                dynamic
-            })
+            .filter(|f| !dynamic_parts(f).is_empty())
             .collect();
         let propagation = FilterPushdownPropagation::all_unsupported(child_pushdown_result);
         let columns = match (phase, self.plain_outputs()) {

@@ -61,6 +61,20 @@ pub fn install(state: SessionState) -> SessionState {
         .build()
 }
 
+/// `plan` with every node `replace` answers for replaced, children first.
+fn replace_bottom_up(
+    plan: Arc<dyn ExecutionPlan>,
+    replace: impl Fn(&Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        Ok(match replace(&node) {
+            Some(n) => Transformed::yes(n),
+            None => Transformed::no(node),
+        })
+    })
+    .map(|t| t.data)
+}
+
 #[derive(Debug)]
 pub struct PartialAggregateIntoRegions;
 
@@ -70,13 +84,9 @@ impl PhysicalOptimizerRule for PartialAggregateIntoRegions {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| {
-            Ok(match push_partial(&node) {
-                Some(scan) => Transformed::yes(Arc::new(scan) as Arc<dyn ExecutionPlan>),
-                None => Transformed::no(node),
-            })
+        replace_bottom_up(plan, |node| {
+            push_partial(node).map(|scan| Arc::new(scan) as Arc<dyn ExecutionPlan>)
         })
-        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
@@ -281,13 +291,7 @@ impl PhysicalOptimizerRule for TopKIntoRegions {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| {
-            Ok(match push_top_k(&node) {
-                Some(n) => Transformed::yes(n),
-                None => Transformed::no(node),
-            })
-        })
-        .map(|t| t.data)
+        replace_bottom_up(plan, push_top_k)
     }
 
     fn name(&self) -> &str {
