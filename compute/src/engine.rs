@@ -18,7 +18,7 @@ use crate::cluster::Cluster;
 use crate::config::ComputeConfig;
 use crate::df::region_scan::ScanContext;
 use crate::df::{self, PlannedQuery, SqlSession};
-use crate::dispatch::{DispatchConfig, DispatchStats, Dispatcher};
+use crate::dispatch::{DispatchConfig, Dispatcher};
 use crate::insert::insert;
 use crate::kv_writer::KvWriter;
 use crate::region_cache::RegionCache;
@@ -30,8 +30,6 @@ use crate::{plan_err, Error, Result};
 pub struct QueryOutput {
     pub schema: SchemaRef,
     pub batches: Vec<RecordBatch>,
-    /// Region-level statistics, for queries that touched regions.
-    pub stats: Option<DispatchStats>,
 }
 
 impl QueryOutput {
@@ -39,7 +37,6 @@ impl QueryOutput {
         QueryOutput {
             schema,
             batches: vec![batch],
-            stats: None,
         }
     }
 
@@ -158,8 +155,8 @@ impl QueryEngine {
     /// other statement (DDL, INSERT, SHOW TABLES, DESCRIBE) on Quarry's own
     /// path.
     pub async fn prepare_sql(&self, text: &str) -> Result<Prepared> {
-        if df::is_query(text) {
-            return Ok(Prepared::Query(Box::new(self.sql.plan(text).await?)));
+        if let Some(query) = df::parse_query(text) {
+            return Ok(Prepared::Query(Box::new(self.sql.plan(query).await?)));
         }
         let stmt = sql::parse(text)?;
         Ok(match stmt {

@@ -139,11 +139,7 @@ impl FlightSqlService for FlightSqlServer {
             ticket::Kind::ResultIpc(bytes) => {
                 let (schema, batches) =
                     quarry_coprocessor::ipc::decode(&bytes).map_err(bad_ticket)?;
-                QueryOutput {
-                    schema,
-                    batches,
-                    stats: None,
-                }
+                QueryOutput { schema, batches }
             }
         };
         Ok(Response::new(output_stream(out)))

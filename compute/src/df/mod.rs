@@ -62,20 +62,26 @@ use crate::cluster::Cluster;
 use crate::engine::QueryOutput;
 use crate::{Error, Result};
 
-/// Does `sql` read (a query, or EXPLAIN of one)? Those go to DataFusion;
-/// DDL, INSERT, SHOW and DESCRIBE keep Quarry's own path.
-pub fn is_query(sql: &str) -> bool {
-    match DFParser::parse_sql(sql) {
-        Ok(stmts) if stmts.len() == 1 => match &stmts[0] {
-            DfStatement::Statement(s) => matches!(
-                s.as_ref(),
-                SqlStatement::Query(_) | SqlStatement::Explain { .. }
-            ),
-            DfStatement::Explain(_) => true,
-            _ => false,
-        },
-        _ => false,
+/// A statement DataFusion plans (a query, or EXPLAIN of one), parsed once.
+pub struct ParsedQuery(DfStatement);
+
+/// `sql` parsed, if it reads (a query, or EXPLAIN of one): those go to
+/// DataFusion. DDL, INSERT, SHOW and DESCRIBE keep Quarry's own path.
+pub fn parse_query(sql: &str) -> Option<ParsedQuery> {
+    let mut stmts = DFParser::parse_sql(sql).ok()?;
+    if stmts.len() != 1 {
+        return None;
     }
+    let stmt = stmts.pop_front()?;
+    let reads = match &stmt {
+        DfStatement::Statement(s) => matches!(
+            s.as_ref(),
+            SqlStatement::Query(_) | SqlStatement::Explain { .. }
+        ),
+        DfStatement::Explain(_) => true,
+        _ => false,
+    };
+    reads.then_some(ParsedQuery(stmt))
 }
 
 /// A query planned by DataFusion, ready to run.
@@ -151,15 +157,15 @@ impl SqlSession {
         Ok(SessionContext::new_with_state(state))
     }
 
-    /// Plans `sql` against the cluster's tables now (one meta call).
-    pub async fn plan(&self, sql: &str) -> Result<PlannedQuery> {
+    /// Plans `query` against the cluster's tables now (one meta call).
+    pub async fn plan(&self, query: ParsedQuery) -> Result<PlannedQuery> {
         let tables = self.cluster.list_tables().await?;
         let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
         names.sort();
         let ctx = self.context_over(tables)?;
         let plan = ctx
             .state()
-            .create_logical_plan(sql)
+            .statement_to_plan(query.0)
             .await
             .map_err(|e| unknown_table(e, &names))?;
         Ok(PlannedQuery { ctx, plan })
@@ -183,16 +189,7 @@ impl SqlSession {
         let stream = df.execute_stream().await.map_err(from_df)?;
         let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(from_df)?;
         let schema = batches.first().map_or(schema, |b| b.schema());
-        Ok(QueryOutput {
-            schema,
-            batches,
-            stats: None,
-        })
-    }
-
-    pub async fn sql(&self, sql: &str) -> Result<QueryOutput> {
-        let q = self.plan(sql).await?;
-        self.run(q).await
+        Ok(QueryOutput { schema, batches })
     }
 }
 

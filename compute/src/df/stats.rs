@@ -15,12 +15,12 @@
 //! estimates for planning; no answer depends on them.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::AsArray;
 use arrow::datatypes::{DataType, Int64Type};
-use futures::StreamExt;
 use parking_lot::Mutex;
 use quarry_coprocessor::codec::key::table_record_range;
 use quarry_coprocessor::storage::KeyRange;
@@ -95,22 +95,24 @@ async fn count_rows(table: &TableDef, scan: &ScanContext) -> Result<u64> {
         ..Default::default()
     };
     let (start, end) = table_record_range(table.id);
-    let mut batches = scan.dispatcher.stream(
-        &dag,
-        vec![KeyRange::new(start, end)],
-        vec![DataType::Int64],
-        Instant::now() + scan.timeout,
-    );
     let mut rows = 0u64;
-    while let Some(b) = batches.next().await {
-        let b = b?;
-        if let Some(c) = b.columns().first() {
-            rows += c
-                .as_primitive::<Int64Type>()
-                .iter()
-                .map(|v| v.unwrap_or(0).max(0) as u64)
-                .sum::<u64>();
-        }
-    }
+    scan.dispatcher
+        .run(
+            &dag,
+            vec![KeyRange::new(start, end)],
+            &[DataType::Int64],
+            Instant::now() + scan.timeout,
+            &mut |b| {
+                if let Some(c) = b.columns().first() {
+                    rows += c
+                        .as_primitive::<Int64Type>()
+                        .iter()
+                        .map(|v| v.unwrap_or(0).max(0) as u64)
+                        .sum::<u64>();
+                }
+                Ok(ControlFlow::Continue(()))
+            },
+        )
+        .await?;
     Ok(rows)
 }
