@@ -363,7 +363,8 @@ fn a_store_down_past_the_timeout_has_its_replicas_recreated() {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let all = status(&live);
-        let regions: BTreeMap<u64, usize> = all
+        // Region id → the stores of its peers, as its leader sees them.
+        let regions: BTreeMap<u64, Vec<u64>> = all
             .iter()
             .flat_map(|s| s.regions.iter().filter(|r| r.is_leader))
             .map(|r| {
@@ -374,19 +375,24 @@ fn a_store_down_past_the_timeout_has_its_replicas_recreated() {
                     region.id,
                     region.peers.len()
                 );
-                let on_victim = region.peers.iter().any(|p| p.store_id == victim);
-                (region.id, if on_victim { 0 } else { region.peers.len() })
+                let stores = region.peers.iter().map(|p| p.store_id).collect();
+                (region.id, stores)
             })
             .collect();
         // The meta region and the TPC-H tables' regions (the loader makes
         // lineitem at least 4 per store), each with 3 replicas off the
         // victim.
-        if regions.len() > 16 && regions.values().all(|&n| n == 3) {
+        if regions.len() > 16
+            && regions
+                .values()
+                .all(|stores| stores.len() == 3 && !stores.contains(&victim))
+        {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "replicas were not moved off store {victim}: {regions:?}"
+            "replicas were not moved off store {victim} (region → stores of its peers): {regions:?}\nstderr:\n{}",
+            pg.stderr()
         );
         std::thread::sleep(Duration::from_millis(500));
     }

@@ -658,38 +658,58 @@ impl<E: Engine> Meta<E> {
         tracing::debug!(?dead, "stores down past max-store-down-secs");
         let live = self.live_stores(&all);
         for region in self.regions_in(b"", b"").await? {
-            let Some(gone) = region
+            // One region's failure (its leader moving, a slow snapshot)
+            // must not stop the others: it is retried next round.
+            if let Err(e) = self.repair_region(&region, &dead, &live, &all).await {
+                tracing::warn!(region = region.id, "re-creating a replica: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves one replica of `region` off a dead store: adds a peer on a
+    /// live store without one, then removes the dead peer. A region that
+    /// already has more than `replicas` peers (a repair cut short between
+    /// its two steps) only loses the dead one.
+    async fn repair_region(
+        &self,
+        region: &Region,
+        dead: &[u64],
+        live: &[StoreInfo],
+        all: &[StoreInfo],
+    ) -> Result<()> {
+        let Some(gone) = region
+            .peers
+            .iter()
+            .find(|p| dead.contains(&p.store_id))
+            .copied()
+        else {
+            return Ok(());
+        };
+        let leader_store = {
+            let live = self.live.lock();
+            region
                 .peers
                 .iter()
-                .find(|p| dead.contains(&p.store_id))
-                .copied()
-            else {
-                continue;
-            };
+                .find(|p| {
+                    live.get(&p.store_id)
+                        .is_some_and(|l| l.leaders.contains(&region.id))
+                })
+                .map(|p| p.store_id)
+        };
+        let Some(leader_store) = leader_store.and_then(|id| all.iter().find(|s| s.id == id)) else {
+            tracing::debug!(
+                region = region.id,
+                "no leader known yet for a region to repair"
+            );
+            return Ok(());
+        };
+        if region.peers.len() <= self.replicas {
             let Some(target) = live
                 .iter()
                 .find(|s| !region.peers.iter().any(|p| p.store_id == s.id))
             else {
-                continue;
-            };
-            let leader_store = {
-                let live = self.live.lock();
-                region
-                    .peers
-                    .iter()
-                    .find(|p| {
-                        live.get(&p.store_id)
-                            .is_some_and(|l| l.leaders.contains(&region.id))
-                    })
-                    .map(|p| p.store_id)
-            };
-            let Some(leader_store) = leader_store.and_then(|id| all.iter().find(|s| s.id == id))
-            else {
-                tracing::debug!(
-                    region = region.id,
-                    "no leader known yet for a region to repair"
-                );
-                continue;
+                return Ok(());
             };
             let id = self.alloc_ids(1).await?;
             let new_peer = Peer {
@@ -706,12 +726,11 @@ impl<E: Engine> Meta<E> {
                 .change_peer_at(leader_store, region.id, new_peer, false)
                 .await?;
             self.report_regions(vec![added]).await?;
-            let removed = self
-                .change_peer_at(leader_store, region.id, gone, true)
-                .await?;
-            self.report_regions(vec![removed]).await?;
         }
-        Ok(())
+        let removed = self
+            .change_peer_at(leader_store, region.id, gone, true)
+            .await?;
+        self.report_regions(vec![removed]).await
     }
 
     async fn change_peer_at(

@@ -1,7 +1,8 @@
 //! Background duties of a storage process, every couple of seconds:
 //!
 //! * heartbeat to the meta leader (liveness, address, regions it leads)
-//!   and refresh the store address book raft messages are routed with;
+//!   and refresh the store address book raft messages are routed with —
+//!   in a loop of its own, so that slow duties below never delay it;
 //! * on the meta leader: give the meta region its replicas on joining
 //!   stores, and move replicas off stores down past `max-store-down-secs`;
 //! * split regions this store leads once they pass `region-split-size-mb`
@@ -65,14 +66,35 @@ impl<E: Engine> Worker<E> {
         }
     }
 
+    /// Runs the duties as two loops: the heartbeat alone, so that a long
+    /// compaction, split or replica repair never makes this store look
+    /// down to the meta leader (with a short `max-store-down-secs` that
+    /// would move replicas off a live store), and everything else.
     pub async fn run(self: Arc<Self>) {
+        let beat = tokio::spawn(self.clone().heartbeat_loop());
+        self.duties_loop().await;
+        beat.abort();
+    }
+
+    async fn heartbeat_loop(self: Arc<Self>) {
         let mut round = 0u64;
         loop {
-            // Quickly at first, while the cluster forms; then every 2 s.
-            let pause = if round < 20 { 500 } else { 2000 };
             if let Err(e) = self.heartbeat().await {
                 tracing::debug!("heartbeat: {e}");
             }
+            round += 1;
+            tokio::time::sleep(Self::pause(round)).await;
+        }
+    }
+
+    /// Quickly at first, while the cluster forms; then every 2 s.
+    fn pause(round: u64) -> Duration {
+        Duration::from_millis(if round < 20 { 500 } else { 2000 })
+    }
+
+    async fn duties_loop(&self) {
+        let mut round = 0u64;
+        loop {
             let leading = self.node.read_check(META_REGION_ID, None).await.is_ok();
             self.meta.meta().note_leadership(leading);
             if leading {
@@ -92,7 +114,7 @@ impl<E: Engine> Worker<E> {
                 }
             }
             round += 1;
-            tokio::time::sleep(Duration::from_millis(pause)).await;
+            tokio::time::sleep(Self::pause(round)).await;
         }
     }
 

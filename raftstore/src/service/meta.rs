@@ -16,7 +16,12 @@ use crate::meta::Meta;
 use crate::peers::PeerClients;
 use crate::Error;
 
+/// How many times a meta request was forwarded already.
 const FORWARDED: &str = "quarry-forwarded";
+/// A store without a meta replica forwards to its join address, which
+/// forwards to the meta leader it knows of: two hops reach the leader,
+/// and no request circles for longer.
+const MAX_HOPS: u32 = 2;
 
 pub struct MetaService<E: Engine> {
     meta: Arc<Meta<E>>,
@@ -57,7 +62,11 @@ impl<E: Engine> MetaService<E> {
         F: Fn(MetaClient<Channel>, Request<T>) -> Fut,
         Fut: Future<Output = Result<Response<R>, Status>>,
     {
-        let forwarded = req.metadata().contains_key(FORWARDED);
+        let hops: u32 = req
+            .metadata()
+            .get(FORWARDED)
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(0);
         let msg = req.into_inner();
         let re = match local(self.meta.clone(), msg.clone()).await {
             Ok(r) => return Ok(Response::new(r)),
@@ -69,7 +78,7 @@ impl<E: Engine> MetaService<E> {
             (None, Some(_)) => self.join.clone(),
             _ => vec![],
         };
-        if forwarded || targets.is_empty() {
+        if hops >= MAX_HOPS || targets.is_empty() {
             return Err(Status::unavailable(format!(
                 "meta region unavailable: {}",
                 re.message
@@ -80,7 +89,7 @@ impl<E: Engine> MetaService<E> {
             let client = self.peers.meta(&addr).map_err(Status::from)?;
             let mut r = Request::new(msg.clone());
             r.metadata_mut()
-                .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+                .insert(FORWARDED, tonic::metadata::MetadataValue::from(hops + 1));
             // A hung meta leader is replaced within seconds; do not wait on it.
             r.set_timeout(std::time::Duration::from_secs(3));
             match remote(client, r).await {
