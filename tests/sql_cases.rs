@@ -61,4 +61,62 @@ fn sql_cases_match_duckdb_at_sf_0_01() {
         failures
     });
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // The expressions these cases use run in storage: EXPLAIN shows them
+    // in the region scan's storage part.
+    let failures: Vec<String> = rt.block_on(async {
+        let mut c = Client::connect(&pg.compute).await.unwrap();
+        let mut failures = Vec::new();
+        for (name, fragment) in PUSHED_DOWN {
+            let text = &cases.iter().find(|(n, _)| n == name).unwrap().1;
+            let plan = explain(&mut c, text).await;
+            let storage: Vec<&str> = plan
+                .split("storage=[")
+                .skip(1)
+                .map(|s| s.lines().next().unwrap_or(""))
+                .collect();
+            if !storage.iter().any(|s| s.contains(fragment)) {
+                failures.push(format!("{name}: no `{fragment}` in storage: {storage:?}"));
+            }
+        }
+        failures
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// (case, text its region scan's storage part must contain).
+const PUSHED_DOWN: &[(&str, &str)] = &[
+    ("case_when_returnflag", "group by [l_returnflag, CASE WHEN"),
+    ("group_by_case_price_band", "group by [CASE WHEN"),
+    ("extract_year_orders", "group by [date_part(Utf8(\"YEAR\")"),
+    ("extract_year_month_shipments", "date_part(Utf8(\"MONTH\")"),
+    (
+        "modulo_bucket_orderkey",
+        "group by [orders.o_orderkey % Int64(7)]",
+    ),
+    ("is_not_null_case", "filter CASE WHEN"),
+    ("is_null_nullif", "filter nullif(o_orderstatus"),
+    ("coalesce_nullif_segment", "group by [coalesce(nullif("),
+    (
+        "substring_phone_country",
+        "group by [substr(customer.c_phone",
+    ),
+];
+
+/// The text of `EXPLAIN <sql>`'s plans.
+async fn explain(c: &mut Client, sql: &str) -> String {
+    let batches = c.sql(&format!("EXPLAIN {sql}")).await.unwrap();
+    let mut out = String::new();
+    for b in &batches {
+        let plans = arrow::compute::cast(b.column(1), &arrow::datatypes::DataType::Utf8).unwrap();
+        let plans = plans
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .unwrap();
+        for p in plans.iter().flatten() {
+            out.push_str(p);
+            out.push('\n');
+        }
+    }
+    out
 }

@@ -14,9 +14,14 @@
 //! Quarry's type rules (checked decimal arithmetic, comparison types), so
 //! only operators whose result does not depend on those rules are
 //! translated: comparisons, AND/OR/NOT, `+ - *` (exact for decimals and
-//! integers alike; overflow is an error on both sides), IS \[NOT\] NULL,
-//! BETWEEN, IN lists, LIKE, and casts between Quarry's types. Division and
-//! `%` stay in DataFusion, whose result scale is the one the user sees.
+//! integers alike; overflow is an error on both sides), `%` of integers,
+//! IS \[NOT\] NULL, BETWEEN, IN lists, LIKE, casts between Quarry's
+//! types, CASE (DataFusion has already cast every value to one type),
+//! COALESCE, NULLIF, EXTRACT/`date_part` of a DATE (BIGINT in storage, INT to
+//! DataFusion: the region scan casts the few values it ships), and
+//! SUBSTRING with constant positions. Division and `%` of decimals or
+//! floats stay in DataFusion, whose result type and zero rules are the ones
+//! the user sees.
 
 use std::sync::Arc;
 
@@ -25,7 +30,8 @@ use datafusion::common::ScalarValue as DfScalar;
 use datafusion::logical_expr::{Expr as LExpr, Operator};
 use datafusion::physical_expr::expressions as pe;
 use datafusion::physical_expr::PhysicalExpr;
-use quarry_coprocessor::expr::{ArithOp, CmpOp, Expr, LogicOp, ScalarValue};
+use datafusion::physical_expr::ScalarFunctionExpr;
+use quarry_coprocessor::expr::{ArithOp, CmpOp, DatePart, Expr, LogicOp, ScalarValue};
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::{ColumnInfo, TableScan};
 use quarry_proto::meta::TableDef;
@@ -109,6 +115,7 @@ fn arith_op(op: Operator) -> Option<ArithOp> {
         Operator::Plus => ArithOp::Plus,
         Operator::Minus => ArithOp::Minus,
         Operator::Multiply => ArithOp::Multiply,
+        Operator::Modulo => ArithOp::Modulo,
         _ => return None,
     })
 }
@@ -119,6 +126,10 @@ fn binary(op: Operator, left: Expr, right: Expr) -> Option<Expr> {
         return Expr::compare(c, left, right).ok();
     }
     if let Some(a) = arith_op(op) {
+        let ints = left.data_type() == DataType::Int64 && right.data_type() == DataType::Int64;
+        if a == ArithOp::Modulo && !ints {
+            return None;
+        }
         return Expr::arith(a, left, right).ok();
     }
     match op {
@@ -172,6 +183,56 @@ fn like_pattern(pattern: Option<ScalarValue>, escape: Option<char>, ci: bool) ->
     }
 }
 
+/// `CASE [base] WHEN w THEN t … [ELSE e] END` from translated parts; a
+/// simple CASE compares `base` with each `w`.
+fn case(base: Option<Expr>, whens: Vec<(Expr, Expr)>, otherwise: Option<Expr>) -> Option<Expr> {
+    let branches = whens
+        .into_iter()
+        .map(|(w, t)| match &base {
+            Some(b) => Some((Expr::compare(CmpOp::Eq, b.clone(), w).ok()?, t)),
+            None => Some((w, t)),
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Expr::case(branches, otherwise).ok()
+}
+
+/// A call of one of DataFusion's functions storage also has, from its
+/// name and translated arguments.
+fn function(name: &str, mut args: Vec<Expr>) -> Option<Expr> {
+    let int = |e: &Expr| match e.as_literal() {
+        Some(ScalarValue::Int64(v)) => Some(*v),
+        _ => None,
+    };
+    match (name, args.len()) {
+        ("coalesce", _) => Expr::coalesce(args).ok(),
+        ("nullif", 2) => {
+            // NULLIF(a, b) is CASE WHEN a = b THEN NULL ELSE a END.
+            let b = args.pop()?;
+            let a = args.pop()?;
+            let null = Expr::literal(ScalarValue::Null(a.data_type()));
+            let same = Expr::compare(CmpOp::Eq, a.clone(), b).ok()?;
+            Expr::case(vec![(same, null)], Some(a)).ok()
+        }
+        ("date_part" | "datepart", 2) => {
+            let part = match args[0].as_literal() {
+                Some(ScalarValue::Utf8(p)) => DatePart::parse(p.trim_matches(['\'', '"']))?,
+                _ => return None,
+            };
+            Expr::date_part(part, args.pop()?).ok()
+        }
+        ("substr" | "substring", 2 | 3) => {
+            let len = match args.get(2) {
+                Some(e) => Some(int(e)?),
+                None => None,
+            };
+            let start = int(&args[1])?;
+            args.truncate(1);
+            Expr::substring(args.pop()?, start, len).ok()
+        }
+        _ => None,
+    }
+}
+
 /// Translates a logical expression over `binder`'s table.
 pub fn logical(e: &LExpr, binder: &mut ColumnBinder) -> Option<Expr> {
     match e {
@@ -213,6 +274,30 @@ pub fn logical(e: &LExpr, binder: &mut ColumnBinder) -> Option<Expr> {
         LExpr::Cast(c) => {
             let to = quarry_type(c.field.data_type())?;
             Expr::cast(logical(&c.expr, binder)?, to).ok()
+        }
+        LExpr::Case(c) => {
+            let base = match &c.expr {
+                Some(b) => Some(logical(b, binder)?),
+                None => None,
+            };
+            let whens = c
+                .when_then_expr
+                .iter()
+                .map(|(w, t)| Some((logical(w, binder)?, logical(t, binder)?)))
+                .collect::<Option<Vec<_>>>()?;
+            let otherwise = match &c.else_expr {
+                Some(e) => Some(logical(e, binder)?),
+                None => None,
+            };
+            case(base, whens, otherwise)
+        }
+        LExpr::ScalarFunction(f) => {
+            let args = f
+                .args
+                .iter()
+                .map(|a| logical(a, binder))
+                .collect::<Option<Vec<_>>>()?;
+            function(f.func.name(), args)
         }
         _ => None,
     }
@@ -267,6 +352,30 @@ pub fn physical(
             .and_then(|p| scalar(p.value()));
         let pattern = like_pattern(pattern, None, l.case_insensitive())?;
         return Expr::like(physical(l.expr(), column)?, pattern, l.negated()).ok();
+    }
+    if let Some(c) = any.downcast_ref::<pe::CaseExpr>() {
+        let base = match c.expr() {
+            Some(b) => Some(physical(b, column)?),
+            None => None,
+        };
+        let whens = c
+            .when_then_expr()
+            .iter()
+            .map(|(w, t)| Some((physical(w, column)?, physical(t, column)?)))
+            .collect::<Option<Vec<_>>>()?;
+        let otherwise = match c.else_expr() {
+            Some(e) => Some(physical(e, column)?),
+            None => None,
+        };
+        return case(base, whens, otherwise);
+    }
+    if let Some(f) = any.downcast_ref::<ScalarFunctionExpr>() {
+        let args = f
+            .args()
+            .iter()
+            .map(|a| physical(a, column))
+            .collect::<Option<Vec<_>>>()?;
+        return function(f.name(), args);
     }
     None
 }

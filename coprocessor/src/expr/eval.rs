@@ -19,7 +19,11 @@ use arrow::compute::{
 use arrow::datatypes::{ArrowPrimitiveType, DataType, Decimal128Type, Float64Type, Int64Type};
 use arrow::error::ArrowError;
 
-use super::{ArithOp, CmpOp, Expr, LogicOp, ScalarValue};
+use arrow::array::{new_null_array, StringArray};
+use arrow::compute::kernels::temporal::{date_part, DatePart as ArrowDatePart};
+use arrow::compute::kernels::zip::zip;
+
+use super::{ArithOp, CmpOp, DatePart, Expr, LogicOp, ScalarValue};
 use crate::types::{self, fits_precision, sql_name, POW10};
 use crate::{internal, Result};
 
@@ -167,6 +171,9 @@ fn eval_arith(
                 ArithOp::Minus => a.checked_sub(b),
                 ArithOp::Multiply => a.checked_mul(b),
                 ArithOp::Divide => a.checked_div(b),
+                ArithOp::Modulo if b == 0 => return Err(ArrowError::DivideByZero),
+                // i64::MIN % -1 is 0, which checked_rem would call overflow.
+                ArithOp::Modulo => Some(a.wrapping_rem(b)),
             }
             .ok_or_else(|| overflow(format!("BIGINT overflow in {a} {sym} {b}")))
         }),
@@ -175,8 +182,11 @@ fn eval_arith(
                 ArithOp::Plus => a + b,
                 ArithOp::Minus => a - b,
                 ArithOp::Multiply => a * b,
-                ArithOp::Divide if b == 0.0 => return Err(ArrowError::DivideByZero),
+                ArithOp::Divide | ArithOp::Modulo if b == 0.0 => {
+                    return Err(ArrowError::DivideByZero)
+                }
                 ArithOp::Divide => a / b,
+                ArithOp::Modulo => a % b,
             };
             if v.is_finite() || !a.is_finite() || !b.is_finite() {
                 Ok(v)
@@ -217,6 +227,7 @@ fn eval_arith(
                         }
                     })
                 }
+                ArithOp::Modulo => Err(internal!("decimal % reached evaluation")),
                 ArithOp::Divide => {
                     // a / b at scale s = round(a * 10^(s - s1 + s2) / b).
                     let k = (s + s2)
@@ -443,6 +454,145 @@ impl Expr {
                 })?;
                 wrap(out, scalar)?
             }
+            Expr::Case {
+                branches,
+                otherwise,
+                data_type,
+            } => eval_case(batch, mask, branches, otherwise.as_deref(), data_type)?,
+            Expr::Coalesce(args) => {
+                let values = args
+                    .iter()
+                    .map(|a| a.eval(batch, mask))
+                    .collect::<Result<Vec<_>>>()?;
+                let scalar = values.iter().all(ColumnarValue::is_scalar);
+                let n = if scalar { 1 } else { len };
+                let mut acc: Option<ArrayRef> = None;
+                for v in values {
+                    let v = v.into_array(n)?;
+                    acc = Some(match acc {
+                        None => v,
+                        Some(a) if a.null_count() == 0 => a,
+                        Some(a) => zip(&is_not_null(a.as_ref())?, &a, &v)?,
+                    });
+                }
+                wrap(
+                    acc.ok_or_else(|| internal!("COALESCE without arguments"))?,
+                    scalar,
+                )?
+            }
+            Expr::DatePart { part, expr } => {
+                let v = expr.eval(batch, mask)?;
+                let scalar = v.is_scalar();
+                let arr = v.into_array(if scalar { 1 } else { len })?;
+                let fields = date_part(arr.as_ref(), arrow_date_part(*part))?;
+                wrap(
+                    cast_with_options(&fields, &DataType::Int64, &CastOptions::default())?,
+                    scalar,
+                )?
+            }
+            Expr::Substring {
+                expr,
+                start,
+                len: count,
+            } => {
+                let v = expr.eval(batch, mask)?;
+                let scalar = v.is_scalar();
+                let arr = v.into_array(if scalar { 1 } else { len })?;
+                let out: StringArray = arr
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|s| s.map(|s| substring(s, *start, *count)))
+                    .collect();
+                wrap(Arc::new(out), scalar)?
+            }
         })
     }
+}
+
+fn arrow_date_part(part: DatePart) -> ArrowDatePart {
+    match part {
+        DatePart::Year => ArrowDatePart::Year,
+        DatePart::Quarter => ArrowDatePart::Quarter,
+        DatePart::Month => ArrowDatePart::Month,
+        DatePart::Week => ArrowDatePart::Week,
+        DatePart::Day => ArrowDatePart::Day,
+        DatePart::DayOfYear => ArrowDatePart::DayOfYear,
+        DatePart::DayOfWeek => ArrowDatePart::DayOfWeekSunday0,
+    }
+}
+
+/// SQL's SUBSTRING over characters: positions `start ..< start + count`
+/// (1-based), clipped to the string.
+fn substring(s: &str, start: i64, count: Option<i64>) -> &str {
+    let from = start.saturating_sub(1);
+    let to = count.map_or(i64::MAX, |n| from.saturating_add(n));
+    let (from, to) = (from.max(0) as usize, to.max(0) as usize);
+    if to <= from {
+        return "";
+    }
+    let byte = |char_pos: usize| s.char_indices().nth(char_pos).map_or(s.len(), |(b, _)| b);
+    if s.is_ascii() {
+        return &s[from.min(s.len())..to.min(s.len())];
+    }
+    &s[byte(from)..byte(to)]
+}
+
+/// `mask` (rows that matter; None: all) narrowed to the set bits of `rows`.
+fn narrow(mask: Option<&NullBuffer>, rows: &BooleanBuffer) -> NullBuffer {
+    match mask {
+        Some(m) => NullBuffer::new(m.inner() & rows),
+        None => NullBuffer::new(rows.clone()),
+    }
+}
+
+/// CASE, branch by branch: each condition is evaluated on the rows no
+/// earlier branch took, and each value only on the rows its branch took,
+/// so `CASE WHEN b <> 0 THEN a / b END` never divides by zero.
+fn eval_case(
+    batch: &RecordBatch,
+    mask: Option<&NullBuffer>,
+    branches: &[(Expr, Expr)],
+    otherwise: Option<&Expr>,
+    data_type: &DataType,
+) -> Result<ColumnarValue> {
+    let len = batch.num_rows();
+    // A fallible part sees only the rows it decides; the others need no
+    // mask (rows outside the selection may hold anything).
+    let mask_for = |e: &Expr, rows: &BooleanBuffer| -> Option<NullBuffer> {
+        if e.is_fallible() {
+            Some(narrow(mask, rows))
+        } else {
+            mask.cloned()
+        }
+    };
+    // Rows no branch has taken yet.
+    let mut open = BooleanBuffer::new_set(len);
+    let mut taken = Vec::with_capacity(branches.len());
+    for (when, _) in branches {
+        let w = as_bool(when.eval(batch, mask_for(when, &open).as_ref())?, len)?;
+        // TRUE only: a NULL condition does not take the row.
+        let hit = match w.nulls() {
+            Some(n) => w.values() & n.inner(),
+            None => w.values().clone(),
+        };
+        let hit = &hit & &open;
+        open = &open & &!&hit;
+        taken.push(hit);
+    }
+    let mut out = match otherwise {
+        Some(e) => e
+            .eval(batch, mask_for(e, &open).as_ref())?
+            .into_array(len)?,
+        None => new_null_array(data_type, len),
+    };
+    for ((_, then), hit) in branches.iter().zip(taken).rev() {
+        if hit.count_set_bits() == 0 {
+            continue;
+        }
+        let v = then
+            .eval(batch, mask_for(then, &hit).as_ref())?
+            .into_array(len)?;
+        out = zip(&BooleanArray::new(hit, None), &v, &out)?;
+    }
+    Ok(ColumnarValue::Array(out))
 }

@@ -20,6 +20,12 @@
 //! * Comparisons bring both sides to one type (decimals to a common scale);
 //!   a string literal compared with a DATE is parsed as a date.
 //! * Division by zero is an error.
+//! * `%` takes BIGINT or DOUBLE operands (a decimal remainder is left to
+//!   compute); the result's sign is the dividend's; `% 0` is an error.
+//! * CASE values and COALESCE arguments must already share one type (the
+//!   planner casts them); conditions are BOOLEAN, and only TRUE takes a
+//!   branch. EXTRACT of a DATE is BIGINT; SUBSTRING counts characters from
+//!   1, with constant positions.
 //!
 //! Expressions whose children are all literals are folded while building,
 //! so `0.06 - 0.01` reaches storage as the literal `0.05`.
@@ -27,7 +33,9 @@
 //! EVALUATION works on whole Arrow arrays (see `eval.rs`). Expressions that
 //! can fail (arithmetic, casts) see rows outside the current selection as
 //! NULL, so a row a filter rejected can never raise an overflow or a
-//! division by zero.
+//! division by zero. CASE narrows that further: a condition sees only the
+//! rows no earlier branch took, a value only the rows its branch took, so
+//! `CASE WHEN b <> 0 THEN a / b END` cannot divide by zero either.
 
 mod eval;
 pub mod scalar;
@@ -50,6 +58,51 @@ pub enum ArithOp {
     Minus,
     Multiply,
     Divide,
+    /// `%`: BIGINT or DOUBLE operands only; the sign follows the dividend.
+    Modulo,
+}
+
+/// A field of a DATE (`EXTRACT(field FROM d)`, `date_part('field', d)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatePart {
+    Year,
+    Quarter,
+    Month,
+    /// ISO 8601 week of the year.
+    Week,
+    Day,
+    /// Day of the year, 1 to 366.
+    DayOfYear,
+    /// Day of the week, Sunday = 0.
+    DayOfWeek,
+}
+
+impl DatePart {
+    /// The part a SQL name stands for (case-insensitive).
+    pub fn parse(name: &str) -> Option<DatePart> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "year" => DatePart::Year,
+            "quarter" | "qtr" => DatePart::Quarter,
+            "month" => DatePart::Month,
+            "week" => DatePart::Week,
+            "day" => DatePart::Day,
+            "doy" => DatePart::DayOfYear,
+            "dow" => DatePart::DayOfWeek,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DatePart::Year => "year",
+            DatePart::Quarter => "quarter",
+            DatePart::Month => "month",
+            DatePart::Week => "week",
+            DatePart::Day => "day",
+            DatePart::DayOfYear => "doy",
+            DatePart::DayOfWeek => "dow",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +167,29 @@ pub enum Expr {
         expr: Box<Expr>,
         to: DataType,
     },
+    /// `CASE WHEN c THEN v … [ELSE e] END`: the first branch whose
+    /// condition is TRUE gives the value; none gives `otherwise` (NULL
+    /// without one). Every value has `data_type`.
+    Case {
+        branches: Vec<(Expr, Expr)>,
+        otherwise: Option<Box<Expr>>,
+        data_type: DataType,
+    },
+    /// The first non-NULL argument; all have one type.
+    Coalesce(Vec<Expr>),
+    /// A field of a DATE, as BIGINT.
+    DatePart {
+        part: DatePart,
+        expr: Box<Expr>,
+    },
+    /// The characters of a string from the 1-based `start`, `len` of them
+    /// (to the end without one), under SQL's rules: positions before the
+    /// first character count against `len`.
+    Substring {
+        expr: Box<Expr>,
+        start: i64,
+        len: Option<i64>,
+    },
 }
 
 impl ArithOp {
@@ -123,6 +199,7 @@ impl ArithOp {
             ArithOp::Minus => "-",
             ArithOp::Multiply => "*",
             ArithOp::Divide => "/",
+            ArithOp::Modulo => "%",
         }
     }
 }
@@ -238,6 +315,18 @@ impl Expr {
         if !types::is_numeric(&lt) || !types::is_numeric(&rt) {
             return Err(bad());
         }
+        if op == ArithOp::Modulo
+            && !matches!(
+                (&lt, &rt),
+                (DataType::Int64, DataType::Int64)
+                    | (DataType::Float64, DataType::Float64 | DataType::Int64)
+                    | (DataType::Int64, DataType::Float64)
+            )
+        {
+            // A decimal remainder's type differs between engines; it is
+            // left to compute.
+            return Err(bad());
+        }
         if lt == DataType::Float64 || rt == DataType::Float64 {
             let left = Expr::cast(left, DataType::Float64)?;
             let right = Expr::cast(right, DataType::Float64)?;
@@ -265,6 +354,7 @@ impl Expr {
                 ((p1 - s1).max(p2 - s2) + s + 1, s)
             }
             ArithOp::Multiply => (p1 + p2, s1 + s2),
+            ArithOp::Modulo => return Err(bad()),
             ArithOp::Divide => {
                 let s = (s1 + 4).max(s2).min(MAX_DECIMAL_PRECISION as u32);
                 (p1 - s1 + s2 + s, s)
@@ -428,6 +518,86 @@ impl Expr {
         })
     }
 
+    /// `CASE WHEN … THEN … [ELSE …] END`. Conditions must be BOOLEAN;
+    /// values must have one type (untyped NULLs take it).
+    pub fn case(branches: Vec<(Expr, Expr)>, otherwise: Option<Expr>) -> Result<Expr> {
+        if branches.is_empty() {
+            return Err(invalid_input!("CASE needs at least one WHEN"));
+        }
+        let mut values: Vec<Expr> = branches.iter().map(|(_, v)| v.clone()).collect();
+        values.extend(otherwise.clone());
+        let data_type = common_type(&values, "CASE")?;
+        let mut built = Vec::with_capacity(branches.len());
+        for (when, then) in branches {
+            Expr::expect_boolean(&when, "CASE WHEN")?;
+            built.push((
+                Expr::cast(when, DataType::Boolean)?,
+                Expr::cast(then, data_type.clone())?,
+            ));
+        }
+        let otherwise = match otherwise {
+            Some(e) => Some(Box::new(Expr::cast(e, data_type.clone())?)),
+            None => None,
+        };
+        fold(Expr::Case {
+            branches: built,
+            otherwise,
+            data_type,
+        })
+    }
+
+    /// `COALESCE(a, b, …)`: arguments of one type (untyped NULLs take it).
+    pub fn coalesce(args: Vec<Expr>) -> Result<Expr> {
+        if args.is_empty() {
+            return Err(invalid_input!("COALESCE needs at least one argument"));
+        }
+        let t = common_type(&args, "COALESCE")?;
+        let args = args
+            .into_iter()
+            .map(|a| Expr::cast(a, t.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        fold(Expr::Coalesce(args))
+    }
+
+    /// `EXTRACT(part FROM expr)` of a DATE, as BIGINT.
+    pub fn date_part(part: DatePart, expr: Expr) -> Result<Expr> {
+        match expr.data_type() {
+            DataType::Date32 | DataType::Null => {}
+            other => {
+                return Err(invalid_input!(
+                    "EXTRACT({}) needs a DATE, got {}",
+                    part.name(),
+                    sql_name(&other)
+                ))
+            }
+        }
+        fold(Expr::DatePart {
+            part,
+            expr: Box::new(Expr::cast(expr, DataType::Date32)?),
+        })
+    }
+
+    /// `SUBSTRING(expr FROM start [FOR len])`.
+    pub fn substring(expr: Expr, start: i64, len: Option<i64>) -> Result<Expr> {
+        match expr.data_type() {
+            DataType::Utf8 | DataType::Null => {}
+            other => {
+                return Err(invalid_input!(
+                    "SUBSTRING needs a VARCHAR, got {}",
+                    sql_name(&other)
+                ))
+            }
+        }
+        if let Some(n) = len.filter(|n| *n < 0) {
+            return Err(invalid_input!("negative SUBSTRING length {n}"));
+        }
+        fold(Expr::Substring {
+            expr: Box::new(Expr::cast(expr, DataType::Utf8)?),
+            start,
+            len,
+        })
+    }
+
     // ------------------------------------------------------------ queries
 
     pub fn data_type(&self) -> DataType {
@@ -443,6 +613,10 @@ impl Expr {
             | Expr::InList { .. }
             | Expr::Like { .. } => DataType::Boolean,
             Expr::Cast { to, .. } => to.clone(),
+            Expr::Case { data_type, .. } => data_type.clone(),
+            Expr::Coalesce(args) => args[0].data_type(),
+            Expr::DatePart { .. } => DataType::Int64,
+            Expr::Substring { .. } => DataType::Utf8,
         }
     }
 
@@ -457,8 +631,13 @@ impl Expr {
                 left.is_fallible() || right.is_fallible()
             }
             Expr::Not(e) => e.is_fallible(),
-            Expr::IsNull { expr, .. } | Expr::InList { expr, .. } | Expr::Like { expr, .. } => {
-                expr.is_fallible()
+            Expr::IsNull { expr, .. }
+            | Expr::InList { expr, .. }
+            | Expr::Like { expr, .. }
+            | Expr::DatePart { expr, .. }
+            | Expr::Substring { expr, .. } => expr.is_fallible(),
+            Expr::Case { .. } | Expr::Coalesce(_) => {
+                self.children().iter().any(|c| c.is_fallible())
             }
         }
     }
@@ -486,7 +665,32 @@ impl Expr {
             Expr::IsNull { expr, .. }
             | Expr::InList { expr, .. }
             | Expr::Like { expr, .. }
-            | Expr::Cast { expr, .. } => expr.visit_columns(f),
+            | Expr::Cast { expr, .. }
+            | Expr::DatePart { expr, .. }
+            | Expr::Substring { expr, .. } => expr.visit_columns(f),
+            Expr::Case { .. } | Expr::Coalesce(_) => {
+                for c in self.children() {
+                    c.visit_columns(f);
+                }
+            }
+        }
+    }
+
+    /// The sub-expressions of a CASE or COALESCE, in evaluation order
+    /// (empty for the other kinds).
+    fn children(&self) -> Vec<&Expr> {
+        match self {
+            Expr::Case {
+                branches,
+                otherwise,
+                ..
+            } => branches
+                .iter()
+                .flat_map(|(w, t)| [w, t])
+                .chain(otherwise.as_deref())
+                .collect(),
+            Expr::Coalesce(args) => args.iter().collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -513,6 +717,11 @@ impl Expr {
             Expr::InList { expr, list, .. } => list.len() as u32 + expr.cost(),
             Expr::Like { expr, .. } => 8 + expr.cost(),
             Expr::Cast { expr, .. } => 3 + expr.cost(),
+            Expr::Case { .. } | Expr::Coalesce(_) => {
+                2 + self.children().iter().map(|c| c.cost()).sum::<u32>()
+            }
+            Expr::DatePart { expr, .. } => 3 + expr.cost(),
+            Expr::Substring { expr, .. } => 8 + expr.cost(),
         }
     }
 
@@ -544,6 +753,7 @@ impl Expr {
                     ArithOp::Minus => FuncKind::Minus,
                     ArithOp::Multiply => FuncKind::Multiply,
                     ArithOp::Divide => FuncKind::Divide,
+                    ArithOp::Modulo => FuncKind::Modulo,
                 };
                 func(kind, vec![left.to_proto()?, right.to_proto()?])
             }
@@ -613,6 +823,31 @@ impl Expr {
                     cast_to: Some(types::field_type(to, true)?),
                 })),
             },
+            Expr::Case { .. } => func(
+                FuncKind::Case,
+                self.children()
+                    .into_iter()
+                    .map(Expr::to_proto)
+                    .collect::<Result<_>>()?,
+            ),
+            Expr::Coalesce(args) => func(
+                FuncKind::Coalesce,
+                args.iter().map(Expr::to_proto).collect::<Result<_>>()?,
+            ),
+            Expr::DatePart { part, expr } => func(
+                FuncKind::DatePart,
+                vec![
+                    lit(&ScalarValue::Utf8(part.name().into()))?,
+                    expr.to_proto()?,
+                ],
+            ),
+            Expr::Substring { expr, start, len } => {
+                let mut args = vec![expr.to_proto()?, lit(&ScalarValue::Int64(*start))?];
+                if let Some(n) = len {
+                    args.push(lit(&ScalarValue::Int64(*n))?);
+                }
+                func(FuncKind::Substring, args)
+            }
         })
     }
 
@@ -677,12 +912,17 @@ fn build_func(
         (l, r)
     };
     match kind {
-        FuncKind::Plus | FuncKind::Minus | FuncKind::Multiply | FuncKind::Divide => {
+        FuncKind::Plus
+        | FuncKind::Minus
+        | FuncKind::Multiply
+        | FuncKind::Divide
+        | FuncKind::Modulo => {
             arity(2)?;
             let op = match kind {
                 FuncKind::Plus => ArithOp::Plus,
                 FuncKind::Minus => ArithOp::Minus,
                 FuncKind::Multiply => ArithOp::Multiply,
+                FuncKind::Modulo => ArithOp::Modulo,
                 _ => ArithOp::Divide,
             };
             let (l, r) = two(&mut args);
@@ -760,8 +1000,66 @@ fn build_func(
             let to = cast_to.ok_or_else(|| invalid_input!("CAST without a target type"))?;
             Expr::cast(args.pop().expect("arity"), types::arrow_type(to)?)
         }
+        FuncKind::Case => {
+            if n < 2 {
+                return Err(invalid_input!("CASE needs a condition and a value"));
+            }
+            let otherwise = if n % 2 == 1 { args.pop() } else { None };
+            let mut branches = Vec::with_capacity(n / 2);
+            let mut it = args.into_iter();
+            while let (Some(w), Some(t)) = (it.next(), it.next()) {
+                branches.push((w, t));
+            }
+            Expr::case(branches, otherwise)
+        }
+        FuncKind::Coalesce => Expr::coalesce(args),
+        FuncKind::DatePart => {
+            arity(2)?;
+            let (p, e) = two(&mut args);
+            match p {
+                Expr::Literal(ScalarValue::Utf8(name)) => {
+                    let part = DatePart::parse(&name)
+                        .ok_or_else(|| invalid_input!("unknown date part '{name}'"))?;
+                    Expr::date_part(part, e)
+                }
+                _ => Err(invalid_input!("DATE_PART needs a constant part name")),
+            }
+        }
+        FuncKind::Substring => {
+            if !(2..=3).contains(&n) {
+                return Err(invalid_input!("SUBSTRING takes 2 or 3 arguments, got {n}"));
+            }
+            let int = |e: Option<Expr>| match e {
+                Some(Expr::Literal(ScalarValue::Int64(v))) => Ok(v),
+                _ => Err(invalid_input!("SUBSTRING needs constant BIGINT positions")),
+            };
+            let len = if n == 3 { Some(int(args.pop())?) } else { None };
+            let start = int(args.pop())?;
+            Expr::substring(args.pop().expect("n >= 2"), start, len)
+        }
         FuncKind::FuncUnspecified => Err(invalid_input!("unspecified function")),
     }
+}
+
+/// The one type of CASE values or COALESCE arguments: they must agree,
+/// save untyped NULLs.
+fn common_type(values: &[Expr], what: &str) -> Result<DataType> {
+    let mut t = DataType::Null;
+    for v in values {
+        let vt = v.data_type();
+        if vt == DataType::Null || vt == t {
+            continue;
+        }
+        if t != DataType::Null {
+            return Err(invalid_input!(
+                "{what} mixes {} and {}",
+                sql_name(&t),
+                sql_name(&vt)
+            ));
+        }
+        t = vt;
+    }
+    Ok(t)
 }
 
 /// Evaluates an expression whose inputs are all constants, once, while
@@ -778,7 +1076,12 @@ fn fold(e: Expr) -> Result<Expr> {
         Expr::IsNull { expr, .. }
         | Expr::InList { expr, .. }
         | Expr::Like { expr, .. }
-        | Expr::Cast { expr, .. } => expr.as_literal().is_some(),
+        | Expr::Cast { expr, .. }
+        | Expr::DatePart { expr, .. }
+        | Expr::Substring { expr, .. } => expr.as_literal().is_some(),
+        Expr::Case { .. } | Expr::Coalesce(_) => {
+            e.children().iter().all(|c| c.as_literal().is_some())
+        }
     };
     if !constant {
         return Ok(e);

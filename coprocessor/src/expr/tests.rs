@@ -227,6 +227,17 @@ fn proto_round_trip_rebuilds_the_same_expression() {
         Expr::cast(col(2), DataType::Float64).unwrap(),
         Expr::negate(col(0)).unwrap(),
         Expr::is_null(col(3), true).unwrap(),
+        Expr::arith(ArithOp::Modulo, col(2), int(7)).unwrap(),
+        Expr::case(
+            vec![(Expr::compare(CmpOp::Eq, col(4), utf8("A")).unwrap(), col(0))],
+            Some(col(1)),
+        )
+        .unwrap(),
+        Expr::case(vec![(Expr::is_null(col(2), false).unwrap(), int(1))], None).unwrap(),
+        Expr::coalesce(vec![col(4), utf8("none")]).unwrap(),
+        Expr::date_part(DatePart::Quarter, col(3)).unwrap(),
+        Expr::substring(col(4), 2, Some(3)).unwrap(),
+        Expr::substring(col(4), -1, None).unwrap(),
     ];
     for e in exprs {
         let back = Expr::from_proto(&e.to_proto().unwrap(), &types).unwrap();
@@ -255,4 +266,119 @@ fn hostile_protos_are_rejected() {
         kind: Some(pb::expr::Kind::Column(9)),
     };
     assert!(Expr::from_proto(&e, &[DataType::Int64]).is_err());
+}
+
+fn utf8(v: &str) -> Expr {
+    Expr::literal(ScalarValue::Utf8(v.into()))
+}
+
+fn ints(a: &ArrayRef) -> Vec<Option<i64>> {
+    a.as_primitive::<Int64Type>().iter().collect()
+}
+
+fn strings(a: &ArrayRef) -> Vec<Option<String>> {
+    a.as_string::<i32>()
+        .iter()
+        .map(|s| s.map(String::from))
+        .collect()
+}
+
+#[test]
+fn modulo_follows_the_dividend_and_checks_zero() {
+    // qty is 10, NULL, i64::MAX.
+    let e = Expr::arith(ArithOp::Modulo, col(2), int(-3)).unwrap();
+    assert_eq!(ints(&eval(&e)), vec![Some(1), None, Some(1)]);
+    let e = Expr::arith(ArithOp::Modulo, Expr::negate(col(2)).unwrap(), int(3)).unwrap();
+    assert_eq!(ints(&eval(&e)), vec![Some(-1), None, Some(-1)]);
+    let min = Expr::arith(ArithOp::Modulo, int(i64::MIN), int(-1)).unwrap();
+    assert_eq!(min, int(0));
+    let err = Expr::arith(ArithOp::Modulo, col(2), int(0))
+        .unwrap()
+        .evaluate(&batch(), None)
+        .unwrap_err();
+    assert!(err.to_string().contains("division by zero"), "{err}");
+    // A decimal remainder stays in compute.
+    let err = Expr::arith(ArithOp::Modulo, col(0), int(3)).unwrap_err();
+    assert!(err.to_string().contains("cannot apply %"), "{err}");
+}
+
+#[test]
+fn case_takes_the_first_true_branch_and_evaluates_values_only_where_taken() {
+    // flag is 'A', 'N', NULL; qty is 10, NULL, i64::MAX.
+    let e = Expr::case(
+        vec![
+            (Expr::compare(CmpOp::Eq, col(4), utf8("A")).unwrap(), int(1)),
+            (Expr::is_null(col(2), false).unwrap(), int(2)),
+            (Expr::compare(CmpOp::Gt, col(2), int(0)).unwrap(), int(3)),
+        ],
+        Some(int(4)),
+    )
+    .unwrap();
+    assert_eq!(ints(&eval(&e)), vec![Some(1), Some(2), Some(3)]);
+    // No ELSE: NULL; a NULL condition does not take the row.
+    let e = Expr::case(
+        vec![(Expr::compare(CmpOp::Eq, col(4), utf8("N")).unwrap(), col(0))],
+        None,
+    )
+    .unwrap();
+    assert_eq!(e.data_type(), DataType::Decimal128(15, 2));
+    let out = eval(&e);
+    let out: Vec<Option<i128>> = out.as_primitive::<Decimal128Type>().iter().collect();
+    assert_eq!(out, vec![None, Some(25050), None]);
+    // qty + 1 overflows on row 3, which the first branch takes: no error.
+    let e = Expr::case(
+        vec![(Expr::compare(CmpOp::Gt, col(2), int(1000)).unwrap(), int(0))],
+        Some(Expr::arith(ArithOp::Plus, col(2), int(1)).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(ints(&eval(&e)), vec![Some(11), None, Some(0)]);
+    // Values of two types are refused.
+    let err = Expr::case(vec![(col(4).clone(), int(1))], None).unwrap_err();
+    assert!(err.to_string().contains("BOOLEAN"), "{err}");
+    let when = Expr::is_null(col(2), false).unwrap();
+    let err = Expr::case(vec![(when, int(1))], Some(utf8("x"))).unwrap_err();
+    assert!(err.to_string().contains("CASE mixes"), "{err}");
+}
+
+#[test]
+fn coalesce_date_part_and_substring() {
+    let e = Expr::coalesce(vec![col(4), utf8("none")]).unwrap();
+    assert_eq!(
+        strings(&eval(&e)),
+        vec![Some("A".into()), Some("N".into()), Some("none".into())]
+    );
+    // ship is 1994-01-01 (a Saturday), 1995-06-30 (a Friday), 1998-12-01.
+    let part = |p| ints(&eval(&Expr::date_part(p, col(3)).unwrap()));
+    assert_eq!(
+        part(DatePart::Year),
+        vec![Some(1994), Some(1995), Some(1998)]
+    );
+    assert_eq!(part(DatePart::Quarter), vec![Some(1), Some(2), Some(4)]);
+    assert_eq!(part(DatePart::Month), vec![Some(1), Some(6), Some(12)]);
+    assert_eq!(part(DatePart::Day), vec![Some(1), Some(30), Some(1)]);
+    assert_eq!(
+        part(DatePart::DayOfYear),
+        vec![Some(1), Some(181), Some(335)]
+    );
+    assert_eq!(part(DatePart::DayOfWeek), vec![Some(6), Some(5), Some(2)]);
+    assert_eq!(part(DatePart::Week), vec![Some(52), Some(26), Some(49)]);
+    assert!(Expr::date_part(DatePart::Year, col(4)).is_err());
+    // SQL's positions: 1-based, characters, a start before 1 eats length.
+    let sub = |s: &str, start, len| match Expr::substring(utf8(s), start, len).unwrap() {
+        Expr::Literal(ScalarValue::Utf8(v)) => v,
+        other => panic!("not folded: {other:?}"),
+    };
+    assert_eq!(sub("alphabet", 3, Some(2)), "ph");
+    assert_eq!(sub("alphabet", 0, Some(3)), "al");
+    assert_eq!(sub("alphabet", -5, Some(3)), "");
+    assert_eq!(sub("alphabet", 6, None), "bet");
+    assert_eq!(sub("alphabet", 20, Some(2)), "");
+    assert_eq!(sub("Hi🌏x", 3, Some(2)), "🌏x");
+    assert_eq!(sub("Hi🌏x", 2, Some(1)), "i");
+    assert!(Expr::substring(utf8("a"), 1, Some(-1)).is_err());
+    let e = Expr::substring(col(4), 1, Some(5)).unwrap();
+    assert_eq!(
+        strings(&eval(&e)),
+        vec![Some("A".into()), Some("N".into()), None]
+    );
 }

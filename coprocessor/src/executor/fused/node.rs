@@ -83,7 +83,7 @@ impl Node {
                 ArithOp::Plus => x + y,
                 ArithOp::Minus => x - y,
                 ArithOp::Multiply => x * y,
-                ArithOp::Divide => return None,
+                ArithOp::Divide | ArithOp::Modulo => return None,
             };
             if v.abs() < limit {
                 return Node::constant(v);
@@ -95,7 +95,7 @@ impl Node {
             ArithOp::Plus => Op::Add(a, b),
             ArithOp::Minus => Op::Sub(a, b),
             ArithOp::Multiply => Op::Mul(a, b),
-            ArithOp::Divide => return None,
+            ArithOp::Divide | ArithOp::Modulo => return None,
         };
         Some(Node { op, limit })
     }
@@ -151,7 +151,7 @@ impl Node {
                                 Node::binary(*op, l, r, limit)
                             }
                             ArithOp::Multiply => Node::binary(*op, l, r, limit),
-                            ArithOp::Divide => None,
+                            ArithOp::Divide | ArithOp::Modulo => None,
                         }
                     }
                     _ => None,
