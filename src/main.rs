@@ -816,7 +816,11 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = rt.block_on(run(cli)) {
+    let result = rt.block_on(run(cli));
+    // Work still running (a blocking call that will not end) must not keep
+    // a stopped process alive.
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }

@@ -246,6 +246,7 @@ pub async fn run(
             Ok(r) => r,
             Err(_) => {
                 tracing::warn!("calls still running 5 s after shutdown began; stopping anyway");
+                serving.abort();
                 Ok(Ok(()))
             }
         },
@@ -256,8 +257,21 @@ pub async fn run(
     drop(meta);
     drop(meta_svc);
     drop(router);
-    // The store loop ends once every router is gone.
-    let _ = tokio::task::spawn_blocking(move || loop_thread.join()).await;
+    // The store loop ends once every router is gone. A task still holding
+    // one must not keep the process alive: past the bound it exits anyway
+    // (every acknowledged write is in RocksDB's WAL already).
+    // (A plain thread waits for it: a blocking task would hold up the
+    // runtime's own shutdown.)
+    let (joined_tx, joined) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = joined_tx.send(loop_thread.join());
+    });
+    if tokio::time::timeout(Duration::from_secs(5), joined)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the store loop did not stop within 5 s; exiting without it");
+    }
     served
         .map_err(|e| Error::Internal(format!("server task: {e}")))?
         .map_err(|e| Error::Internal(format!("gRPC server: {e}")))?;

@@ -31,6 +31,15 @@ use crate::node::Node;
 use crate::service::meta::MetaService;
 use crate::{Error, Result};
 
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 pub struct Worker<E: Engine> {
     node: Arc<Node<E>>,
     meta: Arc<MetaService<E>>,
@@ -71,9 +80,11 @@ impl<E: Engine> Worker<E> {
     /// down to the meta leader (with a short `max-store-down-secs` that
     /// would move replicas off a live store), and everything else.
     pub async fn run(self: Arc<Self>) {
-        let beat = tokio::spawn(self.clone().heartbeat_loop());
+        // Aborting `run` (at shutdown) drops the guard, which aborts the
+        // heartbeat task: nothing keeps holding the node.
+        let beat = AbortOnDrop(tokio::spawn(self.clone().heartbeat_loop()));
         self.duties_loop().await;
-        beat.abort();
+        drop(beat);
     }
 
     async fn heartbeat_loop(self: Arc<Self>) {

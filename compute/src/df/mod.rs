@@ -105,6 +105,10 @@ pub struct SqlSession {
     rows: Arc<stats::TableRows>,
 }
 
+/// The most build-side keys of a hash join that reach the probe side's
+/// regions as an IN list.
+pub const MAX_JOIN_KEYS_PUSHED: usize = 1 << 14;
+
 impl SqlSession {
     pub fn new(scan: ScanContext, cluster: Arc<Cluster>, target_partitions: usize) -> Self {
         let mut config = SessionConfig::new()
@@ -116,10 +120,15 @@ impl SqlSession {
         // Hash joins hand their build side's keys to the probe side's
         // region scans (region_scan.rs), as an IN list up to this many
         // distinct keys (storage probes long lists through a hash set),
-        // else as bounds. Top-k and aggregation filters stay off: they are
+        // else as bounds. Sixteen thousand keys (Q9's green parts) cost
+        // each region about 100 kB of request and a hash set; far longer
+        // lists (all of `part`, 145 k order keys) cost the build side,
+        // the requests and the regions more than the rows they keep from
+        // travelling at SF 1 (measured: docs/performance.md). Top-k and aggregation filters stay off: they are
         // complete only once the scan under them has finished, and a
         // region scan waits for its filters before it starts.
-        opts.optimizer.hash_join_inlist_pushdown_max_distinct_values = 1024;
+        opts.optimizer.hash_join_inlist_pushdown_max_distinct_values = MAX_JOIN_KEYS_PUSHED;
+        opts.optimizer.hash_join_inlist_pushdown_max_size = MAX_JOIN_KEYS_PUSHED * 16;
         opts.optimizer.enable_topk_dynamic_filter_pushdown = false;
         opts.optimizer.enable_aggregate_dynamic_filter_pushdown = false;
         let mut state = SessionStateBuilder::new()

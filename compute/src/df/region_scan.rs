@@ -142,13 +142,19 @@ impl DynamicFilters {
                 continue;
             };
             for conjunct in split_conjunction(&current) {
-                let translated = self.widen(conjunct).and_then(|e| e.to_proto().ok());
-                if let Some(c) = translated {
+                let (widened, dropped) = match self.widen(conjunct) {
+                    Some(e) => without_dense_key_lists(e),
+                    None => continue,
+                };
+                if let Ok(c) = widened.to_proto() {
                     dag.selection
                         .get_or_insert_with(Default::default)
                         .conditions
                         .push(c);
-                    let text = conjunct.to_string();
+                    let mut text = conjunct.to_string();
+                    if dropped {
+                        text = format!("(key list dropped: dense) {text}");
+                    }
                     shown.push(if text.len() > 120 {
                         format!("{}…", text.chars().take(120).collect::<String>())
                     } else {
@@ -188,6 +194,54 @@ impl DynamicFilters {
             .filter_map(|c| self.widen(c))
             .reduce(|a, b| Expr::logic(LogicOp::And, a.clone(), b).unwrap_or(a))
     }
+}
+
+/// A key list is dropped when its keys fill at least this share of the
+/// range between the smallest and the largest (the bounds stay).
+const DENSE_KEYS: f64 = 0.9;
+
+/// `e` without its IN lists of keys when, together, they let nearly every
+/// key in their range through (a join with all of `part` on its build
+/// side): such a list would cost every region a quarter million probes
+/// and two megabytes of request to keep almost nothing back. Returns
+/// whether lists were dropped.
+fn without_dense_key_lists(e: Expr) -> (Expr, bool) {
+    fn keys(e: &Expr, out: &mut std::collections::HashSet<i64>) {
+        match e {
+            Expr::InList { set: Some(s), .. } => out.extend(s.0.iter().copied()),
+            Expr::Logic { left, right, .. } => {
+                keys(left, out);
+                keys(right, out);
+            }
+            _ => {}
+        }
+    }
+    fn drop_lists(e: Expr) -> Expr {
+        match e {
+            Expr::InList { set: Some(_), .. } => {
+                Expr::literal(quarry_coprocessor::expr::ScalarValue::Boolean(true))
+            }
+            Expr::Logic { op, left, right } => {
+                let (l, r) = (drop_lists(*left), drop_lists(*right));
+                Expr::logic(op, l.clone(), r.clone()).unwrap_or(Expr::Logic {
+                    op,
+                    left: Box::new(l),
+                    right: Box::new(r),
+                })
+            }
+            other => other,
+        }
+    }
+    let mut all = std::collections::HashSet::new();
+    keys(&e, &mut all);
+    let (Some(lo), Some(hi)) = (all.iter().min(), all.iter().max()) else {
+        return (e, false);
+    };
+    let span = (*hi as i128 - *lo as i128 + 1) as f64;
+    if (all.len() as f64) < DENSE_KEYS * span {
+        return (e, false);
+    }
+    (drop_lists(e), true)
 }
 
 impl RegionScanExec {

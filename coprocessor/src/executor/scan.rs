@@ -236,6 +236,7 @@ impl ZoneFilter {
                 expr,
                 list,
                 negated: false,
+                ..
             } => {
                 let Expr::Column { index, .. } = expr.as_ref() else {
                     return;
@@ -489,6 +490,7 @@ mod tests {
                     }),
                     list: vec![above.clone(), ScalarValue::Decimal(5, 18, 0), below],
                     negated: false,
+                    set: None,
                 },
                 Some((7, 5, 5)),
             ),

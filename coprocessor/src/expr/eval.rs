@@ -54,24 +54,6 @@ impl ColumnarValue {
     }
 }
 
-/// Lists at least this long are probed through a hash set.
-const IN_LIST_HASH_AT: usize = 16;
-
-/// A long IN list of integers as a hash set (None: compare item by item).
-/// A NULL in the list makes misses NULL, which only the item-by-item path
-/// gets right, so such a list is left to it.
-fn int_set(list: &[ScalarValue]) -> Option<std::collections::HashSet<i64>> {
-    if list.len() < IN_LIST_HASH_AT {
-        return None;
-    }
-    list.iter()
-        .map(|v| match v {
-            ScalarValue::Int64(x) => Some(*x),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Wraps a kernel result: a 1-row result of two scalars is a scalar again.
 fn wrap(arr: ArrayRef, scalar: bool) -> Result<ColumnarValue> {
     if scalar {
@@ -379,16 +361,17 @@ impl Expr {
                 expr,
                 list,
                 negated,
+                set,
             } => {
                 let v = expr.eval(batch, mask)?;
                 let scalar = v.is_scalar();
-                if let (ColumnarValue::Array(a), Some(set)) = (&v, int_set(list)) {
+                if let (ColumnarValue::Array(a), Some(set)) = (&v, set) {
                     // A long list of integers (a join's keys, pushed down
                     // as a dynamic filter): one hash probe per row.
                     let a = a.as_primitive::<Int64Type>();
                     let hits: BooleanArray = a
                         .iter()
-                        .map(|x| x.map(|x| set.contains(&x) != *negated))
+                        .map(|x| x.map(|x| set.0.contains(&x) != *negated))
                         .collect();
                     return Ok(ColumnarValue::Array(Arc::new(hits)));
                 }

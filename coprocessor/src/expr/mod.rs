@@ -40,6 +40,7 @@
 mod eval;
 pub mod scalar;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -60,6 +61,76 @@ pub enum ArithOp {
     Divide,
     /// `%`: BIGINT or DOUBLE operands only; the sign follows the dividend.
     Modulo,
+}
+
+/// Lists at least this long are probed through a hash set.
+const IN_LIST_HASH_AT: usize = 16;
+
+/// The values of a long IN list of integers as a hash set. A NULL in the
+/// list makes misses NULL, which only the item-by-item path gets right,
+/// so such a list has no set.
+#[derive(Clone)]
+pub struct IntSet(pub Arc<HashSet<i64, IntHash>>);
+
+impl IntSet {
+    fn of(list: &[ScalarValue]) -> Option<IntSet> {
+        if list.len() < IN_LIST_HASH_AT {
+            return None;
+        }
+        let set = list
+            .iter()
+            .map(|v| match v {
+                ScalarValue::Int64(x) => Some(*x),
+                _ => None,
+            })
+            .collect::<Option<HashSet<i64, IntHash>>>()?;
+        Some(IntSet(Arc::new(set)))
+    }
+}
+
+impl std::fmt::Debug for IntSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IntSet({} values)", self.0.len())
+    }
+}
+
+/// Built from the same list, so equal when the lists are.
+impl PartialEq for IntSet {
+    fn eq(&self, _: &IntSet) -> bool {
+        true
+    }
+}
+
+/// A multiplicative hash for integer keys (SipHash costs several times as
+/// much per probe, and join keys are not chosen by an attacker who could
+/// only slow their own query).
+#[derive(Clone, Default)]
+pub struct IntHash;
+
+impl std::hash::BuildHasher for IntHash {
+    type Hasher = IntHasher;
+    fn build_hasher(&self) -> IntHasher {
+        IntHasher(0)
+    }
+}
+
+pub struct IntHasher(u64);
+
+impl std::hash::Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ *b as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    fn write_i64(&mut self, v: i64) {
+        // Fibonacci hashing; the high bits, which hashbrown uses for its
+        // tags, mix in the low ones.
+        let h = (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 29);
+    }
 }
 
 /// A field of a DATE (`EXTRACT(field FROM d)`, `date_part('field', d)`).
@@ -152,11 +223,13 @@ pub enum Expr {
         expr: Box<Expr>,
         negated: bool,
     },
-    /// The list has the expression's type.
+    /// The list has the expression's type. A long list of integers (a
+    /// join's keys) also comes as a hash set, built once per request.
     InList {
         expr: Box<Expr>,
         list: Vec<ScalarValue>,
         negated: bool,
+        set: Option<IntSet>,
     },
     Like {
         expr: Box<Expr>,
@@ -494,10 +567,34 @@ impl Expr {
                 _ => Err(invalid_input!("IN list values must be constants")),
             })
             .collect::<Result<Vec<_>>>()?;
+        let set = IntSet::of(&list);
         fold(Expr::InList {
             expr: Box::new(expr),
             list,
             negated,
+            set,
+        })
+    }
+
+    /// `expr [NOT] IN (list)` of BIGINT values (a join's keys).
+    pub fn in_int_list(expr: Expr, list: Vec<i64>, negated: bool) -> Result<Expr> {
+        if list.is_empty() {
+            return Err(invalid_input!("IN needs at least one value"));
+        }
+        if expr.data_type() != DataType::Int64 {
+            let list = list
+                .into_iter()
+                .map(|v| Expr::Literal(ScalarValue::Int64(v)))
+                .collect();
+            return Expr::in_list(expr, list, negated);
+        }
+        let list: Vec<ScalarValue> = list.into_iter().map(ScalarValue::Int64).collect();
+        let set = IntSet::of(&list);
+        fold(Expr::InList {
+            expr: Box::new(expr),
+            list,
+            negated,
+            set,
         })
     }
 
@@ -714,6 +811,9 @@ impl Expr {
             Expr::Logic { left, right, .. } => 1 + left.cost() + right.cost(),
             Expr::Negate(e) | Expr::Not(e) => 1 + e.cost(),
             Expr::IsNull { expr, .. } => 1 + expr.cost(),
+            Expr::InList {
+                expr, set: Some(_), ..
+            } => 4 + expr.cost(),
             Expr::InList { expr, list, .. } => list.len() as u32 + expr.cost(),
             Expr::Like { expr, .. } => 8 + expr.cost(),
             Expr::Cast { expr, .. } => 3 + expr.cost(),
@@ -733,6 +833,7 @@ impl Expr {
                 kind: kind as i32,
                 args,
                 cast_to: None,
+                int_list: Vec::new(),
             })),
         };
         let lit = |v: &ScalarValue| -> Result<pb::Expr> {
@@ -789,12 +890,30 @@ impl Expr {
                 expr,
                 list,
                 negated,
+                ..
             } => {
                 let kind = if *negated {
                     FuncKind::NotInList
                 } else {
                     FuncKind::InList
                 };
+                let ints: Option<Vec<i64>> = list
+                    .iter()
+                    .map(|v| match v {
+                        ScalarValue::Int64(x) => Some(*x),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some(int_list) = ints.filter(|l| l.len() >= IN_LIST_HASH_AT) {
+                    return Ok(pb::Expr {
+                        kind: Some(Kind::Func(pb::ScalarFunc {
+                            kind: kind as i32,
+                            args: vec![expr.to_proto()?],
+                            cast_to: None,
+                            int_list,
+                        })),
+                    });
+                }
                 let mut args = vec![expr.to_proto()?];
                 for v in list {
                     args.push(lit(v)?);
@@ -821,6 +940,7 @@ impl Expr {
                     kind: FuncKind::Cast as i32,
                     args: vec![expr.to_proto()?],
                     cast_to: Some(types::field_type(to, true)?),
+                    int_list: Vec::new(),
                 })),
             },
             Expr::Case { .. } => func(
@@ -881,6 +1001,18 @@ impl Expr {
             Some(Kind::Func(f)) => {
                 let kind = FuncKind::try_from(f.kind)
                     .map_err(|_| invalid_input!("unknown function kind {}", f.kind))?;
+                if !f.int_list.is_empty() {
+                    let negated = match kind {
+                        FuncKind::InList => false,
+                        FuncKind::NotInList => true,
+                        other => return Err(invalid_input!("{other:?} takes no packed list")),
+                    };
+                    let [value] = f.args.as_slice() else {
+                        return Err(invalid_input!("a packed IN list tests one value"));
+                    };
+                    let value = Expr::from_proto_depth(value, input, depth + 1)?;
+                    return Expr::in_int_list(value, f.int_list.clone(), negated);
+                }
                 let args = f
                     .args
                     .iter()

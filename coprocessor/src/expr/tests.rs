@@ -257,6 +257,7 @@ fn hostile_protos_are_rejected() {
                 kind: pb::FuncKind::Negate as i32,
                 args: vec![e],
                 cast_to: None,
+                int_list: Vec::new(),
             })),
         };
     }
@@ -266,6 +267,51 @@ fn hostile_protos_are_rejected() {
         kind: Some(pb::expr::Kind::Column(9)),
     };
     assert!(Expr::from_proto(&e, &[DataType::Int64]).is_err());
+    // A packed list belongs to IN only, and tests one value.
+    let packed = |kind: pb::FuncKind, args: usize| pb::Expr {
+        kind: Some(pb::expr::Kind::Func(pb::ScalarFunc {
+            kind: kind as i32,
+            args: vec![
+                pb::Expr {
+                    kind: Some(pb::expr::Kind::Column(0)),
+                };
+                args
+            ],
+            cast_to: None,
+            int_list: vec![1, 2, 3],
+        })),
+    };
+    assert!(Expr::from_proto(&packed(pb::FuncKind::InList, 1), &[DataType::Int64]).is_ok());
+    for bad in [packed(pb::FuncKind::Eq, 1), packed(pb::FuncKind::InList, 2)] {
+        assert!(Expr::from_proto(&bad, &[DataType::Int64]).is_err());
+    }
+}
+
+#[test]
+fn a_long_integer_list_travels_packed_and_comes_back_equal() {
+    let types = [DataType::Int64, DataType::Decimal128(18, 0)];
+    let schema = Schema::new(vec![
+        Field::new("a", DataType::Int64, true),
+        Field::new("b", DataType::Decimal128(18, 0), true),
+    ]);
+    let list: Vec<Expr> = (0..100).map(|v| int(v * 3)).collect();
+    for column in 0..2 {
+        let c = Expr::column(column, &schema).unwrap();
+        let e = Expr::in_list(c, list.clone(), column == 1).unwrap();
+        let p = e.to_proto().unwrap();
+        let Some(pb_kind) = &p.kind else { panic!() };
+        if column == 0 {
+            // BIGINT values: packed, one argument.
+            match pb_kind {
+                quarry_proto::coprocessor::expr::Kind::Func(f) => {
+                    assert_eq!(f.int_list.len(), 100);
+                    assert_eq!(f.args.len(), 1);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(Expr::from_proto(&p, &types).unwrap(), e);
+    }
 }
 
 fn utf8(v: &str) -> Expr {

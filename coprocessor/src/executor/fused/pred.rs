@@ -159,6 +159,7 @@ impl Pred {
                 expr,
                 list,
                 negated,
+                ..
             } => {
                 let has_null = list.iter().any(|v| v.is_null());
                 if *negated && has_null {
