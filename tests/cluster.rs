@@ -424,3 +424,70 @@ fn a_column_table_takes_inserts_compacts_them_and_refuses_duplicates() {
     wait_for_keys_and_packs(&pg, "c", |keys, packs| keys == packs + 1);
     assert_eq!(pg.ok(summary), expect(&ids));
 }
+
+/// GetFlightInfo plans a query once and DoGet runs that plan; a ticket
+/// whose plan is gone (a second DoGet, another compute process) or whose
+/// handle names another statement's plan still answers its own SQL.
+#[test]
+fn a_flight_ticket_answers_its_own_sql_with_or_without_the_kept_plan() {
+    use arrow_flight::flight_service_client::FlightServiceClient;
+    use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt, TicketStatementQuery};
+    use arrow_flight::{decode::FlightRecordBatchStream, FlightDescriptor, Ticket};
+    use futures::TryStreamExt;
+    use prost::Message;
+    use quarry_proto::compute::Ticket as QuarryTicket;
+
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    runtime().block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(pg.compute.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut flight = FlightServiceClient::new(channel);
+        // The statement handle inside each query's ticket.
+        let mut handles = Vec::new();
+        for sql in [tpch::Q1, tpch::Q6] {
+            let cmd = CommandStatementQuery {
+                query: sql.to_string(),
+                transaction_id: None,
+            };
+            let desc = FlightDescriptor::new_cmd(cmd.as_any().encode_to_vec());
+            let info = flight.get_flight_info(desc).await.unwrap().into_inner();
+            let ticket = info.endpoint[0].ticket.clone().unwrap();
+            let any = arrow_flight::sql::Any::decode(ticket.ticket).unwrap();
+            let st: TicketStatementQuery = any.unpack().unwrap().unwrap();
+            handles.push(QuarryTicket::decode(st.statement_handle).unwrap());
+        }
+        let run = |t: QuarryTicket| {
+            let mut flight = flight.clone();
+            async move {
+                let st = TicketStatementQuery {
+                    statement_handle: t.encode_to_vec().into(),
+                };
+                let ticket = Ticket::new(st.as_any().encode_to_vec());
+                let stream = flight.do_get(ticket).await.unwrap().into_inner();
+                FlightRecordBatchStream::new_from_flight_data(
+                    stream.map_err(arrow_flight::error::FlightError::from),
+                )
+                .try_collect::<Vec<_>>()
+                .await
+                .unwrap()
+            }
+        };
+        let (q1, q6) = (handles[0].clone(), handles[1].clone());
+        assert!(q1.plan_handle != 0 && q6.plan_handle != 0);
+        // Q1's ticket carrying Q6's plan handle: Q1's answer (re-planned).
+        let mut crossed = q1.clone();
+        crossed.plan_handle = q6.plan_handle;
+        let q1_expected = tpch::expected("q1", 0.01).unwrap();
+        let q6_expected = tpch::expected("q6", 0.01).unwrap();
+        tpch::compare(&run(crossed).await, q1_expected).unwrap();
+        // Q6's own ticket still finds its plan; its second use plans again.
+        tpch::compare(&run(q6.clone()).await, q6_expected).unwrap();
+        tpch::compare(&run(q6).await, q6_expected).unwrap();
+        // Q1's plan was kept too.
+        tpch::compare(&run(q1).await, q1_expected).unwrap();
+    });
+}

@@ -4,19 +4,26 @@
 //!   here, with the right gRPC code) and answers with the result schema and
 //!   one endpoint whose ticket carries the statement. Statements that are
 //!   not queries (CREATE, INSERT, DROP, SHOW, EXPLAIN) run right away and
-//!   their small result rides in the ticket. Compute keeps no state between
-//!   the two calls.
+//!   their small result rides in the ticket.
 //! * `DoGet(TicketStatementQuery)` runs the statement and streams Arrow
-//!   record batches (schema first, even for zero rows); a query is planned
-//!   again (DataFusion, over the meta region's current tables).
+//!   record batches (schema first, even for zero rows). The plan
+//!   GetFlightInfo made waits for it in a small cache (a minute at most,
+//!   taken once, checked against the ticket's SQL), so a query is planned
+//!   once; a DoGet that reaches another compute process, or comes late,
+//!   plans the ticket's SQL again. No answer depends on the cache: compute
+//!   stays stateless as far as clients can tell.
 //! * `DoPut(CommandStatementUpdate)` runs DDL/DML and answers the row count.
 //! * The client library's typed requests arrive as SQL, like any client's.
 //! * Everything else answers UNIMPLEMENTED, which ADBC's Python driver
 //!   expects (it falls back from prepared statements on UNIMPLEMENTED).
 //! * The endpoint's location list is empty: "reuse this connection".
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -33,16 +40,73 @@ use prost::Message;
 use quarry_proto::compute::{ticket, Ticket as QuarryTicket};
 use tonic::{Request, Response, Status};
 
+use crate::df::PlannedQuery;
 use crate::engine::{Prepared, QueryEngine, QueryOutput};
 use crate::Error;
 
 pub struct FlightSqlServer {
     engine: Arc<QueryEngine>,
+    plans: PlanCache,
 }
 
 impl FlightSqlServer {
     pub fn new(engine: Arc<QueryEngine>) -> Self {
-        FlightSqlServer { engine }
+        FlightSqlServer {
+            engine,
+            plans: PlanCache::default(),
+        }
+    }
+}
+
+/// How long a plan waits for its DoGet.
+const PLAN_TTL: Duration = Duration::from_secs(60);
+/// At most this many plans wait (clients that only ask for schemas).
+const MAX_PLANS: usize = 256;
+
+/// Plans made by GetFlightInfo, waiting for their DoGet.
+#[derive(Default)]
+struct PlanCache {
+    inner: Mutex<PlanCacheInner>,
+}
+
+#[derive(Default)]
+struct PlanCacheInner {
+    next: u64,
+    /// handle → (made at, the SQL, the plan)
+    plans: HashMap<u64, (Instant, String, Box<PlannedQuery>)>,
+}
+
+impl PlanCache {
+    /// Keeps `plan` and returns its handle (never 0).
+    fn put(&self, sql: &str, plan: Box<PlannedQuery>) -> u64 {
+        let mut c = self.inner.lock();
+        c.plans.retain(|_, (made, ..)| made.elapsed() < PLAN_TTL);
+        if c.plans.len() >= MAX_PLANS {
+            let oldest = c
+                .plans
+                .iter()
+                .min_by_key(|(_, (made, ..))| *made)
+                .map(|(h, _)| *h);
+            if let Some(h) = oldest {
+                c.plans.remove(&h);
+            }
+        }
+        c.next += 1;
+        let handle = c.next;
+        c.plans
+            .insert(handle, (Instant::now(), sql.to_string(), plan));
+        handle
+    }
+
+    /// Takes the plan kept under `handle` for `sql`, if it is still here.
+    fn take(&self, handle: u64, sql: &str) -> Option<Box<PlannedQuery>> {
+        let mut c = self.inner.lock();
+        match c.plans.get(&handle) {
+            Some((made, kept, _)) if kept == sql && made.elapsed() < PLAN_TTL => {
+                c.plans.remove(&handle).map(|(.., plan)| plan)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -95,14 +159,17 @@ impl FlightSqlService for FlightSqlServer {
     ) -> Result<Response<FlightInfo>, Status> {
         let desc = request.into_inner();
         let (schema, t) = match self.engine.prepare_sql(&cmd.query).await? {
-            // DoGet plans the statement again: compute keeps no state
-            // between the two calls.
-            Prepared::Query(q) => (
-                q.schema(),
-                QuarryTicket {
-                    kind: Some(ticket::Kind::Sql(cmd.query)),
-                },
-            ),
+            Prepared::Query(q) => {
+                let schema = q.schema();
+                let plan_handle = self.plans.put(&cmd.query, q);
+                (
+                    schema,
+                    QuarryTicket {
+                        kind: Some(ticket::Kind::Sql(cmd.query)),
+                        plan_handle,
+                    },
+                )
+            }
             Prepared::Done(out) => {
                 let bytes = quarry_coprocessor::ipc::encode(&out.schema, &out.batches)
                     .map_err(Error::from)?;
@@ -110,6 +177,7 @@ impl FlightSqlService for FlightSqlServer {
                     out.schema,
                     QuarryTicket {
                         kind: Some(ticket::Kind::ResultIpc(bytes)),
+                        plan_handle: 0,
                     },
                 )
             }
@@ -135,7 +203,10 @@ impl FlightSqlService for FlightSqlServer {
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let t = QuarryTicket::decode(ticket.statement_handle).map_err(bad_ticket)?;
         let out = match t.kind.ok_or_else(|| bad_ticket("empty"))? {
-            ticket::Kind::Sql(sql) => self.engine.sql(&sql).await?,
+            ticket::Kind::Sql(sql) => match self.plans.take(t.plan_handle, &sql) {
+                Some(plan) => self.engine.run(*plan).await?,
+                None => self.engine.sql(&sql).await?,
+            },
             ticket::Kind::ResultIpc(bytes) => {
                 let (schema, batches) =
                     quarry_coprocessor::ipc::decode(&bytes).map_err(bad_ticket)?;
