@@ -7,7 +7,6 @@
 mod common;
 
 use common::*;
-use quarry::answers;
 use quarry_client::Client;
 
 const CASES: &str = include_str!("sql/cases.sql");
@@ -36,34 +35,30 @@ fn sql_cases_match_duckdb_at_sf_0_01() {
     let cases = cases(CASES);
     assert!(cases.len() >= 40, "only {} cases", cases.len());
     let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let failures: Vec<String> = rt.block_on(async {
-        let mut c = Client::connect(&pg.compute).await.unwrap();
-        let mut failures = Vec::new();
-        for (name, text) in &cases {
+    let checked: Vec<Case> = cases
+        .iter()
+        .map(|(name, sql)| {
             let read = |ext: &str| {
                 std::fs::read_to_string(format!("{ANSWERS}{name}.{ext}"))
                     .unwrap_or_else(|e| panic!("{name}.{ext}: {e} (run scripts/sql_answers.sh)"))
             };
-            let (csv, types) = (read("csv"), read("types"));
-            match c.sql(text).await {
-                Ok(batches) => {
-                    if let Err(e) = answers::check(&batches, &csv, types.trim()) {
-                        failures.push(format!("{name}: {e}"));
-                    }
-                }
-                Err(e) => failures.push(format!("{name}: error: {e}")),
+            Case {
+                name: name.to_string(),
+                sql: sql.clone(),
+                csv: read("csv"),
+                types: read("types"),
             }
-        }
-        failures
-    });
+        })
+        .collect();
+    let failures = mismatches(&pg.compute, &checked);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 
     // The expressions these cases use run in storage: EXPLAIN shows them
     // in the region scan's storage part.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let failures: Vec<String> = rt.block_on(async {
         let mut c = Client::connect(&pg.compute).await.unwrap();
         let mut failures = Vec::new();

@@ -241,3 +241,36 @@ impl Playground {
         Playground::start_in(dir, args)
     }
 }
+
+/// One SQL case checked against DuckDB: its name, its SQL, and DuckDB's
+/// answer (CSV) and column types.
+pub struct Case {
+    pub name: String,
+    pub sql: String,
+    pub csv: String,
+    pub types: String,
+}
+
+/// The cases whose answer from the compute process at `compute` fails or
+/// differs from DuckDB's, one line each (empty: all match).
+pub fn mismatches(compute: &str, cases: &[Case]) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = quarry_client::Client::connect(compute).await.unwrap();
+        let mut failures = Vec::new();
+        for case in cases {
+            match c.sql(&case.sql).await {
+                Ok(batches) => {
+                    if let Err(e) = quarry::answers::check(&batches, &case.csv, case.types.trim()) {
+                        failures.push(format!("{}: {e}", case.name));
+                    }
+                }
+                Err(e) => failures.push(format!("{}: error: {e}", case.name)),
+            }
+        }
+        failures
+    })
+}
