@@ -130,6 +130,12 @@ struct ComputeArgs {
     /// How regions answer: arrow (column chunks) or rows (the baseline).
     #[arg(long)]
     encode: Option<String>,
+    /// Bloom filters of hash joins' build keys to the probe side's regions.
+    #[arg(long)]
+    join_bloom_filters: Option<bool>,
+    /// The most build keys per join partition sent to regions as a list.
+    #[arg(long)]
+    join_key_list_max: Option<usize>,
     #[arg(long)]
     print_default_config: bool,
     #[arg(long, hide = true)]
@@ -420,6 +426,12 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     }
     if let Some(v) = a.encode {
         cfg.encode = v;
+    }
+    if let Some(v) = a.join_bloom_filters {
+        cfg.join_bloom_filters = v;
+    }
+    if let Some(v) = a.join_key_list_max {
+        cfg.join_key_list_max = v;
     }
     quarry_compute::server::run(
         cfg,

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 use quarry::tpch;
@@ -109,36 +109,12 @@ fn tpch_q1_q6_and_a_top_n_at_sf_0_01_match_duckdb() {
     assert_eq!(text.matches("\"answer\":\"match\"").count(), 2, "{text}");
 
     // Rows on the wire (the pre-chunk baseline) give the same answers.
-    let stores: Vec<String> = pg.stores.iter().map(|(_, a)| a.clone()).collect();
-    let mut rows_compute = Command::new(QUARRY)
-        .args([
-            "compute",
-            "--addr",
-            "127.0.0.1:0",
-            "--encode",
-            "rows",
-            "--exit-with-parent",
-            "--stores",
-        ])
-        .arg(stores.join(","))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(rows_compute.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let rows_compute = pg.extra_compute(&["--encode", "rows"]);
     runtime().block_on(async {
-        let mut c = Client::connect(&format!("http://{addr}")).await.unwrap();
+        let mut c = Client::connect(&rows_compute.url).await.unwrap();
         tpch::compare(&c.sql(tpch::Q1).await.unwrap(), q1).unwrap();
         tpch::compare(&c.sql(tpch::Q6).await.unwrap(), q6).unwrap();
     });
-    let _ = rows_compute.kill();
-    let _ = rows_compute.wait();
 }
 
 #[test]

@@ -76,6 +76,8 @@ pub fn physical_plan(sql: &str) -> Arc<dyn ExecutionPlan> {
     let scan = ScanContext {
         dispatcher,
         timeout: Duration::from_secs(10),
+        join_bloom_filters: true,
+        join_key_list_max: quarry_compute::df::MAX_JOIN_KEYS_PUSHED,
     };
     let session = SqlSession::new(scan, cluster, 2);
     tokio::runtime::Builder::new_current_thread()

@@ -21,6 +21,13 @@ pub struct ComputeConfig {
     pub max_response_bytes: u64,
     /// `arrow` (column chunks) or `rows` (row-encoded, the baseline).
     pub encode: String,
+    /// Hash joins send the probe side's regions a Bloom filter of their
+    /// build keys when there are too many for an IN list (off: only the
+    /// keys' bounds go, the baseline kept for comparison).
+    pub join_bloom_filters: bool,
+    /// The most build keys per join partition that reach the probe side's
+    /// regions as an IN list (past it: a Bloom filter, or bounds only).
+    pub join_key_list_max: usize,
 }
 
 impl Default for ComputeConfig {
@@ -32,6 +39,8 @@ impl Default for ComputeConfig {
             max_inflight_regions: 32,
             max_response_bytes: 8 << 20,
             encode: "arrow".into(),
+            join_bloom_filters: true,
+            join_key_list_max: crate::df::MAX_JOIN_KEYS_PUSHED,
         }
     }
 }

@@ -93,6 +93,8 @@ impl QueryEngine {
             ScanContext {
                 dispatcher,
                 timeout,
+                join_bloom_filters: cfg.join_bloom_filters,
+                join_key_list_max: cfg.join_key_list_max,
             },
             cluster.clone(),
             std::thread::available_parallelism().map_or(2, |n| n.get()),

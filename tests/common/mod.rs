@@ -123,6 +123,29 @@ impl Playground {
         signal(self.child.as_ref().unwrap().id(), "HUP");
     }
 
+    /// Another compute process over this cluster's stores, with `args`
+    /// (its own settings); stopped on drop.
+    pub fn extra_compute(&self, args: &[&str]) -> ExtraCompute {
+        let mut child = Command::new(QUARRY)
+            .args(["compute", "--addr", "127.0.0.1:0", "--exit-with-parent"])
+            .arg("--stores")
+            .arg(self.store_addrs().join(","))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start quarry compute");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+        ExtraCompute {
+            child,
+            url: format!("http://{addr}"),
+        }
+    }
+
     pub fn store_addrs(&self) -> Vec<String> {
         self.stores.iter().map(|(_, a)| a.clone()).collect()
     }
@@ -194,6 +217,19 @@ impl Drop for Playground {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// A compute process started by [`Playground::extra_compute`].
+pub struct ExtraCompute {
+    child: Child,
+    pub url: String,
+}
+
+impl Drop for ExtraCompute {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -314,3 +314,11 @@ from totals
 join customer on c_custkey = o_custkey
 group by c_mktsegment
 order by c_mktsegment;
+
+-- name: join_orders_quarter_lineitem
+select o_orderpriority, count(*) as lines, sum(l_quantity) as qty
+from orders
+join lineitem on l_orderkey = o_orderkey
+where o_orderdate >= date '1995-01-01' and o_orderdate < date '1995-04-01'
+group by o_orderpriority
+order by o_orderpriority;

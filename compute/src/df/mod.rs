@@ -31,6 +31,7 @@
 //! overflow rules differ.
 
 pub mod aggregates;
+pub mod join_keys;
 pub mod pushdown;
 pub mod region_scan;
 pub mod rules;
@@ -105,8 +106,9 @@ pub struct SqlSession {
     rows: Arc<stats::TableRows>,
 }
 
-/// The most build-side keys of a hash join that reach the probe side's
-/// regions as an IN list.
+/// The most build-side keys of a hash join (per join partition) that reach
+/// the probe side's regions as an IN list, by default (`join-key-list-max`);
+/// past it they go as a Bloom filter (`join_keys.rs`).
 pub const MAX_JOIN_KEYS_PUSHED: usize = 1 << 14;
 
 impl SqlSession {
@@ -127,8 +129,9 @@ impl SqlSession {
         // travelling at SF 1 (measured: docs/performance.md). Top-k and aggregation filters stay off: they are
         // complete only once the scan under them has finished, and a
         // region scan waits for its filters before it starts.
-        opts.optimizer.hash_join_inlist_pushdown_max_distinct_values = MAX_JOIN_KEYS_PUSHED;
-        opts.optimizer.hash_join_inlist_pushdown_max_size = MAX_JOIN_KEYS_PUSHED * 16;
+        let list_max = scan.join_key_list_max;
+        opts.optimizer.hash_join_inlist_pushdown_max_distinct_values = list_max;
+        opts.optimizer.hash_join_inlist_pushdown_max_size = list_max * 16;
         opts.optimizer.enable_topk_dynamic_filter_pushdown = false;
         opts.optimizer.enable_aggregate_dynamic_filter_pushdown = false;
         let mut state = SessionStateBuilder::new()

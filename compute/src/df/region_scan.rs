@@ -50,6 +50,7 @@ use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::TableDef;
 
+use super::join_keys::BuildKeys;
 use super::pushdown;
 use crate::dispatch::{DispatchStats, Dispatcher};
 use crate::Error;
@@ -60,12 +61,20 @@ pub struct ScanContext {
     pub dispatcher: Arc<Dispatcher>,
     /// A query's whole budget: each scan's requests carry the deadline.
     pub timeout: Duration,
+    /// Hash joins send their build keys to the probe side's regions as a
+    /// Bloom filter (`join_keys.rs`).
+    pub join_bloom_filters: bool,
+    /// The most build keys (per join partition) that reach the probe
+    /// side's regions as an IN list.
+    pub join_key_list_max: usize,
 }
 
 impl fmt::Debug for ScanContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ScanContext")
             .field("timeout", &self.timeout)
+            .field("join_bloom_filters", &self.join_bloom_filters)
+            .field("join_key_list_max", &self.join_key_list_max)
             .finish()
     }
 }
@@ -92,6 +101,9 @@ pub struct RegionScanExec {
     /// The table's row count, if known: DataFusion's estimate of a plain
     /// scan's output, for join order.
     table_rows: Option<u64>,
+    /// Hash joins' build keys, each with the probe key over the scan's
+    /// columns: a Bloom filter of them joins the selection (`join_keys.rs`).
+    build_keys: Vec<(Arc<BuildKeys>, Expr)>,
 }
 
 /// The dynamic filters (a join's, filled in at run time) inside `e`.
@@ -125,8 +137,8 @@ impl DynamicFilters {
     /// `dag` with every translatable conjunct of the filters added to its
     /// selection, once each filter's producer has finished (the join's
     /// build side) or the deadline has passed. Returns the conjuncts added,
-    /// as text.
-    async fn narrow(&self, dag: &mut DagRequest, deadline: Instant) -> Vec<String> {
+    /// and their text.
+    async fn narrow(&self, dag: &mut DagRequest, deadline: Instant) -> Vec<(Expr, String)> {
         let mut shown = Vec::new();
         for f in &self.filters {
             for d in &dynamic_parts(f) {
@@ -147,6 +159,7 @@ impl DynamicFilters {
                     None => continue,
                 };
                 if let Ok(c) = widened.to_proto() {
+                    let added = widened.clone();
                     dag.selection
                         .get_or_insert_with(Default::default)
                         .conditions
@@ -155,11 +168,14 @@ impl DynamicFilters {
                     if dropped {
                         text = format!("(key list dropped: dense) {text}");
                     }
-                    shown.push(if text.len() > 120 {
-                        format!("{}…", text.chars().take(120).collect::<String>())
-                    } else {
-                        text
-                    });
+                    shown.push((
+                        added,
+                        if text.len() > 120 {
+                            format!("{}…", text.chars().take(120).collect::<String>())
+                        } else {
+                            text
+                        },
+                    ));
                 }
             }
         }
@@ -193,6 +209,29 @@ impl DynamicFilters {
             .into_iter()
             .filter_map(|c| self.widen(c))
             .reduce(|a, b| Expr::logic(LogicOp::And, a.clone(), b).unwrap_or(a))
+    }
+}
+
+/// True when `e` keeps only rows whose `probe` is in an IN list (as
+/// DataFusion's join filter does while the build keys are few).
+fn lists_keys_of(e: &Expr, probe: &Expr) -> bool {
+    match e {
+        Expr::InList {
+            expr,
+            negated: false,
+            ..
+        } => expr.as_ref() == probe,
+        Expr::Logic {
+            op: LogicOp::And,
+            left,
+            right,
+        } => lists_keys_of(left, probe) || lists_keys_of(right, probe),
+        Expr::Logic {
+            op: LogicOp::Or,
+            left,
+            right,
+        } => lists_keys_of(left, probe) && lists_keys_of(right, probe),
+        _ => false,
     }
 }
 
@@ -272,6 +311,7 @@ impl RegionScanExec {
             dynamic: None,
             last_runtime_filter: Arc::new(Mutex::new(Vec::new())),
             table_rows: None,
+            build_keys: Vec::new(),
         }
     }
 
@@ -315,6 +355,14 @@ impl RegionScanExec {
         );
         scan.dynamic = self.dynamic.clone();
         scan.table_rows = self.table_rows;
+        scan.build_keys = self.build_keys.clone();
+        scan
+    }
+
+    /// The same scan, also narrowed by a hash join's build keys on `probe`.
+    pub fn with_build_keys(&self, keys: Arc<BuildKeys>, probe: Expr) -> Self {
+        let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
+        scan.build_keys.push((keys, probe));
         scan
     }
 
@@ -365,6 +413,9 @@ impl DisplayAs for RegionScanExec {
         )?;
         if let Some(d) = &self.dynamic {
             write!(f, ", join filters: {}", d.filters.len())?;
+        }
+        if !self.build_keys.is_empty() {
+            write!(f, ", join key filters: {}", self.build_keys.len())?;
         }
         let runtime = self.last_runtime_filter.lock();
         if !runtime.is_empty() {
@@ -552,6 +603,8 @@ impl ExecutionPlan for RegionScanExec {
         let mut dag = self.dag.clone();
         let row_types = self.row_types.clone();
         let dynamic = self.dynamic.clone();
+        let build_keys = self.build_keys.clone();
+        let key_list_max = self.ctx.join_key_list_max;
         let runtime_filter = self.last_runtime_filter.clone();
         // The scan's statistics, once it has started.
         let stats: Arc<Mutex<Option<Arc<Mutex<DispatchStats>>>>> = Arc::default();
@@ -559,9 +612,31 @@ impl ExecutionPlan for RegionScanExec {
         // Regions are asked only when DataFusion first polls the scan: a
         // join's probe side waits there for its build side's filter.
         let scan = futures::stream::once(async move {
-            if let Some(d) = dynamic {
-                *runtime_filter.lock() = d.narrow(&mut dag, deadline).await;
+            let added = match dynamic {
+                Some(d) => d.narrow(&mut dag, deadline).await,
+                None => Vec::new(),
+            };
+            let mut shown: Vec<String> = added.iter().map(|(_, s)| s.clone()).collect();
+            for (keys, probe) in &build_keys {
+                // As for DataFusion's filters: past the bound, go on
+                // without this one.
+                if !keys
+                    .wait(deadline.min(Instant::now() + MAX_FILTER_WAIT))
+                    .await
+                {
+                    continue;
+                }
+                let listed = added.iter().any(|(e, _)| lists_keys_of(e, probe));
+                let filter = keys.filter(probe, listed, key_list_max);
+                if let Some(c) = filter.condition.and_then(|c| c.to_proto().ok()) {
+                    dag.selection
+                        .get_or_insert_with(Default::default)
+                        .conditions
+                        .push(c);
+                }
+                shown.push(filter.shown);
             }
+            *runtime_filter.lock() = shown;
             let scan =
                 dispatcher.stream(&dag, vec![KeyRange::new(start, end)], row_types, deadline);
             *started.lock() = Some(scan.stats());

@@ -56,6 +56,8 @@ pub fn install(state: SessionState) -> SessionState {
     let mut rules = state.physical_optimizers().to_vec();
     rules.push(Arc::new(PartialAggregateIntoRegions));
     rules.push(Arc::new(TopKIntoRegions));
+    // Last: it wraps join build sides, which the rules above do not expect.
+    rules.push(Arc::new(super::join_keys::BloomJoinFilters));
     datafusion::execution::SessionStateBuilder::new_from_existing(state)
         .with_physical_optimizer_rules(rules)
         .build()

@@ -29,12 +29,12 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
 
-use super::kernels::{all_rows, and_range_packed, compare_range, indices};
+use super::kernels::{all_rows, and_packed, and_range_packed, compare_range, indices};
 use super::{BatchExecutor, BatchResult, Chunk};
 use crate::codec::key::{classify_key, KeyKind};
 use crate::codec::pack::{decode_columns, ColumnView, PackView};
 use crate::codec::row::RowDecoder;
-use crate::expr::{CmpOp, Expr, LogicOp, ScalarValue};
+use crate::expr::{Bloom, CmpOp, Expr, LogicOp, ScalarValue};
 use crate::storage::{KeyRange, Storage};
 use crate::{internal, invalid_input, Result};
 
@@ -168,12 +168,15 @@ impl<S: Storage> KvScanner<S> {
 }
 
 /// Constant bounds on scan columns, from a filter's conjuncts: a pack whose
-/// zone map falls outside any of them holds no matching row.
+/// zone map falls outside any of them holds no matching row. A join's
+/// Bloom filter on a BIGINT column also picks rows before decoding.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ZoneFilter {
     /// (column id, lowest, highest) allowed, inclusive, on the stored
     /// integer (days for DATE, the unscaled value for DECIMAL).
     bounds: Vec<(i64, i64, i64)>,
+    /// (column id, the build keys a BIGINT column's value may be one of).
+    blooms: Vec<(i64, Bloom)>,
 }
 
 /// A bound no value is inside.
@@ -264,12 +267,19 @@ impl ZoneFilter {
                 };
                 self.bounds.push((*id, lo, hi));
             }
+            Expr::InBloom { expr, filter } => {
+                if let Expr::Column { index, .. } = expr.as_ref() {
+                    if let Some((id, DataType::Int64)) = columns.get(*index) {
+                        self.blooms.push((*id, filter.clone()));
+                    }
+                }
+            }
             _ => {}
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.bounds.is_empty()
+        self.bounds.is_empty() && self.blooms.is_empty()
     }
 
     /// True if some row of `pack` may pass (false: skip the pack).
@@ -298,6 +308,13 @@ impl ZoneFilter {
                     and_range_packed(&v, n, &mut bits, *lo, *hi)
                 }
                 _ => {}
+            }
+        }
+        for (id, bloom) in &self.blooms {
+            if let ColumnView::Int(v) = pack.column(*id)? {
+                if !v.has_nulls() {
+                    and_packed(&v, n, &mut bits, |x| bloom.may_contain(x));
+                }
             }
         }
         Ok(bits)

@@ -389,6 +389,18 @@ impl Expr {
                 let out = if *negated { not(&acc)? } else { acc };
                 wrap(Arc::new(out), scalar)?
             }
+            Expr::InBloom { expr, filter } => match expr.eval(batch, mask)? {
+                ColumnarValue::Scalar(s) => ColumnarValue::Scalar(match s {
+                    ScalarValue::Int64(x) => ScalarValue::Boolean(filter.may_contain(x)),
+                    _ => ScalarValue::Null(DataType::Boolean),
+                }),
+                ColumnarValue::Array(a) => {
+                    let a = a.as_primitive::<Int64Type>();
+                    let hits: BooleanArray =
+                        a.iter().map(|x| x.map(|x| filter.may_contain(x))).collect();
+                    ColumnarValue::Array(Arc::new(hits))
+                }
+            },
             Expr::Like {
                 expr,
                 pattern,

@@ -37,6 +37,7 @@
 //! rows no earlier branch took, a value only the rows its branch took, so
 //! `CASE WHEN b <> 0 THEN a / b END` cannot divide by zero either.
 
+mod bloom;
 mod eval;
 mod int_set;
 pub mod scalar;
@@ -47,6 +48,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Schema};
 
+pub use bloom::Bloom;
 pub use eval::ColumnarValue;
 use int_set::IN_LIST_HASH_AT;
 pub use int_set::{IntHash, IntHasher, IntSet};
@@ -162,6 +164,12 @@ pub enum Expr {
         list: Vec<ScalarValue>,
         negated: bool,
         set: Option<IntSet>,
+    },
+    /// TRUE when a BIGINT may be one of a join's build keys, FALSE when
+    /// it certainly is not, NULL for NULL (see `bloom.rs`).
+    InBloom {
+        expr: Box<Expr>,
+        filter: Bloom,
     },
     Like {
         expr: Box<Expr>,
@@ -537,6 +545,20 @@ impl Expr {
         })
     }
 
+    /// `expr` tested against a Bloom filter of join keys: BIGINT only.
+    pub fn in_bloom(expr: Expr, filter: Bloom) -> Result<Expr> {
+        if expr.data_type() != DataType::Int64 {
+            return Err(invalid_input!(
+                "a Bloom filter tests BIGINT keys, not {}",
+                sql_name(&expr.data_type())
+            ));
+        }
+        fold(Expr::InBloom {
+            expr: Box::new(expr),
+            filter,
+        })
+    }
+
     pub fn like(expr: Expr, pattern: String, negated: bool) -> Result<Expr> {
         Expr::expect_type(&expr, &DataType::Utf8, "LIKE")?;
         fold(Expr::Like {
@@ -626,6 +648,7 @@ impl Expr {
             | Expr::Not(_)
             | Expr::IsNull { .. }
             | Expr::InList { .. }
+            | Expr::InBloom { .. }
             | Expr::Like { .. } => DataType::Boolean,
             Expr::Cast { to, .. } => to.clone(),
             Expr::Case { data_type, .. } => data_type.clone(),
@@ -648,6 +671,7 @@ impl Expr {
             Expr::Not(e) => e.is_fallible(),
             Expr::IsNull { expr, .. }
             | Expr::InList { expr, .. }
+            | Expr::InBloom { expr, .. }
             | Expr::Like { expr, .. }
             | Expr::DatePart { expr, .. }
             | Expr::Substring { expr, .. } => expr.is_fallible(),
@@ -679,6 +703,7 @@ impl Expr {
             Expr::Negate(e) | Expr::Not(e) => e.visit_columns(f),
             Expr::IsNull { expr, .. }
             | Expr::InList { expr, .. }
+            | Expr::InBloom { expr, .. }
             | Expr::Like { expr, .. }
             | Expr::Cast { expr, .. }
             | Expr::DatePart { expr, .. }
@@ -733,6 +758,7 @@ impl Expr {
                 expr, set: Some(_), ..
             } => 4 + expr.cost(),
             Expr::InList { expr, list, .. } => list.len() as u32 + expr.cost(),
+            Expr::InBloom { expr, .. } => 5 + expr.cost(),
             Expr::Like { expr, .. } => 8 + expr.cost(),
             Expr::Cast { expr, .. } => 3 + expr.cost(),
             Expr::Case { .. } | Expr::Coalesce(_) => {
@@ -778,6 +804,7 @@ fn fold(e: Expr) -> Result<Expr> {
         Expr::Negate(x) | Expr::Not(x) => x.as_literal().is_some(),
         Expr::IsNull { expr, .. }
         | Expr::InList { expr, .. }
+        | Expr::InBloom { expr, .. }
         | Expr::Like { expr, .. }
         | Expr::Cast { expr, .. }
         | Expr::DatePart { expr, .. }

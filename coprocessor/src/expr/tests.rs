@@ -238,6 +238,7 @@ fn proto_round_trip_rebuilds_the_same_expression() {
         Expr::date_part(DatePart::Quarter, col(3)).unwrap(),
         Expr::substring(col(4), 2, Some(3)).unwrap(),
         Expr::substring(col(4), -1, None).unwrap(),
+        Expr::in_bloom(col(2), super::Bloom::build(&[1, 5, 9], 12)).unwrap(),
     ];
     for e in exprs {
         let back = Expr::from_proto(&e.to_proto().unwrap(), &types).unwrap();
@@ -257,7 +258,7 @@ fn hostile_protos_are_rejected() {
                 kind: pb::FuncKind::Negate as i32,
                 args: vec![e],
                 cast_to: None,
-                int_list: Vec::new(),
+                ..Default::default()
             })),
         };
     }
@@ -279,11 +280,33 @@ fn hostile_protos_are_rejected() {
             ],
             cast_to: None,
             int_list: vec![1, 2, 3],
+            ..Default::default()
         })),
     };
     assert!(Expr::from_proto(&packed(pb::FuncKind::InList, 1), &[DataType::Int64]).is_ok());
     for bad in [packed(pb::FuncKind::Eq, 1), packed(pb::FuncKind::InList, 2)] {
         assert!(Expr::from_proto(&bad, &[DataType::Int64]).is_err());
+    }
+    // A Bloom filter needs whole blocks and a BIGINT to test.
+    let bloom = |bytes: usize, column: u32| pb::Expr {
+        kind: Some(pb::expr::Kind::Func(pb::ScalarFunc {
+            kind: pb::FuncKind::BloomFilter as i32,
+            args: vec![pb::Expr {
+                kind: Some(pb::expr::Kind::Column(column)),
+            }],
+            bloom: vec![0; bytes],
+            ..Default::default()
+        })),
+    };
+    let types = [DataType::Int64, DataType::Utf8];
+    assert!(Expr::from_proto(&bloom(64, 0), &types).is_ok());
+    for (bad, why) in [
+        (bloom(0, 0), "Bloom filter is 1 to"),
+        (bloom(40, 0), "not 40 bytes"),
+        (bloom(32, 1), "BIGINT keys, not VARCHAR"),
+    ] {
+        let err = Expr::from_proto(&bad, &types).unwrap_err().to_string();
+        assert!(err.contains(why), "{err}");
     }
 }
 

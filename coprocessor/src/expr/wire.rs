@@ -5,7 +5,7 @@
 use arrow::datatypes::DataType;
 use quarry_proto::coprocessor::{self as pb, expr::Kind, FuncKind};
 
-use super::{ArithOp, CmpOp, DatePart, Expr, LogicOp, ScalarValue, IN_LIST_HASH_AT};
+use super::{ArithOp, Bloom, CmpOp, DatePart, Expr, LogicOp, ScalarValue, IN_LIST_HASH_AT};
 use crate::types;
 use crate::{invalid_input, Result};
 
@@ -16,7 +16,7 @@ impl Expr {
                 kind: kind as i32,
                 args,
                 cast_to: None,
-                int_list: Vec::new(),
+                ..Default::default()
             })),
         };
         let lit = |v: &ScalarValue| -> Result<pb::Expr> {
@@ -69,6 +69,14 @@ impl Expr {
                 };
                 func(kind, vec![expr.to_proto()?])
             }
+            Expr::InBloom { expr, filter } => pb::Expr {
+                kind: Some(Kind::Func(pb::ScalarFunc {
+                    kind: FuncKind::BloomFilter as i32,
+                    args: vec![expr.to_proto()?],
+                    bloom: filter.to_bytes(),
+                    ..Default::default()
+                })),
+            },
             Expr::InList {
                 expr,
                 list,
@@ -94,6 +102,7 @@ impl Expr {
                             args: vec![expr.to_proto()?],
                             cast_to: None,
                             int_list,
+                            ..Default::default()
                         })),
                     });
                 }
@@ -123,7 +132,7 @@ impl Expr {
                     kind: FuncKind::Cast as i32,
                     args: vec![expr.to_proto()?],
                     cast_to: Some(types::field_type(to, true)?),
-                    int_list: Vec::new(),
+                    ..Default::default()
                 })),
             },
             Expr::Case { .. } => func(
@@ -184,6 +193,13 @@ impl Expr {
             Some(Kind::Func(f)) => {
                 let kind = FuncKind::try_from(f.kind)
                     .map_err(|_| invalid_input!("unknown function kind {}", f.kind))?;
+                if kind == FuncKind::BloomFilter {
+                    let [value] = f.args.as_slice() else {
+                        return Err(invalid_input!("a Bloom filter tests one value"));
+                    };
+                    let value = Expr::from_proto_depth(value, input, depth + 1)?;
+                    return Expr::in_bloom(value, Bloom::from_bytes(&f.bloom)?);
+                }
                 if !f.int_list.is_empty() {
                     let negated = match kind {
                         FuncKind::InList => false,
@@ -352,6 +368,7 @@ fn build_func(
             let start = int(args.pop())?;
             Expr::substring(args.pop().expect("n >= 2"), start, len)
         }
+        FuncKind::BloomFilter => Err(invalid_input!("a Bloom filter needs its bits")),
         FuncKind::FuncUnspecified => Err(invalid_input!("unspecified function")),
     }
 }

@@ -113,6 +113,7 @@ impl FusedPlan {
                 | Pred::NotEq { col, .. }
                 | Pred::IntIn { col, .. }
                 | Pred::StrIn { col, .. }
+                | Pred::Bloom { col, .. }
                 | Pred::NullCheck { col, .. } => *used.get_mut(*col)? = true,
                 Pred::Const(_) => {}
             }

@@ -15,7 +15,7 @@ use super::node::scale_of;
 use super::source::{and_int, and_range, Source};
 use crate::codec::pack::is_int_type;
 use crate::executor::kernels::{and_masks, compare_range};
-use crate::expr::{CmpOp, Expr, LogicOp, ScalarValue};
+use crate::expr::{Bloom, CmpOp, Expr, LogicOp, ScalarValue};
 use crate::internal;
 use crate::types::POW10;
 
@@ -42,6 +42,11 @@ pub(super) enum Pred {
         col: usize,
         set: Vec<Vec<u8>>,
         negated: bool,
+    },
+    /// A BIGINT column's value may be one of a join's build keys.
+    Bloom {
+        col: usize,
+        filter: Bloom,
     },
     Const(bool),
     /// `col IS [NOT] NULL`: a constant in fused blocks, which hold no NULL
@@ -212,6 +217,16 @@ impl Pred {
                 });
                 true
             }
+            Expr::InBloom { expr, filter } => {
+                let Some((col, 1, DataType::Int64)) = column_ref(expr) else {
+                    return false;
+                };
+                out.push(Pred::Bloom {
+                    col,
+                    filter: filter.clone(),
+                });
+                true
+            }
             Expr::IsNull { expr, negated } => {
                 // Fused blocks have no NULLs (a block with any goes the
                 // generic way), so this is a constant there.
@@ -242,7 +257,7 @@ pub(super) fn live<'p>(preds: &'p [Pred], src: &[Source<'_>]) -> Result<Vec<&'p 
                 return Err(Early::Skipped)
             }
             Pred::Range { col, lo, hi } => (*col, *lo, *hi),
-            Pred::NotEq { .. } | Pred::IntIn { .. } | Pred::StrIn { .. } => {
+            Pred::NotEq { .. } | Pred::IntIn { .. } | Pred::StrIn { .. } | Pred::Bloom { .. } => {
                 live.push((u64::MAX, p));
                 continue;
             }
@@ -304,6 +319,9 @@ impl Pred {
                 and_int(&src[*col], n, bits, |v| {
                     set.binary_search(&v).is_ok() != neg
                 });
+            }
+            Pred::Bloom { col, filter } => {
+                and_int(&src[*col], n, bits, |v| filter.may_contain(v));
             }
             Pred::Const(_) | Pred::NullCheck { .. } => {
                 return Err(internal!("a constant filter reached the kernels").into())

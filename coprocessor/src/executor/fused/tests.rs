@@ -15,7 +15,7 @@ use crate::codec::pack::PackBuilder;
 use crate::codec::row::{Datum, RowEncoder};
 use crate::executor::scan::ZoneFilter;
 use crate::executor::{AggregationExecutor, BatchExecutor, SelectionExecutor, TableScanExecutor};
-use crate::expr::{ArithOp, CmpOp, Expr, ScalarValue};
+use crate::expr::{ArithOp, Bloom, CmpOp, Expr, ScalarValue};
 use crate::storage::{KeyRange, MemStorage};
 
 const TABLE: i64 = 9;
@@ -482,4 +482,49 @@ fn a_cast_to_a_narrower_precision_overflows_on_both_paths() {
         std::mem::discriminant(&f.map(|_| ()).unwrap_err()),
         std::mem::discriminant(&g.unwrap_err())
     );
+}
+
+#[test]
+fn a_join_keys_bloom_filter_keeps_the_same_rows_on_both_paths() {
+    // Keys 0..6000 (some NULL), a Bloom filter of the multiples of 7.
+    let rows: Vec<Row> = tpch_like(6000)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            r.qty = (i % 13 != 5).then_some(i as i64);
+            r
+        })
+        .collect();
+    let keys: Vec<i64> = (0..6000).filter(|k| k % 7 == 0).collect();
+    let bloom = Bloom::build(&keys, 12);
+    let cond = Expr::in_bloom(col(0), bloom.clone()).unwrap();
+    let aggs = vec![(
+        AggregateFunction::new(AggKind::CountStar, None).unwrap(),
+        None,
+    )];
+    let conds = std::slice::from_ref(&cond);
+    let plan = FusedPlan::compile(&columns(), conds, &[], &aggs).unwrap();
+    assert!(matches!(plan.preds[..], [Pred::Bloom { col: 0, .. }]));
+    // Every key kept, NULLs dropped, a few false hits let through.
+    let want = rows
+        .iter()
+        .filter(|r| r.qty.is_some_and(|q| bloom.may_contain(q)))
+        .count();
+    let exact = rows
+        .iter()
+        .filter(|r| r.qty.is_some_and(|q| q % 7 == 0))
+        .count();
+    assert!(
+        want >= exact && want < exact + exact / 20,
+        "{want} vs {exact}"
+    );
+    for (pack_rows, delta_every) in [(256, 0), (100, 3), (6000, 0)] {
+        let (f, _) = fused(store(&rows, pack_rows, delta_every), conds, &[], &aggs).unwrap();
+        let g = generic(store(&rows, pack_rows, delta_every), conds, &[], &aggs).unwrap();
+        assert_eq!(final_rows(&f, &[], &aggs), vec![want.to_string()]);
+        assert_eq!(final_rows(&g, &[], &aggs), vec![want.to_string()]);
+    }
+    // Only BIGINT keys: a DATE column is refused.
+    let err = Expr::in_bloom(col(3), bloom).unwrap_err().to_string();
+    assert!(err.contains("BIGINT"), "{err}");
 }

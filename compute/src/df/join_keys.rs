@@ -1,0 +1,535 @@
+//! Semi-join reduction: a hash join's build keys, as a Bloom filter, keep
+//! the probe side's non-matching rows in their regions.
+//!
+//! DataFusion hands a hash join's probe side a dynamic filter once the
+//! build side is in: the keys' bounds, and the keys themselves as an IN
+//! list while they are few (`join-key-list-max`, 16,384 per join
+//! partition by default, see `mod.rs`). Past
+//! that its filter is a lookup into the join's own hash table, which
+//! cannot travel, so a join of 6 million lineitem rows against 230
+//! thousand order keys (TPC-H Q5) used to ship every lineitem row to
+//! compute, where the join dropped 85% of them. TiDB and Spark answer this
+//! with a runtime Bloom filter; so does Quarry:
+//!
+//! ```text
+//!  HashJoinExec(on o_orderkey = l_orderkey)
+//!    BuildKeysExec(key o_orderkey)  ── keys ──┐   (shared [`BuildKeys`])
+//!      … build side …                         │
+//!    RepartitionExec                          ▼
+//!      RegionScanExec(lineitem)  waits, then adds `l_orderkey IN bloom(…)`
+//!                                to every region's selection
+//! ```
+//!
+//! [`BloomJoinFilters`], a physical optimizer rule that runs after
+//! DataFusion's own, finds each hash join whose probe side reaches a plain
+//! region scan through nodes that pass rows unchanged (repartitioning,
+//! coalescing, projections of columns, filters), and whose join type drops
+//! probe rows without a match (inner, left, left semi, right semi; NULL
+//! keys never equal). It wraps the build side in a [`BuildKeysExec`], which
+//! copies each batch's BIGINT keys into a [`BuildKeys`] as they pass, and
+//! gives the region scan the same `BuildKeys`. The scan, like for
+//! DataFusion's filters, asks its regions only once every build partition
+//! has ended (or a bounded wait has passed: a filter is only ever an
+//! optimization), and then, if the keys are worth a filter
+//! ([`BuildKeys::filter`]), adds a split-block Bloom filter of them
+//! (`quarry_coprocessor::expr::Bloom`) to its DAG's selection. Storage
+//! tests each pack's key column against it before decoding the other
+//! columns, so the rows that cannot join cost one hash and are never
+//! decoded, encoded or sent. About 1% of non-matching rows pass (twelve
+//! bits per key); the join drops those.
+//!
+//! Left out: keys other than BIGINT (TPC-H's are all BIGINT), joins on
+//! several columns (the first BIGINT column's filter is still exact as a
+//! superset), probe sides that aggregate in storage before the join, and
+//! sizing the filter by the probe column's distinct values (there are no
+//! per-column statistics yet).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, Int64Type};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{JoinType, NullEquality, Result as DfResult};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+#[allow(deprecated)]
+use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+use futures::StreamExt;
+use parking_lot::Mutex;
+use quarry_coprocessor::expr::{Bloom, Expr, ScalarValue};
+use tokio::sync::watch;
+
+use super::pushdown;
+use super::region_scan::RegionScanExec;
+
+/// Bits of Bloom filter per build key: about 1% of other keys pass.
+pub const BLOOM_BITS_PER_KEY: usize = 12;
+
+/// Past this many build keys no filter is sent: at twelve bits a key the
+/// filter would cost every region 1.5 MB of request, and a build side that
+/// large rarely leaves much of the probe side out (TPC-H Q18 joins all 1.5
+/// million orders).
+pub const MAX_BLOOM_KEYS: usize = 1 << 20;
+
+/// Keys filling this share of the span between the smallest and the
+/// largest are sent as bounds only (a Bloom filter would keep everything).
+const DENSE_KEYS: f64 = 0.9;
+
+/// A hash join's build keys, filled by its [`BuildKeysExec`] and read by
+/// the probe side's region scan once every build partition has ended.
+pub struct BuildKeys {
+    /// The build key, for EXPLAIN.
+    key: String,
+    keys: Mutex<Collected>,
+    done: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct Collected {
+    values: Vec<i64>,
+    /// More than [`MAX_BLOOM_KEYS`], or a key that is not BIGINT: no
+    /// filter.
+    given_up: bool,
+    partitions: usize,
+    ended: usize,
+}
+
+impl fmt::Debug for BuildKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BuildKeys({})", self.key)
+    }
+}
+
+/// What a scan adds for one join: the condition, and how EXPLAIN ANALYZE
+/// shows it (also when there is none, and why).
+pub struct KeyFilter {
+    pub condition: Option<Expr>,
+    pub shown: String,
+}
+
+impl BuildKeys {
+    fn new(key: String, partitions: usize) -> Arc<BuildKeys> {
+        Arc::new(BuildKeys {
+            key,
+            keys: Mutex::new(Collected {
+                partitions,
+                ..Default::default()
+            }),
+            done: watch::channel(false).0,
+        })
+    }
+
+    fn add(&self, keys: &dyn Array) {
+        let mut c = self.keys.lock();
+        if c.given_up {
+            return;
+        }
+        let Some(keys) = keys.as_primitive_opt::<Int64Type>() else {
+            c.given_up = true;
+            return;
+        };
+        if c.values.len() + keys.len() - keys.null_count() > MAX_BLOOM_KEYS {
+            c.given_up = true;
+            c.values = Vec::new();
+            return;
+        }
+        c.values.extend(keys.iter().flatten());
+    }
+
+    fn partition_ended(&self) {
+        let mut c = self.keys.lock();
+        c.ended += 1;
+        if c.ended >= c.partitions {
+            self.done.send_replace(true);
+        }
+    }
+
+    /// Waits until every build partition has ended; false if `until` came
+    /// first.
+    pub async fn wait(&self, until: Instant) -> bool {
+        let mut rx = self.done.subscribe();
+        let until = tokio::time::Instant::from_std(until);
+        let ready = tokio::time::timeout_at(until, rx.wait_for(|d| *d))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        ready
+    }
+
+    /// The filter for `probe` (the probe key over the scan's columns), if
+    /// the keys are worth one: none when DataFusion's filter already
+    /// `listed` them, when there are more than [`MAX_BLOOM_KEYS`], or when
+    /// they are so dense that their bounds say as much; an exact IN list
+    /// up to `list_max` keys; a Bloom filter past that.
+    pub fn filter(&self, probe: &Expr, listed: bool, list_max: usize) -> KeyFilter {
+        let c = self.keys.lock();
+        let none = |why: String| KeyFilter {
+            condition: None,
+            shown: format!("no bloom({}): {why}", self.key),
+        };
+        if c.given_up {
+            return none(format!("over {MAX_BLOOM_KEYS} keys"));
+        }
+        let keys = &c.values;
+        if listed {
+            return none("the join's IN list has them".into());
+        }
+        let (Some(lo), Some(hi)) = (keys.iter().min(), keys.iter().max()) else {
+            // No build row: no probe row can join.
+            return KeyFilter {
+                condition: Some(Expr::literal(ScalarValue::Boolean(false))),
+                shown: format!("no keys({})", self.key),
+            };
+        };
+        if is_dense(keys) {
+            let (lo, hi) = (*lo, *hi);
+            let bound = |v| Expr::literal(ScalarValue::Int64(v));
+            return match Expr::between(probe.clone(), bound(lo), bound(hi), false) {
+                Ok(e) => KeyFilter {
+                    condition: Some(e),
+                    shown: format!("range({}: {lo}..={hi}, dense)", self.key),
+                },
+                Err(e) => none(e.to_string()),
+            };
+        }
+        if keys.len() <= list_max {
+            let mut list = keys.clone();
+            list.sort_unstable();
+            list.dedup();
+            let shown = format!("keys({}: {} keys)", self.key, list.len());
+            return match Expr::in_int_list(probe.clone(), list, false) {
+                Ok(e) => KeyFilter {
+                    condition: Some(e),
+                    shown,
+                },
+                Err(e) => none(e.to_string()),
+            };
+        }
+        let bloom = Bloom::build(keys, BLOOM_BITS_PER_KEY);
+        let shown = format!(
+            "bloom({}: {} keys, {} kB)",
+            self.key,
+            keys.len(),
+            bloom.size_bytes() / 1024
+        );
+        match Expr::in_bloom(probe.clone(), bloom) {
+            Ok(e) => KeyFilter {
+                condition: Some(e),
+                shown,
+            },
+            Err(e) => none(e.to_string()),
+        }
+    }
+}
+
+/// True when the distinct `keys` fill at least [`DENSE_KEYS`] of their
+/// span (counted on a bitmap of the span, which is then small).
+fn is_dense(keys: &[i64]) -> bool {
+    let (Some(lo), Some(hi)) = (keys.iter().min(), keys.iter().max()) else {
+        return true;
+    };
+    let span = (*hi as i128 - *lo as i128 + 1) as f64;
+    if (keys.len() as f64) < DENSE_KEYS * span {
+        return false;
+    }
+    let mut seen = vec![0u64; (span as usize).div_ceil(64)];
+    let mut distinct = 0usize;
+    for k in keys {
+        let i = (*k - *lo) as usize;
+        let (w, b) = (i / 64, 1u64 << (i % 64));
+        if seen[w] & b == 0 {
+            seen[w] |= b;
+            distinct += 1;
+        }
+    }
+    distinct as f64 >= DENSE_KEYS * span
+}
+
+/// A hash join's build side, passed through unchanged while its join keys
+/// are copied into a [`BuildKeys`].
+#[derive(Debug)]
+pub struct BuildKeysExec {
+    input: Arc<dyn ExecutionPlan>,
+    key: Arc<dyn PhysicalExpr>,
+    sink: Arc<BuildKeys>,
+}
+
+impl BuildKeysExec {
+    fn new(input: Arc<dyn ExecutionPlan>, key: Arc<dyn PhysicalExpr>) -> Self {
+        let partitions = input.properties().partitioning.partition_count();
+        let sink = BuildKeys::new(key.to_string(), partitions);
+        BuildKeysExec { input, key, sink }
+    }
+}
+
+impl DisplayAs for BuildKeysExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "BuildKeysExec: key={}", self.key)
+    }
+}
+
+impl ExecutionPlan for BuildKeysExec {
+    fn name(&self) -> &str {
+        "BuildKeysExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        f(&self.key)
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // The same sink: the probe side's scan already holds it.
+        Ok(Arc::new(BuildKeysExec {
+            input: children.swap_remove(0),
+            key: self.key.clone(),
+            sink: self.sink.clone(),
+        }))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let schema = input.schema();
+        let (key, sink) = (self.key.clone(), self.sink.clone());
+        let end = self.sink.clone();
+        let mut ended = false;
+        let batches = input
+            .map(move |b| {
+                if let Ok(batch) = &b {
+                    match key
+                        .evaluate(batch)
+                        .and_then(|v| v.into_array(batch.num_rows()))
+                    {
+                        Ok(keys) => sink.add(keys.as_ref()),
+                        Err(_) => sink.keys.lock().given_up = true,
+                    }
+                }
+                b
+            })
+            .chain(futures::stream::poll_fn(move |_| {
+                if !ended {
+                    ended = true;
+                    end.partition_ended();
+                }
+                std::task::Poll::Ready(None)
+            }));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+    }
+}
+
+/// The physical optimizer rule: see the module docs.
+#[derive(Debug)]
+pub struct BloomJoinFilters;
+
+impl PhysicalOptimizerRule for BloomJoinFilters {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            Ok(match with_build_keys(&node)? {
+                Some(n) => Transformed::yes(n),
+                None => Transformed::no(node),
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "quarry_bloom_join_filters"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// `node` with its build keys reaching its probe side's region scan, when
+/// `node` is a hash join that can use them.
+fn with_build_keys(node: &Arc<dyn ExecutionPlan>) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+        return Ok(None);
+    };
+    let drops_unmatched_probe_rows = matches!(
+        join.join_type(),
+        JoinType::Inner | JoinType::Left | JoinType::LeftSemi | JoinType::RightSemi
+    );
+    if !drops_unmatched_probe_rows || join.null_equality() != NullEquality::NullEqualsNothing {
+        return Ok(None);
+    }
+    if join
+        .left()
+        .as_ref()
+        .downcast_ref::<BuildKeysExec>()
+        .is_some()
+    {
+        return Ok(None);
+    }
+    let left_schema = join.left().schema();
+    for (build, probe) in join.on() {
+        if build.data_type(&left_schema)? != DataType::Int64 {
+            continue;
+        }
+        let keys = BuildKeysExec::new(join.left().clone(), build.clone());
+        if let Some(right) = with_probe_filter(join.right(), probe, &keys.sink) {
+            let left: Arc<dyn ExecutionPlan> = Arc::new(keys);
+            return replace_children_if_necessary(node.clone(), vec![left, right]).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+/// `plan` with `sink`'s filter on its region scan, `key` being the probe
+/// key over `plan`'s output; None when no plain region scan is reached
+/// through nodes that pass rows through unchanged.
+fn with_probe_filter(
+    plan: &Arc<dyn ExecutionPlan>,
+    key: &Arc<dyn PhysicalExpr>,
+    sink: &Arc<BuildKeys>,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
+        if !scan.context().join_bloom_filters {
+            return None;
+        }
+        let outputs = scan.plain_outputs()?;
+        let probe = pushdown::physical(key, &mut |i| outputs.get(i).cloned())?;
+        if probe.data_type() != DataType::Int64 {
+            return None;
+        }
+        return Some(Arc::new(scan.with_build_keys(sink.clone(), probe)));
+    }
+    let column = key.as_ref().downcast_ref::<Column>()?;
+    #[allow(deprecated)]
+    let passes_rows = plan.downcast_ref::<RepartitionExec>().is_some()
+        || plan.downcast_ref::<CoalesceBatchesExec>().is_some()
+        || plan.downcast_ref::<CoalescePartitionsExec>().is_some()
+        || plan.downcast_ref::<CooperativeExec>().is_some();
+    let below: Arc<dyn PhysicalExpr> = if passes_rows {
+        key.clone()
+    } else if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
+        p.expr().get(column.index())?.expr.clone()
+    } else if let Some(f) = plan.downcast_ref::<FilterExec>() {
+        let index = match f.projection() {
+            Some(p) => *p.get(column.index())?,
+            None => column.index(),
+        };
+        let name = f.input().schema().field(index).name().clone();
+        Arc::new(Column::new(&name, index))
+    } else {
+        return None;
+    };
+    let [child] = plan.children()[..] else {
+        return None;
+    };
+    let child = with_probe_filter(child, &below, sink)?;
+    replace_children_if_necessary(plan.clone(), vec![child]).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn density_is_counted_on_distinct_keys() {
+        assert!(is_dense(&(0..1000).collect::<Vec<_>>()));
+        // 1000 keys over a span of 4000.
+        assert!(!is_dense(&(0..1000).map(|k| k * 4).collect::<Vec<_>>()));
+        // Many repeats of few keys: long, but not dense.
+        let repeats: Vec<i64> = (0..4000).map(|k| (k % 10) * 100).collect();
+        assert!(!is_dense(&repeats));
+        assert!(is_dense(&[i64::MAX]));
+    }
+
+    #[test]
+    fn the_filter_fits_the_keys() {
+        let probe = Expr::Column {
+            index: 0,
+            data_type: DataType::Int64,
+        };
+        let keys_of = |keys: Vec<i64>| {
+            let sink = BuildKeys::new("k@0".into(), 1);
+            sink.add(&arrow::array::Int64Array::from(keys));
+            sink.partition_ended();
+            sink
+        };
+        let sparse = |n: i64| keys_of((0..n).map(|k| k * 3).collect());
+        let shape = |f: KeyFilter| match f.condition {
+            Some(Expr::InList { list, .. }) => format!("list {}", list.len()),
+            Some(Expr::InBloom { .. }) => "bloom".into(),
+            Some(Expr::Compare { .. } | Expr::Logic { .. }) => "range".into(),
+            Some(Expr::Literal(ScalarValue::Boolean(false))) => "nothing".into(),
+            Some(other) => format!("{other:?}"),
+            None => format!("none: {}", f.shown),
+        };
+        // Few keys: exact; many: a Bloom filter; past the cap or already
+        // listed by DataFusion's own filter: none.
+        assert_eq!(shape(sparse(100).filter(&probe, false, 1000)), "list 100");
+        assert_eq!(
+            shape(keys_of(vec![7, 3, 7]).filter(&probe, false, 10)),
+            "list 2"
+        );
+        let many = sparse(50_000).filter(&probe, false, 1000);
+        assert!(many.shown.contains("50000 keys"), "{}", many.shown);
+        assert_eq!(shape(many), "bloom");
+        assert!(shape(sparse(50_000).filter(&probe, true, 1000)).contains("IN list has them"));
+        let sink = sparse(10);
+        sink.add(&arrow::array::Int64Array::from(vec![0; MAX_BLOOM_KEYS]));
+        assert!(shape(sink.filter(&probe, false, 1000)).contains("over 1048576 keys"));
+        // Dense keys: their bounds; no keys: nothing joins.
+        assert_eq!(
+            shape(keys_of((5..50_000).collect()).filter(&probe, false, 10)),
+            "range"
+        );
+        assert_eq!(shape(keys_of(vec![]).filter(&probe, false, 10)), "nothing");
+        let other_type = BuildKeys::new("k@0".into(), 1);
+        other_type.add(&arrow::array::Int32Array::from(vec![1, 2, 3]));
+        assert!(shape(other_type.filter(&probe, false, 10)).starts_with("none"));
+    }
+
+    #[tokio::test]
+    async fn the_keys_are_ready_once_every_partition_has_ended() {
+        let sink = BuildKeys::new("k@0".into(), 2);
+        let soon = Instant::now() + std::time::Duration::from_millis(20);
+        sink.partition_ended();
+        assert!(!sink.wait(soon).await, "one partition of two");
+        sink.partition_ended();
+        assert!(sink.wait(Instant::now()).await);
+    }
+}
