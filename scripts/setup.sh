@@ -11,8 +11,10 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v curl >/dev/null 2>&1 || need+=(curl ca-certificates)
 # libclang: a libclang.so that bindgen can load (libclang-cpp.so, which some
 # images carry alone, is not one).
+# (`ls` of several patterns fails when any one matches nothing, so the
+# listing is counted instead.)
 if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
-    /usr/lib/*-linux-gnu/libclang.so* /usr/lib/*-linux-gnu/libclang-[0-9]*.so* >/dev/null 2>&1; then
+    /usr/lib/*-linux-gnu/libclang.so* /usr/lib/*-linux-gnu/libclang-[0-9]*.so* 2>/dev/null | grep -q .; then
   need+=(libclang-dev)
 fi
 if ((${#need[@]})); then

@@ -322,3 +322,17 @@ join lineitem on l_orderkey = o_orderkey
 where o_orderdate >= date '1995-01-01' and o_orderdate < date '1995-04-01'
 group by o_orderpriority
 order by o_orderpriority;
+
+-- name: recursive_cte_joins_nation_each_round
+-- A recursive CTE whose recursive part joins a Quarry table: DataFusion
+-- runs that part once per round (each run's region scans start without
+-- the join filters of an earlier run, region_scan.rs `reset_state`).
+with recursive chain(k, total) as (
+    select cast(0 as bigint) as k, cast(0 as bigint) as total
+    union all
+    select chain.k + 1, chain.total + n_regionkey
+    from chain join nation on n_nationkey = chain.k
+    where chain.k < 24
+)
+select count(*) as rounds, max(k) as last_key, max(total) as total
+from chain;

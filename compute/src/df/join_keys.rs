@@ -41,8 +41,8 @@
 //! Left out: keys other than BIGINT (TPC-H's are all BIGINT), joins on
 //! several columns (the first BIGINT column's filter is still exact as a
 //! superset), probe sides that aggregate in storage before the join, and
-//! sizing the filter by the probe column's distinct values (there are no
-//! per-column statistics yet).
+//! sizing the filter by the probe column's distinct values (`stats.rs`
+//! has them; the filter does not consult them yet).
 
 use std::fmt;
 use std::sync::Arc;

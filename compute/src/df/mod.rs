@@ -35,6 +35,7 @@ pub mod join_keys;
 pub mod pushdown;
 pub mod region_scan;
 pub mod rules;
+pub mod selectivity;
 pub mod stats;
 pub mod table;
 
@@ -102,8 +103,8 @@ pub struct SqlSession {
     base: datafusion::execution::SessionState,
     scan: ScanContext,
     cluster: Arc<Cluster>,
-    /// Row counts for join planning (`stats.rs`).
-    rows: Arc<stats::TableRows>,
+    /// Table and column statistics for join planning (`stats.rs`).
+    stats: Arc<stats::TableStats>,
 }
 
 /// The most build-side keys of a hash join (per join partition) that reach
@@ -144,7 +145,7 @@ impl SqlSession {
             base: state,
             scan,
             cluster,
-            rows: Arc::default(),
+            stats: Arc::default(),
         }
     }
 
@@ -153,8 +154,8 @@ impl SqlSession {
         let schema = Arc::new(MemorySchemaProvider::new());
         for def in tables {
             let name = def.name.clone();
-            let rows = self.rows.get(&def, &self.scan);
-            let table = QuarryTable::new(def, self.scan.clone(), rows)?;
+            let stats = self.stats.get(&def, &self.scan);
+            let table = QuarryTable::new(def, self.scan.clone(), stats)?;
             schema
                 .register_table(name, Arc::new(table))
                 .map_err(from_df)?;

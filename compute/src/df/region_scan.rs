@@ -52,6 +52,8 @@ use quarry_proto::meta::TableDef;
 
 use super::join_keys::BuildKeys;
 use super::pushdown;
+use super::selectivity::{selectivity, DEFAULT_SELECTIVITY};
+use super::stats::TableStatistics;
 use crate::dispatch::{DispatchStats, Dispatcher};
 use crate::Error;
 
@@ -98,9 +100,9 @@ pub struct RegionScanExec {
     dynamic: Option<Arc<DynamicFilters>>,
     /// What the last run's dynamic filters added, for EXPLAIN ANALYZE.
     last_runtime_filter: Arc<Mutex<Vec<String>>>,
-    /// The table's row count, if known: DataFusion's estimate of a plain
-    /// scan's output, for join order.
-    table_rows: Option<u64>,
+    /// The table's statistics, if known: DataFusion's estimate of a plain
+    /// scan's output, for join order (`stats.rs`).
+    table_stats: Option<Arc<TableStatistics>>,
     /// Hash joins' build keys, each with the probe key over the scan's
     /// columns: a Bloom filter of them joins the selection (`join_keys.rs`).
     build_keys: Vec<(Arc<BuildKeys>, Expr)>,
@@ -310,7 +312,7 @@ impl RegionScanExec {
             last_run: Arc::new(Mutex::new(None)),
             dynamic: None,
             last_runtime_filter: Arc::new(Mutex::new(Vec::new())),
-            table_rows: None,
+            table_stats: None,
             build_keys: Vec::new(),
         }
     }
@@ -354,7 +356,7 @@ impl RegionScanExec {
             storage,
         );
         scan.dynamic = self.dynamic.clone();
-        scan.table_rows = self.table_rows;
+        scan.table_stats = self.table_stats.clone();
         scan.build_keys = self.build_keys.clone();
         scan
     }
@@ -366,8 +368,21 @@ impl RegionScanExec {
         scan
     }
 
-    pub fn set_table_rows(&mut self, rows: Option<u64>) {
-        self.table_rows = rows;
+    pub fn set_table_stats(&mut self, stats: Option<Arc<TableStatistics>>) {
+        self.table_stats = stats;
+    }
+
+    /// The types of the columns the DAG's table scan reads.
+    fn scan_types(&self) -> Result<Vec<DataType>, Error> {
+        let scan = self
+            .dag
+            .scan
+            .as_ref()
+            .ok_or_else(|| Error::Internal("DAG without scan".into()))?;
+        scan.columns
+            .iter()
+            .map(|c| Ok(arrow_type(&c.field_type.unwrap_or_default())?))
+            .collect()
     }
 
     /// The output columns as expressions over the scan's columns, when this
@@ -377,13 +392,7 @@ impl RegionScanExec {
         if dag.aggregation.is_some() || dag.limit != 0 || dag.top_n.is_some() {
             return None;
         }
-        let scan_types = dag
-            .scan
-            .as_ref()?
-            .columns
-            .iter()
-            .map(|c| arrow_type(c.field_type.as_ref()?).ok())
-            .collect::<Option<Vec<DataType>>>()?;
+        let scan_types = self.scan_types().ok()?;
         match &dag.projection {
             Some(p) => p
                 .exprs
@@ -515,28 +524,81 @@ impl ExecutionPlan for RegionScanExec {
         Ok(self)
     }
 
+    /// A plan run again (DataFusion does it for each round of a recursive
+    /// CTE's recursive part) must not be narrowed by the keys its joins'
+    /// build sides had in an earlier run: DataFusion's join starts a new
+    /// dynamic filter that this scan never saw, and a [`BuildKeys`] holds
+    /// the earlier keys. The re-run scan goes without join filters:
+    /// slower, never wrong.
+    fn reset_state(self: Arc<Self>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
+        scan.dynamic = None;
+        scan.build_keys.clear();
+        Ok(Arc::new(scan))
+    }
+
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
     }
 
-    /// The estimated rows out of a plain scan: the table's row count, a
-    /// fifth of it under a filter (DataFusion's default selectivity), at
-    /// most the top-k per region. Aggregating scans are unknown.
+    /// The estimated rows out of a plain scan: the table's row count, the
+    /// share of it the filter keeps (`selectivity.rs`), at most the limit;
+    /// and for each output that is a table
+    /// column with statistics, its range, NULLs and distinct values (at
+    /// most the rows out). Aggregating scans are unknown.
     fn statistics_from_inputs(
         &self,
         _input_stats: &[Arc<Statistics>],
         _args: &StatisticsArgs,
     ) -> DfResult<Arc<Statistics>> {
         let mut stats = Statistics::new_unknown(&self.schema);
-        if let (Some(rows), None) = (self.table_rows, &self.dag.aggregation) {
-            let mut rows = rows as usize;
-            if self.dag.selection.is_some() {
-                rows /= 5;
+        let Some(table) = self.table_stats.as_deref() else {
+            return Ok(Arc::new(stats));
+        };
+        if self.dag.aggregation.is_some() {
+            return Ok(Arc::new(stats));
+        }
+        let (Some(scan), Ok(scan_types)) = (self.dag.scan.as_ref(), self.scan_types()) else {
+            return Ok(Arc::new(stats));
+        };
+        let column = |i: usize| {
+            scan.columns
+                .get(i)
+                .and_then(|c| table.columns.get(&c.column_id))
+        };
+        let kept = match &self.dag.selection {
+            Some(s) => s
+                .conditions
+                .iter()
+                .map(|c| match Expr::from_proto(c, &scan_types) {
+                    Ok(e) => selectivity(&e, &column, table.rows),
+                    Err(_) => DEFAULT_SELECTIVITY,
+                })
+                .product(),
+            None => 1.0,
+        };
+        let mut rows = ((table.rows as f64 * kept).ceil() as usize).max(1);
+        if self.dag.limit > 0 {
+            rows = rows.min(self.dag.limit as usize);
+        }
+        stats.num_rows = Precision::Inexact(rows);
+        let Some(outputs) = self.plain_outputs() else {
+            return Ok(Arc::new(stats));
+        };
+        for (out, expr) in stats.column_statistics.iter_mut().zip(&outputs) {
+            let Expr::Column { index, .. } = expr else {
+                continue;
+            };
+            let Some(c) = column(*index) else {
+                continue;
+            };
+            // Min and max only bound a column: a filter may narrow it.
+            if !c.min.is_null() && !c.max.is_null() {
+                out.min_value = Precision::Inexact(c.min.clone());
+                out.max_value = Precision::Inexact(c.max.clone());
             }
-            if self.dag.limit > 0 {
-                rows = rows.min(self.dag.limit as usize);
-            }
-            stats.num_rows = Precision::Inexact(rows);
+            out.null_count = Precision::Inexact((c.nulls as f64 * kept) as usize);
+            out.distinct_count = Precision::Inexact((c.distinct as usize).min(rows));
         }
         Ok(Arc::new(stats))
     }

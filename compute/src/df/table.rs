@@ -30,6 +30,7 @@ use quarry_proto::meta::TableDef;
 
 use super::pushdown::{self, ColumnBinder};
 use super::region_scan::{external, RegionScanExec, ScanContext};
+use super::stats::TableStatistics;
 use crate::Result;
 
 #[derive(Debug)]
@@ -37,8 +38,8 @@ pub struct QuarryTable {
     def: TableDef,
     schema: SchemaRef,
     ctx: ScanContext,
-    /// The table's last row count, if known (`stats.rs`).
-    rows: Option<u64>,
+    /// The table's last statistics, if known (`stats.rs`).
+    stats: Option<Arc<TableStatistics>>,
 }
 
 /// The Arrow schema of a table definition.
@@ -55,12 +56,16 @@ pub fn table_schema(def: &TableDef) -> Result<SchemaRef> {
 }
 
 impl QuarryTable {
-    pub fn new(def: TableDef, ctx: ScanContext, rows: Option<u64>) -> Result<Self> {
+    pub fn new(
+        def: TableDef,
+        ctx: ScanContext,
+        stats: Option<Arc<TableStatistics>>,
+    ) -> Result<Self> {
         Ok(QuarryTable {
             schema: table_schema(&def)?,
             def,
             ctx,
-            rows,
+            stats,
         })
     }
 
@@ -143,7 +148,7 @@ impl QuarryTable {
             schema,
             storage.join("; "),
         );
-        scan.set_table_rows(self.rows);
+        scan.set_table_stats(self.stats.clone());
         Ok(scan)
     }
 }

@@ -10,12 +10,14 @@
 //! ```
 //!
 //! A partial emits, per group, the key columns and each function's state
-//! columns (COUNT: count; SUM/MIN/MAX: value; AVG: sum and count). The final
+//! columns (COUNT: count; SUM/MIN/MAX: value; AVG: sum and count;
+//! APPROX_DISTINCT: a HyperLogLog sketch, `sketch.rs`). The final
 //! stage merges states with the same accumulators and evaluates them. Both
 //! stages live in this crate so they cannot disagree.
 
 pub mod accumulator;
 pub mod group_values;
+pub mod sketch;
 
 use std::sync::Arc;
 
@@ -68,6 +70,14 @@ impl AggregateFunction {
             (AggKind::Min | AggKind::Max, Some(t)) => {
                 min_max(true, t)?;
             }
+            (AggKind::ApproxDistinct, Some(t)) => {
+                if !sketch::accepts(t) {
+                    return Err(invalid_input!(
+                        "APPROX_DISTINCT does not take {}",
+                        sql_name(t)
+                    ));
+                }
+            }
         }
         Ok(f)
     }
@@ -79,6 +89,7 @@ impl AggregateFunction {
             AggKind::Min => "MIN",
             AggKind::Max => "MAX",
             AggKind::Avg => "AVG",
+            AggKind::ApproxDistinct => "APPROX_DISTINCT",
             AggKind::AggUnspecified => "?",
         }
     }
@@ -98,13 +109,14 @@ impl AggregateFunction {
             AggKind::CountStar | AggKind::Count => vec![DataType::Int64],
             AggKind::Sum => vec![self.sum_type()],
             AggKind::Avg => vec![self.sum_type(), DataType::Int64],
+            AggKind::ApproxDistinct => vec![DataType::Binary],
             _ => vec![self.arg_type.clone().unwrap_or(DataType::Null)],
         }
     }
 
     pub fn result_type(&self) -> DataType {
         match self.kind {
-            AggKind::CountStar | AggKind::Count => DataType::Int64,
+            AggKind::CountStar | AggKind::Count | AggKind::ApproxDistinct => DataType::Int64,
             AggKind::Sum => self.sum_type(),
             AggKind::Avg => DataType::Float64,
             _ => self.arg_type.clone().unwrap_or(DataType::Null),
@@ -133,6 +145,7 @@ impl AggregateFunction {
                     .as_ref()
                     .ok_or_else(|| internal!("MIN/MAX without type"))?,
             )?,
+            AggKind::ApproxDistinct => Box::<sketch::ApproxDistinctAccumulator>::default(),
             AggKind::AggUnspecified => return Err(invalid_input!("unspecified aggregate")),
         })
     }

@@ -99,7 +99,7 @@ impl FusedPlan {
                 AggKind::Avg => AggState::Avg { prog: prog()? },
                 AggKind::Min => AggState::Min { prog: prog()? },
                 AggKind::Max => AggState::Max { prog: prog()? },
-                AggKind::AggUnspecified => return None,
+                AggKind::ApproxDistinct | AggKind::AggUnspecified => return None,
             };
             if matches!(f.arg_type, Some(DataType::Float64)) {
                 return None;
