@@ -385,6 +385,29 @@ impl RegionScanExec {
             .collect()
     }
 
+    /// Each output column as an expression over the scan's columns that a
+    /// selection condition may use before any aggregation: every column of
+    /// a plain scan, the group keys of an aggregating one (a condition on
+    /// them keeps or drops whole groups), None for aggregate states. None
+    /// when a limit or top-k makes the rows a condition removes matter.
+    pub fn outputs_before_aggregation(&self) -> Option<Vec<Option<Expr>>> {
+        let dag = &self.dag;
+        let Some(aggregation) = &dag.aggregation else {
+            return Some(self.plain_outputs()?.into_iter().map(Some).collect());
+        };
+        if dag.limit != 0 || dag.top_n.is_some() || dag.projection.is_some() {
+            return None;
+        }
+        let scan_types = self.scan_types().ok()?;
+        let mut outputs: Vec<Option<Expr>> = aggregation
+            .group_by
+            .iter()
+            .map(|e| Expr::from_proto(e, &scan_types).ok())
+            .collect();
+        outputs.resize(self.schema.fields().len(), None);
+        Some(outputs)
+    }
+
     /// The output columns as expressions over the scan's columns, when this
     /// is a plain scan (no aggregation, limit or top-k yet).
     pub fn plain_outputs(&self) -> Option<Vec<Expr>> {
