@@ -92,17 +92,8 @@ fn sql_cases_match_duckdb_at_sf_0_01() {
             .1;
         explain(&mut c, &format!("ANALYZE {text}")).await
     });
-    let probe = plan
-        .lines()
-        .find(|l| l.contains("RegionScanExec: table=lineitem"))
-        .unwrap_or_else(|| panic!("no lineitem scan in {plan}"));
+    let (probe, rows_out) = scan_rows_out(&plan, "lineitem");
     assert!(probe.contains("bloom(o_orderkey"), "{probe}");
-    let rows_out: u64 = probe
-        .split(" rows out")
-        .next()
-        .and_then(|s| s.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no row count in {probe}"));
     // One quarter of seven years of orders: about 2,100 of 60,175 lines
     // (the Bloom filter lets about 1% of the others through).
     assert!(

@@ -53,17 +53,8 @@ fn all_22_tpch_queries_match_duckdb_at_sf_0_01() {
     // about 8,700 lines at SF 0.01; the parts keep a few dozen.
     let q20 = answers::query("q20").unwrap();
     let plan = pg.ok(&format!("EXPLAIN ANALYZE {q20}"));
-    let scan = plan
-        .lines()
-        .find(|l| l.contains("RegionScanExec: table=lineitem"))
-        .unwrap_or_else(|| panic!("no lineitem scan in {plan}"));
+    let (scan, rows_out) = scan_rows_out(&plan, "lineitem");
     assert!(scan.contains("keys(ps_partkey"), "{scan}");
-    let rows_out: u64 = scan
-        .split(" rows out")
-        .next()
-        .and_then(|s| s.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no row count in {scan}"));
     assert!(rows_out < 500, "{rows_out} rows out: {scan}");
     // With every join's build keys sent as a Bloom filter (no IN lists)
     // and with none sent at all: the same answers.

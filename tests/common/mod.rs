@@ -310,3 +310,19 @@ pub fn mismatches(compute: &str, cases: &[Case]) -> Vec<String> {
         failures
     })
 }
+
+/// The line of `table`'s region scan in an `EXPLAIN ANALYZE` plan, and the
+/// rows its regions sent to compute.
+pub fn scan_rows_out<'a>(plan: &'a str, table: &str) -> (&'a str, u64) {
+    let scan = plan
+        .lines()
+        .find(|l| l.contains(&format!("RegionScanExec: table={table}")))
+        .unwrap_or_else(|| panic!("no {table} scan in {plan}"));
+    let rows_out = scan
+        .split(" rows out")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no row count in {scan}"));
+    (scan, rows_out)
+}
