@@ -44,8 +44,8 @@
 //!
 //! Left out: keys other than BIGINT (TPC-H's are all BIGINT), joins on
 //! several columns (the first BIGINT column's filter is still exact as a
-//! superset), and sizing the filter by the probe column's distinct values (`stats.rs`
-//! has them; the filter does not consult them yet).
+//! superset), and sizing the filter by the probe column's distinct
+//! values (`stats.rs` has them; the filter does not consult them yet).
 
 use std::fmt;
 use std::sync::Arc;

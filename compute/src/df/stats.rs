@@ -24,11 +24,11 @@
 //! like any other: COUNT(*), and per column MIN, MAX, COUNT and
 //! APPROX_DISTINCT (a HyperLogLog sketch per region that compute merges:
 //! `quarry_coprocessor::aggregate::sketch`); decimals and floats are not
-//! decoded, and the answer is a few kilobytes per column and region. It runs in the
-//! background: the first statement over a table is planned without
-//! statistics (DataFusion's defaults), later ones with the last result,
-//! which is refreshed once it is older than [`REFRESH_AFTER`]. They are
-//! estimates for planning; no answer depends on them.
+//! decoded, and the answer is a few kilobytes per column and region. It
+//! runs in the background: the first statement over a table is planned
+//! without statistics (DataFusion's defaults), later ones with the last
+//! result, which is refreshed once it is older than [`REFRESH_AFTER`].
+//! They are estimates for planning; no answer depends on them.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -127,9 +127,9 @@ impl TableStats {
     }
 }
 
-/// The aggregates computed for a column of type `t`, in the order
-/// [`analyze`] reads them: ranges for numbers and dates, NULLs and
-/// distinct values for those and strings; None for other types.
+/// The aggregates computed for a column of type `t`: ranges for numbers
+/// and dates, NULLs and distinct values for those and strings; None for
+/// other types.
 fn per_column(t: &DataType) -> Option<&'static [AggKind]> {
     const RANGE: &[AggKind] = &[
         AggKind::Count,
@@ -222,27 +222,24 @@ pub async fn analyze(table: &TableDef, scan: &ScanContext) -> Result<TableStatis
         columns: HashMap::new(),
     };
     let mut at = 1;
-    for (c, t) in columns.iter().zip(&types) {
-        let kinds = per_column(t).unwrap_or_default();
-        let ranged = kinds.len() == 4;
-        stats.columns.insert(
-            c.column_id,
-            ColumnStatistics {
-                nulls: rows.saturating_sub(count(at)),
-                distinct: count(at + 1),
-                min: if ranged {
-                    scalar(at + 2)?
-                } else {
-                    ScalarValue::Null
-                },
-                max: if ranged {
-                    scalar(at + 3)?
-                } else {
-                    ScalarValue::Null
-                },
-            },
-        );
-        at += kinds.len();
+    for (info, t) in columns.iter().zip(&types) {
+        let mut c = ColumnStatistics {
+            min: ScalarValue::Null,
+            max: ScalarValue::Null,
+            nulls: 0,
+            distinct: 0,
+        };
+        for &kind in per_column(t).unwrap_or_default() {
+            match kind {
+                AggKind::Count => c.nulls = rows.saturating_sub(count(at)),
+                AggKind::ApproxDistinct => c.distinct = count(at),
+                AggKind::Min => c.min = scalar(at)?,
+                AggKind::Max => c.max = scalar(at)?,
+                _ => {}
+            }
+            at += 1;
+        }
+        stats.columns.insert(info.column_id, c);
     }
     Ok(stats)
 }

@@ -24,6 +24,7 @@ use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, Int64Ar
 use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Int32Type, Int64Type};
 
 use super::accumulator::GroupsAccumulator;
+use crate::expr::mix64;
 use crate::{internal, Result};
 
 /// log2 of the number of registers.
@@ -42,21 +43,13 @@ pub fn accepts(t: &DataType) -> bool {
     )
 }
 
-fn mix(mut h: u64) -> u64 {
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
-}
-
 fn hash_bytes(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= *b as u64;
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    mix(h)
+    mix64(h)
 }
 
 /// One group's registers.
@@ -145,13 +138,15 @@ fn for_each_hash(values: &ArrayRef, rows: &[u32], mut f: impl FnMut(usize, u64))
         }};
     }
     match values.data_type() {
-        DataType::Int64 => each!(values.as_primitive::<Int64Type>(), |v: i64| mix(v as u64)),
-        DataType::Int32 => each!(values.as_primitive::<Int32Type>(), |v: i32| mix(v as u64)),
-        DataType::Date32 => each!(values.as_primitive::<Date32Type>(), |v: i32| mix(v as u64)),
+        DataType::Int64 => each!(values.as_primitive::<Int64Type>(), |v: i64| mix64(v as u64)),
+        DataType::Int32 => each!(values.as_primitive::<Int32Type>(), |v: i32| mix64(v as u64)),
+        DataType::Date32 => each!(values.as_primitive::<Date32Type>(), |v: i32| mix64(
+            v as u64
+        )),
         DataType::Decimal128(..) => {
-            each!(values.as_primitive::<Decimal128Type>(), |v: i128| mix((v
-                as u64)
-                ^ mix((v >> 64) as u64)))
+            each!(values.as_primitive::<Decimal128Type>(), |v: i128| mix64(
+                (v as u64) ^ mix64((v >> 64) as u64)
+            ))
         }
         DataType::Utf8 => each!(values.as_string::<i32>(), |v: &str| hash_bytes(
             v.as_bytes()

@@ -45,7 +45,12 @@ type Block = [u32; 8];
 pub struct Bloom(Arc<[Block]>);
 
 fn hash(key: i64) -> u64 {
-    let mut h = key as u64;
+    mix64(key as u64)
+}
+
+/// MurmurHash3's 64-bit finalizer: every input bit moves every output
+/// bit. The Bloom filter and `aggregate::sketch` hash with it.
+pub(crate) fn mix64(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
