@@ -56,6 +56,19 @@ fn all_22_tpch_queries_match_duckdb_at_sf_0_01() {
     let (scan, rows_out) = scan_rows_out(&plan, "lineitem");
     assert!(scan.contains("keys(ps_partkey"), "{scan}");
     assert!(rows_out < 500, "{rows_out} rows out: {scan}");
+    // Q15 names its view twice (joined to supplier, and under max()): both
+    // copies of the quarter of lineitem grouped by supplier are one run in
+    // the regions, whose partial states both Final aggregations read
+    // (shared_scan.rs).
+    let q15 = answers::query("q15").unwrap();
+    let plan = pg.ok(&format!("EXPLAIN ANALYZE {q15}"));
+    let shared = plan.matches("table=lineitem").count();
+    assert_eq!(shared, 2, "{plan}");
+    assert_eq!(
+        plan.matches("one run shared by 2 scans").count(),
+        2,
+        "{plan}"
+    );
     // With every join's build keys sent as a Bloom filter (no IN lists)
     // and with none sent at all: the same answers.
     for args in [

@@ -36,6 +36,7 @@ pub mod pushdown;
 pub mod region_scan;
 pub mod rules;
 pub mod selectivity;
+pub mod shared_scan;
 pub mod stats;
 pub mod table;
 

@@ -53,6 +53,7 @@ use quarry_proto::meta::TableDef;
 use super::join_keys::BuildKeys;
 use super::pushdown;
 use super::selectivity::{selectivity, DEFAULT_SELECTIVITY};
+use super::shared_scan::SharedRun;
 use super::stats::TableStatistics;
 use crate::dispatch::{DispatchStats, Dispatcher};
 use crate::Error;
@@ -106,6 +107,9 @@ pub struct RegionScanExec {
     /// Hash joins' build keys, each with the probe key over the scan's
     /// columns: a Bloom filter of them joins the selection (`join_keys.rs`).
     build_keys: Vec<(Arc<BuildKeys>, Expr)>,
+    /// The run this scan shares with identical scans of the plan, if any
+    /// (`shared_scan.rs`).
+    shared: Option<Arc<SharedRun>>,
 }
 
 /// The dynamic filters (a join's, filled in at run time) inside `e`.
@@ -314,6 +318,7 @@ impl RegionScanExec {
             last_runtime_filter: Arc::new(Mutex::new(Vec::new())),
             table_stats: None,
             build_keys: Vec::new(),
+            shared: None,
         }
     }
 
@@ -370,6 +375,22 @@ impl RegionScanExec {
 
     pub fn set_table_stats(&mut self, stats: Option<Arc<TableStatistics>>) {
         self.table_stats = stats;
+    }
+
+    /// Whether a join narrows this scan at run time.
+    pub fn has_join_filters(&self) -> bool {
+        self.dynamic.is_some() || !self.build_keys.is_empty()
+    }
+
+    /// The same scan, without join filters, sharing `run` with the plan's
+    /// other scans of the same DAG (`shared_scan.rs`).
+    pub fn sharing(&self, run: Arc<SharedRun>) -> Self {
+        let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
+        scan.dynamic = None;
+        scan.build_keys.clear();
+        scan.last_run = run.last_run.clone();
+        scan.shared = Some(run);
+        scan
     }
 
     /// The types of the columns the DAG's table scan reads.
@@ -448,6 +469,9 @@ impl DisplayAs for RegionScanExec {
         }
         if !self.build_keys.is_empty() {
             write!(f, ", join key filters: {}", self.build_keys.len())?;
+        }
+        if let Some(run) = &self.shared {
+            write!(f, ", one run shared by {} scans", run.scans)?;
         }
         let runtime = self.last_runtime_filter.lock();
         if !runtime.is_empty() {
@@ -729,15 +753,9 @@ impl ExecutionPlan for RegionScanExec {
         })
         .flatten();
         let last_run = self.last_run.clone();
-        let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
-        let schema = self.schema.clone();
         let mut reported = false;
         let batches = scan
-            .map(move |b| {
-                let b = b.map_err(external)?;
-                rows.add(b.num_rows());
-                conform(b, &schema)
-            })
+            .map(|b| b.map_err(external))
             .chain(futures::stream::poll_fn(move |_| {
                 // Once the scan has ended: its totals, for EXPLAIN ANALYZE.
                 if !reported {
@@ -748,6 +766,25 @@ impl ExecutionPlan for RegionScanExec {
                 }
                 std::task::Poll::Ready(None)
             }));
+        // A shared run: the first scan polled runs the regions, every one
+        // replays the run's batches (its DAG is never sent twice).
+        let batches = match self.shared.clone() {
+            None => batches.boxed(),
+            Some(run) => futures::stream::once(async move { run.batches(batches).await })
+                .map(|r| match r {
+                    Ok(all) => futures::stream::iter(all.into_iter().map(Ok)).boxed(),
+                    Err(e) => futures::stream::iter([Err(e)]).boxed(),
+                })
+                .flatten()
+                .boxed(),
+        };
+        let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        let schema = self.schema.clone();
+        let batches = batches.map(move |b| {
+            let b = conform(b?, &schema)?;
+            rows.add(b.num_rows());
+            Ok(b)
+        });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
             batches,

@@ -58,6 +58,8 @@ pub fn install(state: SessionState) -> SessionState {
     rules.push(Arc::new(TopKIntoRegions));
     // Last: it wraps join build sides, which the rules above do not expect.
     rules.push(Arc::new(super::join_keys::BloomJoinFilters));
+    // After the join filters: a scan that shares its run may drop them.
+    rules.push(Arc::new(super::shared_scan::ShareIdenticalScans));
     datafusion::execution::SessionStateBuilder::new_from_existing(state)
         .with_physical_optimizer_rules(rules)
         .build()
