@@ -343,7 +343,7 @@ impl Core {
         // 2. The argument programs' bounds (no state changes before).
         let bounds = plan.prog_bounds(src).ok_or(Early::Fallback)?;
         // 3. Group slots of the rows: a lookup table over the keys' codes.
-        let layout = KeyLayout::new(&plan.keys, src, n)?;
+        let layout = KeyLayout::new(&plan.keys, src, rows, &sc.sel)?;
         let locals = sc
             .slots
             .assign(&layout, &plan.keys, src, rows, &sc.bits, &sc.sel)?;

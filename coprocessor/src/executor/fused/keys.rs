@@ -8,8 +8,16 @@
 //! Q1's two flags make at most 3 × 2 slots. The table hands out *local*
 //! slots in order of first appearance ([`Slots::assign`]); the accumulation
 //! sums per local slot and folds each into its group once per block.
+//!
+//! An integer key whose values spread wider than [`MAX_INT_KEY_SPAN`] in a
+//! block (a part or supplier key: TPC-H Q15, Q17, Q20) is coded like a
+//! decoded string: each row read gets the index of its value among the
+//! block's distinct ones, through a hash table over the rows the filters
+//! left. Only when the keys' combinations exceed the lookup table does the
+//! block go the generic way.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::core::{Early, Selected};
 use super::groups::KeyValue;
@@ -25,6 +33,28 @@ const MAX_INT_KEY_SPAN: i64 = 1 << 12;
 /// A decoded string key's per-row codes and the strings they stand for.
 type StrCodes<'a> = (Vec<u32>, Vec<&'a [u8]>);
 
+/// A wide integer key's code for each row read, and the values they
+/// stand for.
+type IntCodes = (Vec<u32>, Vec<i64>);
+
+/// Hashes one integer key: a 64-bit finalizer, no per-call seed.
+#[derive(Default)]
+struct IntKeyHasher(u64);
+
+impl Hasher for IntKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = crate::expr::mix64(self.0 ^ *b as u64);
+        }
+    }
+    fn write_i64(&mut self, v: i64) {
+        self.0 = crate::expr::mix64(v as u64);
+    }
+}
+
 /// One key's part of the lookup-table index: `code × stride`.
 struct KeyCodes<'a> {
     stride: usize,
@@ -34,6 +64,8 @@ struct KeyCodes<'a> {
     min: i64,
     /// A decoded string key's codes (a dictionary's are stored).
     strings: Option<StrCodes<'a>>,
+    /// A wide integer key's codes, per row read (not per block row).
+    ints: Option<IntCodes>,
 }
 
 /// How a block's keys combine into one lookup-table index.
@@ -44,23 +76,38 @@ pub(super) struct KeyLayout<'a> {
 }
 
 impl<'a> KeyLayout<'a> {
-    /// The layout of `keys` over a block of `n` rows; the block goes the
-    /// generic way when an integer key spans too many values, the keys have
-    /// too many combinations, or a key's column cannot be read here.
-    pub(super) fn new(keys: &[KeyCol], src: &[Source<'a>], n: usize) -> Result<Self, Early> {
+    /// The layout of `keys` over a block of `n` rows of which `rows` are
+    /// read (`sel` when not dense); the block goes the generic way when the
+    /// keys have too many combinations or a key's column cannot be read
+    /// here.
+    pub(super) fn new(
+        keys: &[KeyCol],
+        src: &[Source<'a>],
+        rows: Selected,
+        sel: &[u32],
+    ) -> Result<Self, Early> {
+        let n = rows.n;
         let mut layout = KeyLayout {
             keys: Vec::with_capacity(keys.len()),
             total: 1,
         };
         for k in keys {
+            let mut ints = None;
             let (card, min, strings) = match k {
                 KeyCol::Int { col, .. } => {
                     let (lo, hi) = src[*col].range().ok_or(Early::Fallback)?;
                     let span = hi as i128 - lo as i128;
-                    if !(0..MAX_INT_KEY_SPAN as i128).contains(&span) {
+                    if span < 0 {
                         return Err(Early::Fallback);
                     }
-                    ((span + 1) as usize, lo, None)
+                    if span < MAX_INT_KEY_SPAN as i128 {
+                        ((span + 1) as usize, lo, None)
+                    } else {
+                        let codes = int_codes(&src[*col], rows, sel);
+                        let card = codes.1.len();
+                        ints = Some(codes);
+                        (card, 0, None)
+                    }
                 }
                 KeyCol::Str { col } => match &src[*col] {
                     Source::Dict(d) => (d.entries(), 0, None),
@@ -86,6 +133,7 @@ impl<'a> KeyLayout<'a> {
                 card,
                 min,
                 strings,
+                ints,
             });
             layout.total = layout.total.saturating_mul(card.max(1));
         }
@@ -110,6 +158,12 @@ impl<'a> KeyLayout<'a> {
         for (k, codes) in keys.iter().zip(&self.keys) {
             let stride = codes.stride as u32;
             match k {
+                KeyCol::Int { .. } if codes.ints.is_some() => {
+                    let (row_codes, _) = codes.ints.as_ref().ok_or(Early::Fallback)?;
+                    for (x, c) in idx.iter_mut().zip(row_codes) {
+                        *x += *c * stride;
+                    }
+                }
                 KeyCol::Int { col, .. } => {
                     let (lo, hi) = src[*col].range().ok_or(Early::Fallback)?;
                     if rows.dense {
@@ -170,7 +224,10 @@ impl<'a> KeyLayout<'a> {
             .map(|(k, codes)| {
                 let code = (idx as usize / codes.stride) % codes.card.max(1);
                 Ok(match k {
-                    KeyCol::Int { .. } => KeyValue::Int(codes.min + code as i64),
+                    KeyCol::Int { .. } => match &codes.ints {
+                        Some((_, values)) => KeyValue::Int(values[code]),
+                        None => KeyValue::Int(codes.min + code as i64),
+                    },
                     KeyCol::Str { col } => match (&src[*col], &codes.strings) {
                         (Source::Dict(d), _) => KeyValue::Bytes(d.entry(code).to_vec()),
                         (_, Some((_, names))) => KeyValue::Bytes(names[code].to_vec()),
@@ -180,6 +237,29 @@ impl<'a> KeyLayout<'a> {
             })
             .collect()
     }
+}
+
+/// Codes for a wide integer key over the rows read: each value's index
+/// among the distinct values, in order of first appearance.
+fn int_codes(src: &Source<'_>, rows: Selected, sel: &[u32]) -> IntCodes {
+    let mut values = Vec::new();
+    if rows.dense {
+        src.decode_into(&mut values);
+    } else {
+        src.gather(sel, &mut values);
+    }
+    let mut index: HashMap<i64, u32, BuildHasherDefault<IntKeyHasher>> = HashMap::default();
+    let mut distinct = Vec::new();
+    let codes = values
+        .iter()
+        .map(|v| {
+            *index.entry(*v).or_insert_with(|| {
+                distinct.push(*v);
+                distinct.len() as u32 - 1
+            })
+        })
+        .collect();
+    (codes, distinct)
 }
 
 /// A block's rows by group: what the accumulation reads.

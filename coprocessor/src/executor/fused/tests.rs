@@ -528,3 +528,77 @@ fn a_join_keys_bloom_filter_keeps_the_same_rows_on_both_paths() {
     let err = Expr::in_bloom(col(3), bloom).unwrap_err().to_string();
     assert!(err.contains("BIGINT"), "{err}");
 }
+
+/// Rows whose BIGINT key spreads over a wide range (a part key), a few
+/// values repeating, so that groups span packs.
+fn wide_keys(n: usize) -> Vec<Row> {
+    tpch_like(n)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            r.qty = Some(((i as i64 * 7919) % 200_000) / 3 * 3);
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn wide_integer_group_keys_stay_on_the_fused_path() {
+    let rows = wide_keys(6000);
+    let agg = |k: AggKind, e: Option<Expr>| {
+        (
+            AggregateFunction::new(k, e.as_ref().map(Expr::data_type)).unwrap(),
+            e,
+        )
+    };
+    let aggs = vec![
+        agg(AggKind::Avg, Some(col(1))),
+        agg(AggKind::Sum, Some(col(2))),
+        agg(AggKind::CountStar, None),
+    ];
+    let listed: Vec<Expr> = rows
+        .iter()
+        .step_by(97)
+        .map(|r| Expr::Literal(ScalarValue::Int64(r.qty.unwrap())))
+        .collect();
+    let few = Expr::in_list(col(0), listed, false).unwrap();
+    let most = Expr::compare(CmpOp::Ge, col(3), Expr::Literal(ScalarValue::Date(8100))).unwrap();
+    // The key alone and with a dictionary string; all rows, a few (TPC-H
+    // Q17's part keys) and most (a mask).
+    for keys in [vec![col(0)], vec![col(0), col(4)]] {
+        for conds in [vec![], vec![few.clone()], vec![most.clone()]] {
+            let (f, summary) = fused(store(&rows, 1000, 0), &conds, &keys, &aggs).unwrap();
+            assert_eq!(summary.blocks_fallback, 0, "{conds:?} {summary:?}");
+            let g = generic(store(&rows, 1000, 0), &conds, &keys, &aggs).unwrap();
+            let (f, g) = (final_rows(&f, &keys, &aggs), final_rows(&g, &keys, &aggs));
+            assert_eq!(f, g, "{conds:?}");
+            assert!(f.len() > 50, "{}", f.len());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn wide_integer_keys_match_the_generic_executors(
+        rows in proptest::collection::vec(row_strategy(false), 0..600),
+        spread in 1i64..1_000_000,
+        pack_rows in 1usize..300,
+        delta_every in 0usize..7,
+        q6: bool,
+    ) {
+        let rows: Vec<Row> = rows
+            .into_iter()
+            .map(|mut r| {
+                r.qty = r.qty.map(|q| q * spread);
+                r
+            })
+            .collect();
+        let (conds, _, aggs) = query(q6);
+        let keys = vec![col(0), col(5)];
+        let g = generic(store(&rows, pack_rows, delta_every), &conds, &keys, &aggs).unwrap();
+        let (f, _) = fused(store(&rows, pack_rows, delta_every), &conds, &keys, &aggs).unwrap();
+        prop_assert_eq!(final_rows(&f, &keys, &aggs), final_rows(&g, &keys, &aggs));
+    }
+}
