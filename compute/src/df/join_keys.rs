@@ -27,7 +27,10 @@
 //! (a condition on a group key keeps or drops whole groups, so it may run
 //! before the grouping: TPC-H Q20's year of lineitem grouped by part and
 //! supplier is cut, in the regions and before their partial aggregation,
-//! to the parts its semi join can keep), and whose join type drops
+//! to the parts its semi join can keep), or that join it to another input
+//! (an inner join's either side, an outer join's preserved side, the side
+//! a semi or anti join keeps: TPC-H Q5's Asian suppliers cut lineitem
+//! below its join with orders), and whose join type drops
 //! probe rows without a match (inner, left, left semi, right semi; NULL
 //! keys never equal). It wraps the build side in a [`BuildKeysExec`], which
 //! copies each batch's BIGINT keys into a [`BuildKeys`] as they pass, and
@@ -35,17 +38,20 @@
 //! DataFusion's filters, asks its regions only once every build partition
 //! has ended (or a bounded wait has passed: a filter is only ever an
 //! optimization), and then, if the keys are worth a filter
-//! ([`BuildKeys::filter`]), adds a split-block Bloom filter of them
+//! ([`BuildKeys::filter`]: not when they are more than a quarter of the
+//! probe column's distinct values), adds a split-block Bloom filter of them
 //! (`quarry_coprocessor::expr::Bloom`) to its DAG's selection. Storage
 //! tests each pack's key column against it before decoding the other
 //! columns, so the rows that cannot join cost one hash and are never
 //! decoded, encoded or sent. About 1% of non-matching rows pass (twelve
 //! bits per key); the join drops those.
 //!
-//! Left out: keys other than BIGINT (TPC-H's are all BIGINT), joins on
-//! several columns (the first BIGINT column's filter is still exact as a
-//! superset), and sizing the filter by the probe column's distinct
-//! values (`stats.rs` has them; the filter does not consult them yet).
+//! A join on several BIGINT columns sends one filter per column (Q5's
+//! supplier join on supplier and nation keys).
+//!
+//! Left out: keys other than BIGINT (TPC-H's are all BIGINT); deciding
+//! at plan time that a filter will not pay (the scan still waits for the
+//! build side before it learns that its keys are too many).
 
 use std::fmt;
 use std::sync::Arc;
@@ -94,6 +100,13 @@ pub const MAX_BLOOM_KEYS: usize = 1 << 20;
 /// Keys filling this share of the span between the smallest and the
 /// largest are sent as bounds only (a Bloom filter would keep everything).
 const DENSE_KEYS: f64 = 0.9;
+
+/// A Bloom filter is sent only when the build keys are at most this share
+/// of the probe column's distinct values (its statistics): one that would
+/// keep most rows costs each region a hash and a cache miss per row to
+/// drop few (TPC-H Q21's 730 thousand `F` orders against lineitem's 1.5
+/// million order keys took 60 ms more than no filter).
+pub const BLOOM_MAX_SHARE: f64 = 0.25;
 
 /// A hash join's build keys, filled by its [`BuildKeysExec`] and read by
 /// the probe side's region scan once every build partition has ended.
@@ -179,8 +192,16 @@ impl BuildKeys {
     /// the keys are worth one: none when DataFusion's filter already
     /// `listed` them, when there are more than [`MAX_BLOOM_KEYS`], or when
     /// they are so dense that their bounds say as much; an exact IN list
-    /// up to `list_max` keys; a Bloom filter past that.
-    pub fn filter(&self, probe: &Expr, listed: bool, list_max: usize) -> KeyFilter {
+    /// up to `list_max` keys; a Bloom filter past that, unless the probe
+    /// column has fewer than `1 / BLOOM_MAX_SHARE` times as many distinct
+    /// values (`probe_distinct`, from its statistics).
+    pub fn filter(
+        &self,
+        probe: &Expr,
+        listed: bool,
+        list_max: usize,
+        probe_distinct: Option<u64>,
+    ) -> KeyFilter {
         let c = self.keys.lock();
         let none = |why: String| KeyFilter {
             condition: None,
@@ -223,6 +244,14 @@ impl BuildKeys {
                 },
                 Err(e) => none(e.to_string()),
             };
+        }
+        if let Some(distinct) = probe_distinct {
+            if keys.len() as f64 > distinct as f64 * BLOOM_MAX_SHARE {
+                return none(format!(
+                    "{} keys of about {distinct} values would keep most rows",
+                    keys.len()
+                ));
+            }
         }
         let bloom = Bloom::build(keys, BLOOM_BITS_PER_KEY);
         let shown = format!(
@@ -407,17 +436,23 @@ fn with_build_keys(node: &Arc<dyn ExecutionPlan>) -> DfResult<Option<Arc<dyn Exe
         return Ok(None);
     }
     let left_schema = join.left().schema();
+    let (mut left, mut right) = (join.left().clone(), join.right().clone());
+    let mut filtered = false;
+    // Each BIGINT key its own filter: Q5's supplier join sends its
+    // suppliers to lineitem and their nations to customer.
     for (build, probe) in join.on() {
         if build.data_type(&left_schema)? != DataType::Int64 {
             continue;
         }
-        let keys = BuildKeysExec::new(join.left().clone(), build.clone());
-        if let Some(right) = with_probe_filter(join.right(), probe, &keys.sink) {
-            let left: Arc<dyn ExecutionPlan> = Arc::new(keys);
-            return replace_children_if_necessary(node.clone(), vec![left, right]).map(Some);
+        let keys = BuildKeysExec::new(left.clone(), build.clone());
+        if let Some(r) = with_probe_filter(&right, probe, &keys.sink) {
+            (left, right, filtered) = (Arc::new(keys), r, true);
         }
     }
-    Ok(None)
+    if !filtered {
+        return Ok(None);
+    }
+    replace_children_if_necessary(node.clone(), vec![left, right]).map(Some)
 }
 
 /// `plan` with `sink`'s filter on its region scan, `key` being the probe
@@ -440,8 +475,12 @@ fn with_probe_filter(
         return Some(Arc::new(scan.with_build_keys(sink.clone(), probe)));
     }
     let column = key.as_ref().downcast_ref::<Column>()?;
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        return through_join(join, plan, column.index(), sink);
+    }
     #[allow(deprecated)]
-    let passes_rows = plan.downcast_ref::<RepartitionExec>().is_some()
+    let passes_rows = plan.downcast_ref::<BuildKeysExec>().is_some()
+        || plan.downcast_ref::<RepartitionExec>().is_some()
         || plan.downcast_ref::<CoalesceBatchesExec>().is_some()
         || plan.downcast_ref::<CoalescePartitionsExec>().is_some()
         || plan.downcast_ref::<CooperativeExec>().is_some();
@@ -473,6 +512,43 @@ fn with_probe_filter(
     };
     let child = with_probe_filter(child, &below, sink)?;
     replace_children_if_necessary(plan.clone(), vec![child]).ok()
+}
+
+/// [`with_probe_filter`] below a join, on the input that output column
+/// `index` comes from, when a condition on that column may run before the
+/// join: every column of an inner join (its rows are pairs of input rows),
+/// the preserved side of an outer join, the side a semi or anti join
+/// outputs. Q5's suppliers reach lineitem below its join with orders.
+fn through_join(
+    join: &HashJoinExec,
+    plan: &Arc<dyn ExecutionPlan>,
+    index: usize,
+    sink: &Arc<BuildKeys>,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    let index = match &join.projection {
+        Some(p) => *p.get(index)?,
+        None => index,
+    };
+    let left_len = join.left().schema().fields().len();
+    let (on_left, child_index) = match join.join_type() {
+        JoinType::Inner if index < left_len => (true, index),
+        JoinType::Inner => (false, index - left_len),
+        JoinType::Left if index < left_len => (true, index),
+        JoinType::Right if index >= left_len => (false, index - left_len),
+        JoinType::LeftSemi | JoinType::LeftAnti => (true, index),
+        JoinType::RightSemi | JoinType::RightAnti => (false, index),
+        _ => return None,
+    };
+    let child = if on_left { join.left() } else { join.right() };
+    let name = child.schema().fields().get(child_index)?.name().clone();
+    let below: Arc<dyn PhysicalExpr> = Arc::new(Column::new(&name, child_index));
+    let filtered = with_probe_filter(child, &below, sink)?;
+    let children = if on_left {
+        vec![filtered, join.right().clone()]
+    } else {
+        vec![join.left().clone(), filtered]
+    };
+    replace_children_if_necessary(plan.clone(), children).ok()
 }
 
 #[cfg(test)]
@@ -513,27 +589,46 @@ mod tests {
         };
         // Few keys: exact; many: a Bloom filter; past the cap or already
         // listed by DataFusion's own filter: none.
-        assert_eq!(shape(sparse(100).filter(&probe, false, 1000)), "list 100");
         assert_eq!(
-            shape(keys_of(vec![7, 3, 7]).filter(&probe, false, 10)),
+            shape(sparse(100).filter(&probe, false, 1000, None)),
+            "list 100"
+        );
+        assert_eq!(
+            shape(keys_of(vec![7, 3, 7]).filter(&probe, false, 10, None)),
             "list 2"
         );
-        let many = sparse(50_000).filter(&probe, false, 1000);
+        let many = sparse(50_000).filter(&probe, false, 1000, None);
         assert!(many.shown.contains("50000 keys"), "{}", many.shown);
         assert_eq!(shape(many), "bloom");
-        assert!(shape(sparse(50_000).filter(&probe, true, 1000)).contains("IN list has them"));
+        assert!(shape(sparse(50_000).filter(&probe, true, 1000, None)).contains("IN list has them"));
+        // A probe column with not four times as many distinct values as
+        // there are keys: a Bloom filter would keep most rows.
+        assert_eq!(
+            shape(sparse(50_000).filter(&probe, false, 1000, Some(200_000))),
+            "bloom"
+        );
+        let most = sparse(50_000).filter(&probe, false, 1000, Some(199_999));
+        assert!(
+            most.shown.contains("would keep most rows"),
+            "{}",
+            most.shown
+        );
+        assert!(most.condition.is_none());
         let sink = sparse(10);
         sink.add(&arrow::array::Int64Array::from(vec![0; MAX_BLOOM_KEYS]));
-        assert!(shape(sink.filter(&probe, false, 1000)).contains("over 1048576 keys"));
+        assert!(shape(sink.filter(&probe, false, 1000, None)).contains("over 1048576 keys"));
         // Dense keys: their bounds; no keys: nothing joins.
         assert_eq!(
-            shape(keys_of((5..50_000).collect()).filter(&probe, false, 10)),
+            shape(keys_of((5..50_000).collect()).filter(&probe, false, 10, None)),
             "range"
         );
-        assert_eq!(shape(keys_of(vec![]).filter(&probe, false, 10)), "nothing");
+        assert_eq!(
+            shape(keys_of(vec![]).filter(&probe, false, 10, None)),
+            "nothing"
+        );
         let other_type = BuildKeys::new("k@0".into(), 1);
         other_type.add(&arrow::array::Int32Array::from(vec![1, 2, 3]));
-        assert!(shape(other_type.filter(&probe, false, 10)).starts_with("none"));
+        assert!(shape(other_type.filter(&probe, false, 10, None)).starts_with("none"));
     }
 
     #[tokio::test]

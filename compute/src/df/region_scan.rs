@@ -714,6 +714,15 @@ impl ExecutionPlan for RegionScanExec {
         let dynamic = self.dynamic.clone();
         let build_keys = self.build_keys.clone();
         let key_list_max = self.ctx.join_key_list_max;
+        // Each scan column's distinct values, from the table's statistics.
+        let probe_distinct: Vec<Option<u64>> = match (&self.dag.scan, &self.table_stats) {
+            (Some(scan), Some(stats)) => scan
+                .columns
+                .iter()
+                .map(|c| stats.columns.get(&c.column_id).map(|s| s.distinct))
+                .collect(),
+            _ => Vec::new(),
+        };
         let runtime_filter = self.last_runtime_filter.clone();
         // The scan's statistics, once it has started.
         let stats: Arc<Mutex<Option<Arc<Mutex<DispatchStats>>>>> = Arc::default();
@@ -736,7 +745,11 @@ impl ExecutionPlan for RegionScanExec {
                     continue;
                 }
                 let listed = added.iter().any(|(e, _)| lists_keys_of(e, probe));
-                let filter = keys.filter(probe, listed, key_list_max);
+                let distinct = match probe {
+                    Expr::Column { index, .. } => probe_distinct.get(*index).copied().flatten(),
+                    _ => None,
+                };
+                let filter = keys.filter(probe, listed, key_list_max, distinct);
                 if let Some(c) = filter.condition.and_then(|c| c.to_proto().ok()) {
                     dag.selection
                         .get_or_insert_with(Default::default)
