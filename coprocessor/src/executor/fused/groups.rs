@@ -3,7 +3,6 @@
 //! local slot, folded into the groups once per block), and the partial
 //! states they end as ([`Groups::finish`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -12,7 +11,7 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, SchemaRef};
 
-use super::keys::{KeyLayout, Locals};
+use super::keys::{KeyLayout, KeyMap, Locals};
 use super::node::{Val, I64_LIMIT};
 use super::plan::{AggState, FusedPlan, KeyCol};
 use super::source::Source;
@@ -20,10 +19,16 @@ use crate::types::{fits_precision, MAX_DECIMAL_PRECISION};
 use crate::{internal, invalid_input, overflow, Result};
 
 /// Per-group totals across blocks.
+///
+/// A GROUP BY of one integer column (an order, part or supplier key: TPC-H
+/// Q18's 1.5 million orders) keeps its keys as plain integers; others as
+/// a row of [`KeyValue`]s.
 #[derive(Default)]
 pub(super) struct Groups {
     keys: Vec<Vec<KeyValue>>,
-    index: HashMap<Vec<KeyValue>, u32>,
+    index: KeyMap<Vec<KeyValue>, u32>,
+    int_keys: Vec<i64>,
+    int_index: KeyMap<i64, u32>,
     counts: Vec<i64>,
     /// Per program: per group.
     sums: Vec<Vec<i128>>,
@@ -52,9 +57,25 @@ impl Groups {
         if let Some(s) = self.index.get(&key) {
             return *s;
         }
-        let s = self.keys.len() as u32;
+        let s = self.new_group();
         self.keys.push(key.clone());
         self.index.insert(key, s);
+        s
+    }
+
+    fn int_slot(&mut self, key: i64) -> u32 {
+        if let Some(s) = self.int_index.get(&key) {
+            return *s;
+        }
+        let s = self.new_group();
+        self.int_keys.push(key);
+        self.int_index.insert(key, s);
+        s
+    }
+
+    /// A new group's totals, empty: its slot.
+    fn new_group(&mut self) -> u32 {
+        let s = self.counts.len() as u32;
         self.counts.push(0);
         for v in &mut self.sums {
             v.push(0);
@@ -82,6 +103,17 @@ impl Groups {
                 self.slot(vec![]);
             }
             return Ok(vec![0]);
+        }
+        if let [KeyCol::Int { .. }] = keys {
+            return local_keys
+                .iter()
+                .map(|idx| {
+                    let key = layout
+                        .int_key_of(*idx)
+                        .ok_or_else(|| internal!("one integer key without its codes"))?;
+                    Ok(self.int_slot(key))
+                })
+                .collect();
         }
         local_keys
             .iter()
@@ -220,7 +252,7 @@ impl Groups {
         if plan.keys.is_empty() && g.keys.is_empty() {
             g.slot(vec![]);
         }
-        let n = g.keys.len();
+        let n = g.counts.len();
         let mut cols: Vec<ArrayRef> = Vec::new();
         for (q, k) in plan.keys.iter().enumerate() {
             let ints = || {
@@ -230,6 +262,9 @@ impl Groups {
                 })
             };
             cols.push(match k {
+                KeyCol::Int { data_type, .. } if plan.keys.len() == 1 => {
+                    int_array(data_type, g.int_keys.iter().map(|v| Some(*v)))?
+                }
                 KeyCol::Int { data_type, .. } => int_array(data_type, ints().map(Some))?,
                 KeyCol::Str { .. } => {
                     let strs: Vec<String> = g

@@ -37,21 +37,37 @@ type StrCodes<'a> = (Vec<u32>, Vec<&'a [u8]>);
 /// stand for.
 type IntCodes = (Vec<u32>, Vec<i64>);
 
-/// Hashes one integer key: a 64-bit finalizer, no per-call seed.
+/// Hashes group keys: a 64-bit finalizer per eight bytes, no per-map
+/// seed (the keys come from the table, not from a client that could pick
+/// colliding ones to order).
 #[derive(Default)]
-struct IntKeyHasher(u64);
+pub(super) struct KeyHasher(u64);
 
-impl Hasher for IntKeyHasher {
+/// A hash map keyed by group keys.
+pub(super) type KeyMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
+
+impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = crate::expr::mix64(self.0 ^ *b as u64);
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
         }
     }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = crate::expr::mix64(self.0.rotate_left(23) ^ v);
+    }
     fn write_i64(&mut self, v: i64) {
-        self.0 = crate::expr::mix64(v as u64);
+        self.write_u64(v as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_isize(&mut self, v: isize) {
+        self.write_u64(v as u64);
     }
 }
 
@@ -212,6 +228,19 @@ impl<'a> KeyLayout<'a> {
         Ok(())
     }
 
+    /// The value of the one key, an integer, behind lookup-table index
+    /// `idx` (see [`KeyLayout::key_of`]).
+    pub(super) fn int_key_of(&self, idx: u32) -> Option<i64> {
+        let [codes] = &self.keys[..] else {
+            return None;
+        };
+        let code = (idx as usize / codes.stride) % codes.card.max(1);
+        Some(match &codes.ints {
+            Some((_, values)) => values[code],
+            None => codes.min + code as i64,
+        })
+    }
+
     /// The key values behind lookup-table index `idx`.
     pub(super) fn key_of(
         &self,
@@ -248,7 +277,7 @@ fn int_codes(src: &Source<'_>, rows: Selected, sel: &[u32]) -> IntCodes {
     } else {
         src.gather(sel, &mut values);
     }
-    let mut index: HashMap<i64, u32, BuildHasherDefault<IntKeyHasher>> = HashMap::default();
+    let mut index: KeyMap<i64, u32> = KeyMap::default();
     let mut distinct = Vec::new();
     let codes = values
         .iter()
