@@ -364,3 +364,84 @@ mod tests {
         }
     }
 }
+
+/// Membership in a set of stored integers (an IN list, a join's build
+/// keys): a bitmap over the set's span when that is at most
+/// [`IntSet::MAX_BITMAP_SPAN`] values, a binary search otherwise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntSet {
+    lo: i64,
+    /// Bit `v - lo` for each member `v`; empty when the span is too wide.
+    bits: Vec<u64>,
+    /// The members, sorted, when there is no bitmap.
+    sorted: Vec<i64>,
+}
+
+impl IntSet {
+    /// The widest span kept as a bitmap: 4 M values, 512 KB.
+    pub const MAX_BITMAP_SPAN: i128 = 1 << 22;
+
+    pub fn new(mut values: Vec<i64>) -> Self {
+        values.sort_unstable();
+        values.dedup();
+        let (lo, hi) = match (values.first(), values.last()) {
+            (Some(lo), Some(hi)) => (*lo, *hi),
+            _ => {
+                return IntSet {
+                    lo: 0,
+                    bits: Vec::new(),
+                    sorted: values,
+                }
+            }
+        };
+        let span = hi as i128 - lo as i128 + 1;
+        if span > Self::MAX_BITMAP_SPAN {
+            return IntSet {
+                lo,
+                bits: Vec::new(),
+                sorted: values,
+            };
+        }
+        let mut bits = vec![0u64; (span as usize).div_ceil(64)];
+        for v in &values {
+            let i = (*v as i128 - lo as i128) as usize;
+            bits[i / 64] |= 1 << (i % 64);
+        }
+        IntSet {
+            lo,
+            bits,
+            sorted: Vec::new(),
+        }
+    }
+
+    #[inline]
+    pub fn contains(&self, v: i64) -> bool {
+        if self.bits.is_empty() {
+            return self.sorted.binary_search(&v).is_ok();
+        }
+        // Below `lo` wraps past the bitmap.
+        let i = v.wrapping_sub(self.lo) as u64;
+        i < self.bits.len() as u64 * 64 && (self.bits[(i / 64) as usize] >> (i % 64)) & 1 != 0
+    }
+}
+
+#[cfg(test)]
+mod int_set_tests {
+    use super::IntSet;
+
+    #[test]
+    fn bitmap_and_sorted_sets_agree_on_members_and_neighbours() {
+        let narrow = vec![5, -3, 64, 63, 5, 1000];
+        let wide = vec![i64::MIN, -3, 5, 1 << 40, i64::MAX];
+        for values in [narrow, wide, vec![], vec![i64::MAX]] {
+            let set = IntSet::new(values.clone());
+            for v in &values {
+                for probe in [v.saturating_sub(1), *v, v.saturating_add(1)] {
+                    assert_eq!(set.contains(probe), values.contains(&probe), "{probe}");
+                }
+            }
+            assert_eq!(set.contains(i64::MIN + 1), values.contains(&(i64::MIN + 1)));
+            assert_eq!(set.contains(0), values.contains(&0));
+        }
+    }
+}

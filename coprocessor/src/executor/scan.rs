@@ -29,7 +29,7 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
 
-use super::kernels::{all_rows, and_packed, and_range_packed, compare_range, indices};
+use super::kernels::{all_rows, and_packed, and_range_packed, compare_range, indices, IntSet};
 use super::{BatchExecutor, BatchResult, Chunk};
 use crate::codec::key::{classify_key, KeyKind};
 use crate::codec::pack::{decode_columns, ColumnView, PackView};
@@ -177,6 +177,10 @@ pub struct ZoneFilter {
     bounds: Vec<(i64, i64, i64)>,
     /// (column id, the build keys a BIGINT column's value may be one of).
     blooms: Vec<(i64, Bloom)>,
+    /// (column id, the stored integers an IN list allows): checked on the
+    /// stored bytes like the bounds, so that a join's few keys (TPC-H
+    /// Q17's and Q19's part keys) decode only the rows they keep.
+    sets: Vec<(i64, IntSet)>,
 }
 
 /// A bound no value is inside.
@@ -266,6 +270,9 @@ impl ZoneFilter {
                     _ => EMPTY,
                 };
                 self.bounds.push((*id, lo, hi));
+                if eq.len() > 1 {
+                    self.sets.push((*id, IntSet::new(eq)));
+                }
             }
             Expr::InBloom { expr, filter } => {
                 if let Expr::Column { index, .. } = expr.as_ref() {
@@ -279,7 +286,7 @@ impl ZoneFilter {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.bounds.is_empty() && self.blooms.is_empty()
+        self.bounds.is_empty() && self.blooms.is_empty() && self.sets.is_empty()
     }
 
     /// True if some row of `pack` may pass (false: skip the pack).
@@ -308,6 +315,13 @@ impl ZoneFilter {
                     and_range_packed(&v, n, &mut bits, *lo, *hi)
                 }
                 _ => {}
+            }
+        }
+        for (id, set) in &self.sets {
+            if let ColumnView::Int(v) = pack.column(*id)? {
+                if !v.has_nulls() {
+                    and_packed(&v, n, &mut bits, |x| set.contains(x));
+                }
             }
         }
         for (id, bloom) in &self.blooms {
@@ -482,6 +496,32 @@ mod tests {
             }),
             right: Box::new(Expr::Literal(lit)),
         }
+    }
+
+    #[test]
+    fn an_in_list_keeps_its_members_not_just_its_bounds() {
+        let columns = [(7, DataType::Int64)];
+        let cond = Expr::InList {
+            expr: Box::new(Expr::Column {
+                index: 0,
+                data_type: DataType::Int64,
+            }),
+            list: vec![
+                ScalarValue::Int64(999),
+                ScalarValue::Int64(3),
+                ScalarValue::Null(DataType::Int64),
+                ScalarValue::Int64(500),
+            ],
+            negated: false,
+            set: None,
+        };
+        let f = ZoneFilter::from_conditions(std::slice::from_ref(&cond), &columns);
+        assert_eq!(f.bounds, vec![(7, 3, 999)]);
+        let [(7, set)] = &f.sets[..] else {
+            panic!("{:?}", f.sets)
+        };
+        let kept: Vec<i64> = (-5..1005).filter(|v| set.contains(*v)).collect();
+        assert_eq!(kept, vec![3, 500, 999]);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::core::Early;
 use super::node::scale_of;
 use super::source::{and_int, and_range, Source};
 use crate::codec::pack::is_int_type;
-use crate::executor::kernels::{and_masks, compare_range};
+use crate::executor::kernels::{and_masks, compare_range, IntSet};
 use crate::expr::{Bloom, CmpOp, Expr, LogicOp, ScalarValue};
 use crate::internal;
 use crate::types::POW10;
@@ -35,7 +35,7 @@ pub(super) enum Pred {
     },
     IntIn {
         col: usize,
-        set: Vec<i64>,
+        set: IntSet,
         negated: bool,
     },
     StrIn {
@@ -208,11 +208,9 @@ impl Pred {
                         set.push(x);
                     }
                 }
-                set.sort_unstable();
-                set.dedup();
                 out.push(Pred::IntIn {
                     col,
-                    set,
+                    set: IntSet::new(set),
                     negated: *negated,
                 });
                 true
@@ -316,9 +314,7 @@ impl Pred {
             }
             Pred::IntIn { col, set, negated } => {
                 let neg = *negated;
-                and_int(&src[*col], n, bits, |v| {
-                    set.binary_search(&v).is_ok() != neg
-                });
+                and_int(&src[*col], n, bits, |v| set.contains(v) != neg);
             }
             Pred::Bloom { col, filter } => {
                 and_int(&src[*col], n, bits, |v| filter.may_contain(v));
