@@ -284,6 +284,17 @@ select count(*) as n
 from supplier
 where s_suppkey not in (select ps_suppkey from partsupp where ps_availqty < 20);
 
+-- name: anti_join_not_in_with_null
+-- A NULL among NOT IN's values leaves no row (DataFusion's null-aware
+-- anti join; join_keys.rs never filters the probe side of one).
+select count(*) as n
+from supplier
+where s_suppkey not in (
+    select case when ps_availqty < 20 then null else ps_suppkey end
+    from partsupp
+    where ps_availqty < 40
+);
+
 -- name: scalar_subquery_above_average
 select count(*) as n
 from orders

@@ -31,8 +31,8 @@
 //! (an inner join's either side, an outer join's preserved side, the side
 //! a semi or anti join keeps: TPC-H Q5's Asian suppliers cut lineitem
 //! below its join with orders), and whose join type drops
-//! probe rows without a match (inner, left, left semi, right semi; NULL
-//! keys never equal). It wraps the build side in a [`BuildKeysExec`], which
+//! probe rows without a match (inner, left, left semi, left anti unless
+//! null-aware, right semi; NULL keys never equal). It wraps the build side in a [`BuildKeysExec`], which
 //! copies each batch's BIGINT keys into a [`BuildKeys`] as they pass, and
 //! gives the region scan the same `BuildKeys`. The scan, like for
 //! DataFusion's filters, asks its regions only once every build partition
@@ -422,9 +422,18 @@ fn with_build_keys(node: &Arc<dyn ExecutionPlan>) -> DfResult<Option<Arc<dyn Exe
     };
     let drops_unmatched_probe_rows = matches!(
         join.join_type(),
-        JoinType::Inner | JoinType::Left | JoinType::LeftSemi | JoinType::RightSemi
+        JoinType::Inner
+            | JoinType::Left
+            | JoinType::LeftSemi
+            | JoinType::LeftAnti
+            | JoinType::RightSemi
     );
-    if !drops_unmatched_probe_rows || join.null_equality() != NullEquality::NullEqualsNothing {
+    // A null-aware anti join (NOT IN) answers nothing once its probe side
+    // holds a NULL key, which a key filter would drop.
+    if !drops_unmatched_probe_rows
+        || join.null_equality() != NullEquality::NullEqualsNothing
+        || join.null_aware
+    {
         return Ok(None);
     }
     if join
