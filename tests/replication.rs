@@ -398,3 +398,70 @@ fn a_store_down_past_the_timeout_has_its_replicas_recreated() {
     }
     q1_q6_match(&pg);
 }
+
+/// `count` timestamps from the oracle through `store` (any store forwards
+/// to the meta leader): the first, or the error's text.
+fn timestamps(store: &str, count: u32) -> Result<u64, String> {
+    use quarry_proto::meta::meta_client::MetaClient;
+    use quarry_proto::meta::GetTimestampsRequest;
+    runtime().block_on(async {
+        let mut c = MetaClient::connect(format!("http://{store}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        c.get_timestamps(GetTimestampsRequest { count })
+            .await
+            .map(|r| r.into_inner().first)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The store index leading the meta region (region 1).
+fn meta_leader(pg: &Playground) -> Option<usize> {
+    status(&pg.store_addrs()).iter().find_map(|s| {
+        s.regions
+            .iter()
+            .any(|r| r.is_leader && r.region.as_ref().is_some_and(|g| g.id == 1))
+            .then(|| s.store_id as usize - 1)
+    })
+}
+
+#[test]
+fn timestamps_keep_increasing_across_a_killed_meta_leader_and_a_restart() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--restart-delay-ms", "600000"]);
+    // Strictly increasing, batch after batch, from every store.
+    let mut last = 0u64;
+    for i in 0..60 {
+        let store = &pg.stores[i % 3].1;
+        let first = timestamps(store, 1 + i as u32 * 7).unwrap();
+        assert!(first > last, "{first} after {last}");
+        last = first + i as u64 * 7;
+    }
+    let bad = timestamps(&pg.stores[0].1, 0).unwrap_err();
+    assert!(bad.contains("1 to 65536 timestamps, not 0"), "{bad}");
+    // The meta leader dies: a new one starts above its high-water mark.
+    let leader = meta_leader(&pg).expect("a meta leader");
+    signal(pg.stores[leader].0, "KILL");
+    let other = &pg.stores[(leader + 1) % 3].1;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        match timestamps(other, 1) {
+            Ok(t) => break t,
+            Err(e) => assert!(Instant::now() < deadline, "no timestamp 30 s on: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(first > last, "{first} after {last} (new meta leader)");
+    last = first;
+    // The whole cluster restarts on its data: still above.
+    let pg = pg.restart(&["--stores", "3"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        match timestamps(&pg.stores[0].1, 1) {
+            Ok(t) => break t,
+            Err(e) => assert!(Instant::now() < deadline, "no timestamp 30 s on: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(first > last, "{first} after {last} (restart)");
+}

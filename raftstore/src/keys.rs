@@ -54,6 +54,9 @@ pub const REGION: &[u8] = b"mr";
 pub const STORE: &[u8] = b"ms";
 pub const NEXT_ID: &[u8] = b"mi";
 pub const NEXT_HANDLE: &[u8] = b"mh";
+/// The timestamp oracle's high-water mark: no timestamp at or above this
+/// physical time (ms) has been handed out.
+pub const TSO_LIMIT: &[u8] = b"mo";
 
 pub fn table_key(name: &str) -> Vec<u8> {
     let mut k = TABLE_BY_NAME.to_vec();

@@ -14,6 +14,16 @@
 //! and who leads which region come from heartbeats and live in the leader's
 //! memory only; a new meta leader relearns them within seconds.
 //!
+//! The timestamp oracle ([`Meta::get_timestamps`]) is PD's: a timestamp is
+//! physical milliseconds << [`TSO_LOGICAL_BITS`] | a logical counter,
+//! handed out by the meta leader from memory, strictly increasing. Before
+//! it hands out a physical time at or past its high-water mark it
+//! persists a new mark [`TSO_WINDOW_MS`] ahead through the meta region, so
+//! a new leader (or the same store after a restart) starts at the
+//! persisted mark, above everything handed out before. A leader whose own
+//! mark is no longer the persisted one (another leader served meanwhile)
+//! starts over from the persisted mark too.
+//!
 //! CREATE TABLE allocates ids, cuts the table's key range at the requested
 //! split handles, places each region's replicas on distinct stores
 //! (rotating, so leaders spread), asks every store to create its peer, and
@@ -44,6 +54,56 @@ use crate::{Error, Result};
 
 /// The first id handed out by the allocator (smaller ones are reserved).
 const FIRST_ID: u64 = 16;
+
+/// Bits of a timestamp below its physical milliseconds.
+pub const TSO_LOGICAL_BITS: u32 = 18;
+/// How far ahead of the physical time it hands out the oracle persists
+/// its high-water mark (one meta write per window while busy).
+pub const TSO_WINDOW_MS: u64 = 3000;
+/// The most timestamps one request may take.
+pub const MAX_TIMESTAMPS_PER_CALL: u32 = 1 << 16;
+
+/// The oracle's position on this leader.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct TsoState {
+    /// The next timestamp's physical and logical parts.
+    physical: u64,
+    logical: u64,
+    /// The high-water mark this leader persisted last.
+    limit_ms: u64,
+}
+
+/// The first of `count` timestamps after `state` at wall time `now_ms`,
+/// the state after them, and the mark to persist before they may be
+/// handed out (when the physical time reaches the current one).
+/// `persisted` is the mark stored in the meta region.
+fn next_timestamps(
+    state: Option<TsoState>,
+    persisted: u64,
+    now_ms: u64,
+    count: u64,
+) -> (u64, TsoState, Option<u64>) {
+    let (mut physical, mut logical, limit) = match state {
+        Some(s) if s.limit_ms == persisted && now_ms > s.physical => (now_ms, 0, persisted),
+        Some(s) if s.limit_ms == persisted => (s.physical, s.logical, persisted),
+        // Not this leader's window (none yet, or another leader moved the
+        // mark): everything handed out so far is below the persisted mark.
+        _ => (now_ms.max(persisted), 0, persisted),
+    };
+    if logical + count > 1 << TSO_LOGICAL_BITS {
+        physical += 1;
+        logical = 0;
+    }
+    let first = physical << TSO_LOGICAL_BITS | logical;
+    logical += count;
+    let persist = (physical >= limit).then_some(physical + TSO_WINDOW_MS);
+    let next = TsoState {
+        physical,
+        logical,
+        limit_ms: persist.unwrap_or(limit),
+    };
+    (first, next, persist)
+}
 /// A store not heard from for this long is considered down.
 pub const STORE_DOWN_AFTER: Duration = Duration::from_secs(10);
 
@@ -59,6 +119,7 @@ pub struct Meta<E: Engine> {
     max_store_down: Duration,
     ddl: tokio::sync::Mutex<()>,
     ids: tokio::sync::Mutex<()>,
+    tso: tokio::sync::Mutex<Option<TsoState>>,
     live: Mutex<HashMap<u64, Liveness>>,
     /// Since when this store has led the meta region (heartbeats only come
     /// to the leader, so liveness is only known after a while of leading).
@@ -78,6 +139,7 @@ impl<E: Engine> Meta<E> {
             replicas: replicas.max(1),
             max_store_down,
             ddl: tokio::sync::Mutex::new(()),
+            tso: tokio::sync::Mutex::new(None),
             ids: tokio::sync::Mutex::new(()),
             live: Mutex::new(HashMap::new()),
             leading_since: Mutex::new(None),
@@ -203,6 +265,40 @@ impl<E: Engine> Meta<E> {
         )
         .await?;
         Ok(next)
+    }
+
+    /// `count` strictly increasing timestamps, above every one handed out
+    /// before by any meta leader: the first (see the module docs).
+    pub async fn get_timestamps(&self, count: u32) -> Result<u64> {
+        if count == 0 || count > MAX_TIMESTAMPS_PER_CALL {
+            return Err(Error::InvalidInput(format!(
+                "a timestamp request takes 1 to {MAX_TIMESTAMPS_PER_CALL} timestamps, not {count}"
+            )));
+        }
+        let mut tso = self.tso.lock().await;
+        let region = self.leader().await?;
+        let persisted = match self.node.engine().get(Cf::Default, keys::TSO_LIMIT)? {
+            Some(v) => u64::from_be_bytes(
+                v.as_slice()
+                    .try_into()
+                    .map_err(|_| Error::Internal("corrupt timestamp oracle mark".into()))?,
+            ),
+            None => 0,
+        };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let (first, next, persist) = next_timestamps(*tso, persisted, now_ms, count as u64);
+        if let Some(mark) = persist {
+            self.propose(
+                &region,
+                vec![(keys::TSO_LIMIT.to_vec(), mark.to_be_bytes().to_vec())],
+                vec![],
+            )
+            .await?;
+        }
+        *tso = Some(next);
+        Ok(first)
     }
 
     // ------------------------------------------------------------ stores
@@ -790,6 +886,80 @@ impl<E: Engine> Meta<E> {
                 .change_peer(keys::META_REGION_ID, peer, false)
                 .await?;
             self.report_regions(vec![region]).await?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: u32 = TSO_LOGICAL_BITS;
+
+    #[test]
+    fn the_oracle_persists_its_mark_before_handing_out_past_it() {
+        // A first leader: starts at the wall clock, persists a window.
+        let (first, s, persist) = next_timestamps(None, 0, 1000, 1);
+        assert_eq!((first, persist), (1000 << L, Some(1000 + TSO_WINDOW_MS)));
+        // Same millisecond, inside the window: the logical part moves on.
+        let (second, s, persist) = next_timestamps(Some(s), s.limit_ms, 1000, 5);
+        assert_eq!((second, persist), ((1000 << L) + 1, None));
+        // The clock goes back: never below what was handed out.
+        let (third, s, _) = next_timestamps(Some(s), s.limit_ms, 10, 1);
+        assert_eq!(third, (1000 << L) + 6);
+        // Past the window: a new mark first.
+        let (_, s, persist) = next_timestamps(Some(s), s.limit_ms, 4000, 1);
+        assert_eq!((persist, s.limit_ms), (Some(7000), 7000));
+        // A logical part that would overflow moves to the next millisecond.
+        let full = TsoState {
+            physical: 5000,
+            logical: (1 << L) - 2,
+            limit_ms: 7000,
+        };
+        let (first, _, _) = next_timestamps(Some(full), 7000, 5000, 3);
+        assert_eq!(first, 5001 << L);
+    }
+
+    #[test]
+    fn a_new_or_returning_leader_starts_above_the_persisted_mark() {
+        // After a restart, with the wall clock behind the mark.
+        let (first, _, persist) = next_timestamps(None, 9000, 2000, 1);
+        assert_eq!((first, persist), (9000 << L, Some(9000 + TSO_WINDOW_MS)));
+        // A leader that led before, while another leader moved the mark.
+        let stale = TsoState {
+            physical: 3000,
+            logical: 7,
+            limit_ms: 6000,
+        };
+        let (first, s, _) = next_timestamps(Some(stale), 12_000, 4000, 1);
+        assert_eq!(first, 12_000 << L);
+        assert_eq!(s.limit_ms, 12_000 + TSO_WINDOW_MS);
+    }
+
+    #[test]
+    fn timestamps_only_increase_through_clock_jumps_and_leader_changes() {
+        // Two leaders taking turns over one persisted mark, clocks that
+        // jump both ways: every timestamp handed out is above the last.
+        let mut persisted = 0u64;
+        let mut leaders = [None, None];
+        let mut last = 0u64;
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for i in 0..20_000u64 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let who = ((seed >> 7) % 2) as usize;
+            let now = 1_000_000 + i + (seed >> 20) % 5000 - 2500;
+            let count = 1 + (seed >> 40) % 3000;
+            let (first, next, persist) = next_timestamps(leaders[who], persisted, now, count);
+            if let Some(mark) = persist {
+                persisted = mark;
+            }
+            // Everything handed out stays below the persisted mark.
+            assert!(next.physical < persisted, "{next:?} vs {persisted}");
+            assert!(first > last || last == 0, "{first} after {last}");
+            last = first + count - 1;
+            leaders[who] = Some(next);
         }
     }
 }

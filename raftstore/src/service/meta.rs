@@ -284,4 +284,20 @@ impl<E: Engine> MetaRpc for MetaService<E> {
         )
         .await
     }
+
+    async fn get_timestamps(
+        &self,
+        req: Request<GetTimestampsRequest>,
+    ) -> Result<Response<GetTimestampsResponse>, Status> {
+        self.route(
+            req,
+            |m, r| async move {
+                Ok(GetTimestampsResponse {
+                    first: m.get_timestamps(r.count).await?,
+                })
+            },
+            |mut c, r| async move { c.get_timestamps(r).await },
+        )
+        .await
+    }
 }
