@@ -728,3 +728,85 @@ pub async fn bench_write(opts: &WriteBenchOptions) -> Result<Vec<WriteReport>> {
     }
     Ok(out)
 }
+
+/// What `quarry bench tso` measures.
+pub struct TsoBenchOptions {
+    pub stores: usize,
+    /// Concurrent clients, each its own connection to a store (round
+    /// robin), asking one after another.
+    pub clients: usize,
+    pub requests: usize,
+    /// Timestamps per request.
+    pub batch: u32,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct TsoReport {
+    pub clients: usize,
+    pub batch: u32,
+    pub requests_per_s: f64,
+    pub timestamps_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// The timestamp oracle on an embedded cluster: request latency and
+/// throughput; every client's timestamps are checked to increase.
+pub async fn bench_tso(opts: &TsoBenchOptions) -> Result<TsoReport> {
+    use quarry_proto::meta::meta_client::MetaClient;
+    use quarry_proto::meta::GetTimestampsRequest;
+    let dir = tempfile::Builder::new()
+        .prefix("quarry-bench-tso-")
+        .tempdir()?;
+    let mut cluster = LocalCluster::start(
+        dir.path(),
+        opts.stores,
+        &crate::local::ClusterArgs::default(),
+    )
+    .await?;
+    let addrs = cluster.store_addrs();
+    let result = async {
+        let started = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in 0..opts.clients.max(1) {
+            let addr = format!("http://{}", addrs[c % addrs.len()]);
+            let (requests, batch) = (opts.requests, opts.batch);
+            tasks.spawn(async move {
+                let mut client = MetaClient::connect(addr).await?;
+                let mut lat = Vec::with_capacity(requests);
+                let mut last = 0u64;
+                for _ in 0..requests {
+                    let t = Instant::now();
+                    let first = client
+                        .get_timestamps(GetTimestampsRequest { count: batch })
+                        .await?
+                        .into_inner()
+                        .first;
+                    lat.push(t.elapsed().as_secs_f64() * 1e3);
+                    if first <= last {
+                        return Err(anyhow!("timestamp {first} after {last}"));
+                    }
+                    last = first + batch as u64 - 1;
+                }
+                Ok::<_, anyhow::Error>(lat)
+            });
+        }
+        let mut lat = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            lat.extend(r??);
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        lat.sort_by(|a, b| a.total_cmp(b));
+        Ok::<_, anyhow::Error>(TsoReport {
+            clients: opts.clients,
+            batch: opts.batch,
+            requests_per_s: lat.len() as f64 / seconds,
+            timestamps_per_s: lat.len() as f64 * opts.batch as f64 / seconds,
+            p50_ms: percentile(&lat, 0.5),
+            p99_ms: percentile(&lat, 0.99),
+        })
+    }
+    .await;
+    cluster.stop().await;
+    result
+}

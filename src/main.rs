@@ -18,7 +18,8 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use quarry::bench::{
-    bench_compare, bench_tpch, bench_write, print_compare, BenchOptions, WriteBenchOptions,
+    bench_compare, bench_tpch, bench_tso, bench_write, print_compare, BenchOptions,
+    TsoBenchOptions, WriteBenchOptions,
 };
 use quarry::load::{existing_tables, load_tpch, LoadOptions, LoadReport};
 use quarry::local::{ClusterArgs, LocalCluster};
@@ -266,6 +267,22 @@ enum BenchWhat {
         /// on, off or both.
         #[arg(long, default_value = "both")]
         early_apply: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The timestamp oracle on an embedded cluster: latency and
+    /// throughput of `Meta.GetTimestamps` from concurrent clients.
+    Tso {
+        #[arg(long, default_value_t = 3)]
+        stores: usize,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Requests per client.
+        #[arg(long, default_value_t = 2000)]
+        requests: usize,
+        /// Timestamps per request.
+        #[arg(long, default_value_t = 1)]
+        batch: u32,
         #[arg(long)]
         json: bool,
     },
@@ -735,6 +752,34 @@ async fn run(cli: Cli) -> Result<()> {
                         off.load_rows_per_s / on.load_rows_per_s
                     );
                 }
+            }
+            Ok(())
+        }
+        Cmd::Bench {
+            what:
+                BenchWhat::Tso {
+                    stores,
+                    clients,
+                    requests,
+                    batch,
+                    json,
+                },
+        } => {
+            init_logging("warn");
+            let r = bench_tso(&TsoBenchOptions {
+                stores,
+                clients,
+                requests,
+                batch,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "timestamp oracle, {} clients, {} per request: {:.0} requests/s, {:.0} timestamps/s, p50 {:.3} ms, p99 {:.3} ms",
+                    r.clients, r.batch, r.requests_per_s, r.timestamps_per_s, r.p50_ms, r.p99_ms
+                );
             }
             Ok(())
         }
