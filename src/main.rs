@@ -103,6 +103,9 @@ struct StorageArgs {
     /// packs after this many rows.
     #[arg(long)]
     compact_delta_rows: Option<u64>,
+    /// raftstore.gc-life-time-secs: keep MVCC versions this long.
+    #[arg(long)]
+    gc_life_time_secs: Option<u64>,
     /// Re-create a down store's replicas elsewhere after this long.
     #[arg(long)]
     max_store_down_secs: Option<u64>,
@@ -169,6 +172,9 @@ struct PlaygroundArgs {
     /// raftstore.compact-delta-rows for every store.
     #[arg(long)]
     compact_delta_rows: Option<u64>,
+    /// raftstore.gc-life-time-secs for every store.
+    #[arg(long)]
+    gc_life_time_secs: Option<u64>,
     /// Storage layout of the loaded tables: column or row.
     #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
     layout: LayoutArg,
@@ -407,6 +413,9 @@ async fn storage(a: StorageArgs) -> Result<()> {
     if let Some(v) = a.compact_delta_rows {
         cfg.raftstore.compact_delta_rows = v;
     }
+    if let Some(v) = a.gc_life_time_secs {
+        cfg.raftstore.gc_life_time_secs = v;
+    }
     if let Some(v) = a.max_store_down_secs {
         cfg.max_store_down_secs = v;
     }
@@ -483,6 +492,10 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
     if let Some(v) = a.compact_delta_rows {
         args.store
             .extend(["--compact-delta-rows".to_string(), v.to_string()]);
+    }
+    if let Some(v) = a.gc_life_time_secs {
+        args.store
+            .extend(["--gc-life-time-secs".to_string(), v.to_string()]);
     }
     if let Some(v) = a.max_store_down_secs {
         args.store

@@ -319,7 +319,15 @@ fn wait_for_keys_and_packs(pg: &Playground, table: &str, done: impl Fn(u64, u64)
 #[test]
 fn a_column_table_takes_inserts_compacts_them_and_refuses_duplicates() {
     let _serial = SERIAL.lock();
-    let pg = Playground::start(&["--stores", "3", "--compact-delta-rows", "10"]);
+    // Versions fold into packs once below the GC safe point.
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--compact-delta-rows",
+        "10",
+        "--gc-life-time-secs",
+        "2",
+    ]);
     pg.ok(
         "CREATE TABLE c (id BIGINT PRIMARY KEY, v DECIMAL(10,2), s VARCHAR(8), d DATE) \
          WITH (layout = 'column', split_handles = '50')",

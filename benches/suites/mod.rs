@@ -68,6 +68,7 @@ pub fn column_region(sf: f64) -> (MemStorage, usize) {
 pub fn physical_plan(sql: &str) -> Arc<dyn ExecutionPlan> {
     let cluster = Arc::new(Cluster::new(vec![], Duration::from_secs(1)));
     let cache = Arc::new(RegionCache::new(cluster.clone()));
+    let txns = Arc::new(quarry_compute::txn::Txns::new(cluster.clone(), cache.clone()));
     let dispatcher = Arc::new(Dispatcher::new(
         cache,
         cluster.clone(),
@@ -79,7 +80,7 @@ pub fn physical_plan(sql: &str) -> Arc<dyn ExecutionPlan> {
         join_bloom_filters: true,
         join_key_list_max: quarry_compute::df::MAX_JOIN_KEYS_PUSHED,
     };
-    let session = SqlSession::new(scan, cluster, 2);
+    let session = SqlSession::new(scan, cluster, txns, 2);
     tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime")

@@ -23,6 +23,7 @@ use crate::insert::insert;
 use crate::kv_writer::KvWriter;
 use crate::region_cache::RegionCache;
 use crate::sql::{self, Statement};
+use crate::txn::Txns;
 use crate::{plan_err, Error, Result};
 
 /// A statement's result.
@@ -57,6 +58,7 @@ pub struct QueryEngine {
     pub(crate) cluster: Arc<Cluster>,
     sql: SqlSession,
     writer: KvWriter,
+    txns: Arc<Txns>,
     timeout: Duration,
 }
 
@@ -74,6 +76,7 @@ impl QueryEngine {
         cfg.validate()?;
         let cluster = Arc::new(Cluster::new(cfg.stores.clone(), Duration::from_secs(10)));
         let cache = Arc::new(RegionCache::new(cluster.clone()));
+        let txns = Arc::new(Txns::new(cluster.clone(), cache.clone()));
         let dispatcher = Arc::new(Dispatcher::new(
             cache.clone(),
             cluster.clone(),
@@ -87,7 +90,8 @@ impl QueryEngine {
                 },
                 ..Default::default()
             },
-        ));
+        )
+        .with_txns(txns.clone()));
         let timeout = Duration::from_millis(cfg.query_timeout_ms);
         let sql = SqlSession::new(
             ScanContext {
@@ -97,14 +101,21 @@ impl QueryEngine {
                 join_key_list_max: cfg.join_key_list_max,
             },
             cluster.clone(),
+            txns.clone(),
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         );
         Ok(QueryEngine {
             sql,
             writer: KvWriter::new(cluster.clone(), cache),
+            txns,
             cluster,
             timeout,
         })
+    }
+
+    /// Transactions: timestamps, two-phase commit, lock resolution.
+    pub fn txns(&self) -> &Arc<Txns> {
+        &self.txns
     }
 
     pub fn writer(&self) -> &KvWriter {

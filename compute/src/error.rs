@@ -22,6 +22,10 @@ pub enum Error {
     /// A bug.
     #[error("internal error (likely a bug): {0}")]
     Internal(String),
+    /// Another transaction wrote the same row first (snapshot isolation's
+    /// first committer wins): nothing was written; run it again.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 #[macro_export]
@@ -38,6 +42,7 @@ impl From<quarry_coprocessor::Error> for Error {
             C::Deadline(m) => Error::Deadline(m),
             C::ResourceExhausted(m) => Error::ResourceExhausted(m),
             C::Internal(m) => Error::Internal(m),
+            e @ C::Locked(_) => Error::Unavailable(e.to_string()),
         }
     }
 }
@@ -57,6 +62,7 @@ impl From<Error> for tonic::Status {
             Error::Deadline(m) => tonic::Status::deadline_exceeded(m),
             Error::ResourceExhausted(m) => tonic::Status::resource_exhausted(m),
             Error::Internal(m) => tonic::Status::internal(m),
+            Error::Conflict(m) => tonic::Status::aborted(m),
         }
     }
 }

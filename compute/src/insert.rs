@@ -8,7 +8,7 @@
 //! written (there are no cross-region transactions).
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::datatypes::DataType;
 use quarry_coprocessor::codec::key::record_key;
@@ -17,7 +17,7 @@ use quarry_coprocessor::expr::{ArithOp, CmpOp, Expr, LogicOp, ScalarValue};
 use quarry_coprocessor::types::{arrow_type, sql_name};
 use quarry_proto::compute::{logical_expr::Kind, LogicalExpr};
 use quarry_proto::coprocessor::FuncKind;
-use quarry_proto::kv::KvPair;
+use quarry_proto::kv::{Mutation, Op};
 use quarry_proto::meta::TableDef;
 
 use crate::engine::QueryEngine;
@@ -225,7 +225,7 @@ pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Res
     }
 
     let mut enc = RowEncoder::new();
-    let mut pairs: Vec<KvPair> = Vec::with_capacity(rows.len());
+    let mut mutations: Vec<Mutation> = Vec::with_capacity(rows.len());
     for (row, h) in rows.iter().zip(&handles) {
         let cols: Vec<(i64, Datum)> = table
             .columns
@@ -235,15 +235,17 @@ pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Res
             .collect();
         let mut value = Vec::new();
         enc.encode(&cols, &mut value)?;
-        pairs.push(KvPair {
+        mutations.push(Mutation {
+            op: Op::Insert as i32,
             key: record_key(table.id, *h),
             value,
         });
     }
-    let n = pairs.len();
+    // One transaction: readers see all of the rows or none.
+    let n = mutations.len();
     engine
-        .writer()
-        .put(pairs, true, Duration::from_secs(30))
+        .txns()
+        .write(mutations, Instant::now() + Duration::from_secs(30))
         .await?;
     Ok(n)
 }

@@ -87,6 +87,11 @@ pub fn build_executors_with<'a, S: Storage + 'a>(
         None => vec![],
     };
     let conditions = order_conditions(conditions)?;
+    // 0: no snapshot named, the newest committed data (tools and tests).
+    let read_ts = match dag.read_ts {
+        0 => u64::MAX,
+        ts => ts,
+    };
     // Only a row table may be scanned by keys alone (packs carry their row
     // count in their value).
     let key_only = layout == Layout::Row;
@@ -142,14 +147,20 @@ pub fn build_executors_with<'a, S: Storage + 'a>(
         if let Some(plan) = fused {
             let fallback = Aggregator::partial(keys.clone(), aggs.clone())?;
             return Ok(Box::new(FusedAggExecutor::new(
-                storage, ranges, &columns, conditions, plan, fallback,
+                storage,
+                ranges,
+                read_ts,
+                &columns,
+                conditions,
+                plan,
+                fallback,
             )?));
         }
     }
 
     let zone = ZoneFilter::from_conditions(&conditions, &columns);
     let mut exec: Box<dyn BatchExecutor + 'a> = Box::new(TableScanExecutor::new(
-        storage, &columns, ranges, key_only, zone,
+        storage, &columns, ranges, read_ts, key_only, zone,
     )?);
     if !conditions.is_empty() {
         exec = Box::new(SelectionExecutor::new(exec, conditions)?);
@@ -363,8 +374,22 @@ pub fn handle_parts<S: Storage>(
             other_error: None,
             summary: Some(summary),
             remaining: vec![],
+            locked: None,
         },
-        Err(e) => CopResponse {
+        Err(e) => error_response(e, summary),
+    }
+}
+
+/// The answer to a request that failed: a lock met goes back as
+/// `locked`, anything else as `other_error`.
+fn error_response(e: Error, summary: ExecSummary) -> CopResponse {
+    match e {
+        Error::Locked(lock) => CopResponse {
+            locked: Some(*lock),
+            summary: Some(summary),
+            ..Default::default()
+        },
+        e => CopResponse {
             other_error: Some(e.to_proto()),
             summary: Some(summary),
             ..Default::default()
@@ -412,12 +437,9 @@ pub fn handle<S: Storage>(
             other_error: None,
             summary: Some(summary),
             remaining: out.remaining.iter().map(KeyRange::to_proto).collect(),
+            locked: None,
         },
-        Err(e) => CopResponse {
-            other_error: Some(e.to_proto()),
-            summary: Some(summary),
-            ..Default::default()
-        },
+        Err(e) => error_response(e, summary),
     }
 }
 

@@ -30,6 +30,10 @@ pub enum Error {
     /// A bug: a state the code believes impossible.
     #[error("internal error (likely a bug): {0}")]
     Internal(String),
+    /// The scan met the lock of a transaction that may commit below its
+    /// snapshot: the caller resolves the lock and asks again.
+    #[error("a row is locked by the transaction that started at {}", .0.start_ts)]
+    Locked(Box<quarry_proto::kv::LockInfo>),
 }
 
 /// Builds an [`Error::InvalidInput`] with `format!` arguments.
@@ -59,6 +63,9 @@ impl Error {
             Error::Deadline(m) => (Code::DeadlineExceeded, m.clone()),
             Error::ResourceExhausted(m) => (Code::ResourceExhausted, m.clone()),
             Error::Internal(m) => (Code::Internal, m.clone()),
+            // Travels in `CopResponse.locked`; this is for a caller that
+            // has nowhere else to put it.
+            e @ Error::Locked(_) => (Code::Internal, e.to_string()),
         };
         OtherError {
             code: code as i32,

@@ -16,7 +16,8 @@ pub use crate::key_range::{KeyRange, KeyRangeRef};
 /// An ordered key-value source the executors scan.
 pub trait Storage {
     /// Positions a new scan over `range`. With `key_only` the values returned
-    /// by [`Storage::scan_next`] may be empty (a `COUNT(*)` never reads them).
+    /// by [`Storage::scan_next`] may be empty (a `COUNT(*)` never reads them),
+    /// except a lock's ([`is_lock_key`]): a reader needs its start_ts.
     fn begin_scan(&mut self, range: &KeyRange, key_only: bool) -> Result<()>;
 
     /// The next pair of the current scan in key order, or `None` when the
@@ -41,6 +42,14 @@ impl<T: Storage + ?Sized> Storage for Box<T> {
     fn current(&self) -> Option<(&[u8], &[u8])> {
         (**self).current()
     }
+}
+
+/// Whether `key` is a row's lock (whose value a key-only scan still
+/// returns).
+#[inline]
+pub fn is_lock_key(key: &[u8]) -> bool {
+    key.len() == crate::codec::mvcc::LOCK_KEY_LEN
+        && key[crate::codec::key::RECORD_KEY_LEN] == crate::codec::mvcc::LOCK_MARKER
 }
 
 /// Makes scans over one snapshot, one per call, for threads that scan
@@ -135,7 +144,12 @@ impl Storage for MemStorage {
 
     fn current(&self) -> Option<(&[u8], &[u8])> {
         let (k, v) = &self.data[self.cur?];
-        Some((k.as_slice(), if self.key_only { &[] } else { v.as_slice() }))
+        let v = if self.key_only && !is_lock_key(k) {
+            &[]
+        } else {
+            v.as_slice()
+        };
+        Some((k.as_slice(), v))
     }
 }
 

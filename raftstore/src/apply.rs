@@ -27,6 +27,8 @@
 //! * `KvWrite`: puts, deletes and range deletes inside the region, with an
 //!   optional conflict check (INSERT). Checks see earlier writes of the same
 //!   batch through an overlay, since they are not in RocksDB yet.
+//! * `Txn`: a transaction's prewrite, commit, rollback or lock resolution,
+//!   checked against the locks and versions stored (`txn.rs`).
 //! * `Split`: the region keeps `[start, split_key)` and a new region takes
 //!   `[split_key, end)` with new ids; both epochs' versions grow.
 //! * `CompactLog`: truncates the raft log.
@@ -70,7 +72,7 @@ pub struct ApplyCtx<'a, E: Engine> {
     pub store_id: u64,
     pub wb: &'a mut WriteBatch,
     /// Point writes of this batch: key → value (None = deleted).
-    overlay: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     deleted_ranges: Vec<KeyRange>,
     /// Packs (column-layout blocks) written by this batch, by key, so an
     /// INSERT applied after a compaction in the same batch sees them.
@@ -81,6 +83,8 @@ pub struct ApplyCtx<'a, E: Engine> {
     pub written: HashMap<u64, u64>,
     /// Row KVs put, per region (a column table's delta; see `compaction`).
     pub delta_rows: HashMap<u64, u64>,
+    /// The region of the command being applied.
+    pub(crate) region_id: u64,
 }
 
 impl<'a, E: Engine> ApplyCtx<'a, E> {
@@ -89,18 +93,19 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
             engine,
             store_id,
             wb,
-            overlay: HashMap::new(),
+            overlay: BTreeMap::new(),
             deleted_ranges: Vec::new(),
             pack_puts: BTreeMap::new(),
             results: Vec::new(),
             finished: Vec::new(),
             written: HashMap::new(),
             delta_rows: HashMap::new(),
+            region_id: 0,
         }
     }
 
     /// The value of `key` as this batch will leave it.
-    fn lookup(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub(crate) fn lookup(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if let Some(v) = self.overlay.get(key) {
             return Ok(v.clone());
         }
@@ -108,6 +113,37 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
             return Ok(None);
         }
         self.engine.get(Cf::Default, key)
+    }
+
+    /// The pairs in `[start, end)` as this batch will leave them, in key
+    /// order.
+    pub(crate) fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        self.engine.scan(Cf::Default, start, end, &mut |k, v| {
+            if !self.is_deleted(k) {
+                out.insert(k.to_vec(), v.to_vec());
+            }
+            true
+        })?;
+        for (k, v) in self.overlay.range(start.to_vec()..end.to_vec()) {
+            match v {
+                Some(v) => out.insert(k.clone(), v.clone()),
+                None => out.remove(k),
+            };
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    /// Puts a pair: into the write batch, and into the overlay later
+    /// commands of the batch read.
+    pub(crate) fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.overlay.insert(key.clone(), Some(value.clone()));
+        self.wb.put(Cf::Default, key, value);
+    }
+
+    pub(crate) fn delete(&mut self, key: Vec<u8>) {
+        self.overlay.insert(key.clone(), None);
+        self.wb.delete(Cf::Default, key);
     }
 
     fn is_deleted(&self, key: &[u8]) -> bool {
@@ -148,6 +184,25 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
         } else {
             Existing::Different
         })
+    }
+
+    /// Whether a bare row or a pack row is stored under the row key `key`
+    /// (versions aside: `txn.rs` reads those).
+    pub(crate) fn has_row(&self, key: &[u8]) -> Result<bool> {
+        if self.lookup(key)?.is_some() {
+            return Ok(true);
+        }
+        let Ok((table, handle)) = decode_record_key(key) else {
+            return Ok(false);
+        };
+        let Some(v) = self.nearest_pack(table, &pack_key(table, handle))? else {
+            return Ok(false);
+        };
+        let pack = PackView::parse(&v).map_err(|e| Error::Internal(e.to_string()))?;
+        Ok(pack
+            .find(handle)
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .is_some())
     }
 
     /// The handle range of the nearest live pack before `key` (in the same
@@ -464,6 +519,10 @@ fn exec_entry<E: Engine>(
                 Some(Cmd::Write(w)) => {
                     let region = peer.region().clone();
                     exec_write(&region, cmd.epoch.as_ref(), w, ctx)
+                }
+                Some(Cmd::Txn(t)) => {
+                    let region = peer.region().clone();
+                    crate::txn::exec_txn(&region, cmd.epoch.as_ref(), t, ctx)
                 }
                 Some(Cmd::Split(s)) => exec_split(peer, cmd.epoch.as_ref(), s, ctx),
                 Some(Cmd::CompactLog(c)) => {

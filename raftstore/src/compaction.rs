@@ -108,45 +108,51 @@ pub struct CompactionSummary {
 }
 
 /// The rewrite that folds `region`'s delta rows of `table` into packs, or
-/// None when there is no delta. Reads the region from `engine` (the
-/// leader's applied state).
+/// None when there is nothing to fold, and how many rows stay in the delta
+/// for now (versions above `safe_point`, or locked). Reads the region
+/// from `engine` (the leader's applied state).
 pub fn plan_compaction<E: Engine>(
     engine: &E,
     region: &Region,
     table: &TableDef,
-) -> Result<Option<(KvWrite, CompactionSummary)>> {
+    safe_point: u64,
+) -> Result<(Option<(KvWrite, CompactionSummary)>, usize)> {
     let (tstart, tend) = table_record_range(table.id);
     let Some(KeyRange { start, end }) =
         KeyRange::new(tstart, tend).intersect(&KeyRange::of_region(region))
     else {
-        return Ok(None);
+        return Ok((None, 0));
     };
     // Delta rows (the lowest handles first) and every pack's range.
-    let mut delta: Vec<(i64, Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut delta = DeltaRows::new(safe_point);
     let mut packs: Vec<(i64, i64, Vec<u8>)> = Vec::new();
     let mut bad = None;
     engine.scan(Cf::Default, &start, &end, &mut |k, v| {
         match classify_key(k) {
-            KeyKind::Row(h) if delta.len() < MAX_ROWS_PER_ROUND => {
-                delta.push((h, k.to_vec(), v.to_vec()))
-            }
-            KeyKind::Row(_) => {}
             KeyKind::Pack(_) => match PackView::parse(v) {
                 Ok(p) => packs.push((p.first_handle(), p.last_handle(), k.to_vec())),
                 Err(e) => {
-                    bad = Some(e);
+                    bad = Some(e.to_string());
                     return false;
                 }
             },
             KeyKind::Other => {}
+            kind => {
+                if let Err(e) = delta.add(kind, k, v) {
+                    bad = Some(e.to_string());
+                    return false;
+                }
+            }
         }
         true
     })?;
     if let Some(e) = bad {
-        return Err(Error::Internal(format!("reading a pack to compact: {e}")));
+        return Err(Error::Internal(format!("reading a region to compact: {e}")));
     }
+    let pinned = delta.pinned;
+    let delta = delta.finish();
     let (Some(lo), Some(hi)) = (delta.first().map(|d| d.0), delta.last().map(|d| d.0)) else {
-        return Ok(None);
+        return Ok((None, pinned));
     };
     let overlapping: Vec<&(i64, i64, Vec<u8>)> = packs
         .iter()
@@ -195,22 +201,34 @@ pub fn plan_compaction<E: Engine>(
     // Merge by handle: old packs' rows (in order) and the delta rows. A
     // delta row and a pack row with the same handle cannot both exist
     // (INSERT checks both); if they did, the delta row is the newer.
+    // A folded handle's newest row (None: deleted, or nothing but
+    // rollback records) replaces its pack row.
     let mut d = 0usize;
+    let push_delta = |b: &mut PackBuilder, puts: &mut Vec<KvPair>, d: &FoldedRow| -> Result<()> {
+        match &d.2 {
+            Fold::Row(v) => b.push_row_value(d.0, v).map_err(cop)?,
+            Fold::Delete | Fold::Nothing => return Ok(()),
+        }
+        if b.len() >= PACK_ROWS {
+            flush(b, puts)?;
+        }
+        Ok(())
+    };
     for pack in &old {
         let handles = pack.handles().map_err(cop)?;
         for i in 0..pack.rows() {
             let h = handles.get(i);
             while d < delta.len() && delta[d].0 < h {
-                builder
-                    .push_row_value(delta[d].0, &delta[d].2)
-                    .map_err(cop)?;
+                push_delta(&mut builder, &mut puts, &delta[d])?;
                 d += 1;
-                if builder.len() >= PACK_ROWS {
-                    flush(&mut builder, &mut puts)?;
-                }
             }
             if d < delta.len() && delta[d].0 == h {
-                continue;
+                let keep_pack_row = matches!(delta[d].2, Fold::Nothing);
+                push_delta(&mut builder, &mut puts, &delta[d])?;
+                d += 1;
+                if !keep_pack_row {
+                    continue;
+                }
             }
             builder.push_pack_row(pack, i).map_err(cop)?;
             if builder.len() >= PACK_ROWS {
@@ -219,25 +237,20 @@ pub fn plan_compaction<E: Engine>(
         }
     }
     while d < delta.len() {
-        builder
-            .push_row_value(delta[d].0, &delta[d].2)
-            .map_err(cop)?;
+        push_delta(&mut builder, &mut puts, &delta[d])?;
         d += 1;
-        if builder.len() >= PACK_ROWS {
-            flush(&mut builder, &mut puts)?;
-        }
     }
     flush(&mut builder, &mut puts)?;
 
     let new_keys: std::collections::HashSet<&Vec<u8>> = puts.iter().map(|p| &p.key).collect();
     let replaced: Vec<Vec<u8>> = delta
         .iter()
-        .map(|(_, k, _)| k.clone())
+        .flat_map(|d| d.1.iter().map(|(k, _)| k.clone()))
         .chain(overlapping.iter().map(|(_, _, k)| k.clone()))
         .collect();
     let hashes: Vec<u64> = delta
         .iter()
-        .map(|(_, _, v)| value_hash(v))
+        .flat_map(|d| d.1.iter().map(|(_, h)| *h))
         .chain(old_values.iter().map(|v| value_hash(v)))
         .collect();
     let deletes: Vec<Vec<u8>> = replaced
@@ -253,7 +266,8 @@ pub fn plan_compaction<E: Engine>(
     debug_assert!(puts
         .iter()
         .all(|p| p.key.as_slice() >= start.as_slice() && p.key.as_slice() < end.as_slice()));
-    Ok(Some((
+    Ok((
+        Some((
         KvWrite {
             puts,
             deletes,
@@ -263,7 +277,107 @@ pub fn plan_compaction<E: Engine>(
             must_exist_hash: hashes,
         },
         summary,
-    )))
+    )),
+        pinned,
+    ))
+}
+
+/// What a folded handle leaves in the packs.
+#[derive(Debug)]
+enum Fold {
+    /// This row (a bare row, or the newest version's).
+    Row(Vec<u8>),
+    /// No row: its newest version deletes it.
+    Delete,
+    /// Nothing new (only rollback or lock records): the pack row stays.
+    Nothing,
+}
+
+/// A handle whose delta keys a compaction folds: (handle, the keys it
+/// removes with their value hashes, what it leaves).
+type FoldedRow = (i64, Vec<(Vec<u8>, u64)>, Fold);
+
+/// The delta keys of a region in key order, grouped by handle into what a
+/// compaction may fold: bare rows always, and a row's versions when all
+/// of them are at or below the GC safe point and no lock is on it (a
+/// snapshot at or above the safe point then sees exactly the newest one,
+/// which is what a pack row is: older than every snapshot). At most
+/// [`MAX_ROWS_PER_ROUND`] handles per round.
+struct DeltaRows {
+    safe_point: u64,
+    /// Handles left in the delta for now.
+    pinned: usize,
+    done: Vec<FoldedRow>,
+    /// The handle being read: its keys, its newest data version's fold,
+    /// and whether anything pins it in the delta.
+    cur: Option<(i64, Vec<(Vec<u8>, u64)>, Option<Fold>, bool)>,
+}
+
+impl DeltaRows {
+    fn new(safe_point: u64) -> Self {
+        DeltaRows {
+            safe_point,
+            pinned: 0,
+            done: Vec::new(),
+            cur: None,
+        }
+    }
+
+    fn add(&mut self, kind: KeyKind, k: &[u8], v: &[u8]) -> quarry_coprocessor::Result<()> {
+        use quarry_coprocessor::codec::mvcc::{split_version_value, WriteKind};
+        let handle = match kind {
+            KeyKind::Row(h) | KeyKind::Lock(h) => h,
+            KeyKind::Version { handle, .. } => handle,
+            KeyKind::Pack(_) | KeyKind::Other => return Ok(()),
+        };
+        if self.cur.as_ref().is_none_or(|c| c.0 != handle) {
+            self.close();
+            if self.done.len() >= MAX_ROWS_PER_ROUND {
+                return Ok(());
+            }
+            self.cur = Some((handle, Vec::new(), None, false));
+        }
+        let cur = self.cur.as_mut().expect("just set");
+        match kind {
+            KeyKind::Row(_) => {
+                cur.1.push((k.to_vec(), value_hash(v)));
+                cur.2 = Some(Fold::Row(v.to_vec()));
+            }
+            KeyKind::Lock(_) => cur.3 = true,
+            KeyKind::Version {
+                commit_ts, kind, ..
+            } => {
+                if commit_ts > self.safe_point {
+                    cur.3 = true;
+                }
+                cur.1.push((k.to_vec(), value_hash(v)));
+                // Newest first: the first data version decides.
+                if cur.2.is_none() && kind.is_data() {
+                    cur.2 = Some(match kind {
+                        WriteKind::Put => Fold::Row(split_version_value(v)?.1.to_vec()),
+                        _ => Fold::Delete,
+                    });
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        if let Some((h, keys, fold, pinned)) = self.cur.take() {
+            if pinned {
+                self.pinned += 1;
+            } else if !keys.is_empty() {
+                self.done.push((h, keys, fold.unwrap_or(Fold::Nothing)));
+            }
+        }
+    }
+
+    fn finish(mut self) -> Vec<FoldedRow> {
+        self.close();
+        self.done
+    }
 }
 
 /// Snaps a split key so that no pack straddles the split: a pack key
@@ -275,10 +389,16 @@ pub fn split_point(key: &[u8], last_pack: Option<(i64, i64)>) -> Option<Vec<u8>>
             let table = quarry_coprocessor::codec::key::decode_i64(&key[1..9]).ok()?;
             Some(record_key(table, first))
         }
-        KeyKind::Row(h) => match last_pack {
-            Some((first, last)) if first <= h && h <= last => None,
-            _ => Some(key.to_vec()),
-        },
+        // A row's lock and versions stay with it: split at its row key.
+        KeyKind::Row(h) | KeyKind::Lock(h) | KeyKind::Version { handle: h, .. } => {
+            match last_pack {
+                Some((first, last)) if first <= h && h <= last => None,
+                _ => {
+                    let table = quarry_coprocessor::codec::key::decode_i64(&key[1..9]).ok()?;
+                    Some(record_key(table, h))
+                }
+            }
+        }
         KeyKind::Other => Some(key.to_vec()),
     }
 }
@@ -363,8 +483,9 @@ mod tests {
 
     /// The compaction the region's delta calls for (there must be one).
     fn plan(engine: &MemEngine) -> (KvWrite, CompactionSummary) {
-        plan_compaction(engine, &region(), &table())
+        plan_compaction(engine, &region(), &table(), 0)
             .unwrap()
+            .0
             .unwrap()
     }
 
@@ -395,7 +516,7 @@ mod tests {
                             out.push((hs.get(i), x));
                         }
                     }
-                    KeyKind::Other => panic!("stray key"),
+                    other => panic!("stray key {other:?}"),
                 }
                 true
             })
@@ -426,8 +547,9 @@ mod tests {
         want.extend([1i64, 3, 8001, 20_001].map(|h| (h, h * 10)));
         want.sort();
         assert_eq!(got, want);
-        assert!(plan_compaction(engine.as_ref(), &region(), &table())
+        assert!(plan_compaction(engine.as_ref(), &region(), &table(), 0)
             .unwrap()
+            .0
             .is_none());
         // Packs are sorted and disjoint.
         let mut ranges = Vec::new();

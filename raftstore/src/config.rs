@@ -57,6 +57,9 @@ pub struct RaftstoreSection {
     /// A column table's region whose row delta (fresh INSERTs) grew by this
     /// many rows has it folded into packs.
     pub compact_delta_rows: u64,
+    /// MVCC versions are kept this long: the GC safe point is now minus
+    /// this, and a read of an older snapshot is refused.
+    pub gc_life_time_secs: u64,
 }
 
 impl Default for RaftstoreSection {
@@ -66,6 +69,7 @@ impl Default for RaftstoreSection {
             region_split_size_mb: 64,
             balance_leaders: true,
             compact_delta_rows: 1024,
+            gc_life_time_secs: 600,
         }
     }
 }
@@ -106,6 +110,11 @@ impl StorageConfig {
         if self.raftstore.compact_delta_rows == 0 {
             return Err(Error::InvalidInput(
                 "raftstore.compact-delta-rows must be positive".into(),
+            ));
+        }
+        if self.raftstore.gc_life_time_secs == 0 {
+            return Err(Error::InvalidInput(
+                "raftstore.gc-life-time-secs must be positive".into(),
             ));
         }
         if self.max_pending_reads == 0 {

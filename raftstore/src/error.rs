@@ -37,6 +37,10 @@ pub enum Error {
     BadCommand(String),
     #[error("internal error (likely a bug): {0}")]
     Internal(String),
+    /// A transaction's step refused by what is stored (a lock, a newer
+    /// version, an existing row): the key error the client acts on.
+    #[error("{}", .0.message)]
+    Key(Box<quarry_proto::kv::KeyError>),
 }
 
 impl From<rocksdb::Error> for Error {
@@ -58,6 +62,7 @@ impl From<quarry_coprocessor::Error> for Error {
             C::InvalidInput(m) | C::Overflow(m) => Error::InvalidInput(m),
             C::Deadline(m) | C::ResourceExhausted(m) => Error::Unavailable(m),
             C::Internal(m) => Error::Internal(m),
+            e @ C::Locked(_) => Error::Internal(e.to_string()),
         }
     }
 }
@@ -71,6 +76,7 @@ impl From<Error> for tonic::Status {
             Error::Engine(m) => tonic::Status::internal(format!("storage engine: {m}")),
             Error::BadCommand(m) => tonic::Status::internal(format!("bad raft command: {m}")),
             Error::Internal(m) => tonic::Status::internal(m),
+            Error::Key(k) => tonic::Status::failed_precondition(k.message),
         }
     }
 }
@@ -86,7 +92,9 @@ impl Error {
     /// engine, internal and availability errors come from this process.
     pub fn is_deterministic(&self) -> bool {
         match self {
-            Error::Region(_) | Error::InvalidInput(_) | Error::BadCommand(_) => true,
+            Error::Region(_) | Error::InvalidInput(_) | Error::BadCommand(_) | Error::Key(_) => {
+                true
+            }
             Error::Unavailable(_) | Error::Engine(_) | Error::Internal(_) => false,
         }
     }

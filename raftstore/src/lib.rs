@@ -112,6 +112,7 @@ pub mod server;
 pub mod service;
 pub mod store;
 pub mod transport;
+pub mod txn;
 pub mod worker;
 
 pub use error::{Error, Result};

@@ -17,18 +17,28 @@ use quarry_coprocessor::codec::key::{decode_i64, hex, record_key};
 use quarry_coprocessor::endpoint;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{other_error, CopRequest, CopResponse, OtherError};
-use quarry_proto::kv::{Context, KvPair};
+use quarry_coprocessor::codec::mvcc::WriteKind;
+use quarry_proto::kv::{key_error, Context, KvPair, RollbackRequest};
 use quarry_proto::meta::{
     Peer as PeerMeta, Region, RegionError, StatusResponse, Store as StoreInfo,
 };
-use quarry_proto::raft::{Conflict, KvWrite, SplitRequest};
+use quarry_proto::raft::{txn_write::Step, Conflict, KvWrite, SplitRequest, TxnWrite};
 use tokio::sync::oneshot;
 
 use crate::engine::{Cf, Engine};
 use crate::grpc_transport::StoreResolver;
 use crate::local_read::LocalReader;
 use crate::store::StoreMsg;
-use crate::{region, Error, Result};
+use crate::{keys, region, Error, Result};
+
+/// What became of a transaction, by its primary key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnStatus {
+    /// Still running: its lock lives this long from its start.
+    Locked { ttl_ms: u64 },
+    Committed { commit_ts: u64 },
+    RolledBack,
+}
 
 /// How long a write may wait to be committed and applied.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,6 +58,8 @@ pub struct Node<E: Engine> {
     max_pending_reads: usize,
     pub resolver: Arc<StoreResolver>,
     local: Arc<LocalReader>,
+    /// raftstore.gc-life-time, in ms.
+    gc_life_ms: std::sync::atomic::AtomicU64,
 }
 
 struct PendingGuard(Arc<AtomicUsize>);
@@ -83,6 +95,7 @@ impl<E: Engine> Node<E> {
             max_pending_reads,
             resolver,
             local,
+            gc_life_ms: std::sync::atomic::AtomicU64::new(600_000),
         })
     }
 
@@ -158,6 +171,36 @@ impl<E: Engine> Node<E> {
         }
     }
 
+    // ------------------------------------------------------------ MVCC GC
+
+    /// Sets how long versions are kept (raftstore.gc-life-time-secs).
+    pub fn set_gc_life(&self, life: Duration) {
+        self.gc_life_ms
+            .store(life.as_millis().max(1) as u64, Ordering::Relaxed);
+    }
+
+    /// The timestamp of the wall time `ago` before now (physical << 18).
+    fn ts_ago(ago_ms: u64) -> u64 {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        now_ms.saturating_sub(ago_ms) << 18
+    }
+
+    /// The GC safe point now: a compaction may fold versions at or below
+    /// it into packs, where they lose their timestamps.
+    pub fn gc_safe_point(&self) -> u64 {
+        Self::ts_ago(self.gc_life_ms.load(Ordering::Relaxed))
+    }
+
+    /// The oldest snapshot a read may start at: half a lifetime above the
+    /// safe point, so a read that starts at it has that long to finish
+    /// before a compaction folds the versions it sees.
+    pub fn oldest_readable_ts(&self) -> u64 {
+        Self::ts_ago(self.gc_life_ms.load(Ordering::Relaxed) / 2)
+    }
+
     // ------------------------------------------------------------ raft calls
 
     pub async fn write(
@@ -177,6 +220,89 @@ impl<E: Engine> Node<E> {
             },
         )
         .await
+    }
+
+    /// Proposes a transaction's step to region `region_id`; answers once
+    /// it applied (or was refused, with a key error).
+    pub async fn txn(&self, ctx: Option<&Context>, txn: TxnWrite) -> Result<()> {
+        let ctx = *Self::context(ctx)?;
+        let region_id = ctx.region_id;
+        self.ask(
+            || format!("a transaction step on region {region_id}"),
+            WRITE_TIMEOUT,
+            |cb| StoreMsg::Txn {
+                region_id,
+                epoch: ctx.region_epoch,
+                txn,
+                cb,
+            },
+        )
+        .await
+    }
+
+    /// What became of the transaction `start_ts` whose primary key is
+    /// `primary`: Ok(lock TTL) while its lock lives, or its commit_ts (0:
+    /// rolled back). A lock past its TTL at `current_ts`, or a primary
+    /// with neither lock nor record, is rolled back here.
+    pub async fn check_txn_status(
+        &self,
+        ctx: Option<&Context>,
+        primary: &[u8],
+        start_ts: u64,
+        current_ts: u64,
+    ) -> Result<TxnStatus> {
+        use quarry_coprocessor::codec::mvcc::{decode_lock, lock_expired, lock_key};
+        let c = *Self::context(ctx)?;
+        let region = self.read_check(c.region_id, c.region_epoch).await?;
+        if !region::contains(&region, primary) {
+            return Err(Error::region(region::key_not_in_region(primary, &region)));
+        }
+        if let Some(v) = self.engine.get(Cf::Default, &lock_key(primary))? {
+            let lock = decode_lock(&v)?;
+            if lock.start_ts == start_ts && !lock_expired(&lock, current_ts) {
+                return Ok(TxnStatus::Locked {
+                    ttl_ms: lock.ttl_ms.max(1),
+                });
+            }
+        }
+        let mut pairs = Vec::new();
+        self.engine.scan(
+            Cf::Default,
+            primary,
+            &keys::prefix_end(primary),
+            &mut |k, v| {
+                pairs.push((k.to_vec(), v.to_vec()));
+                true
+            },
+        )?;
+        let versions = crate::txn::parse_versions(pairs)?;
+        if let Some(v) = versions.iter().find(|v| v.start_ts == start_ts) {
+            return Ok(if v.kind == WriteKind::Rollback {
+                TxnStatus::RolledBack
+            } else {
+                TxnStatus::Committed {
+                    commit_ts: v.commit_ts,
+                }
+            });
+        }
+        // Expired, or never landed: roll it back (apply decides again, so
+        // a commit that raced this shows up as COMMITTED).
+        let rollback = TxnWrite {
+            step: Some(Step::Rollback(RollbackRequest {
+                context: None,
+                keys: vec![primary.to_vec()],
+                start_ts,
+            })),
+        };
+        match self.txn(Some(&c), rollback).await {
+            Ok(()) => Ok(TxnStatus::RolledBack),
+            Err(Error::Key(k)) if k.code == key_error::Code::Committed as i32 => {
+                Ok(TxnStatus::Committed {
+                    commit_ts: k.commit_ts,
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Waits until region `region_id` may be read here with every
@@ -399,7 +525,10 @@ impl<E: Engine> Node<E> {
             return vec![ranges];
         }
         let handle_of = |key: &[u8]| match classify_key(key) {
-            KeyKind::Row(h) | KeyKind::Pack(h) => decode_i64(&key[1..9]).ok().map(|t| (t, h)),
+            KeyKind::Row(h)
+            | KeyKind::Pack(h)
+            | KeyKind::Lock(h)
+            | KeyKind::Version { handle: h, .. } => decode_i64(&key[1..9]).ok().map(|t| (t, h)),
             KeyKind::Other => None,
         };
         let mut first = None;
@@ -479,6 +608,21 @@ impl<E: Engine> Node<E> {
                 );
                 return region_error(region::epoch_not_match(ctx.region_epoch.as_ref(), &r));
             }
+        }
+        let read_ts = req.dag.as_ref().map_or(0, |d| d.read_ts);
+        if read_ts != 0 && read_ts < self.oldest_readable_ts() {
+            return CopResponse {
+                other_error: Some(OtherError {
+                    code: other_error::Code::InvalidInput as i32,
+                    message: format!(
+                        "snapshot too old: the read at timestamp {read_ts} started more than \
+                         half of raftstore.gc-life-time-secs ago ({} s) and its versions \
+                         may be gone; run it again",
+                        self.gc_life_ms.load(Ordering::Relaxed) / 1000
+                    ),
+                }),
+                ..Default::default()
+            };
         }
         let pending = self.pending_reads.fetch_add(1, Ordering::SeqCst);
         let _release = PendingGuard(self.pending_reads.clone());

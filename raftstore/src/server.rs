@@ -157,6 +157,7 @@ pub async fn run(
         resolver.clone(),
         local_reader,
     )?);
+    node.set_gc_life(Duration::from_secs(cfg.raftstore.gc_life_time_secs));
     let meta = Arc::new(Meta::new(
         node.clone(),
         peers.clone(),

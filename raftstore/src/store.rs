@@ -69,6 +69,13 @@ pub enum StoreMsg {
         write: KvWrite,
         cb: oneshot::Sender<Result<()>>,
     },
+    /// A transaction's step, answered once applied.
+    Txn {
+        region_id: u64,
+        epoch: Option<RegionEpoch>,
+        txn: quarry_proto::raft::TxnWrite,
+        cb: oneshot::Sender<Result<()>>,
+    },
     /// Answers with the region once a read may see every acknowledged write.
     Read {
         region_id: u64,
@@ -267,6 +274,15 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             } => match self.leader_for(region_id, epoch.as_ref(), false) {
                 Err(e) => drop(cb.send(Err(e))),
                 Ok(peer) => peer.propose_write(epoch, write, cb, now),
+            },
+            StoreMsg::Txn {
+                region_id,
+                epoch,
+                txn,
+                cb,
+            } => match self.leader_for(region_id, epoch.as_ref(), false) {
+                Err(e) => drop(cb.send(Err(e))),
+                Ok(peer) => peer.propose_txn(epoch, txn, cb, now),
             },
             StoreMsg::Read {
                 region_id,

@@ -212,10 +212,16 @@ impl<E: Engine> Worker<E> {
             };
             let engine = self.node.engine().clone();
             let r = region.clone();
-            let planned =
-                tokio::task::spawn_blocking(move || plan_compaction(engine.as_ref(), &r, &table))
-                    .await
-                    .map_err(|e| Error::Internal(format!("compaction task: {e}")))??;
+            let safe_point = self.node.gc_safe_point();
+            let (planned, pinned) = tokio::task::spawn_blocking(move || {
+                plan_compaction(engine.as_ref(), &r, &table, safe_point)
+            })
+            .await
+            .map_err(|e| Error::Internal(format!("compaction task: {e}")))??;
+            if pinned > 0 {
+                // Versions above the safe point fold in a later round.
+                self.delta.restore(region.id, self.compact_delta_rows);
+            }
             let Some((write, summary)) = planned else {
                 continue;
             };

@@ -104,8 +104,18 @@ pub struct SqlSession {
     base: datafusion::execution::SessionState,
     scan: ScanContext,
     cluster: Arc<Cluster>,
+    /// Each query's snapshot timestamp.
+    txns: Arc<crate::txn::Txns>,
     /// Table and column statistics for join planning (`stats.rs`).
     stats: Arc<stats::TableStats>,
+}
+
+/// A query's snapshot, in its session config: every region scan of the
+/// query reads at `read_ts` (`region_scan.rs`), so a join or a subquery
+/// sees the same data in every table and region.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot {
+    pub read_ts: u64,
 }
 
 /// The most build-side keys of a hash join (per join partition) that reach
@@ -114,7 +124,12 @@ pub struct SqlSession {
 pub const MAX_JOIN_KEYS_PUSHED: usize = 1 << 14;
 
 impl SqlSession {
-    pub fn new(scan: ScanContext, cluster: Arc<Cluster>, target_partitions: usize) -> Self {
+    pub fn new(
+        scan: ScanContext,
+        cluster: Arc<Cluster>,
+        txns: Arc<crate::txn::Txns>,
+        target_partitions: usize,
+    ) -> Self {
         let mut config = SessionConfig::new()
             .with_information_schema(true)
             .with_target_partitions(target_partitions.max(1))
@@ -146,6 +161,7 @@ impl SqlSession {
             base: state,
             scan,
             cluster,
+            txns,
             stats: Arc::default(),
         }
     }
@@ -199,6 +215,13 @@ impl SqlSession {
 
     pub async fn run(&self, q: PlannedQuery) -> Result<QueryOutput> {
         let schema = q.schema();
+        // One snapshot for the whole query, taken as it starts to run.
+        let read_ts = self.txns.timestamp().await?;
+        q.ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .set_extension(Arc::new(Snapshot { read_ts }));
         let df = q.ctx.execute_logical_plan(q.plan).await.map_err(from_df)?;
         let stream = df.execute_stream().await.map_err(from_df)?;
         let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(from_df)?;

@@ -699,7 +699,7 @@ impl ExecutionPlan for RegionScanExec {
     fn execute(
         &self,
         partition: usize,
-        _context: Arc<TaskContext>,
+        context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         if partition != 0 {
             return Err(DataFusionError::Internal(format!(
@@ -710,6 +710,10 @@ impl ExecutionPlan for RegionScanExec {
         let deadline = Instant::now() + self.ctx.timeout;
         let dispatcher = self.ctx.dispatcher.clone();
         let mut dag = self.dag.clone();
+        // The query's snapshot (absent: the dispatcher takes a fresh one).
+        if let Some(s) = context.session_config().get_extension::<super::Snapshot>() {
+            dag.read_ts = s.read_ts;
+        }
         let row_types = self.row_types.clone();
         let dynamic = self.dynamic.clone();
         let build_keys = self.build_keys.clone();

@@ -139,6 +139,7 @@ impl QuarryTable {
             projection: dag_projection,
             limit: limit.unwrap_or(0) as u64,
             top_n: None,
+            read_ts: 0,
         };
         let mut scan = RegionScanExec::new(
             self.ctx.clone(),

@@ -39,6 +39,7 @@ use tokio::sync::mpsc;
 
 use self::retry::{Attempt, GiveUp, RegionWork, Retry, RetryConfig, RetryStats, MAX_REGION_ERRORS};
 use crate::cluster::CopTransport;
+use crate::txn::Txns;
 use crate::region_cache::{Located, RegionCache};
 use crate::{Error, Result};
 
@@ -111,6 +112,10 @@ fn add_summary(into: &mut ExecSummary, s: &ExecSummary) {
 pub struct Dispatcher {
     cache: Arc<RegionCache>,
     transport: Arc<dyn CopTransport>,
+    /// Timestamps for scans that name no snapshot, and the resolution of
+    /// locks scans meet (None in tests without a cluster: a lock fails
+    /// the scan).
+    txns: Option<Arc<Txns>>,
     cfg: DispatchConfig,
     retry: RetryConfig,
 }
@@ -124,9 +129,17 @@ impl Dispatcher {
         Dispatcher {
             cache,
             transport,
+            txns: None,
             retry: cfg.retry_config(),
             cfg,
         }
+    }
+
+    /// Resolves the locks scans meet through `txns`, and reads at a fresh
+    /// timestamp from it when a DAG names none.
+    pub fn with_txns(mut self, txns: Arc<Txns>) -> Self {
+        self.txns = Some(txns);
+        self
     }
 
     pub fn config(&self) -> &DispatchConfig {
@@ -146,17 +159,25 @@ impl Dispatcher {
         deadline: Instant,
     ) -> ScanStream {
         let (pages, arrived) = mpsc::channel(PAGES_BUFFERED);
-        let work = ScanWork {
+        let mut work = ScanWork {
             ranges,
             dag: Arc::new(dag.clone()),
             transport: self.transport.clone(),
             encode: self.cfg.encode,
             max_response_bytes: self.cfg.max_response_bytes,
             pages,
+            txns: self.txns.clone(),
+            deadline,
         };
         let retry_stats = Arc::new(RetryStats::default());
         let (cache, cfg, counters) = (self.cache.clone(), self.retry.clone(), retry_stats.clone());
         let task = tokio::spawn(async move {
+            if let (0, Some(txns)) = (work.dag.read_ts, &work.txns) {
+                // No snapshot named (statistics, tools): the newest.
+                let mut dag = (*work.dag).clone();
+                dag.read_ts = txns.timestamp().await?;
+                work.dag = Arc::new(dag);
+            }
             let retry = Retry {
                 cache: &cache,
                 cfg: &cfg,
@@ -366,6 +387,8 @@ struct ScanWork {
     encode: EncodeType,
     max_response_bytes: u64,
     pages: mpsc::Sender<Page>,
+    txns: Option<Arc<Txns>>,
+    deadline: Instant,
 }
 
 impl RegionWork for ScanWork {
@@ -397,6 +420,8 @@ impl RegionWork for ScanWork {
                         encode: self.encode,
                         max_response_bytes: self.max_response_bytes,
                         pages: self.pages.clone(),
+                        txns: self.txns.clone(),
+                        deadline: self.deadline,
                     };
                     (region, work)
                 })
@@ -428,6 +453,18 @@ impl RegionWork for ScanWork {
             };
             if let Some(re) = resp.region_error {
                 return Ok(Attempt::Region(Box::new(re)));
+            }
+            if let Some(lock) = resp.locked {
+                // A transaction that may commit below the snapshot: learn
+                // its fate, settle the lock, and read the region again.
+                let Some(txns) = &self.txns else {
+                    return Err(Error::Unavailable(format!(
+                        "region {} holds a lock of the transaction that started at {}",
+                        region.region.id, lock.start_ts
+                    )));
+                };
+                txns.resolve(&lock, self.deadline).await?;
+                return Ok(Attempt::More);
             }
             if let Some(e) = resp.other_error {
                 let e: Error = quarry_coprocessor::Error::from_proto(&e).into();

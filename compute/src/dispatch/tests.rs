@@ -520,6 +520,7 @@ async fn a_write_refused_as_invalid_fails_at_once_with_the_stores_words() {
                 error: Some(KeyError {
                     code: key_error::Code::InvalidInput as i32,
                     message: "duplicate key: handle 7".into(),
+                    ..Default::default()
                 }),
                 ..Default::default()
             })

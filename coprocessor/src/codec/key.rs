@@ -7,6 +7,7 @@
 //! ```text
 //! row key:      t{table_id: i64}_r{handle: i64}        19 bytes
 //! pack key:     t{table_id: i64}_r{first_handle: i64}P 20 bytes (column layout)
+//! lock, version: the row key + a suffix (see `mvcc.rs`)
 //! table range:  [t{table_id}_r, t{table_id}_s)
 //! ```
 //!
@@ -142,15 +143,24 @@ fn decode_bytes(input: &[u8]) -> Result<(Vec<u8>, usize)> {
 /// What a data key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyKind {
-    /// A row-layout KV (a row table's row, or a column table's delta row).
+    /// A row-layout KV older than every snapshot (a bulk-loaded row).
     Row(i64),
     /// A pack starting at this handle.
     Pack(i64),
+    /// A running transaction's lock on this handle's row (`mvcc`).
+    Lock(i64),
+    /// A committed version of this handle's row (`mvcc`): a row table's
+    /// row, or a column table's delta row.
+    Version {
+        handle: i64,
+        commit_ts: u64,
+        kind: super::mvcc::WriteKind,
+    },
     /// Anything else (not table data).
     Other,
 }
 
-/// Tells row keys from pack keys without looking at values.
+/// Tells rows, packs, locks and versions apart without looking at values.
 #[inline]
 pub fn classify_key(key: &[u8]) -> KeyKind {
     match key.len() {
@@ -161,6 +171,20 @@ pub fn classify_key(key: &[u8]) -> KeyKind {
         PACK_KEY_LEN if key[RECORD_KEY_LEN] == PACK_MARKER => match decode_i64(&key[11..19]) {
             Ok(h) => KeyKind::Pack(h),
             Err(_) => KeyKind::Other,
+        },
+        PACK_KEY_LEN if key[RECORD_KEY_LEN] == super::mvcc::LOCK_MARKER => {
+            match decode_i64(&key[11..19]) {
+                Ok(h) => KeyKind::Lock(h),
+                Err(_) => KeyKind::Other,
+            }
+        }
+        super::mvcc::VERSION_KEY_LEN => match super::mvcc::parse_version_key(key) {
+            Some((handle, commit_ts, kind)) => KeyKind::Version {
+                handle,
+                commit_ts,
+                kind,
+            },
+            None => KeyKind::Other,
         },
         _ => KeyKind::Other,
     }

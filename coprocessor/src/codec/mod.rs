@@ -2,5 +2,6 @@
 //! the column layout's packs ([`pack`]).
 
 pub mod key;
+pub mod mvcc;
 pub mod pack;
 pub mod row;

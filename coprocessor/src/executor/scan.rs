@@ -31,12 +31,13 @@ use quarry_proto::coprocessor::ExecSummary;
 
 use super::kernels::{all_rows, and_packed, and_range_packed, compare_range, indices, IntSet};
 use super::{BatchExecutor, BatchResult, Chunk};
-use crate::codec::key::{classify_key, KeyKind};
+use crate::codec::key::RECORD_KEY_LEN;
+use crate::codec::mvcc::{split_version_value, Seen, Visibility, VERSION_KEY_LEN};
 use crate::codec::pack::{decode_columns, ColumnView, PackView};
 use crate::codec::row::RowDecoder;
 use crate::expr::{Bloom, CmpOp, Expr, LogicOp, ScalarValue};
 use crate::storage::{KeyRange, Storage};
-use crate::{internal, invalid_input, Result};
+use crate::{internal, Error, Result};
 
 /// One pair of a table's key range, by what its key says it is.
 pub enum TableData<'a> {
@@ -51,6 +52,9 @@ pub enum TableData<'a> {
 pub struct KvScanner<S: Storage> {
     storage: S,
     key_only: bool,
+    /// The snapshot: what of each row's versions the scan returns.
+    read_ts: u64,
+    visibility: Visibility,
     ranges: Vec<KeyRange>,
     /// Index of the range being scanned; `ranges.len()` when done.
     current: usize,
@@ -64,10 +68,12 @@ pub struct KvScanner<S: Storage> {
 }
 
 impl<S: Storage> KvScanner<S> {
-    pub fn new(storage: S, ranges: Vec<KeyRange>, key_only: bool) -> Self {
+    pub fn new(storage: S, ranges: Vec<KeyRange>, read_ts: u64, key_only: bool) -> Self {
         KvScanner {
             storage,
             key_only,
+            read_ts,
+            visibility: Visibility::default(),
             ranges,
             current: 0,
             started: false,
@@ -89,35 +95,52 @@ impl<S: Storage> KvScanner<S> {
         self.current >= self.ranges.len()
     }
 
-    /// The next row or pack in key order across all ranges, or None at the
-    /// end; borrowed until the next call. The key tells which it is
-    /// ([`classify_key`]); a key that is not table data is an error, and so
-    /// is a pack in a key-only scan (only a row-layout table may be read
-    /// without its values).
+    /// The next row or pack the snapshot sees, in key order across all
+    /// ranges, or None at the end; borrowed until the next call. The key
+    /// tells which it is ([`crate::codec::key::classify_key`]) and whether the snapshot sees
+    /// it ([`Visibility`]: versions newer than `read_ts`, older versions
+    /// of a row already seen, deletes and rollbacks are passed over). A
+    /// lock that may commit below the snapshot stops the scan with
+    /// [`crate::Error::Locked`]; a key that is not table data is an error,
+    /// and so is a pack in a key-only scan (only a row-layout table may be
+    /// read without its values).
     pub fn next_data(&mut self) -> Result<Option<TableData<'_>>> {
-        let key_only = self.key_only;
-        let Some((k, v)) = self.next_kv()? else {
-            return Ok(None);
+        let read_ts = self.read_ts;
+        let seen = loop {
+            if !self.advance()? {
+                return Ok(None);
+            }
+            let (k, v) = self
+                .storage
+                .current()
+                .ok_or_else(|| internal!("storage lost its position"))?;
+            match self.visibility.judge(k, v, read_ts)? {
+                Seen::Skip => continue,
+                Seen::Locked(lock) => return Err(Error::Locked(lock)),
+                seen => break seen,
+            }
         };
-        Ok(Some(match classify_key(k) {
-            KeyKind::Row(_) => TableData::Row(v),
-            KeyKind::Pack(_) if key_only => {
+        let (k, v) = self
+            .storage
+            .current()
+            .ok_or_else(|| internal!("storage lost its position"))?;
+        Ok(Some(match seen {
+            Seen::Pack if self.key_only => {
                 return Err(internal!(
                     "a key-only scan met a pack: the table is not row-layout"
                 ))
             }
-            KeyKind::Pack(_) => TableData::Pack(PackView::parse(v)?),
-            KeyKind::Other => {
-                return Err(invalid_input!(
-                    "the scanned range holds a key that is not table data"
-                ))
+            Seen::Pack => TableData::Pack(PackView::parse(v)?),
+            _ if k.len() == VERSION_KEY_LEN && !self.key_only => {
+                TableData::Row(split_version_value(v)?.1)
             }
+            _ => TableData::Row(v),
         }))
     }
 
-    /// The next pair in key order across all ranges, or None at the end.
-    /// The slices are valid until the next call.
-    fn next_kv(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+    /// Moves to the next pair in key order across all ranges (then
+    /// `storage.current()`); false at the end.
+    fn advance(&mut self) -> Result<bool> {
         while self.current < self.ranges.len() {
             if !self.started {
                 self.storage
@@ -134,7 +157,7 @@ impl<S: Storage> KvScanner<S> {
             break;
         }
         if self.current >= self.ranges.len() {
-            return Ok(None);
+            return Ok(false);
         }
         let (k, v) = self
             .storage
@@ -145,14 +168,19 @@ impl<S: Storage> KvScanner<S> {
         self.last_key.clear();
         self.last_key.extend_from_slice(k);
         self.has_last_key = true;
-        Ok(Some((k, v)))
+        Ok(true)
     }
 
     /// The key ranges not read yet.
     pub fn remaining_ranges(&self) -> Vec<KeyRange> {
         let mut out = Vec::new();
         if let Some(r) = self.ranges.get(self.current) {
-            let start = if self.started && self.has_last_key {
+            let start = if self.started && self.has_last_key && self.last_key.len() == VERSION_KEY_LEN
+            {
+                // The last key returned was a row's visible version: resume
+                // at the next row, past its older versions.
+                next_row_key(&self.last_key[..RECORD_KEY_LEN])
+            } else if self.started && self.has_last_key {
                 // Resume just after the last key returned.
                 let mut s = self.last_key.clone();
                 s.push(0);
@@ -165,6 +193,19 @@ impl<S: Storage> KvScanner<S> {
         }
         out
     }
+}
+
+/// The first key past every key of `row_key`'s row (its lock, pack and
+/// versions): the next handle's row key.
+fn next_row_key(row_key: &[u8]) -> Vec<u8> {
+    let mut k = row_key.to_vec();
+    while let Some(last) = k.pop() {
+        if last < 0xFF {
+            k.push(last + 1);
+            break;
+        }
+    }
+    k
 }
 
 /// Constant bounds on scan columns, from a filter's conjuncts: a pack whose
@@ -354,6 +395,7 @@ impl<S: Storage> TableScanExecutor<S> {
         storage: S,
         columns: &[(i64, DataType)],
         ranges: Vec<KeyRange>,
+        read_ts: u64,
         key_only: bool,
         zone: ZoneFilter,
     ) -> Result<Self> {
@@ -364,7 +406,7 @@ impl<S: Storage> TableScanExecutor<S> {
                 .collect::<Vec<_>>(),
         ));
         Ok(TableScanExecutor {
-            scanner: KvScanner::new(storage, ranges, key_only && columns.is_empty()),
+            scanner: KvScanner::new(storage, ranges, read_ts, key_only && columns.is_empty()),
             schema,
             columns: columns.to_vec(),
             decoder: RowDecoder::new(columns, 1024)?,

@@ -253,7 +253,7 @@ impl Storage for RocksStorage<'_> {
             return None;
         }
         let key = it.key()?;
-        let value = if self.key_only {
+        let value = if self.key_only && !quarry_coprocessor::storage::is_lock_key(key) {
             &[][..]
         } else {
             it.value().unwrap_or_default()

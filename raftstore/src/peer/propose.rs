@@ -120,6 +120,17 @@ impl<E: Engine> Peer<E> {
         self.propose_cmd(epoch, Cmd::Write(write), Callback::Write(cb), now);
     }
 
+    /// Proposes a transaction's step (`txn.rs` checks its keys at apply).
+    pub(crate) fn propose_txn(
+        &mut self,
+        epoch: Option<RegionEpoch>,
+        txn: quarry_proto::raft::TxnWrite,
+        cb: oneshot::Sender<Result<()>>,
+        now: Instant,
+    ) {
+        self.propose_cmd(epoch, Cmd::Txn(txn), Callback::Write(cb), now);
+    }
+
     /// Proposes splitting the region; `cb` gets both halves once applied.
     pub(crate) fn propose_split(
         &mut self,

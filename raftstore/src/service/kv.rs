@@ -5,14 +5,17 @@ use std::sync::Arc;
 
 use quarry_proto::kv::kv_server::Kv;
 use quarry_proto::kv::{
-    BatchGetRequest, BatchGetResponse, BatchPutRequest, BatchPutResponse, DeleteRangeRequest,
-    DeleteRangeResponse, ScanRequest, ScanResponse,
+    BatchGetRequest, BatchGetResponse, BatchPutRequest, BatchPutResponse, CheckTxnStatusRequest,
+    CheckTxnStatusResponse, CommitRequest, Context, DeleteRangeRequest, DeleteRangeResponse,
+    PrewriteRequest, ResolveLockRequest, RollbackRequest, ScanRequest, ScanResponse,
+    TxnResponse,
 };
+use quarry_proto::raft::{txn_write::Step, TxnWrite};
 use tonic::{Request, Response, Status};
 
 use super::error_fields;
 use crate::engine::Engine;
-use crate::node::Node;
+use crate::node::{Node, TxnStatus};
 
 pub struct KvService<E: Engine> {
     node: Arc<Node<E>>,
@@ -21,6 +24,20 @@ pub struct KvService<E: Engine> {
 impl<E: Engine> KvService<E> {
     pub fn new(node: Arc<Node<E>>) -> Self {
         KvService { node }
+    }
+
+    /// Proposes one transaction step; the context travels apart from the
+    /// replicated command.
+    async fn step(&self, context: Option<Context>, step: Step) -> TxnResponse {
+        let r = self
+            .node
+            .txn(context.as_ref(), TxnWrite { step: Some(step) })
+            .await;
+        let (region_error, error) = r.err().map(error_fields).unwrap_or_default();
+        TxnResponse {
+            region_error,
+            error,
+        }
     }
 }
 
@@ -93,6 +110,74 @@ impl<E: Engine> Kv for KvService<E> {
                     region_error,
                     error,
                     pairs: vec![],
+                }
+            }
+        }))
+    }
+
+    async fn prewrite(
+        &self,
+        req: Request<PrewriteRequest>,
+    ) -> Result<Response<TxnResponse>, Status> {
+        let mut req = req.into_inner();
+        let ctx = req.context.take();
+        Ok(Response::new(self.step(ctx, Step::Prewrite(req)).await))
+    }
+
+    async fn commit(&self, req: Request<CommitRequest>) -> Result<Response<TxnResponse>, Status> {
+        let mut req = req.into_inner();
+        let ctx = req.context.take();
+        Ok(Response::new(self.step(ctx, Step::Commit(req)).await))
+    }
+
+    async fn rollback(
+        &self,
+        req: Request<RollbackRequest>,
+    ) -> Result<Response<TxnResponse>, Status> {
+        let mut req = req.into_inner();
+        let ctx = req.context.take();
+        Ok(Response::new(self.step(ctx, Step::Rollback(req)).await))
+    }
+
+    async fn resolve_lock(
+        &self,
+        req: Request<ResolveLockRequest>,
+    ) -> Result<Response<TxnResponse>, Status> {
+        let mut req = req.into_inner();
+        let ctx = req.context.take();
+        Ok(Response::new(self.step(ctx, Step::Resolve(req)).await))
+    }
+
+    async fn check_txn_status(
+        &self,
+        req: Request<CheckTxnStatusRequest>,
+    ) -> Result<Response<CheckTxnStatusResponse>, Status> {
+        let req = req.into_inner();
+        let r = self
+            .node
+            .check_txn_status(
+                req.context.as_ref(),
+                &req.primary,
+                req.start_ts,
+                req.current_ts,
+            )
+            .await;
+        Ok(Response::new(match r {
+            Ok(TxnStatus::Locked { ttl_ms }) => CheckTxnStatusResponse {
+                lock_ttl_ms: ttl_ms,
+                ..Default::default()
+            },
+            Ok(TxnStatus::Committed { commit_ts }) => CheckTxnStatusResponse {
+                commit_ts,
+                ..Default::default()
+            },
+            Ok(TxnStatus::RolledBack) => CheckTxnStatusResponse::default(),
+            Err(e) => {
+                let (region_error, error) = error_fields(e);
+                CheckTxnStatusResponse {
+                    region_error,
+                    error,
+                    ..Default::default()
                 }
             }
         }))

@@ -18,11 +18,13 @@ pub fn error_fields(e: Error) -> (Option<RegionError>, Option<KeyError>) {
     use quarry_proto::kv::key_error::Code;
     match e {
         Error::Region(r) => (Some(*r), None),
+        Error::Key(k) => (None, Some(*k)),
         Error::InvalidInput(m) => (
             None,
             Some(KeyError {
                 code: Code::InvalidInput as i32,
                 message: m,
+                ..Default::default()
             }),
         ),
         Error::Unavailable(m) => (
@@ -30,6 +32,7 @@ pub fn error_fields(e: Error) -> (Option<RegionError>, Option<KeyError>) {
             Some(KeyError {
                 code: Code::Unavailable as i32,
                 message: m,
+                ..Default::default()
             }),
         ),
         other => (
@@ -37,6 +40,7 @@ pub fn error_fields(e: Error) -> (Option<RegionError>, Option<KeyError>) {
             Some(KeyError {
                 code: Code::Internal as i32,
                 message: other.to_string(),
+                ..Default::default()
             }),
         ),
     }

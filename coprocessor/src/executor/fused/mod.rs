@@ -98,13 +98,14 @@ impl<S: Storage> FusedAggExecutor<S> {
     pub fn new(
         storage: S,
         ranges: Vec<KeyRange>,
+        read_ts: u64,
         columns: &[(i64, DataType)],
         conditions: Vec<Expr>,
         plan: FusedPlan,
         fallback: Aggregator,
     ) -> Result<Self> {
         Ok(FusedAggExecutor {
-            scanner: KvScanner::new(storage, ranges, false),
+            scanner: KvScanner::new(storage, ranges, read_ts, false),
             core: Core::new(columns, conditions, plan, fallback)?,
         })
     }

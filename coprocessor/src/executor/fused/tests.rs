@@ -229,7 +229,7 @@ fn generic(
     // As production builds it: the scan decodes only the rows the filter's
     // constant bounds keep (late materialization).
     let zone = ZoneFilter::from_conditions(conds, &columns());
-    let scan = TableScanExecutor::new(s, &columns(), range, false, zone)?;
+    let scan = TableScanExecutor::new(s, &columns(), range, u64::MAX, false, zone)?;
     let sel = SelectionExecutor::new(Box::new(scan), conds.to_vec())?;
     let mut agg = AggregationExecutor::new(
         Box::new(sel),
@@ -249,6 +249,7 @@ fn fused(
     let mut exec = FusedAggExecutor::new(
         s,
         range,
+        u64::MAX,
         &columns(),
         conds.to_vec(),
         plan,

@@ -1,0 +1,487 @@
+//! Transactions' client side: timestamps, two-phase commit, lock
+//! resolution (Percolator, as TiDB's `store/tikv` drives TiKV).
+//!
+//! WRITING. A statement's writes are one transaction:
+//!
+//! 1. `start_ts` from the timestamp oracle (the meta region's TSO).
+//! 2. **Prewrite** every key, grouped by region, the regions at once; the
+//!    first key (in key order) is the *primary*. Each region locks its keys
+//!    or refuses the whole request (`raftstore/src/txn.rs`). A lock of
+//!    another transaction in the way is resolved (below) and the prewrite
+//!    sent again; a write conflict or an existing row fails the statement
+//!    after rolling back what was locked.
+//! 3. `commit_ts` from the oracle, then **commit the primary**: from this
+//!    point on the transaction is committed, whatever happens next.
+//! 4. **Commit the secondaries**. A failure here loses nothing: a reader
+//!    that meets a leftover lock finds the primary committed and commits
+//!    the lock itself.
+//!
+//! READING. Every query reads at one `read_ts` (`df/region_scan.rs` takes
+//! it from the statement). A region that meets a lock of a transaction
+//! started at or before `read_ts` answers with the lock; [`Txns::resolve`]
+//! asks the primary's region what became of the transaction
+//! (`CheckTxnStatus`, which rolls back a lock past its TTL: a client that
+//! died mid-commit blocks others for at most [`LOCK_TTL`]), then commits or
+//! rolls back the lock, or, while the transaction still runs, waits a
+//! little; the scan then asks again.
+//!
+//! Retries of every step are idempotent: a prewrite that finds its own
+//! lock passes, a commit that finds its own version passes, so a step
+//! whose outcome was unknown (store restarted, leader changed) is simply
+//! sent again through the shared region-retry layer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use quarry_coprocessor::storage::KeyRange;
+use quarry_proto::kv::{
+    key_error::Code, CheckTxnStatusRequest, CommitRequest, KeyError, LockInfo, Mutation,
+    PrewriteRequest, ResolveLockRequest, TxnResponse,
+};
+use quarry_proto::meta::{GetTimestampsRequest, RegionError};
+
+use crate::cluster::Cluster;
+use crate::dispatch::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
+use crate::region_cache::{Located, RegionCache};
+use crate::{Error, Result};
+
+/// How long a lock outlives its transaction's start unless committed: a
+/// reader may roll back a lock older than this (TiKV's default is 3 s).
+pub const LOCK_TTL: Duration = Duration::from_secs(3);
+/// Regions a transaction's step talks to at once.
+const TXN_CONCURRENCY: usize = 8;
+/// The longest a reader waits for a running transaction before asking
+/// again.
+const LOCK_WAIT_MAX: Duration = Duration::from_millis(50);
+
+/// The client side of transactions, shared by a compute process.
+pub struct Txns {
+    cluster: Arc<Cluster>,
+    cache: Arc<RegionCache>,
+    retry: RetryConfig,
+}
+
+/// A step of a transaction on the regions holding `keys`.
+#[derive(Clone)]
+enum Step {
+    Prewrite { primary: Vec<u8>, start_ts: u64 },
+    Commit { start_ts: u64, commit_ts: u64 },
+    Resolve { start_ts: u64, commit_ts: u64 },
+}
+
+impl Txns {
+    pub fn new(cluster: Arc<Cluster>, cache: Arc<RegionCache>) -> Self {
+        Txns {
+            cluster,
+            cache,
+            retry: RetryConfig {
+                concurrency: TXN_CONCURRENCY,
+                backoff_base: Duration::from_millis(2),
+                backoff_max: Duration::from_millis(500),
+                // Until the deadline: a commit waits out a store's restart.
+                give_up: None,
+                what: "transaction",
+            },
+        }
+    }
+
+    /// A fresh timestamp from the oracle: above every one handed out
+    /// before, so a read at it sees every transaction committed so far.
+    pub async fn timestamp(&self) -> Result<u64> {
+        Ok(self
+            .cluster
+            .meta("getting a timestamp", |mut c| async move {
+                c.get_timestamps(GetTimestampsRequest { count: 1 }).await
+            })
+            .await?
+            .first)
+    }
+
+    /// Writes `mutations` (distinct row keys) as one transaction; returns
+    /// its commit_ts. Nothing is visible until the primary commits, and
+    /// then everything is.
+    pub async fn write(self: &Arc<Self>, mut mutations: Vec<Mutation>, deadline: Instant) -> Result<u64> {
+        if mutations.is_empty() {
+            return Err(Error::Internal("a transaction with nothing to write".into()));
+        }
+        mutations.sort_by(|a, b| a.key.cmp(&b.key));
+        let start_ts = self.timestamp().await?;
+        let primary = mutations[0].key.clone();
+        let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
+        let prewrite = Step::Prewrite {
+            primary: primary.clone(),
+            start_ts,
+        };
+        if let Err(e) = self.run(prewrite, mutations, deadline).await {
+            // Nothing committed: take back what was locked (a lock left
+            // behind would be rolled back by a reader after its TTL).
+            let undo = Step::Resolve {
+                start_ts,
+                commit_ts: 0,
+            };
+            let until = Instant::now() + Duration::from_secs(5);
+            if let Err(r) = self.run(undo, as_mutations(keys), until).await {
+                tracing::debug!("rolling back transaction {start_ts}: {r}");
+            }
+            return Err(e);
+        }
+        let commit_ts = self.timestamp().await?;
+        let commit = Step::Commit {
+            start_ts,
+            commit_ts,
+        };
+        self.run(commit.clone(), as_mutations(vec![primary]), deadline)
+            .await?;
+        let secondaries: Vec<Vec<u8>> = keys.into_iter().skip(1).collect();
+        if !secondaries.is_empty() {
+            // Committed already; a secondary left locked is a reader's to
+            // commit, so this failing fails nothing.
+            if let Err(e) = self.run(commit, as_mutations(secondaries), deadline).await {
+                tracing::debug!("committing secondaries of {start_ts}: {e}");
+            }
+        }
+        Ok(commit_ts)
+    }
+
+    /// Settles `lock`, met by a reader or a writer: commits or rolls it
+    /// back once its transaction is known to have committed or failed, or
+    /// waits a little while the transaction still runs. The caller asks
+    /// again either way.
+    pub async fn resolve(self: &Arc<Self>, lock: &LockInfo, deadline: Instant) -> Result<()> {
+        let current_ts = self.timestamp().await?;
+        let status = self
+            .check_status(&lock.primary, lock.start_ts, current_ts, deadline)
+            .await?;
+        match status {
+            Status::Locked(ttl_ms) => {
+                // Wait for it to finish, a little at a time.
+                let left = Duration::from_millis(
+                    (lock.start_ts >> 18)
+                        .saturating_add(ttl_ms)
+                        .saturating_sub(current_ts >> 18),
+                );
+                let wait = left.clamp(Duration::from_millis(1), LOCK_WAIT_MAX);
+                if Instant::now() + wait >= deadline {
+                    return Err(Error::Deadline(format!(
+                        "waited until the deadline for the transaction that started at {} \
+                         (it holds a lock on a row this statement needs)",
+                        lock.start_ts
+                    )));
+                }
+                tokio::time::sleep(wait).await;
+                Ok(())
+            }
+            Status::Committed(commit_ts) => {
+                let step = Step::Resolve {
+                    start_ts: lock.start_ts,
+                    commit_ts,
+                };
+                self.run(step, as_mutations(vec![lock.key.clone()]), deadline)
+                    .await
+            }
+            Status::RolledBack => {
+                let step = Step::Resolve {
+                    start_ts: lock.start_ts,
+                    commit_ts: 0,
+                };
+                self.run(step, as_mutations(vec![lock.key.clone()]), deadline)
+                    .await
+            }
+        }
+    }
+
+    async fn check_status(
+        &self,
+        primary: &[u8],
+        start_ts: u64,
+        current_ts: u64,
+        deadline: Instant,
+    ) -> Result<Status> {
+        let out = Arc::new(parking_lot::Mutex::new(None));
+        let work = StatusWork {
+            primary: primary.to_vec(),
+            start_ts,
+            current_ts,
+            cluster: self.cluster.clone(),
+            out: out.clone(),
+        };
+        let stats = RetryStats::default();
+        self.layer(&stats).run(work, deadline).await?;
+        let status = out.lock().take();
+        status.ok_or_else(|| Error::Internal("no transaction status came back".into()))
+    }
+
+    fn layer<'a>(&'a self, stats: &'a RetryStats) -> Retry<'a> {
+        Retry {
+            cache: &self.cache,
+            cfg: &self.retry,
+            stats,
+        }
+    }
+
+    /// Runs `step` on the regions holding the mutations' keys.
+    async fn run(
+        self: &Arc<Self>,
+        step: Step,
+        mutations: Vec<Mutation>,
+        deadline: Instant,
+    ) -> Result<()> {
+        let work = StepWork {
+            step,
+            mutations,
+            txns: self.clone(),
+            deadline,
+        };
+        let stats = RetryStats::default();
+        self.layer(&stats)
+            .run(work, deadline)
+            .await
+            .map_err(|e| match e {
+                Error::Deadline(m) => Error::Unavailable(m),
+                other => other,
+            })
+    }
+}
+
+fn as_mutations(keys: Vec<Vec<u8>>) -> Vec<Mutation> {
+    keys.into_iter()
+        .map(|key| Mutation {
+            key,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// What became of a transaction.
+#[derive(Debug, Clone, Copy)]
+enum Status {
+    Locked(u64),
+    Committed(u64),
+    RolledBack,
+}
+
+/// A key error from a store, as compute's error: who is to blame and
+/// whether a retry can help.
+pub fn key_error(e: KeyError) -> Error {
+    match Code::try_from(e.code).unwrap_or(Code::Internal) {
+        Code::InvalidInput | Code::AlreadyExists => Error::InvalidInput(e.message),
+        Code::WriteConflict => Error::Conflict(e.message),
+        Code::Unavailable | Code::Locked => Error::Unavailable(e.message),
+        Code::TxnAborted | Code::TxnNotFound | Code::Committed => Error::Conflict(e.message),
+        Code::Internal => Error::Internal(e.message),
+    }
+}
+
+/// The answer of a region to a step: go on, resolve a lock, or stop.
+fn judge(region_error: Option<RegionError>, error: Option<KeyError>) -> Result<Answer> {
+    if let Some(re) = region_error {
+        return Ok(Answer::Attempt(Attempt::Region(Box::new(re))));
+    }
+    match error {
+        None => Ok(Answer::Attempt(Attempt::Done)),
+        Some(e) if e.code == Code::Locked as i32 && e.locked.is_some() => {
+            Ok(Answer::Locked(e.locked.expect("checked")))
+        }
+        Some(e) if e.code == Code::Unavailable as i32 => {
+            Ok(Answer::Attempt(Attempt::Busy(e.message)))
+        }
+        Some(e) => Err(key_error(e)),
+    }
+}
+
+enum Answer {
+    Attempt(Attempt),
+    Locked(LockInfo),
+}
+
+struct StepWork {
+    step: Step,
+    /// Sorted by key; only the keys matter except for a prewrite.
+    mutations: Vec<Mutation>,
+    txns: Arc<Txns>,
+    deadline: Instant,
+}
+
+impl RegionWork for StepWork {
+    fn span(&self) -> Option<KeyRange> {
+        let start = self.mutations.first()?.key.clone();
+        let mut end = self.mutations.last()?.key.clone();
+        end.push(0);
+        Some(KeyRange::new(start, end))
+    }
+
+    fn split(self, regions: Vec<Located>) -> Result<Vec<(Located, Self)>> {
+        let mut pieces = Vec::new();
+        let mut rest = self.mutations.into_iter().peekable();
+        for region in regions {
+            let bounds = KeyRange::of_region(&region.region);
+            let mut mine = Vec::new();
+            while let Some(m) = rest.next_if(|m| bounds.contains(&m.key)) {
+                mine.push(m);
+            }
+            if !mine.is_empty() {
+                pieces.push((
+                    region,
+                    StepWork {
+                        step: self.step.clone(),
+                        mutations: mine,
+                        txns: self.txns.clone(),
+                        deadline: self.deadline,
+                    },
+                ));
+            }
+        }
+        match rest.next() {
+            None => Ok(pieces),
+            Some(m) => Err(Error::Internal(format!(
+                "no region holds key {}",
+                quarry_coprocessor::codec::key::hex(&m.key)
+            ))),
+        }
+    }
+
+    fn send<'a>(
+        &'a mut self,
+        region: &'a Located,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Attempt>> {
+        Box::pin(async move {
+            let mut client = self.txns.cluster.kv(&region.addr)?;
+            let context = Some(region.context());
+            let keys = || self.mutations.iter().map(|m| m.key.clone()).collect();
+            let call = async {
+                let r: std::result::Result<tonic::Response<TxnResponse>, tonic::Status> =
+                    match &self.step {
+                        Step::Prewrite { primary, start_ts } => {
+                            client
+                                .prewrite(PrewriteRequest {
+                                    context,
+                                    mutations: self.mutations.clone(),
+                                    primary: primary.clone(),
+                                    start_ts: *start_ts,
+                                    ttl_ms: LOCK_TTL.as_millis() as u64,
+                                })
+                                .await
+                        }
+                        Step::Commit {
+                            start_ts,
+                            commit_ts,
+                        } => {
+                            client
+                                .commit(CommitRequest {
+                                    context,
+                                    keys: keys(),
+                                    start_ts: *start_ts,
+                                    commit_ts: *commit_ts,
+                                })
+                                .await
+                        }
+                        Step::Resolve {
+                            start_ts,
+                            commit_ts,
+                        } => {
+                            client
+                                .resolve_lock(ResolveLockRequest {
+                                    context,
+                                    keys: keys(),
+                                    start_ts: *start_ts,
+                                    commit_ts: *commit_ts,
+                                })
+                                .await
+                        }
+                    };
+                r
+            };
+            let resp = match tokio::time::timeout(timeout + Duration::from_millis(100), call).await
+            {
+                Ok(Ok(r)) => r.into_inner(),
+                Ok(Err(st)) => return Ok(Attempt::Unreachable(st)),
+                Err(_) => {
+                    return Ok(Attempt::Unreachable(tonic::Status::deadline_exceeded(
+                        "no answer in time",
+                    )))
+                }
+            };
+            match judge(resp.region_error, resp.error)? {
+                Answer::Attempt(a) => Ok(a),
+                Answer::Locked(lock) => {
+                    self.txns.resolve(&lock, self.deadline).await?;
+                    // Settled (or waited for): send the same step again.
+                    Ok(Attempt::More)
+                }
+            }
+        })
+    }
+}
+
+/// `CheckTxnStatus` on the primary's region.
+struct StatusWork {
+    primary: Vec<u8>,
+    start_ts: u64,
+    current_ts: u64,
+    cluster: Arc<Cluster>,
+    out: Arc<parking_lot::Mutex<Option<Status>>>,
+}
+
+impl RegionWork for StatusWork {
+    fn span(&self) -> Option<KeyRange> {
+        let mut end = self.primary.clone();
+        end.push(0);
+        Some(KeyRange::new(self.primary.clone(), end))
+    }
+
+    fn split(self, regions: Vec<Located>) -> Result<Vec<(Located, Self)>> {
+        let region = regions
+            .into_iter()
+            .find(|r| KeyRange::of_region(&r.region).contains(&self.primary))
+            .ok_or_else(|| Error::Internal("no region holds a primary key".into()))?;
+        Ok(vec![(region, self)])
+    }
+
+    fn send<'a>(
+        &'a mut self,
+        region: &'a Located,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Attempt>> {
+        Box::pin(async move {
+            let mut client = self.cluster.kv(&region.addr)?;
+            let req = CheckTxnStatusRequest {
+                context: Some(region.context()),
+                primary: self.primary.clone(),
+                start_ts: self.start_ts,
+                current_ts: self.current_ts,
+            };
+            let resp = match tokio::time::timeout(
+                timeout + Duration::from_millis(100),
+                client.check_txn_status(req),
+            )
+            .await
+            {
+                Ok(Ok(r)) => r.into_inner(),
+                Ok(Err(st)) => return Ok(Attempt::Unreachable(st)),
+                Err(_) => {
+                    return Ok(Attempt::Unreachable(tonic::Status::deadline_exceeded(
+                        "no answer in time",
+                    )))
+                }
+            };
+            match judge(resp.region_error, resp.error)? {
+                Answer::Attempt(Attempt::Done) => {
+                    *self.out.lock() = Some(if resp.lock_ttl_ms > 0 {
+                        Status::Locked(resp.lock_ttl_ms)
+                    } else if resp.commit_ts > 0 {
+                        Status::Committed(resp.commit_ts)
+                    } else {
+                        Status::RolledBack
+                    });
+                    Ok(Attempt::Done)
+                }
+                Answer::Attempt(a) => Ok(a),
+                Answer::Locked(_) => Err(Error::Internal(
+                    "checking a transaction's status met a lock".into(),
+                )),
+            }
+        })
+    }
+}
