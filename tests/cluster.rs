@@ -256,19 +256,6 @@ fn tpch_q1_and_q6_on_the_row_layout_match_duckdb() {
     assert!(explain.contains("packs: 0 scanned"), "{explain}");
 }
 
-/// The plan lines of `EXPLAIN ANALYZE` for `sql`, and the number after
-/// `what` in them (e.g. "packs: 3 scanned" → 3 for "packs: ").
-fn analyzed(pg: &Playground, sql: &str, what: &str) -> (String, u64) {
-    let text = pg.ok(&format!("EXPLAIN ANALYZE {sql}"));
-    let n = text
-        .split(what)
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|d| d.parse().ok())
-        .unwrap_or_else(|| panic!("no '{what}' in {text}"));
-    (text, n)
-}
-
 #[test]
 fn tpch_on_the_column_layout_skips_packs_by_zone_map_and_fuses() {
     let _serial = SERIAL.lock();
@@ -295,25 +282,6 @@ fn tpch_on_the_column_layout_skips_packs_by_zone_map_and_fuses() {
         pg.ok("SELECT sum(l_quantity) AS q, count(*) AS n FROM lineitem WHERE l_orderkey BETWEEN 100 AND 200"),
         "q,n\n2928.00,116\n"
     );
-}
-
-/// Waits (30 s at most) until `done(keys, packs)` holds for a COUNT(*) of
-/// `table`: keys scanned (packs and delta rows) and packs among them.
-fn wait_for_keys_and_packs(pg: &Playground, table: &str, done: impl Fn(u64, u64) -> bool) {
-    let sql = format!("SELECT count(*) FROM {table}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let (text, packs) = analyzed(pg, &sql, "packs: ");
-        let (_, keys) = analyzed(pg, &sql, "storage: ");
-        if done(keys, packs) {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no compaction within 30 s: {text}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    }
 }
 
 #[test]

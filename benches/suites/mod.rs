@@ -68,7 +68,10 @@ pub fn column_region(sf: f64) -> (MemStorage, usize) {
 pub fn physical_plan(sql: &str) -> Arc<dyn ExecutionPlan> {
     let cluster = Arc::new(Cluster::new(vec![], Duration::from_secs(1)));
     let cache = Arc::new(RegionCache::new(cluster.clone()));
-    let txns = Arc::new(quarry_compute::txn::Txns::new(cluster.clone(), cache.clone()));
+    let txns = Arc::new(quarry_compute::txn::Txns::new(
+        cluster.clone(),
+        cache.clone(),
+    ));
     let dispatcher = Arc::new(Dispatcher::new(
         cache,
         cluster.clone(),

@@ -19,6 +19,7 @@ use crate::config::ComputeConfig;
 use crate::df::region_scan::ScanContext;
 use crate::df::{self, PlannedQuery, SqlSession};
 use crate::dispatch::{DispatchConfig, Dispatcher};
+use crate::dml;
 use crate::insert::insert;
 use crate::kv_writer::KvWriter;
 use crate::region_cache::RegionCache;
@@ -62,6 +63,20 @@ pub struct QueryEngine {
     timeout: Duration,
 }
 
+/// A write's answer: the rows it wrote, in one `count` column.
+fn count_output(n: usize) -> Result<QueryOutput> {
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::Int64,
+        false,
+    )]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(Int64Array::from(vec![n as i64])) as ArrayRef],
+    )?;
+    Ok(QueryOutput::single(schema, batch))
+}
+
 fn text_output(column: &str, values: Vec<String>) -> Result<QueryOutput> {
     let schema = Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, false)]));
     let batch = RecordBatch::try_new(
@@ -77,21 +92,23 @@ impl QueryEngine {
         let cluster = Arc::new(Cluster::new(cfg.stores.clone(), Duration::from_secs(10)));
         let cache = Arc::new(RegionCache::new(cluster.clone()));
         let txns = Arc::new(Txns::new(cluster.clone(), cache.clone()));
-        let dispatcher = Arc::new(Dispatcher::new(
-            cache.clone(),
-            cluster.clone(),
-            DispatchConfig {
-                concurrency: cfg.max_inflight_regions,
-                max_response_bytes: cfg.max_response_bytes,
-                encode: if cfg.encode == "rows" {
-                    EncodeType::Rows
-                } else {
-                    EncodeType::Arrow
+        let dispatcher = Arc::new(
+            Dispatcher::new(
+                cache.clone(),
+                cluster.clone(),
+                DispatchConfig {
+                    concurrency: cfg.max_inflight_regions,
+                    max_response_bytes: cfg.max_response_bytes,
+                    encode: if cfg.encode == "rows" {
+                        EncodeType::Rows
+                    } else {
+                        EncodeType::Arrow
+                    },
+                    ..Default::default()
                 },
-                ..Default::default()
-            },
-        )
-        .with_txns(txns.clone()));
+            )
+            .with_txns(txns.clone()),
+        );
         let timeout = Duration::from_millis(cfg.query_timeout_ms);
         let sql = SqlSession::new(
             ScanContext {
@@ -156,6 +173,22 @@ impl QueryEngine {
         }
     }
 
+    /// Runs a query (SELECT) over the snapshot at `read_ts`, within the
+    /// query deadline.
+    pub async fn query_at(&self, text: &str, read_ts: u64) -> Result<QueryOutput> {
+        let query =
+            df::parse_query(text).ok_or_else(|| Error::Internal(format!("not a query: {text}")))?;
+        let planned = self.sql.plan(query).await?;
+        let guard = self.timeout + Duration::from_secs(2);
+        match tokio::time::timeout(guard, self.sql.run_at(planned, read_ts)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Deadline(format!(
+                "query exceeded its deadline of {:?}",
+                self.timeout
+            ))),
+        }
+    }
+
     /// Parses and runs one SQL statement.
     pub async fn sql(&self, text: &str) -> Result<QueryOutput> {
         match self.prepare_sql(text).await? {
@@ -188,17 +221,15 @@ impl QueryEngine {
             }
             Statement::Insert(ins) => {
                 let table = self.table(&ins.table).await?;
-                let n = insert(self, &table, &ins).await?;
-                let schema = Arc::new(Schema::new(vec![Field::new(
-                    "count",
-                    DataType::Int64,
-                    false,
-                )]));
-                let batch = RecordBatch::try_new(
-                    schema.clone(),
-                    vec![Arc::new(Int64Array::from(vec![n as i64])) as ArrayRef],
-                )?;
-                Prepared::Done(QueryOutput::single(schema, batch))
+                Prepared::Done(count_output(insert(self, &table, &ins).await?)?)
+            }
+            Statement::Update(upd) => {
+                let table = self.table(&upd.table).await?;
+                Prepared::Done(count_output(dml::update(self, &table, &upd).await?)?)
+            }
+            Statement::Delete(del) => {
+                let table = self.table(&del.table).await?;
+                Prepared::Done(count_output(dml::delete(self, &table, &del).await?)?)
             }
             Statement::ShowTables => {
                 let mut names: Vec<String> = self

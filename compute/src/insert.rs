@@ -1,11 +1,8 @@
 //! INSERT ... VALUES: constant rows, checked against the table's types,
-//! encoded as row values and written region by region.
-//!
-//! Each region's rows go in one `BatchPut` with `if_absent` (through
-//! [`crate::kv_writer::KvWriter`]), so a duplicate primary key refuses that
-//! region's batch without writing any of it. Rows that span several regions
-//! are written region by region: a failure in one region leaves the others
-//! written (there are no cross-region transactions).
+//! encoded as row values and written as one transaction
+//! ([`crate::txn::Txns::write`]) of `Insert` mutations: a row whose key
+//! exists already fails the prewrite, and then the whole statement, in
+//! every region, and readers see all of the statement's rows or none.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

@@ -27,10 +27,11 @@
 //!    whatever storage could not evaluate run there, and [`flight`] streams
 //!    the record batches back.
 //!
-//! DDL, INSERT, SHOW TABLES and DESCRIBE go through Quarry's own path
-//! ([`sql`]): CREATE TABLE asks the meta region to create pre-split
-//! regions, INSERT encodes rows and writes them region by region
-//! ([`insert`], [`kv_writer`]).
+//! DDL, INSERT, UPDATE, DELETE, SHOW TABLES and DESCRIBE go through
+//! Quarry's own path ([`sql`]): CREATE TABLE asks the meta region to create
+//! pre-split regions; INSERT encodes rows ([`insert`]) and UPDATE/DELETE
+//! find theirs with a snapshot query ([`dml`]), and each statement's rows
+//! are written as one transaction ([`txn`]).
 //!
 //! IMPLEMENTATION CAVEATS
 //!
@@ -49,6 +50,7 @@ pub mod cluster;
 pub mod config;
 pub mod df;
 pub mod dispatch;
+pub mod dml;
 pub mod engine;
 mod error;
 pub mod flight;

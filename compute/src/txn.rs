@@ -101,12 +101,30 @@ impl Txns {
     /// Writes `mutations` (distinct row keys) as one transaction; returns
     /// its commit_ts. Nothing is visible until the primary commits, and
     /// then everything is.
-    pub async fn write(self: &Arc<Self>, mut mutations: Vec<Mutation>, deadline: Instant) -> Result<u64> {
+    pub async fn write(
+        self: &Arc<Self>,
+        mutations: Vec<Mutation>,
+        deadline: Instant,
+    ) -> Result<u64> {
+        let start_ts = self.timestamp().await?;
+        self.write_at(start_ts, mutations, deadline).await
+    }
+
+    /// [`Txns::write`] for a transaction that read at `start_ts`: a row
+    /// another transaction committed after it fails the write with
+    /// [`Error::Conflict`].
+    pub async fn write_at(
+        self: &Arc<Self>,
+        start_ts: u64,
+        mut mutations: Vec<Mutation>,
+        deadline: Instant,
+    ) -> Result<u64> {
         if mutations.is_empty() {
-            return Err(Error::Internal("a transaction with nothing to write".into()));
+            return Err(Error::Internal(
+                "a transaction with nothing to write".into(),
+            ));
         }
         mutations.sort_by(|a, b| a.key.cmp(&b.key));
-        let start_ts = self.timestamp().await?;
         let primary = mutations[0].key.clone();
         let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
         let prewrite = Step::Prewrite {
@@ -150,8 +168,11 @@ impl Txns {
     /// again either way.
     pub async fn resolve(self: &Arc<Self>, lock: &LockInfo, deadline: Instant) -> Result<()> {
         let current_ts = self.timestamp().await?;
+        // A primary with no lock and no record yet may be on its way;
+        // only once this lock expired may it be rolled back regardless.
+        let expired = quarry_coprocessor::codec::mvcc::lock_expired(lock, current_ts);
         let status = self
-            .check_status(&lock.primary, lock.start_ts, current_ts, deadline)
+            .check_status(&lock.primary, lock.start_ts, current_ts, expired, deadline)
             .await?;
         match status {
             Status::Locked(ttl_ms) => {
@@ -161,7 +182,7 @@ impl Txns {
                         .saturating_add(ttl_ms)
                         .saturating_sub(current_ts >> 18),
                 );
-                let wait = left.clamp(Duration::from_millis(1), LOCK_WAIT_MAX);
+                let wait = left.clamp(Duration::from_millis(2), LOCK_WAIT_MAX);
                 if Instant::now() + wait >= deadline {
                     return Err(Error::Deadline(format!(
                         "waited until the deadline for the transaction that started at {} \
@@ -196,6 +217,7 @@ impl Txns {
         primary: &[u8],
         start_ts: u64,
         current_ts: u64,
+        rollback_if_not_exist: bool,
         deadline: Instant,
     ) -> Result<Status> {
         let out = Arc::new(parking_lot::Mutex::new(None));
@@ -203,6 +225,7 @@ impl Txns {
             primary: primary.to_vec(),
             start_ts,
             current_ts,
+            rollback_if_not_exist,
             cluster: self.cluster.clone(),
             out: out.clone(),
         };
@@ -420,6 +443,7 @@ struct StatusWork {
     primary: Vec<u8>,
     start_ts: u64,
     current_ts: u64,
+    rollback_if_not_exist: bool,
     cluster: Arc<Cluster>,
     out: Arc<parking_lot::Mutex<Option<Status>>>,
 }
@@ -451,6 +475,7 @@ impl RegionWork for StatusWork {
                 primary: self.primary.clone(),
                 start_ts: self.start_ts,
                 current_ts: self.current_ts,
+                rollback_if_not_exist: self.rollback_if_not_exist,
             };
             let resp = match tokio::time::timeout(
                 timeout + Duration::from_millis(100),

@@ -147,13 +147,7 @@ pub fn build_executors_with<'a, S: Storage + 'a>(
         if let Some(plan) = fused {
             let fallback = Aggregator::partial(keys.clone(), aggs.clone())?;
             return Ok(Box::new(FusedAggExecutor::new(
-                storage,
-                ranges,
-                read_ts,
-                &columns,
-                conditions,
-                plan,
-                fallback,
+                storage, ranges, read_ts, &columns, conditions, plan, fallback,
             )?));
         }
     }

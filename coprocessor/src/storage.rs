@@ -28,6 +28,13 @@ pub trait Storage {
     /// first call or after the end). Lets a caller that must decide in a
     /// loop whether to keep a pair borrow it again once the loop is done.
     fn current(&self) -> Option<(&[u8], &[u8])>;
+
+    /// Calls `f` with each key of `range` (bounded to the storage's own
+    /// bounds) in key order until it returns false, through a second
+    /// cursor over the same snapshot: the current scan does not move. A
+    /// column-layout scan uses it to find the versions that hide rows of a
+    /// pack it is about to return.
+    fn peek_keys(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()>;
 }
 
 impl<T: Storage + ?Sized> Storage for Box<T> {
@@ -41,6 +48,10 @@ impl<T: Storage + ?Sized> Storage for Box<T> {
 
     fn current(&self) -> Option<(&[u8], &[u8])> {
         (**self).current()
+    }
+
+    fn peek_keys(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()> {
+        (**self).peek_keys(range, f)
     }
 }
 
@@ -67,6 +78,10 @@ impl<T: Storage + ?Sized> Storage for &mut T {
 
     fn current(&self) -> Option<(&[u8], &[u8])> {
         (**self).current()
+    }
+
+    fn peek_keys(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()> {
+        (**self).peek_keys(range, f)
     }
 }
 
@@ -150,6 +165,18 @@ impl Storage for MemStorage {
             v.as_slice()
         };
         Some((k.as_slice(), v))
+    }
+
+    fn peek_keys(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()> {
+        let from = self
+            .data
+            .partition_point(|(k, _)| k.as_slice() < range.start.as_slice());
+        for (k, _) in &self.data[from..] {
+            if !range.as_ref().before_end(k) || !f(k) {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 

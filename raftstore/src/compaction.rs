@@ -24,9 +24,16 @@
 //!    makes the same decision and no row is lost or doubled. Only the
 //!    leader spends CPU encoding packs; followers apply the bytes.
 //!
-//! Rows are never updated in place (INSERT refuses duplicate keys, and an
-//! INSERT checks packs as well as row keys), so a delta row read by the
-//! planner is still the same row when the rewrite applies, or it is gone.
+//! What folds: bare rows always, and a handle's versions once all of them
+//! are at or below the GC safe point and no lock is on it ([`DeltaRows`]);
+//! its newest version replaces its pack row (a delete removes it). A
+//! handle with a lock or a newer version stays in the delta ("pinned"),
+//! and a scan hides its pack row from the snapshots that see a newer
+//! version (`coprocessor::executor::scan`). Keys are never rewritten in
+//! place — a transaction adds locks and versions, compaction removes them
+//! — so a key the planner read is the same when the rewrite applies, or
+//! it is gone and `must_exist` refuses the rewrite; a version committed
+//! meanwhile is newer than the pack and simply stays in the delta.
 //!
 //! CAVEATS: the counts live in memory; after a restart a region's old delta
 //! is compacted when the region next takes writes (or at the worker's first
@@ -268,16 +275,16 @@ pub fn plan_compaction<E: Engine>(
         .all(|p| p.key.as_slice() >= start.as_slice() && p.key.as_slice() < end.as_slice()));
     Ok((
         Some((
-        KvWrite {
-            puts,
-            deletes,
-            delete_ranges: vec![],
-            conflict: 0,
-            must_exist: replaced,
-            must_exist_hash: hashes,
-        },
-        summary,
-    )),
+            KvWrite {
+                puts,
+                deletes,
+                delete_ranges: vec![],
+                conflict: 0,
+                must_exist: replaced,
+                must_exist_hash: hashes,
+            },
+            summary,
+        )),
         pinned,
     ))
 }
@@ -308,9 +315,17 @@ struct DeltaRows {
     /// Handles left in the delta for now.
     pinned: usize,
     done: Vec<FoldedRow>,
-    /// The handle being read: its keys, its newest data version's fold,
-    /// and whether anything pins it in the delta.
-    cur: Option<(i64, Vec<(Vec<u8>, u64)>, Option<Fold>, bool)>,
+    /// The handle being read.
+    cur: Option<Handle>,
+}
+
+/// A handle being read by [`DeltaRows`]: its keys (with value hashes), its
+/// newest data version's fold, and whether anything pins it in the delta.
+struct Handle {
+    handle: i64,
+    keys: Vec<(Vec<u8>, u64)>,
+    fold: Option<Fold>,
+    pinned: bool,
 }
 
 impl DeltaRows {
@@ -330,30 +345,35 @@ impl DeltaRows {
             KeyKind::Version { handle, .. } => handle,
             KeyKind::Pack(_) | KeyKind::Other => return Ok(()),
         };
-        if self.cur.as_ref().is_none_or(|c| c.0 != handle) {
+        if self.cur.as_ref().is_none_or(|c| c.handle != handle) {
             self.close();
             if self.done.len() >= MAX_ROWS_PER_ROUND {
                 return Ok(());
             }
-            self.cur = Some((handle, Vec::new(), None, false));
+            self.cur = Some(Handle {
+                handle,
+                keys: Vec::new(),
+                fold: None,
+                pinned: false,
+            });
         }
         let cur = self.cur.as_mut().expect("just set");
         match kind {
             KeyKind::Row(_) => {
-                cur.1.push((k.to_vec(), value_hash(v)));
-                cur.2 = Some(Fold::Row(v.to_vec()));
+                cur.keys.push((k.to_vec(), value_hash(v)));
+                cur.fold = Some(Fold::Row(v.to_vec()));
             }
-            KeyKind::Lock(_) => cur.3 = true,
+            KeyKind::Lock(_) => cur.pinned = true,
             KeyKind::Version {
                 commit_ts, kind, ..
             } => {
                 if commit_ts > self.safe_point {
-                    cur.3 = true;
+                    cur.pinned = true;
                 }
-                cur.1.push((k.to_vec(), value_hash(v)));
+                cur.keys.push((k.to_vec(), value_hash(v)));
                 // Newest first: the first data version decides.
-                if cur.2.is_none() && kind.is_data() {
-                    cur.2 = Some(match kind {
+                if cur.fold.is_none() && kind.is_data() {
+                    cur.fold = Some(match kind {
                         WriteKind::Put => Fold::Row(split_version_value(v)?.1.to_vec()),
                         _ => Fold::Delete,
                     });
@@ -365,7 +385,13 @@ impl DeltaRows {
     }
 
     fn close(&mut self) {
-        if let Some((h, keys, fold, pinned)) = self.cur.take() {
+        if let Some(Handle {
+            handle: h,
+            keys,
+            fold,
+            pinned,
+        }) = self.cur.take()
+        {
             if pinned {
                 self.pinned += 1;
             } else if !keys.is_empty() {

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use quarry_coprocessor::codec::key::{classify_key, KeyKind};
 use quarry_coprocessor::codec::key::{decode_i64, hex, record_key};
+use quarry_coprocessor::codec::mvcc::WriteKind;
 use quarry_coprocessor::endpoint;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{other_error, CopRequest, CopResponse, OtherError};
-use quarry_coprocessor::codec::mvcc::WriteKind;
 use quarry_proto::kv::{key_error, Context, KvPair, RollbackRequest};
 use quarry_proto::meta::{
     Peer as PeerMeta, Region, RegionError, StatusResponse, Store as StoreInfo,
@@ -35,8 +35,12 @@ use crate::{keys, region, Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TxnStatus {
     /// Still running: its lock lives this long from its start.
-    Locked { ttl_ms: u64 },
-    Committed { commit_ts: u64 },
+    Locked {
+        ttl_ms: u64,
+    },
+    Committed {
+        commit_ts: u64,
+    },
     RolledBack,
 }
 
@@ -241,15 +245,18 @@ impl<E: Engine> Node<E> {
     }
 
     /// What became of the transaction `start_ts` whose primary key is
-    /// `primary`: Ok(lock TTL) while its lock lives, or its commit_ts (0:
-    /// rolled back). A lock past its TTL at `current_ts`, or a primary
-    /// with neither lock nor record, is rolled back here.
+    /// `primary`: locked while its lock lives, or committed, or rolled
+    /// back. A lock past its TTL at `current_ts` is rolled back here, and
+    /// so is a primary with neither lock nor record when
+    /// `rollback_if_not_exist` (the asker's lock expired too); without it
+    /// such a primary counts as locked (its prewrite may be on the way).
     pub async fn check_txn_status(
         &self,
         ctx: Option<&Context>,
         primary: &[u8],
         start_ts: u64,
         current_ts: u64,
+        rollback_if_not_exist: bool,
     ) -> Result<TxnStatus> {
         use quarry_coprocessor::codec::mvcc::{decode_lock, lock_expired, lock_key};
         let c = *Self::context(ctx)?;
@@ -257,12 +264,16 @@ impl<E: Engine> Node<E> {
         if !region::contains(&region, primary) {
             return Err(Error::region(region::key_not_in_region(primary, &region)));
         }
+        let mut locked = false;
         if let Some(v) = self.engine.get(Cf::Default, &lock_key(primary))? {
             let lock = decode_lock(&v)?;
-            if lock.start_ts == start_ts && !lock_expired(&lock, current_ts) {
-                return Ok(TxnStatus::Locked {
-                    ttl_ms: lock.ttl_ms.max(1),
-                });
+            if lock.start_ts == start_ts {
+                if !lock_expired(&lock, current_ts) {
+                    return Ok(TxnStatus::Locked {
+                        ttl_ms: lock.ttl_ms.max(1),
+                    });
+                }
+                locked = true;
             }
         }
         let mut pairs = Vec::new();
@@ -284,6 +295,10 @@ impl<E: Engine> Node<E> {
                     commit_ts: v.commit_ts,
                 }
             });
+        }
+        if !locked && !rollback_if_not_exist {
+            // Its prewrite may still be on the way: wait for it.
+            return Ok(TxnStatus::Locked { ttl_ms: 1 });
         }
         // Expired, or never landed: roll it back (apply decides again, so
         // a commit that raced this shows up as COMMITTED).

@@ -273,7 +273,10 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<
             return Err(key_error(
                 Code::AlreadyExists,
                 &key,
-                format!("duplicate key: a row with {} already exists", describe(&key)),
+                format!(
+                    "duplicate key: a row with {} already exists",
+                    describe(&key)
+                ),
             ));
         }
         let lock = LockInfo {

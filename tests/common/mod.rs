@@ -326,3 +326,35 @@ pub fn scan_rows_out<'a>(plan: &'a str, table: &str) -> (&'a str, u64) {
         .unwrap_or_else(|| panic!("no row count in {scan}"));
     (scan, rows_out)
 }
+
+/// The plan lines of `EXPLAIN ANALYZE` for `sql`, and the number after
+/// `what` in them (e.g. "packs: 3 scanned" → 3 for "packs: ").
+pub fn analyzed(pg: &Playground, sql: &str, what: &str) -> (String, u64) {
+    let text = pg.ok(&format!("EXPLAIN ANALYZE {sql}"));
+    let n = text
+        .split(what)
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("no '{what}' in {text}"));
+    (text, n)
+}
+
+/// Waits (30 s at most) until `done(keys, packs)` holds for a COUNT(*) of
+/// `table`: keys scanned (packs and delta rows) and packs among them.
+pub fn wait_for_keys_and_packs(pg: &Playground, table: &str, done: impl Fn(u64, u64) -> bool) {
+    let sql = format!("SELECT count(*) FROM {table}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (text, packs) = analyzed(pg, &sql, "packs: ");
+        let (_, keys) = analyzed(pg, &sql, "storage: ");
+        if done(keys, packs) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compaction within 30 s: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+}

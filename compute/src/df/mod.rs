@@ -214,9 +214,14 @@ impl SqlSession {
     }
 
     pub async fn run(&self, q: PlannedQuery) -> Result<QueryOutput> {
-        let schema = q.schema();
         // One snapshot for the whole query, taken as it starts to run.
         let read_ts = self.txns.timestamp().await?;
+        self.run_at(q, read_ts).await
+    }
+
+    /// Runs `q` over the snapshot at `read_ts` (a transaction's start_ts).
+    pub async fn run_at(&self, q: PlannedQuery, read_ts: u64) -> Result<QueryOutput> {
+        let schema = q.schema();
         q.ctx
             .state_ref()
             .write()

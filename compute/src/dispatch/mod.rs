@@ -39,8 +39,8 @@ use tokio::sync::mpsc;
 
 use self::retry::{Attempt, GiveUp, RegionWork, Retry, RetryConfig, RetryStats, MAX_REGION_ERRORS};
 use crate::cluster::CopTransport;
-use crate::txn::Txns;
 use crate::region_cache::{Located, RegionCache};
+use crate::txn::Txns;
 use crate::{Error, Result};
 
 #[derive(Debug, Clone)]

@@ -1,5 +1,6 @@
 //! sqlparser AST → [`Statement`]: DDL, INSERT (whose values are constant
-//! expressions), SHOW TABLES and DESCRIBE. Queries never come here: they
+//! expressions), UPDATE and DELETE (whose expressions stay SQL for
+//! DataFusion), SHOW TABLES and DESCRIBE. Queries never come here: they
 //! are DataFusion's (`df/`).
 
 use quarry_coprocessor::types::{add_months, parse_date};
@@ -12,7 +13,7 @@ use sqlparser::ast::{self, Expr as SqlExpr, SetExpr, Statement as SqlStatement, 
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
 
-use super::{ColumnSpec, CreateTable, Insert, Statement};
+use super::{ColumnSpec, CreateTable, Delete, Insert, Statement, Update};
 use crate::{plan_err, Result};
 
 /// Parses one SQL statement.
@@ -64,6 +65,8 @@ fn convert_statement(s: SqlStatement) -> Result<Statement> {
             })
         }
         SqlStatement::Insert(ins) => Ok(Statement::Insert(convert_insert(ins)?)),
+        SqlStatement::Update(u) => Ok(Statement::Update(convert_update(u)?)),
+        SqlStatement::Delete(d) => Ok(Statement::Delete(convert_delete(d)?)),
         SqlStatement::ShowTables { .. } => Ok(Statement::ShowTables),
         SqlStatement::ExplainTable { table_name, .. } => {
             Ok(Statement::Describe(object_name(&table_name)?))
@@ -78,6 +81,72 @@ fn convert_statement(s: SqlStatement) -> Result<Statement> {
             unsupported(format!("statement {head} ..."))
         }
     }
+}
+
+// ---------------------------------------------------------------- UPDATE, DELETE
+
+/// The one plain table a DML statement names: (its name, its text with
+/// any alias).
+fn dml_table(t: &ast::TableWithJoins, what: &str) -> Result<(String, String)> {
+    if !t.joins.is_empty() {
+        return unsupported(format!("{what} with a join"));
+    }
+    match &t.relation {
+        ast::TableFactor::Table {
+            name, args: None, ..
+        } => Ok((object_name(name)?, t.relation.to_string())),
+        other => unsupported(format!("{what} of {other}")),
+    }
+}
+
+fn convert_update(u: ast::Update) -> Result<Update> {
+    if u.from.is_some() {
+        return unsupported("UPDATE ... FROM");
+    }
+    if u.returning.is_some() || u.output.is_some() {
+        return unsupported("UPDATE ... RETURNING");
+    }
+    if u.limit.is_some() || !u.order_by.is_empty() || u.or.is_some() {
+        return unsupported("UPDATE with ORDER BY, LIMIT or OR");
+    }
+    let (table, relation) = dml_table(&u.table, "UPDATE")?;
+    let mut assignments = Vec::with_capacity(u.assignments.len());
+    for a in u.assignments {
+        let ast::AssignmentTarget::ColumnName(col) = &a.target else {
+            return unsupported("UPDATE SET (a, b) = ...");
+        };
+        let Some(ast::ObjectNamePart::Identifier(c)) = col.0.last() else {
+            return unsupported(format!("UPDATE SET {col}"));
+        };
+        assignments.push((ident(c), a.value.to_string()));
+    }
+    Ok(Update {
+        table,
+        relation,
+        assignments,
+        selection: u.selection.map(|e| e.to_string()),
+    })
+}
+
+fn convert_delete(d: ast::Delete) -> Result<Delete> {
+    if d.using.is_some() || d.returning.is_some() || d.output.is_some() {
+        return unsupported("DELETE ... USING or RETURNING");
+    }
+    if d.limit.is_some() || !d.order_by.is_empty() || !d.tables.is_empty() {
+        return unsupported("DELETE with ORDER BY, LIMIT or several tables");
+    }
+    let from = match &d.from {
+        ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t,
+    };
+    let [t] = from.as_slice() else {
+        return unsupported("DELETE from several tables");
+    };
+    let (table, relation) = dml_table(t, "DELETE")?;
+    Ok(Delete {
+        table,
+        relation,
+        selection: d.selection.map(|e| e.to_string()),
+    })
 }
 
 // ---------------------------------------------------------------- expressions

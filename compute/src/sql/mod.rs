@@ -1,5 +1,5 @@
 //! The statements Quarry runs itself, parsed with `sqlparser`: DDL, INSERT,
-//! SHOW TABLES and DESCRIBE. Queries (SELECT, WITH, EXPLAIN) are planned by
+//! UPDATE, DELETE, SHOW TABLES and DESCRIBE. Queries (SELECT, WITH, EXPLAIN) are planned by
 //! DataFusion instead (`df/`).
 //!
 //! Constant date arithmetic in an INSERT value (`date '1998-12-01' -
@@ -19,6 +19,8 @@ pub enum Statement {
     CreateTable(CreateTable),
     DropTable { name: String, if_exists: bool },
     Insert(Insert),
+    Update(Update),
+    Delete(Delete),
     ShowTables,
     Describe(String),
 }
@@ -69,6 +71,28 @@ pub struct Insert {
     /// Target columns in order; empty = all, in table order.
     pub columns: Vec<String>,
     pub rows: Vec<Vec<LogicalExpr>>,
+}
+
+/// `UPDATE table SET col = expr, ... [WHERE cond]`. The expressions stay
+/// SQL text: DataFusion evaluates them over the rows the condition picks
+/// (`crate::dml`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub table: String,
+    /// The table as written after UPDATE, with any alias (`lineitem AS l`).
+    pub relation: String,
+    /// (column, expression) in the order written.
+    pub assignments: Vec<(String, String)>,
+    pub selection: Option<String>,
+}
+
+/// `DELETE FROM table [WHERE cond]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delete {
+    pub table: String,
+    /// The table as written after FROM, with any alias.
+    pub relation: String,
+    pub selection: Option<String>,
 }
 
 #[cfg(test)]

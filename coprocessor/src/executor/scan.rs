@@ -43,8 +43,10 @@ use crate::{internal, Error, Result};
 pub enum TableData<'a> {
     /// A row-layout value: a row table's row, or a column table's delta row.
     Row(&'a [u8]),
-    /// A column-layout pack.
-    Pack(PackView<'a>),
+    /// A column-layout pack, and when some of its rows are hidden from
+    /// the snapshot (a newer version updated or deleted them) the bitmap
+    /// of the rows it sees (bit i of word i / 64 for row i).
+    Pack(PackView<'a>, Option<&'a [u64]>),
 }
 
 /// Walks a list of key ranges through a [`Storage`], remembering where it
@@ -65,6 +67,8 @@ pub struct KvScanner<S: Storage> {
     has_last_key: bool,
     scanned_keys: u64,
     scanned_bytes: u64,
+    /// The rows of the last pack returned that the snapshot sees.
+    pack_live: Vec<u64>,
 }
 
 impl<S: Storage> KvScanner<S> {
@@ -81,6 +85,7 @@ impl<S: Storage> KvScanner<S> {
             has_last_key: false,
             scanned_keys: 0,
             scanned_bytes: 0,
+            pack_live: Vec::new(),
         }
     }
 
@@ -130,7 +135,22 @@ impl<S: Storage> KvScanner<S> {
                     "a key-only scan met a pack: the table is not row-layout"
                 ))
             }
-            Seen::Pack => TableData::Pack(PackView::parse(v)?),
+            Seen::Pack => {
+                let pack = PackView::parse(v)?;
+                let hidden = hidden_pack_rows(&self.storage, k, &pack, read_ts)?;
+                if hidden.is_empty() {
+                    TableData::Pack(pack, None)
+                } else {
+                    self.pack_live = all_rows(pack.rows());
+                    let handles = pack.handles()?;
+                    for i in 0..pack.rows() {
+                        if hidden.contains(&handles.get(i)) {
+                            self.pack_live[i / 64] &= !(1u64 << (i % 64));
+                        }
+                    }
+                    TableData::Pack(pack, Some(&self.pack_live))
+                }
+            }
             _ if k.len() == VERSION_KEY_LEN && !self.key_only => {
                 TableData::Row(split_version_value(v)?.1)
             }
@@ -175,24 +195,59 @@ impl<S: Storage> KvScanner<S> {
     pub fn remaining_ranges(&self) -> Vec<KeyRange> {
         let mut out = Vec::new();
         if let Some(r) = self.ranges.get(self.current) {
-            let start = if self.started && self.has_last_key && self.last_key.len() == VERSION_KEY_LEN
-            {
-                // The last key returned was a row's visible version: resume
-                // at the next row, past its older versions.
-                next_row_key(&self.last_key[..RECORD_KEY_LEN])
-            } else if self.started && self.has_last_key {
-                // Resume just after the last key returned.
-                let mut s = self.last_key.clone();
-                s.push(0);
-                s
-            } else {
-                r.start.clone()
-            };
+            let start =
+                if self.started && self.has_last_key && self.last_key.len() == VERSION_KEY_LEN {
+                    // The last key returned was a row's visible version: resume
+                    // at the next row, past its older versions.
+                    next_row_key(&self.last_key[..RECORD_KEY_LEN])
+                } else if self.started && self.has_last_key {
+                    // Resume just after the last key returned.
+                    let mut s = self.last_key.clone();
+                    s.push(0);
+                    s
+                } else {
+                    r.start.clone()
+                };
             out.push(KeyRange::new(start, r.end.clone()));
             out.extend(self.ranges[self.current + 1..].iter().cloned());
         }
         out
     }
+}
+
+/// The handles of `pack` (at `pack_key`) whose row the snapshot at
+/// `read_ts` does not see: a version committed at or before `read_ts`
+/// replaced or deleted it. A pack row is older than every snapshot, so any
+/// data version of its handle is newer; a version's key sorts after the
+/// pack's key and before the next handle's row, so one seek past the pack
+/// finds them all, and finds nothing at once in the common case (a pack
+/// nobody changed since its compaction).
+fn hidden_pack_rows<S: Storage>(
+    storage: &S,
+    pack_key: &[u8],
+    pack: &PackView<'_>,
+    read_ts: u64,
+) -> Result<std::collections::HashSet<i64>> {
+    use crate::codec::key::{classify_key, decode_i64, record_key, KeyKind};
+    let mut hidden = std::collections::HashSet::new();
+    let table = decode_i64(&pack_key[1..9])?;
+    let mut start = pack_key.to_vec();
+    start.push(0);
+    let end = next_row_key(&record_key(table, pack.last_handle()));
+    storage.peek_keys(&KeyRange::new(start, end), &mut |k| {
+        if let KeyKind::Version {
+            handle,
+            commit_ts,
+            kind,
+        } = classify_key(k)
+        {
+            if commit_ts <= read_ts && kind.is_data() {
+                hidden.insert(handle);
+            }
+        }
+        true
+    })?;
+    Ok(hidden)
 }
 
 /// The first key past every key of `row_key`'s row (its lock, pack and
@@ -459,23 +514,35 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
                         rows += 1;
                     }
                 }
-                TableData::Pack(pack) => {
+                TableData::Pack(pack, live) => {
                     if !self.zone.is_empty() && !self.zone.may_match(&pack)? {
                         self.blocks_skipped += 1;
                         continue;
                     }
                     self.blocks_scanned += 1;
+                    let live_rows =
+                        live.map(|l| l.iter().map(|w| w.count_ones() as usize).sum::<usize>());
                     if self.columns.is_empty() {
-                        counted += pack.rows();
+                        counted += live_rows.unwrap_or(pack.rows());
                         continue;
                     }
                     let mut n = pack.rows();
                     // Late materialization: decode only the rows the zone
-                    // filter's bounds keep, when they are fewer.
-                    let cols = if self.zone.is_empty() {
+                    // filter's bounds (and the snapshot) keep, when they
+                    // are fewer.
+                    let cols = if self.zone.is_empty() && live.is_none() {
                         decode_columns(&pack, &self.columns)?
                     } else {
-                        let bits = self.zone.rows(&pack)?;
+                        let mut bits = if self.zone.is_empty() {
+                            all_rows(n)
+                        } else {
+                            self.zone.rows(&pack)?
+                        };
+                        if let Some(live) = live {
+                            for (b, l) in bits.iter_mut().zip(live) {
+                                *b &= l;
+                            }
+                        }
                         let kept: usize = bits.iter().map(|w| w.count_ones() as usize).sum();
                         if kept == 0 {
                             continue;

@@ -260,4 +260,28 @@ impl Storage for RocksStorage<'_> {
         };
         Some((key, value))
     }
+
+    fn peek_keys(
+        &self,
+        range: &KeyRange,
+        f: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> quarry_coprocessor::Result<()> {
+        let Some(KeyRange { start, end }) = range.intersect(&self.bounds) else {
+            return Ok(());
+        };
+        let mut opts = ReadOptions::default();
+        if !end.is_empty() {
+            opts.set_iterate_upper_bound(end);
+        }
+        let mut it = self.snapshot.raw_iterator_cf_opt(self.cf, opts);
+        it.seek(&start);
+        while it.valid() {
+            match it.key() {
+                Some(k) if f(k) => it.next(),
+                _ => return Ok(()),
+            }
+        }
+        it.status()
+            .map_err(|e| quarry_coprocessor::Error::Internal(format!("RocksDB scan: {e}")))
+    }
 }

@@ -7,8 +7,7 @@ use quarry_proto::kv::kv_server::Kv;
 use quarry_proto::kv::{
     BatchGetRequest, BatchGetResponse, BatchPutRequest, BatchPutResponse, CheckTxnStatusRequest,
     CheckTxnStatusResponse, CommitRequest, Context, DeleteRangeRequest, DeleteRangeResponse,
-    PrewriteRequest, ResolveLockRequest, RollbackRequest, ScanRequest, ScanResponse,
-    TxnResponse,
+    PrewriteRequest, ResolveLockRequest, RollbackRequest, ScanRequest, ScanResponse, TxnResponse,
 };
 use quarry_proto::raft::{txn_write::Step, TxnWrite};
 use tonic::{Request, Response, Status};
@@ -160,6 +159,7 @@ impl<E: Engine> Kv for KvService<E> {
                 &req.primary,
                 req.start_ts,
                 req.current_ts,
+                req.rollback_if_not_exist,
             )
             .await;
         Ok(Response::new(match r {

@@ -215,8 +215,21 @@ impl Core {
         })
     }
 
-    /// A pack through the fused path, or the generic one.
-    pub(super) fn pack(&mut self, pack: &PackView<'_>) -> Result<()> {
+    /// A pack through the fused path, or the generic one; a pack with
+    /// rows the snapshot does not see (`live`, see `TableData::Pack`) takes
+    /// the generic path over the rows it sees.
+    pub(super) fn pack(&mut self, pack: &PackView<'_>, live: Option<&[u64]>) -> Result<()> {
+        if let Some(live) = live {
+            self.blocks_fallback += 1;
+            let mut sel = Vec::new();
+            indices(live, &mut sel);
+            let cols = self
+                .columns
+                .iter()
+                .map(|(id, dt)| pack.column(*id)?.to_arrow_at(dt, &sel))
+                .collect::<Result<Vec<_>>>()?;
+            return self.generic(cols, sel.len());
+        }
         let n = pack.rows();
         let mut sources = Vec::with_capacity(self.columns.len());
         let mut fusable = true;

@@ -127,9 +127,9 @@ impl<S: Storage> BatchExecutor for FusedAggExecutor<S> {
                     self.core.row(v)?;
                     rows += 1;
                 }
-                TableData::Pack(pack) => {
+                TableData::Pack(pack, live) => {
                     rows += pack.rows();
-                    self.core.pack(&pack)?;
+                    self.core.pack(&pack, live)?;
                 }
             }
         }

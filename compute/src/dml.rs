@@ -1,0 +1,312 @@
+//! UPDATE and DELETE: a snapshot query finds the rows, one transaction
+//! writes them.
+//!
+//! HOW
+//!
+//! 1. `start_ts` from the timestamp oracle.
+//! 2. DataFusion runs `SELECT pk, <new values> FROM table WHERE cond` at
+//!    `start_ts` — the same planner, pushdown and region scans as any
+//!    query, so the condition and the SET expressions mean exactly what
+//!    they mean in a SELECT. UPDATE's new values are cast to the columns'
+//!    types with overflow checked (`DECIMAL(15,2)` stays exact).
+//! 3. One transaction at that `start_ts` (`Txns::write_at`) writes a new
+//!    version of each row (UPDATE) or a delete mark (DELETE). Its prewrite
+//!    refuses a row that another transaction committed after `start_ts`
+//!    (write conflict): snapshot isolation's first committer wins, so two
+//!    concurrent `UPDATE ... SET v = v + 1` never lose an update.
+//! 4. An autocommit statement that lost a conflict runs again from 1 with
+//!    a new snapshot (at most [`MAX_ATTEMPTS`] times, backing off), as
+//!    TiDB retries an autocommit statement: the statement is re-evaluated,
+//!    so the retry is what the user asked for; past the limit the user
+//!    gets the conflict, naming the key.
+//!
+//! CAVEATS: rows are found by the table's primary key (the handle); a
+//! table without one cannot be updated or deleted from yet (its implicit
+//! handles are not visible to SQL). The rows a statement changes are held
+//! in compute's memory until the commit.
+
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::compute::{cast_with_options, CastOptions};
+use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Float64Type, Int64Type};
+use quarry_coprocessor::codec::key::record_key;
+use quarry_coprocessor::codec::row::{Datum, RowEncoder};
+use quarry_coprocessor::types::{arrow_type, sql_name};
+use quarry_proto::kv::{Mutation, Op};
+use quarry_proto::meta::TableDef;
+
+use crate::engine::QueryEngine;
+use crate::sql::{Delete, Update};
+use crate::{plan_err, Error, Result};
+
+/// Times an autocommit UPDATE or DELETE runs before its write conflict
+/// reaches the user.
+pub const MAX_ATTEMPTS: u32 = 10;
+
+/// How long a statement's transaction may take to commit.
+const WRITE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A SQL identifier, quoted (column names are stored lower-cased or as
+/// quoted).
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The table's primary key column: UPDATE and DELETE find rows by it.
+fn key_column<'a>(table: &'a TableDef, stmt: &str) -> Result<&'a str> {
+    table
+        .columns
+        .iter()
+        .find(|c| c.id == table.handle_column_id && table.handle_column_id != 0)
+        .map(|c| c.name.as_str())
+        .ok_or_else(|| {
+            plan_err!(
+                "{stmt} needs a table with a primary key; table {} has none",
+                table.name
+            )
+        })
+}
+
+fn where_clause(selection: &Option<String>) -> String {
+    selection
+        .as_ref()
+        .map_or(String::new(), |s| format!(" WHERE {s}"))
+}
+
+/// Runs `attempt` with a fresh snapshot until it does not lose a write
+/// conflict, at most [`MAX_ATTEMPTS`] times.
+async fn autocommit<F, Fut>(mut attempt: F) -> Result<usize>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<usize>>,
+{
+    let mut backoff = Duration::from_millis(2);
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match attempt().await {
+            Err(Error::Conflict(m)) if tries < MAX_ATTEMPTS => {
+                tracing::debug!("statement lost a write conflict, retrying: {m}");
+                let jitter = rand_jitter(backoff);
+                tokio::time::sleep(backoff + jitter).await;
+                backoff = (backoff * 2).min(Duration::from_millis(200));
+            }
+            Err(Error::Conflict(m)) => {
+                return Err(Error::Conflict(format!(
+                    "{m} (gave up after {MAX_ATTEMPTS} attempts)"
+                )))
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Up to `d` of jitter, so statements that conflicted do not retry in step.
+fn rand_jitter(d: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos() as u64);
+    Duration::from_nanos(nanos % (d.as_nanos() as u64).max(1))
+}
+
+/// `DELETE FROM table WHERE ...`; returns the rows deleted.
+pub async fn delete(engine: &QueryEngine, table: &TableDef, del: &Delete) -> Result<usize> {
+    let key = key_column(table, "DELETE")?;
+    let sql = format!(
+        "SELECT {} AS _key FROM {}{}",
+        quote(key),
+        del.relation,
+        where_clause(&del.selection)
+    );
+    autocommit(|| async {
+        let start_ts = engine.txns().timestamp().await?;
+        let out = engine.query_at(&sql, start_ts).await?;
+        let mut mutations = Vec::with_capacity(out.num_rows());
+        for b in &out.batches {
+            let handles = b.column(0).as_primitive_opt::<Int64Type>().ok_or_else(|| {
+                Error::Internal("the primary key did not come back as BIGINT".into())
+            })?;
+            for h in handles.iter().flatten() {
+                mutations.push(Mutation {
+                    op: Op::Delete as i32,
+                    key: record_key(table.id, h),
+                    value: vec![],
+                });
+            }
+        }
+        write(engine, start_ts, mutations).await
+    })
+    .await
+}
+
+/// `UPDATE table SET ... WHERE ...`; returns the rows updated.
+pub async fn update(engine: &QueryEngine, table: &TableDef, upd: &Update) -> Result<usize> {
+    let key = key_column(table, "UPDATE")?;
+    // What each column becomes: its SET expression, or itself.
+    let mut values: Vec<String> = table.columns.iter().map(|c| quote(&c.name)).collect();
+    let value_items = |values: &[String]| -> String {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{v} AS _new{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (col, expr) in &upd.assignments {
+        let pos = table
+            .columns
+            .iter()
+            .position(|c| &c.name == col)
+            .ok_or_else(|| {
+                let valid: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
+                plan_err!(
+                    "unknown column '{col}' in table {}; valid columns are: {}",
+                    table.name,
+                    valid.join(", ")
+                )
+            })?;
+        if col == key {
+            return Err(plan_err!(
+                "UPDATE cannot change the primary key column {col}; \
+                 DELETE the row and INSERT it again"
+            ));
+        }
+        if upd.assignments.iter().filter(|(c, _)| c == col).count() > 1 {
+            return Err(plan_err!("column {col} is assigned twice"));
+        }
+        values[pos] = format!("({expr})");
+    }
+    // Aliased: DataFusion wants distinct names (the key is a column too).
+    let sql = format!(
+        "SELECT {} AS _key, {} FROM {}{}",
+        quote(key),
+        value_items(&values),
+        upd.relation,
+        where_clause(&upd.selection)
+    );
+    let types: Vec<(DataType, bool, u32)> = table
+        .columns
+        .iter()
+        .map(|c| {
+            let ft = c.field_type.unwrap_or_default();
+            Ok((arrow_type(&ft)?, ft.nullable, ft.max_len))
+        })
+        .collect::<Result<_>>()?;
+    autocommit(|| async {
+        let start_ts = engine.txns().timestamp().await?;
+        let out = engine.query_at(&sql, start_ts).await?;
+        let mut enc = RowEncoder::new();
+        let mut mutations = Vec::with_capacity(out.num_rows());
+        for b in &out.batches {
+            mutations.extend(encode_rows(table, &types, b, &mut enc)?);
+        }
+        write(engine, start_ts, mutations).await
+    })
+    .await
+}
+
+/// Writes the statement's mutations at `start_ts`; returns how many rows.
+async fn write(engine: &QueryEngine, start_ts: u64, mutations: Vec<Mutation>) -> Result<usize> {
+    let n = mutations.len();
+    if n > 0 {
+        engine
+            .txns()
+            .write_at(start_ts, mutations, Instant::now() + WRITE_DEADLINE)
+            .await?;
+    }
+    Ok(n)
+}
+
+/// The rows of `batch` (the key, then every column's new value) as row
+/// puts, each value cast to its column's type and checked against it.
+fn encode_rows(
+    table: &TableDef,
+    types: &[(DataType, bool, u32)],
+    batch: &RecordBatch,
+    enc: &mut RowEncoder,
+) -> Result<Vec<Mutation>> {
+    let handles = batch
+        .column(0)
+        .as_primitive_opt::<Int64Type>()
+        .ok_or_else(|| Error::Internal("the primary key did not come back as BIGINT".into()))?;
+    let strict = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let columns: Vec<ArrayRef> = types
+        .iter()
+        .zip(&table.columns)
+        .enumerate()
+        .map(|(i, ((dt, ..), c))| {
+            cast_with_options(batch.column(i + 1), dt, &strict).map_err(|e| {
+                let out_of_range = matches!(e, arrow::error::ArrowError::ArithmeticOverflow(_))
+                    || e.to_string().contains("too large")
+                    || e.to_string().contains("overflow");
+                let what = format!("new value of column {} ", c.name);
+                if out_of_range {
+                    Error::Overflow(format!("{what}is out of range for {}: {e}", sql_name(dt)))
+                } else {
+                    plan_err!("{what}does not fit {}: {e}", sql_name(dt))
+                }
+            })
+        })
+        .collect::<Result<_>>()?;
+    let mut out = Vec::with_capacity(batch.num_rows());
+    for r in 0..batch.num_rows() {
+        if handles.is_null(r) {
+            return Err(Error::Internal("a row without its primary key".into()));
+        }
+        let mut datums = Vec::with_capacity(columns.len());
+        for ((col, (dt, nullable, max_len)), def) in columns.iter().zip(types).zip(&table.columns) {
+            let d = datum(col, dt, r)?;
+            match &d {
+                Datum::Null if !nullable => {
+                    return Err(plan_err!(
+                        "column {} is NOT NULL: UPDATE cannot set it to NULL",
+                        def.name
+                    ))
+                }
+                Datum::Bytes(b) if *max_len > 0 => {
+                    let s = String::from_utf8_lossy(b);
+                    if s.chars().count() > *max_len as usize {
+                        return Err(plan_err!(
+                            "new value of column {} is too long for VARCHAR({max_len}): '{s}'",
+                            def.name
+                        ));
+                    }
+                }
+                _ => {}
+            }
+            datums.push((def.id, d));
+        }
+        let mut value = Vec::new();
+        enc.encode(&datums, &mut value)?;
+        out.push(Mutation {
+            op: Op::Put as i32,
+            key: record_key(table.id, handles.value(r)),
+            value,
+        });
+    }
+    Ok(out)
+}
+
+/// Row `r` of `col` (already of type `dt`) as a row-codec datum.
+fn datum<'a>(col: &'a ArrayRef, dt: &DataType, r: usize) -> Result<Datum<'a>> {
+    if col.is_null(r) {
+        return Ok(Datum::Null);
+    }
+    Ok(match dt {
+        DataType::Int64 => Datum::Int(col.as_primitive::<Int64Type>().value(r)),
+        DataType::Float64 => Datum::Float(col.as_primitive::<Float64Type>().value(r)),
+        DataType::Decimal128(..) => Datum::Decimal(col.as_primitive::<Decimal128Type>().value(r)),
+        DataType::Date32 => Datum::Date(col.as_primitive::<Date32Type>().value(r)),
+        DataType::Utf8 => Datum::Bytes(col.as_string::<i32>().value(r).as_bytes()),
+        DataType::Boolean => Datum::Bool(col.as_boolean().value(r)),
+        other => {
+            return Err(Error::Internal(format!(
+                "a column of type {other} cannot be written"
+            )))
+        }
+    })
+}
