@@ -619,6 +619,65 @@ pub struct WriteReport {
     pub insert_p99_ms: f64,
     pub insert_mean_ms: f64,
     pub concurrent_writes_per_s: f64,
+    /// A 100-row INSERT into one region, median.
+    pub batch_one_region_p50_ms: f64,
+    /// A 100-row INSERT spread over three regions (one transaction,
+    /// prewrite and commit in every region), median.
+    pub batch_three_regions_p50_ms: f64,
+    /// `UPDATE w SET v = v + 1 WHERE id = k`, median.
+    pub update_p50_ms: f64,
+}
+
+/// The medians of the multi-row phases of [`write_phase`].
+struct BatchLatency {
+    one_region_p50_ms: f64,
+    three_regions_p50_ms: f64,
+    update_p50_ms: f64,
+}
+
+/// Statements run per multi-row phase.
+const BATCH_STATEMENTS: i64 = 40;
+
+/// 100-row INSERTs into one region and over three, alternating, then
+/// single-row UPDATEs; the medians.
+async fn batch_phase(c: &mut Client, opts: &WriteBenchOptions) -> Result<BatchLatency> {
+    c.sql("CREATE TABLE wb (id BIGINT PRIMARY KEY, v BIGINT) WITH (split_handles = '1000000,2000000')")
+        .await?;
+    let (mut one, mut three) = (Vec::new(), Vec::new());
+    for b in 0..BATCH_STATEMENTS {
+        for spread in [false, true] {
+            let rows: Vec<String> = (0..100i64)
+                .map(|i| {
+                    let id = if spread {
+                        (i % 3) * 1_000_000 + 500_000 + b * 100 + i
+                    } else {
+                        b * 100 + i
+                    };
+                    format!("({id}, {i})")
+                })
+                .collect();
+            let t = Instant::now();
+            c.sql(&format!("INSERT INTO wb VALUES {}", rows.join(", ")))
+                .await?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            if spread { &mut three } else { &mut one }.push(ms);
+        }
+    }
+    let mut upd = Vec::new();
+    for i in 0..BATCH_STATEMENTS.min(opts.inserts as i64) {
+        let t = Instant::now();
+        c.sql(&format!("UPDATE w SET v = v + 1 WHERE id = {i}"))
+            .await?;
+        upd.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    for v in [&mut one, &mut three, &mut upd] {
+        v.sort_by(|a, b| a.total_cmp(b));
+    }
+    Ok(BatchLatency {
+        one_region_p50_ms: percentile(&one, 0.5),
+        three_regions_p50_ms: percentile(&three, 0.5),
+        update_p50_ms: percentile(&upd, 0.5),
+    })
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -629,7 +688,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-async fn write_phase(url: &str, opts: &WriteBenchOptions) -> Result<(Vec<f64>, f64)> {
+async fn write_phase(url: &str, opts: &WriteBenchOptions) -> Result<(Vec<f64>, f64, BatchLatency)> {
     let mut c = Client::connect(url).await?;
     c.sql("CREATE TABLE w (id BIGINT PRIMARY KEY, v BIGINT)")
         .await?;
@@ -640,6 +699,7 @@ async fn write_phase(url: &str, opts: &WriteBenchOptions) -> Result<(Vec<f64>, f
             .await?;
         lat.push(t.elapsed().as_secs_f64() * 1e3);
     }
+    let batches = batch_phase(&mut c, opts).await?;
     // Concurrent writers, each its own connection and key range.
     let per = opts.inserts.max(opts.writers);
     let t = Instant::now();
@@ -668,7 +728,7 @@ async fn write_phase(url: &str, opts: &WriteBenchOptions) -> Result<(Vec<f64>, f
         r??;
     }
     let rate = (per * opts.writers) as f64 / t.elapsed().as_secs_f64();
-    Ok((lat, rate))
+    Ok((lat, rate, batches))
 }
 
 pub async fn bench_write(opts: &WriteBenchOptions) -> Result<Vec<WriteReport>> {
@@ -695,7 +755,7 @@ pub async fn bench_write(opts: &WriteBenchOptions) -> Result<Vec<WriteReport>> {
             )
             .await
             .context("loading")?;
-            let (mut lat, rate) = write_phase(&cluster.compute_url(), opts)
+            let (mut lat, rate, batches) = write_phase(&cluster.compute_url(), opts)
                 .await
                 .context("inserting")?;
             lat.sort_by(|a, b| a.total_cmp(b));
@@ -709,6 +769,9 @@ pub async fn bench_write(opts: &WriteBenchOptions) -> Result<Vec<WriteReport>> {
                 insert_p99_ms: percentile(&lat, 0.99),
                 insert_mean_ms: lat.iter().sum::<f64>() / lat.len().max(1) as f64,
                 concurrent_writes_per_s: rate,
+                batch_one_region_p50_ms: batches.one_region_p50_ms,
+                batch_three_regions_p50_ms: batches.three_regions_p50_ms,
+                update_p50_ms: batches.update_p50_ms,
             })
         }
         .await;

@@ -1,11 +1,13 @@
 //! The `quarry` binary's library half: TPC-H data and answers, the bulk
-//! loader, the local multi-process cluster, the bench, and result printing.
+//! loader, the local multi-process cluster, the benches (TPC-H, writes,
+//! the bank workload), and result printing.
 //! `src/main.rs` is the command line over these.
 
 // Library and binary code handles failures; tests may unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod answers;
+pub mod bank;
 pub mod bench;
 pub mod load;
 pub mod local;

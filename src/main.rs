@@ -276,6 +276,30 @@ enum BenchWhat {
         #[arg(long)]
         json: bool,
     },
+    /// Bank transfers between accounts over three regions from concurrent
+    /// clients, each one UPDATE transaction, while a checker verifies
+    /// that every snapshot holds the opening total.
+    Bank {
+        /// A running compute process; without it an embedded local
+        /// cluster is started.
+        #[arg(long)]
+        addr: Option<String>,
+        #[arg(long, default_value_t = 3)]
+        stores: usize,
+        #[arg(long, default_value_t = 1000)]
+        accounts: i64,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// How long the transfers run.
+        #[arg(long, default_value_t = 20.0)]
+        seconds: f64,
+        /// Kill -9 a store a third of the way in and restart it at two
+        /// thirds (embedded cluster only).
+        #[arg(long)]
+        kill_store: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// The timestamp oracle on an embedded cluster: latency and
     /// throughput of `Meta.GetTimestamps` from concurrent clients.
     Tso {
@@ -742,7 +766,7 @@ async fn run(cli: Cli) -> Result<()> {
                     println!("{}", serde_json::to_string(r)?);
                 } else {
                     println!(
-                        "early-apply {:>3}: load {:.0} rows/s ({:.1} s, {} replicas); INSERT p50 {:.2} ms p99 {:.2} ms mean {:.2} ms; {} writers {:.0} INSERTs/s",
+                        "early-apply {:>3}: load {:.0} rows/s ({:.1} s, {} replicas); INSERT p50 {:.2} ms p99 {:.2} ms mean {:.2} ms; {} writers {:.0} INSERTs/s; 100-row INSERT p50 {:.2} ms in one region, {:.2} ms over three ({:.2}×); UPDATE of one row p50 {:.2} ms",
                         if r.early_apply { "on" } else { "off" },
                         r.load_rows_per_s,
                         r.load_seconds,
@@ -751,7 +775,11 @@ async fn run(cli: Cli) -> Result<()> {
                         r.insert_p99_ms,
                         r.insert_mean_ms,
                         writers,
-                        r.concurrent_writes_per_s
+                        r.concurrent_writes_per_s,
+                        r.batch_one_region_p50_ms,
+                        r.batch_three_regions_p50_ms,
+                        r.batch_three_regions_p50_ms / r.batch_one_region_p50_ms,
+                        r.update_p50_ms
                     );
                 }
             }
@@ -765,6 +793,53 @@ async fn run(cli: Cli) -> Result<()> {
                         off.load_rows_per_s / on.load_rows_per_s
                     );
                 }
+            }
+            Ok(())
+        }
+        Cmd::Bench {
+            what:
+                BenchWhat::Bank {
+                    addr,
+                    stores,
+                    accounts,
+                    clients,
+                    seconds,
+                    kill_store,
+                    json,
+                },
+        } => {
+            init_logging("warn");
+            let r = quarry::bank::bench_bank(&quarry::bank::BankOptions {
+                addr,
+                stores,
+                accounts,
+                clients,
+                seconds,
+                kill_store,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "bank: {} clients, {} accounts, {:.1} s{}: {} transfers ({:.0}/s, p50 {:.2} ms, p99 {:.2} ms), {} failed {:?}; {} snapshot checks, {} violations{}",
+                    r.clients,
+                    r.accounts,
+                    r.seconds,
+                    if r.killed_store { ", a store killed and restarted" } else { "" },
+                    r.transfers,
+                    r.transfers_per_s,
+                    r.transfer_p50_ms,
+                    r.transfer_p99_ms,
+                    r.failed,
+                    r.errors,
+                    r.checks,
+                    r.violations,
+                    r.first_violation.as_ref().map_or(String::new(), |v| format!(" (first: {v})"))
+                );
+            }
+            if r.violations > 0 {
+                anyhow::bail!("the bank invariant was violated {} times", r.violations);
             }
             Ok(())
         }

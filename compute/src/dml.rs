@@ -135,7 +135,7 @@ pub async fn delete(engine: &QueryEngine, table: &TableDef, del: &Delete) -> Res
                 });
             }
         }
-        write(engine, start_ts, mutations).await
+        write(engine, table, start_ts, mutations).await
     })
     .await
 }
@@ -201,18 +201,24 @@ pub async fn update(engine: &QueryEngine, table: &TableDef, upd: &Update) -> Res
         for b in &out.batches {
             mutations.extend(encode_rows(table, &types, b, &mut enc)?);
         }
-        write(engine, start_ts, mutations).await
+        write(engine, table, start_ts, mutations).await
     })
     .await
 }
 
 /// Writes the statement's mutations at `start_ts`; returns how many rows.
-async fn write(engine: &QueryEngine, start_ts: u64, mutations: Vec<Mutation>) -> Result<usize> {
+async fn write(
+    engine: &QueryEngine,
+    table: &TableDef,
+    start_ts: u64,
+    mutations: Vec<Mutation>,
+) -> Result<usize> {
     let n = mutations.len();
     if n > 0 {
+        let packed = crate::insert::is_packed(table);
         engine
             .txns()
-            .write_at(start_ts, mutations, Instant::now() + WRITE_DEADLINE)
+            .write_at(start_ts, mutations, packed, Instant::now() + WRITE_DEADLINE)
             .await?;
     }
     Ok(n)

@@ -99,6 +99,11 @@ fn datum<'a>(v: &'a ScalarValue) -> Datum<'a> {
     }
 }
 
+/// Whether `table` keeps packs (the column layout).
+pub fn is_packed(table: &TableDef) -> bool {
+    table.layout == quarry_proto::meta::Layout::Column as i32
+}
+
 /// Inserts the rows; returns how many.
 pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Result<usize> {
     if ins.rows.is_empty() {
@@ -242,7 +247,11 @@ pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Res
     let n = mutations.len();
     engine
         .txns()
-        .write(mutations, Instant::now() + Duration::from_secs(30))
+        .write(
+            mutations,
+            is_packed(table),
+            Instant::now() + Duration::from_secs(30),
+        )
         .await?;
     Ok(n)
 }

@@ -65,9 +65,20 @@ pub struct Txns {
 /// A step of a transaction on the regions holding `keys`.
 #[derive(Clone)]
 enum Step {
-    Prewrite { primary: Vec<u8>, start_ts: u64 },
-    Commit { start_ts: u64, commit_ts: u64 },
-    Resolve { start_ts: u64, commit_ts: u64 },
+    Prewrite {
+        primary: Vec<u8>,
+        start_ts: u64,
+        /// The table keeps packs (`PrewriteRequest.packed`).
+        packed: bool,
+    },
+    Commit {
+        start_ts: u64,
+        commit_ts: u64,
+    },
+    Resolve {
+        start_ts: u64,
+        commit_ts: u64,
+    },
 }
 
 impl Txns {
@@ -100,14 +111,17 @@ impl Txns {
 
     /// Writes `mutations` (distinct row keys) as one transaction; returns
     /// its commit_ts. Nothing is visible until the primary commits, and
-    /// then everything is.
+    /// then everything is. `packed`: the rows belong to a column-layout
+    /// table (its prewrite marks the packs whose rows an update or delete
+    /// hides).
     pub async fn write(
         self: &Arc<Self>,
         mutations: Vec<Mutation>,
+        packed: bool,
         deadline: Instant,
     ) -> Result<u64> {
         let start_ts = self.timestamp().await?;
-        self.write_at(start_ts, mutations, deadline).await
+        self.write_at(start_ts, mutations, packed, deadline).await
     }
 
     /// [`Txns::write`] for a transaction that read at `start_ts`: a row
@@ -117,6 +131,7 @@ impl Txns {
         self: &Arc<Self>,
         start_ts: u64,
         mut mutations: Vec<Mutation>,
+        packed: bool,
         deadline: Instant,
     ) -> Result<u64> {
         if mutations.is_empty() {
@@ -130,6 +145,7 @@ impl Txns {
         let prewrite = Step::Prewrite {
             primary: primary.clone(),
             start_ts,
+            packed,
         };
         if let Err(e) = self.run(prewrite, mutations, deadline).await {
             // Nothing committed: take back what was locked (a lock left
@@ -376,7 +392,11 @@ impl RegionWork for StepWork {
             let call = async {
                 let r: std::result::Result<tonic::Response<TxnResponse>, tonic::Status> =
                     match &self.step {
-                        Step::Prewrite { primary, start_ts } => {
+                        Step::Prewrite {
+                            primary,
+                            start_ts,
+                            packed,
+                        } => {
                             client
                                 .prewrite(PrewriteRequest {
                                     context,
@@ -384,6 +404,7 @@ impl RegionWork for StepWork {
                                     primary: primary.clone(),
                                     start_ts: *start_ts,
                                     ttl_ms: LOCK_TTL.as_millis() as u64,
+                                    packed: *packed,
                                 })
                                 .await
                         }

@@ -205,6 +205,19 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
             .is_some())
     }
 
+    /// The first and last handle of the pack whose handle range holds the
+    /// row key `key`'s handle, if any, as this batch leaves the data.
+    pub(crate) fn pack_covering(&self, key: &[u8]) -> Result<Option<(i64, i64)>> {
+        let Ok((table, handle)) = decode_record_key(key) else {
+            return Ok(None);
+        };
+        let Some(v) = self.nearest_pack(table, &pack_key(table, handle))? else {
+            return Ok(None);
+        };
+        let p = PackView::parse(&v).map_err(|e| Error::Internal(e.to_string()))?;
+        Ok((p.last_handle() >= handle).then(|| (p.first_handle(), p.last_handle())))
+    }
+
     /// The handle range of the nearest live pack before `key` (in the same
     /// table), as this batch leaves the data.
     pub(crate) fn pack_before(&self, key: &[u8]) -> Result<Option<(i64, i64)>> {
@@ -299,6 +312,15 @@ pub(crate) fn exec_write<E: Engine>(
         if changed {
             return Err(Error::InvalidInput(format!(
                 "region {}: key {} changed; the rows to compact changed",
+                region.id,
+                hex(k)
+            )));
+        }
+    }
+    for k in &w.must_not_exist {
+        if ctx.lookup(k)?.is_some() {
+            return Err(Error::InvalidInput(format!(
+                "region {}: key {} appeared; the rows to compact changed",
                 region.id,
                 hex(k)
             )));

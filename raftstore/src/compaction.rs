@@ -43,8 +43,9 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 use quarry_coprocessor::codec::key::{
-    classify_key, pack_key, record_key, table_record_range, KeyKind,
+    classify_key, pack_key, pack_mark_key, record_key, table_record_range, KeyKind,
 };
+use quarry_coprocessor::codec::mvcc::lock_key;
 use quarry_coprocessor::codec::pack::{PackBuilder, PackView, PACK_ROWS};
 use quarry_coprocessor::storage::KeyRange;
 use quarry_coprocessor::types::arrow_type;
@@ -133,9 +134,14 @@ pub fn plan_compaction<E: Engine>(
     // Delta rows (the lowest handles first) and every pack's range.
     let mut delta = DeltaRows::new(safe_point);
     let mut packs: Vec<(i64, i64, Vec<u8>)> = Vec::new();
+    // Pack marks: first handle → (key, value hash).
+    let mut marks: HashMap<i64, (Vec<u8>, u64)> = HashMap::new();
     let mut bad = None;
     engine.scan(Cf::Default, &start, &end, &mut |k, v| {
         match classify_key(k) {
+            KeyKind::PackMark(first) => {
+                marks.insert(first, (k.to_vec(), value_hash(v)));
+            }
             KeyKind::Pack(_) => match PackView::parse(v) {
                 Ok(p) => packs.push((p.first_handle(), p.last_handle(), k.to_vec())),
                 Err(e) => {
@@ -157,7 +163,7 @@ pub fn plan_compaction<E: Engine>(
         return Err(Error::Internal(format!("reading a region to compact: {e}")));
     }
     let pinned = delta.pinned;
-    let delta = delta.finish();
+    let (delta, unfolded) = delta.finish();
     let (Some(lo), Some(hi)) = (delta.first().map(|d| d.0), delta.last().map(|d| d.0)) else {
         return Ok((None, pinned));
     };
@@ -195,8 +201,17 @@ pub fn plan_compaction<E: Engine>(
     let cop = |e: quarry_coprocessor::Error| Error::Internal(format!("building a pack: {e}"));
     let mut builder = PackBuilder::new(&columns).map_err(cop)?;
     let mut puts: Vec<KvPair> = Vec::new();
+    // A new pack holding a handle whose locks or versions stay in the
+    // delta is marked: those versions hide its row from later snapshots.
     let flush = |b: &mut PackBuilder, puts: &mut Vec<KvPair>| -> Result<()> {
-        if !b.is_empty() {
+        if let (Some(first), Some(last)) = (b.first_handle(), b.last_handle()) {
+            let from = unfolded.partition_point(|h| *h < first);
+            if unfolded.get(from).is_some_and(|h| *h <= last) {
+                puts.push(KvPair {
+                    key: pack_mark_key(table.id, first),
+                    value: 0u64.to_be_bytes().to_vec(),
+                });
+            }
             let (first, value) = b.finish().map_err(cop)?;
             puts.push(KvPair {
                 key: pack_key(table.id, first),
@@ -250,15 +265,30 @@ pub fn plan_compaction<E: Engine>(
     flush(&mut builder, &mut puts)?;
 
     let new_keys: std::collections::HashSet<&Vec<u8>> = puts.iter().map(|p| &p.key).collect();
+    // The marks of the packs replaced go (new ones were made above); a
+    // mark that changed or appeared since this read means a transaction
+    // started changing rows of those packs: the rewrite is refused.
+    let (mut old_marks, mut must_not_exist) = (Vec::new(), Vec::new());
+    for (first, _, _) in &overlapping {
+        match marks.get(first) {
+            Some((k, h)) => old_marks.push((k.clone(), *h)),
+            None => must_not_exist.push(pack_mark_key(table.id, *first)),
+        }
+    }
+    // So does a lock on a folded handle: its row moves into a pack that
+    // nobody would mark.
+    must_not_exist.extend(delta.iter().map(|d| lock_key(&record_key(table.id, d.0))));
     let replaced: Vec<Vec<u8>> = delta
         .iter()
         .flat_map(|d| d.1.iter().map(|(k, _)| k.clone()))
         .chain(overlapping.iter().map(|(_, _, k)| k.clone()))
+        .chain(old_marks.iter().map(|(k, _)| k.clone()))
         .collect();
     let hashes: Vec<u64> = delta
         .iter()
         .flat_map(|d| d.1.iter().map(|(_, h)| *h))
         .chain(old_values.iter().map(|v| value_hash(v)))
+        .chain(old_marks.iter().map(|(_, h)| *h))
         .collect();
     let deletes: Vec<Vec<u8>> = replaced
         .iter()
@@ -268,7 +298,10 @@ pub fn plan_compaction<E: Engine>(
     let summary = CompactionSummary {
         delta_rows: delta.len(),
         packs_replaced: overlapping.len(),
-        packs_written: puts.len(),
+        packs_written: puts
+            .iter()
+            .filter(|p| matches!(classify_key(&p.key), KeyKind::Pack(_)))
+            .count(),
     };
     debug_assert!(puts
         .iter()
@@ -282,6 +315,7 @@ pub fn plan_compaction<E: Engine>(
                 conflict: 0,
                 must_exist: replaced,
                 must_exist_hash: hashes,
+                must_not_exist,
             },
             summary,
         )),
@@ -314,6 +348,9 @@ struct DeltaRows {
     safe_point: u64,
     /// Handles left in the delta for now.
     pinned: usize,
+    /// Handles whose locks or versions stay in the delta after this round
+    /// (pinned, or past this round's limit), ascending.
+    unfolded: Vec<i64>,
     done: Vec<FoldedRow>,
     /// The handle being read.
     cur: Option<Handle>,
@@ -333,6 +370,7 @@ impl DeltaRows {
         DeltaRows {
             safe_point,
             pinned: 0,
+            unfolded: Vec::new(),
             done: Vec::new(),
             cur: None,
         }
@@ -343,11 +381,14 @@ impl DeltaRows {
         let handle = match kind {
             KeyKind::Row(h) | KeyKind::Lock(h) => h,
             KeyKind::Version { handle, .. } => handle,
-            KeyKind::Pack(_) | KeyKind::Other => return Ok(()),
+            KeyKind::Pack(_) | KeyKind::PackMark(_) | KeyKind::Other => return Ok(()),
         };
         if self.cur.as_ref().is_none_or(|c| c.handle != handle) {
             self.close();
             if self.done.len() >= MAX_ROWS_PER_ROUND {
+                if !matches!(kind, KeyKind::Row(_)) && self.unfolded.last() != Some(&handle) {
+                    self.unfolded.push(handle);
+                }
                 return Ok(());
             }
             self.cur = Some(Handle {
@@ -394,15 +435,18 @@ impl DeltaRows {
         {
             if pinned {
                 self.pinned += 1;
+                self.unfolded.push(h);
             } else if !keys.is_empty() {
                 self.done.push((h, keys, fold.unwrap_or(Fold::Nothing)));
             }
         }
     }
 
-    fn finish(mut self) -> Vec<FoldedRow> {
+    /// The handles folded this round, and those whose locks or versions
+    /// stay.
+    fn finish(mut self) -> (Vec<FoldedRow>, Vec<i64>) {
         self.close();
-        self.done
+        (self.done, self.unfolded)
     }
 }
 
@@ -412,6 +456,11 @@ impl DeltaRows {
 pub fn split_point(key: &[u8], last_pack: Option<(i64, i64)>) -> Option<Vec<u8>> {
     match classify_key(key) {
         KeyKind::Pack(first) => {
+            let table = quarry_coprocessor::codec::key::decode_i64(&key[1..9]).ok()?;
+            Some(record_key(table, first))
+        }
+        // A pack's mark stays with it.
+        KeyKind::PackMark(first) => {
             let table = quarry_coprocessor::codec::key::decode_i64(&key[1..9]).ok()?;
             Some(record_key(table, first))
         }
@@ -659,6 +708,75 @@ mod tests {
         put_rows(&engine, [3]);
         let mut ctx = ApplyCtx::new(&engine, 1, &mut out);
         assert!(exec_write(&region(), epoch.as_ref(), w, &mut ctx).is_ok());
+    }
+
+    #[test]
+    fn a_pack_stays_marked_while_versions_hide_its_rows_and_a_new_mark_refuses_a_planned_rewrite() {
+        use crate::apply::{exec_write, ApplyCtx};
+        use quarry_coprocessor::codec::mvcc::{version_key, version_value, WriteKind};
+        let engine = Arc::new(MemEngine::new());
+        put_rows(&engine, (0..100).map(|h| h * 2));
+        let (w, _) = plan(&engine);
+        assert!(!w.puts.iter().any(|p| p.key == pack_mark_key(T, 0)));
+        apply(&engine, &w);
+        // A committed UPDATE of packed handle 4 (a = 440): its version and
+        // the pack's mark, as its prewrite left them.
+        let ts = 50u64 << 18;
+        let mut wb = WriteBatch::new();
+        wb.put(
+            Cf::Default,
+            version_key(&record_key(T, 4), ts, WriteKind::Put),
+            version_value(ts - 1, &row(44)),
+        );
+        wb.put(
+            Cf::Default,
+            pack_mark_key(T, 0),
+            7u64.to_be_bytes().to_vec(),
+        );
+        engine.write(&wb, false).unwrap();
+        put_rows(&engine, [1, 3]);
+        // Below the version's timestamp: it stays in the delta, so the
+        // rewritten pack holding handle 4 is marked again.
+        let (w, _) = plan_compaction(engine.as_ref(), &region(), &table(), 10 << 18)
+            .unwrap()
+            .0
+            .unwrap();
+        assert!(w.puts.iter().any(|p| p.key == pack_mark_key(T, 0)));
+        assert!(w.must_exist.contains(&pack_mark_key(T, 0)));
+        apply(&engine, &w);
+        // Past it: the version folds into the pack and the mark goes.
+        let (w, s) = plan_compaction(engine.as_ref(), &region(), &table(), 100 << 18)
+            .unwrap()
+            .0
+            .unwrap();
+        assert_eq!(s.delta_rows, 1);
+        assert!(!w.puts.iter().any(|p| p.key == pack_mark_key(T, 0)));
+        assert!(w.deletes.contains(&pack_mark_key(T, 0)));
+        apply(&engine, &w);
+        let got = contents(&engine);
+        assert!(
+            got.contains(&(4, 440)) && !got.contains(&(4, 40)),
+            "{got:?}"
+        );
+        assert_eq!(got.len(), 102);
+        // A prewrite that marks the pack after a compaction read it makes
+        // that compaction's rewrite refuse to apply.
+        put_rows(&engine, [5]);
+        let (w, _) = plan(&engine);
+        let mut wb = WriteBatch::new();
+        wb.put(
+            Cf::Default,
+            pack_mark_key(T, 0),
+            9u64.to_be_bytes().to_vec(),
+        );
+        engine.write(&wb, false).unwrap();
+        let epoch = Some(crate::region::epoch(&region()));
+        let mut out = WriteBatch::new();
+        let mut ctx = ApplyCtx::new(&engine, 1, &mut out);
+        let Err(err) = exec_write(&region(), epoch.as_ref(), w, &mut ctx) else {
+            panic!("a compaction applied over a pack marked after it read it")
+        };
+        assert!(err.to_string().contains("appeared"), "{err}");
     }
 
     #[test]

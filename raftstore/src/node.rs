@@ -542,6 +542,7 @@ impl<E: Engine> Node<E> {
         let handle_of = |key: &[u8]| match classify_key(key) {
             KeyKind::Row(h)
             | KeyKind::Pack(h)
+            | KeyKind::PackMark(h)
             | KeyKind::Lock(h)
             | KeyKind::Version { handle: h, .. } => decode_i64(&key[1..9]).ok().map(|t| (t, h)),
             KeyKind::Other => None,

@@ -35,7 +35,9 @@
 //! snapshot) first rewrites it as a version at timestamp 0, so a handle
 //! never has both a bare row and data versions (`mvcc.rs` relies on it).
 
-use quarry_coprocessor::codec::key::{classify_key, hex, KeyKind, RECORD_KEY_LEN};
+use quarry_coprocessor::codec::key::{
+    classify_key, decode_record_key, hex, pack_mark_key, KeyKind, RECORD_KEY_LEN,
+};
 use quarry_coprocessor::codec::mvcc::{
     decode_lock, encode_lock, lock_key, split_version_value, version_key, version_value, WriteKind,
 };
@@ -287,6 +289,18 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<
             key: key.clone(),
             value,
         };
+        if p.packed && matches!(op, Op::Put | Op::Delete) {
+            // The version this lock becomes will hide a pack row: mark the
+            // pack, so scans look for it (and a compaction planned before
+            // this sees its guard fail). The value changes per transaction.
+            if let Some((first, _)) = ctx.pack_covering(&key)? {
+                let (table, _) = decode_record_key(&key)?;
+                plan.push((
+                    pack_mark_key(table, first),
+                    Some(p.start_ts.to_be_bytes().to_vec()),
+                ));
+            }
+        }
         plan.push((lock_key(&key), Some(encode_lock(&lock))));
     }
     write_all(ctx, plan);

@@ -33,6 +33,10 @@ pub const RECORD_SEP: &[u8; 2] = b"_r";
 pub const RECORD_KEY_LEN: usize = 1 + 8 + 2 + 8;
 /// The marker byte after a pack's row key.
 pub const PACK_MARKER: u8 = b'P';
+/// The marker byte of a pack's *mark* (`t{t}_r{first}M`): the pack may
+/// have rows that newer versions replace. It sorts after the lock of the
+/// pack's first handle and just before the pack's key.
+pub const PACK_MARK_MARKER: u8 = b'M';
 /// Length of a pack key.
 pub const PACK_KEY_LEN: usize = RECORD_KEY_LEN + 1;
 
@@ -147,6 +151,10 @@ pub enum KeyKind {
     Row(i64),
     /// A pack starting at this handle.
     Pack(i64),
+    /// The mark of the pack starting at this handle: some of its rows may
+    /// be replaced or deleted by versions (written by a transaction's
+    /// prewrite, kept by compaction while versions over the pack remain).
+    PackMark(i64),
     /// A running transaction's lock on this handle's row (`mvcc`).
     Lock(i64),
     /// A committed version of this handle's row (`mvcc`): a row table's
@@ -172,6 +180,10 @@ pub fn classify_key(key: &[u8]) -> KeyKind {
             Ok(h) => KeyKind::Pack(h),
             Err(_) => KeyKind::Other,
         },
+        PACK_KEY_LEN if key[RECORD_KEY_LEN] == PACK_MARK_MARKER => match decode_i64(&key[11..19]) {
+            Ok(h) => KeyKind::PackMark(h),
+            Err(_) => KeyKind::Other,
+        },
         PACK_KEY_LEN if key[RECORD_KEY_LEN] == super::mvcc::LOCK_MARKER => {
             match decode_i64(&key[11..19]) {
                 Ok(h) => KeyKind::Lock(h),
@@ -188,6 +200,14 @@ pub fn classify_key(key: &[u8]) -> KeyKind {
         },
         _ => KeyKind::Other,
     }
+}
+
+/// `t{table_id}_r{first_handle}M`: the mark of that pack.
+pub fn pack_mark_key(table_id: i64, first_handle: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(PACK_KEY_LEN);
+    append_record_key(&mut k, table_id, first_handle);
+    k.push(PACK_MARK_MARKER);
+    k
 }
 
 /// `t{table_id}_r{first_handle}P`.

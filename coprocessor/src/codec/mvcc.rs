@@ -18,6 +18,8 @@
 //!                                     (bulk loads; what GC folds to)
 //! t{t}_r{h}L                      20  the lock of a running transaction
 //!                                     (value: LockInfo, protobuf)
+//! t{t}_r{first}M                  20  the pack's mark: versions may hide
+//!                                     some of its rows
 //! t{t}_r{first}P                  20  a pack of the column layout (older
 //!                                     than every snapshot as well)
 //! t{t}_r{h}{!commit_ts:u64}{kind} 28  a version: kind P put, D delete,
@@ -30,7 +32,17 @@
 //! older ones. Timestamps stay below 2^63 (physical milliseconds << 18),
 //! so an inverted one starts with a byte ≥ 0x80 and every version sorts
 //! after its row's lock and pack keys: per handle the order is bare row,
-//! lock, pack, versions. The kind sits in the key, not the value, so a
+//! lock, pack mark, pack, versions.
+//!
+//! A pack row is older than every snapshot, but an UPDATE or DELETE of it
+//! writes a version that hides it from later snapshots, and that version
+//! sorts *after* the pack. So the prewrite of a put or delete of a packed
+//! handle also writes the pack's mark, which a scan meets *before* the
+//! pack: only a marked pack makes the scan look ahead for the versions
+//! that hide its rows (`executor::scan`); an unmarked one, the common
+//! case, costs nothing extra. Compaction keeps a pack marked while
+//! versions or locks over its rows remain, and drops the mark once they
+//! are folded in (`raftstore::compaction`). The kind sits in the key, not the value, so a
 //! `COUNT(*)` over a row table still reads keys only.
 //!
 //! A handle has either a bare row or versions, never both: a commit over
@@ -184,6 +196,9 @@ pub enum Seen {
     Row,
     /// A pack (older than every snapshot).
     Pack,
+    /// The mark of the pack starting at this handle (versions may hide
+    /// some of its rows): not data.
+    PackMark(i64),
     /// Nothing for the snapshot: pass over the key.
     Skip,
     /// A lock the reader must resolve first.
@@ -197,6 +212,7 @@ impl Visibility {
         Ok(match classify_key(key) {
             KeyKind::Row(_) => Seen::Row,
             KeyKind::Pack(_) => Seen::Pack,
+            KeyKind::PackMark(first) => Seen::PackMark(first),
             KeyKind::Version {
                 handle,
                 commit_ts,

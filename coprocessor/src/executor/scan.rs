@@ -69,6 +69,9 @@ pub struct KvScanner<S: Storage> {
     scanned_bytes: u64,
     /// The rows of the last pack returned that the snapshot sees.
     pack_live: Vec<u64>,
+    /// The first handle of the last pack mark met: the pack that follows
+    /// it may have rows the snapshot does not see.
+    marked: Option<i64>,
 }
 
 impl<S: Storage> KvScanner<S> {
@@ -86,6 +89,7 @@ impl<S: Storage> KvScanner<S> {
             scanned_keys: 0,
             scanned_bytes: 0,
             pack_live: Vec::new(),
+            marked: None,
         }
     }
 
@@ -121,6 +125,10 @@ impl<S: Storage> KvScanner<S> {
                 .ok_or_else(|| internal!("storage lost its position"))?;
             match self.visibility.judge(k, v, read_ts)? {
                 Seen::Skip => continue,
+                Seen::PackMark(first) => {
+                    self.marked = Some(first);
+                    continue;
+                }
                 Seen::Locked(lock) => return Err(Error::Locked(lock)),
                 seen => break seen,
             }
@@ -137,7 +145,12 @@ impl<S: Storage> KvScanner<S> {
             }
             Seen::Pack => {
                 let pack = PackView::parse(v)?;
-                let hidden = hidden_pack_rows(&self.storage, k, &pack, read_ts)?;
+                // Only a marked pack can have hidden rows.
+                let hidden = if self.marked.take() == Some(pack.first_handle()) {
+                    hidden_pack_rows(&self.storage, k, &pack, read_ts)?
+                } else {
+                    Default::default()
+                };
                 if hidden.is_empty() {
                     TableData::Pack(pack, None)
                 } else {
@@ -215,13 +228,12 @@ impl<S: Storage> KvScanner<S> {
     }
 }
 
-/// The handles of `pack` (at `pack_key`) whose row the snapshot at
-/// `read_ts` does not see: a version committed at or before `read_ts`
-/// replaced or deleted it. A pack row is older than every snapshot, so any
-/// data version of its handle is newer; a version's key sorts after the
-/// pack's key and before the next handle's row, so one seek past the pack
-/// finds them all, and finds nothing at once in the common case (a pack
-/// nobody changed since its compaction).
+/// The handles of the marked `pack` (at `pack_key`) whose row the
+/// snapshot at `read_ts` does not see: a version committed at or before
+/// `read_ts` replaced or deleted it. A pack row is older than every
+/// snapshot, so any data version of its handle is newer; a version's key
+/// sorts after the pack's key and before the next handle's row, so one
+/// look past the pack, with a second cursor, finds them all.
 fn hidden_pack_rows<S: Storage>(
     storage: &S,
     pack_key: &[u8],

@@ -6,6 +6,7 @@
 //! set to the range's end, so RocksDB stops at the region's edge instead of
 //! reading the next region's blocks.
 
+use std::cell::RefCell;
 use std::path::Path;
 
 use quarry_coprocessor::storage::{KeyRange, Storage};
@@ -163,6 +164,7 @@ impl Engine for RocksEngine {
             iter: None,
             first: false,
             key_only: false,
+            peek: RefCell::new(None),
         };
         f(&mut storage)
     }
@@ -182,6 +184,7 @@ impl Engine for RocksEngine {
                 iter: None,
                 first: false,
                 key_only: false,
+                peek: RefCell::new(None),
             })
         };
         f(&make)
@@ -206,6 +209,10 @@ struct RocksStorage<'a> {
     /// The iterator sits on a pair `scan_next` has not returned yet.
     first: bool,
     key_only: bool,
+    /// The second cursor of `peek_keys`, made once per scan and re-seeked
+    /// (a column scan peeks once per pack: making an iterator each time
+    /// costs more than the seek).
+    peek: RefCell<Option<DBRawIterator<'a>>>,
 }
 
 impl Storage for RocksStorage<'_> {
@@ -269,15 +276,18 @@ impl Storage for RocksStorage<'_> {
         let Some(KeyRange { start, end }) = range.intersect(&self.bounds) else {
             return Ok(());
         };
-        let mut opts = ReadOptions::default();
-        if !end.is_empty() {
-            opts.set_iterate_upper_bound(end);
-        }
-        let mut it = self.snapshot.raw_iterator_cf_opt(self.cf, opts);
+        let mut peek = self.peek.borrow_mut();
+        let it = peek.get_or_insert_with(|| {
+            let mut opts = ReadOptions::default();
+            if !self.bounds.end.is_empty() {
+                opts.set_iterate_upper_bound(self.bounds.end.clone());
+            }
+            self.snapshot.raw_iterator_cf_opt(self.cf, opts)
+        });
         it.seek(&start);
         while it.valid() {
             match it.key() {
-                Some(k) if f(k) => it.next(),
+                Some(k) if (end.is_empty() || k < end.as_slice()) && f(k) => it.next(),
                 _ => return Ok(()),
             }
         }

@@ -295,11 +295,29 @@ fn store_with_versions(
     pack_rows: usize,
     changes: &[(usize, Option<Row>)],
 ) -> MemStorage {
+    use crate::codec::key::{classify_key, pack_mark_key, KeyKind};
     use crate::codec::mvcc::{version_key, version_value, WriteKind};
+    use crate::storage::Storage;
     let mut s = store(rows, pack_rows, 0);
     let mut enc = RowEncoder::new();
     for (i, new) in changes {
         let row_key = record_key(TABLE, *i as i64 * 2);
+        // As a prewrite does: mark the pack holding the row.
+        let mut first = None;
+        let upto = KeyRange::new(
+            record_key(TABLE, i64::MIN),
+            pack_key(TABLE, *i as i64 * 2 + 1),
+        );
+        s.peek_keys(&upto, &mut |k| {
+            if let KeyKind::Pack(f) = classify_key(k) {
+                first = Some(f);
+            }
+            true
+        })
+        .unwrap();
+        if let Some(f) = first {
+            s.put(pack_mark_key(TABLE, f), vec![]);
+        }
         match new {
             Some(r) => {
                 let ids: Vec<(i64, Datum)> = columns()
