@@ -51,6 +51,19 @@ fn short(key: &[u8]) -> String {
     }
 }
 
+/// A timestamp (physical ms << 18 | logical) as UTC time of day.
+fn ts_time(ts: u64) -> String {
+    let ms = ts >> 18;
+    let secs = ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03} UTC",
+        secs / 3600 % 24,
+        secs / 60 % 60,
+        secs % 60,
+        ms % 1000
+    )
+}
+
 pub fn format(addr: &str, s: &StatusResponse) -> String {
     let mut out = format!(
         "store {} at {addr}: {} regions{}\n",
@@ -62,6 +75,14 @@ pub fn format(addr: &str, s: &StatusResponse) -> String {
             ""
         }
     );
+    out.push_str(&format!(
+        "  GC safe point {} ({}; versions at or below it are folded), reads from {} ({}), GC life time {} s\n",
+        s.gc_safe_point,
+        ts_time(s.gc_safe_point),
+        s.oldest_readable_ts,
+        ts_time(s.oldest_readable_ts),
+        s.gc_life_time_secs
+    ));
     for r in &s.regions {
         let RegionStatus {
             region,

@@ -355,6 +355,29 @@ fn update_and_delete_change_rows_in_packs_and_in_the_delta_at_one_snapshot() {
     wait_for_keys_and_packs(&pg, "u", |keys, packs| packs >= 2 && keys == packs);
     let summary = "SELECT count(*) AS n, sum(v) AS s FROM u";
     assert_eq!(pg.ok(summary), count_and_sum(&model));
+    // `quarry status` shows the GC safe point: the life time behind now.
+    let status = std::process::Command::new(QUARRY)
+        .args(["status", "--store", &pg.store_addrs()[0]])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains("GC safe point") && text.contains("GC life time 2 s"),
+        "{text}"
+    );
+    let s = runtime()
+        .block_on(quarry::status::fetch(&pg.store_addrs()[0]))
+        .unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let lag_ms = now_ms - (s.gc_safe_point >> 18);
+    assert!(
+        (1500..10_000).contains(&lag_ms),
+        "safe point {lag_ms} ms behind"
+    );
+    assert!(s.oldest_readable_ts > s.gc_safe_point);
 
     // UPDATE over packed rows: an expression of the old value.
     assert_eq!(

@@ -418,6 +418,9 @@ impl<E: Engine> Node<E> {
             .map_err(|_| Error::Unavailable("the store loop did not answer".into()))?
             .map_err(|_| Error::Unavailable("the store loop stopped".into()))?;
         status.background_work = self.engine.background_work();
+        status.gc_safe_point = self.gc_safe_point();
+        status.oldest_readable_ts = self.oldest_readable_ts();
+        status.gc_life_time_secs = self.gc_life_ms.load(Ordering::Relaxed) / 1000;
         Ok(status)
     }
 

@@ -406,8 +406,9 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         StatusResponse {
             store_id: self.store_id,
             regions,
-            // Filled in by the node, which owns the engine.
-            background_work: false,
+            // Filled in by the node, which owns the engine and the GC
+            // settings.
+            ..Default::default()
         }
     }
 

@@ -271,7 +271,7 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<
                 ..Default::default()
             })));
         }
-        if op == Op::Insert && row_exists(ctx, &key, &versions)? {
+        if op == Op::Insert && row_exists(ctx, &key, &versions, p.packed)? {
             return Err(key_error(
                 Code::AlreadyExists,
                 &key,
@@ -308,16 +308,23 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<
 }
 
 /// Whether the newest state of the row is a row: its newest data version
-/// is a put, or it has none and a bare row or a pack holds it.
+/// is a put, or it has none and a bare row or (`packed`: the table keeps
+/// packs) a pack holds it. A row table has no packs: looking for one would
+/// walk back over every row before the key.
 fn row_exists<E: Engine>(
     ctx: &ApplyCtx<'_, E>,
     key: &[u8],
     versions: &[VersionRecord],
+    packed: bool,
 ) -> Result<bool> {
     if let Some(v) = versions.iter().find(|v| v.kind.is_data()) {
         return Ok(v.kind == WriteKind::Put);
     }
-    ctx.has_row(key)
+    if packed {
+        ctx.has_row(key)
+    } else {
+        Ok(ctx.lookup(key)?.is_some())
+    }
 }
 
 fn commit_key<E: Engine>(
