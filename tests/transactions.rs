@@ -515,3 +515,45 @@ fn the_bank_total_holds_under_concurrent_transfers_with_a_store_killed_and_resta
     assert!(r["transfers"].as_u64().unwrap() >= 20, "{r}");
     assert!(r["checks"].as_u64().unwrap() >= 10, "{r}");
 }
+
+#[test]
+fn coalesced_timestamps_are_distinct_increasing_and_fresh() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3"]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cluster = Arc::new(quarry_compute::cluster::Cluster::new(
+            pg.store_addrs(),
+            Duration::from_secs(10),
+        ));
+        let tso = quarry_compute::tso::Tso::new(cluster);
+        let before = tso.get().await.unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let tso = tso.clone();
+            tasks.spawn(async move {
+                let mut got = Vec::new();
+                for _ in 0..50 {
+                    got.push(tso.get().await.unwrap());
+                }
+                got
+            });
+        }
+        let mut all = Vec::new();
+        while let Some(got) = tasks.join_next().await {
+            let got = got.unwrap();
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+            all.extend(got);
+        }
+        let after = tso.get().await.unwrap();
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n, "a timestamp was handed out twice");
+        assert!(all[0] > before && *all.last().unwrap() < after);
+    });
+}

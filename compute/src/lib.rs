@@ -59,6 +59,7 @@ pub mod kv_writer;
 pub mod region_cache;
 pub mod server;
 pub mod sql;
+pub mod tso;
 pub mod txn;
 
 /// The DataFusion this crate plans with, for callers that build or inspect

@@ -39,11 +39,12 @@ use quarry_proto::kv::{
     key_error::Code, CheckTxnStatusRequest, CommitRequest, KeyError, LockInfo, Mutation,
     PrewriteRequest, ResolveLockRequest, TxnResponse,
 };
-use quarry_proto::meta::{GetTimestampsRequest, RegionError};
+use quarry_proto::meta::RegionError;
 
 use crate::cluster::Cluster;
 use crate::dispatch::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
 use crate::region_cache::{Located, RegionCache};
+use crate::tso::Tso;
 use crate::{Error, Result};
 
 /// How long a lock outlives its transaction's start unless committed: a
@@ -60,6 +61,7 @@ pub struct Txns {
     cluster: Arc<Cluster>,
     cache: Arc<RegionCache>,
     retry: RetryConfig,
+    tso: Arc<Tso>,
 }
 
 /// A step of a transaction on the regions holding `keys`.
@@ -84,6 +86,7 @@ enum Step {
 impl Txns {
     pub fn new(cluster: Arc<Cluster>, cache: Arc<RegionCache>) -> Self {
         Txns {
+            tso: Tso::new(cluster.clone()),
             cluster,
             cache,
             retry: RetryConfig {
@@ -100,13 +103,7 @@ impl Txns {
     /// A fresh timestamp from the oracle: above every one handed out
     /// before, so a read at it sees every transaction committed so far.
     pub async fn timestamp(&self) -> Result<u64> {
-        Ok(self
-            .cluster
-            .meta("getting a timestamp", |mut c| async move {
-                c.get_timestamps(GetTimestampsRequest { count: 1 }).await
-            })
-            .await?
-            .first)
+        self.tso.get().await
     }
 
     /// Writes `mutations` (distinct row keys) as one transaction; returns

@@ -25,7 +25,7 @@
 //!    leader spends CPU encoding packs; followers apply the bytes.
 //!
 //! What folds: bare rows always, and a handle's versions once all of them
-//! are at or below the GC safe point and no lock is on it ([`DeltaRows`]);
+//! are at or below the GC safe point and no lock is on it (`DeltaRows`);
 //! its newest version replaces its pack row (a delete removes it). A
 //! handle with a lock or a newer version stays in the delta ("pinned"),
 //! and a scan hides its pack row from the snapshots that see a newer
