@@ -32,7 +32,7 @@ use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Float64Type, Int64Type};
 use quarry_coprocessor::codec::key::record_key;
 use quarry_coprocessor::codec::row::{Datum, RowEncoder};
-use quarry_coprocessor::types::{arrow_type, sql_name};
+use quarry_coprocessor::types::sql_name;
 use quarry_proto::kv::{Mutation, Op};
 use quarry_proto::meta::TableDef;
 
@@ -185,14 +185,7 @@ pub async fn update(engine: &QueryEngine, table: &TableDef, upd: &Update) -> Res
         upd.relation,
         where_clause(&upd.selection)
     );
-    let types: Vec<(DataType, bool, u32)> = table
-        .columns
-        .iter()
-        .map(|c| {
-            let ft = c.field_type.unwrap_or_default();
-            Ok((arrow_type(&ft)?, ft.nullable, ft.max_len))
-        })
-        .collect::<Result<_>>()?;
+    let types = crate::insert::column_types(table)?;
     autocommit(|| async {
         let start_ts = engine.txns().timestamp().await?;
         let out = engine.query_at(&sql, start_ts).await?;

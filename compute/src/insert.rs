@@ -99,6 +99,19 @@ fn datum<'a>(v: &'a ScalarValue) -> Datum<'a> {
     }
 }
 
+/// Each column's (Arrow type, nullable, VARCHAR length limit or 0): what a
+/// written value is checked against.
+pub(crate) fn column_types(table: &TableDef) -> Result<Vec<(DataType, bool, u32)>> {
+    table
+        .columns
+        .iter()
+        .map(|c| {
+            let ft = c.field_type.unwrap_or_default();
+            Ok((arrow_type(&ft)?, ft.nullable, ft.max_len))
+        })
+        .collect()
+}
+
 /// Whether `table` keeps packs (the column layout).
 pub fn is_packed(table: &TableDef) -> bool {
     table.layout == quarry_proto::meta::Layout::Column as i32
@@ -139,14 +152,7 @@ pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Res
             table.columns[*dup].name
         ));
     }
-    let types: Vec<(DataType, bool, u32)> = table
-        .columns
-        .iter()
-        .map(|c| {
-            let ft = c.field_type.unwrap_or_default();
-            Ok((arrow_type(&ft)?, ft.nullable, ft.max_len))
-        })
-        .collect::<Result<_>>()?;
+    let types = column_types(table)?;
     let handle_pos = table
         .columns
         .iter()

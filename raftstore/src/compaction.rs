@@ -35,6 +35,14 @@
 //! it is gone and `must_exist` refuses the rewrite; a version committed
 //! meanwhile is newer than the pack and simply stays in the delta.
 //!
+//! Pack marks (`t{t}_r{first}M`, see `coprocessor::codec::mvcc`) tell
+//! scans which packs have rows hidden by versions. A new pack is marked
+//! when it holds a handle whose locks or versions stay in the delta; the
+//! marks of replaced packs go. A transaction's prewrite marks the pack it
+//! changes, so a mark of a replaced pack that changed or appeared since
+//! the plan read the region, or a lock on a folded handle, refuses the
+//! rewrite (`KvWrite.must_not_exist` and the hashes).
+//!
 //! CAVEATS: the counts live in memory; after a restart a region's old delta
 //! is compacted when the region next takes writes (or at the worker's first
 //! pass, which checks every led region of a column table once).
