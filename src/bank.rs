@@ -72,17 +72,17 @@ pub struct BankReport {
 }
 
 /// A small deterministic generator (xorshift64*): each client its own.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
@@ -304,13 +304,6 @@ async fn run(
         ));
     }
     lat.sort_by(|a, b| a.total_cmp(b));
-    let pct = |p: f64| -> f64 {
-        if lat.is_empty() {
-            0.0
-        } else {
-            lat[((lat.len() - 1) as f64 * p).round() as usize]
-        }
-    };
     let failed = errors.len() as u64;
     errors.sort();
     errors.dedup();
@@ -322,8 +315,8 @@ async fn run(
         transfers_per_s: transfers as f64 / elapsed,
         failed,
         errors,
-        transfer_p50_ms: pct(0.5),
-        transfer_p99_ms: pct(0.99),
+        transfer_p50_ms: crate::bench::percentile(&lat, 0.5),
+        transfer_p99_ms: crate::bench::percentile(&lat, 0.99),
         checks: checks.load(Ordering::SeqCst),
         violations,
         first_violation: first,

@@ -1,6 +1,6 @@
 //! The `quarry` binary's library half: TPC-H data and answers, the bulk
 //! loader, the local multi-process cluster, the benches (TPC-H, writes,
-//! the bank workload), and result printing.
+//! the bank workload, YCSB), and result printing.
 //! `src/main.rs` is the command line over these.
 
 // Library and binary code handles failures; tests may unwrap.
@@ -14,3 +14,4 @@ pub mod local;
 pub mod output;
 pub mod status;
 pub mod tpch;
+pub mod ycsb;

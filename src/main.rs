@@ -300,6 +300,28 @@ enum BenchWhat {
         #[arg(long)]
         json: bool,
     },
+    /// YCSB's core workloads over SQL: point reads and single-row UPDATE
+    /// transactions on zipfian keys (a: 50/50, b: 95/5, c: reads only).
+    Ycsb {
+        /// A running compute process; without it an embedded local
+        /// cluster is started.
+        #[arg(long)]
+        addr: Option<String>,
+        #[arg(long, default_value_t = 3)]
+        stores: usize,
+        /// a, b or c.
+        #[arg(long, default_value_t = 'a')]
+        workload: char,
+        #[arg(long, default_value_t = 10_000)]
+        records: u64,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// How long the operations run.
+        #[arg(long, default_value_t = 20.0)]
+        seconds: f64,
+        #[arg(long)]
+        json: bool,
+    },
     /// The timestamp oracle on an embedded cluster: latency and
     /// throughput of `Meta.GetTimestamps` from concurrent clients.
     Tso {
@@ -840,6 +862,50 @@ async fn run(cli: Cli) -> Result<()> {
             }
             if r.violations > 0 {
                 anyhow::bail!("the bank invariant was violated {} times", r.violations);
+            }
+            Ok(())
+        }
+        Cmd::Bench {
+            what:
+                BenchWhat::Ycsb {
+                    addr,
+                    stores,
+                    workload,
+                    records,
+                    clients,
+                    seconds,
+                    json,
+                },
+        } => {
+            init_logging("warn");
+            let r = quarry::ycsb::bench_ycsb(&quarry::ycsb::YcsbOptions {
+                addr,
+                stores,
+                workload,
+                records,
+                clients,
+                seconds,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "ycsb-{}: {} records, {} clients, {:.1} s: {:.0} ops/s; {} reads p50 {:.2} ms p99 {:.2} ms; {} updates p50 {:.2} ms p99 {:.2} ms; {} failed {:?}",
+                    r.workload,
+                    r.records,
+                    r.clients,
+                    r.seconds,
+                    r.ops_per_s,
+                    r.reads,
+                    r.read_p50_ms,
+                    r.read_p99_ms,
+                    r.updates,
+                    r.update_p50_ms,
+                    r.update_p99_ms,
+                    r.failed,
+                    r.errors
+                );
             }
             Ok(())
         }

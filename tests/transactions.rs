@@ -557,3 +557,58 @@ fn coalesced_timestamps_are_distinct_increasing_and_fresh() {
         assert!(all[0] > before && *all.last().unwrap() < after);
     });
 }
+
+#[test]
+fn ycsb_a_reads_one_row_per_key_while_updates_commit() {
+    let _serial = SERIAL.lock();
+    let out = std::process::Command::new(QUARRY)
+        .args([
+            "bench",
+            "ycsb",
+            "--workload",
+            "a",
+            "--records",
+            "300",
+            "--clients",
+            "4",
+            "--seconds",
+            "3",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    // Every read found exactly its one row, every update committed.
+    assert_eq!(r["failed"], 0, "{r}");
+    assert!(r["reads"].as_u64().unwrap() >= 10, "{r}");
+    assert!(r["updates"].as_u64().unwrap() >= 10, "{r}");
+}
+
+#[test]
+fn a_pinned_primary_key_reads_only_its_rows_and_their_versions() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3"]);
+    pg.ok("CREATE TABLE p (id BIGINT PRIMARY KEY, v BIGINT NOT NULL) WITH (split_handles = '500')");
+    let rows: Vec<String> = (0..1000).map(|i| format!("({i}, {})", i * 2)).collect();
+    pg.ok(&format!("INSERT INTO p VALUES {}", rows.join(", ")));
+    pg.ok("UPDATE p SET v = v + 1 WHERE id = 700");
+    pg.ok("DELETE FROM p WHERE id = 701");
+    assert_eq!(pg.ok("SELECT v FROM p WHERE id = 700"), "v\n1401\n");
+    assert_eq!(
+        pg.ok("SELECT count(*) AS n FROM p WHERE id = 701"),
+        "n\n0\n"
+    );
+    assert_eq!(
+        pg.ok("SELECT id, v FROM p WHERE id IN (3, 700, 701, 5000, NULL) ORDER BY id"),
+        "id,v\n3,6\n700,1401\n"
+    );
+    // The point read touches its own keys (the row, its versions), not
+    // the table's 1000 rows.
+    let (text, keys) = analyzed(&pg, "SELECT v FROM p WHERE id = 700", "storage: ");
+    assert!(keys <= 4, "{text}");
+    let (text, keys) = analyzed(&pg, "SELECT v FROM p WHERE v = 1401", "storage: ");
+    assert!(keys >= 1000, "{text}");
+}

@@ -32,6 +32,7 @@
 
 pub mod aggregates;
 pub mod join_keys;
+pub mod point_get;
 pub mod pushdown;
 pub mod region_scan;
 pub mod rules;

@@ -43,9 +43,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 use parking_lot::Mutex;
-use quarry_coprocessor::codec::key::table_record_range;
 use quarry_coprocessor::expr::{Expr, LogicOp};
-use quarry_coprocessor::storage::KeyRange;
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::TableDef;
@@ -706,7 +704,7 @@ impl ExecutionPlan for RegionScanExec {
                 "RegionScanExec has one partition, asked for {partition}"
             )));
         }
-        let (start, end) = table_record_range(self.table.id);
+        let ranges = super::point_get::scan_ranges(&self.table, &self.dag);
         let deadline = Instant::now() + self.ctx.timeout;
         let dispatcher = self.ctx.dispatcher.clone();
         let mut dag = self.dag.clone();
@@ -763,8 +761,7 @@ impl ExecutionPlan for RegionScanExec {
                 shown.push(filter.shown);
             }
             *runtime_filter.lock() = shown;
-            let scan =
-                dispatcher.stream(&dag, vec![KeyRange::new(start, end)], row_types, deadline);
+            let scan = dispatcher.stream(&dag, ranges, row_types, deadline);
             *started.lock() = Some(scan.stats());
             scan
         })

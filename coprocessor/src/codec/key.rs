@@ -202,6 +202,19 @@ pub fn classify_key(key: &[u8]) -> KeyKind {
     }
 }
 
+/// The first key past every key of `row_key`'s row (its lock, a pack mark
+/// or pack starting at it, its versions): the next handle's row key.
+pub fn row_keys_end(row_key: &[u8]) -> Vec<u8> {
+    let mut k = row_key.to_vec();
+    while let Some(last) = k.pop() {
+        if last < 0xFF {
+            k.push(last + 1);
+            break;
+        }
+    }
+    k
+}
+
 /// `t{table_id}_r{first_handle}M`: the mark of that pack.
 pub fn pack_mark_key(table_id: i64, first_handle: i64) -> Vec<u8> {
     let mut k = Vec::with_capacity(PACK_KEY_LEN);

@@ -31,7 +31,7 @@ use quarry_proto::coprocessor::ExecSummary;
 
 use super::kernels::{all_rows, and_packed, and_range_packed, compare_range, indices, IntSet};
 use super::{BatchExecutor, BatchResult, Chunk};
-use crate::codec::key::RECORD_KEY_LEN;
+use crate::codec::key::{row_keys_end, RECORD_KEY_LEN};
 use crate::codec::mvcc::{split_version_value, Seen, Visibility, VERSION_KEY_LEN};
 use crate::codec::pack::{decode_columns, ColumnView, PackView};
 use crate::codec::row::RowDecoder;
@@ -212,7 +212,7 @@ impl<S: Storage> KvScanner<S> {
                 if self.started && self.has_last_key && self.last_key.len() == VERSION_KEY_LEN {
                     // The last key returned was a row's visible version: resume
                     // at the next row, past its older versions.
-                    next_row_key(&self.last_key[..RECORD_KEY_LEN])
+                    row_keys_end(&self.last_key[..RECORD_KEY_LEN])
                 } else if self.started && self.has_last_key {
                     // Resume just after the last key returned.
                     let mut s = self.last_key.clone();
@@ -245,7 +245,7 @@ fn hidden_pack_rows<S: Storage>(
     let table = decode_i64(&pack_key[1..9])?;
     let mut start = pack_key.to_vec();
     start.push(0);
-    let end = next_row_key(&record_key(table, pack.last_handle()));
+    let end = row_keys_end(&record_key(table, pack.last_handle()));
     storage.peek_keys(&KeyRange::new(start, end), &mut |k| {
         if let KeyKind::Version {
             handle,
@@ -260,19 +260,6 @@ fn hidden_pack_rows<S: Storage>(
         true
     })?;
     Ok(hidden)
-}
-
-/// The first key past every key of `row_key`'s row (its lock, pack and
-/// versions): the next handle's row key.
-fn next_row_key(row_key: &[u8]) -> Vec<u8> {
-    let mut k = row_key.to_vec();
-    while let Some(last) = k.pop() {
-        if last < 0xFF {
-            k.push(last + 1);
-            break;
-        }
-    }
-    k
 }
 
 /// Constant bounds on scan columns, from a filter's conjuncts: a pack whose
