@@ -61,6 +61,17 @@ impl Tso {
 
     /// Serves the queue, one batch per request, until it is empty.
     async fn serve(&self) {
+        // Should this task panic, the queue must not stay marked as served:
+        // the next caller starts a new task instead of waiting forever.
+        struct Unmark<'a>(&'a Mutex<Queue>);
+        impl Drop for Unmark<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.0.lock().serving = false;
+                }
+            }
+        }
+        let _unmark = Unmark(&self.queue);
         loop {
             let batch = {
                 let mut q = self.queue.lock();
