@@ -251,7 +251,7 @@ fn run(
             None => rows_out.len(),
         } as u64;
         if max_bytes > 0 && written >= max_bytes {
-            remaining = exec.remaining_ranges();
+            remaining = exec.remaining_ranges()?;
             break;
         }
     }

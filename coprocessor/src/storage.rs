@@ -29,12 +29,12 @@ pub trait Storage {
     /// loop whether to keep a pair borrow it again once the loop is done.
     fn current(&self) -> Option<(&[u8], &[u8])>;
 
-    /// Calls `f` with each key of `range` (bounded to the storage's own
+    /// Calls `f` with each pair of `range` (bounded to the storage's own
     /// bounds) in key order until it returns false, through a second
     /// cursor over the same snapshot: the current scan does not move. A
-    /// column-layout scan uses it to find the versions that hide rows of a
-    /// pack it is about to return.
-    fn peek_keys(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()>;
+    /// column-layout scan uses it to find the versions (and locks) over
+    /// the rows of a pack it is about to return.
+    fn peek(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()>;
 }
 
 impl<T: Storage + ?Sized> Storage for Box<T> {
@@ -50,8 +50,8 @@ impl<T: Storage + ?Sized> Storage for Box<T> {
         (**self).current()
     }
 
-    fn peek_keys(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()> {
-        (**self).peek_keys(range, f)
+    fn peek(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        (**self).peek(range, f)
     }
 }
 
@@ -80,8 +80,8 @@ impl<T: Storage + ?Sized> Storage for &mut T {
         (**self).current()
     }
 
-    fn peek_keys(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()> {
-        (**self).peek_keys(range, f)
+    fn peek(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        (**self).peek(range, f)
     }
 }
 
@@ -167,12 +167,12 @@ impl Storage for MemStorage {
         Some((k.as_slice(), v))
     }
 
-    fn peek_keys(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()> {
+    fn peek(&self, range: &KeyRange, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         let from = self
             .data
             .partition_point(|(k, _)| k.as_slice() < range.start.as_slice());
-        for (k, _) in &self.data[from..] {
-            if !range.as_ref().before_end(k) || !f(k) {
+        for (k, v) in &self.data[from..] {
+            if !range.as_ref().before_end(k) || !f(k, v) {
                 break;
             }
         }

@@ -53,7 +53,7 @@ impl BatchExecutor for AggregationExecutor<'_> {
     }
 
     /// An aggregation answers for its whole input at once: never resumed.
-    fn remaining_ranges(&self) -> Vec<KeyRange> {
-        vec![]
+    fn remaining_ranges(&self) -> crate::Result<Vec<KeyRange>> {
+        Ok(vec![])
     }
 }

@@ -47,9 +47,9 @@ impl BatchExecutor for LimitExecutor<'_> {
         self.child.collect_summary(s)
     }
 
-    fn remaining_ranges(&self) -> Vec<KeyRange> {
+    fn remaining_ranges(&self) -> crate::Result<Vec<KeyRange>> {
         if self.remaining == 0 {
-            vec![]
+            Ok(vec![])
         } else {
             self.child.remaining_ranges()
         }

@@ -102,7 +102,7 @@ pub trait BatchExecutor {
 
     /// The key ranges not scanned yet, for resuming a response that was cut
     /// short by its byte limit.
-    fn remaining_ranges(&self) -> Vec<KeyRange>;
+    fn remaining_ranges(&self) -> crate::Result<Vec<KeyRange>>;
 }
 
 impl BatchExecutor for Box<dyn BatchExecutor + '_> {
@@ -115,7 +115,7 @@ impl BatchExecutor for Box<dyn BatchExecutor + '_> {
     fn collect_summary(&self, summary: &mut ExecSummary) {
         (**self).collect_summary(summary)
     }
-    fn remaining_ranges(&self) -> Vec<KeyRange> {
+    fn remaining_ranges(&self) -> crate::Result<Vec<KeyRange>> {
         (**self).remaining_ranges()
     }
 }

@@ -65,7 +65,7 @@ impl BatchExecutor for ProjectionExecutor<'_> {
         self.child.collect_summary(s)
     }
 
-    fn remaining_ranges(&self) -> Vec<KeyRange> {
+    fn remaining_ranges(&self) -> crate::Result<Vec<KeyRange>> {
         self.child.remaining_ranges()
     }
 }

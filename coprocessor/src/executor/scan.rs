@@ -32,12 +32,14 @@ use quarry_proto::coprocessor::ExecSummary;
 use super::kernels::{all_rows, and_packed, and_range_packed, compare_range, indices, IntSet};
 use super::{BatchExecutor, BatchResult, Chunk};
 use crate::codec::key::{row_keys_end, RECORD_KEY_LEN};
-use crate::codec::mvcc::{split_version_value, Seen, Visibility, VERSION_KEY_LEN};
+use crate::codec::mvcc::{decode_lock, split_version_value, Seen, Visibility, VERSION_KEY_LEN};
 use crate::codec::pack::{decode_columns, ColumnView, PackView};
 use crate::codec::row::RowDecoder;
 use crate::expr::{Bloom, CmpOp, Expr, LogicOp, ScalarValue};
+use crate::storage::is_lock_key;
 use crate::storage::{KeyRange, Storage};
 use crate::{internal, Error, Result};
+use quarry_proto::kv::LockInfo;
 
 /// One pair of a table's key range, by what its key says it is.
 pub enum TableData<'a> {
@@ -204,32 +206,83 @@ impl<S: Storage> KvScanner<S> {
         Ok(true)
     }
 
-    /// The key ranges not read yet.
-    pub fn remaining_ranges(&self) -> Vec<KeyRange> {
+    /// The key ranges not read yet. Each page of a cut response is read
+    /// from a new snapshot at the same `read_ts`, so the cut must not let
+    /// the next page see a row this one returned in another form:
+    ///
+    /// * after a row's visible version, the next page starts at the next
+    ///   row, past its older versions;
+    /// * after a bare row, likewise past the row's other keys (a commit
+    ///   over it rewrites it as a version, which the next page would
+    ///   return again); but first its lock, in this snapshot, is checked:
+    ///   one of a transaction that may commit at or below `read_ts` stops
+    ///   the page ([`crate::Error::Locked`]) as it would have had the
+    ///   page gone on;
+    /// * after a pack, just past its key: its handles' versions follow
+    ///   (the locks over its rows were checked with them).
+    pub fn remaining_ranges(&self) -> Result<Vec<KeyRange>> {
         let mut out = Vec::new();
         if let Some(r) = self.ranges.get(self.current) {
-            let start =
-                if self.started && self.has_last_key && self.last_key.len() == VERSION_KEY_LEN {
-                    // The last key returned was a row's visible version: resume
-                    // at the next row, past its older versions.
-                    row_keys_end(&self.last_key[..RECORD_KEY_LEN])
-                } else if self.started && self.has_last_key {
-                    // Resume just after the last key returned.
-                    let mut s = self.last_key.clone();
-                    s.push(0);
-                    s
-                } else {
-                    r.start.clone()
-                };
+            let last = self.started && self.has_last_key;
+            let start = if last && self.last_key.len() == VERSION_KEY_LEN {
+                row_keys_end(&self.last_key[..RECORD_KEY_LEN])
+            } else if last && self.last_key.len() == RECORD_KEY_LEN {
+                let end = row_keys_end(&self.last_key);
+                let mut after = self.last_key.clone();
+                after.push(0);
+                if let Some(lock) = self.blocking_lock(&KeyRange::new(after, end.clone()))? {
+                    return Err(Error::Locked(Box::new(lock)));
+                }
+                end
+            } else if last {
+                let mut s = self.last_key.clone();
+                s.push(0);
+                s
+            } else {
+                r.start.clone()
+            };
             out.push(KeyRange::new(start, r.end.clone()));
             out.extend(self.ranges[self.current + 1..].iter().cloned());
         }
-        out
+        Ok(out)
+    }
+
+    /// The first lock in `range` (of this snapshot) of a transaction that
+    /// may commit at or below `read_ts`.
+    fn blocking_lock(&self, range: &KeyRange) -> Result<Option<LockInfo>> {
+        let mut found = None;
+        let mut bad = None;
+        self.storage.peek(range, &mut |k, v| {
+            if is_lock_key(k) {
+                match decode_lock(v) {
+                    Ok(l) if blocks(&l, self.read_ts) => {
+                        found = Some(l);
+                        return false;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        bad = Some(e);
+                        return false;
+                    }
+                }
+            }
+            true
+        })?;
+        match bad {
+            Some(e) => Err(e),
+            None => Ok(found),
+        }
     }
 }
 
+/// Whether a reader at `read_ts` must wait for `lock`'s transaction (as
+/// [`Visibility`] decides for the locks a scan meets).
+fn blocks(lock: &LockInfo, read_ts: u64) -> bool {
+    lock.start_ts <= read_ts && lock.op() != quarry_proto::kv::Op::Lock
+}
+
 /// The handles of the marked `pack` (at `pack_key`) whose row the
-/// snapshot at `read_ts` does not see: a version committed at or before
+/// snapshot at `read_ts` does not see (or a lock it must wait for): a version committed at or before
 /// `read_ts` replaced or deleted it. A pack row is older than every
 /// snapshot, so any data version of its handle is newer; a version's key
 /// sorts after the pack's key and before the next handle's row, so one
@@ -246,19 +299,37 @@ fn hidden_pack_rows<S: Storage>(
     let mut start = pack_key.to_vec();
     start.push(0);
     let end = row_keys_end(&record_key(table, pack.last_handle()));
-    storage.peek_keys(&KeyRange::new(start, end), &mut |k| {
-        if let KeyKind::Version {
-            handle,
-            commit_ts,
-            kind,
-        } = classify_key(k)
-        {
-            if commit_ts <= read_ts && kind.is_data() {
+    let mut locked = None;
+    storage.peek(&KeyRange::new(start, end), &mut |k, v| {
+        match classify_key(k) {
+            KeyKind::Version {
+                handle,
+                commit_ts,
+                kind,
+            } if commit_ts <= read_ts && kind.is_data() => {
                 hidden.insert(handle);
             }
+            // A lock over a packed row stops the read now, before the
+            // pack's row is returned: resumed later (a cut response), the
+            // scan would not meet it before the row's new version.
+            KeyKind::Lock(_) => match decode_lock(v) {
+                Ok(l) if blocks(&l, read_ts) => {
+                    locked = Some(Ok(l));
+                    return false;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    locked = Some(Err(e));
+                    return false;
+                }
+            },
+            _ => {}
         }
         true
     })?;
+    if let Some(l) = locked {
+        return Err(Error::Locked(Box::new(l?)));
+    }
     Ok(hidden)
 }
 
@@ -586,7 +657,7 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
         s.blocks_scanned += self.blocks_scanned;
     }
 
-    fn remaining_ranges(&self) -> Vec<KeyRange> {
+    fn remaining_ranges(&self) -> crate::Result<Vec<KeyRange>> {
         self.scanner.remaining_ranges()
     }
 }
@@ -603,6 +674,47 @@ mod tests {
                 data_type: lit.data_type(),
             }),
             right: Box::new(Expr::Literal(lit)),
+        }
+    }
+
+    #[test]
+    fn a_cut_after_a_bare_row_checks_its_lock_and_resumes_past_its_keys() {
+        use crate::codec::key::record_key;
+        use crate::codec::mvcc::{encode_lock, lock_key};
+        use crate::storage::MemStorage;
+        let lock = |start_ts: u64| {
+            encode_lock(&LockInfo {
+                primary: record_key(1, 2),
+                start_ts,
+                op: quarry_proto::kv::Op::Put as i32,
+                ..Default::default()
+            })
+        };
+        let store = |lock_ts: Option<u64>| {
+            let mut s = MemStorage::new();
+            for h in 1..=3 {
+                s.put(record_key(1, h), vec![1]);
+            }
+            if let Some(ts) = lock_ts {
+                s.put(lock_key(&record_key(1, 2)), lock(ts));
+            }
+            s
+        };
+        let all = vec![KeyRange::new(record_key(1, 0), record_key(1, 100))];
+        for (lock_ts, blocked) in [(None, false), (Some(50), true), (Some(150), false)] {
+            let mut scan = KvScanner::new(store(lock_ts), all.clone(), 100, false);
+            // The page ends on bare row 2.
+            for _ in 0..2 {
+                assert!(matches!(scan.next_data().unwrap(), Some(TableData::Row(_))));
+            }
+            match scan.remaining_ranges() {
+                Err(Error::Locked(l)) => assert!(blocked && l.start_ts == 50),
+                Ok(r) => {
+                    assert!(!blocked, "a lock at or below the snapshot was passed over");
+                    assert_eq!(r[0].start, row_keys_end(&record_key(1, 2)));
+                }
+                Err(e) => panic!("{e}"),
+            }
         }
     }
 

@@ -90,7 +90,7 @@ impl BatchExecutor for SelectionExecutor<'_> {
         self.child.collect_summary(s)
     }
 
-    fn remaining_ranges(&self) -> Vec<KeyRange> {
+    fn remaining_ranges(&self) -> crate::Result<Vec<KeyRange>> {
         self.child.remaining_ranges()
     }
 }

@@ -129,9 +129,9 @@ impl BatchExecutor for TopNExecutor<'_> {
         self.child.collect_summary(s)
     }
 
-    fn remaining_ranges(&self) -> Vec<KeyRange> {
+    fn remaining_ranges(&self) -> crate::Result<Vec<KeyRange>> {
         if self.drained {
-            vec![]
+            Ok(vec![])
         } else {
             self.child.remaining_ranges()
         }

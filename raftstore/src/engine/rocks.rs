@@ -268,10 +268,10 @@ impl Storage for RocksStorage<'_> {
         Some((key, value))
     }
 
-    fn peek_keys(
+    fn peek(
         &self,
         range: &KeyRange,
-        f: &mut dyn FnMut(&[u8]) -> bool,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> quarry_coprocessor::Result<()> {
         let Some(KeyRange { start, end }) = range.intersect(&self.bounds) else {
             return Ok(());
@@ -286,8 +286,10 @@ impl Storage for RocksStorage<'_> {
         });
         it.seek(&start);
         while it.valid() {
-            match it.key() {
-                Some(k) if (end.is_empty() || k < end.as_slice()) && f(k) => it.next(),
+            match (it.key(), it.value()) {
+                (Some(k), Some(v)) if (end.is_empty() || k < end.as_slice()) && f(k, v) => {
+                    it.next()
+                }
                 _ => return Ok(()),
             }
         }

@@ -151,8 +151,8 @@ impl<S: Storage> BatchExecutor for FusedAggExecutor<S> {
     }
 
     /// An aggregation answers for its whole input at once: never resumed.
-    fn remaining_ranges(&self) -> Vec<KeyRange> {
-        vec![]
+    fn remaining_ranges(&self) -> crate::Result<Vec<KeyRange>> {
+        Ok(vec![])
     }
 }
 

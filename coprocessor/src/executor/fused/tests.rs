@@ -308,7 +308,7 @@ fn store_with_versions(
             record_key(TABLE, i64::MIN),
             pack_key(TABLE, *i as i64 * 2 + 1),
         );
-        s.peek_keys(&upto, &mut |k| {
+        s.peek(&upto, &mut |k, _| {
             if let KeyKind::Pack(f) = classify_key(k) {
                 first = Some(f);
             }
