@@ -31,7 +31,7 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::Int64Type;
 use quarry_client::Client;
 
-use crate::local::{ClusterArgs, LocalCluster};
+use crate::local::{BenchTarget, LocalCluster};
 
 /// Each account's balance before the first transfer.
 pub const OPENING_BALANCE: i64 = 1000;
@@ -131,25 +131,13 @@ pub async fn bench_bank(opts: &BankOptions) -> Result<BankReport> {
     if opts.accounts < 2 {
         bail!("--accounts must be at least 2");
     }
-    let dir = tempfile::Builder::new()
-        .prefix("quarry-bench-bank-")
-        .tempdir()?;
-    let mut cluster = match &opts.addr {
-        Some(_) => None,
-        None => Some(LocalCluster::start(dir.path(), opts.stores, &ClusterArgs::default()).await?),
-    };
-    if opts.kill_store && cluster.is_none() {
+    if opts.kill_store && opts.addr.is_some() {
         bail!("--kill-store needs the embedded cluster (no --addr)");
     }
-    let url = match (&opts.addr, &cluster) {
-        (Some(a), _) => a.clone(),
-        (None, Some(c)) => c.compute_url(),
-        (None, None) => unreachable!("one of them is set"),
-    };
-    let result = run(&url, opts, cluster.as_mut()).await;
-    if let Some(c) = cluster.as_mut() {
-        c.stop().await;
-    }
+    let mut target =
+        BenchTarget::open(opts.addr.as_deref(), opts.stores, "quarry-bench-bank-").await?;
+    let result = run(&target.url.clone(), opts, target.cluster.as_mut()).await;
+    target.close().await;
     result
 }
 
@@ -322,4 +310,29 @@ async fn run(
         first_violation: first,
         killed_store: opts.kill_store,
     })
+}
+
+impl std::fmt::Display for BankReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "bank: {} clients, {} accounts, {:.1} s{}: {} transfers ({:.0}/s, p50 {:.2} ms, p99 {:.2} ms), {} failed {:?}; {} snapshot checks, {} violations",
+            self.clients,
+            self.accounts,
+            self.seconds,
+            if self.killed_store { ", a store killed and restarted" } else { "" },
+            self.transfers,
+            self.transfers_per_s,
+            self.transfer_p50_ms,
+            self.transfer_p99_ms,
+            self.failed,
+            self.errors,
+            self.checks,
+            self.violations,
+        )?;
+        if let Some(v) = &self.first_violation {
+            write!(f, " (first: {v})")?;
+        }
+        Ok(())
+    }
 }

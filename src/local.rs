@@ -332,3 +332,39 @@ impl LocalCluster {
         }
     }
 }
+
+/// Where a bench's clients connect: a running compute process (`--addr`),
+/// or an embedded cluster in a temporary directory, stopped by
+/// [`BenchTarget::close`].
+pub struct BenchTarget {
+    pub url: String,
+    pub cluster: Option<LocalCluster>,
+    _dir: tempfile::TempDir,
+}
+
+impl BenchTarget {
+    /// `addr`, or a new embedded cluster of `stores` stores (its directory
+    /// named after `prefix`).
+    pub async fn open(addr: Option<&str>, stores: usize, prefix: &str) -> Result<Self> {
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir()?;
+        let (url, cluster) = match addr {
+            Some(a) => (a.to_string(), None),
+            None => {
+                let c = LocalCluster::start(dir.path(), stores, &ClusterArgs::default()).await?;
+                (c.compute_url(), Some(c))
+            }
+        };
+        Ok(BenchTarget {
+            url,
+            cluster,
+            _dir: dir,
+        })
+    }
+
+    /// Stops the embedded cluster, if any.
+    pub async fn close(&mut self) {
+        if let Some(c) = self.cluster.as_mut() {
+            c.stop().await;
+        }
+    }
+}

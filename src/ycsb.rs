@@ -26,7 +26,7 @@ use quarry_client::Client;
 
 use crate::bank::Rng;
 use crate::bench::percentile;
-use crate::local::{ClusterArgs, LocalCluster};
+use crate::local::BenchTarget;
 
 const TABLE: &str = "usertable";
 const FIELDS: usize = 10;
@@ -156,22 +156,10 @@ pub async fn bench_ycsb(opts: &YcsbOptions) -> Result<YcsbReport> {
     if opts.records < 3 {
         bail!("--records must be at least 3");
     }
-    let dir = tempfile::Builder::new()
-        .prefix("quarry-bench-ycsb-")
-        .tempdir()?;
-    let mut cluster = match &opts.addr {
-        Some(_) => None,
-        None => Some(LocalCluster::start(dir.path(), opts.stores, &ClusterArgs::default()).await?),
-    };
-    let url = match (&opts.addr, &cluster) {
-        (Some(a), _) => a.clone(),
-        (None, Some(c)) => c.compute_url(),
-        (None, None) => unreachable!("one of them is set"),
-    };
-    let result = run(&url, opts, read_share).await;
-    if let Some(c) = cluster.as_mut() {
-        c.stop().await;
-    }
+    let mut target =
+        BenchTarget::open(opts.addr.as_deref(), opts.stores, "quarry-bench-ycsb-").await?;
+    let result = run(&target.url, opts, read_share).await;
+    target.close().await;
     result
 }
 
@@ -254,6 +242,28 @@ async fn run(url: &str, opts: &YcsbOptions, read_share: f64) -> Result<YcsbRepor
         failed,
         errors,
     })
+}
+
+impl std::fmt::Display for YcsbReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ycsb-{}: {} records, {} clients, {:.1} s: {:.0} ops/s; {} reads p50 {:.2} ms p99 {:.2} ms; {} updates p50 {:.2} ms p99 {:.2} ms; {} failed {:?}",
+            self.workload,
+            self.records,
+            self.clients,
+            self.seconds,
+            self.ops_per_s,
+            self.reads,
+            self.read_p50_ms,
+            self.read_p99_ms,
+            self.updates,
+            self.update_p50_ms,
+            self.update_p99_ms,
+            self.failed,
+            self.errors
+        )
+    }
 }
 
 #[cfg(test)]

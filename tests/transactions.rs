@@ -485,31 +485,36 @@ fn concurrent_increments_never_lose_an_update() {
     );
 }
 
+/// Runs `quarry ARGS --json` to success and parses its report.
+fn quarry_json(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(QUARRY)
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
 #[test]
 fn the_bank_total_holds_under_concurrent_transfers_with_a_store_killed_and_restarted() {
     let _serial = SERIAL.lock();
     // `quarry bench bank` on its own embedded cluster: 4 clients move
     // money between 60 accounts over three regions while a checker reads
     // the total; a store is killed -9 at 3 s and restarted at 6 s.
-    let out = std::process::Command::new(QUARRY)
-        .args([
-            "bench",
-            "bank",
-            "--accounts",
-            "60",
-            "--clients",
-            "4",
-            "--seconds",
-            "9",
-            "--kill-store",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let r: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let r = quarry_json(&[
+        "bench",
+        "bank",
+        "--accounts",
+        "60",
+        "--clients",
+        "4",
+        "--seconds",
+        "9",
+        "--kill-store",
+    ]);
     assert_eq!(r["violations"], 0, "{r}");
     assert_eq!(r["killed_store"], true, "{r}");
     assert!(r["transfers"].as_u64().unwrap() >= 20, "{r}");
@@ -561,26 +566,18 @@ fn coalesced_timestamps_are_distinct_increasing_and_fresh() {
 #[test]
 fn ycsb_a_reads_one_row_per_key_while_updates_commit() {
     let _serial = SERIAL.lock();
-    let out = std::process::Command::new(QUARRY)
-        .args([
-            "bench",
-            "ycsb",
-            "--workload",
-            "a",
-            "--records",
-            "300",
-            "--clients",
-            "4",
-            "--seconds",
-            "3",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let r: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let r = quarry_json(&[
+        "bench",
+        "ycsb",
+        "--workload",
+        "a",
+        "--records",
+        "300",
+        "--clients",
+        "4",
+        "--seconds",
+        "3",
+    ]);
     // Every read found exactly its one row, every update committed.
     assert_eq!(r["failed"], 0, "{r}");
     assert!(r["reads"].as_u64().unwrap() >= 10, "{r}");

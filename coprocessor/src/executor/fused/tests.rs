@@ -42,6 +42,18 @@ struct Row {
 }
 
 impl Row {
+    /// The row as a row-layout value.
+    fn encode(&self, enc: &mut RowEncoder) -> Vec<u8> {
+        let ids: Vec<(i64, Datum)> = columns()
+            .iter()
+            .map(|(id, _)| *id)
+            .zip(self.datums())
+            .collect();
+        let mut v = Vec::new();
+        enc.encode(&ids, &mut v).unwrap();
+        v
+    }
+
     fn datums(&self) -> Vec<Datum<'static>> {
         vec![
             self.qty.map_or(Datum::Null, Datum::Int),
@@ -101,14 +113,7 @@ fn store(rows: &[Row], pack_rows: usize, delta_every: usize) -> MemStorage {
         let h = h as i64 * 2;
         if delta_every > 0 && h as usize % delta_every == 1 % delta_every.max(1) {
             flush(&mut b, &mut s);
-            let ids: Vec<(i64, Datum)> = columns()
-                .iter()
-                .map(|(id, _)| *id)
-                .zip(r.datums())
-                .collect();
-            let mut v = Vec::new();
-            enc.encode(&ids, &mut v).unwrap();
-            s.put(record_key(TABLE, h), v);
+            s.put(record_key(TABLE, h), r.encode(&mut enc));
             continue;
         }
         b.push(h, &r.datums()).unwrap();
@@ -319,19 +324,10 @@ fn store_with_versions(
             s.put(pack_mark_key(TABLE, f), vec![]);
         }
         match new {
-            Some(r) => {
-                let ids: Vec<(i64, Datum)> = columns()
-                    .iter()
-                    .map(|(id, _)| *id)
-                    .zip(r.datums())
-                    .collect();
-                let mut v = Vec::new();
-                enc.encode(&ids, &mut v).unwrap();
-                s.put(
-                    version_key(&row_key, COMMITTED, WriteKind::Put),
-                    version_value(COMMITTED - 1, &v),
-                );
-            }
+            Some(r) => s.put(
+                version_key(&row_key, COMMITTED, WriteKind::Put),
+                version_value(COMMITTED - 1, &r.encode(&mut enc)),
+            ),
             None => s.put(
                 version_key(&row_key, COMMITTED, WriteKind::Delete),
                 version_value(COMMITTED - 1, &[]),

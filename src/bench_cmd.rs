@@ -1,0 +1,351 @@
+//! `quarry bench …`: the benchmark subcommands and how their reports are
+//! printed (the benches themselves live in the library: `bench`, `bank`,
+//! `ycsb`).
+
+use anyhow::{anyhow, Result};
+use clap::Subcommand;
+use quarry::bench::{
+    bench_compare, bench_tpch, bench_tso, bench_write, print_compare, BenchOptions,
+    TsoBenchOptions, WriteBenchOptions,
+};
+use quarry::local::ClusterArgs;
+use quarry::tpch::Table;
+
+use crate::{init_logging, tables_or_all, LayoutArg};
+
+#[derive(Subcommand)]
+pub enum BenchWhat {
+    /// Write cost of replication: load throughput, INSERT latency and
+    /// concurrent INSERT throughput, with early apply on and off in one run.
+    Write {
+        #[arg(long, default_value_t = 3)]
+        stores: usize,
+        /// TPC-H scale factor loaded to time the bulk path.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Sequential single-row INSERTs (each timed).
+        #[arg(long, default_value_t = 300)]
+        inserts: usize,
+        /// Concurrent writers for the throughput phase.
+        #[arg(long, default_value_t = 8)]
+        writers: usize,
+        /// on, off or both.
+        #[arg(long, default_value = "both")]
+        early_apply: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bank transfers between accounts over three regions from concurrent
+    /// clients, each one UPDATE transaction, while a checker verifies
+    /// that every snapshot holds the opening total.
+    Bank {
+        /// A running compute process; without it an embedded local
+        /// cluster is started.
+        #[arg(long)]
+        addr: Option<String>,
+        #[arg(long, default_value_t = 3)]
+        stores: usize,
+        #[arg(long, default_value_t = 1000)]
+        accounts: i64,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// How long the transfers run.
+        #[arg(long, default_value_t = 20.0)]
+        seconds: f64,
+        /// Kill -9 a store a third of the way in and restart it at two
+        /// thirds (embedded cluster only).
+        #[arg(long)]
+        kill_store: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// YCSB's core workloads over SQL: point reads and single-row UPDATE
+    /// transactions on zipfian keys (a: 50/50, b: 95/5, c: reads only).
+    Ycsb {
+        /// A running compute process; without it an embedded local
+        /// cluster is started.
+        #[arg(long)]
+        addr: Option<String>,
+        #[arg(long, default_value_t = 3)]
+        stores: usize,
+        /// a, b or c.
+        #[arg(long, default_value_t = 'a')]
+        workload: char,
+        #[arg(long, default_value_t = 10_000)]
+        records: u64,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// How long the operations run.
+        #[arg(long, default_value_t = 20.0)]
+        seconds: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The timestamp oracle on an embedded cluster: latency and
+    /// throughput of `Meta.GetTimestamps` from concurrent clients.
+    Tso {
+        #[arg(long, default_value_t = 3)]
+        stores: usize,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Requests per client.
+        #[arg(long, default_value_t = 2000)]
+        requests: usize,
+        /// Timestamps per request.
+        #[arg(long, default_value_t = 1)]
+        batch: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// TPC-H Q1 and Q6.
+    Tpch {
+        /// A running compute process; without it an embedded local cluster
+        /// is started and loaded.
+        #[arg(long)]
+        addr: Option<String>,
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Tables the embedded cluster loads, comma-separated (default: all
+        /// eight).
+        #[arg(long, value_delimiter = ',')]
+        tables: Vec<Table>,
+        /// Queries to time, comma-separated: q1 … q22, `all` (the 22),
+        /// `scan`, `topn`.
+        #[arg(long, value_delimiter = ',', default_value = "q1,q6")]
+        queries: Vec<String>,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value_t = 3)]
+        stores: usize,
+        /// Storage layout of the loaded tables: column or row.
+        #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
+        layout: LayoutArg,
+        /// Measure in one run: column layout, row layout, rows instead of
+        /// Arrow chunks on the wire, and DuckDB (when importable) over the
+        /// same data; print the ratios. Adds the many-rows queries `scan` (all
+        /// rows to the client) and `topn` (all rows to compute, ten to the client).
+        #[arg(long)]
+        compare: bool,
+    },
+}
+
+pub async fn run(what: BenchWhat) -> Result<()> {
+    match what {
+        BenchWhat::Write {
+            stores,
+            sf,
+            inserts,
+            writers,
+            early_apply,
+            json,
+        } => {
+            init_logging("warn");
+            let settings = match early_apply.as_str() {
+                "on" => vec![true],
+                "off" => vec![false],
+                "both" => vec![true, false],
+                other => {
+                    return Err(anyhow!(
+                        "--early-apply must be on, off or both, not {other}"
+                    ))
+                }
+            };
+            let reports = bench_write(&WriteBenchOptions {
+                stores,
+                sf,
+                inserts,
+                writers,
+                settings,
+            })
+            .await?;
+            for r in &reports {
+                if json {
+                    println!("{}", serde_json::to_string(r)?);
+                } else {
+                    println!(
+                        "early-apply {:>3}: load {:.0} rows/s ({:.1} s, {} replicas); INSERT p50 {:.2} ms p99 {:.2} ms mean {:.2} ms; {} writers {:.0} INSERTs/s; 100-row INSERT p50 {:.2} ms in one region, {:.2} ms over three ({:.2}×); UPDATE of one row p50 {:.2} ms",
+                        if r.early_apply { "on" } else { "off" },
+                        r.load_rows_per_s,
+                        r.load_seconds,
+                        r.replicas,
+                        r.insert_p50_ms,
+                        r.insert_p99_ms,
+                        r.insert_mean_ms,
+                        writers,
+                        r.concurrent_writes_per_s,
+                        r.batch_one_region_p50_ms,
+                        r.batch_three_regions_p50_ms,
+                        r.batch_three_regions_p50_ms / r.batch_one_region_p50_ms,
+                        r.update_p50_ms
+                    );
+                }
+            }
+            if let [on, off] = reports.as_slice() {
+                if !json {
+                    println!(
+                        "off/on: INSERT p50 {:.2}×, mean {:.2}×, concurrent throughput {:.2}×, load throughput {:.2}×",
+                        off.insert_p50_ms / on.insert_p50_ms,
+                        off.insert_mean_ms / on.insert_mean_ms,
+                        off.concurrent_writes_per_s / on.concurrent_writes_per_s,
+                        off.load_rows_per_s / on.load_rows_per_s
+                    );
+                }
+            }
+            Ok(())
+        }
+        BenchWhat::Bank {
+            addr,
+            stores,
+            accounts,
+            clients,
+            seconds,
+            kill_store,
+            json,
+        } => {
+            init_logging("warn");
+            let r = quarry::bank::bench_bank(&quarry::bank::BankOptions {
+                addr,
+                stores,
+                accounts,
+                clients,
+                seconds,
+                kill_store,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!("{r}");
+            }
+            if r.violations > 0 {
+                anyhow::bail!("the bank invariant was violated {} times", r.violations);
+            }
+            Ok(())
+        }
+        BenchWhat::Ycsb {
+            addr,
+            stores,
+            workload,
+            records,
+            clients,
+            seconds,
+            json,
+        } => {
+            init_logging("warn");
+            let r = quarry::ycsb::bench_ycsb(&quarry::ycsb::YcsbOptions {
+                addr,
+                stores,
+                workload,
+                records,
+                clients,
+                seconds,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!("{r}");
+            }
+            Ok(())
+        }
+        BenchWhat::Tso {
+            stores,
+            clients,
+            requests,
+            batch,
+            json,
+        } => {
+            init_logging("warn");
+            let r = bench_tso(&TsoBenchOptions {
+                stores,
+                clients,
+                requests,
+                batch,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "timestamp oracle, {} clients, {} per request: {:.0} requests/s, {:.0} timestamps/s, p50 {:.3} ms, p99 {:.3} ms",
+                    r.clients, r.batch, r.requests_per_s, r.timestamps_per_s, r.p50_ms, r.p99_ms
+                );
+            }
+            Ok(())
+        }
+        BenchWhat::Tpch {
+            addr,
+            sf,
+            tables,
+            queries,
+            runs,
+            json,
+            stores,
+            layout,
+            compare,
+        } => {
+            init_logging("warn");
+            let mut opts = BenchOptions {
+                addr,
+                sf,
+                tables: tables_or_all(&tables),
+                queries: quarry::tpch::expand_queries(&queries),
+                runs,
+                stores,
+                cluster_args: ClusterArgs::default(),
+                progress: !json,
+                layout: layout.layout(),
+            };
+            if compare {
+                for extra in ["scan", "topn"] {
+                    if !opts.queries.iter().any(|q| q == extra) {
+                        opts.queries.push(extra.into());
+                    }
+                }
+                let r = bench_compare(&opts).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&r)?);
+                } else {
+                    print_compare(&r);
+                }
+                if r.queries.iter().any(|q| q.answer.starts_with("mismatch")) {
+                    return Err(anyhow!("an answer did not match the expected one"));
+                }
+                return Ok(());
+            }
+            let (load, reports) = bench_tpch(&opts).await?;
+            if json {
+                if let Some(l) = &load {
+                    println!("{}", serde_json::json!({ "load": l }));
+                }
+                for r in &reports {
+                    println!("{}", serde_json::to_string(r)?);
+                }
+            } else {
+                if let Some(l) = &load {
+                    println!(
+                        "load: {} rows at SF {} ({} layout) into {} regions in {:.1} s ({:.0} rows/s)",
+                        l.rows,
+                        l.sf,
+                        l.layout,
+                        l.regions,
+                        l.seconds,
+                        l.rows as f64 / l.seconds
+                    );
+                }
+                for r in &reports {
+                    println!(
+                        "{}: min {:.1} ms, median {:.1} ms over {} runs, {} rows, answer {}",
+                        r.query, r.min_ms, r.median_ms, r.runs, r.rows, r.answer
+                    );
+                }
+            }
+            if reports.iter().any(|r| r.answer.starts_with("mismatch")) {
+                return Err(anyhow!("an answer did not match the expected one"));
+            }
+            Ok(())
+        }
+    }
+}
