@@ -38,16 +38,24 @@ pub const OPENING_BALANCE: i64 = 1000;
 
 const TABLE: &str = "bank_accounts";
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct BankOptions {
-    /// A running compute process; None: an embedded cluster.
+    /// A running compute process; without it an embedded local cluster is
+    /// started.
+    #[arg(long)]
     pub addr: Option<String>,
+    #[arg(long, default_value_t = 3)]
     pub stores: usize,
+    #[arg(long, default_value_t = 1000)]
     pub accounts: i64,
+    #[arg(long, default_value_t = 8)]
     pub clients: usize,
+    /// How long the transfers run.
+    #[arg(long, default_value_t = 20.0)]
     pub seconds: f64,
-    /// Kill -9 one store a third of the way in and restart it at two
-    /// thirds (embedded cluster only).
+    /// Kill -9 a store a third of the way in and restart it at two thirds
+    /// (embedded cluster only).
+    #[arg(long)]
     pub kill_store: bool,
 }
 

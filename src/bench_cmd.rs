@@ -39,45 +39,16 @@ pub enum BenchWhat {
     /// clients, each one UPDATE transaction, while a checker verifies
     /// that every snapshot holds the opening total.
     Bank {
-        /// A running compute process; without it an embedded local
-        /// cluster is started.
-        #[arg(long)]
-        addr: Option<String>,
-        #[arg(long, default_value_t = 3)]
-        stores: usize,
-        #[arg(long, default_value_t = 1000)]
-        accounts: i64,
-        #[arg(long, default_value_t = 8)]
-        clients: usize,
-        /// How long the transfers run.
-        #[arg(long, default_value_t = 20.0)]
-        seconds: f64,
-        /// Kill -9 a store a third of the way in and restart it at two
-        /// thirds (embedded cluster only).
-        #[arg(long)]
-        kill_store: bool,
+        #[command(flatten)]
+        opts: quarry::bank::BankOptions,
         #[arg(long)]
         json: bool,
     },
     /// YCSB's core workloads over SQL: point reads and single-row UPDATE
     /// transactions on zipfian keys (a: 50/50, b: 95/5, c: reads only).
     Ycsb {
-        /// A running compute process; without it an embedded local
-        /// cluster is started.
-        #[arg(long)]
-        addr: Option<String>,
-        #[arg(long, default_value_t = 3)]
-        stores: usize,
-        /// a, b or c.
-        #[arg(long, default_value_t = 'a')]
-        workload: char,
-        #[arg(long, default_value_t = 10_000)]
-        records: u64,
-        #[arg(long, default_value_t = 8)]
-        clients: usize,
-        /// How long the operations run.
-        #[arg(long, default_value_t = 20.0)]
-        seconds: f64,
+        #[command(flatten)]
+        opts: quarry::ycsb::YcsbOptions,
         #[arg(long)]
         json: bool,
     },
@@ -195,60 +166,18 @@ pub async fn run(what: BenchWhat) -> Result<()> {
             }
             Ok(())
         }
-        BenchWhat::Bank {
-            addr,
-            stores,
-            accounts,
-            clients,
-            seconds,
-            kill_store,
-            json,
-        } => {
+        BenchWhat::Bank { opts, json } => {
             init_logging("warn");
-            let r = quarry::bank::bench_bank(&quarry::bank::BankOptions {
-                addr,
-                stores,
-                accounts,
-                clients,
-                seconds,
-                kill_store,
-            })
-            .await?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!("{r}");
-            }
+            let r = quarry::bank::bench_bank(&opts).await?;
+            print_report(&r, json)?;
             if r.violations > 0 {
                 anyhow::bail!("the bank invariant was violated {} times", r.violations);
             }
             Ok(())
         }
-        BenchWhat::Ycsb {
-            addr,
-            stores,
-            workload,
-            records,
-            clients,
-            seconds,
-            json,
-        } => {
+        BenchWhat::Ycsb { opts, json } => {
             init_logging("warn");
-            let r = quarry::ycsb::bench_ycsb(&quarry::ycsb::YcsbOptions {
-                addr,
-                stores,
-                workload,
-                records,
-                clients,
-                seconds,
-            })
-            .await?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!("{r}");
-            }
-            Ok(())
+            print_report(&quarry::ycsb::bench_ycsb(&opts).await?, json)
         }
         BenchWhat::Tso {
             stores,
@@ -348,4 +277,14 @@ pub async fn run(what: BenchWhat) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// A bench's report: one JSON object, or its line of text.
+fn print_report<R: serde::Serialize + std::fmt::Display>(r: &R, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(r)?);
+    } else {
+        println!("{r}");
+    }
+    Ok(())
 }

@@ -32,14 +32,23 @@ const TABLE: &str = "usertable";
 const FIELDS: usize = 10;
 const FIELD_LEN: usize = 100;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct YcsbOptions {
+    /// A running compute process; without it an embedded local cluster is
+    /// started.
+    #[arg(long)]
     pub addr: Option<String>,
+    #[arg(long, default_value_t = 3)]
     pub stores: usize,
     /// a, b or c.
+    #[arg(long, default_value_t = 'a')]
     pub workload: char,
+    #[arg(long, default_value_t = 10_000)]
     pub records: u64,
+    #[arg(long, default_value_t = 8)]
     pub clients: usize,
+    /// How long the operations run.
+    #[arg(long, default_value_t = 20.0)]
     pub seconds: f64,
 }
 
