@@ -142,104 +142,131 @@ where
     }
 }
 
-/// A client that prewrites rows 5 and 1500 of `t` (two regions) and then
-/// dies: after committing only the primary (`commit_primary`), or before
-/// committing anything. Its lock TTL is `ttl_ms`.
-fn die_mid_commit(pg: &Playground, commit_primary: bool, ttl_ms: u64) {
-    let stores = pg.store_addrs();
-    runtime().block_on(async {
-        let mut meta = MetaClient::connect(format!("http://{}", stores[0]))
+/// The store's meta service, for raw transaction steps.
+struct Raw {
+    meta: MetaClient<tonic::transport::Channel>,
+    stores: Vec<String>,
+}
+
+impl Raw {
+    async fn connect(pg: &Playground) -> Raw {
+        let stores = pg.store_addrs();
+        let meta = MetaClient::connect(format!("http://{}", stores[0]))
             .await
             .unwrap();
-        let table = meta
-            .get_table(GetTableRequest { name: "t".into() })
+        Raw { meta, stores }
+    }
+
+    async fn table_id(&mut self, name: &str) -> i64 {
+        let req = GetTableRequest { name: name.into() };
+        self.meta
+            .get_table(req)
             .await
             .unwrap()
             .into_inner()
             .table
-            .unwrap();
-        let ts = |m: &mut MetaClient<tonic::transport::Channel>| {
-            let mut m = m.clone();
-            async move {
-                m.get_timestamps(GetTimestampsRequest { count: 1 })
-                    .await
-                    .unwrap()
-                    .into_inner()
-                    .first
-            }
+            .unwrap()
+            .id
+    }
+
+    async fn ts(&mut self) -> u64 {
+        let req = GetTimestampsRequest { count: 1 };
+        self.meta
+            .get_timestamps(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .first
+    }
+
+    /// The region context of the region holding `key`.
+    async fn context(&mut self, key: &[u8]) -> Context {
+        let mut end = key.to_vec();
+        end.push(0);
+        let req = GetRegionsRequest {
+            start_key: key.to_vec(),
+            end_key: end,
         };
-        let start_ts = ts(&mut meta).await;
-        let keys: Vec<Vec<u8>> = [5i64, 1500]
-            .iter()
-            .map(|h| record_key(table.id, *h))
-            .collect();
+        let mut regions = self
+            .meta
+            .get_regions(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .regions;
+        let region = regions.remove(0).region.unwrap();
+        Context {
+            region_id: region.id,
+            region_epoch: region.epoch,
+        }
+    }
+
+    async fn prewrite(&self, req: PrewriteRequest) -> TxnResponse {
+        to_leader(&self.stores, |mut c| {
+            let req = req.clone();
+            async move { c.prewrite(req).await }
+        })
+        .await
+    }
+
+    async fn commit(&self, req: CommitRequest) -> TxnResponse {
+        to_leader(&self.stores, |mut c| {
+            let req = req.clone();
+            async move { c.commit(req).await }
+        })
+        .await
+    }
+}
+
+/// Row `(h, v)` of a table `(id BIGINT PRIMARY KEY, v BIGINT)`, encoded.
+fn row(h: i64, v: i64) -> Vec<u8> {
+    use quarry_coprocessor::codec::row::{Datum, RowEncoder};
+    let mut out = Vec::new();
+    RowEncoder::new()
+        .encode(&[(1, Datum::Int(h)), (2, Datum::Int(v))], &mut out)
+        .unwrap();
+    out
+}
+
+/// A client that prewrites rows 5 and 1500 of `t` (two regions) and then
+/// dies: after committing only the primary (`commit_primary`), or before
+/// committing anything. Its lock TTL is `ttl_ms`.
+fn die_mid_commit(pg: &Playground, commit_primary: bool, ttl_ms: u64) {
+    runtime().block_on(async {
+        let mut raw = Raw::connect(pg).await;
+        let table = raw.table_id("t").await;
+        let start_ts = raw.ts().await;
+        let keys: Vec<Vec<u8>> = [5i64, 1500].iter().map(|h| record_key(table, *h)).collect();
         let mut contexts = Vec::new();
         for k in &keys {
-            let mut end = k.clone();
-            end.push(0);
-            let region = meta
-                .get_regions(GetRegionsRequest {
-                    start_key: k.clone(),
-                    end_key: end,
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .regions
-                .remove(0)
-                .region
-                .unwrap();
-            contexts.push(Context {
-                region_id: region.id,
-                region_epoch: region.epoch,
-            });
+            contexts.push(raw.context(k).await);
         }
-        let row = |h: i64| {
-            let mut v = Vec::new();
-            quarry_coprocessor::codec::row::RowEncoder::new()
-                .encode(
-                    &[
-                        (1, quarry_coprocessor::codec::row::Datum::Int(h)),
-                        (2, quarry_coprocessor::codec::row::Datum::Int(h * 3)),
-                    ],
-                    &mut v,
-                )
-                .unwrap();
-            v
-        };
         for (i, (k, ctx)) in keys.iter().zip(&contexts).enumerate() {
+            let h = [5, 1500][i];
             let req = PrewriteRequest {
                 context: Some(*ctx),
                 mutations: vec![Mutation {
                     op: Op::Insert as i32,
                     key: k.clone(),
-                    value: row([5, 1500][i]),
+                    value: row(h, h * 3),
                 }],
                 primary: keys[0].clone(),
                 start_ts,
                 ttl_ms,
-                packed: false,
+                ..Default::default()
             };
-            let r = to_leader(&stores, |mut c| {
-                let req = req.clone();
-                async move { c.prewrite(req).await }
-            })
-            .await;
+            let r = raw.prewrite(req).await;
             assert!(r.error.is_none(), "{:?}", r.error);
         }
         if commit_primary {
-            let commit_ts = ts(&mut meta).await;
+            let commit_ts = raw.ts().await;
             let req = CommitRequest {
                 context: Some(contexts[0]),
                 keys: vec![keys[0].clone()],
                 start_ts,
                 commit_ts,
             };
-            let r = to_leader(&stores, |mut c| {
-                let req = req.clone();
-                async move { c.commit(req).await }
-            })
-            .await;
+            let r = raw.commit(req).await;
             assert!(r.error.is_none(), "{:?}", r.error);
         }
     });
@@ -608,4 +635,95 @@ fn a_pinned_primary_key_reads_only_its_rows_and_their_versions() {
     assert!(keys <= 4, "{text}");
     let (text, keys) = analyzed(&pg, "SELECT v FROM p WHERE v = 1401", "storage: ");
     assert!(keys >= 1000, "{text}");
+}
+
+#[test]
+fn a_single_region_write_commits_in_one_phase_above_every_read() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3"]);
+    pg.ok("CREATE TABLE o (id BIGINT PRIMARY KEY, v BIGINT)");
+    pg.ok("CREATE TABLE c (id BIGINT PRIMARY KEY, v BIGINT) WITH (layout = 'column')");
+    pg.ok("INSERT INTO c VALUES (1, 10)");
+    runtime().block_on(async {
+        let mut raw = Raw::connect(&pg).await;
+        let (o, c) = (raw.table_id("o").await, raw.table_id("c").await);
+        let ctx = raw.context(&record_key(o, 0)).await;
+        let write = |table: i64, op: Op, h: i64, start_ts: u64| PrewriteRequest {
+            context: Some(ctx),
+            mutations: vec![Mutation {
+                op: op as i32,
+                key: record_key(table, h),
+                value: row(h, h),
+            }],
+            primary: record_key(table, h),
+            start_ts,
+            ttl_ms: 3000,
+            try_one_pc: true,
+            ..Default::default()
+        };
+        let commit = |table: i64, h: i64, start_ts: u64, commit_ts: u64| CommitRequest {
+            context: Some(ctx),
+            keys: vec![record_key(table, h)],
+            start_ts,
+            commit_ts,
+        };
+        // A leader syncs max_ts with the oracle (in the background) before
+        // its first one-phase commit; until then a prewrite locks as usual.
+        let mut h = 0;
+        loop {
+            let start_ts = raw.ts().await;
+            let r = raw.prewrite(write(o, Op::Insert, h, start_ts)).await;
+            assert!(r.error.is_none(), "{:?}", r.error);
+            if r.one_pc_commit_ts != 0 {
+                assert!(r.one_pc_commit_ts > start_ts);
+                break;
+            }
+            let commit_ts = raw.ts().await;
+            let r = raw.commit(commit(o, h, start_ts, commit_ts)).await;
+            assert!(r.error.is_none(), "{:?}", r.error);
+            h += 1;
+            assert!(h < 50, "no write committed in one phase");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Committed, nothing left to commit: the next read sees it.
+        let n = h + 1;
+        assert_eq!(pg.ok("SELECT count(*) AS n FROM o"), format!("n\n{n}\n"));
+
+        // A read raises the store's max_ts: a one-phase commit that started
+        // before the read commits above it, so the read's snapshot, which
+        // did not see it, stays true.
+        let start_ts = raw.ts().await;
+        let before_read = raw.ts().await;
+        assert_eq!(pg.ok("SELECT count(*) AS n FROM o"), format!("n\n{n}\n"));
+        let r = raw.prewrite(write(o, Op::Insert, 1000, start_ts)).await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert!(
+            r.one_pc_commit_ts > before_read,
+            "committed at {} although a read after {before_read} did not see it",
+            r.one_pc_commit_ts
+        );
+        assert_eq!(
+            pg.ok("SELECT count(*) AS n, max(v) AS v FROM o"),
+            format!("n,v\n{},1000\n", n + 1)
+        );
+
+        // A column table's update takes two phases (its lock guards the
+        // compaction of the pack row it hides).
+        let ctx_c = raw.context(&record_key(c, 1)).await;
+        let start_ts = raw.ts().await;
+        let mut req = write(c, Op::Put, 1, start_ts);
+        req.context = Some(ctx_c);
+        req.packed = true;
+        let r = raw.prewrite(req).await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(
+            r.one_pc_commit_ts, 0,
+            "a column table's update took one phase"
+        );
+        let commit_ts = raw.ts().await;
+        let mut req = commit(c, 1, start_ts, commit_ts);
+        req.context = Some(ctx_c);
+        assert!(raw.commit(req).await.error.is_none());
+        assert_eq!(pg.ok("SELECT id, v FROM c"), "id,v\n1,1\n");
+    });
 }

@@ -12,9 +12,21 @@
 //!    after rolling back what was locked.
 //! 3. `commit_ts` from the oracle, then **commit the primary**: from this
 //!    point on the transaction is committed, whatever happens next.
-//! 4. **Commit the secondaries**. A failure here loses nothing: a reader
-//!    that meets a leftover lock finds the primary committed and commits
-//!    the lock itself.
+//! 4. **Commit the secondaries**, in the background once the statement
+//!    has its answer. A failure here loses nothing: a reader that meets a
+//!    leftover lock finds the primary committed and commits the lock
+//!    itself.
+//!
+//! ONE PHASE. When every key lies in one region, the prewrite asks the
+//! region to commit at once (`try_one_pc`): its leader picks commit_ts
+//! itself, above every read it served, and proposes one raft command
+//! (`raftstore/src/concurrency.rs`). Steps 3 and 4 and a trip to the
+//! oracle are saved. The region may decline (a new leader not yet synced
+//! with the oracle) and lock as usual; the statement then goes on in two
+//! phases. On a column table only INSERTs take one phase. A one-phase
+//! attempt whose answer was lost and that is retried in two phases (the
+//! region split meanwhile) is refused if it applies late, so the commit
+//! stays all or nothing.
 //!
 //! READING. Every query reads at one `read_ts` (`df/region_scan.rs` takes
 //! it from the statement). A region that meets a lock of a transaction
@@ -36,7 +48,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::kv::{
-    key_error::Code, CheckTxnStatusRequest, CommitRequest, KeyError, LockInfo, Mutation,
+    key_error::Code, CheckTxnStatusRequest, CommitRequest, KeyError, LockInfo, Mutation, Op,
     PrewriteRequest, ResolveLockRequest, TxnResponse,
 };
 use quarry_proto::meta::RegionError;
@@ -72,6 +84,9 @@ enum Step {
         start_ts: u64,
         /// The table keeps packs (`PrewriteRequest.packed`).
         packed: bool,
+        /// Commit in one phase if every mutation lands in one region; the
+        /// region's answer goes here.
+        one_pc: Option<Arc<parking_lot::Mutex<u64>>>,
     },
     Commit {
         start_ts: u64,
@@ -139,10 +154,15 @@ impl Txns {
         mutations.sort_by(|a, b| a.key.cmp(&b.key));
         let primary = mutations[0].key.clone();
         let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
+        // One phase when the table has no packs, or the statement only
+        // inserts (`raftstore/src/txn.rs` says why).
+        let one_pc = (!packed || mutations.iter().all(|m| m.op == Op::Insert as i32))
+            .then(|| Arc::new(parking_lot::Mutex::new(0)));
         let prewrite = Step::Prewrite {
             primary: primary.clone(),
             start_ts,
             packed,
+            one_pc: one_pc.clone(),
         };
         if let Err(e) = self.run(prewrite, mutations, deadline).await {
             // Nothing committed: take back what was locked (a lock left
@@ -157,6 +177,9 @@ impl Txns {
             }
             return Err(e);
         }
+        if let Some(commit_ts) = one_pc.map(|c| *c.lock()).filter(|ts| *ts != 0) {
+            return Ok(commit_ts);
+        }
         let commit_ts = self.timestamp().await?;
         let commit = Step::Commit {
             start_ts,
@@ -167,10 +190,14 @@ impl Txns {
         let secondaries: Vec<Vec<u8>> = keys.into_iter().skip(1).collect();
         if !secondaries.is_empty() {
             // Committed already; a secondary left locked is a reader's to
-            // commit, so this failing fails nothing.
-            if let Err(e) = self.run(commit, as_mutations(secondaries), deadline).await {
-                tracing::debug!("committing secondaries of {start_ts}: {e}");
-            }
+            // commit, so this runs after the answer (as TiDB does) and its
+            // failing fails nothing.
+            let txns = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = txns.run(commit, as_mutations(secondaries), deadline).await {
+                    tracing::debug!("committing secondaries of {start_ts}: {e}");
+                }
+            });
         }
         Ok(commit_ts)
     }
@@ -368,6 +395,14 @@ impl RegionWork for StepWork {
                 ));
             }
         }
+        if pieces.len() > 1 {
+            // Over several regions: two phases.
+            for (_, piece) in &mut pieces {
+                if let Step::Prewrite { one_pc, .. } = &mut piece.step {
+                    *one_pc = None;
+                }
+            }
+        }
         match rest.next() {
             None => Ok(pieces),
             Some(m) => Err(Error::Internal(format!(
@@ -393,6 +428,7 @@ impl RegionWork for StepWork {
                             primary,
                             start_ts,
                             packed,
+                            one_pc,
                         } => {
                             client
                                 .prewrite(PrewriteRequest {
@@ -402,6 +438,8 @@ impl RegionWork for StepWork {
                                     start_ts: *start_ts,
                                     ttl_ms: LOCK_TTL.as_millis() as u64,
                                     packed: *packed,
+                                    try_one_pc: one_pc.is_some(),
+                                    one_pc_commit_ts: 0,
                                 })
                                 .await
                         }
@@ -444,6 +482,15 @@ impl RegionWork for StepWork {
                     )))
                 }
             };
+            if let Step::Prewrite {
+                one_pc: Some(committed),
+                ..
+            } = &self.step
+            {
+                if resp.one_pc_commit_ts != 0 {
+                    *committed.lock() = resp.one_pc_commit_ts;
+                }
+            }
             match judge(resp.region_error, resp.error)? {
                 Answer::Attempt(a) => Ok(a),
                 Answer::Locked(lock) => {

@@ -96,6 +96,7 @@
 
 pub mod apply;
 pub mod compaction;
+pub mod concurrency;
 pub mod config;
 pub mod engine;
 mod error;

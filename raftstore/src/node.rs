@@ -25,9 +25,11 @@ use quarry_proto::meta::{
 use quarry_proto::raft::{txn_write::Step, Conflict, KvWrite, SplitRequest, TxnWrite};
 use tokio::sync::oneshot;
 
+use crate::concurrency::ConcurrencyManager;
 use crate::engine::{Cf, Engine};
 use crate::grpc_transport::StoreResolver;
 use crate::local_read::LocalReader;
+use crate::peer::propose::TxnDone;
 use crate::store::StoreMsg;
 use crate::{keys, region, Error, Result};
 
@@ -64,7 +66,22 @@ pub struct Node<E: Engine> {
     local: Arc<LocalReader>,
     /// raftstore.gc-life-time, in ms.
     gc_life_ms: std::sync::atomic::AtomicU64,
+    /// Served reads and one-phase commits (`concurrency.rs`).
+    concurrency: Arc<ConcurrencyManager>,
+    timestamps: std::sync::OnceLock<Timestamps>,
 }
+
+/// What the store loop shares with the reads that skip it.
+pub struct Shared {
+    /// Published leases (`local_read.rs`).
+    pub local: Arc<LocalReader>,
+    /// Served reads and one-phase commits (`concurrency.rs`).
+    pub concurrency: Arc<ConcurrencyManager>,
+}
+
+/// A source of fresh oracle timestamps.
+pub type Timestamps =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<u64>> + Send + Sync>;
 
 struct PendingGuard(Arc<AtomicUsize>);
 
@@ -82,7 +99,7 @@ impl<E: Engine> Node<E> {
         read_pool_threads: usize,
         max_pending_reads: usize,
         resolver: Arc<StoreResolver>,
-        local: Arc<LocalReader>,
+        shared: Shared,
     ) -> Result<Self> {
         let read_pool = rayon::ThreadPoolBuilder::new()
             .num_threads(read_pool_threads)
@@ -98,8 +115,10 @@ impl<E: Engine> Node<E> {
             pending_reads: Arc::new(AtomicUsize::new(0)),
             max_pending_reads,
             resolver,
-            local,
+            local: shared.local,
             gc_life_ms: std::sync::atomic::AtomicU64::new(600_000),
+            concurrency: shared.concurrency,
+            timestamps: std::sync::OnceLock::new(),
         })
     }
 
@@ -228,20 +247,53 @@ impl<E: Engine> Node<E> {
 
     /// Proposes a transaction's step to region `region_id`; answers once
     /// it applied (or was refused, with a key error).
-    pub async fn txn(&self, ctx: Option<&Context>, txn: TxnWrite) -> Result<()> {
+    pub async fn txn(&self, ctx: Option<&Context>, txn: TxnWrite) -> Result<TxnDone> {
         let ctx = *Self::context(ctx)?;
         let region_id = ctx.region_id;
-        self.ask(
-            || format!("a transaction step on region {region_id}"),
-            WRITE_TIMEOUT,
-            |cb| StoreMsg::Txn {
-                region_id,
-                epoch: ctx.region_epoch,
-                txn,
-                cb,
-            },
-        )
-        .await
+        let one_pc = matches!(&txn.step, Some(Step::Prewrite(p)) if p.try_one_pc);
+        let done = self
+            .ask(
+                || format!("a transaction step on region {region_id}"),
+                WRITE_TIMEOUT,
+                |cb| StoreMsg::Txn {
+                    region_id,
+                    epoch: ctx.region_epoch,
+                    txn,
+                    cb,
+                },
+            )
+            .await?;
+        if let (true, Some(term)) = (one_pc, done.unsynced_term) {
+            self.sync_max_ts(region_id, term);
+        }
+        Ok(done)
+    }
+
+    /// Raises max_ts to a fresh oracle timestamp for the leader of
+    /// `region_id` in `term`, in the background: its next transactions may
+    /// commit in one phase (`concurrency.rs`).
+    fn sync_max_ts(&self, region_id: u64, term: u64) {
+        let Some(timestamps) = self.timestamps.get().cloned() else {
+            return;
+        };
+        let cm = self.concurrency.clone();
+        let router = self.router();
+        tokio::spawn(async move {
+            match timestamps().await {
+                Ok(ts) => {
+                    cm.raise_max_ts(ts);
+                    let _ = router.send(StoreMsg::SyncedMaxTs { region_id, term });
+                }
+                Err(e) => tracing::debug!(region_id, "no timestamp to sync max_ts: {e}"),
+            }
+        });
+    }
+
+    /// Where this store takes oracle timestamps (the meta service, which
+    /// forwards to the meta leader); without one it never commits in one
+    /// phase.
+    pub fn set_timestamps(&self, source: Timestamps) {
+        let _ = self.timestamps.set(source);
     }
 
     /// What became of the transaction `start_ts` whose primary key is
@@ -310,7 +362,7 @@ impl<E: Engine> Node<E> {
             })),
         };
         match self.txn(Some(&c), rollback).await {
-            Ok(()) => Ok(TxnStatus::RolledBack),
+            Ok(_) => Ok(TxnStatus::RolledBack),
             Err(Error::Key(k)) if k.code == key_error::Code::Committed as i32 => {
                 Ok(TxnStatus::Committed {
                     commit_ts: k.commit_ts,
@@ -642,6 +694,18 @@ impl<E: Engine> Node<E> {
                 }),
                 ..Default::default()
             };
+        }
+        if read_ts != 0 {
+            // Before the snapshot: a one-phase commit picks its timestamp
+            // above this read, or this read waits for it to apply.
+            let ranges: Vec<KeyRange> = req.ranges.iter().map(KeyRange::from_proto).collect();
+            let until = received + READ_CHECK_TIMEOUT;
+            if !self.concurrency.read_at(read_ts, &ranges, until).await {
+                return region_error(region::server_is_busy(format!(
+                    "a one-phase commit on region {} has not applied within {:?}",
+                    r.id, READ_CHECK_TIMEOUT
+                )));
+            }
         }
         let pending = self.pending_reads.fetch_add(1, Ordering::SeqCst);
         let _release = PendingGuard(self.pending_reads.clone());

@@ -60,6 +60,9 @@ pub struct Peer<E: Engine> {
     reads: VecDeque<read::PendingRead>,
     next_read_id: u64,
     lease_until: Option<Instant>,
+    /// The term in which this leader raised max_ts to an oracle timestamp:
+    /// it may commit in one phase while it leads in that term.
+    one_pc_term: u64,
     /// Ticks until this peer campaigns (a new region's preferred leader).
     campaign_in: Option<u32>,
     last_role: StateRole,
@@ -116,6 +119,7 @@ impl<E: Engine> Peer<E> {
             reads: VecDeque::new(),
             next_read_id: 1,
             lease_until: None,
+            one_pc_term: 0,
             campaign_in: None,
             last_role: StateRole::Follower,
             peer_cache: HashMap::new(),

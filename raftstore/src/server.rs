@@ -22,7 +22,7 @@ use quarry_proto::coprocessor::coprocessor_server::CoprocessorServer;
 use quarry_proto::kv::kv_server::KvServer;
 use quarry_proto::meta::admin_server::AdminServer;
 use quarry_proto::meta::meta_server::{Meta as MetaRpc, MetaServer};
-use quarry_proto::meta::{PutStoreRequest, Store as StoreInfo};
+use quarry_proto::meta::{GetTimestampsRequest, PutStoreRequest, Store as StoreInfo};
 use quarry_proto::raft::raft_server::RaftServer;
 use quarry_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
@@ -142,6 +142,7 @@ pub async fn run(
     let fresh = raftstore.peers().next().is_none();
     let delta = raftstore.delta_stats();
     let local_reader = raftstore.local_reader();
+    let concurrency = raftstore.concurrency();
     let (router, rx) = std::sync::mpsc::channel();
     let loop_thread = std::thread::Builder::new()
         .name("raftstore".into())
@@ -155,7 +156,10 @@ pub async fn run(
         cfg.read_pool_size(),
         cfg.max_pending_reads,
         resolver.clone(),
-        local_reader,
+        crate::node::Shared {
+            local: local_reader,
+            concurrency,
+        },
     )?);
     node.set_gc_life(Duration::from_secs(cfg.raftstore.gc_life_time_secs));
     let meta = Arc::new(Meta::new(
@@ -169,6 +173,19 @@ pub async fn run(
         peers.clone(),
         cfg.join.clone(),
     ));
+    {
+        let meta_svc = meta_svc.clone();
+        node.set_timestamps(Arc::new(move || {
+            let meta_svc = meta_svc.clone();
+            Box::pin(async move {
+                let req = tonic::Request::new(GetTimestampsRequest { count: 1 });
+                MetaRpc::get_timestamps(meta_svc.as_ref(), req)
+                    .await
+                    .map(|r| r.into_inner().first)
+                    .map_err(|st| Error::Unavailable(st.message().to_string()))
+            })
+        }));
+    }
     let worker = Arc::new(Worker::new(
         node.clone(),
         meta_svc.clone(),

@@ -49,8 +49,10 @@ use tokio::sync::oneshot;
 
 use crate::apply::{apply_entries, ApplyCtx, ExecResult};
 use crate::compaction::DeltaStats;
+use crate::concurrency::ConcurrencyManager;
 use crate::engine::{Engine, WriteBatch};
 use crate::local_read::LocalReader;
+use crate::peer::propose::TxnDone;
 use crate::peer::{Peer, ELECTION_TICKS, TICK};
 use crate::peer_storage::PeerStorage;
 use crate::transport::Transport;
@@ -74,7 +76,13 @@ pub enum StoreMsg {
         region_id: u64,
         epoch: Option<RegionEpoch>,
         txn: quarry_proto::raft::TxnWrite,
-        cb: oneshot::Sender<Result<()>>,
+        cb: oneshot::Sender<Result<TxnDone>>,
+    },
+    /// max_ts was raised to an oracle timestamp taken after the region's
+    /// leader answered `TxnDone::unsynced_term` = `term`.
+    SyncedMaxTs {
+        region_id: u64,
+        term: u64,
     },
     /// Answers with the region once a read may see every acknowledged write.
     Read {
@@ -152,6 +160,8 @@ pub struct RaftStore<E: Engine, T: Transport> {
     delta: Arc<DeltaStats>,
     /// Leases published for reads that skip the loop (see `local_read`).
     local: Arc<LocalReader>,
+    /// Served reads and one-phase commits in flight (`concurrency.rs`).
+    concurrency: Arc<ConcurrencyManager>,
     published: HashSet<u64>,
 }
 
@@ -190,6 +200,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             virtual_start: None,
             delta: Arc::new(DeltaStats::default()),
             local: Arc::new(LocalReader::default()),
+            concurrency: ConcurrencyManager::new(),
             published: HashSet::new(),
         })
     }
@@ -212,6 +223,12 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
     }
 
     /// The leases this store publishes for reads off the loop.
+    /// The store's served reads and one-phase commits, shared with the
+    /// node's read path.
+    pub fn concurrency(&self) -> Arc<ConcurrencyManager> {
+        self.concurrency.clone()
+    }
+
     pub fn local_reader(&self) -> Arc<LocalReader> {
         self.local.clone()
     }
@@ -280,10 +297,18 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                 epoch,
                 txn,
                 cb,
-            } => match self.leader_for(region_id, epoch.as_ref(), false) {
-                Err(e) => drop(cb.send(Err(e))),
-                Ok(peer) => peer.propose_txn(epoch, txn, cb, now),
-            },
+            } => {
+                let cm = self.concurrency.clone();
+                match self.leader_for(region_id, epoch.as_ref(), false) {
+                    Err(e) => drop(cb.send(Err(e))),
+                    Ok(peer) => peer.propose_txn(epoch, txn, &cm, cb, now),
+                }
+            }
+            StoreMsg::SyncedMaxTs { region_id, term } => {
+                if let Some(peer) = self.peers.get_mut(&region_id) {
+                    peer.synced_max_ts(term);
+                }
+            }
             StoreMsg::Read {
                 region_id,
                 epoch,

@@ -14,6 +14,13 @@
 //!   key gets a lock holding the value. A retried prewrite finds its own
 //!   lock (or its own commit) and passes. The whole command is refused or
 //!   applied: no lock is written if any key fails.
+//! * **One-phase commit**: a prewrite carrying `one_pc_commit_ts` (its
+//!   client sent every mutation of the transaction to this one region, and
+//!   the leader picked the timestamp, `concurrency.rs`) is checked as a
+//!   prewrite and written as versions at that timestamp, without locks. A
+//!   key locked by its own transaction refuses it: the client gave up on
+//!   it and went on in two phases. On a column table it may only insert: a
+//!   version hiding a pack row needs the lock that guards compaction.
 //! * **Commit** (start_ts, commit_ts): each key's lock becomes a version at
 //!   commit_ts. A key whose lock is gone is fine if the transaction's own
 //!   version is there (a retry), `TXN_ABORTED` if its rollback record is,
@@ -228,12 +235,42 @@ fn lock_of<E: Engine>(ctx: &ApplyCtx<'_, E>, row_key: &[u8]) -> Result<Option<Lo
         .transpose()
 }
 
+/// A prewrite, or with `one_pc_commit_ts` a one-phase commit: the same
+/// checks, then versions at that timestamp instead of locks.
 fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<()> {
+    let one_pc = p.one_pc_commit_ts;
+    if one_pc != 0 && one_pc <= p.start_ts {
+        return Err(Error::InvalidInput(format!(
+            "commit_ts {one_pc} is not after start_ts {}",
+            p.start_ts
+        )));
+    }
     let mut plan = Vec::new();
     for Mutation { op, key, value } in p.mutations {
         let op = Op::try_from(op)
             .map_err(|_| Error::InvalidInput(format!("unknown mutation op {op}")))?;
+        if one_pc != 0 && p.packed && matches!(op, Op::Put | Op::Delete) {
+            // Its version would hide a pack row, and only a lock keeps a
+            // compaction planned meanwhile from folding the row unmarked.
+            return Err(Error::InvalidInput(
+                "a one-phase commit on a column table may only insert".into(),
+            ));
+        }
         if let Some(lock) = lock_of(ctx, &key)? {
+            if lock.start_ts == p.start_ts && one_pc != 0 {
+                // A one-phase commit whose outcome its client did not learn
+                // in time, overtaken by the same transaction's two-phase
+                // retry: half of it committed here would not be atomic.
+                return Err(key_error(
+                    Code::TxnAborted,
+                    &key,
+                    format!(
+                        "the transaction that started at {} is committing in two phases; \
+                         its one-phase attempt is void",
+                        p.start_ts
+                    ),
+                ));
+            }
             if lock.start_ts == p.start_ts {
                 continue; // a retry: locked already
             }
@@ -280,6 +317,10 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<
                     describe(&key)
                 ),
             ));
+        }
+        if one_pc != 0 {
+            plan.extend(version_writes(ctx, &key, op, &value, p.start_ts, one_pc)?);
+            continue;
         }
         let lock = LockInfo {
             primary: p.primary.clone(),
@@ -336,26 +377,7 @@ fn commit_key<E: Engine>(
 ) -> Result<Vec<Planned>> {
     match lock_of(ctx, key)? {
         Some(lock) if lock.start_ts == start_ts => {
-            let mut plan = Vec::new();
-            let kind = WriteKind::of_op(lock.op());
-            if kind.is_data() {
-                if let Some(bare) = ctx.lookup(key)? {
-                    plan.push((key.to_vec(), None));
-                    plan.push((
-                        version_key(key, 0, WriteKind::Put),
-                        Some(version_value(0, &bare)),
-                    ));
-                }
-            }
-            let row: &[u8] = if kind == WriteKind::Put {
-                &lock.value
-            } else {
-                &[]
-            };
-            plan.push((
-                version_key(key, commit_ts, kind),
-                Some(version_value(start_ts, row)),
-            ));
+            let mut plan = version_writes(ctx, key, lock.op(), &lock.value, start_ts, commit_ts)?;
             plan.push((lock_key(key), None));
             Ok(plan)
         }
@@ -385,6 +407,36 @@ fn commit_key<E: Engine>(
             }
         }
     }
+}
+
+/// The writes that commit `op` on `key` at `commit_ts`: its version, and
+/// first, for a data version over a bare row, that row rewritten as a
+/// version at timestamp 0.
+fn version_writes<E: Engine>(
+    ctx: &ApplyCtx<'_, E>,
+    key: &[u8],
+    op: Op,
+    value: &[u8],
+    start_ts: u64,
+    commit_ts: u64,
+) -> Result<Vec<Planned>> {
+    let mut plan = Vec::new();
+    let kind = WriteKind::of_op(op);
+    if kind.is_data() {
+        if let Some(bare) = ctx.lookup(key)? {
+            plan.push((key.to_vec(), None));
+            plan.push((
+                version_key(key, 0, WriteKind::Put),
+                Some(version_value(0, &bare)),
+            ));
+        }
+    }
+    let row: &[u8] = if kind == WriteKind::Put { value } else { &[] };
+    plan.push((
+        version_key(key, commit_ts, kind),
+        Some(version_value(start_ts, row)),
+    ));
+    Ok(plan)
 }
 
 /// Rolls back `key`'s lock of `start_ts`. Only a *protected* rollback

@@ -22,16 +22,21 @@
 //! a quorum followed the leader after then. A leader that steps down fails
 //! every queued proposal with StaleCommand.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use prost::Message as _;
+use quarry_proto::kv::Op;
 use quarry_proto::meta::{Peer as PeerMeta, Region, RegionEpoch, RegionError};
-use quarry_proto::raft::{raft_cmd::Cmd, ChangePeerContext, KvWrite, RaftCmd, SplitRequest};
+use quarry_proto::raft::{
+    raft_cmd::Cmd, txn_write::Step, ChangePeerContext, KvWrite, RaftCmd, SplitRequest, TxnWrite,
+};
 use raft::eraftpb::{ConfChange, ConfChangeType};
 use raft::RawNode;
 use tokio::sync::oneshot;
 
 use super::{region_error, Peer};
+use crate::concurrency::{ConcurrencyManager, MemoryLocks};
 use crate::engine::Engine;
 use crate::peer_storage::PeerStorage;
 use crate::{region, Error, Result};
@@ -39,6 +44,13 @@ use crate::{region, Error, Result};
 /// What a finished proposal reports.
 pub enum Callback {
     Write(oneshot::Sender<Result<()>>),
+    /// A transaction's step; a one-phase commit holds its memory locks
+    /// until it is answered (`concurrency.rs`).
+    Txn(
+        oneshot::Sender<Result<TxnDone>>,
+        TxnDone,
+        Option<MemoryLocks>,
+    ),
     Split(oneshot::Sender<Result<(Region, Region)>>),
     ChangePeer(oneshot::Sender<Result<Region>>),
     None,
@@ -56,6 +68,7 @@ impl Callback {
     pub fn finish(self, r: Result<Outcome>) {
         match (self, r) {
             (Callback::Write(c), Ok(_)) => drop(c.send(Ok(()))),
+            (Callback::Txn(c, done, _locks), Ok(_)) => drop(c.send(Ok(done))),
             (Callback::Split(c), Ok(Outcome::Split(l, r))) => drop(c.send(Ok((l, r)))),
             (Callback::ChangePeer(c), Ok(Outcome::Region(r))) => drop(c.send(Ok(r))),
             (Callback::None, _) => {}
@@ -69,11 +82,23 @@ impl Callback {
     pub fn fail(self, e: Error) {
         match self {
             Callback::Write(c) => drop(c.send(Err(e))),
+            Callback::Txn(c, _, _) => drop(c.send(Err(e))),
             Callback::Split(c) => drop(c.send(Err(e))),
             Callback::ChangePeer(c) => drop(c.send(Err(e))),
             Callback::None => {}
         }
     }
+}
+
+/// How a transaction's step went.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TxnDone {
+    /// Committed in one phase at this timestamp (0: a plain step).
+    pub one_pc_commit_ts: u64,
+    /// One phase was asked for, but this leader has not yet raised max_ts
+    /// to an oracle timestamp in this term: the step went as a plain
+    /// prewrite, and the asker should sync (`concurrency.rs`).
+    pub unsynced_term: Option<u64>,
 }
 
 /// A proposal waiting for its entry to apply.
@@ -121,14 +146,43 @@ impl<E: Engine> Peer<E> {
     }
 
     /// Proposes a transaction's step (`txn.rs` checks its keys at apply).
+    /// A prewrite asking for one phase (`try_one_pc`) commits in one when
+    /// this leader may pick its commit_ts (see `concurrency.rs`).
     pub(crate) fn propose_txn(
         &mut self,
         epoch: Option<RegionEpoch>,
-        txn: quarry_proto::raft::TxnWrite,
-        cb: oneshot::Sender<Result<()>>,
+        mut txn: TxnWrite,
+        cm: &Arc<ConcurrencyManager>,
+        cb: oneshot::Sender<Result<TxnDone>>,
         now: Instant,
     ) {
-        self.propose_cmd(epoch, Cmd::Txn(txn), Callback::Write(cb), now);
+        let mut done = TxnDone::default();
+        let mut locks = None;
+        if let Some(Step::Prewrite(p)) = txn.step.as_mut() {
+            p.one_pc_commit_ts = 0;
+            // A column table's update or delete needs its lock (`txn.rs`).
+            let allowed = !p.packed || p.mutations.iter().all(|m| m.op() == Op::Insert);
+            if p.try_one_pc && allowed && self.is_leader() {
+                if self.one_pc_term == self.term() {
+                    let keys = p.mutations.iter().map(|m| m.key.clone()).collect();
+                    let (held, commit_ts) = cm.lock_keys(keys, p.start_ts);
+                    p.one_pc_commit_ts = commit_ts;
+                    done.one_pc_commit_ts = commit_ts;
+                    locks = Some(held);
+                } else {
+                    done.unsynced_term = Some(self.term());
+                }
+            }
+        }
+        self.propose_cmd(epoch, Cmd::Txn(txn), Callback::Txn(cb, done, locks), now);
+    }
+
+    /// Notes that max_ts was raised to an oracle timestamp taken after
+    /// this peer led in `term`: it may commit in one phase in that term.
+    pub(crate) fn synced_max_ts(&mut self, term: u64) {
+        if self.is_leader() && self.term() == term {
+            self.one_pc_term = term;
+        }
     }
 
     /// Proposes splitting the region; `cb` gets both halves once applied.

@@ -32,10 +32,19 @@ impl<E: Engine> KvService<E> {
             .node
             .txn(context.as_ref(), TxnWrite { step: Some(step) })
             .await;
-        let (region_error, error) = r.err().map(error_fields).unwrap_or_default();
-        TxnResponse {
-            region_error,
-            error,
+        match r {
+            Ok(done) => TxnResponse {
+                one_pc_commit_ts: done.one_pc_commit_ts,
+                ..Default::default()
+            },
+            Err(e) => {
+                let (region_error, error) = error_fields(e);
+                TxnResponse {
+                    region_error,
+                    error,
+                    ..Default::default()
+                }
+            }
         }
     }
 }
