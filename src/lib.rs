@@ -12,6 +12,7 @@ pub mod bench;
 pub mod load;
 pub mod local;
 pub mod output;
+pub mod script;
 pub mod status;
 pub mod tpch;
 pub mod ycsb;

@@ -250,6 +250,8 @@ struct SqlArgs {
     addr: String,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// One statement, or several separated by `;`, run in order on one
+    /// session (so `BEGIN; ...; COMMIT` is one transaction).
     sql: String,
 }
 
@@ -629,9 +631,35 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Sql(a) => {
             init_logging("warn");
             let mut client = quarry_client::Client::connect(&a.addr).await?;
-            let batches = client.sql(&a.sql).await?;
-            let mut out = std::io::stdout().lock();
-            output::print(&mut out, &batches, a.format)?;
+            let statements = quarry::script::statements(&a.sql);
+            if statements.is_empty() {
+                anyhow::bail!("no SQL statement given");
+            }
+            // In order, on one session, so BEGIN ... COMMIT is one
+            // transaction; the first error stops the script and rolls back
+            // a transaction it left open.
+            for (i, stmt) in statements.iter().enumerate() {
+                let batches = match client.sql(stmt).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        if client.in_transaction() {
+                            let _ = client.rollback().await;
+                        }
+                        return Err(e.into());
+                    }
+                };
+                let mut out = std::io::stdout().lock();
+                if i > 0 && a.format == Format::Table {
+                    writeln!(out)?;
+                }
+                output::print(&mut out, &batches, a.format)?;
+            }
+            if client.in_transaction() {
+                client.rollback().await?;
+                anyhow::bail!(
+                    "the script left a transaction open: it was rolled back (end it with COMMIT)"
+                );
+            }
             Ok(())
         }
         Cmd::Bench { what } => bench_cmd::run(what).await,

@@ -22,6 +22,10 @@
 //! The client speaks Arrow Flight SQL, so any Flight SQL client (ADBC,
 //! JDBC) reaches the same server; the typed request travels as the SQL
 //! statement it renders, planned by the server like any other.
+//!
+//! Transactions: `client.sql("BEGIN")` (or [`Client::begin`]) opens one
+//! with Flight SQL's `BeginTransaction`; the statements that follow carry
+//! its id; `COMMIT` / `ROLLBACK` end it (`EndTransaction`).
 
 // Library and binary code handles failures; tests may unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -36,8 +40,11 @@ use arrow::array::RecordBatch;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
-use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
-use arrow_flight::{FlightDescriptor, FlightInfo};
+use arrow_flight::sql::{
+    ActionBeginTransactionRequest, ActionBeginTransactionResult, ActionEndTransactionRequest, Any,
+    CommandStatementQuery, EndTransaction, ProstMessageExt,
+};
+use arrow_flight::{Action, FlightDescriptor, FlightInfo};
 use futures::TryStreamExt;
 use prost::Message;
 use tonic::transport::{Channel, Endpoint};
@@ -58,6 +65,11 @@ pub enum Error {
     /// The query ran out of time.
     #[error("{0}")]
     Deadline(String),
+    /// Another transaction wrote the same row first (snapshot isolation's
+    /// first committer wins), or this transaction was rolled back: nothing
+    /// of it was written; run it again.
+    #[error("{0}")]
+    Conflict(String),
     /// Anything else (a bug on one side or the other).
     #[error("{0}")]
     Internal(String),
@@ -73,6 +85,7 @@ impl From<tonic::Status> for Error {
             tonic::Code::OutOfRange => Error::Overflow(m),
             tonic::Code::Unavailable => Error::Unavailable(m),
             tonic::Code::DeadlineExceeded => Error::Deadline(m),
+            tonic::Code::Aborted => Error::Conflict(m),
             _ => Error::Internal(if m.is_empty() { s.to_string() } else { m }),
         }
     }
@@ -89,10 +102,63 @@ impl From<FlightError> for Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A connection to one compute process.
+/// A one-row `result` column: what BEGIN, COMMIT and ROLLBACK answer.
+fn status_batch(word: &str) -> Result<Vec<RecordBatch>> {
+    use arrow::array::StringArray;
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema = std::sync::Arc::new(Schema::new(vec![Field::new(
+        "result",
+        DataType::Utf8,
+        false,
+    )]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![std::sync::Arc::new(StringArray::from(vec![word]))],
+    )
+    .map_err(|e| Error::Internal(e.to_string()))?;
+    Ok(vec![batch])
+}
+
+/// A connection to one compute process, and its session: autocommit (each
+/// statement a transaction of its own) until [`Client::begin`] or a
+/// `BEGIN` statement opens a transaction, which its statements then run in
+/// until `COMMIT` or `ROLLBACK`.
 #[derive(Clone)]
 pub struct Client {
     flight: FlightServiceClient<Channel>,
+    /// The open transaction's Flight SQL id.
+    txn: Option<bytes::Bytes>,
+}
+
+/// A statement the session runs itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SessionStatement {
+    Begin,
+    Commit,
+    Rollback,
+}
+
+impl SessionStatement {
+    /// `BEGIN [TRANSACTION | WORK]`, `START TRANSACTION`, `COMMIT [WORK |
+    /// TRANSACTION]`, `END`, `ROLLBACK [WORK | TRANSACTION]`, `ABORT`, in
+    /// any case, with an optional `;`.
+    fn parse(sql: &str) -> Option<Self> {
+        let words: Vec<String> = sql
+            .trim()
+            .trim_end_matches(';')
+            .split_whitespace()
+            .map(|w| w.to_ascii_lowercase())
+            .collect();
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        match words.as_slice() {
+            ["begin"] | ["begin", "transaction" | "work"] | ["start", "transaction"] => {
+                Some(Self::Begin)
+            }
+            ["commit"] | ["commit", "transaction" | "work"] | ["end"] => Some(Self::Commit),
+            ["rollback"] | ["rollback", "transaction" | "work"] | ["abort"] => Some(Self::Rollback),
+            _ => None,
+        }
+    }
 }
 
 impl Client {
@@ -109,18 +175,91 @@ impl Client {
         let flight = FlightServiceClient::new(channel)
             .max_decoding_message_size(quarry_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(quarry_proto::MAX_MESSAGE_BYTES);
-        Ok(Client { flight })
+        Ok(Client { flight, txn: None })
     }
 
     /// Runs one SQL statement; queries return their rows, other statements
-    /// a small status result.
+    /// a small status result. `BEGIN`, `COMMIT` and `ROLLBACK` open and end
+    /// the session's transaction ([`Client::begin`]).
     pub async fn sql(&mut self, sql: &str) -> Result<Vec<RecordBatch>> {
+        if let Some(s) = SessionStatement::parse(sql) {
+            let word = match s {
+                SessionStatement::Begin => self.begin().await.map(|_| "BEGIN")?,
+                SessionStatement::Commit => self.commit().await.map(|_| "COMMIT")?,
+                SessionStatement::Rollback => self.rollback().await.map(|_| "ROLLBACK")?,
+            };
+            return status_batch(word);
+        }
         let cmd = CommandStatementQuery {
             query: sql.to_string(),
-            transaction_id: None,
+            transaction_id: self.txn.clone(),
         };
         let desc = FlightDescriptor::new_cmd(cmd.as_any().encode_to_vec());
         self.fetch(desc).await
+    }
+
+    /// Opens a transaction: the session's statements read one snapshot
+    /// (and their own writes) and commit together at [`Client::commit`].
+    pub async fn begin(&mut self) -> Result<()> {
+        if self.txn.is_some() {
+            return Err(Error::InvalidInput(
+                "a transaction is already open; COMMIT or ROLLBACK it first".into(),
+            ));
+        }
+        let action = Action {
+            r#type: "BeginTransaction".into(),
+            body: ActionBeginTransactionRequest {}
+                .as_any()
+                .encode_to_vec()
+                .into(),
+        };
+        let mut results = self.flight.do_action(action).await?.into_inner();
+        let result = results
+            .message()
+            .await?
+            .ok_or_else(|| Error::Internal("BeginTransaction answered nothing".into()))?;
+        let begun: ActionBeginTransactionResult = Any::decode(&*result.body)
+            .ok()
+            .and_then(|any| any.unpack().ok().flatten())
+            .ok_or_else(|| Error::Internal("BeginTransaction answered garbage".into()))?;
+        self.txn = Some(begun.transaction_id);
+        Ok(())
+    }
+
+    /// Commits the open transaction. Without one, nothing to do.
+    pub async fn commit(&mut self) -> Result<()> {
+        self.end(EndTransaction::Commit).await
+    }
+
+    /// Rolls the open transaction back. Without one, nothing to do.
+    pub async fn rollback(&mut self) -> Result<()> {
+        self.end(EndTransaction::Rollback).await
+    }
+
+    /// Whether a transaction is open.
+    pub fn in_transaction(&self) -> bool {
+        self.txn.is_some()
+    }
+
+    async fn end(&mut self, how: EndTransaction) -> Result<()> {
+        // The session leaves the transaction whatever the answer: a failed
+        // COMMIT rolled it back.
+        let Some(id) = self.txn.take() else {
+            return Ok(());
+        };
+        let action = Action {
+            r#type: "EndTransaction".into(),
+            body: ActionEndTransactionRequest {
+                transaction_id: id,
+                action: how as i32,
+            }
+            .as_any()
+            .encode_to_vec()
+            .into(),
+        };
+        let mut results = self.flight.do_action(action).await?.into_inner();
+        while results.message().await?.is_some() {}
+        Ok(())
     }
 
     /// Runs a typed request (as the SQL it renders, [`Request::to_sql`]).
@@ -143,5 +282,29 @@ impl Client {
             out.extend(batches);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SessionStatement as S;
+
+    #[test]
+    fn the_session_runs_begin_commit_and_rollback_in_their_usual_spellings() {
+        for (sql, want) in [
+            ("BEGIN", Some(S::Begin)),
+            ("begin transaction;", Some(S::Begin)),
+            ("  Start Transaction ", Some(S::Begin)),
+            ("COMMIT;", Some(S::Commit)),
+            ("commit work", Some(S::Commit)),
+            ("END", Some(S::Commit)),
+            ("ROLLBACK", Some(S::Rollback)),
+            ("abort;", Some(S::Rollback)),
+            ("SELECT 1", None),
+            ("BEGIN ISOLATION LEVEL SERIALIZABLE", None),
+            ("ROLLBACK TO SAVEPOINT a", None),
+        ] {
+            assert_eq!(S::parse(sql), want, "{sql}");
+        }
     }
 }

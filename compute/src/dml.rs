@@ -37,6 +37,7 @@ use quarry_proto::kv::{Mutation, Op};
 use quarry_proto::meta::TableDef;
 
 use crate::engine::QueryEngine;
+use crate::session::OpenTxn;
 use crate::sql::{Delete, Update};
 use crate::{plan_err, Error, Result};
 
@@ -110,8 +111,14 @@ fn rand_jitter(d: Duration) -> Duration {
     Duration::from_nanos(nanos % (d.as_nanos() as u64).max(1))
 }
 
-/// `DELETE FROM table WHERE ...`; returns the rows deleted.
-pub async fn delete(engine: &QueryEngine, table: &TableDef, del: &Delete) -> Result<usize> {
+/// `DELETE FROM table WHERE ...`, in `txn` or on its own; returns the rows
+/// deleted.
+pub async fn delete(
+    engine: &QueryEngine,
+    table: &TableDef,
+    del: &Delete,
+    txn: Option<&OpenTxn>,
+) -> Result<usize> {
     let key = key_column(table, "DELETE")?;
     let sql = format!(
         "SELECT {} AS _key FROM {}{}",
@@ -119,29 +126,37 @@ pub async fn delete(engine: &QueryEngine, table: &TableDef, del: &Delete) -> Res
         del.relation,
         where_clause(&del.selection)
     );
-    autocommit(|| async {
-        let start_ts = engine.txns().timestamp().await?;
-        let out = engine.query_at(&sql, start_ts).await?;
-        let mut mutations = Vec::with_capacity(out.num_rows());
-        for b in &out.batches {
-            let handles = b.column(0).as_primitive_opt::<Int64Type>().ok_or_else(|| {
-                Error::Internal("the primary key did not come back as BIGINT".into())
-            })?;
-            for h in handles.iter().flatten() {
-                mutations.push(Mutation {
-                    op: Op::Delete as i32,
-                    key: record_key(table.id, h),
-                    value: vec![],
-                });
+    let rows_at = |start_ts: u64| {
+        let sql = &sql;
+        async move {
+            let out = engine.query_at(sql, start_ts).await?;
+            let mut mutations = Vec::with_capacity(out.num_rows());
+            for b in &out.batches {
+                let handles = b.column(0).as_primitive_opt::<Int64Type>().ok_or_else(|| {
+                    Error::Internal("the primary key did not come back as BIGINT".into())
+                })?;
+                for h in handles.iter().flatten() {
+                    mutations.push(Mutation {
+                        op: Op::Delete as i32,
+                        key: record_key(table.id, h),
+                        value: vec![],
+                    });
+                }
             }
+            Ok(mutations)
         }
-        write(engine, table, start_ts, mutations).await
-    })
-    .await
+    };
+    write(engine, table, txn, rows_at).await
 }
 
-/// `UPDATE table SET ... WHERE ...`; returns the rows updated.
-pub async fn update(engine: &QueryEngine, table: &TableDef, upd: &Update) -> Result<usize> {
+/// `UPDATE table SET ... WHERE ...`, in `txn` or on its own; returns the
+/// rows updated.
+pub async fn update(
+    engine: &QueryEngine,
+    table: &TableDef,
+    upd: &Update,
+    txn: Option<&OpenTxn>,
+) -> Result<usize> {
     let key = key_column(table, "UPDATE")?;
     // What each column becomes: its SET expression, or itself.
     let mut values: Vec<String> = table.columns.iter().map(|c| quote(&c.name)).collect();
@@ -186,35 +201,51 @@ pub async fn update(engine: &QueryEngine, table: &TableDef, upd: &Update) -> Res
         where_clause(&upd.selection)
     );
     let types = crate::insert::column_types(table)?;
-    autocommit(|| async {
-        let start_ts = engine.txns().timestamp().await?;
-        let out = engine.query_at(&sql, start_ts).await?;
-        let mut enc = RowEncoder::new();
-        let mut mutations = Vec::with_capacity(out.num_rows());
-        for b in &out.batches {
-            mutations.extend(encode_rows(table, &types, b, &mut enc)?);
+    let rows_at = |start_ts: u64| {
+        let (sql, types) = (&sql, &types);
+        async move {
+            let out = engine.query_at(sql, start_ts).await?;
+            let mut enc = RowEncoder::new();
+            let mut mutations = Vec::with_capacity(out.num_rows());
+            for b in &out.batches {
+                mutations.extend(encode_rows(table, types, b, &mut enc)?);
+            }
+            Ok(mutations)
         }
-        write(engine, table, start_ts, mutations).await
-    })
-    .await
+    };
+    write(engine, table, txn, rows_at).await
 }
 
-/// Writes the statement's mutations at `start_ts`; returns how many rows.
-async fn write(
+/// Writes the rows `rows_at(start_ts)` finds: in `txn` at its snapshot,
+/// or as an autocommit transaction ([`autocommit`]); returns how many.
+async fn write<F, Fut>(
     engine: &QueryEngine,
     table: &TableDef,
-    start_ts: u64,
-    mutations: Vec<Mutation>,
-) -> Result<usize> {
-    let n = mutations.len();
-    if n > 0 {
-        let packed = crate::insert::is_packed(table);
-        engine
-            .txns()
-            .write_at(start_ts, mutations, packed, Instant::now() + WRITE_DEADLINE)
-            .await?;
+    txn: Option<&OpenTxn>,
+    rows_at: F,
+) -> Result<usize>
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Mutation>>>,
+{
+    let packed = crate::insert::is_packed(table);
+    if let Some(txn) = txn {
+        let mutations = rows_at(txn.start_ts).await?;
+        return engine.sessions().write(txn, mutations, packed).await;
     }
-    Ok(n)
+    autocommit(|| async {
+        let start_ts = engine.txns().timestamp().await?;
+        let mutations = rows_at(start_ts).await?;
+        let n = mutations.len();
+        if n > 0 {
+            engine
+                .txns()
+                .write_at(start_ts, mutations, packed, Instant::now() + WRITE_DEADLINE)
+                .await?;
+        }
+        Ok(n)
+    })
+    .await
 }
 
 /// The rows of `batch` (the key, then every column's new value) as row

@@ -23,6 +23,7 @@ use crate::dml;
 use crate::insert::insert;
 use crate::kv_writer::KvWriter;
 use crate::region_cache::RegionCache;
+use crate::session::{OpenTxn, Sessions};
 use crate::sql::{self, Statement};
 use crate::txn::Txns;
 use crate::{plan_err, Error, Result};
@@ -60,6 +61,7 @@ pub struct QueryEngine {
     sql: SqlSession,
     writer: KvWriter,
     txns: Arc<Txns>,
+    sessions: Arc<Sessions>,
     timeout: Duration,
 }
 
@@ -124,6 +126,7 @@ impl QueryEngine {
         Ok(QueryEngine {
             sql,
             writer: KvWriter::new(cluster.clone(), cache),
+            sessions: Sessions::new(txns.clone()),
             txns,
             cluster,
             timeout,
@@ -133,6 +136,11 @@ impl QueryEngine {
     /// Transactions: timestamps, two-phase commit, lock resolution.
     pub fn txns(&self) -> &Arc<Txns> {
         &self.txns
+    }
+
+    /// Open transactions (BEGIN ... COMMIT).
+    pub fn sessions(&self) -> &Arc<Sessions> {
+        &self.sessions
     }
 
     pub fn writer(&self) -> &KvWriter {
@@ -189,10 +197,36 @@ impl QueryEngine {
         }
     }
 
+    /// Runs a planned query in `txn` (at its snapshot, seeing its own
+    /// writes), or at a fresh snapshot; an error in a transaction aborts
+    /// it.
+    pub async fn run_in(&self, q: PlannedQuery, txn: Option<&OpenTxn>) -> Result<QueryOutput> {
+        let Some(txn) = txn else {
+            return self.run(q).await;
+        };
+        let guard = self.timeout + Duration::from_secs(2);
+        let r = match tokio::time::timeout(guard, self.sql.run_at(q, txn.start_ts)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Deadline(format!(
+                "query exceeded its deadline of {:?}",
+                self.timeout
+            ))),
+        };
+        match r {
+            Ok(out) => Ok(out),
+            Err(e) => Err(self.sessions.fail(txn, e).await),
+        }
+    }
+
     /// Parses and runs one SQL statement.
     pub async fn sql(&self, text: &str) -> Result<QueryOutput> {
-        match self.prepare_sql(text).await? {
-            Prepared::Query(q) => self.run(*q).await,
+        self.sql_in(text, None).await
+    }
+
+    /// Parses and runs one SQL statement in `txn` (or on its own).
+    pub async fn sql_in(&self, text: &str, txn: Option<&Arc<OpenTxn>>) -> Result<QueryOutput> {
+        match self.prepare_sql_in(text, txn).await? {
+            Prepared::Query(q) => self.run_in(*q, txn.map(|t| t.as_ref())).await,
             Prepared::Done(out) => Ok(out),
         }
     }
@@ -201,10 +235,85 @@ impl QueryEngine {
     /// other statement (DDL, INSERT, SHOW TABLES, DESCRIBE) on Quarry's own
     /// path.
     pub async fn prepare_sql(&self, text: &str) -> Result<Prepared> {
+        self.prepare_sql_in(text, None).await
+    }
+
+    /// [`QueryEngine::prepare_sql`] in the open transaction `txn`: a write
+    /// locks its rows in it (`session.rs`), COMMIT and ROLLBACK end it, and
+    /// a statement that fails aborts it.
+    pub async fn prepare_sql_in(&self, text: &str, txn: Option<&Arc<OpenTxn>>) -> Result<Prepared> {
+        let Some(txn) = txn else {
+            return self.prepare_alone(text).await;
+        };
+        self.sessions.check(txn).await?;
+        // Refused without harm to the transaction.
+        if df::parse_query(text).is_none() {
+            match sql::parse(text) {
+                Ok(Statement::Begin) => {
+                    return Err(plan_err!(
+                        "a transaction is already open; COMMIT or ROLLBACK it first"
+                    ))
+                }
+                Ok(Statement::CreateTable(_) | Statement::DropTable { .. }) => {
+                    return Err(plan_err!(
+                        "CREATE and DROP TABLE do not run inside a transaction; \
+                         COMMIT or ROLLBACK it first"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        match self.prepare_in(text, txn).await {
+            Err(e) => Err(self.sessions.fail(txn, e).await),
+            ok => ok,
+        }
+    }
+
+    async fn prepare_in(&self, text: &str, txn: &Arc<OpenTxn>) -> Result<Prepared> {
         if let Some(query) = df::parse_query(text) {
             return Ok(Prepared::Query(Box::new(self.sql.plan(query).await?)));
         }
-        let stmt = sql::parse(text)?;
+        let done = |n: usize| Ok(Prepared::Done(count_output(n)?));
+        match sql::parse(text)? {
+            Statement::Insert(ins) => {
+                let table = self.table(&ins.table).await?;
+                done(insert(self, &table, &ins, Some(txn)).await?)
+            }
+            Statement::Update(upd) => {
+                let table = self.table(&upd.table).await?;
+                done(dml::update(self, &table, &upd, Some(txn)).await?)
+            }
+            Statement::Delete(del) => {
+                let table = self.table(&del.table).await?;
+                done(dml::delete(self, &table, &del, Some(txn)).await?)
+            }
+            Statement::Commit => {
+                self.sessions.commit(txn).await?;
+                Ok(Prepared::Done(text_output(
+                    "result",
+                    vec!["COMMIT".into()],
+                )?))
+            }
+            Statement::Rollback => {
+                self.sessions.rollback(txn).await?;
+                Ok(Prepared::Done(text_output(
+                    "result",
+                    vec!["ROLLBACK".into()],
+                )?))
+            }
+            other => self.prepare_statement(other).await,
+        }
+    }
+
+    async fn prepare_alone(&self, text: &str) -> Result<Prepared> {
+        if let Some(query) = df::parse_query(text) {
+            return Ok(Prepared::Query(Box::new(self.sql.plan(query).await?)));
+        }
+        self.prepare_statement(sql::parse(text)?).await
+    }
+
+    /// Runs a statement that is not a query, outside any transaction.
+    async fn prepare_statement(&self, stmt: Statement) -> Result<Prepared> {
         Ok(match stmt {
             Statement::CreateTable(ct) => Prepared::Done(self.create_table(ct).await?),
             Statement::DropTable { name, if_exists } => {
@@ -221,15 +330,15 @@ impl QueryEngine {
             }
             Statement::Insert(ins) => {
                 let table = self.table(&ins.table).await?;
-                Prepared::Done(count_output(insert(self, &table, &ins).await?)?)
+                Prepared::Done(count_output(insert(self, &table, &ins, None).await?)?)
             }
             Statement::Update(upd) => {
                 let table = self.table(&upd.table).await?;
-                Prepared::Done(count_output(dml::update(self, &table, &upd).await?)?)
+                Prepared::Done(count_output(dml::update(self, &table, &upd, None).await?)?)
             }
             Statement::Delete(del) => {
                 let table = self.table(&del.table).await?;
-                Prepared::Done(count_output(dml::delete(self, &table, &del).await?)?)
+                Prepared::Done(count_output(dml::delete(self, &table, &del, None).await?)?)
             }
             Statement::ShowTables => {
                 let mut names: Vec<String> = self
@@ -243,6 +352,18 @@ impl QueryEngine {
                 Prepared::Done(text_output("name", names)?)
             }
             Statement::Describe(name) => Prepared::Done(self.describe(&name).await?),
+            Statement::Begin => {
+                return Err(plan_err!(
+                    "BEGIN opens a transaction for a session, and this request has none: \
+                     over Flight SQL, call BeginTransaction (ADBC: autocommit=False; JDBC: \
+                     setAutoCommit(false)) and send its transaction id; the quarry client \
+                     and `quarry sql` run BEGIN themselves"
+                ))
+            }
+            Statement::Commit | Statement::Rollback => Prepared::Done(text_output(
+                "result",
+                vec!["no transaction is open: every statement commits on its own".into()],
+            )?),
         })
     }
 

@@ -28,6 +28,23 @@ pub enum Error {
     Conflict(String),
 }
 
+impl Error {
+    /// The same error, its message followed by `context` (what became of
+    /// the work around it).
+    pub fn with_context(self, context: &str) -> Error {
+        let add = |m: String| format!("{m}; {context}");
+        match self {
+            Error::InvalidInput(m) => Error::InvalidInput(add(m)),
+            Error::Overflow(m) => Error::Overflow(add(m)),
+            Error::Unavailable(m) => Error::Unavailable(add(m)),
+            Error::Deadline(m) => Error::Deadline(add(m)),
+            Error::ResourceExhausted(m) => Error::ResourceExhausted(add(m)),
+            Error::Internal(m) => Error::Internal(add(m)),
+            Error::Conflict(m) => Error::Conflict(add(m)),
+        }
+    }
+}
+
 #[macro_export]
 macro_rules! plan_err {
     ($($arg:tt)*) => { $crate::Error::InvalidInput(format!($($arg)*)) };

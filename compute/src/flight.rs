@@ -13,6 +13,11 @@
 //!   plans the ticket's SQL again. No answer depends on the cache: compute
 //!   stays stateless as far as clients can tell.
 //! * `DoPut(CommandStatementUpdate)` runs DDL/DML and answers the row count.
+//! * Transactions: `BeginTransaction` opens one (`session.rs`) and answers
+//!   its id; statements carrying that `transaction_id` (queries, through
+//!   their ticket, and updates) run in it; `EndTransaction` commits or
+//!   rolls it back. `GetSqlInfo` says so, which is what ADBC's
+//!   `autocommit=False` and JDBC's `setAutoCommit(false)` look for.
 //! * The client library's typed requests arrive as SQL, like any client's.
 //! * Everything else answers UNIMPLEMENTED, which ADBC's Python driver
 //!   expects (it falls back from prepared statements on UNIMPLEMENTED).
@@ -29,12 +34,15 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    Command, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo,
+    ActionBeginTransactionRequest, ActionBeginTransactionResult, ActionEndTransactionRequest,
+    Command, CommandGetSqlInfo, CommandStatementQuery, CommandStatementUpdate, EndTransaction,
+    ProstMessageExt, SqlInfo, SqlSupportedTransaction, SqlTransactionIsolationLevel,
     TicketStatementQuery,
 };
-use arrow_flight::{FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use arrow_flight::{Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::{Stream, TryStreamExt};
 use prost::Message;
 use quarry_proto::compute::{ticket, Ticket as QuarryTicket};
@@ -42,6 +50,7 @@ use tonic::{Request, Response, Status};
 
 use crate::df::PlannedQuery;
 use crate::engine::{Prepared, QueryEngine, QueryOutput};
+use crate::session::{self, OpenTxn};
 use crate::Error;
 
 pub struct FlightSqlServer {
@@ -158,7 +167,8 @@ impl FlightSqlService for FlightSqlServer {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let desc = request.into_inner();
-        let (schema, t) = match self.engine.prepare_sql(&cmd.query).await? {
+        let txn = self.txn(cmd.transaction_id.as_deref())?;
+        let (schema, t) = match self.engine.prepare_sql_in(&cmd.query, txn.as_ref()).await? {
             Prepared::Query(q) => {
                 let schema = q.schema();
                 let plan_handle = self.plans.put(&cmd.query, q);
@@ -167,6 +177,7 @@ impl FlightSqlService for FlightSqlServer {
                     QuarryTicket {
                         kind: Some(ticket::Kind::Sql(cmd.query)),
                         plan_handle,
+                        transaction_id: cmd.transaction_id.unwrap_or_default().to_vec(),
                     },
                 )
             }
@@ -177,7 +188,7 @@ impl FlightSqlService for FlightSqlServer {
                     out.schema,
                     QuarryTicket {
                         kind: Some(ticket::Kind::ResultIpc(bytes)),
-                        plan_handle: 0,
+                        ..Default::default()
                     },
                 )
             }
@@ -202,10 +213,14 @@ impl FlightSqlService for FlightSqlServer {
         _request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let t = QuarryTicket::decode(ticket.statement_handle).map_err(bad_ticket)?;
+        let txn = match t.transaction_id.as_slice() {
+            [] => None,
+            id => self.txn(Some(id))?,
+        };
         let out = match t.kind.ok_or_else(|| bad_ticket("empty"))? {
             ticket::Kind::Sql(sql) => match self.plans.take(t.plan_handle, &sql) {
-                Some(plan) => self.engine.run(*plan).await?,
-                None => self.engine.sql(&sql).await?,
+                Some(plan) => self.engine.run_in(*plan, txn.as_deref()).await?,
+                None => self.engine.sql_in(&sql, txn.as_ref()).await?,
             },
             ticket::Kind::ResultIpc(bytes) => {
                 let (schema, batches) =
@@ -221,7 +236,8 @@ impl FlightSqlService for FlightSqlServer {
         cmd: CommandStatementUpdate,
         _request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let out = self.engine.sql(&cmd.query).await?;
+        let txn = self.txn(cmd.transaction_id.as_deref())?;
+        let out = self.engine.sql_in(&cmd.query, txn.as_ref()).await?;
         let count = out.batches.first().and_then(|b| {
             b.column_by_name("count")
                 .and_then(|c| c.as_any().downcast_ref::<arrow::array::Int64Array>())
@@ -230,7 +246,108 @@ impl FlightSqlService for FlightSqlServer {
         Ok(count.unwrap_or(0))
     }
 
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let desc = request.into_inner();
+        let ticket = Ticket::new(query.as_any().encode_to_vec());
+        let schema = query.into_builder(sql_info()).schema();
+        Ok(Response::new(
+            FlightInfo::new()
+                .try_with_schema(schema.as_ref())
+                .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
+                .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+                .with_descriptor(desc)
+                .with_total_records(-1),
+        ))
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let builder = query.into_builder(sql_info());
+        let schema = builder.schema();
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(format!("building SqlInfo: {e}")))?;
+        Ok(Response::new(stream(schema, vec![batch])))
+    }
+
+    async fn do_action_begin_transaction(
+        &self,
+        _query: ActionBeginTransactionRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionBeginTransactionResult, Status> {
+        let txn = self.engine.sessions().begin().await?;
+        Ok(ActionBeginTransactionResult {
+            transaction_id: session::id_bytes(txn.start_ts).into(),
+        })
+    }
+
+    async fn do_action_end_transaction(
+        &self,
+        query: ActionEndTransactionRequest,
+        _request: Request<Action>,
+    ) -> Result<(), Status> {
+        let sessions = self.engine.sessions();
+        let txn = sessions.get(&query.transaction_id)?;
+        match EndTransaction::try_from(query.action) {
+            Ok(EndTransaction::Commit) => sessions.commit(&txn).await.map(|_| ())?,
+            Ok(EndTransaction::Rollback) => sessions.rollback(&txn).await?,
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "EndTransaction needs COMMIT or ROLLBACK, not {}",
+                    query.action
+                )))
+            }
+        }
+        Ok(())
+    }
+
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+impl FlightSqlServer {
+    /// The open transaction a request names, if it names one.
+    fn txn(&self, id: Option<&[u8]>) -> Result<Option<Arc<OpenTxn>>, Status> {
+        match id {
+            None | Some([]) => Ok(None),
+            Some(id) => Ok(Some(self.engine.sessions().get(id)?)),
+        }
+    }
+}
+
+/// What `GetSqlInfo` answers: who the server is, and that it runs
+/// transactions (BeginTransaction/EndTransaction) at snapshot isolation,
+/// which SQL calls REPEATABLE READ.
+fn sql_info() -> &'static SqlInfoData {
+    static INFO: std::sync::OnceLock<SqlInfoData> = std::sync::OnceLock::new();
+    INFO.get_or_init(|| {
+        let mut b = SqlInfoDataBuilder::new();
+        b.append(SqlInfo::FlightSqlServerName, "Quarry");
+        b.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+        b.append(SqlInfo::FlightSqlServerArrowVersion, "1.3");
+        b.append(SqlInfo::FlightSqlServerReadOnly, false);
+        b.append(SqlInfo::FlightSqlServerSql, true);
+        b.append(SqlInfo::FlightSqlServerSubstrait, false);
+        b.append(
+            SqlInfo::FlightSqlServerTransaction,
+            SqlSupportedTransaction::Transaction as i32,
+        );
+        b.append(SqlInfo::FlightSqlServerCancel, false);
+        b.append(SqlInfo::SqlTransactionsSupported, true);
+        let repeatable_read = SqlTransactionIsolationLevel::SqlTransactionRepeatableRead as i32;
+        b.append(SqlInfo::SqlDefaultTransactionIsolation, repeatable_read);
+        b.append(
+            SqlInfo::SqlSupportedTransactionsIsolationLevels,
+            1i32 << repeatable_read,
+        );
+        b.build().expect("a fixed, valid SqlInfo table")
+    })
 }
 
 /// The Flight service (for wiring into a tonic server).

@@ -18,6 +18,7 @@ use quarry_proto::kv::{Mutation, Op};
 use quarry_proto::meta::TableDef;
 
 use crate::engine::QueryEngine;
+use crate::session::OpenTxn;
 use crate::sql::Insert;
 use crate::{plan_err, Error, Result};
 
@@ -117,10 +118,41 @@ pub fn is_packed(table: &TableDef) -> bool {
     table.layout == quarry_proto::meta::Layout::Column as i32
 }
 
-/// Inserts the rows; returns how many.
-pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Result<usize> {
-    if ins.rows.is_empty() {
+/// Inserts the rows, in `txn` or as a transaction of their own; returns
+/// how many.
+pub async fn insert(
+    engine: &QueryEngine,
+    table: &TableDef,
+    ins: &Insert,
+    txn: Option<&OpenTxn>,
+) -> Result<usize> {
+    let mutations = mutations(engine, table, ins).await?;
+    if mutations.is_empty() {
         return Ok(0);
+    }
+    if let Some(txn) = txn {
+        return engine
+            .sessions()
+            .write(txn, mutations, is_packed(table))
+            .await;
+    }
+    // One transaction: readers see all of the rows or none.
+    let n = mutations.len();
+    engine
+        .txns()
+        .write(
+            mutations,
+            is_packed(table),
+            Instant::now() + Duration::from_secs(30),
+        )
+        .await?;
+    Ok(n)
+}
+
+/// The rows of `ins`, checked and encoded as `Insert` mutations.
+async fn mutations(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Result<Vec<Mutation>> {
+    if ins.rows.is_empty() {
+        return Ok(vec![]);
     }
     // Target column positions in the table.
     let targets: Vec<usize> = if ins.columns.is_empty() {
@@ -249,15 +281,5 @@ pub async fn insert(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Res
             value,
         });
     }
-    // One transaction: readers see all of the rows or none.
-    let n = mutations.len();
-    engine
-        .txns()
-        .write(
-            mutations,
-            is_packed(table),
-            Instant::now() + Duration::from_secs(30),
-        )
-        .await?;
-    Ok(n)
+    Ok(mutations)
 }

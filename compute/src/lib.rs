@@ -58,6 +58,7 @@ pub mod insert;
 pub mod kv_writer;
 pub mod region_cache;
 pub mod server;
+pub mod session;
 pub mod sql;
 pub mod tso;
 pub mod txn;

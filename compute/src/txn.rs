@@ -49,7 +49,7 @@ use futures::future::BoxFuture;
 use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::kv::{
     key_error::Code, CheckTxnStatusRequest, CommitRequest, KeyError, LockInfo, Mutation, Op,
-    PrewriteRequest, ResolveLockRequest, TxnResponse,
+    PrewriteRequest, ResolveLockRequest, TxnHeartBeatRequest, TxnResponse,
 };
 use quarry_proto::meta::RegionError;
 
@@ -87,6 +87,14 @@ enum Step {
         /// Commit in one phase if every mutation lands in one region; the
         /// region's answer goes here.
         one_pc: Option<Arc<parking_lot::Mutex<u64>>>,
+        /// The locks' TTL, from start_ts ([`lock_ttl_ms`]).
+        ttl_ms: u64,
+        /// An open transaction's statement (`PrewriteRequest.pessimistic`).
+        pessimistic: bool,
+    },
+    HeartBeat {
+        start_ts: u64,
+        ttl_ms: u64,
     },
     Commit {
         start_ts: u64,
@@ -163,31 +171,67 @@ impl Txns {
             start_ts,
             packed,
             one_pc: one_pc.clone(),
+            ttl_ms: lock_ttl_ms(start_ts),
+            pessimistic: false,
         };
         if let Err(e) = self.run(prewrite, mutations, deadline).await {
             // Nothing committed: take back what was locked (a lock left
             // behind would be rolled back by a reader after its TTL).
-            let undo = Step::Resolve {
-                start_ts,
-                commit_ts: 0,
-            };
-            let until = Instant::now() + Duration::from_secs(5);
-            if let Err(r) = self.run(undo, as_mutations(keys), until).await {
-                tracing::debug!("rolling back transaction {start_ts}: {r}");
-            }
+            self.rollback(start_ts, keys).await;
             return Err(e);
         }
         if let Some(commit_ts) = one_pc.map(|c| *c.lock()).filter(|ts| *ts != 0) {
             return Ok(commit_ts);
         }
+        self.commit(start_ts, keys, deadline).await
+    }
+
+    /// Locks `mutations` for the transaction `start_ts` whose primary key
+    /// is `primary`, over keys it may have locked before (their locks then
+    /// hold the new writes): an open transaction's statement
+    /// (`pessimistic`: readers pass over the locks), or its COMMIT's
+    /// prewrite of everything it wrote.
+    pub async fn prewrite(
+        self: &Arc<Self>,
+        start_ts: u64,
+        primary: &[u8],
+        mut mutations: Vec<Mutation>,
+        packed: bool,
+        pessimistic: bool,
+        deadline: Instant,
+    ) -> Result<()> {
+        mutations.sort_by(|a, b| a.key.cmp(&b.key));
+        let step = Step::Prewrite {
+            primary: primary.to_vec(),
+            start_ts,
+            packed,
+            one_pc: None,
+            ttl_ms: lock_ttl_ms(start_ts),
+            pessimistic,
+        };
+        self.run(step, mutations, deadline).await
+    }
+
+    /// Commits the prewritten transaction `start_ts`: `keys` are all of its
+    /// keys, the primary first. Returns commit_ts once the primary is
+    /// committed; the rest commit in the background.
+    pub async fn commit(
+        self: &Arc<Self>,
+        start_ts: u64,
+        mut keys: Vec<Vec<u8>>,
+        deadline: Instant,
+    ) -> Result<u64> {
+        if keys.is_empty() {
+            return Err(Error::Internal("a commit of no keys".into()));
+        }
+        let secondaries = keys.split_off(1);
         let commit_ts = self.timestamp().await?;
         let commit = Step::Commit {
             start_ts,
             commit_ts,
         };
-        self.run(commit.clone(), as_mutations(vec![primary]), deadline)
+        self.run(commit.clone(), as_mutations(keys), deadline)
             .await?;
-        let secondaries: Vec<Vec<u8>> = keys.into_iter().skip(1).collect();
         if !secondaries.is_empty() {
             // Committed already; a secondary left locked is a reader's to
             // commit, so this runs after the answer (as TiDB does) and its
@@ -200,6 +244,37 @@ impl Txns {
             });
         }
         Ok(commit_ts)
+    }
+
+    /// Takes back the locks of `start_ts` on `keys` (nothing of it
+    /// committed). A lock this misses is rolled back by a reader after its
+    /// TTL.
+    pub async fn rollback(self: &Arc<Self>, start_ts: u64, keys: Vec<Vec<u8>>) {
+        let undo = Step::Resolve {
+            start_ts,
+            commit_ts: 0,
+        };
+        let until = Instant::now() + Duration::from_secs(5);
+        if let Err(r) = self.run(undo, as_mutations(keys), until).await {
+            tracing::debug!("rolling back transaction {start_ts}: {r}");
+        }
+    }
+
+    /// Keeps the transaction `start_ts` alive: its primary's lock lives
+    /// [`LOCK_TTL`] from now. Fails if the lock is gone (a reader rolled
+    /// the transaction back).
+    pub async fn heart_beat(
+        self: &Arc<Self>,
+        start_ts: u64,
+        primary: &[u8],
+        deadline: Instant,
+    ) -> Result<()> {
+        let step = Step::HeartBeat {
+            start_ts,
+            ttl_ms: lock_ttl_ms(start_ts),
+        };
+        self.run(step, as_mutations(vec![primary.to_vec()]), deadline)
+            .await
     }
 
     /// Settles `lock`, met by a reader or a writer: commits or rolls it
@@ -305,6 +380,17 @@ impl Txns {
                 other => other,
             })
     }
+}
+
+/// A lock's TTL for the transaction `start_ts`, written now: it counts
+/// from start_ts (`LockInfo.ttl_ms`), so a transaction that started long
+/// ago (a slow UPDATE's scan, an open BEGIN) still gets [`LOCK_TTL`] from
+/// now.
+pub fn lock_ttl_ms(start_ts: u64) -> u64 {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    now_ms.saturating_sub(start_ts >> 18) + LOCK_TTL.as_millis() as u64
 }
 
 fn as_mutations(keys: Vec<Vec<u8>>) -> Vec<Mutation> {
@@ -429,6 +515,8 @@ impl RegionWork for StepWork {
                             start_ts,
                             packed,
                             one_pc,
+                            ttl_ms,
+                            pessimistic,
                         } => {
                             client
                                 .prewrite(PrewriteRequest {
@@ -436,10 +524,11 @@ impl RegionWork for StepWork {
                                     mutations: self.mutations.clone(),
                                     primary: primary.clone(),
                                     start_ts: *start_ts,
-                                    ttl_ms: LOCK_TTL.as_millis() as u64,
+                                    ttl_ms: *ttl_ms,
                                     packed: *packed,
                                     try_one_pc: one_pc.is_some(),
                                     one_pc_commit_ts: 0,
+                                    pessimistic: *pessimistic,
                                 })
                                 .await
                         }
@@ -453,6 +542,16 @@ impl RegionWork for StepWork {
                                     keys: keys(),
                                     start_ts: *start_ts,
                                     commit_ts: *commit_ts,
+                                })
+                                .await
+                        }
+                        Step::HeartBeat { start_ts, ttl_ms } => {
+                            client
+                                .txn_heart_beat(TxnHeartBeatRequest {
+                                    context,
+                                    primary: self.mutations[0].key.clone(),
+                                    start_ts: *start_ts,
+                                    ttl_ms: *ttl_ms,
                                 })
                                 .await
                         }

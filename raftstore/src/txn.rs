@@ -14,6 +14,11 @@
 //!   key gets a lock holding the value. A retried prewrite finds its own
 //!   lock (or its own commit) and passes. The whole command is refused or
 //!   applied: no lock is written if any key fails.
+//! * **Pessimistic prewrite** (an open transaction's statement, `pessimistic`):
+//!   the same checks, and a lock readers pass over (they see the row as it
+//!   was: the transaction has no commit_ts yet and will take one only after
+//!   its COMMIT prewrites the key again, ordinarily). A transaction's
+//!   prewrite of a key it holds rewrites its lock with the new write.
 //! * **One-phase commit**: a prewrite carrying `one_pc_commit_ts` (its
 //!   client sent every mutation of the transaction to this one region, and
 //!   the leader picked the timestamp, `concurrency.rs`) is checked as a
@@ -186,6 +191,26 @@ pub(crate) fn exec_txn<E: Engine>(
             }
             write_all(ctx, plan);
         }
+        Step::HeartBeat(h) => {
+            check_keys(region, epoch, [&h.primary])?;
+            if let Some(mut lock) = lock_of(ctx, &h.primary)? {
+                if lock.start_ts == h.start_ts && lock.ttl_ms < h.ttl_ms {
+                    lock.ttl_ms = h.ttl_ms;
+                    write_all(ctx, vec![(lock_key(&h.primary), Some(encode_lock(&lock)))]);
+                }
+            } else {
+                return Err(key_error(
+                    Code::TxnNotFound,
+                    &h.primary,
+                    format!(
+                        "the transaction that started at {} holds no lock on {} any more \
+                         (it was rolled back or committed)",
+                        h.start_ts,
+                        describe(&h.primary)
+                    ),
+                ));
+            }
+        }
         Step::Resolve(r) => {
             check_keys(region, epoch, &r.keys)?;
             let mut plan = Vec::new();
@@ -237,7 +262,7 @@ fn lock_of<E: Engine>(ctx: &ApplyCtx<'_, E>, row_key: &[u8]) -> Result<Option<Lo
 
 /// A prewrite, or with `one_pc_commit_ts` a one-phase commit: the same
 /// checks, then versions at that timestamp instead of locks.
-fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<()> {
+fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, mut p: PrewriteRequest) -> Result<()> {
     let one_pc = p.one_pc_commit_ts;
     if one_pc != 0 && one_pc <= p.start_ts {
         return Err(Error::InvalidInput(format!(
@@ -246,7 +271,7 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<
         )));
     }
     let mut plan = Vec::new();
-    for Mutation { op, key, value } in p.mutations {
+    for Mutation { op, key, value } in std::mem::take(&mut p.mutations) {
         let op = Op::try_from(op)
             .map_err(|_| Error::InvalidInput(format!("unknown mutation op {op}")))?;
         if one_pc != 0 && p.packed && matches!(op, Op::Put | Op::Delete) {
@@ -255,6 +280,13 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<
             return Err(Error::InvalidInput(
                 "a one-phase commit on a column table may only insert".into(),
             ));
+        }
+        let own = lock_of(ctx, &key)?.filter(|l| l.start_ts == p.start_ts);
+        if let (Some(lock), 0) = (&own, one_pc) {
+            // The transaction wrote this key before (an earlier statement,
+            // or this prewrite's retry): its lock now says what it writes.
+            plan.extend(relock(ctx, &p, lock, op, &key, value)?);
+            continue;
         }
         if let Some(lock) = lock_of(ctx, &key)? {
             if lock.start_ts == p.start_ts && one_pc != 0 {
@@ -322,6 +354,11 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<
             plan.extend(version_writes(ctx, &key, op, &value, p.start_ts, one_pc)?);
             continue;
         }
+        if op != Op::Lock {
+            // A locked row is never bare: the reader's own lock must come
+            // before every version of its row (`mvcc.rs`).
+            plan.extend(unbare(ctx, &key)?);
+        }
         let lock = LockInfo {
             primary: p.primary.clone(),
             start_ts: p.start_ts,
@@ -329,6 +366,7 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<
             op: op as i32,
             key: key.clone(),
             value,
+            pessimistic: p.pessimistic,
         };
         if p.packed && matches!(op, Op::Put | Op::Delete) {
             // The version this lock becomes will hide a pack row: mark the
@@ -346,6 +384,83 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, p: PrewriteRequest) -> Result<
     }
     write_all(ctx, plan);
     Ok(())
+}
+
+/// A transaction's prewrite of a key it holds the lock of: the same
+/// mutation again (a retry) changes nothing; a lock-only mutation keeps
+/// what is locked; otherwise the lock now holds the new write (a later
+/// statement of the transaction), and an INSERT is checked against the
+/// transaction's own view of the row. Statements of one transaction are
+/// sent one after another, so a late retry of an earlier one never lands
+/// after a later one.
+fn relock<E: Engine>(
+    ctx: &ApplyCtx<'_, E>,
+    p: &PrewriteRequest,
+    lock: &LockInfo,
+    op: Op,
+    key: &[u8],
+    value: Vec<u8>,
+) -> Result<Vec<Planned>> {
+    // Prewritten again at COMMIT: a pessimistic lock becomes ordinary.
+    let pessimistic = lock.pessimistic && p.pessimistic;
+    let same = lock.op() == op && lock.value == value;
+    if (op == Op::Lock || same) && pessimistic == lock.pessimistic {
+        return Ok(vec![]);
+    }
+    if op == Op::Lock || same {
+        let ordinary = LockInfo {
+            pessimistic,
+            ..lock.clone()
+        };
+        return Ok(vec![(lock_key(key), Some(encode_lock(&ordinary)))]);
+    }
+    if op == Op::Insert {
+        let exists = match lock.op() {
+            Op::Put | Op::Insert => true,
+            Op::Delete => false,
+            Op::Lock => row_exists(ctx, key, &versions_in(ctx, key)?, p.packed)?,
+        };
+        if exists {
+            return Err(key_error(
+                Code::AlreadyExists,
+                key,
+                format!("duplicate key: a row with {} already exists", describe(key)),
+            ));
+        }
+    }
+    let mut plan = unbare(ctx, key)?;
+    if p.packed && matches!(op, Op::Put | Op::Delete) {
+        if let Some((first, _)) = ctx.pack_covering(key)? {
+            let (table, _) = decode_record_key(key)?;
+            plan.push((
+                pack_mark_key(table, first),
+                Some(p.start_ts.to_be_bytes().to_vec()),
+            ));
+        }
+    }
+    let relocked = LockInfo {
+        op: op as i32,
+        value,
+        pessimistic,
+        ..lock.clone()
+    };
+    plan.push((lock_key(key), Some(encode_lock(&relocked))));
+    Ok(plan)
+}
+
+/// A bare row (bulk-loaded, older than every snapshot) rewritten as a
+/// version at timestamp 0: the same row to every reader.
+fn unbare<E: Engine>(ctx: &ApplyCtx<'_, E>, key: &[u8]) -> Result<Vec<Planned>> {
+    Ok(match ctx.lookup(key)? {
+        Some(bare) => vec![
+            (key.to_vec(), None),
+            (
+                version_key(key, 0, WriteKind::Put),
+                Some(version_value(0, &bare)),
+            ),
+        ],
+        None => vec![],
+    })
 }
 
 /// Whether the newest state of the row is a row: its newest data version
@@ -376,6 +491,20 @@ fn commit_key<E: Engine>(
     resolving: bool,
 ) -> Result<Vec<Planned>> {
     match lock_of(ctx, key)? {
+        Some(lock) if lock.start_ts == start_ts && lock.pessimistic => {
+            if resolving {
+                return Ok(vec![]);
+            }
+            Err(key_error(
+                Code::TxnNotFound,
+                key,
+                format!(
+                    "cannot commit {}: the transaction that started at {start_ts} \
+                     did not prewrite it",
+                    describe(key)
+                ),
+            ))
+        }
         Some(lock) if lock.start_ts == start_ts => {
             let mut plan = version_writes(ctx, key, lock.op(), &lock.value, start_ts, commit_ts)?;
             plan.push((lock_key(key), None));
@@ -420,17 +549,12 @@ fn version_writes<E: Engine>(
     start_ts: u64,
     commit_ts: u64,
 ) -> Result<Vec<Planned>> {
-    let mut plan = Vec::new();
     let kind = WriteKind::of_op(op);
-    if kind.is_data() {
-        if let Some(bare) = ctx.lookup(key)? {
-            plan.push((key.to_vec(), None));
-            plan.push((
-                version_key(key, 0, WriteKind::Put),
-                Some(version_value(0, &bare)),
-            ));
-        }
-    }
+    let mut plan = if kind.is_data() {
+        unbare(ctx, key)?
+    } else {
+        Vec::new()
+    };
     let row: &[u8] = if kind == WriteKind::Put { value } else { &[] };
     plan.push((
         version_key(key, commit_ts, kind),

@@ -71,6 +71,21 @@ fn convert_statement(s: SqlStatement) -> Result<Statement> {
         SqlStatement::ExplainTable { table_name, .. } => {
             Ok(Statement::Describe(object_name(&table_name)?))
         }
+        SqlStatement::StartTransaction {
+            modes, statements, ..
+        } if statements.is_empty() => {
+            if !modes.is_empty() {
+                return unsupported(
+                    "transaction modes: every transaction runs at snapshot isolation",
+                );
+            }
+            Ok(Statement::Begin)
+        }
+        SqlStatement::Commit { chain: false, .. } => Ok(Statement::Commit),
+        SqlStatement::Rollback {
+            chain: false,
+            savepoint: None,
+        } => Ok(Statement::Rollback),
         other => {
             let text = other.to_string();
             let head: String = text

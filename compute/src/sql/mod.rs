@@ -17,12 +17,21 @@ pub use convert::parse;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Statement {
     CreateTable(CreateTable),
-    DropTable { name: String, if_exists: bool },
+    DropTable {
+        name: String,
+        if_exists: bool,
+    },
     Insert(Insert),
     Update(Update),
     Delete(Delete),
     ShowTables,
     Describe(String),
+    /// `BEGIN` / `START TRANSACTION`.
+    Begin,
+    /// `COMMIT` / `END`.
+    Commit,
+    /// `ROLLBACK`.
+    Rollback,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -203,6 +203,19 @@ pub enum Seen {
     Skip,
     /// A lock the reader must resolve first.
     Locked(Box<LockInfo>),
+    /// The reader's own transaction wrote this row (its lock, at the
+    /// reader's start_ts, holds the row): what it reads.
+    Own(Vec<u8>),
+}
+
+/// Whether a reader at `read_ts` must wait for `lock`'s transaction: it
+/// started before the read and is committing data. A lock at `read_ts`
+/// itself is the reader's own (timestamps are unique), and a pessimistic
+/// one belongs to a transaction that has not begun to commit (it will be
+/// prewritten again, and take its commit_ts, after this read): neither is
+/// waited for.
+pub fn blocks(lock: &LockInfo, read_ts: u64) -> bool {
+    lock.start_ts < read_ts && lock.op() != Op::Lock && !lock.pessimistic
 }
 
 impl Visibility {
@@ -229,11 +242,24 @@ impl Visibility {
                     }
                 }
             }
-            KeyKind::Lock(_) => {
+            KeyKind::Lock(handle) => {
                 let lock = decode_lock(value)?;
-                // A pessimistic lock (LOCK) writes nothing a reader could
-                // miss; any other lock might commit below read_ts.
-                if lock.start_ts <= read_ts && lock.op() != Op::Lock {
+                if lock.start_ts == read_ts {
+                    // Read-your-writes: the transaction's own lock is the
+                    // row as it wrote it; older versions are passed over.
+                    match lock.op() {
+                        Op::Put | Op::Insert => {
+                            self.decided = Some(handle);
+                            Seen::Own(lock.value)
+                        }
+                        Op::Delete => {
+                            self.decided = Some(handle);
+                            Seen::Skip
+                        }
+                        Op::Lock => Seen::Skip,
+                    }
+                } else if blocks(&lock, read_ts) {
+                    // It might commit below read_ts.
                     Seen::Locked(Box::new(lock))
                 } else {
                     Seen::Skip

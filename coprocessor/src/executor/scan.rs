@@ -32,7 +32,9 @@ use quarry_proto::coprocessor::ExecSummary;
 use super::kernels::{all_rows, and_packed, and_range_packed, compare_range, indices, IntSet};
 use super::{BatchExecutor, BatchResult, Chunk};
 use crate::codec::key::{row_keys_end, RECORD_KEY_LEN};
-use crate::codec::mvcc::{decode_lock, split_version_value, Seen, Visibility, VERSION_KEY_LEN};
+use crate::codec::mvcc::{
+    blocks, decode_lock, split_version_value, Seen, Visibility, VERSION_KEY_LEN,
+};
 use crate::codec::pack::{decode_columns, ColumnView, PackView};
 use crate::codec::row::RowDecoder;
 use crate::expr::{Bloom, CmpOp, Expr, LogicOp, ScalarValue};
@@ -74,6 +76,8 @@ pub struct KvScanner<S: Storage> {
     /// The first handle of the last pack mark met: the pack that follows
     /// it may have rows the snapshot does not see.
     marked: Option<i64>,
+    /// The row of the reader's own lock last returned ([`Seen::Own`]).
+    own_row: Vec<u8>,
 }
 
 impl<S: Storage> KvScanner<S> {
@@ -92,6 +96,7 @@ impl<S: Storage> KvScanner<S> {
             scanned_bytes: 0,
             pack_live: Vec::new(),
             marked: None,
+            own_row: Vec::new(),
         }
     }
 
@@ -132,6 +137,10 @@ impl<S: Storage> KvScanner<S> {
                     continue;
                 }
                 Seen::Locked(lock) => return Err(Error::Locked(lock)),
+                Seen::Own(row) => {
+                    self.own_row = row;
+                    break Seen::Own(Vec::new());
+                }
                 seen => break seen,
             }
         };
@@ -166,6 +175,8 @@ impl<S: Storage> KvScanner<S> {
                     TableData::Pack(pack, Some(&self.pack_live))
                 }
             }
+            Seen::Own(_) if self.key_only => TableData::Row(&[]),
+            Seen::Own(_) => TableData::Row(&self.own_row),
             _ if k.len() == VERSION_KEY_LEN && !self.key_only => {
                 TableData::Row(split_version_value(v)?.1)
             }
@@ -224,7 +235,10 @@ impl<S: Storage> KvScanner<S> {
         let mut out = Vec::new();
         if let Some(r) = self.ranges.get(self.current) {
             let last = self.started && self.has_last_key;
-            let start = if last && self.last_key.len() == VERSION_KEY_LEN {
+            let start = if last
+                && (self.last_key.len() == VERSION_KEY_LEN || is_lock_key(&self.last_key))
+            {
+                // A version, or the reader's own lock: past the row's keys.
                 row_keys_end(&self.last_key[..RECORD_KEY_LEN])
             } else if last && self.last_key.len() == RECORD_KEY_LEN {
                 let end = row_keys_end(&self.last_key);
@@ -275,12 +289,6 @@ impl<S: Storage> KvScanner<S> {
     }
 }
 
-/// Whether a reader at `read_ts` must wait for `lock`'s transaction (as
-/// [`Visibility`] decides for the locks a scan meets).
-fn blocks(lock: &LockInfo, read_ts: u64) -> bool {
-    lock.start_ts <= read_ts && lock.op() != quarry_proto::kv::Op::Lock
-}
-
 /// The handles of the marked `pack` (at `pack_key`) whose row the
 /// snapshot at `read_ts` does not see (or a lock it must wait for): a version committed at or before
 /// `read_ts` replaced or deleted it. A pack row is older than every
@@ -296,8 +304,8 @@ fn hidden_pack_rows<S: Storage>(
     use crate::codec::key::{classify_key, decode_i64, record_key, KeyKind};
     let mut hidden = std::collections::HashSet::new();
     let table = decode_i64(&pack_key[1..9])?;
-    let mut start = pack_key.to_vec();
-    start.push(0);
+    // From the first handle's own keys: its lock sorts before the pack.
+    let start = record_key(table, pack.first_handle());
     let end = row_keys_end(&record_key(table, pack.last_handle()));
     let mut locked = None;
     storage.peek(&KeyRange::new(start, end), &mut |k, v| {
@@ -312,7 +320,13 @@ fn hidden_pack_rows<S: Storage>(
             // A lock over a packed row stops the read now, before the
             // pack's row is returned: resumed later (a cut response), the
             // scan would not meet it before the row's new version.
-            KeyKind::Lock(_) => match decode_lock(v) {
+            KeyKind::Lock(handle) => match decode_lock(v) {
+                // The reader's own write replaces or deletes the row.
+                Ok(l) if l.start_ts == read_ts => {
+                    if l.op() != quarry_proto::kv::Op::Lock {
+                        hidden.insert(handle);
+                    }
+                }
                 Ok(l) if blocks(&l, read_ts) => {
                     locked = Some(Ok(l));
                     return false;

@@ -7,7 +7,8 @@ use quarry_proto::kv::kv_server::Kv;
 use quarry_proto::kv::{
     BatchGetRequest, BatchGetResponse, BatchPutRequest, BatchPutResponse, CheckTxnStatusRequest,
     CheckTxnStatusResponse, CommitRequest, Context, DeleteRangeRequest, DeleteRangeResponse,
-    PrewriteRequest, ResolveLockRequest, RollbackRequest, ScanRequest, ScanResponse, TxnResponse,
+    PrewriteRequest, ResolveLockRequest, RollbackRequest, ScanRequest, ScanResponse,
+    TxnHeartBeatRequest, TxnResponse,
 };
 use quarry_proto::raft::{txn_write::Step, TxnWrite};
 use tonic::{Request, Response, Status};
@@ -145,6 +146,15 @@ impl<E: Engine> Kv for KvService<E> {
         let mut req = req.into_inner();
         let ctx = req.context.take();
         Ok(Response::new(self.step(ctx, Step::Rollback(req)).await))
+    }
+
+    async fn txn_heart_beat(
+        &self,
+        req: Request<TxnHeartBeatRequest>,
+    ) -> Result<Response<TxnResponse>, Status> {
+        let mut req = req.into_inner();
+        let ctx = req.context.take();
+        Ok(Response::new(self.step(ctx, Step::HeartBeat(req)).await))
     }
 
     async fn resolve_lock(

@@ -1,0 +1,327 @@
+//! Explicit transactions: `BEGIN` … `COMMIT` / `ROLLBACK`.
+//!
+//! A transaction reads every statement at its `start_ts` (snapshot
+//! isolation: each read sees the same snapshot, plus its own writes) and
+//! locks as it goes, as TiDB's pessimistic mode does: each INSERT, UPDATE
+//! or DELETE locks its rows at once with *pessimistic* locks that hold the
+//! rows as written. Other readers pass over them (they see the rows as
+//! they were); other writers wait for them, so a second writer of a row
+//! learns of the conflict at its statement, not at COMMIT (here as a write
+//! conflict it must retry, where TiDB would wait and go on). A later
+//! statement of the transaction reads its own locks as its rows
+//! (`coprocessor::codec::mvcc`, read-your-writes); a later write of the
+//! same row rewrites the lock (`raftstore/src/txn.rs`).
+//!
+//! `COMMIT` is Percolator's: it prewrites everything again, ordinarily
+//! (the locks now stop readers whose snapshot may include the commit),
+//! takes a commit_ts, commits the primary, then the rest in the
+//! background. Compute keeps the last write of each key for this.
+//! `ROLLBACK` removes the locks. The first key
+//! the transaction locked is its primary: while the transaction is open,
+//! a heartbeat every [`HEARTBEAT_EVERY`] keeps the primary's lock alive,
+//! so readers wait for the transaction instead of rolling it back; a
+//! transaction idle for [`IDLE_TIMEOUT`] is rolled back and forgotten
+//! (its client went away). A statement that fails inside a transaction
+//! aborts it, as in PostgreSQL: its locks go, and every later statement
+//! fails until the client ends it.
+//!
+//! Transactions live in one compute process, found by id: the Flight SQL
+//! `transaction_id` (`BeginTransaction`), which the client library and the
+//! shell hold for their session. A client must send a transaction's
+//! statements to the compute process that began it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use quarry_proto::kv::Mutation;
+
+use crate::txn::Txns;
+use crate::{Error, Result};
+
+/// How often an open transaction's primary lock is renewed.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// An open transaction unused this long is rolled back.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long COMMIT, ROLLBACK and a statement's prewrite may take.
+const WRITE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The open transactions of a compute process.
+pub struct Sessions {
+    txns: Arc<Txns>,
+    open: Mutex<HashMap<u64, Arc<OpenTxn>>>,
+}
+
+/// An open transaction.
+pub struct OpenTxn {
+    /// Its snapshot, and its id.
+    pub start_ts: u64,
+    state: tokio::sync::Mutex<State>,
+    last_used: Mutex<Instant>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The first key locked, once the transaction has written.
+    primary: Option<Vec<u8>>,
+    /// Every key locked.
+    keys: BTreeSet<Vec<u8>>,
+    /// What the transaction writes, the last write of each key (and
+    /// whether its table keeps packs): prewritten again at COMMIT.
+    writes: BTreeMap<Vec<u8>, (Mutation, bool)>,
+    /// Why the transaction was aborted, if it was.
+    aborted: Option<String>,
+    ended: bool,
+}
+
+/// A transaction's id as Flight SQL carries it.
+pub fn id_bytes(start_ts: u64) -> Vec<u8> {
+    start_ts.to_be_bytes().to_vec()
+}
+
+impl Sessions {
+    pub fn new(txns: Arc<Txns>) -> Arc<Self> {
+        Arc::new(Sessions {
+            txns,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Begins a transaction: its snapshot is now.
+    pub async fn begin(self: &Arc<Self>) -> Result<Arc<OpenTxn>> {
+        let start_ts = self.txns.timestamp().await?;
+        let txn = Arc::new(OpenTxn {
+            start_ts,
+            state: Default::default(),
+            last_used: Mutex::new(Instant::now()),
+        });
+        self.open.lock().insert(start_ts, txn.clone());
+        tokio::spawn(keep_alive(Arc::downgrade(self), Arc::downgrade(&txn)));
+        Ok(txn)
+    }
+
+    /// The open transaction with Flight SQL id `id`.
+    pub fn get(&self, id: &[u8]) -> Result<Arc<OpenTxn>> {
+        let ts = <[u8; 8]>::try_from(id)
+            .map(u64::from_be_bytes)
+            .map_err(|_| Error::InvalidInput("malformed transaction id".into()))?;
+        let txn = self.open.lock().get(&ts).cloned().ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "no open transaction {ts} on this compute process: it ended, was rolled \
+                 back after {} s idle, or began on another compute process",
+                IDLE_TIMEOUT.as_secs()
+            ))
+        })?;
+        *txn.last_used.lock() = Instant::now();
+        Ok(txn)
+    }
+
+    /// Writes `mutations` in `txn` (locks them; see the module docs).
+    pub async fn write(
+        &self,
+        txn: &OpenTxn,
+        mutations: Vec<Mutation>,
+        packed: bool,
+    ) -> Result<usize> {
+        let n = mutations.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut st = txn.state.lock().await;
+        st.usable()?;
+        let primary = match &st.primary {
+            Some(p) => p.clone(),
+            None => mutations
+                .iter()
+                .map(|m| m.key.clone())
+                .min()
+                .unwrap_or_default(),
+        };
+        let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
+        let deadline = Instant::now() + WRITE_DEADLINE;
+        // Noted before the prewrite: a failed one may have locked some.
+        st.primary = Some(primary.clone());
+        st.keys.extend(keys);
+        let r = self
+            .txns
+            .prewrite(
+                txn.start_ts,
+                &primary,
+                mutations.clone(),
+                packed,
+                true,
+                deadline,
+            )
+            .await;
+        match r {
+            Ok(()) => {
+                for m in mutations {
+                    st.writes.insert(m.key.clone(), (m, packed));
+                }
+                Ok(n)
+            }
+            Err(e) => Err(self.abort(txn.start_ts, &mut st, e).await),
+        }
+    }
+
+    /// Fails `txn` for `e`: its locks go; `e` comes back saying so.
+    pub async fn fail(&self, txn: &OpenTxn, e: Error) -> Error {
+        let mut st = txn.state.lock().await;
+        if st.ended || st.aborted.is_some() {
+            return e;
+        }
+        self.abort(txn.start_ts, &mut st, e).await
+    }
+
+    async fn abort(&self, start_ts: u64, st: &mut State, e: Error) -> Error {
+        st.aborted = Some(e.to_string());
+        let keys: Vec<Vec<u8>> = std::mem::take(&mut st.keys).into_iter().collect();
+        if !keys.is_empty() {
+            self.txns.rollback(start_ts, keys).await;
+        }
+        e.with_context("the transaction is rolled back; end it with ROLLBACK")
+    }
+
+    /// Checks that `txn` may run a statement.
+    pub async fn check(&self, txn: &OpenTxn) -> Result<()> {
+        txn.state.lock().await.usable()
+    }
+
+    /// Commits `txn`; returns its commit_ts (its start_ts if it wrote
+    /// nothing). An aborted transaction is rolled back and says why.
+    pub async fn commit(&self, txn: &OpenTxn) -> Result<u64> {
+        let mut st = txn.state.lock().await;
+        self.open.lock().remove(&txn.start_ts);
+        if st.ended {
+            return Err(ended(txn.start_ts));
+        }
+        st.ended = true;
+        if let Some(why) = &st.aborted {
+            return Err(Error::InvalidInput(format!(
+                "transaction {} was rolled back, nothing was committed: {why}",
+                txn.start_ts
+            )));
+        }
+        let Some(primary) = st.primary.clone() else {
+            return Ok(txn.start_ts);
+        };
+        let mut keys: Vec<Vec<u8>> = std::mem::take(&mut st.keys)
+            .into_iter()
+            .filter(|k| *k != primary)
+            .collect();
+        keys.insert(0, primary);
+        let deadline = Instant::now() + WRITE_DEADLINE;
+        let writes = std::mem::take(&mut st.writes);
+        match self
+            .prewrite_and_commit(txn.start_ts, &keys, writes, deadline)
+            .await
+        {
+            Ok(ts) => Ok(ts),
+            Err(e) => {
+                // The primary did not commit (rolled back by a reader, or
+                // unreachable): take back what is still locked.
+                self.txns.rollback(txn.start_ts, keys).await;
+                Err(e.with_context("COMMIT failed; the transaction is rolled back"))
+            }
+        }
+    }
+
+    /// Percolator's commit of what an open transaction wrote: prewrite it
+    /// all again, ordinarily (readers now wait for it), then commit.
+    async fn prewrite_and_commit(
+        &self,
+        start_ts: u64,
+        keys: &[Vec<u8>],
+        writes: BTreeMap<Vec<u8>, (Mutation, bool)>,
+        deadline: Instant,
+    ) -> Result<u64> {
+        let primary = &keys[0];
+        let (packed, rows): (Vec<_>, Vec<_>) = writes.into_values().partition(|(_, p)| *p);
+        for (group, is_packed) in [(packed, true), (rows, false)] {
+            if group.is_empty() {
+                continue;
+            }
+            let mutations = group.into_iter().map(|(m, _)| m).collect();
+            self.txns
+                .prewrite(start_ts, primary, mutations, is_packed, false, deadline)
+                .await?;
+        }
+        self.txns.commit(start_ts, keys.to_vec(), deadline).await
+    }
+
+    /// Rolls `txn` back.
+    pub async fn rollback(&self, txn: &OpenTxn) -> Result<()> {
+        let mut st = txn.state.lock().await;
+        self.open.lock().remove(&txn.start_ts);
+        if st.ended {
+            return Err(ended(txn.start_ts));
+        }
+        st.ended = true;
+        let keys: Vec<Vec<u8>> = std::mem::take(&mut st.keys).into_iter().collect();
+        if !keys.is_empty() {
+            self.txns.rollback(txn.start_ts, keys).await;
+        }
+        Ok(())
+    }
+
+    /// The oldest snapshot an open transaction reads at.
+    pub fn oldest_start_ts(&self) -> Option<u64> {
+        self.open.lock().keys().min().copied()
+    }
+}
+
+fn ended(start_ts: u64) -> Error {
+    Error::InvalidInput(format!("transaction {start_ts} has already ended"))
+}
+
+impl State {
+    fn usable(&self) -> Result<()> {
+        if self.ended {
+            return Err(Error::InvalidInput("the transaction has ended".into()));
+        }
+        match &self.aborted {
+            Some(why) => Err(Error::InvalidInput(format!(
+                "the transaction was rolled back after an error ({why}); \
+                 end it with ROLLBACK"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Renews the primary lock of an open transaction every
+/// [`HEARTBEAT_EVERY`], and rolls back one idle for [`IDLE_TIMEOUT`].
+async fn keep_alive(sessions: Weak<Sessions>, txn: Weak<OpenTxn>) {
+    loop {
+        tokio::time::sleep(HEARTBEAT_EVERY).await;
+        let (Some(sessions), Some(txn)) = (sessions.upgrade(), txn.upgrade()) else {
+            return;
+        };
+        if txn.last_used.lock().elapsed() > IDLE_TIMEOUT {
+            tracing::info!(start_ts = txn.start_ts, "rolling back an idle transaction");
+            let _ = sessions.rollback(&txn).await;
+            return;
+        }
+        let primary = {
+            // A statement holds the state while it runs: skip this beat.
+            let Ok(st) = txn.state.try_lock() else {
+                continue;
+            };
+            if st.ended || st.aborted.is_some() {
+                return;
+            }
+            st.primary.clone()
+        };
+        if let Some(primary) = primary {
+            let deadline = Instant::now() + HEARTBEAT_EVERY;
+            if let Err(e) = sessions
+                .txns
+                .heart_beat(txn.start_ts, &primary, deadline)
+                .await
+            {
+                tracing::debug!(start_ts = txn.start_ts, "heartbeat: {e}");
+            }
+        }
+    }
+}
