@@ -1029,3 +1029,59 @@ fn flight_sql_transactions_begin_run_statements_and_end() {
         }
     });
 }
+
+#[test]
+fn select_for_update_makes_other_writers_wait_for_the_transaction() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3"]);
+    pg.ok("CREATE TABLE q (id BIGINT PRIMARY KEY, v BIGINT)");
+    pg.ok("INSERT INTO q VALUES (1, 1), (2, 2), (3, 3)");
+    let mut a = client(&pg);
+    run(&mut a, "BEGIN").unwrap();
+    // The rows it reads are locked, and it reads them as a SELECT would.
+    assert_eq!(
+        run(
+            &mut a,
+            "SELECT id, v FROM q WHERE id <= 2 ORDER BY id FOR UPDATE"
+        )
+        .unwrap(),
+        "id,v\n1,1\n2,2\n"
+    );
+    // Readers pass over the locks; a writer of a locked row waits for the
+    // transaction, then sees its commit.
+    assert_eq!(pg.ok("SELECT sum(v) AS s FROM q"), "s\n6\n");
+    let writer = {
+        let compute = pg.compute.clone();
+        std::thread::spawn(move || {
+            runtime().block_on(async {
+                let mut c = Client::connect(&compute).await.unwrap();
+                let t = Instant::now();
+                c.sql("UPDATE q SET v = v * 10 WHERE id = 2").await.unwrap();
+                t.elapsed()
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    run(&mut a, "UPDATE q SET v = v + 1 WHERE id = 2").unwrap();
+    run(&mut a, "COMMIT").unwrap();
+    let waited = writer.join().unwrap();
+    assert!(
+        waited >= Duration::from_millis(1000),
+        "the writer waited only {waited:?}"
+    );
+    // 2 + 1 = 3 by the transaction, then × 10 by the writer.
+    assert_eq!(
+        pg.ok("SELECT id, v FROM q ORDER BY id"),
+        "id,v\n1,1\n2,30\n3,3\n"
+    );
+    // Shapes it cannot lock say so (and abort the transaction).
+    run(&mut a, "BEGIN").unwrap();
+    let err = run(&mut a, "SELECT count(*) FROM q GROUP BY v FOR UPDATE").unwrap_err();
+    assert!(
+        err.to_string().contains("FOR UPDATE with GROUP BY"),
+        "{err}"
+    );
+    run(&mut a, "ROLLBACK").unwrap();
+    // Outside a transaction it is a plain SELECT.
+    assert_eq!(pg.ok("SELECT v FROM q WHERE id = 3 FOR UPDATE"), "v\n3\n");
+}

@@ -119,34 +119,59 @@ pub async fn delete(
     del: &Delete,
     txn: Option<&OpenTxn>,
 ) -> Result<usize> {
-    let key = key_column(table, "DELETE")?;
-    let sql = format!(
-        "SELECT {} AS _key FROM {}{}",
-        quote(key),
-        del.relation,
-        where_clause(&del.selection)
-    );
-    let rows_at = |start_ts: u64| {
-        let sql = &sql;
-        async move {
-            let out = engine.query_at(sql, start_ts).await?;
-            let mut mutations = Vec::with_capacity(out.num_rows());
-            for b in &out.batches {
-                let handles = b.column(0).as_primitive_opt::<Int64Type>().ok_or_else(|| {
-                    Error::Internal("the primary key did not come back as BIGINT".into())
-                })?;
-                for h in handles.iter().flatten() {
-                    mutations.push(Mutation {
-                        op: Op::Delete as i32,
-                        key: record_key(table.id, h),
-                        value: vec![],
-                    });
-                }
-            }
-            Ok(mutations)
-        }
-    };
+    let sql = key_query(table, del, "DELETE")?;
+    let rows_at = |start_ts: u64| key_mutations(engine, table, &sql, start_ts, Op::Delete);
     write(engine, table, txn, rows_at).await
+}
+
+/// `SELECT … FOR UPDATE` in `txn`: locks the rows the query reads (a
+/// lock that writes nothing, which other writers wait for); returns how
+/// many.
+pub async fn lock(
+    engine: &QueryEngine,
+    table: &TableDef,
+    rows: &Delete,
+    txn: &OpenTxn,
+) -> Result<usize> {
+    let sql = key_query(table, rows, "SELECT ... FOR UPDATE")?;
+    let rows_at = |start_ts: u64| key_mutations(engine, table, &sql, start_ts, Op::Lock);
+    write(engine, table, Some(txn), rows_at).await
+}
+
+/// `SELECT pk AS _key FROM … WHERE …`: the keys of the rows `rows` picks.
+fn key_query(table: &TableDef, rows: &Delete, stmt: &str) -> Result<String> {
+    Ok(format!(
+        "SELECT {} AS _key FROM {}{}",
+        quote(key_column(table, stmt)?),
+        rows.relation,
+        where_clause(&rows.selection)
+    ))
+}
+
+/// `op` on each row whose key `sql` ([`key_query`]) finds at `start_ts`.
+async fn key_mutations(
+    engine: &QueryEngine,
+    table: &TableDef,
+    sql: &str,
+    start_ts: u64,
+    op: Op,
+) -> Result<Vec<Mutation>> {
+    let out = engine.query_at(sql, start_ts).await?;
+    let mut mutations = Vec::with_capacity(out.num_rows());
+    for b in &out.batches {
+        let handles = b
+            .column(0)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| Error::Internal("the primary key did not come back as BIGINT".into()))?;
+        for h in handles.iter().flatten() {
+            mutations.push(Mutation {
+                op: op as i32,
+                key: record_key(table.id, h),
+                value: vec![],
+            });
+        }
+    }
+    Ok(mutations)
 }
 
 /// `UPDATE table SET ... WHERE ...`, in `txn` or on its own; returns the

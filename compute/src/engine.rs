@@ -270,7 +270,11 @@ impl QueryEngine {
     }
 
     async fn prepare_in(&self, text: &str, txn: &Arc<OpenTxn>) -> Result<Prepared> {
-        if let Some(query) = df::parse_query(text) {
+        if let Some(mut query) = df::parse_query(text) {
+            if let Some(rows) = query.take_for_update()? {
+                let table = self.table(&rows.table).await?;
+                dml::lock(self, &table, &rows, txn).await?;
+            }
             return Ok(Prepared::Query(Box::new(self.sql.plan(query).await?)));
         }
         let done = |n: usize| Ok(Prepared::Done(count_output(n)?));
@@ -306,7 +310,10 @@ impl QueryEngine {
     }
 
     async fn prepare_alone(&self, text: &str) -> Result<Prepared> {
-        if let Some(query) = df::parse_query(text) {
+        if let Some(mut query) = df::parse_query(text) {
+            // Outside a transaction there is nothing to hold a lock for
+            // (as TiDB's autocommit FOR UPDATE).
+            query.take_for_update()?;
             return Ok(Prepared::Query(Box::new(self.sql.plan(query).await?)));
         }
         self.prepare_statement(sql::parse(text)?).await

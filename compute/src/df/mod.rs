@@ -88,6 +88,34 @@ pub fn parse_query(sql: &str) -> Option<ParsedQuery> {
     reads.then_some(ParsedQuery(stmt))
 }
 
+impl ParsedQuery {
+    /// Takes a `FOR UPDATE` clause off the query (DataFusion plans the
+    /// rest as it would without it) and returns the rows it locks.
+    pub fn take_for_update(&mut self) -> Result<Option<crate::sql::Delete>> {
+        use datafusion::sql::sqlparser::ast::LockType;
+        let DfStatement::Statement(s) = &mut self.0 else {
+            return Ok(None);
+        };
+        let SqlStatement::Query(q) = s.as_mut() else {
+            return Ok(None);
+        };
+        if q.locks.is_empty() {
+            return Ok(None);
+        }
+        let locks = std::mem::take(&mut q.locks);
+        if locks
+            .iter()
+            .any(|l| l.lock_type != LockType::Update || l.nonblock.is_some() || l.of.is_some())
+        {
+            return Err(crate::plan_err!(
+                "unsupported: only a plain FOR UPDATE locks rows (not FOR SHARE, OF, NOWAIT \
+                 or SKIP LOCKED)"
+            ));
+        }
+        crate::sql::for_update_target(q).map(Some)
+    }
+}
+
 /// A query planned by DataFusion, ready to run.
 pub struct PlannedQuery {
     ctx: SessionContext,

@@ -100,6 +100,27 @@ fn convert_statement(s: SqlStatement) -> Result<Statement> {
 
 // ---------------------------------------------------------------- UPDATE, DELETE
 
+/// What `SELECT … FROM t [WHERE …] FOR UPDATE` locks: the table, as
+/// written with any alias, and the condition (the rows the query reads).
+pub(crate) fn for_update_target(q: &ast::Query) -> Result<Delete> {
+    let ast::SetExpr::Select(sel) = q.body.as_ref() else {
+        return unsupported("FOR UPDATE over a set operation");
+    };
+    let grouped = !matches!(&sel.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
+    if grouped || sel.having.is_some() || sel.distinct.is_some() {
+        return unsupported("FOR UPDATE with GROUP BY, HAVING or DISTINCT");
+    }
+    let [from] = sel.from.as_slice() else {
+        return unsupported("FOR UPDATE over several tables");
+    };
+    let (table, relation) = dml_table(from, "SELECT ... FOR UPDATE")?;
+    Ok(Delete {
+        table,
+        relation,
+        selection: sel.selection.as_ref().map(|e| e.to_string()),
+    })
+}
+
 /// The one plain table a DML statement names: (its name, its text with
 /// any alias).
 fn dml_table(t: &ast::TableWithJoins, what: &str) -> Result<(String, String)> {

@@ -11,6 +11,7 @@ mod convert;
 use quarry_proto::compute::LogicalExpr;
 use quarry_proto::meta::{FieldType, Layout};
 
+pub(crate) use convert::for_update_target;
 pub use convert::parse;
 
 /// One parsed statement.
@@ -95,7 +96,8 @@ pub struct Update {
     pub selection: Option<String>,
 }
 
-/// `DELETE FROM table [WHERE cond]`.
+/// `DELETE FROM table [WHERE cond]`; also the rows a `SELECT … FOR
+/// UPDATE` locks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delete {
     pub table: String,
