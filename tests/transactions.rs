@@ -804,6 +804,10 @@ fn a_transaction_reads_its_own_writes_and_commits_or_rolls_back_as_one() {
         "{err}"
     );
     assert_eq!(pg.ok(summary), "n,s\n100,46015\n");
+    let err =
+        pg.fails("BEGIN; INSERT INTO r VALUES (9, 'x'); INSERT INTO r VALUES (9, 'x'); COMMIT");
+    assert!(err.contains("duplicate key"), "{err}");
+    assert_eq!(pg.ok("SELECT count(*) AS n FROM r WHERE id = 9"), "n\n0\n");
     let err = pg.fails("BEGIN; UPDATE u SET v = 0 WHERE id = 2");
     assert!(err.contains("left a transaction open"), "{err}");
     let err = pg.fails("BEGIN; CREATE TABLE z (id BIGINT)");

@@ -35,7 +35,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use quarry_proto::kv::Mutation;
+use quarry_proto::kv::{Mutation, Op};
 
 use crate::txn::Txns;
 use crate::{Error, Result};
@@ -59,6 +59,12 @@ pub struct OpenTxn {
     pub start_ts: u64,
     state: tokio::sync::Mutex<State>,
     last_used: Mutex<Instant>,
+    /// The primary key, once locked: the heartbeat reads it here, never
+    /// waiting for a statement (which may wait on another's lock).
+    primary: Mutex<Option<Vec<u8>>>,
+    /// Why the heartbeat found the transaction gone (a writer rolled it
+    /// back): the next statement or COMMIT fails with it.
+    lost: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -95,6 +101,8 @@ impl Sessions {
             start_ts,
             state: Default::default(),
             last_used: Mutex::new(Instant::now()),
+            primary: Mutex::new(None),
+            lost: Mutex::new(None),
         });
         self.open.lock().insert(start_ts, txn.clone());
         tokio::spawn(keep_alive(Arc::downgrade(self), Arc::downgrade(&txn)));
@@ -129,7 +137,22 @@ impl Sessions {
             return Ok(0);
         }
         let mut st = txn.state.lock().await;
-        st.usable()?;
+        txn.usable(&st)?;
+        // A row this transaction inserted or kept is taken (the store
+        // cannot tell this from a retry of the same INSERT).
+        if let Some(m) = mutations.iter().find(|m| {
+            m.op == Op::Insert as i32
+                && st
+                    .writes
+                    .get(&m.key)
+                    .is_some_and(|(w, _)| w.op != Op::Delete as i32 && w.op != Op::Lock as i32)
+        }) {
+            let e = Error::InvalidInput(format!(
+                "duplicate key: this transaction already wrote a row with key {}",
+                quarry_coprocessor::codec::key::hex(&m.key)
+            ));
+            return Err(self.abort(txn.start_ts, &mut st, e).await);
+        }
         let primary = match &st.primary {
             Some(p) => p.clone(),
             None => mutations
@@ -142,6 +165,7 @@ impl Sessions {
         let deadline = Instant::now() + WRITE_DEADLINE;
         // Noted before the prewrite: a failed one may have locked some.
         st.primary = Some(primary.clone());
+        *txn.primary.lock() = Some(primary.clone());
         st.keys.extend(keys);
         let r = self
             .txns
@@ -157,7 +181,12 @@ impl Sessions {
         match r {
             Ok(()) => {
                 for m in mutations {
-                    st.writes.insert(m.key.clone(), (m, packed));
+                    // A lock-only mutation (FOR UPDATE) never replaces a
+                    // write: the lock still holds the write.
+                    let keep = m.op == Op::Lock as i32 && st.writes.contains_key(&m.key);
+                    if !keep {
+                        st.writes.insert(m.key.clone(), (m, packed));
+                    }
                 }
                 Ok(n)
             }
@@ -185,7 +214,8 @@ impl Sessions {
 
     /// Checks that `txn` may run a statement.
     pub async fn check(&self, txn: &OpenTxn) -> Result<()> {
-        txn.state.lock().await.usable()
+        let st = txn.state.lock().await;
+        txn.usable(&st)
     }
 
     /// Commits `txn`; returns its commit_ts (its start_ts if it wrote
@@ -197,7 +227,7 @@ impl Sessions {
             return Err(ended(txn.start_ts));
         }
         st.ended = true;
-        if let Some(why) = &st.aborted {
+        if let Some(why) = st.aborted.clone().or_else(|| txn.lost.lock().clone()) {
             return Err(Error::InvalidInput(format!(
                 "transaction {} was rolled back, nothing was committed: {why}",
                 txn.start_ts
@@ -213,30 +243,37 @@ impl Sessions {
         keys.insert(0, primary);
         let deadline = Instant::now() + WRITE_DEADLINE;
         let writes = std::mem::take(&mut st.writes);
-        match self
-            .prewrite_and_commit(txn.start_ts, &keys, writes, deadline)
+        if let Err(e) = self
+            .prewrite_all(txn.start_ts, &keys[0], writes, deadline)
             .await
         {
-            Ok(ts) => Ok(ts),
-            Err(e) => {
-                // The primary did not commit (rolled back by a reader, or
-                // unreachable): take back what is still locked.
-                self.txns.rollback(txn.start_ts, keys).await;
-                Err(e.with_context("COMMIT failed; the transaction is rolled back"))
-            }
+            // Nothing is committed: take back what is locked.
+            self.txns.rollback(txn.start_ts, keys).await;
+            return Err(e.with_context("COMMIT failed; the transaction is rolled back"));
         }
+        // From here the primary's commit decides. Its answer may be lost
+        // after it applied, so a failure rolls nothing back: readers settle
+        // the locks from the primary.
+        self.txns
+            .commit(txn.start_ts, keys, deadline)
+            .await
+            .map_err(|e| {
+                e.with_context(
+                    "COMMIT did not complete; if the primary's commit applied the \
+                     transaction is committed, otherwise it will be rolled back",
+                )
+            })
     }
 
-    /// Percolator's commit of what an open transaction wrote: prewrite it
-    /// all again, ordinarily (readers now wait for it), then commit.
-    async fn prewrite_and_commit(
+    /// COMMIT's first phase: everything the transaction wrote, prewritten
+    /// again ordinarily (readers now wait for it).
+    async fn prewrite_all(
         &self,
         start_ts: u64,
-        keys: &[Vec<u8>],
+        primary: &[u8],
         writes: BTreeMap<Vec<u8>, (Mutation, bool)>,
         deadline: Instant,
-    ) -> Result<u64> {
-        let primary = &keys[0];
+    ) -> Result<()> {
         let (packed, rows): (Vec<_>, Vec<_>) = writes.into_values().partition(|(_, p)| *p);
         for (group, is_packed) in [(packed, true), (rows, false)] {
             if group.is_empty() {
@@ -247,7 +284,7 @@ impl Sessions {
                 .prewrite(start_ts, primary, mutations, is_packed, false, deadline)
                 .await?;
         }
-        self.txns.commit(start_ts, keys.to_vec(), deadline).await
+        Ok(())
     }
 
     /// Rolls `txn` back.
@@ -264,26 +301,26 @@ impl Sessions {
         }
         Ok(())
     }
-
-    /// The oldest snapshot an open transaction reads at.
-    pub fn oldest_start_ts(&self) -> Option<u64> {
-        self.open.lock().keys().min().copied()
-    }
 }
 
 fn ended(start_ts: u64) -> Error {
     Error::InvalidInput(format!("transaction {start_ts} has already ended"))
 }
 
-impl State {
-    fn usable(&self) -> Result<()> {
-        if self.ended {
+impl OpenTxn {
+    fn usable(&self, st: &State) -> Result<()> {
+        if st.ended {
             return Err(Error::InvalidInput("the transaction has ended".into()));
         }
-        match &self.aborted {
-            Some(why) => Err(Error::InvalidInput(format!(
+        if let Some(why) = &st.aborted {
+            return Err(Error::InvalidInput(format!(
                 "the transaction was rolled back after an error ({why}); \
                  end it with ROLLBACK"
+            )));
+        }
+        match self.lost.lock().as_ref() {
+            Some(why) => Err(Error::Conflict(format!(
+                "the transaction was rolled back by another ({why}); end it with ROLLBACK"
             ))),
             None => Ok(()),
         }
@@ -303,24 +340,26 @@ async fn keep_alive(sessions: Weak<Sessions>, txn: Weak<OpenTxn>) {
             let _ = sessions.rollback(&txn).await;
             return;
         }
-        let primary = {
-            // A statement holds the state while it runs: skip this beat.
-            let Ok(st) = txn.state.try_lock() else {
-                continue;
-            };
+        if let Ok(st) = txn.state.try_lock() {
             if st.ended || st.aborted.is_some() {
                 return;
             }
-            st.primary.clone()
-        };
+        }
+        let primary = txn.primary.lock().clone();
         if let Some(primary) = primary {
             let deadline = Instant::now() + HEARTBEAT_EVERY;
-            if let Err(e) = sessions
+            match sessions
                 .txns
                 .heart_beat(txn.start_ts, &primary, deadline)
                 .await
             {
-                tracing::debug!(start_ts = txn.start_ts, "heartbeat: {e}");
+                Ok(()) => {}
+                // Its primary lock is gone: another writer rolled it back.
+                Err(Error::Conflict(why)) => {
+                    *txn.lost.lock() = Some(why);
+                    return;
+                }
+                Err(e) => tracing::debug!(start_ts = txn.start_ts, "heartbeat: {e}"),
             }
         }
     }

@@ -18,8 +18,10 @@
 //!   above it and the read need not see it; a read that comes later finds
 //!   the keys and waits for the apply, after which its snapshot has them.
 //!   The keys stay registered until the proposal is settled: applied (the
-//!   callback runs after the engine write), or given up because the leader
-//!   stepped down (a new leader applies the entry before it serves reads).
+//!   callback runs after the engine write), or, when the leader stepped
+//!   down, until this peer has applied past the proposal's index (the
+//!   entry may still commit; a read waiting here must not take a snapshot
+//!   without it). A new leader applies the entry before it serves reads.
 //!
 //! commit_ts is not from the oracle, but it is at most one above a
 //! timestamp the oracle handed out, so every timestamp taken after the
@@ -42,8 +44,11 @@ use tokio::sync::Notify;
 #[derive(Default)]
 struct State {
     max_ts: u64,
-    /// (key, start_ts) → commit_ts of the one-phase commits in flight.
-    locks: BTreeMap<(Vec<u8>, u64), u64>,
+    /// (key, start_ts, guard) → commit_ts of the one-phase commits in
+    /// flight. A retry of a transaction stuck in raft registers again
+    /// (another guard, another commit_ts); both stay until each is settled.
+    locks: BTreeMap<(Vec<u8>, u64, u64), u64>,
+    next_guard: u64,
 }
 
 /// A store's newest served read and its one-phase commits in flight.
@@ -58,6 +63,7 @@ pub struct MemoryLocks {
     cm: Arc<ConcurrencyManager>,
     keys: Vec<Vec<u8>>,
     start_ts: u64,
+    guard: u64,
 }
 
 impl Drop for MemoryLocks {
@@ -65,7 +71,7 @@ impl Drop for MemoryLocks {
         {
             let mut s = self.cm.state.lock();
             for k in std::mem::take(&mut self.keys) {
-                s.locks.remove(&(k, self.start_ts));
+                s.locks.remove(&(k, self.start_ts, self.guard));
             }
         }
         self.cm.released.notify_waiters();
@@ -94,14 +100,17 @@ impl ConcurrencyManager {
     pub fn lock_keys(self: &Arc<Self>, keys: Vec<Vec<u8>>, start_ts: u64) -> (MemoryLocks, u64) {
         let mut s = self.state.lock();
         let commit_ts = s.max_ts.max(start_ts) + 1;
+        s.next_guard += 1;
+        let id = s.next_guard;
         for k in &keys {
-            s.locks.insert((k.clone(), start_ts), commit_ts);
+            s.locks.insert((k.clone(), start_ts, id), commit_ts);
         }
         drop(s);
         let guard = MemoryLocks {
             cm: self.clone(),
             keys,
             start_ts,
+            guard: id,
         };
         (guard, commit_ts)
     }
@@ -136,10 +145,10 @@ impl State {
             return false;
         }
         ranges.iter().any(|r| {
-            let from = (r.start.clone(), 0);
+            let from = (r.start.clone(), 0, 0);
             self.locks
                 .range(from..)
-                .take_while(|((k, _), _)| r.end.is_empty() || *k < r.end)
+                .take_while(|((k, _, _), _)| r.end.is_empty() || *k < r.end)
                 .any(|(_, commit_ts)| *commit_ts <= read_ts)
         })
     }

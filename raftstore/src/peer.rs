@@ -63,6 +63,9 @@ pub struct Peer<E: Engine> {
     /// The term in which this leader raised max_ts to an oracle timestamp:
     /// it may commit in one phase while it leads in that term.
     one_pc_term: u64,
+    /// Memory locks of one-phase commits proposed before this peer stepped
+    /// down, by entry index: released once applied past.
+    unsettled_locks: Vec<(u64, crate::concurrency::MemoryLocks)>,
     /// Ticks until this peer campaigns (a new region's preferred leader).
     campaign_in: Option<u32>,
     last_role: StateRole,
@@ -120,6 +123,7 @@ impl<E: Engine> Peer<E> {
             next_read_id: 1,
             lease_until: None,
             one_pc_term: 0,
+            unsettled_locks: Vec::new(),
             campaign_in: None,
             last_role: StateRole::Follower,
             peer_cache: HashMap::new(),
@@ -348,8 +352,7 @@ impl<E: Engine> Peer<E> {
             self.lease_until = None;
             let not_leader = self.not_leader();
             self.fail_reads(|| not_leader.clone());
-            let region_id = self.region_id();
-            self.fail_proposals(|| propose::stale_command(region_id));
+            self.step_down_proposals();
         }
         self.last_role = role;
     }

@@ -584,6 +584,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         for peer in self.peers.values_mut() {
             let applied = peer.storage().applied_index();
             peer.storage_mut().trim_cache(applied);
+            peer.release_settled_locks(applied);
             peer.finish_reads(now);
             peer.on_role_change();
             peer.drive_reads(now);

@@ -410,6 +410,7 @@ fn relock<E: Engine>(
     if op == Op::Lock || same {
         let ordinary = LockInfo {
             pessimistic,
+            ttl_ms: lock.ttl_ms.max(p.ttl_ms),
             ..lock.clone()
         };
         return Ok(vec![(lock_key(key), Some(encode_lock(&ordinary)))]);
@@ -442,6 +443,7 @@ fn relock<E: Engine>(
         op: op as i32,
         value,
         pessimistic,
+        ttl_ms: lock.ttl_ms.max(p.ttl_ms),
         ..lock.clone()
     };
     plan.push((lock_key(key), Some(encode_lock(&relocked))));

@@ -334,21 +334,37 @@ mod tests {
     }
 
     #[test]
-    fn locks_at_or_before_the_snapshot_stop_it_and_later_ones_do_not() {
+    fn locks_before_the_snapshot_stop_it_its_own_are_its_rows_and_later_ones_do_not() {
         let row = record_key(3, 7);
         let lock = LockInfo {
             primary: row.clone(),
             start_ts: 50,
             op: Op::Put as i32,
+            value: b"new row".to_vec(),
             ..Default::default()
         };
         let v = encode_lock(&lock);
         let mut vis = Visibility::default();
         assert_eq!(vis.judge(&lock_key(&row), &v, 49).unwrap(), Seen::Skip);
         assert!(matches!(
-            vis.judge(&lock_key(&row), &v, 50).unwrap(),
+            vis.judge(&lock_key(&row), &v, 51).unwrap(),
             Seen::Locked(l) if l.start_ts == 50
         ));
+        // The transaction's own lock is its row; its older versions are
+        // passed over.
+        let mut own = Visibility::default();
+        assert_eq!(
+            own.judge(&lock_key(&row), &v, 50).unwrap(),
+            Seen::Own(b"new row".to_vec())
+        );
+        let older = version_key(&row, 10, WriteKind::Put);
+        assert_eq!(own.judge(&older, &[], 50).unwrap(), Seen::Skip);
+        // An open transaction's pessimistic lock stops no reader.
+        let open = encode_lock(&LockInfo {
+            pessimistic: true,
+            ..lock.clone()
+        });
+        assert_eq!(vis.judge(&lock_key(&row), &open, 60).unwrap(), Seen::Skip);
         let pessimistic = encode_lock(&LockInfo {
             op: Op::Lock as i32,
             ..lock

@@ -230,15 +230,40 @@ impl<S: Storage> KvScanner<S> {
     ///   the page ([`crate::Error::Locked`]) as it would have had the
     ///   page gone on;
     /// * after a pack, just past its key: its handles' versions follow
-    ///   (the locks over its rows were checked with them).
+    ///   (the locks over its rows were checked with them);
+    /// * after the reader's own row (its transaction's lock), on over the
+    ///   pack that may start at that handle, then past the row's versions.
     pub fn remaining_ranges(&self) -> Result<Vec<KeyRange>> {
         let mut out = Vec::new();
         if let Some(r) = self.ranges.get(self.current) {
             let last = self.started && self.has_last_key;
-            let start = if last
-                && (self.last_key.len() == VERSION_KEY_LEN || is_lock_key(&self.last_key))
-            {
-                // A version, or the reader's own lock: past the row's keys.
+            if last && is_lock_key(&self.last_key) {
+                // The reader's own row (`Seen::Own`): the pack that may
+                // start at this handle (mark, then pack) sorts after the
+                // lock and is still to come, the handle's older versions
+                // must not come again.
+                let row = &self.last_key[..RECORD_KEY_LEN];
+                let (table, handle) = crate::codec::key::decode_record_key(row)?;
+                let mut after = self.last_key.clone();
+                after.push(0);
+                let mut pack_end = crate::codec::key::pack_key(table, handle);
+                pack_end.push(0);
+                let rest = row_keys_end(row);
+                let clip = |k: Vec<u8>| {
+                    if r.end.is_empty() || k < r.end {
+                        k
+                    } else {
+                        r.end.clone()
+                    }
+                };
+                out.push(KeyRange::new(after, clip(pack_end)));
+                if r.end.is_empty() || rest < r.end {
+                    out.push(KeyRange::new(rest, r.end.clone()));
+                }
+                out.extend(self.ranges[self.current + 1..].iter().cloned());
+                return Ok(out);
+            }
+            let start = if last && self.last_key.len() == VERSION_KEY_LEN {
                 row_keys_end(&self.last_key[..RECORD_KEY_LEN])
             } else if last && self.last_key.len() == RECORD_KEY_LEN {
                 let end = row_keys_end(&self.last_key);
@@ -730,6 +755,47 @@ mod tests {
                 Err(e) => panic!("{e}"),
             }
         }
+    }
+
+    #[test]
+    fn a_cut_after_the_readers_own_row_keeps_the_pack_after_it_and_not_its_versions() {
+        use crate::codec::key::{pack_key, record_key};
+        use crate::codec::mvcc::{encode_lock, lock_key, version_key, version_value, WriteKind};
+        use crate::storage::MemStorage;
+        let mut s = MemStorage::new();
+        let own = LockInfo {
+            primary: record_key(1, 5),
+            start_ts: 100,
+            op: quarry_proto::kv::Op::Put as i32,
+            value: vec![7],
+            ..Default::default()
+        };
+        s.put(lock_key(&record_key(1, 5)), encode_lock(&own));
+        s.put(
+            version_key(&record_key(1, 5), 40, WriteKind::Put),
+            version_value(30, &[4]),
+        );
+        s.put(record_key(1, 6), vec![6]);
+        let all = vec![KeyRange::new(record_key(1, 0), record_key(1, 100))];
+        let mut scan = KvScanner::new(s.clone(), all, 100, false);
+        assert!(matches!(
+            scan.next_data().unwrap(),
+            Some(TableData::Row(&[7]))
+        ));
+        let rest = scan.remaining_ranges().unwrap();
+        let mut after = lock_key(&record_key(1, 5));
+        after.push(0);
+        let mut pack_end = pack_key(1, 5);
+        pack_end.push(0);
+        assert_eq!(rest[0], KeyRange::new(after, pack_end));
+        assert_eq!(rest[1].start, row_keys_end(&record_key(1, 5)));
+        // The next page: row 6 only, not handle 5's older version.
+        let mut next = KvScanner::new(s, rest, 100, false);
+        assert!(matches!(
+            next.next_data().unwrap(),
+            Some(TableData::Row(&[6]))
+        ));
+        assert!(next.next_data().unwrap().is_none());
     }
 
     #[test]

@@ -306,4 +306,29 @@ impl<E: Engine> Peer<E> {
             p.cb.fail(e());
         }
     }
+
+    /// Fails every queued proposal with StaleCommand as the leader steps
+    /// down, but keeps the memory locks of one-phase commits until this
+    /// peer applies past their entries (`concurrency.rs`): an entry may
+    /// still commit under the next leader.
+    pub(super) fn step_down_proposals(&mut self) {
+        let region_id = self.region_id();
+        for p in std::mem::take(&mut self.proposals) {
+            let cb = match p.cb {
+                Callback::Txn(c, done, Some(locks)) => {
+                    self.unsettled_locks.push((p.index, locks));
+                    Callback::Txn(c, done, None)
+                }
+                cb => cb,
+            };
+            cb.fail(stale_command(region_id));
+        }
+    }
+
+    /// Releases the memory locks of entries at or below `applied`.
+    pub(crate) fn release_settled_locks(&mut self, applied: u64) {
+        if !self.unsettled_locks.is_empty() {
+            self.unsettled_locks.retain(|(index, _)| *index > applied);
+        }
+    }
 }
