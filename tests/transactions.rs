@@ -1089,3 +1089,45 @@ fn select_for_update_makes_other_writers_wait_for_the_transaction() {
     // Outside a transaction it is a plain SELECT.
     assert_eq!(pg.ok("SELECT v FROM q WHERE id = 3 FOR UPDATE"), "v\n3\n");
 }
+
+#[test]
+fn gc_never_answers_a_running_transaction_from_versions_it_folded() {
+    let _serial = SERIAL.lock();
+    // Versions fold into packs 4 s after they commit; a read older than
+    // 2 s is refused.
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--compact-delta-rows",
+        "1",
+        "--gc-life-time-secs",
+        "4",
+    ]);
+    pg.ok("CREATE TABLE g (id BIGINT PRIMARY KEY, v BIGINT) WITH (layout = 'column')");
+    pg.ok("INSERT INTO g VALUES (1, 1), (2, 2)");
+    wait_for_keys_and_packs(&pg, "g", |keys, packs| packs >= 1 && keys == packs);
+    let mut a = client(&pg);
+    run(&mut a, "BEGIN").unwrap();
+    let read = "SELECT v FROM g WHERE id = 1";
+    assert_eq!(run(&mut a, read).unwrap(), "v\n1\n");
+    pg.ok("UPDATE g SET v = 10 WHERE id = 1");
+    // Until compaction folds the new version into the pack (and after),
+    // the transaction's reads see its snapshot, or are refused: never
+    // the folded row.
+    let start = Instant::now();
+    let refused = loop {
+        match run(&mut a, read) {
+            Ok(out) => assert_eq!(out, "v\n1\n", "a read saw past its snapshot"),
+            Err(e) => break e.to_string(),
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "never refused");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(refused.contains("snapshot too old"), "{refused}");
+    assert!(start.elapsed() >= Duration::from_millis(1500));
+    wait_for_keys_and_packs(&pg, "g", |keys, packs| packs >= 1 && keys == packs);
+    let err = run(&mut a, read).unwrap_err().to_string();
+    assert!(err.contains("snapshot too old"), "{err}");
+    run(&mut a, "ROLLBACK").unwrap();
+    assert_eq!(pg.ok(read), "v\n10\n");
+}

@@ -170,8 +170,7 @@ pub fn plan_compaction<E: Engine>(
     if let Some(e) = bad {
         return Err(Error::Internal(format!("reading a region to compact: {e}")));
     }
-    let pinned = delta.pinned;
-    let (delta, unfolded) = delta.finish();
+    let (delta, unfolded, pinned) = delta.finish();
     let (Some(lo), Some(hi)) = (delta.first().map(|d| d.0), delta.last().map(|d| d.0)) else {
         return Ok((None, pinned));
     };
@@ -450,11 +449,12 @@ impl DeltaRows {
         }
     }
 
-    /// The handles folded this round, and those whose locks or versions
-    /// stay.
-    fn finish(mut self) -> (Vec<FoldedRow>, Vec<i64>) {
+    /// The handles folded this round, those whose locks or versions
+    /// stay, and how many of those are pinned (counted once the last
+    /// handle is closed: a lone pinned handle must still count).
+    fn finish(mut self) -> (Vec<FoldedRow>, Vec<i64>, usize) {
         self.close();
-        (self.done, self.unfolded)
+        (self.done, self.unfolded, self.pinned)
     }
 }
 
@@ -785,6 +785,29 @@ mod tests {
             panic!("a compaction applied over a pack marked after it read it")
         };
         assert!(err.to_string().contains("appeared"), "{err}");
+    }
+
+    #[test]
+    fn a_lone_version_above_the_safe_point_counts_as_pinned() {
+        use quarry_coprocessor::codec::mvcc::{version_key, version_value, WriteKind};
+        let engine = Arc::new(MemEngine::new());
+        put_rows(&engine, (0..10).map(|h| h * 2));
+        let (w, _) = plan(&engine);
+        apply(&engine, &w);
+        // One UPDATE of a packed row, newer than the safe point: nothing
+        // folds yet, and the worker must come back for it.
+        let ts = 50u64 << 18;
+        let mut wb = WriteBatch::new();
+        wb.put(
+            Cf::Default,
+            version_key(&record_key(T, 4), ts, WriteKind::Put),
+            version_value(ts - 1, &row(44)),
+        );
+        engine.write(&wb, false).unwrap();
+        let (planned, pinned) =
+            plan_compaction(engine.as_ref(), &region(), &table(), 10 << 18).unwrap();
+        assert!(planned.is_none());
+        assert_eq!(pinned, 1, "the region would never be looked at again");
     }
 
     #[test]
