@@ -1,6 +1,9 @@
 //! Snapshot reads and transactions against real processes: what a query
-//! sees while multi-region INSERTs commit, and what becomes of the locks a
-//! client leaves behind when it dies mid-commit.
+//! sees while multi-region INSERTs commit, what becomes of the locks a
+//! client leaves behind when it dies mid-commit, one-phase commits,
+//! open transactions (BEGIN … COMMIT in SQL and over Flight SQL, SELECT
+//! … FOR UPDATE, heartbeats), snapshot isolation's write skew and lost
+//! updates, and GC under a running transaction.
 
 mod common;
 
