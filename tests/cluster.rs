@@ -10,13 +10,6 @@ use common::*;
 use quarry::tpch;
 use quarry_client::{avg, col, count_star, lit, lit_date, lit_decimal, sum, Client, Request};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn q1_request() -> Request {
     let price = || col("l_extendedprice");
     let disc_price = || price() * (lit(1) - col("l_discount"));

@@ -14,13 +14,6 @@ use quarry_client::Client;
 use quarry_proto::meta::admin_client::AdminClient;
 use quarry_proto::meta::{SplitRegionRequest, StatusResponse};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn status(addrs: &[String]) -> Vec<StatusResponse> {
     runtime().block_on(async {
         let mut out = Vec::new();

@@ -65,6 +65,19 @@ pub struct QueryEngine {
     timeout: Duration,
 }
 
+/// A statement, parsed once: a query for DataFusion, or one Quarry runs.
+enum Parsed {
+    Query(df::ParsedQuery),
+    Statement(Statement),
+}
+
+fn parse(text: &str) -> Result<Parsed> {
+    Ok(match df::parse_query(text) {
+        Some(q) => Parsed::Query(q),
+        None => Parsed::Statement(sql::parse(text)?),
+    })
+}
+
 /// A write's answer: the rows it wrote, in one `count` column.
 fn count_output(n: usize) -> Result<QueryOutput> {
     let schema = Arc::new(Schema::new(vec![Field::new(
@@ -243,84 +256,49 @@ impl QueryEngine {
     /// a statement that fails aborts it.
     pub async fn prepare_sql_in(&self, text: &str, txn: Option<&Arc<OpenTxn>>) -> Result<Prepared> {
         let Some(txn) = txn else {
-            return self.prepare_alone(text).await;
+            return self.prepare(parse(text)?, None).await;
         };
         self.sessions.check(txn).await?;
+        let parsed = match parse(text) {
+            Ok(p) => p,
+            Err(e) => return Err(self.sessions.fail(txn, e).await),
+        };
         // Refused without harm to the transaction.
-        if df::parse_query(text).is_none() {
-            match sql::parse(text) {
-                Ok(Statement::Begin) => {
-                    return Err(plan_err!(
-                        "a transaction is already open; COMMIT or ROLLBACK it first"
-                    ))
-                }
-                Ok(Statement::CreateTable(_) | Statement::DropTable { .. }) => {
-                    return Err(plan_err!(
-                        "CREATE and DROP TABLE do not run inside a transaction; \
-                         COMMIT or ROLLBACK it first"
-                    ))
-                }
-                _ => {}
+        match &parsed {
+            Parsed::Statement(Statement::Begin) => {
+                return Err(plan_err!(
+                    "a transaction is already open; COMMIT or ROLLBACK it first"
+                ))
             }
+            Parsed::Statement(Statement::CreateTable(_) | Statement::DropTable { .. }) => {
+                return Err(plan_err!(
+                    "CREATE and DROP TABLE do not run inside a transaction; \
+                     COMMIT or ROLLBACK it first"
+                ))
+            }
+            _ => {}
         }
-        match self.prepare_in(text, txn).await {
+        match self.prepare(parsed, Some(txn)).await {
             Err(e) => Err(self.sessions.fail(txn, e).await),
             ok => ok,
         }
     }
 
-    async fn prepare_in(&self, text: &str, txn: &Arc<OpenTxn>) -> Result<Prepared> {
-        if let Some(mut query) = df::parse_query(text) {
-            if let Some(rows) = query.take_for_update()? {
-                let table = self.table(&rows.table).await?;
-                dml::lock(self, &table, &rows, txn).await?;
+    /// Plans a query, or runs a statement, in `txn` or on its own.
+    async fn prepare(&self, parsed: Parsed, txn: Option<&Arc<OpenTxn>>) -> Result<Prepared> {
+        let stmt = match parsed {
+            Parsed::Query(mut query) => {
+                // Outside a transaction there is nothing to hold a lock
+                // for (as TiDB's autocommit FOR UPDATE).
+                if let (Some(rows), Some(txn)) = (query.take_for_update()?, txn) {
+                    let table = self.table(&rows.table).await?;
+                    dml::lock(self, &table, &rows, txn).await?;
+                }
+                return Ok(Prepared::Query(Box::new(self.sql.plan(query).await?)));
             }
-            return Ok(Prepared::Query(Box::new(self.sql.plan(query).await?)));
-        }
-        let done = |n: usize| Ok(Prepared::Done(count_output(n)?));
-        match sql::parse(text)? {
-            Statement::Insert(ins) => {
-                let table = self.table(&ins.table).await?;
-                done(insert(self, &table, &ins, Some(txn)).await?)
-            }
-            Statement::Update(upd) => {
-                let table = self.table(&upd.table).await?;
-                done(dml::update(self, &table, &upd, Some(txn)).await?)
-            }
-            Statement::Delete(del) => {
-                let table = self.table(&del.table).await?;
-                done(dml::delete(self, &table, &del, Some(txn)).await?)
-            }
-            Statement::Commit => {
-                self.sessions.commit(txn).await?;
-                Ok(Prepared::Done(text_output(
-                    "result",
-                    vec!["COMMIT".into()],
-                )?))
-            }
-            Statement::Rollback => {
-                self.sessions.rollback(txn).await?;
-                Ok(Prepared::Done(text_output(
-                    "result",
-                    vec!["ROLLBACK".into()],
-                )?))
-            }
-            other => self.prepare_statement(other).await,
-        }
-    }
-
-    async fn prepare_alone(&self, text: &str) -> Result<Prepared> {
-        if let Some(mut query) = df::parse_query(text) {
-            // Outside a transaction there is nothing to hold a lock for
-            // (as TiDB's autocommit FOR UPDATE).
-            query.take_for_update()?;
-            return Ok(Prepared::Query(Box::new(self.sql.plan(query).await?)));
-        }
-        self.prepare_statement(sql::parse(text)?).await
-    }
-
-    /// Runs a statement that is not a query, outside any transaction.
-    async fn prepare_statement(&self, stmt: Statement) -> Result<Prepared> {
+            Parsed::Statement(stmt) => stmt,
+        };
+        let in_txn = txn.map(|t| t.as_ref());
         Ok(match stmt {
             Statement::CreateTable(ct) => Prepared::Done(self.create_table(ct).await?),
             Statement::DropTable { name, if_exists } => {
@@ -337,15 +315,19 @@ impl QueryEngine {
             }
             Statement::Insert(ins) => {
                 let table = self.table(&ins.table).await?;
-                Prepared::Done(count_output(insert(self, &table, &ins, None).await?)?)
+                Prepared::Done(count_output(insert(self, &table, &ins, in_txn).await?)?)
             }
             Statement::Update(upd) => {
                 let table = self.table(&upd.table).await?;
-                Prepared::Done(count_output(dml::update(self, &table, &upd, None).await?)?)
+                Prepared::Done(count_output(
+                    dml::update(self, &table, &upd, in_txn).await?,
+                )?)
             }
             Statement::Delete(del) => {
                 let table = self.table(&del.table).await?;
-                Prepared::Done(count_output(dml::delete(self, &table, &del, None).await?)?)
+                Prepared::Done(count_output(
+                    dml::delete(self, &table, &del, in_txn).await?,
+                )?)
             }
             Statement::ShowTables => {
                 let mut names: Vec<String> = self
@@ -367,10 +349,14 @@ impl QueryEngine {
                      and `quarry sql` run BEGIN themselves"
                 ))
             }
-            Statement::Commit | Statement::Rollback => Prepared::Done(text_output(
-                "result",
-                vec!["no transaction is open: every statement commits on its own".into()],
-            )?),
+            Statement::Commit | Statement::Rollback => {
+                let word = match (txn, matches!(stmt, Statement::Commit)) {
+                    (None, _) => "no transaction is open: every statement commits on its own",
+                    (Some(t), true) => self.sessions.commit(t).await.map(|_| "COMMIT")?,
+                    (Some(t), false) => self.sessions.rollback(t).await.map(|_| "ROLLBACK")?,
+                };
+                Prepared::Done(text_output("result", vec![word.into()])?)
+            }
         })
     }
 

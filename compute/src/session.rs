@@ -59,7 +59,8 @@ pub struct OpenTxn {
     pub start_ts: u64,
     state: tokio::sync::Mutex<State>,
     last_used: Mutex<Instant>,
-    /// The primary key, once locked: the heartbeat reads it here, never
+    /// The first key locked, once the transaction has written: its
+    /// primary. Kept outside `state` so the heartbeat reads it without
     /// waiting for a statement (which may wait on another's lock).
     primary: Mutex<Option<Vec<u8>>>,
     /// Why the heartbeat found the transaction gone (a writer rolled it
@@ -69,8 +70,6 @@ pub struct OpenTxn {
 
 #[derive(Default)]
 struct State {
-    /// The first key locked, once the transaction has written.
-    primary: Option<Vec<u8>>,
     /// Every key locked.
     keys: BTreeSet<Vec<u8>>,
     /// What the transaction writes, the last write of each key (and
@@ -153,19 +152,20 @@ impl Sessions {
             ));
             return Err(self.abort(txn.start_ts, &mut st, e).await);
         }
-        let primary = match &st.primary {
-            Some(p) => p.clone(),
-            None => mutations
-                .iter()
-                .map(|m| m.key.clone())
-                .min()
-                .unwrap_or_default(),
-        };
+        let primary = txn
+            .primary
+            .lock()
+            .get_or_insert_with(|| {
+                mutations
+                    .iter()
+                    .map(|m| m.key.clone())
+                    .min()
+                    .unwrap_or_default()
+            })
+            .clone();
         let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
         let deadline = Instant::now() + WRITE_DEADLINE;
         // Noted before the prewrite: a failed one may have locked some.
-        st.primary = Some(primary.clone());
-        *txn.primary.lock() = Some(primary.clone());
         st.keys.extend(keys);
         let r = self
             .txns
@@ -233,7 +233,7 @@ impl Sessions {
                 txn.start_ts
             )));
         }
-        let Some(primary) = st.primary.clone() else {
+        let Some(primary) = txn.primary.lock().clone() else {
             return Ok(txn.start_ts);
         };
         let mut keys: Vec<Vec<u8>> = std::mem::take(&mut st.keys)

@@ -564,6 +564,18 @@ mod tests {
         engine.write(&wb, false).unwrap();
     }
 
+    /// The version a committed UPDATE of handle `h` at `ts` left: `row(v)`.
+    fn put_version(engine: &MemEngine, h: i64, ts: u64, v: i64) {
+        use quarry_coprocessor::codec::mvcc::{version_key, version_value, WriteKind};
+        let mut wb = WriteBatch::new();
+        wb.put(
+            Cf::Default,
+            version_key(&record_key(T, h), ts, WriteKind::Put),
+            version_value(ts - 1, &row(v)),
+        );
+        engine.write(&wb, false).unwrap();
+    }
+
     /// The compaction the region's delta calls for (there must be one).
     fn plan(engine: &MemEngine) -> (KvWrite, CompactionSummary) {
         plan_compaction(engine, &region(), &table(), 0)
@@ -721,7 +733,6 @@ mod tests {
     #[test]
     fn a_pack_stays_marked_while_versions_hide_its_rows_and_a_new_mark_refuses_a_planned_rewrite() {
         use crate::apply::{exec_write, ApplyCtx};
-        use quarry_coprocessor::codec::mvcc::{version_key, version_value, WriteKind};
         let engine = Arc::new(MemEngine::new());
         put_rows(&engine, (0..100).map(|h| h * 2));
         let (w, _) = plan(&engine);
@@ -729,13 +740,8 @@ mod tests {
         apply(&engine, &w);
         // A committed UPDATE of packed handle 4 (a = 440): its version and
         // the pack's mark, as its prewrite left them.
-        let ts = 50u64 << 18;
+        put_version(&engine, 4, 50 << 18, 44);
         let mut wb = WriteBatch::new();
-        wb.put(
-            Cf::Default,
-            version_key(&record_key(T, 4), ts, WriteKind::Put),
-            version_value(ts - 1, &row(44)),
-        );
         wb.put(
             Cf::Default,
             pack_mark_key(T, 0),
@@ -789,21 +795,13 @@ mod tests {
 
     #[test]
     fn a_lone_version_above_the_safe_point_counts_as_pinned() {
-        use quarry_coprocessor::codec::mvcc::{version_key, version_value, WriteKind};
         let engine = Arc::new(MemEngine::new());
         put_rows(&engine, (0..10).map(|h| h * 2));
         let (w, _) = plan(&engine);
         apply(&engine, &w);
         // One UPDATE of a packed row, newer than the safe point: nothing
         // folds yet, and the worker must come back for it.
-        let ts = 50u64 << 18;
-        let mut wb = WriteBatch::new();
-        wb.put(
-            Cf::Default,
-            version_key(&record_key(T, 4), ts, WriteKind::Put),
-            version_value(ts - 1, &row(44)),
-        );
-        engine.write(&wb, false).unwrap();
+        put_version(&engine, 4, 50 << 18, 44);
         let (planned, pinned) =
             plan_compaction(engine.as_ref(), &region(), &table(), 10 << 18).unwrap();
         assert!(planned.is_none());

@@ -281,15 +281,8 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, mut p: PrewriteRequest) -> Res
                 "a one-phase commit on a column table may only insert".into(),
             ));
         }
-        let own = lock_of(ctx, &key)?.filter(|l| l.start_ts == p.start_ts);
-        if let (Some(lock), 0) = (&own, one_pc) {
-            // The transaction wrote this key before (an earlier statement,
-            // or this prewrite's retry): its lock now says what it writes.
-            plan.extend(relock(ctx, &p, lock, op, &key, value)?);
-            continue;
-        }
-        if let Some(lock) = lock_of(ctx, &key)? {
-            if lock.start_ts == p.start_ts && one_pc != 0 {
+        match lock_of(ctx, &key)? {
+            Some(lock) if lock.start_ts == p.start_ts && one_pc != 0 => {
                 // A one-phase commit whose outcome its client did not learn
                 // in time, overtaken by the same transaction's two-phase
                 // retry: half of it committed here would not be atomic.
@@ -303,10 +296,15 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, mut p: PrewriteRequest) -> Res
                     ),
                 ));
             }
-            if lock.start_ts == p.start_ts {
-                continue; // a retry: locked already
+            Some(lock) if lock.start_ts == p.start_ts => {
+                // The transaction wrote this key before (an earlier
+                // statement, or this prewrite's retry): its lock now says
+                // what it writes.
+                plan.extend(relock(ctx, &p, &lock, op, &key, value)?);
+                continue;
             }
-            return Err(locked(lock));
+            Some(lock) => return Err(locked(lock)),
+            None => {}
         }
         let versions = versions_in(ctx, &key)?;
         if let Some(own) = versions.iter().find(|v| v.start_ts == p.start_ts) {
@@ -341,14 +339,7 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, mut p: PrewriteRequest) -> Res
             })));
         }
         if op == Op::Insert && row_exists(ctx, &key, &versions, p.packed)? {
-            return Err(key_error(
-                Code::AlreadyExists,
-                &key,
-                format!(
-                    "duplicate key: a row with {} already exists",
-                    describe(&key)
-                ),
-            ));
+            return Err(duplicate(&key));
         }
         if one_pc != 0 {
             plan.extend(version_writes(ctx, &key, op, &value, p.start_ts, one_pc)?);
@@ -368,18 +359,7 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, mut p: PrewriteRequest) -> Res
             value,
             pessimistic: p.pessimistic,
         };
-        if p.packed && matches!(op, Op::Put | Op::Delete) {
-            // The version this lock becomes will hide a pack row: mark the
-            // pack, so scans look for it (and a compaction planned before
-            // this sees its guard fail). The value changes per transaction.
-            if let Some((first, _)) = ctx.pack_covering(&key)? {
-                let (table, _) = decode_record_key(&key)?;
-                plan.push((
-                    pack_mark_key(table, first),
-                    Some(p.start_ts.to_be_bytes().to_vec()),
-                ));
-            }
-        }
+        plan.extend(pack_mark(ctx, &p, op, &key)?);
         plan.push((lock_key(&key), Some(encode_lock(&lock))));
     }
     write_all(ctx, plan);
@@ -403,14 +383,15 @@ fn relock<E: Engine>(
 ) -> Result<Vec<Planned>> {
     // Prewritten again at COMMIT: a pessimistic lock becomes ordinary.
     let pessimistic = lock.pessimistic && p.pessimistic;
-    let same = lock.op() == op && lock.value == value;
-    if (op == Op::Lock || same) && pessimistic == lock.pessimistic {
-        return Ok(vec![]);
-    }
-    if op == Op::Lock || same {
+    let ttl_ms = lock.ttl_ms.max(p.ttl_ms);
+    if op == Op::Lock || (lock.op() == op && lock.value == value) {
+        // Nothing new to write; at most the lock turns ordinary.
+        if pessimistic == lock.pessimistic {
+            return Ok(vec![]);
+        }
         let ordinary = LockInfo {
             pessimistic,
-            ttl_ms: lock.ttl_ms.max(p.ttl_ms),
+            ttl_ms,
             ..lock.clone()
         };
         return Ok(vec![(lock_key(key), Some(encode_lock(&ordinary)))]);
@@ -422,32 +403,51 @@ fn relock<E: Engine>(
             Op::Lock => row_exists(ctx, key, &versions_in(ctx, key)?, p.packed)?,
         };
         if exists {
-            return Err(key_error(
-                Code::AlreadyExists,
-                key,
-                format!("duplicate key: a row with {} already exists", describe(key)),
-            ));
+            return Err(duplicate(key));
         }
     }
     let mut plan = unbare(ctx, key)?;
-    if p.packed && matches!(op, Op::Put | Op::Delete) {
-        if let Some((first, _)) = ctx.pack_covering(key)? {
-            let (table, _) = decode_record_key(key)?;
-            plan.push((
-                pack_mark_key(table, first),
-                Some(p.start_ts.to_be_bytes().to_vec()),
-            ));
-        }
-    }
+    plan.extend(pack_mark(ctx, p, op, key)?);
     let relocked = LockInfo {
         op: op as i32,
         value,
         pessimistic,
-        ttl_ms: lock.ttl_ms.max(p.ttl_ms),
+        ttl_ms,
         ..lock.clone()
     };
     plan.push((lock_key(key), Some(encode_lock(&relocked))));
     Ok(plan)
+}
+
+/// The mark of the pack holding `key`'s row, when a put or delete of a
+/// column table's row will hide it: scans then look for the versions
+/// hiding its rows, and a compaction planned before this sees its guard
+/// fail. The value changes per transaction.
+fn pack_mark<E: Engine>(
+    ctx: &ApplyCtx<'_, E>,
+    p: &PrewriteRequest,
+    op: Op,
+    key: &[u8],
+) -> Result<Option<Planned>> {
+    if !p.packed || !matches!(op, Op::Put | Op::Delete) {
+        return Ok(None);
+    }
+    let Some((first, _)) = ctx.pack_covering(key)? else {
+        return Ok(None);
+    };
+    let (table, _) = decode_record_key(key)?;
+    Ok(Some((
+        pack_mark_key(table, first),
+        Some(p.start_ts.to_be_bytes().to_vec()),
+    )))
+}
+
+fn duplicate(key: &[u8]) -> Error {
+    key_error(
+        Code::AlreadyExists,
+        key,
+        format!("duplicate key: a row with {} already exists", describe(key)),
+    )
 }
 
 /// A bare row (bulk-loaded, older than every snapshot) rewritten as a

@@ -15,6 +15,14 @@ pub static SERIAL: Mutex<()> = Mutex::new(());
 
 pub const QUARRY: &str = env!("CARGO_BIN_EXE_quarry");
 
+/// A runtime for a test's async calls, made where they are needed.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 pub struct Playground {
     pub child: Option<Child>,
     /// Lines the playground prints after "ready" (restarted children).
