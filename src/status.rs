@@ -83,6 +83,13 @@ pub fn format(addr: &str, s: &StatusResponse) -> String {
         ts_time(s.oldest_readable_ts),
         s.gc_life_time_secs
     ));
+    if s.gc_hold != 0 {
+        out.push_str(&format!(
+            "  GC held at {} ({}) by the oldest running query or transaction\n",
+            s.gc_hold,
+            ts_time(s.gc_hold)
+        ));
+    }
     for r in &s.regions {
         let RegionStatus {
             region,

@@ -54,6 +54,7 @@ pub mod dml;
 pub mod engine;
 mod error;
 pub mod flight;
+pub mod gc_hold;
 pub mod insert;
 pub mod kv_writer;
 pub mod region_cache;

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use quarry_proto::kv::{Mutation, Op};
 
+use crate::gc_hold::ReadHold;
 use crate::txn::Txns;
 use crate::{Error, Result};
 
@@ -66,6 +67,8 @@ pub struct OpenTxn {
     /// Why the heartbeat found the transaction gone (a writer rolled it
     /// back): the next statement or COMMIT fails with it.
     lost: Mutex<Option<String>>,
+    /// Keeps the versions its snapshot needs while it is open.
+    _hold: ReadHold,
 }
 
 #[derive(Default)]
@@ -102,6 +105,7 @@ impl Sessions {
             last_used: Mutex::new(Instant::now()),
             primary: Mutex::new(None),
             lost: Mutex::new(None),
+            _hold: self.txns.hold_read(start_ts),
         });
         self.open.lock().insert(start_ts, txn.clone());
         tokio::spawn(keep_alive(Arc::downgrade(self), Arc::downgrade(&txn)));

@@ -55,6 +55,7 @@ use quarry_proto::meta::RegionError;
 
 use crate::cluster::Cluster;
 use crate::dispatch::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
+use crate::gc_hold::{ReadHold, ReadHolds};
 use crate::region_cache::{Located, RegionCache};
 use crate::tso::Tso;
 use crate::{Error, Result};
@@ -74,6 +75,7 @@ pub struct Txns {
     cache: Arc<RegionCache>,
     retry: RetryConfig,
     tso: Arc<Tso>,
+    holds: Arc<ReadHolds>,
 }
 
 /// A step of a transaction on the regions holding `keys`.
@@ -110,6 +112,7 @@ impl Txns {
     pub fn new(cluster: Arc<Cluster>, cache: Arc<RegionCache>) -> Self {
         Txns {
             tso: Tso::new(cluster.clone()),
+            holds: ReadHolds::new(cluster.clone()),
             cluster,
             cache,
             retry: RetryConfig {
@@ -127,6 +130,12 @@ impl Txns {
     /// before, so a read at it sees every transaction committed so far.
     pub async fn timestamp(&self) -> Result<u64> {
         self.tso.get().await
+    }
+
+    /// Keeps the versions a read at `read_ts` needs until the hold is
+    /// dropped (`gc_hold.rs`).
+    pub fn hold_read(&self, read_ts: u64) -> ReadHold {
+        self.holds.hold(read_ts)
     }
 
     /// Writes `mutations` (distinct row keys) as one transaction; returns

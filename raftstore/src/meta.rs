@@ -124,7 +124,13 @@ pub struct Meta<E: Engine> {
     /// Since when this store has led the meta region (heartbeats only come
     /// to the leader, so liveness is only known after a while of leading).
     leading_since: Mutex<Option<Instant>>,
+    /// Compute processes' oldest running reads: holder → (read_ts, until).
+    gc_holds: Mutex<HashMap<String, (u64, Instant)>>,
 }
+
+/// The longest a GC hold may last without being renewed; a new meta leader
+/// knows every hold after leading this long.
+pub const MAX_GC_HOLD_TTL: Duration = Duration::from_secs(5);
 
 impl<E: Engine> Meta<E> {
     pub fn new(
@@ -143,6 +149,7 @@ impl<E: Engine> Meta<E> {
             ids: tokio::sync::Mutex::new(()),
             live: Mutex::new(HashMap::new()),
             leading_since: Mutex::new(None),
+            gc_holds: Mutex::new(HashMap::new()),
         }
     }
 
@@ -370,9 +377,40 @@ impl<E: Engine> Meta<E> {
             (false, true) => {
                 *since = None;
                 self.live.lock().clear();
+                self.gc_holds.lock().clear();
             }
             _ => {}
         }
+    }
+
+    /// Records (or with `min_read_ts` 0 releases) `holder`'s oldest running
+    /// read, for `ttl`.
+    pub async fn hold_gc(&self, holder: String, min_read_ts: u64, ttl: Duration) -> Result<()> {
+        if holder.is_empty() || ttl.is_zero() || ttl > MAX_GC_HOLD_TTL {
+            return Err(Error::InvalidInput(format!(
+                "a GC hold needs a holder and a TTL of at most {MAX_GC_HOLD_TTL:?}"
+            )));
+        }
+        self.leader().await?;
+        let mut holds = self.gc_holds.lock();
+        if min_read_ts == 0 {
+            holds.remove(&holder);
+        } else {
+            holds.insert(holder, (min_read_ts, Instant::now() + ttl));
+        }
+        Ok(())
+    }
+
+    /// The oldest read any compute process holds (0: none), or None while
+    /// this leader may not have heard from every holder yet.
+    pub fn gc_hold(&self) -> Option<u64> {
+        if self.leading_for() < MAX_GC_HOLD_TTL {
+            return None;
+        }
+        let now = Instant::now();
+        let mut holds = self.gc_holds.lock();
+        holds.retain(|_, (_, until)| *until > now);
+        Some(holds.values().map(|(ts, _)| *ts).min().unwrap_or(0))
     }
 
     /// How long this store has led the meta region.

@@ -66,6 +66,8 @@ pub struct Node<E: Engine> {
     local: Arc<LocalReader>,
     /// raftstore.gc-life-time, in ms.
     gc_life_ms: std::sync::atomic::AtomicU64,
+    /// What holds the GC safe point back (see [`Node::gc_safe_point`]).
+    gc: Mutex<GcState>,
     /// Served reads and one-phase commits (`concurrency.rs`).
     concurrency: Arc<ConcurrencyManager>,
     timestamps: std::sync::OnceLock<Timestamps>,
@@ -82,6 +84,20 @@ pub struct Shared {
 /// A source of fresh oracle timestamps.
 pub type Timestamps =
     Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<u64>> + Send + Sync>;
+
+/// The GC safe point and what holds it back.
+#[derive(Default)]
+struct GcState {
+    /// The safe point handed out last: it never goes back.
+    safe_point: u64,
+    /// The oldest read a compute process holds (0: none), as the meta
+    /// leader last told, and when.
+    hold: u64,
+    hold_heard: Option<Instant>,
+}
+
+/// A GC hold heard longer ago than this is stale: the safe point waits.
+const GC_HOLD_STALE: Duration = Duration::from_secs(10);
 
 struct PendingGuard(Arc<AtomicUsize>);
 
@@ -117,6 +133,7 @@ impl<E: Engine> Node<E> {
             resolver,
             local: shared.local,
             gc_life_ms: std::sync::atomic::AtomicU64::new(600_000),
+            gc: Mutex::new(GcState::default()),
             concurrency: shared.concurrency,
             timestamps: std::sync::OnceLock::new(),
         })
@@ -211,17 +228,60 @@ impl<E: Engine> Node<E> {
         now_ms.saturating_sub(ago_ms) << 18
     }
 
-    /// The GC safe point now: a compaction may fold versions at or below
-    /// it into packs, where they lose their timestamps.
-    pub fn gc_safe_point(&self) -> u64 {
-        Self::ts_ago(self.gc_life_ms.load(Ordering::Relaxed))
+    /// Notes the oldest read a compute process holds (0: none), as the
+    /// meta leader's answer to a heartbeat says.
+    pub fn set_gc_hold(&self, hold: u64) {
+        let mut gc = self.gc.lock();
+        gc.hold = hold;
+        gc.hold_heard = Some(Instant::now());
     }
 
-    /// The oldest snapshot a read may start at: half a lifetime above the
-    /// safe point, so a read that starts at it has that long to finish
-    /// before a compaction folds the versions it sees.
+    /// The oldest held read (0: none), if heard of recently.
+    fn fresh_hold(gc: &GcState) -> Option<u64> {
+        gc.hold_heard
+            .filter(|at| at.elapsed() < GC_HOLD_STALE)
+            .map(|_| gc.hold)
+    }
+
+    /// The GC safe point now: a compaction may fold versions at or below
+    /// it into packs, where they lose their timestamps. It is the wall
+    /// time one GC lifetime ago, held at or below the oldest read a
+    /// running query or open transaction holds (`Meta.HoldGc`, relayed by
+    /// the meta leader in heartbeat answers), so a long transaction keeps
+    /// the versions it reads. Until this store has heard the holds (a
+    /// start, a meta leader change, a lost meta leader), it stays where
+    /// it was. It never goes back.
+    pub fn gc_safe_point(&self) -> u64 {
+        let mut gc = self.gc.lock();
+        if let Some(hold) = Self::fresh_hold(&gc) {
+            let mut point = Self::ts_ago(self.gc_life_ms.load(Ordering::Relaxed));
+            if hold != 0 {
+                point = point.min(hold.saturating_sub(1));
+            }
+            gc.safe_point = gc.safe_point.max(point);
+        }
+        gc.safe_point
+    }
+
+    /// The oldest snapshot a read may start at. A read that a compute
+    /// process holds (at or above the oldest hold) may start anywhere
+    /// above the safe point; any other must be younger than half a
+    /// lifetime, so that it has that long to finish (and to be held)
+    /// before a compaction may fold the versions it sees.
     pub fn oldest_readable_ts(&self) -> u64 {
-        Self::ts_ago(self.gc_life_ms.load(Ordering::Relaxed) / 2)
+        let safe_point = self.gc_safe_point();
+        let young = Self::ts_ago(self.gc_life_ms.load(Ordering::Relaxed) / 2);
+        let gc = self.gc.lock();
+        let held = match gc.hold {
+            0 => young,
+            hold => hold.min(young),
+        };
+        held.max(safe_point + 1)
+    }
+
+    /// The oldest read a compute process holds, as last heard (0: none).
+    pub fn gc_hold(&self) -> u64 {
+        self.gc.lock().hold
     }
 
     // ------------------------------------------------------------ raft calls
@@ -473,6 +533,7 @@ impl<E: Engine> Node<E> {
         status.gc_safe_point = self.gc_safe_point();
         status.oldest_readable_ts = self.oldest_readable_ts();
         status.gc_life_time_secs = self.gc_life_ms.load(Ordering::Relaxed) / 1000;
+        status.gc_hold = self.gc_hold();
         Ok(status)
     }
 
@@ -687,8 +748,8 @@ impl<E: Engine> Node<E> {
                     code: other_error::Code::InvalidInput as i32,
                     message: format!(
                         "snapshot too old: the read at timestamp {read_ts} started more than \
-                         half of raftstore.gc-life-time-secs ago ({} s) and its versions \
-                         may be gone; run it again",
+                         half of raftstore.gc-life-time-secs ago ({} s), no running \
+                         transaction holds it, and its versions may be gone; run it again",
                         self.gc_life_ms.load(Ordering::Relaxed) / 1000
                     ),
                 }),

@@ -94,13 +94,19 @@ impl<E: Engine> Worker<E> {
                 tracing::debug!("heartbeat: {e}");
             }
             round += 1;
-            tokio::time::sleep(Self::pause(round)).await;
+            tokio::time::sleep(Self::beat_pause(round)).await;
         }
     }
 
     /// Quickly at first, while the cluster forms; then every 2 s.
     fn pause(round: u64) -> Duration {
         Duration::from_millis(if round < 20 { 500 } else { 2000 })
+    }
+
+    /// Heartbeats: every second once the cluster formed (GC holds reach
+    /// the store in the answers, `Node::gc_safe_point`).
+    fn beat_pause(round: u64) -> Duration {
+        Duration::from_millis(if round < 20 { 500 } else { 1000 })
     }
 
     async fn duties_loop(&self) {
@@ -137,14 +143,19 @@ impl<E: Engine> Worker<E> {
             .filter(|r| r.is_leader)
             .filter_map(|r| r.region.as_ref().map(|r| r.id))
             .collect();
-        self.meta
+        let beat = self
+            .meta
             .store_heartbeat(Request::new(StoreHeartbeatRequest {
                 store: Some(self.me.clone()),
                 leader_region_ids: leaders,
                 region_count: status.regions.len() as u64,
             }))
             .await
-            .map_err(status_err)?;
+            .map_err(status_err)?
+            .into_inner();
+        if beat.gc_hold_known {
+            self.node.set_gc_hold(beat.gc_hold);
+        }
         let stores = self
             .meta
             .get_stores(Request::new(GetStoresRequest {}))

@@ -250,6 +250,7 @@ impl SqlSession {
 
     /// Runs `q` over the snapshot at `read_ts` (a transaction's start_ts).
     pub async fn run_at(&self, q: PlannedQuery, read_ts: u64) -> Result<QueryOutput> {
+        let _hold = self.txns.hold_read(read_ts);
         let schema = q.schema();
         q.ctx
             .state_ref()

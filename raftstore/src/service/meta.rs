@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use quarry_proto::meta::meta_client::MetaClient;
 use quarry_proto::meta::meta_server::Meta as MetaRpc;
@@ -247,7 +248,11 @@ impl<E: Engine> MetaRpc for MetaService<E> {
                     .store
                     .ok_or_else(|| Error::InvalidInput("heartbeat without a store".into()))?;
                 m.store_heartbeat(s, r.leader_region_ids).await?;
-                Ok(StoreHeartbeatResponse {})
+                let hold = m.gc_hold();
+                Ok(StoreHeartbeatResponse {
+                    gc_hold: hold.unwrap_or(0),
+                    gc_hold_known: hold.is_some(),
+                })
             },
             |mut c, r| async move { c.store_heartbeat(r).await },
         )
@@ -297,6 +302,22 @@ impl<E: Engine> MetaRpc for MetaService<E> {
                 })
             },
             |mut c, r| async move { c.get_timestamps(r).await },
+        )
+        .await
+    }
+
+    async fn hold_gc(
+        &self,
+        req: Request<HoldGcRequest>,
+    ) -> Result<Response<HoldGcResponse>, Status> {
+        self.route(
+            req,
+            |m, r| async move {
+                m.hold_gc(r.holder, r.min_read_ts, Duration::from_millis(r.ttl_ms))
+                    .await?;
+                Ok(HoldGcResponse {})
+            },
+            |mut c, r| async move { c.hold_gc(r).await },
         )
         .await
     }
