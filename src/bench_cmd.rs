@@ -177,7 +177,25 @@ pub async fn run(what: BenchWhat) -> Result<()> {
         }
         BenchWhat::Ycsb { opts, json } => {
             init_logging("warn");
-            print_report(&quarry::ycsb::bench_ycsb(&opts).await?, json)
+            let reports = quarry::ycsb::bench_ycsb(&opts).await?;
+            for r in &reports {
+                print_report(r, json)?;
+            }
+            if let (Some(on), Some(off), true, false) =
+                (reports.first(), reports.last(), reports.len() > 1, json)
+            {
+                print!(
+                    "optimizations off/on: throughput {:.2}×, update p50 {:.2}×, update p99 {:.2}×",
+                    off.ops_per_s / on.ops_per_s,
+                    off.update_p50_ms / on.update_p50_ms,
+                    off.update_p99_ms / on.update_p99_ms
+                );
+                if opts.txn {
+                    print!(", FOR UPDATE p50 {:.2}×", off.lock_p50_ms / on.lock_p50_ms);
+                }
+                println!();
+            }
+            Ok(())
         }
         BenchWhat::Tso {
             stores,

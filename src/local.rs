@@ -346,11 +346,21 @@ impl BenchTarget {
     /// `addr`, or a new embedded cluster of `stores` stores (its directory
     /// named after `prefix`).
     pub async fn open(addr: Option<&str>, stores: usize, prefix: &str) -> Result<Self> {
+        Self::open_with(addr, stores, prefix, &ClusterArgs::default()).await
+    }
+
+    /// [`BenchTarget::open`], the embedded cluster started with `args`.
+    pub async fn open_with(
+        addr: Option<&str>,
+        stores: usize,
+        prefix: &str,
+        args: &ClusterArgs,
+    ) -> Result<Self> {
         let dir = tempfile::Builder::new().prefix(prefix).tempdir()?;
         let (url, cluster) = match addr {
             Some(a) => (a.to_string(), None),
             None => {
-                let c = LocalCluster::start(dir.path(), stores, &ClusterArgs::default()).await?;
+                let c = LocalCluster::start(dir.path(), stores, args).await?;
                 (c.compute_url(), Some(c))
             }
         };

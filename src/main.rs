@@ -105,6 +105,10 @@ struct StorageArgs {
     /// raftstore.gc-life-time-secs: keep MVCC versions this long.
     #[arg(long)]
     gc_life_time_secs: Option<u64>,
+    /// raftstore.pipelined-pessimistic-lock: answer a FOR UPDATE lock
+    /// before raft replicates it.
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+    pipelined_pessimistic_lock: Option<bool>,
     /// Re-create a down store's replicas elsewhere after this long.
     #[arg(long)]
     max_store_down_secs: Option<u64>,
@@ -139,6 +143,10 @@ struct ComputeArgs {
     /// The most build keys per join partition sent to regions as a list.
     #[arg(long)]
     join_key_list_max: Option<usize>,
+    /// In a transaction, FOR UPDATE of rows named by key locks them with
+    /// one request that returns them.
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+    lock_returns_rows: Option<bool>,
     #[arg(long)]
     print_default_config: bool,
     #[arg(long, hide = true)]
@@ -174,6 +182,10 @@ struct PlaygroundArgs {
     /// raftstore.gc-life-time-secs for every store.
     #[arg(long)]
     gc_life_time_secs: Option<u64>,
+    /// The pessimistic-lock optimizations: pipelined locks in every store
+    /// and locks that return their rows in compute (false: neither).
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+    pessimistic_optimizations: Option<bool>,
     /// Storage layout of the loaded tables: column or row.
     #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
     layout: LayoutArg,
@@ -345,6 +357,9 @@ async fn storage(a: StorageArgs) -> Result<()> {
     if let Some(v) = a.gc_life_time_secs {
         cfg.raftstore.gc_life_time_secs = v;
     }
+    if let Some(v) = a.pipelined_pessimistic_lock {
+        cfg.raftstore.pipelined_pessimistic_lock = v;
+    }
     if let Some(v) = a.max_store_down_secs {
         cfg.max_store_down_secs = v;
     }
@@ -384,6 +399,9 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     }
     if let Some(v) = a.join_bloom_filters {
         cfg.join_bloom_filters = v;
+    }
+    if let Some(v) = a.lock_returns_rows {
+        cfg.lock_returns_rows = v;
     }
     if let Some(v) = a.join_key_list_max {
         cfg.join_key_list_max = v;
@@ -429,6 +447,12 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
     if let Some(v) = a.max_store_down_secs {
         args.store
             .extend(["--max-store-down-secs".to_string(), v.to_string()]);
+    }
+    if let Some(v) = a.pessimistic_optimizations {
+        args.store
+            .extend(["--pipelined-pessimistic-lock".to_string(), v.to_string()]);
+        args.compute
+            .extend(["--lock-returns-rows".to_string(), v.to_string()]);
     }
     if let Some(t) = a.query_timeout_ms {
         args.compute

@@ -15,6 +15,14 @@
 //! A read is `SELECT * FROM usertable WHERE id = k` and must return exactly
 //! one row; an update is `UPDATE usertable SET fN = '…' WHERE id = k`, one
 //! transaction (a lost write conflict re-runs inside the statement).
+//! With `--txn` an update is what an application does in a pessimistic
+//! transaction (TiDB's TPC-C shape): `BEGIN`, `SELECT * … WHERE id = k
+//! FOR UPDATE`, the UPDATE, `COMMIT`, the whole of it retried on a write
+//! conflict (counted). `--pessimistic-optimizations on|off|both|each`
+//! starts the embedded cluster with the pessimistic-lock optimizations
+//! (`raftstore/src/pessimistic.rs`: locks that return their rows,
+//! pipelined locks) on, off, on then off, or all four combinations in
+//! turn, to compare.
 //! Every loop is bounded by `--seconds`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +34,7 @@ use quarry_client::Client;
 
 use crate::bank::Rng;
 use crate::bench::percentile;
-use crate::local::BenchTarget;
+use crate::local::{BenchTarget, ClusterArgs};
 
 const TABLE: &str = "usertable";
 const FIELDS: usize = 10;
@@ -50,11 +58,30 @@ pub struct YcsbOptions {
     /// How long the operations run.
     #[arg(long, default_value_t = 20.0)]
     pub seconds: f64,
+    /// Updates as pessimistic transactions: BEGIN, SELECT … FOR UPDATE,
+    /// UPDATE, COMMIT.
+    #[arg(long)]
+    pub txn: bool,
+    /// The embedded cluster's pessimistic-lock optimizations: on, off,
+    /// both (on, then off) or each (also one at a time); one cluster per
+    /// setting, in turn.
+    #[arg(long, default_value = "on")]
+    pub pessimistic_optimizations: String,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct YcsbReport {
     pub workload: String,
+    /// Updates ran as pessimistic transactions (`--txn`).
+    pub txn: bool,
+    /// The pessimistic-lock optimizations, (locks return their rows,
+    /// pipelined locks) (None: a running cluster's own).
+    pub pessimistic_optimizations: Option<(bool, bool)>,
+    /// Transactions run again after a write conflict.
+    pub retries: u64,
+    /// With `txn`: the `SELECT … FOR UPDATE` statements' latency.
+    pub lock_p50_ms: f64,
+    pub lock_p99_ms: f64,
     pub records: u64,
     pub clients: usize,
     pub seconds: f64,
@@ -155,7 +182,9 @@ async fn load(url: &str, records: u64) -> Result<()> {
     Ok(())
 }
 
-pub async fn bench_ycsb(opts: &YcsbOptions) -> Result<YcsbReport> {
+/// Runs the workload once per setting of the pessimistic-lock
+/// optimizations asked for (each on a fresh embedded cluster).
+pub async fn bench_ycsb(opts: &YcsbOptions) -> Result<Vec<YcsbReport>> {
     let read_share = match opts.workload {
         'a' => 0.5,
         'b' => 0.95,
@@ -165,11 +194,91 @@ pub async fn bench_ycsb(opts: &YcsbOptions) -> Result<YcsbReport> {
     if opts.records < 3 {
         bail!("--records must be at least 3");
     }
-    let mut target =
-        BenchTarget::open(opts.addr.as_deref(), opts.stores, "quarry-bench-ycsb-").await?;
-    let result = run(&target.url, opts, read_share).await;
-    target.close().await;
-    result
+    let (on, off) = (Some((true, true)), Some((false, false)));
+    let settings = match (opts.pessimistic_optimizations.as_str(), &opts.addr) {
+        ("on", Some(_)) => vec![None],
+        (_, Some(_)) => bail!(
+            "--pessimistic-optimizations applies to the embedded cluster; a running one \
+             has its own (quarry playground --pessimistic-optimizations)"
+        ),
+        ("on", None) => vec![on],
+        ("off", None) => vec![off],
+        ("both", None) => vec![on, off],
+        ("each", None) => vec![on, Some((true, false)), Some((false, true)), off],
+        (other, None) => {
+            bail!("--pessimistic-optimizations must be on, off, both or each, not {other}")
+        }
+    };
+    let mut reports = Vec::new();
+    for setting in settings {
+        let mut args = ClusterArgs::default();
+        if let Some((rows, pipelined)) = setting {
+            args.store
+                .extend(["--pipelined-pessimistic-lock".into(), pipelined.to_string()]);
+            args.compute
+                .extend(["--lock-returns-rows".into(), rows.to_string()]);
+        }
+        let mut target = BenchTarget::open_with(
+            opts.addr.as_deref(),
+            opts.stores,
+            "quarry-bench-ycsb-",
+            &args,
+        )
+        .await?;
+        let result = run(&target.url, opts, read_share).await;
+        target.close().await;
+        let mut report = result?;
+        report.pessimistic_optimizations = setting;
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// One YCSB update: a single UPDATE statement, or with `txn` a
+/// pessimistic transaction around it, retried on a write conflict; notes
+/// each FOR UPDATE's time in `locks` (ms) and returns the retries.
+async fn update(
+    c: &mut Client,
+    txn: bool,
+    (k, f, v): (u64, u64, &str),
+    locks: &mut Vec<f64>,
+) -> std::result::Result<u64, quarry_client::Error> {
+    let update = format!("UPDATE {TABLE} SET field{f} = '{v}' WHERE id = {k}");
+    if !txn {
+        c.sql(&update).await?;
+        return Ok(0);
+    }
+    let mut retries = 0;
+    loop {
+        let r = async {
+            c.sql("BEGIN").await?;
+            let t = Instant::now();
+            let read = c
+                .sql(&format!("SELECT * FROM {TABLE} WHERE id = {k} FOR UPDATE"))
+                .await?;
+            locks.push(t.elapsed().as_secs_f64() * 1e3);
+            let rows: usize = read.iter().map(|b| b.num_rows()).sum();
+            if rows != 1 {
+                return Err(quarry_client::Error::InvalidInput(format!(
+                    "SELECT … FOR UPDATE of key {k} returned {rows} rows"
+                )));
+            }
+            c.sql(&update).await?;
+            c.sql("COMMIT").await
+        }
+        .await;
+        match r {
+            Ok(_) => return Ok(retries),
+            Err(quarry_client::Error::Conflict(_)) if retries < 100 => {
+                let _ = c.sql("ROLLBACK").await;
+                retries += 1;
+            }
+            Err(e) => {
+                let _ = c.sql("ROLLBACK").await;
+                return Err(e);
+            }
+        }
+    }
 }
 
 async fn run(url: &str, opts: &YcsbOptions, read_share: f64) -> Result<YcsbReport> {
@@ -180,10 +289,14 @@ async fn run(url: &str, opts: &YcsbOptions, read_share: f64) -> Result<YcsbRepor
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..opts.clients {
         let (url, stop, zipf) = (url.to_string(), stop.clone(), zipf.clone());
+        let opts_txn = opts.txn;
         tasks.spawn(async move {
             let mut rng = Rng(0xC0FF_EE00 ^ ((w as u64 + 1) * 0x9E37_79B9));
             let mut c = Client::connect(&url).await?;
             let (mut reads, mut updates, mut errors) = (Vec::new(), Vec::new(), Vec::new());
+            let mut retries = 0u64;
+            let mut locks = Vec::new();
+            let txn = opts_txn;
             while !stop.load(Ordering::SeqCst) {
                 let k = zipf.next(&mut rng);
                 let read = (rng.below(1_000_000) as f64) < read_share * 1e6;
@@ -195,11 +308,10 @@ async fn run(url: &str, opts: &YcsbOptions, read_share: f64) -> Result<YcsbRepor
                 } else {
                     let f = rng.below(FIELDS as u64);
                     let v = field_value(&mut rng);
-                    c.sql(&format!(
-                        "UPDATE {TABLE} SET field{f} = '{v}' WHERE id = {k}"
-                    ))
-                    .await
-                    .map(|_| 1)
+                    update(&mut c, txn, (k, f, &v), &mut locks).await.map(|r| {
+                        retries += r;
+                        1
+                    })
                 };
                 let ms = t.elapsed().as_secs_f64() * 1e3;
                 match r {
@@ -215,20 +327,23 @@ async fn run(url: &str, opts: &YcsbOptions, read_share: f64) -> Result<YcsbRepor
                     ),
                 }
             }
-            Ok::<_, anyhow::Error>((reads, updates, errors))
+            Ok::<_, anyhow::Error>((reads, updates, errors, retries, locks))
         });
     }
     tokio::time::sleep(Duration::from_secs_f64(opts.seconds)).await;
     stop.store(true, Ordering::SeqCst);
     let (mut reads, mut updates, mut errors) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut retries, mut locks) = (0, Vec::new());
     while let Some(r) = tasks.join_next().await {
-        let (r, u, e) = r??;
+        let (r, u, e, n, l) = r??;
+        locks.extend(l);
         reads.extend(r);
         updates.extend(u);
         errors.extend(e);
+        retries += n;
     }
     let seconds = start.elapsed().as_secs_f64();
-    for v in [&mut reads, &mut updates] {
+    for v in [&mut reads, &mut updates, &mut locks] {
         v.sort_by(|a, b| a.total_cmp(b));
     }
     let failed = errors.len() as u64;
@@ -237,6 +352,11 @@ async fn run(url: &str, opts: &YcsbOptions, read_share: f64) -> Result<YcsbRepor
     let ops = (reads.len() + updates.len()) as u64;
     Ok(YcsbReport {
         workload: opts.workload.to_string(),
+        txn: opts.txn,
+        pessimistic_optimizations: None,
+        retries,
+        lock_p50_ms: percentile(&locks, 0.5),
+        lock_p99_ms: percentile(&locks, 0.99),
         records: opts.records,
         clients: opts.clients,
         seconds,
@@ -257,8 +377,16 @@ impl std::fmt::Display for YcsbReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "ycsb-{}: {} records, {} clients, {:.1} s: {:.0} ops/s; {} reads p50 {:.2} ms p99 {:.2} ms; {} updates p50 {:.2} ms p99 {:.2} ms; {} failed {:?}",
+            "ycsb-{}{}{}: {} records, {} clients, {:.1} s: {:.0} ops/s; {} reads p50 {:.2} ms p99 {:.2} ms; {} updates p50 {:.2} ms p99 {:.2} ms",
             self.workload,
+            if self.txn { " (updates in pessimistic transactions)" } else { "" },
+            match self.pessimistic_optimizations {
+                Some((true, true)) => ", pessimistic-lock optimizations on",
+                Some((true, false)) => ", locks return rows (not pipelined)",
+                Some((false, true)) => ", pipelined locks (rows read apart)",
+                Some((false, false)) => ", pessimistic-lock optimizations off",
+                None => "",
+            },
             self.records,
             self.clients,
             self.seconds,
@@ -269,9 +397,15 @@ impl std::fmt::Display for YcsbReport {
             self.updates,
             self.update_p50_ms,
             self.update_p99_ms,
-            self.failed,
-            self.errors
-        )
+        )?;
+        if self.txn {
+            write!(
+                f,
+                " ({} retried; FOR UPDATE p50 {:.2} ms p99 {:.2} ms)",
+                self.retries, self.lock_p50_ms, self.lock_p99_ms
+            )?;
+        }
+        write!(f, "; {} failed {:?}", self.failed, self.errors)
     }
 }
 

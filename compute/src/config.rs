@@ -28,6 +28,10 @@ pub struct ComputeConfig {
     /// The most build keys per join partition that reach the probe side's
     /// regions as an IN list (past it: a Bloom filter, or bounds only).
     pub join_key_list_max: usize,
+    /// In a transaction, `SELECT … FOR UPDATE` of rows its primary key
+    /// names locks them with one request that returns them (off: find,
+    /// lock, read again; the baseline kept for comparison).
+    pub lock_returns_rows: bool,
 }
 
 impl Default for ComputeConfig {
@@ -41,6 +45,7 @@ impl Default for ComputeConfig {
             encode: "arrow".into(),
             join_bloom_filters: true,
             join_key_list_max: crate::df::MAX_JOIN_KEYS_PUSHED,
+            lock_returns_rows: true,
         }
     }
 }

@@ -31,10 +31,10 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Float64Type, Int64Type};
 use quarry_coprocessor::codec::key::record_key;
-use quarry_coprocessor::codec::row::{Datum, RowEncoder};
-use quarry_coprocessor::types::sql_name;
+use quarry_coprocessor::codec::row::{Datum, RowDecoder, RowEncoder};
+use quarry_coprocessor::types::{arrow_type, sql_name};
 use quarry_proto::kv::{Mutation, Op};
-use quarry_proto::meta::TableDef;
+use quarry_proto::meta::{Layout, TableDef};
 
 use crate::engine::QueryEngine;
 use crate::session::OpenTxn;
@@ -136,6 +136,53 @@ pub async fn lock(
     let sql = key_query(table, rows, "SELECT ... FOR UPDATE")?;
     let rows_at = |start_ts: u64| key_mutations(engine, table, &sql, start_ts, Op::Lock);
     write(engine, table, Some(txn), rows_at).await
+}
+
+/// `SELECT … FOR UPDATE` in `txn` of rows a row table's primary key pins
+/// to constants (`id = 5`, `id IN (…)`, as point reads find them): locks
+/// those keys with one request per region that returns the rows
+/// (`raftstore/src/pessimistic.rs`) instead of finding the rows first and
+/// reading them again. The rows locked, as the transaction sees them, or
+/// None when the selection pins no key (nothing is locked then).
+pub async fn lock_points(
+    engine: &QueryEngine,
+    table: &TableDef,
+    rows: &Delete,
+    txn: &OpenTxn,
+) -> Result<Option<RecordBatch>> {
+    if table.layout != Layout::Row as i32 || table.handle_column_id == 0 {
+        return Ok(None);
+    }
+    let sql = key_query(table, rows, "SELECT ... FOR UPDATE")?;
+    // Planned over this table alone: a selection that reads another one
+    // (a subquery) fails here and takes the general way.
+    let Ok(plan) = engine
+        .sql_session()
+        .physical_plan_over(&sql, vec![table.clone()])
+        .await
+    else {
+        return Ok(None);
+    };
+    let dags = crate::df::region_dags(&plan);
+    let [dag] = dags.as_slice() else {
+        return Ok(None);
+    };
+    let Some(handles) = crate::df::point_get::pinned_handles(table, dag) else {
+        return Ok(None);
+    };
+    let keys = handles.iter().map(|h| record_key(table.id, *h)).collect();
+    let got = engine.sessions().lock_rows(txn, keys).await?;
+    let columns: Vec<(i64, DataType)> = table
+        .columns
+        .iter()
+        .map(|c| Ok((c.id, arrow_type(&c.field_type.unwrap_or_default())?)))
+        .collect::<Result<_>>()?;
+    let mut decoder = RowDecoder::new(&columns, got.len())?;
+    for pair in &got {
+        decoder.decode(&pair.value)?;
+    }
+    let schema = crate::df::table::table_schema(table)?;
+    Ok(Some(RecordBatch::try_new(schema, decoder.finish()?)?))
 }
 
 /// `SELECT pk AS _key FROM … WHERE …`: the keys of the rows `rows` picks.

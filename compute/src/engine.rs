@@ -63,6 +63,8 @@ pub struct QueryEngine {
     txns: Arc<Txns>,
     sessions: Arc<Sessions>,
     timeout: Duration,
+    /// compute.lock-returns-rows (`dml::lock_points`).
+    lock_returns_rows: bool,
 }
 
 /// A statement, parsed once: a query for DataFusion, or one Quarry runs.
@@ -143,6 +145,7 @@ impl QueryEngine {
             txns,
             cluster,
             timeout,
+            lock_returns_rows: cfg.lock_returns_rows,
         })
     }
 
@@ -154,6 +157,11 @@ impl QueryEngine {
     /// Open transactions (BEGIN ... COMMIT).
     pub fn sessions(&self) -> &Arc<Sessions> {
         &self.sessions
+    }
+
+    /// Plans and runs queries (DataFusion over the regions).
+    pub fn sql_session(&self) -> &SqlSession {
+        &self.sql
     }
 
     pub fn writer(&self) -> &KvWriter {
@@ -292,7 +300,23 @@ impl QueryEngine {
                 // for (as TiDB's autocommit FOR UPDATE).
                 if let (Some(rows), Some(txn)) = (query.take_for_update()?, txn) {
                     let table = self.table(&rows.table).await?;
-                    dml::lock(self, &table, &rows, txn).await?;
+                    let points = match self.lock_returns_rows {
+                        true => dml::lock_points(self, &table, &rows, txn).await?,
+                        false => None,
+                    };
+                    match points {
+                        Some(locked) => {
+                            // One request locked and read the rows.
+                            if let Some(out) =
+                                self.sql.run_over_rows(&query, &table, locked).await?
+                            {
+                                return Ok(Prepared::Done(out));
+                            }
+                        }
+                        None => {
+                            dml::lock(self, &table, &rows, txn).await?;
+                        }
+                    }
                 }
                 return Ok(Prepared::Query(Box::new(self.sql.plan(query).await?)));
             }

@@ -35,7 +35,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use quarry_proto::kv::{Mutation, Op};
+use quarry_proto::kv::{KvPair, Mutation, Op};
 
 use crate::gc_hold::ReadHold;
 use crate::txn::Txns;
@@ -136,8 +136,36 @@ impl Sessions {
         packed: bool,
     ) -> Result<usize> {
         let n = mutations.len();
-        if n == 0 {
-            return Ok(0);
+        self.write_returning(txn, mutations, packed, false)
+            .await
+            .map(|_| n)
+    }
+
+    /// Locks the rows of a row table that `keys` name in `txn` (`SELECT …
+    /// FOR UPDATE`) and returns them as it sees them, in one request per
+    /// region; a key without a row is left out.
+    pub async fn lock_rows(&self, txn: &OpenTxn, keys: Vec<Vec<u8>>) -> Result<Vec<KvPair>> {
+        let mutations = keys
+            .into_iter()
+            .map(|key| Mutation {
+                op: Op::Lock as i32,
+                key,
+                value: vec![],
+            })
+            .collect();
+        self.write_returning(txn, mutations, false, true).await
+    }
+
+    /// [`Sessions::write`], and the rows locked when `want_rows`.
+    async fn write_returning(
+        &self,
+        txn: &OpenTxn,
+        mutations: Vec<Mutation>,
+        packed: bool,
+        want_rows: bool,
+    ) -> Result<Vec<KvPair>> {
+        if mutations.is_empty() {
+            return Ok(vec![]);
         }
         let mut st = txn.state.lock().await;
         txn.usable(&st)?;
@@ -171,19 +199,25 @@ impl Sessions {
         let deadline = Instant::now() + WRITE_DEADLINE;
         // Noted before the prewrite: a failed one may have locked some.
         st.keys.extend(keys);
-        let r = self
-            .txns
-            .prewrite(
-                txn.start_ts,
-                &primary,
-                mutations.clone(),
-                packed,
-                true,
-                deadline,
-            )
-            .await;
+        let r = if want_rows {
+            self.txns
+                .lock_returning_rows(txn.start_ts, &primary, mutations.clone(), deadline)
+                .await
+        } else {
+            self.txns
+                .prewrite(
+                    txn.start_ts,
+                    &primary,
+                    mutations.clone(),
+                    packed,
+                    true,
+                    deadline,
+                )
+                .await
+                .map(|()| vec![])
+        };
         match r {
-            Ok(()) => {
+            Ok(rows) => {
                 for m in mutations {
                     // A lock-only mutation (FOR UPDATE) never replaces a
                     // write: the lock still holds the write.
@@ -192,7 +226,7 @@ impl Sessions {
                         st.writes.insert(m.key.clone(), (m, packed));
                     }
                 }
-                Ok(n)
+                Ok(rows)
             }
             Err(e) => Err(self.abort(txn.start_ts, &mut st, e).await),
         }

@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::kv::{
-    key_error::Code, CheckTxnStatusRequest, CommitRequest, KeyError, LockInfo, Mutation, Op,
-    PrewriteRequest, ResolveLockRequest, TxnHeartBeatRequest, TxnResponse,
+    key_error::Code, CheckTxnStatusRequest, CommitRequest, KeyError, KvPair, LockInfo, Mutation,
+    Op, PrewriteRequest, ResolveLockRequest, TxnHeartBeatRequest, TxnResponse,
 };
 use quarry_proto::meta::RegionError;
 
@@ -93,6 +93,9 @@ enum Step {
         ttl_ms: u64,
         /// An open transaction's statement (`PrewriteRequest.pessimistic`).
         pessimistic: bool,
+        /// Ask for the rows locked (`PrewriteRequest.return_values`); the
+        /// regions' answers go here.
+        rows: Option<Arc<parking_lot::Mutex<Vec<KvPair>>>>,
     },
     HeartBeat {
         start_ts: u64,
@@ -182,6 +185,7 @@ impl Txns {
             one_pc: one_pc.clone(),
             ttl_ms: lock_ttl_ms(start_ts),
             pessimistic: false,
+            rows: None,
         };
         if let Err(e) = self.run(prewrite, mutations, deadline).await {
             // Nothing committed: take back what was locked (a lock left
@@ -204,9 +208,58 @@ impl Txns {
         self: &Arc<Self>,
         start_ts: u64,
         primary: &[u8],
+        mutations: Vec<Mutation>,
+        packed: bool,
+        pessimistic: bool,
+        deadline: Instant,
+    ) -> Result<()> {
+        self.prewrite_step(
+            start_ts,
+            primary,
+            mutations,
+            packed,
+            pessimistic,
+            None,
+            deadline,
+        )
+        .await
+    }
+
+    /// Locks the row keys `mutations` name (lock-only mutations of a row
+    /// table) for the open transaction `start_ts` and returns their rows
+    /// as it sees them, one request per region
+    /// (`raftstore/src/pessimistic.rs`); a key without a row is left out.
+    pub async fn lock_returning_rows(
+        self: &Arc<Self>,
+        start_ts: u64,
+        primary: &[u8],
+        mutations: Vec<Mutation>,
+        deadline: Instant,
+    ) -> Result<Vec<KvPair>> {
+        let rows = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        self.prewrite_step(
+            start_ts,
+            primary,
+            mutations,
+            false,
+            true,
+            Some(rows.clone()),
+            deadline,
+        )
+        .await?;
+        let rows = std::mem::take(&mut *rows.lock());
+        Ok(rows)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn prewrite_step(
+        self: &Arc<Self>,
+        start_ts: u64,
+        primary: &[u8],
         mut mutations: Vec<Mutation>,
         packed: bool,
         pessimistic: bool,
+        rows: Option<Arc<parking_lot::Mutex<Vec<KvPair>>>>,
         deadline: Instant,
     ) -> Result<()> {
         mutations.sort_by(|a, b| a.key.cmp(&b.key));
@@ -217,6 +270,7 @@ impl Txns {
             one_pc: None,
             ttl_ms: lock_ttl_ms(start_ts),
             pessimistic,
+            rows,
         };
         self.run(step, mutations, deadline).await
     }
@@ -526,6 +580,7 @@ impl RegionWork for StepWork {
                             one_pc,
                             ttl_ms,
                             pessimistic,
+                            rows,
                         } => {
                             client
                                 .prewrite(PrewriteRequest {
@@ -538,6 +593,7 @@ impl RegionWork for StepWork {
                                     try_one_pc: one_pc.is_some(),
                                     one_pc_commit_ts: 0,
                                     pessimistic: *pessimistic,
+                                    return_values: rows.is_some(),
                                 })
                                 .await
                         }
@@ -580,23 +636,22 @@ impl RegionWork for StepWork {
                     };
                 r
             };
-            let resp = match tokio::time::timeout(timeout + Duration::from_millis(100), call).await
-            {
-                Ok(Ok(r)) => r.into_inner(),
-                Ok(Err(st)) => return Ok(Attempt::Unreachable(st)),
-                Err(_) => {
-                    return Ok(Attempt::Unreachable(tonic::Status::deadline_exceeded(
-                        "no answer in time",
-                    )))
-                }
-            };
-            if let Step::Prewrite {
-                one_pc: Some(committed),
-                ..
-            } = &self.step
-            {
-                if resp.one_pc_commit_ts != 0 {
+            let mut resp =
+                match tokio::time::timeout(timeout + Duration::from_millis(100), call).await {
+                    Ok(Ok(r)) => r.into_inner(),
+                    Ok(Err(st)) => return Ok(Attempt::Unreachable(st)),
+                    Err(_) => {
+                        return Ok(Attempt::Unreachable(tonic::Status::deadline_exceeded(
+                            "no answer in time",
+                        )))
+                    }
+                };
+            if let Step::Prewrite { one_pc, rows, .. } = &self.step {
+                if let (Some(committed), true) = (one_pc, resp.one_pc_commit_ts != 0) {
                     *committed.lock() = resp.one_pc_commit_ts;
+                }
+                if let Some(rows) = rows {
+                    rows.lock().extend(std::mem::take(&mut resp.values));
                 }
             }
             match judge(resp.region_error, resp.error)? {

@@ -27,13 +27,19 @@
 //! timestamp the oracle handed out, so every timestamp taken after the
 //! commit returned is at or above it: a later read sees the write.
 //!
+//! PIPELINED PESSIMISTIC LOCKS (`pessimistic.rs`) are answered before
+//! raft replicates them; until they apply, their keys are registered here
+//! too ([`PessimisticLocks`]), so that a second transaction's lock of the
+//! same key does not also pass on the leader's applied state. Readers do
+//! not wait for them: readers pass over pessimistic locks anyway.
+//!
 //! LEADER CHANGES: max_ts lives in one store's memory, and a new leader
 //! never saw the reads its predecessor served. Before its first one-phase
 //! commit in a term, a leader raises max_ts to a fresh oracle timestamp,
 //! taken after it became leader and so above every read the old leader
 //! served under its lease (`Peer::one_pc_term`; `Node::prewrite`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -49,6 +55,8 @@ struct State {
     /// (another guard, another commit_ts); both stay until each is settled.
     locks: BTreeMap<(Vec<u8>, u64, u64), u64>,
     next_guard: u64,
+    /// key → (start_ts, how many) of pipelined pessimistic locks in flight.
+    pessimistic: HashMap<Vec<u8>, (u64, usize)>,
 }
 
 /// A store's newest served read and its one-phase commits in flight.
@@ -75,6 +83,27 @@ impl Drop for MemoryLocks {
             }
         }
         self.cm.released.notify_waiters();
+    }
+}
+
+/// The keys of one pipelined pessimistic lock, registered until dropped
+/// (once its raft command applied, or failed).
+pub struct PessimisticLocks {
+    cm: Arc<ConcurrencyManager>,
+    keys: Vec<Vec<u8>>,
+}
+
+impl Drop for PessimisticLocks {
+    fn drop(&mut self) {
+        let mut s = self.cm.state.lock();
+        for k in std::mem::take(&mut self.keys) {
+            if let Some((_, n)) = s.pessimistic.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    s.pessimistic.remove(&k);
+                }
+            }
+        }
     }
 }
 
@@ -113,6 +142,34 @@ impl ConcurrencyManager {
             guard: id,
         };
         (guard, commit_ts)
+    }
+
+    /// Registers a pipelined pessimistic lock of `keys` by the transaction
+    /// `start_ts`; None if another transaction has a lock of one of them
+    /// in flight (pessimistic or one-phase): that one goes the slow way.
+    pub fn lock_pessimistic(
+        self: &Arc<Self>,
+        keys: Vec<Vec<u8>>,
+        start_ts: u64,
+    ) -> Option<PessimisticLocks> {
+        let mut s = self.state.lock();
+        let taken = |s: &State, k: &Vec<u8>| {
+            s.pessimistic.get(k).is_some_and(|(ts, _)| *ts != start_ts)
+                || s.locks
+                    .range((k.clone(), 0, 0)..)
+                    .take_while(|((key, _, _), _)| key == k)
+                    .any(|((_, ts, _), _)| *ts != start_ts)
+        };
+        if keys.iter().any(|k| taken(&s, k)) {
+            return None;
+        }
+        for k in &keys {
+            s.pessimistic.entry(k.clone()).or_insert((start_ts, 0)).1 += 1;
+        }
+        Some(PessimisticLocks {
+            cm: self.clone(),
+            keys,
+        })
     }
 
     /// Notes a read at `read_ts` over `ranges`, then waits until no
@@ -158,6 +215,22 @@ impl State {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_pipelined_lock_excludes_other_transactions_until_dropped() {
+        let cm = ConcurrencyManager::new();
+        let a = cm.lock_pessimistic(vec![b"k".to_vec()], 10).unwrap();
+        assert!(cm.lock_pessimistic(vec![b"k".to_vec()], 20).is_none());
+        let again = cm.lock_pessimistic(vec![b"k".to_vec()], 10).unwrap();
+        assert!(cm.lock_pessimistic(vec![b"j".to_vec()], 20).is_some());
+        drop(a);
+        assert!(cm.lock_pessimistic(vec![b"k".to_vec()], 20).is_none());
+        drop(again);
+        assert!(cm.lock_pessimistic(vec![b"k".to_vec()], 20).is_some());
+        // A one-phase commit in flight on the key excludes it too.
+        let (_one_pc, _) = cm.lock_keys(vec![b"m".to_vec()], 30);
+        assert!(cm.lock_pessimistic(vec![b"m".to_vec()], 40).is_none());
+    }
 
     fn range(a: &[u8], b: &[u8]) -> Vec<KeyRange> {
         vec![KeyRange::new(a.to_vec(), b.to_vec())]

@@ -58,8 +58,13 @@ pub struct RaftstoreSection {
     /// many rows has it folded into packs.
     pub compact_delta_rows: u64,
     /// MVCC versions are kept this long: the GC safe point is now minus
-    /// this, and a read of an older snapshot is refused.
+    /// this (held back by running reads), and a read of an older snapshot
+    /// is refused.
     pub gc_life_time_secs: u64,
+    /// Answer an open transaction's row lock (FOR UPDATE) once the leader
+    /// found no conflict, before raft replicates it (TiKV's pipelined
+    /// pessimistic lock; `raftstore/src/pessimistic.rs`).
+    pub pipelined_pessimistic_lock: bool,
 }
 
 impl Default for RaftstoreSection {
@@ -70,6 +75,7 @@ impl Default for RaftstoreSection {
             balance_leaders: true,
             compact_delta_rows: 1024,
             gc_life_time_secs: 600,
+            pipelined_pessimistic_lock: true,
         }
     }
 }

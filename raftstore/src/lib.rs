@@ -108,6 +108,7 @@ pub mod node;
 pub mod peer;
 pub mod peer_storage;
 pub mod peers;
+pub mod pessimistic;
 pub mod region;
 pub mod server;
 pub mod service;

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use quarry_coprocessor::codec::key::{classify_key, KeyKind};
-use quarry_coprocessor::codec::key::{decode_i64, hex, record_key};
+use quarry_coprocessor::codec::key::{decode_i64, hex, record_key, row_keys_end};
 use quarry_coprocessor::codec::mvcc::WriteKind;
 use quarry_coprocessor::endpoint;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{other_error, CopRequest, CopResponse, OtherError};
-use quarry_proto::kv::{key_error, Context, KvPair, RollbackRequest};
+use quarry_proto::kv::{key_error, Context, KvPair, PrewriteRequest, RollbackRequest};
 use quarry_proto::meta::{
     Peer as PeerMeta, Region, RegionError, StatusResponse, Store as StoreInfo,
 };
@@ -31,7 +31,7 @@ use crate::grpc_transport::StoreResolver;
 use crate::local_read::LocalReader;
 use crate::peer::propose::TxnDone;
 use crate::store::StoreMsg;
-use crate::{keys, region, Error, Result};
+use crate::{keys, pessimistic, region, Error, Result};
 
 /// What became of a transaction, by its primary key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +68,8 @@ pub struct Node<E: Engine> {
     gc_life_ms: std::sync::atomic::AtomicU64,
     /// What holds the GC safe point back (see [`Node::gc_safe_point`]).
     gc: Mutex<GcState>,
+    /// raftstore.pipelined-pessimistic-lock (`pessimistic.rs`).
+    pipelined_locks: std::sync::atomic::AtomicBool,
     /// Served reads and one-phase commits (`concurrency.rs`).
     concurrency: Arc<ConcurrencyManager>,
     timestamps: std::sync::OnceLock<Timestamps>,
@@ -134,6 +136,7 @@ impl<E: Engine> Node<E> {
             local: shared.local,
             gc_life_ms: std::sync::atomic::AtomicU64::new(600_000),
             gc: Mutex::new(GcState::default()),
+            pipelined_locks: std::sync::atomic::AtomicBool::new(true),
             concurrency: shared.concurrency,
             timestamps: std::sync::OnceLock::new(),
         })
@@ -327,6 +330,111 @@ impl<E: Engine> Node<E> {
             self.sync_max_ts(region_id, term);
         }
         Ok(done)
+    }
+
+    /// Sets raftstore.pipelined-pessimistic-lock.
+    pub fn set_pipelined_locks(&self, on: bool) {
+        self.pipelined_locks.store(on, Ordering::Relaxed);
+    }
+
+    /// A prewrite, with the rows it locked when `return_values` asks for
+    /// them, answered before replication when it may be pipelined (see
+    /// `pessimistic.rs`).
+    pub async fn prewrite(
+        &self,
+        ctx: Option<&Context>,
+        p: PrewriteRequest,
+    ) -> Result<(TxnDone, Vec<KvPair>)> {
+        let c = *Self::context(ctx)?;
+        let want_rows = p.return_values && !p.packed;
+        let keys: Vec<Vec<u8>> = p.mutations.iter().map(|m| m.key.clone()).collect();
+        if want_rows {
+            // A snapshot read at start_ts: no one-phase commit lands at or
+            // below it from now on, and one in flight applies first.
+            let ranges: Vec<KeyRange> = keys
+                .iter()
+                .map(|k| KeyRange::new(k.clone(), row_keys_end(k)))
+                .collect();
+            let until = Instant::now() + READ_CHECK_TIMEOUT;
+            if !self.concurrency.read_at(p.start_ts, &ranges, until).await {
+                return Err(Error::region(region::server_is_busy(format!(
+                    "a one-phase commit on region {} has not applied within {:?}",
+                    c.region_id, READ_CHECK_TIMEOUT
+                ))));
+            }
+        }
+        if self.pipelined_locks.load(Ordering::Relaxed) && pessimistic::pipelinable(&p) {
+            if let Some(rows) = self.pipelined_lock(&c, &p, &keys).await? {
+                return Ok((TxnDone::default(), rows));
+            }
+        }
+        let start_ts = p.start_ts;
+        let done = self
+            .txn(
+                Some(&c),
+                TxnWrite {
+                    step: Some(Step::Prewrite(p)),
+                },
+            )
+            .await?;
+        let rows = if want_rows {
+            pessimistic::rows_at(self.engine.as_ref(), &keys, start_ts)?
+        } else {
+            vec![]
+        };
+        Ok((done, rows))
+    }
+
+    /// Locks `p`'s keys the pipelined way if its leader finds them free:
+    /// the rows at once, the raft command on its way (None: go the slow
+    /// way).
+    async fn pipelined_lock(
+        &self,
+        c: &Context,
+        p: &PrewriteRequest,
+        keys: &[Vec<u8>],
+    ) -> Result<Option<Vec<KvPair>>> {
+        let r = self.read_check(c.region_id, c.region_epoch).await?;
+        let same_epoch = c
+            .region_epoch
+            .is_some_and(|e| e.version == region::epoch(&r).version);
+        if !same_epoch || !keys.iter().all(|k| region::contains(&r, k)) {
+            return Ok(None);
+        }
+        let Some(held) = self.concurrency.lock_pessimistic(keys.to_vec(), p.start_ts) else {
+            return Ok(None);
+        };
+        let Some(rows) = pessimistic::check_free(self.engine.as_ref(), p)? else {
+            return Ok(None);
+        };
+        let (tx, rx) = oneshot::channel();
+        let sent = self.router.lock().send(StoreMsg::Txn {
+            region_id: c.region_id,
+            epoch: c.region_epoch,
+            txn: TxnWrite {
+                step: Some(Step::Prewrite(p.clone())),
+            },
+            cb: tx,
+        });
+        if sent.is_err() {
+            return Ok(None);
+        }
+        let (region_id, start_ts) = (c.region_id, p.start_ts);
+        tokio::spawn(async move {
+            // In flight until it applies (or fails): then the lock is in
+            // RocksDB, or lost (see `pessimistic.rs`).
+            match tokio::time::timeout(WRITE_TIMEOUT, rx).await {
+                Ok(Ok(Ok(_))) => {}
+                other => tracing::debug!(
+                    region_id,
+                    start_ts,
+                    "a pipelined pessimistic lock did not apply: {:?}",
+                    other.map(|r| r.map(|r| r.err()))
+                ),
+            }
+            drop(held);
+        });
+        Ok(Some(rows))
     }
 
     /// Raises max_ts to a fresh oracle timestamp for the leader of

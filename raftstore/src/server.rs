@@ -162,6 +162,7 @@ pub async fn run(
         },
     )?);
     node.set_gc_life(Duration::from_secs(cfg.raftstore.gc_life_time_secs));
+    node.set_pipelined_locks(cfg.raftstore.pipelined_pessimistic_lock);
     let meta = Arc::new(Meta::new(
         node.clone(),
         peers.clone(),

@@ -50,6 +50,7 @@ use datafusion::catalog::{
 };
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::DataFusionError;
+use datafusion::datasource::MemTable;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
@@ -67,6 +68,7 @@ use crate::engine::QueryOutput;
 use crate::{Error, Result};
 
 /// A statement DataFusion plans (a query, or EXPLAIN of one), parsed once.
+#[derive(Clone)]
 pub struct ParsedQuery(DfStatement);
 
 /// `sql` parsed, if it reads (a query, or EXPLAIN of one): those go to
@@ -206,6 +208,36 @@ impl SqlSession {
                 .register_table(name, Arc::new(table))
                 .map_err(from_df)?;
         }
+        self.context_with(schema)
+    }
+
+    /// `query` answered from `rows`, rows of `table` already in hand (a
+    /// FOR UPDATE's lock returned them), without reading the regions; None
+    /// if the query reads anything else.
+    pub async fn run_over_rows(
+        &self,
+        query: &ParsedQuery,
+        table: &TableDef,
+        rows: RecordBatch,
+    ) -> Result<Option<QueryOutput>> {
+        let schema = Arc::new(MemorySchemaProvider::new());
+        let mem = MemTable::try_new(rows.schema(), vec![vec![rows]]).map_err(from_df)?;
+        schema
+            .register_table(table.name.clone(), Arc::new(mem))
+            .map_err(from_df)?;
+        let ctx = self.context_with(schema)?;
+        let Ok(plan) = ctx.state().statement_to_plan(query.0.clone()).await else {
+            return Ok(None);
+        };
+        let out_schema = Arc::new(plan.schema().as_arrow().clone());
+        let df = ctx.execute_logical_plan(plan).await.map_err(from_df)?;
+        let batches = df.collect().await.map_err(from_df)?;
+        let schema = batches.first().map_or(out_schema, |b| b.schema());
+        Ok(Some(QueryOutput { schema, batches }))
+    }
+
+    /// A context whose one schema, `quarry.public`, is `schema`.
+    fn context_with(&self, schema: Arc<MemorySchemaProvider>) -> Result<SessionContext> {
         let catalog = Arc::new(MemoryCatalogProvider::new());
         catalog.register_schema("public", schema).map_err(from_df)?;
         let catalogs = Arc::new(MemoryCatalogProviderList::new());

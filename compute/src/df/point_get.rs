@@ -38,7 +38,7 @@ pub fn scan_ranges(table: &TableDef, dag: &DagRequest) -> Vec<KeyRange> {
 
 /// The handles a conjunct of the selection pins the primary key to,
 /// sorted and distinct, if any does (and the table is row-layout).
-fn pinned_handles(table: &TableDef, dag: &DagRequest) -> Option<Vec<i64>> {
+pub(crate) fn pinned_handles(table: &TableDef, dag: &DagRequest) -> Option<Vec<i64>> {
     if table.layout != Layout::Row as i32 || table.handle_column_id == 0 {
         return None;
     }

@@ -130,7 +130,22 @@ impl<E: Engine> Kv for KvService<E> {
     ) -> Result<Response<TxnResponse>, Status> {
         let mut req = req.into_inner();
         let ctx = req.context.take();
-        Ok(Response::new(self.step(ctx, Step::Prewrite(req)).await))
+        let r = self.node.prewrite(ctx.as_ref(), req).await;
+        Ok(Response::new(match r {
+            Ok((done, values)) => TxnResponse {
+                one_pc_commit_ts: done.one_pc_commit_ts,
+                values,
+                ..Default::default()
+            },
+            Err(e) => {
+                let (region_error, error) = error_fields(e);
+                TxnResponse {
+                    region_error,
+                    error,
+                    ..Default::default()
+                }
+            }
+        }))
     }
 
     async fn commit(&self, req: Request<CommitRequest>) -> Result<Response<TxnResponse>, Status> {
