@@ -2,19 +2,22 @@
 # Installs what building Quarry needs on a fresh Debian/Ubuntu machine:
 # a C++ toolchain and libclang (RocksDB's bindings are generated with
 # bindgen), and Rust through rustup if cargo is missing. protoc is not
-# needed: it comes from the protoc-bin-vendored crate.
+# needed: it comes from the protoc-bin-vendored crate. The client tests
+# also get a Python venv with ADBC's Flight SQL driver from PyPI
+# ($QUARRY_VENV, see env.sh).
 set -euo pipefail
 
 need=()
 command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v curl >/dev/null 2>&1 || need+=(curl ca-certificates)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 # libclang: a libclang.so that bindgen can load (libclang-cpp.so, which some
 # images carry alone, is not one).
-# (`ls` of several patterns fails when any one matches nothing, so the
-# listing is counted instead.)
-if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
-    /usr/lib/*-linux-gnu/libclang.so* /usr/lib/*-linux-gnu/libclang-[0-9]*.so* 2>/dev/null | grep -q .; then
+# (`ls` of several patterns fails when any one matches nothing, and
+# pipefail would pass that on, so the listing is counted instead.)
+if ! { ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
+    /usr/lib/*-linux-gnu/libclang.so* /usr/lib/*-linux-gnu/libclang-[0-9]*.so* 2>/dev/null || true; } | grep -q .; then
   need+=(libclang-dev)
 fi
 if ((${#need[@]})); then
@@ -35,3 +38,11 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# Python clients for the client tests (tests/clients.rs).
+source "$(dirname "$0")/env.sh"
+if ! "$QUARRY_VENV/bin/python" -c 'import adbc_driver_flightsql.dbapi, pyarrow' >/dev/null 2>&1; then
+  echo "installing the Python ADBC Flight SQL driver into $QUARRY_VENV"
+  python3 -m venv "$QUARRY_VENV"
+  "$QUARRY_VENV/bin/pip" install -q "adbc_driver_flightsql==1.13.0" "pyarrow==26.0.1"
+fi
