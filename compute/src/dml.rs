@@ -55,18 +55,26 @@ fn quote(name: &str) -> String {
 }
 
 /// The table's primary key column: UPDATE and DELETE find rows by it.
-fn key_column<'a>(table: &'a TableDef, stmt: &str) -> Result<&'a str> {
-    table
+/// The column that names a row's key: the primary key, or for a table
+/// without one the row handle, `_rowid` (`df::ROWID`), which UPDATE's
+/// and DELETE's queries see (TiDB's `_tidb_rowid`).
+fn key_column(table: &TableDef) -> Result<&str> {
+    if let Some(c) = table
         .columns
         .iter()
         .find(|c| c.id == table.handle_column_id && table.handle_column_id != 0)
-        .map(|c| c.name.as_str())
-        .ok_or_else(|| {
-            plan_err!(
-                "{stmt} needs a table with a primary key; table {} has none",
-                table.name
-            )
-        })
+    {
+        return Ok(c.name.as_str());
+    }
+    if table.columns.iter().any(|c| c.name == crate::df::ROWID) {
+        return Err(plan_err!(
+            "table {} has no primary key and a column named {}, which hides the row \
+             handle UPDATE and DELETE find rows by",
+            table.name,
+            crate::df::ROWID
+        ));
+    }
+    Ok(crate::df::ROWID)
 }
 
 fn where_clause(selection: &Option<String>) -> String {
@@ -119,7 +127,7 @@ pub async fn delete(
     del: &Delete,
     txn: Option<&OpenTxn>,
 ) -> Result<usize> {
-    let sql = key_query(table, del, "DELETE")?;
+    let sql = key_query(table, del)?;
     let rows_at = |start_ts: u64| key_mutations(engine, table, &sql, start_ts, Op::Delete);
     write(engine, table, txn, rows_at).await
 }
@@ -133,7 +141,7 @@ pub async fn lock(
     rows: &Delete,
     txn: &OpenTxn,
 ) -> Result<usize> {
-    let sql = key_query(table, rows, "SELECT ... FOR UPDATE")?;
+    let sql = key_query(table, rows)?;
     let rows_at = |start_ts: u64| key_mutations(engine, table, &sql, start_ts, Op::Lock);
     write(engine, table, Some(txn), rows_at).await
 }
@@ -153,7 +161,7 @@ pub async fn lock_points(
     if table.layout != Layout::Row as i32 || table.handle_column_id == 0 {
         return Ok(None);
     }
-    let sql = key_query(table, rows, "SELECT ... FOR UPDATE")?;
+    let sql = key_query(table, rows)?;
     // Planned over this table alone: a selection that reads another one
     // (a subquery) fails here and takes the general way.
     let Ok(plan) = engine
@@ -186,10 +194,10 @@ pub async fn lock_points(
 }
 
 /// `SELECT pk AS _key FROM … WHERE …`: the keys of the rows `rows` picks.
-fn key_query(table: &TableDef, rows: &Delete, stmt: &str) -> Result<String> {
+fn key_query(table: &TableDef, rows: &Delete) -> Result<String> {
     Ok(format!(
         "SELECT {} AS _key FROM {}{}",
-        quote(key_column(table, stmt)?),
+        quote(key_column(table)?),
         rows.relation,
         where_clause(&rows.selection)
     ))
@@ -203,7 +211,7 @@ async fn key_mutations(
     start_ts: u64,
     op: Op,
 ) -> Result<Vec<Mutation>> {
-    let out = engine.query_at(sql, start_ts).await?;
+    let out = engine.query_at(sql, start_ts, table).await?;
     let mut mutations = Vec::with_capacity(out.num_rows());
     for b in &out.batches {
         let handles = b
@@ -229,7 +237,7 @@ pub async fn update(
     upd: &Update,
     txn: Option<&OpenTxn>,
 ) -> Result<usize> {
-    let key = key_column(table, "UPDATE")?;
+    let key = key_column(table)?;
     // What each column becomes: its SET expression, or itself.
     let mut values: Vec<String> = table.columns.iter().map(|c| quote(&c.name)).collect();
     let value_items = |values: &[String]| -> String {
@@ -276,7 +284,7 @@ pub async fn update(
     let rows_at = |start_ts: u64| {
         let (sql, types) = (&sql, &types);
         async move {
-            let out = engine.query_at(sql, start_ts).await?;
+            let out = engine.query_at(sql, start_ts, table).await?;
             let mut enc = RowEncoder::new();
             let mut mutations = Vec::with_capacity(out.num_rows());
             for b in &out.batches {

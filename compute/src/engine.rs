@@ -202,12 +202,18 @@ impl QueryEngine {
         }
     }
 
-    /// Runs a query (SELECT) over the snapshot at `read_ts`, within the
-    /// query deadline.
-    pub async fn query_at(&self, text: &str, read_ts: u64) -> Result<QueryOutput> {
+    /// Runs a query (SELECT) of UPDATE or DELETE over the snapshot at
+    /// `read_ts`, within the query deadline; `table` also shows its rows'
+    /// handles as the column `_rowid` ([`df::ROWID`]).
+    pub async fn query_at(
+        &self,
+        text: &str,
+        read_ts: u64,
+        table: &TableDef,
+    ) -> Result<QueryOutput> {
         let query =
             df::parse_query(text).ok_or_else(|| Error::Internal(format!("not a query: {text}")))?;
-        let planned = self.sql.plan(query).await?;
+        let planned = self.sql.plan_with_rowid(query, table).await?;
         let guard = self.timeout + Duration::from_secs(2);
         match tokio::time::timeout(guard, self.sql.run_at(planned, read_ts)).await {
             Ok(r) => r,

@@ -58,8 +58,9 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use futures::TryStreamExt;
+use quarry_coprocessor::codec::key::ROWID_COLUMN_ID;
 use quarry_proto::coprocessor::DagRequest;
-use quarry_proto::meta::TableDef;
+use quarry_proto::meta::{ColumnDef, FieldType, TableDef, TypeKind};
 
 use self::region_scan::{RegionScanExec, ScanContext};
 use self::table::QuarryTable;
@@ -141,6 +142,10 @@ pub struct SqlSession {
     stats: Arc<stats::TableStats>,
 }
 
+/// The name UPDATE and DELETE give a row's handle in a table without a
+/// primary key ([`SqlSession::plan_with_rowid`]).
+pub const ROWID: &str = "_rowid";
+
 /// A query's snapshot, in its session config: every region scan of the
 /// query reads at `read_ts` (`region_scan.rs`), so a join or a subquery
 /// sees the same data in every table and region.
@@ -202,7 +207,12 @@ impl SqlSession {
         let schema = Arc::new(MemorySchemaProvider::new());
         for def in tables {
             let name = def.name.clone();
-            let stats = self.stats.get(&def, &self.scan);
+            // (Statistics describe the table's own columns.)
+            let with_rowid = def.columns.iter().any(|c| c.id == ROWID_COLUMN_ID);
+            let stats = match with_rowid {
+                false => self.stats.get(&def, &self.scan),
+                true => None,
+            };
             let table = QuarryTable::new(def, self.scan.clone(), stats)?;
             schema
                 .register_table(name, Arc::new(table))
@@ -251,6 +261,37 @@ impl SqlSession {
     /// Plans `query` against the cluster's tables now (one meta call).
     pub async fn plan(&self, query: ParsedQuery) -> Result<PlannedQuery> {
         let tables = self.cluster.list_tables().await?;
+        self.plan_over(query, tables).await
+    }
+
+    /// [`SqlSession::plan`], with `table` also showing each row's handle
+    /// as the BIGINT column [`ROWID`]: what UPDATE and DELETE find the rows
+    /// of a table without a primary key by (the scan reads it from the
+    /// row keys and the packs' handles, `ROWID_COLUMN_ID`).
+    pub async fn plan_with_rowid(
+        &self,
+        query: ParsedQuery,
+        table: &TableDef,
+    ) -> Result<PlannedQuery> {
+        let mut tables = self.cluster.list_tables().await?;
+        let no_key = table.handle_column_id == 0;
+        for t in tables.iter_mut().filter(|t| t.id == table.id && no_key) {
+            if !t.columns.iter().any(|c| c.name == ROWID) {
+                t.columns.push(ColumnDef {
+                    id: ROWID_COLUMN_ID,
+                    name: ROWID.into(),
+                    field_type: Some(FieldType {
+                        kind: TypeKind::Bigint as i32,
+                        nullable: false,
+                        ..Default::default()
+                    }),
+                });
+            }
+        }
+        self.plan_over(query, tables).await
+    }
+
+    async fn plan_over(&self, query: ParsedQuery, tables: Vec<TableDef>) -> Result<PlannedQuery> {
         let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
         names.sort();
         let ctx = self.context_over(tables)?;

@@ -58,6 +58,12 @@ pub fn decode_i64(b: &[u8]) -> Result<i64> {
     Ok((u64::from_be_bytes(arr) ^ SIGN_MASK) as i64)
 }
 
+/// The column id that reads a row's handle (the integer in its key): how
+/// UPDATE and DELETE find the rows of a table without a primary key, as
+/// TiDB's `_tidb_rowid`. Compute names it `_rowid` in those statements
+/// only.
+pub const ROWID_COLUMN_ID: i64 = -1;
+
 /// `t{table_id}_r{handle}`.
 pub fn record_key(table_id: i64, handle: i64) -> Vec<u8> {
     let mut k = Vec::with_capacity(RECORD_KEY_LEN);

@@ -24,14 +24,14 @@
 
 use std::sync::Arc;
 
-use arrow::array::{RecordBatch, RecordBatchOptions};
+use arrow::array::{Int64Array, RecordBatch, RecordBatchOptions};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
 
 use super::kernels::{all_rows, and_packed, and_range_packed, compare_range, indices, IntSet};
 use super::{BatchExecutor, BatchResult, Chunk};
-use crate::codec::key::{row_keys_end, RECORD_KEY_LEN};
+use crate::codec::key::{row_keys_end, KeyKind, RECORD_KEY_LEN, ROWID_COLUMN_ID};
 use crate::codec::mvcc::{
     blocks, decode_lock, split_version_value, Seen, Visibility, VERSION_KEY_LEN,
 };
@@ -97,6 +97,18 @@ impl<S: Storage> KvScanner<S> {
             pack_live: Vec::new(),
             marked: None,
             own_row: Vec::new(),
+        }
+    }
+
+    /// The handle of the row [`KvScanner::next_data`] returned last.
+    pub fn current_handle(&self) -> Result<i64> {
+        let (k, _) = self
+            .storage
+            .current()
+            .ok_or_else(|| internal!("storage lost its position"))?;
+        match crate::codec::key::classify_key(k) {
+            KeyKind::Row(h) | KeyKind::Lock(h) | KeyKind::Version { handle: h, .. } => Ok(h),
+            _ => Err(internal!("the scan is not at a row")),
         }
     }
 
@@ -545,6 +557,11 @@ pub struct TableScanExecutor<S: Storage> {
     schema: SchemaRef,
     columns: Vec<(i64, DataType)>,
     decoder: RowDecoder,
+    /// Where the rows' handles go among the output columns, when the
+    /// request reads `ROWID_COLUMN_ID` (the decoder skips it: a row value
+    /// does not hold its handle), and the handles of the rows decoded.
+    rowid_at: Option<usize>,
+    handles: Vec<i64>,
     zone: ZoneFilter,
     blocks_scanned: u64,
     blocks_skipped: u64,
@@ -569,11 +586,19 @@ impl<S: Storage> TableScanExecutor<S> {
                 .map(|(id, t)| Field::new(format!("col_{id}"), t.clone(), true))
                 .collect::<Vec<_>>(),
         ));
+        let rowid_at = columns.iter().position(|(id, _)| *id == ROWID_COLUMN_ID);
+        let stored: Vec<(i64, DataType)> = columns
+            .iter()
+            .filter(|(id, _)| *id != ROWID_COLUMN_ID)
+            .cloned()
+            .collect();
         Ok(TableScanExecutor {
             scanner: KvScanner::new(storage, ranges, read_ts, key_only && columns.is_empty()),
             schema,
             columns: columns.to_vec(),
-            decoder: RowDecoder::new(columns, 1024)?,
+            decoder: RowDecoder::new(&stored, 1024)?,
+            rowid_at,
+            handles: Vec::new(),
             zone,
             blocks_scanned: 0,
             blocks_skipped: 0,
@@ -593,7 +618,11 @@ impl<S: Storage> TableScanExecutor<S> {
     fn flush_rows(&mut self, parts: &mut Vec<RecordBatch>) -> Result<()> {
         let n = self.decoder.rows();
         if n > 0 {
-            let cols = self.decoder.finish()?;
+            let mut cols = self.decoder.finish()?;
+            if let Some(i) = self.rowid_at {
+                let handles = Int64Array::from(std::mem::take(&mut self.handles));
+                cols.insert(i, Arc::new(handles));
+            }
             parts.push(self.batch(cols, n)?);
         }
         Ok(())
@@ -620,6 +649,9 @@ impl<S: Storage> BatchExecutor for TableScanExecutor<S> {
                         counted += 1;
                     } else {
                         self.decoder.decode(v)?;
+                        if self.rowid_at.is_some() {
+                            self.handles.push(self.scanner.current_handle()?);
+                        }
                         rows += 1;
                     }
                 }

@@ -126,8 +126,12 @@ impl<'a> PackView<'a> {
     }
 
     /// The column with this id; a column the pack does not have reads as
-    /// all NULL (it was added after the pack was written).
+    /// all NULL (it was added after the pack was written). The row handles
+    /// read as the column `ROWID_COLUMN_ID`.
     pub fn column(&self, id: i64) -> Result<ColumnView<'a>> {
+        if id == crate::codec::key::ROWID_COLUMN_ID {
+            return self.column_at(0);
+        }
         for i in 1..self.ncols {
             if le_i64(self.entry(i), 0) == id {
                 return self.column_at(i);
