@@ -409,6 +409,15 @@ fn for_update_of_keys_returns_the_rows_it_locked_with_the_optimizations_on_and_o
             .unwrap(),
             "id\n2\n"
         );
+        // A subquery over the table reads all of it, not the rows locked.
+        assert_eq!(
+            run(
+                &mut a,
+                "SELECT id, (SELECT count(*) FROM k) AS n FROM k WHERE id = 2 FOR UPDATE"
+            )
+            .unwrap(),
+            "id,n\n2,3\n"
+        );
         // Its own write, through the lock it holds.
         run(&mut a, "UPDATE k SET v = 21 WHERE id = 2").unwrap();
         assert_eq!(
@@ -508,4 +517,25 @@ fn an_open_transaction_holds_gc_until_it_ends() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // A transaction aborted by a failed statement reads nothing more: it
+    // holds nothing either, though its client has not ended it yet.
+    run(&mut a, "BEGIN").unwrap();
+    assert_eq!(run(&mut a, read).unwrap(), "v\n10\n");
+    let wait_for_hold = |held: bool| {
+        let start = Instant::now();
+        loop {
+            let s = runtime()
+                .block_on(quarry::status::fetch(&pg.store_addrs()[0]))
+                .unwrap();
+            if (s.gc_hold != 0) == held {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "{s:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_for_hold(true);
+    assert!(run(&mut a, "SELECT * FROM no_such_table").is_err());
+    wait_for_hold(false);
+    run(&mut a, "ROLLBACK").unwrap();
 }

@@ -477,14 +477,23 @@ fn update_and_delete_find_the_rows_of_tables_without_a_primary_key_by_handle() {
     // The column table's rows in packs (the handles come from the packs).
     wait_for_keys_and_packs(&pg, "np_column", |keys, packs| packs >= 1 && keys == packs);
     for t in ["np_row", "np_column"] {
+        // The handle can be aggregated (a regions' partial aggregate):
+        // the usual way to drop duplicate rows.
+        assert_eq!(
+            pg.ok(&format!(
+                "DELETE FROM {t} WHERE _rowid NOT IN (SELECT min(_rowid) FROM {t} GROUP BY a, b)"
+            )),
+            "count\n1\n",
+            "{t}"
+        );
         assert_eq!(
             pg.ok(&format!("UPDATE {t} SET b = b * 10 WHERE a = 2")),
-            "count\n2\n"
+            "count\n1\n"
         );
         assert_eq!(pg.ok(&format!("DELETE FROM {t} WHERE a > 5")), "count\n3\n");
         assert_eq!(
             pg.ok(&format!("SELECT a, b FROM {t} ORDER BY a, b")),
-            "a,b\n1,1.50\n2,25.00\n2,25.00\n3,3.50\n5,5.50\n",
+            "a,b\n1,1.50\n2,25.00\n3,3.50\n5,5.50\n",
             "{t}"
         );
         // Inside a transaction too, where the scan meets its own locks.
@@ -493,17 +502,17 @@ fn update_and_delete_find_the_rows_of_tables_without_a_primary_key_by_handle() {
              SELECT count(*) AS n FROM {t}; COMMIT"
         );
         let out = pg.ok(&script);
-        assert!(out.contains("n\n4\n"), "{out}");
+        assert!(out.contains("n\n3\n"), "{out}");
         assert_eq!(
             pg.ok(&format!("SELECT count(*) AS n, sum(b) AS s FROM {t}")),
-            "n,s\n4,59.00\n"
+            "n,s\n3,34.00\n"
         );
         // The handle is UPDATE's and DELETE's, not a column of the table.
         let err = pg.fails(&format!("SELECT _rowid FROM {t}"));
         assert!(err.contains("_rowid"), "{err}");
         let err = pg.fails(&format!("UPDATE {t} SET _rowid = 1"));
         assert!(err.contains("unknown column '_rowid'"), "{err}");
-        assert_eq!(pg.ok(&format!("DELETE FROM {t}")), "count\n4\n");
+        assert_eq!(pg.ok(&format!("DELETE FROM {t}")), "count\n3\n");
         assert_eq!(pg.ok(&format!("SELECT count(*) AS n FROM {t}")), "n\n0\n");
     }
 }

@@ -67,8 +67,9 @@ pub struct OpenTxn {
     /// Why the heartbeat found the transaction gone (a writer rolled it
     /// back): the next statement or COMMIT fails with it.
     lost: Mutex<Option<String>>,
-    /// Keeps the versions its snapshot needs while it is open.
-    _hold: ReadHold,
+    /// Keeps the versions its snapshot needs while it may read (released
+    /// when it is aborted or lost).
+    hold: Mutex<Option<ReadHold>>,
 }
 
 #[derive(Default)]
@@ -105,7 +106,7 @@ impl Sessions {
             last_used: Mutex::new(Instant::now()),
             primary: Mutex::new(None),
             lost: Mutex::new(None),
-            _hold: self.txns.hold_read(start_ts),
+            hold: Mutex::new(Some(self.txns.hold_read(start_ts))),
         });
         self.open.lock().insert(start_ts, txn.clone());
         tokio::spawn(keep_alive(Arc::downgrade(self), Arc::downgrade(&txn)));
@@ -182,7 +183,7 @@ impl Sessions {
                 "duplicate key: this transaction already wrote a row with key {}",
                 quarry_coprocessor::codec::key::hex(&m.key)
             ));
-            return Err(self.abort(txn.start_ts, &mut st, e).await);
+            return Err(self.abort(txn, &mut st, e).await);
         }
         let primary = txn
             .primary
@@ -228,7 +229,7 @@ impl Sessions {
                 }
                 Ok(rows)
             }
-            Err(e) => Err(self.abort(txn.start_ts, &mut st, e).await),
+            Err(e) => Err(self.abort(txn, &mut st, e).await),
         }
     }
 
@@ -238,14 +239,16 @@ impl Sessions {
         if st.ended || st.aborted.is_some() {
             return e;
         }
-        self.abort(txn.start_ts, &mut st, e).await
+        self.abort(txn, &mut st, e).await
     }
 
-    async fn abort(&self, start_ts: u64, st: &mut State, e: Error) -> Error {
+    async fn abort(&self, txn: &OpenTxn, st: &mut State, e: Error) -> Error {
         st.aborted = Some(e.to_string());
+        // It reads nothing more: GC may go on (`gc_hold.rs`).
+        txn.hold.lock().take();
         let keys: Vec<Vec<u8>> = std::mem::take(&mut st.keys).into_iter().collect();
         if !keys.is_empty() {
-            self.txns.rollback(start_ts, keys).await;
+            self.txns.rollback(txn.start_ts, keys).await;
         }
         e.with_context("the transaction is rolled back; end it with ROLLBACK")
     }
@@ -264,6 +267,8 @@ impl Sessions {
         if st.ended {
             return Err(ended(txn.start_ts));
         }
+        // (The hold stays until the transaction is dropped: COMMIT's
+        // prewrite must still see every version after start_ts unfolded.)
         st.ended = true;
         if let Some(why) = st.aborted.clone().or_else(|| txn.lost.lock().clone()) {
             return Err(Error::InvalidInput(format!(
@@ -333,6 +338,7 @@ impl Sessions {
             return Err(ended(txn.start_ts));
         }
         st.ended = true;
+        txn.hold.lock().take();
         let keys: Vec<Vec<u8>> = std::mem::take(&mut st.keys).into_iter().collect();
         if !keys.is_empty() {
             self.txns.rollback(txn.start_ts, keys).await;
@@ -379,9 +385,17 @@ async fn keep_alive(sessions: Weak<Sessions>, txn: Weak<OpenTxn>) {
             return;
         }
         if let Ok(st) = txn.state.try_lock() {
-            if st.ended || st.aborted.is_some() {
+            if st.ended {
                 return;
             }
+            if st.aborted.is_some() {
+                // Nothing to keep alive; still rolled back (dropped) once
+                // idle, should its client never end it.
+                continue;
+            }
+        }
+        if txn.lost.lock().is_some() {
+            continue;
         }
         let primary = txn.primary.lock().clone();
         if let Some(primary) = primary {
@@ -395,7 +409,7 @@ async fn keep_alive(sessions: Weak<Sessions>, txn: Weak<OpenTxn>) {
                 // Its primary lock is gone: another writer rolled it back.
                 Err(Error::Conflict(why)) => {
                     *txn.lost.lock() = Some(why);
-                    return;
+                    txn.hold.lock().take();
                 }
                 Err(e) => tracing::debug!(start_ts = txn.start_ts, "heartbeat: {e}"),
             }

@@ -24,6 +24,7 @@ use quarry_proto::coprocessor::{CopRequest, CopResponse, DagRequest, EncodeType,
 use quarry_proto::meta::Layout;
 
 use crate::aggregate::{AggregateFunction, Aggregator};
+use crate::codec::key::ROWID_COLUMN_ID;
 use crate::codec::row::encode_rows;
 use crate::executor::{
     order_conditions, AggregationExecutor, BatchExecutor, FusedAggExecutor, FusedPlan,
@@ -140,8 +141,11 @@ pub fn build_executors_with<'a, S: Storage + 'a>(
 
     if let Some((keys, aggs)) = &aggregation {
         // With no column to read (COUNT(*)), the plain scan counts keys
-        // or pack headers and decodes nothing: nothing to fuse.
-        let fused = (allow_fused && !columns.is_empty())
+        // or pack headers and decodes nothing: nothing to fuse. The row
+        // handle (`ROWID_COLUMN_ID`) comes from keys, which only the plain
+        // scan reads.
+        let reads_handle = columns.iter().any(|(id, _)| *id == ROWID_COLUMN_ID);
+        let fused = (allow_fused && !columns.is_empty() && !reads_handle)
             .then(|| FusedPlan::compile(&columns, &conditions, keys, aggs))
             .flatten();
         if let Some(plan) = fused {

@@ -29,9 +29,12 @@
 //!
 //! PIPELINED PESSIMISTIC LOCKS (`pessimistic.rs`) are answered before
 //! raft replicates them; until they apply, their keys are registered here
-//! too ([`PessimisticLocks`]), so that a second transaction's lock of the
-//! same key does not also pass on the leader's applied state. Readers do
-//! not wait for them: readers pass over pessimistic locks anyway.
+//! too ([`PessimisticLocks`]), so that a second transaction's pipelined
+//! lock of the same key does not also pass on the leader's applied state
+//! (it goes the slow way, behind the first in the log). Other writes do
+//! not look here: one already in the log may take the key first, and the
+//! pipelined lock is lost (`pessimistic.rs` says why that is safe).
+//! Readers do not wait for them: readers pass over pessimistic locks.
 //!
 //! LEADER CHANGES: max_ts lives in one store's memory, and a new leader
 //! never saw the reads its predecessor served. Before its first one-phase

@@ -98,8 +98,12 @@ struct GcState {
     hold_heard: Option<Instant>,
 }
 
-/// A GC hold heard longer ago than this is stale: the safe point waits.
-const GC_HOLD_STALE: Duration = Duration::from_secs(10);
+/// A GC hold heard longer ago than a quarter of the GC lifetime, within
+/// these bounds, is stale: the safe point waits for fresh news. (Holds
+/// registered meanwhile are unknown here; a quarter of the lifetime keeps
+/// the safe point well behind them.)
+const GC_HOLD_STALE_MIN: Duration = Duration::from_millis(2500);
+const GC_HOLD_STALE_MAX: Duration = Duration::from_secs(10);
 
 struct PendingGuard(Arc<AtomicUsize>);
 
@@ -240,9 +244,11 @@ impl<E: Engine> Node<E> {
     }
 
     /// The oldest held read (0: none), if heard of recently.
-    fn fresh_hold(gc: &GcState) -> Option<u64> {
+    fn fresh_hold(&self, gc: &GcState) -> Option<u64> {
+        let life = Duration::from_millis(self.gc_life_ms.load(Ordering::Relaxed));
+        let stale = (life / 4).clamp(GC_HOLD_STALE_MIN, GC_HOLD_STALE_MAX);
         gc.hold_heard
-            .filter(|at| at.elapsed() < GC_HOLD_STALE)
+            .filter(|at| at.elapsed() < stale)
             .map(|_| gc.hold)
     }
 
@@ -253,10 +259,11 @@ impl<E: Engine> Node<E> {
     /// the meta leader in heartbeat answers), so a long transaction keeps
     /// the versions it reads. Until this store has heard the holds (a
     /// start, a meta leader change, a lost meta leader), it stays where
-    /// it was. It never goes back.
+    /// it was (after a quarter of the lifetime without news at most). It
+    /// never goes back.
     pub fn gc_safe_point(&self) -> u64 {
         let mut gc = self.gc.lock();
-        if let Some(hold) = Self::fresh_hold(&gc) {
+        if let Some(hold) = self.fresh_hold(&gc) {
             let mut point = Self::ts_ago(self.gc_life_ms.load(Ordering::Relaxed));
             if hold != 0 {
                 point = point.min(hold.saturating_sub(1));
@@ -856,8 +863,8 @@ impl<E: Engine> Node<E> {
                     code: other_error::Code::InvalidInput as i32,
                     message: format!(
                         "snapshot too old: the read at timestamp {read_ts} started more than \
-                         half of raftstore.gc-life-time-secs ago ({} s), no running \
-                         transaction holds it, and its versions may be gone; run it again",
+                         half of raftstore.gc-life-time-secs ago ({} s), no hold on it has \
+                         reached this store, and its versions may be gone; run it again",
                         self.gc_life_ms.load(Ordering::Relaxed) / 1000
                     ),
                 }),

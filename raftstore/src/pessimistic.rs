@@ -21,8 +21,8 @@
 //! * **Pipelined** (`raftstore.pipelined-pessimistic-lock`): for a
 //!   lock-only request on a row table, the leader (under its lease)
 //!   registers the keys as in-flight pessimistic locks in the concurrency
-//!   manager (a second transaction's lock of a key in flight goes the slow
-//!   way and finds the first lock applied), checks the applied state —
+//!   manager (a second transaction's pipelined lock of a key in flight
+//!   goes the slow way and finds the first lock applied), checks the applied state —
 //!   no other transaction's lock, no version committed at or after
 //!   start_ts — reads the rows, hands the command to raft, and answers at
 //!   once. The registration lasts until the command applies.
@@ -34,7 +34,9 @@
 //! Nothing wrong becomes visible: at COMMIT the transaction prewrites every
 //! key again, and a prewrite refuses a key committed after start_ts (a
 //! write conflict, snapshot isolation's first committer wins), so such a
-//! transaction aborts instead of losing an update. Only lock-only requests
+//! transaction aborts instead of losing an update; a lost primary lock
+//! also fails the transaction's next heartbeat (`txn.rs`), which aborts it
+//! early. Only lock-only requests
 //! are pipelined: a lock that holds a written row must be in place before
 //! the statement returns, because the transaction's next statement reads
 //! its writes from the locks (`codec::mvcc`, `Seen::Own`).

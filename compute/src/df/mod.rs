@@ -239,6 +239,17 @@ impl SqlSession {
         let Ok(plan) = ctx.state().statement_to_plan(query.0.clone()).await else {
             return Ok(None);
         };
+        // The table read once: a subquery or CTE over it wants all of it.
+        let mut scans = 0;
+        let _ = plan.apply_with_subqueries(|node| {
+            if let LogicalPlan::TableScan(_) = node {
+                scans += 1;
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        if scans != 1 {
+            return Ok(None);
+        }
         let out_schema = Arc::new(plan.schema().as_arrow().clone());
         let df = ctx.execute_logical_plan(plan).await.map_err(from_df)?;
         let batches = df.collect().await.map_err(from_df)?;
