@@ -17,7 +17,8 @@
 //! hold: the safe point is a whole lifetime behind it. Stores refuse a
 //! read below their safe point ("snapshot too old") rather than answer it
 //! from folded versions, so a hold that arrives too late shows as an
-//! error (with one gap across leader changes: `docs/design-notes.md`).
+//! error (one gap, a replica just filled by a raft snapshot:
+//! `docs/design-notes.md`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};

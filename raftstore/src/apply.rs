@@ -85,6 +85,8 @@ pub struct ApplyCtx<'a, E: Engine> {
     pub delta_rows: HashMap<u64, u64>,
     /// The region of the command being applied.
     pub(crate) region_id: u64,
+    /// The highest GC safe point a compaction applied here folded to.
+    pub folded_to: u64,
 }
 
 impl<'a, E: Engine> ApplyCtx<'a, E> {
@@ -101,6 +103,7 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
             written: HashMap::new(),
             delta_rows: HashMap::new(),
             region_id: 0,
+            folded_to: 0,
         }
     }
 
@@ -336,6 +339,8 @@ pub(crate) fn exec_write<E: Engine>(
             }
         }
     }
+    // Past every check: this write applies.
+    ctx.folded_to = ctx.folded_to.max(w.folded_to);
     let mut bytes = 0u64;
     let mut rows = 0u64;
     for (p, skip) in w.puts.into_iter().zip(skip) {

@@ -323,6 +323,7 @@ pub fn plan_compaction<E: Engine>(
                 must_exist: replaced,
                 must_exist_hash: hashes,
                 must_not_exist,
+                folded_to: safe_point,
             },
             summary,
         )),

@@ -67,6 +67,10 @@ struct State {
 pub struct ConcurrencyManager {
     state: Mutex<State>,
     released: Notify,
+    /// The highest GC safe point a compaction applied on this store folded
+    /// versions to (`KvWrite.folded_to`): no read at or below it may be
+    /// answered here, whoever planned the compaction.
+    folded: std::sync::atomic::AtomicU64,
 }
 
 /// The keys of one one-phase commit, registered until this is dropped.
@@ -113,6 +117,18 @@ impl Drop for PessimisticLocks {
 impl ConcurrencyManager {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// Notes that a compaction folding versions at or below `ts` applies
+    /// (called before its write becomes visible).
+    pub fn note_folded(&self, ts: u64) {
+        self.folded
+            .fetch_max(ts, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The highest safe point a compaction applied here folded to.
+    pub fn folded(&self) -> u64 {
+        self.folded.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The newest read timestamp served (or synced from the oracle).

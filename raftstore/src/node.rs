@@ -263,6 +263,9 @@ impl<E: Engine> Node<E> {
     /// never goes back.
     pub fn gc_safe_point(&self) -> u64 {
         let mut gc = self.gc.lock();
+        // Never below what a compaction applied here folded to (planned
+        // by this store or by another leader of its regions).
+        gc.safe_point = gc.safe_point.max(self.concurrency.folded());
         if let Some(hold) = self.fresh_hold(&gc) {
             let mut point = Self::ts_ago(self.gc_life_ms.load(Ordering::Relaxed));
             if hold != 0 {
@@ -273,7 +276,9 @@ impl<E: Engine> Node<E> {
         gc.safe_point
     }
 
-    /// The oldest snapshot a read may start at. A read that a compute
+    /// The oldest snapshot a read may start at (reads check again, after
+    /// taking their snapshot, against what compactions folded to). A
+    /// read that a compute
     /// process holds (at or above the oldest hold) may start anywhere
     /// above the safe point; any other must be younger than half a
     /// lifetime, so that it has that long to finish (and to be held)
@@ -292,6 +297,22 @@ impl<E: Engine> Node<E> {
     /// The oldest read a compute process holds, as last heard (0: none).
     pub fn gc_hold(&self) -> u64 {
         self.gc.lock().hold
+    }
+
+    /// The answer to a read whose snapshot GC may have folded.
+    fn too_old(&self, read_ts: u64) -> CopResponse {
+        CopResponse {
+            other_error: Some(OtherError {
+                code: other_error::Code::InvalidInput as i32,
+                message: format!(
+                    "snapshot too old: the read at timestamp {read_ts} started more than \
+                     half of raftstore.gc-life-time-secs ago ({} s), no hold on it has \
+                     reached this store, and its versions may be gone; run it again",
+                    self.gc_life_ms.load(Ordering::Relaxed) / 1000
+                ),
+            }),
+            ..Default::default()
+        }
     }
 
     // ------------------------------------------------------------ raft calls
@@ -858,18 +879,7 @@ impl<E: Engine> Node<E> {
         }
         let read_ts = req.dag.as_ref().map_or(0, |d| d.read_ts);
         if read_ts != 0 && read_ts < self.oldest_readable_ts() {
-            return CopResponse {
-                other_error: Some(OtherError {
-                    code: other_error::Code::InvalidInput as i32,
-                    message: format!(
-                        "snapshot too old: the read at timestamp {read_ts} started more than \
-                         half of raftstore.gc-life-time-secs ago ({} s), no hold on it has \
-                         reached this store, and its versions may be gone; run it again",
-                        self.gc_life_ms.load(Ordering::Relaxed) / 1000
-                    ),
-                }),
-                ..Default::default()
-            };
+            return self.too_old(read_ts);
         }
         if read_ts != 0 {
             // Before the snapshot: a one-phase commit picks its timestamp
@@ -897,9 +907,15 @@ impl<E: Engine> Node<E> {
         let bounds = KeyRange::new(r.start_key, r.end_key);
         let parts = self.split_parts(&bounds, &req);
         let (tx, rx) = oneshot::channel();
+        let (concurrency, too_old) = (self.concurrency.clone(), self.too_old(read_ts));
         self.read_pool.spawn(move || {
             let wait_ns = received.elapsed().as_nanos() as u64;
             let resp = engine.with_snapshot_source(&bounds, |make| {
+                // A compaction that applied between the check above and
+                // this snapshot may have folded what the read needs.
+                if read_ts != 0 && read_ts <= concurrency.folded() {
+                    return too_old;
+                }
                 endpoint::handle_parts(make, parts, &req, deadline, wait_ns)
             });
             let _ = tx.send(resp);

@@ -536,6 +536,8 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             results.append(&mut ctx.results);
             finished.append(&mut ctx.finished);
             self.delta.add(&ctx.delta_rows);
+            // Before the write is visible: reads below it are refused.
+            self.concurrency.note_folded(ctx.folded_to);
         }
         if !apply_wb.is_empty() {
             self.engine.write(&apply_wb, false)?;
@@ -571,6 +573,8 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             results.append(&mut ctx.results);
             finished.append(&mut ctx.finished);
             self.delta.add(&ctx.delta_rows);
+            // Before the write is visible: reads below it are refused.
+            self.concurrency.note_folded(ctx.folded_to);
         }
         if !late_wb.is_empty() {
             // A commit index from a LightReady must be durable before apply
