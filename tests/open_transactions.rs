@@ -485,11 +485,7 @@ fn an_open_transaction_holds_gc_until_it_ends() {
         assert_eq!(run(&mut a, read).unwrap(), "v\n1\n");
         std::thread::sleep(Duration::from_millis(500));
     }
-    let status = std::process::Command::new(QUARRY)
-        .args(["status", "--store", &pg.store_addrs()[0]])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&status.stdout);
+    let text = status_text(&pg);
     assert!(
         text.contains("GC held at") && text.contains("by the oldest running query or transaction"),
         "{text}"

@@ -379,11 +379,7 @@ fn update_and_delete_change_rows_in_packs_and_in_the_delta_at_one_snapshot() {
     let summary = "SELECT count(*) AS n, sum(v) AS s FROM u";
     assert_eq!(pg.ok(summary), count_and_sum(&model));
     // `quarry status` shows the GC safe point: the life time behind now.
-    let status = std::process::Command::new(QUARRY)
-        .args(["status", "--store", &pg.store_addrs()[0]])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&status.stdout);
+    let text = status_text(&pg);
     assert!(
         text.contains("GC safe point") && text.contains("GC life time 2 s"),
         "{text}"

@@ -366,3 +366,12 @@ pub fn wait_for_keys_and_packs(pg: &Playground, table: &str, done: impl Fn(u64, 
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
 }
+
+/// What `quarry status` prints for the playground's first store.
+pub fn status_text(pg: &Playground) -> String {
+    let out = Command::new(QUARRY)
+        .args(["status", "--store", &pg.store_addrs()[0]])
+        .output()
+        .expect("run quarry status");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -7,7 +7,7 @@ use quarry_proto::kv::kv_server::Kv;
 use quarry_proto::kv::{
     BatchGetRequest, BatchGetResponse, BatchPutRequest, BatchPutResponse, CheckTxnStatusRequest,
     CheckTxnStatusResponse, CommitRequest, Context, DeleteRangeRequest, DeleteRangeResponse,
-    PrewriteRequest, ResolveLockRequest, RollbackRequest, ScanRequest, ScanResponse,
+    KvPair, PrewriteRequest, ResolveLockRequest, RollbackRequest, ScanRequest, ScanResponse,
     TxnHeartBeatRequest, TxnResponse,
 };
 use quarry_proto::raft::{txn_write::Step, TxnWrite};
@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status};
 use super::error_fields;
 use crate::engine::Engine;
 use crate::node::{Node, TxnStatus};
+use crate::peer::propose::TxnDone;
 
 pub struct KvService<E: Engine> {
     node: Arc<Node<E>>,
@@ -33,18 +34,25 @@ impl<E: Engine> KvService<E> {
             .node
             .txn(context.as_ref(), TxnWrite { step: Some(step) })
             .await;
-        match r {
-            Ok(done) => TxnResponse {
-                one_pc_commit_ts: done.one_pc_commit_ts,
+        txn_response(r.map(|done| (done, vec![])))
+    }
+}
+
+/// A transaction step's answer: how it went (and the rows a lock
+/// returned), or its error as region error or key error.
+fn txn_response(r: crate::Result<(TxnDone, Vec<KvPair>)>) -> TxnResponse {
+    match r {
+        Ok((done, values)) => TxnResponse {
+            one_pc_commit_ts: done.one_pc_commit_ts,
+            values,
+            ..Default::default()
+        },
+        Err(e) => {
+            let (region_error, error) = error_fields(e);
+            TxnResponse {
+                region_error,
+                error,
                 ..Default::default()
-            },
-            Err(e) => {
-                let (region_error, error) = error_fields(e);
-                TxnResponse {
-                    region_error,
-                    error,
-                    ..Default::default()
-                }
             }
         }
     }
@@ -130,22 +138,9 @@ impl<E: Engine> Kv for KvService<E> {
     ) -> Result<Response<TxnResponse>, Status> {
         let mut req = req.into_inner();
         let ctx = req.context.take();
-        let r = self.node.prewrite(ctx.as_ref(), req).await;
-        Ok(Response::new(match r {
-            Ok((done, values)) => TxnResponse {
-                one_pc_commit_ts: done.one_pc_commit_ts,
-                values,
-                ..Default::default()
-            },
-            Err(e) => {
-                let (region_error, error) = error_fields(e);
-                TxnResponse {
-                    region_error,
-                    error,
-                    ..Default::default()
-                }
-            }
-        }))
+        Ok(Response::new(txn_response(
+            self.node.prewrite(ctx.as_ref(), req).await,
+        )))
     }
 
     async fn commit(&self, req: Request<CommitRequest>) -> Result<Response<TxnResponse>, Status> {
