@@ -34,9 +34,11 @@
 //! Nothing wrong becomes visible: at COMMIT the transaction prewrites every
 //! key again, and a prewrite refuses a key committed after start_ts (a
 //! write conflict, snapshot isolation's first committer wins), so such a
-//! transaction aborts instead of losing an update; a lost primary lock
-//! also fails the transaction's next heartbeat (`txn.rs`), which aborts it
-//! early. Only lock-only requests
+//! transaction aborts instead of losing an update. Until then a
+//! transaction whose pipelined primary lock was lost and then taken by
+//! another is not told (its heartbeat finds a lock there), and its other
+//! locks may expire and be rolled back by writers: its later reads may
+//! miss its own writes, and its COMMIT fails. Only lock-only requests
 //! are pipelined: a lock that holds a written row must be in place before
 //! the statement returns, because the transaction's next statement reads
 //! its writes from the locks (`codec::mvcc`, `Seen::Own`).

@@ -193,10 +193,8 @@ pub(crate) fn exec_txn<E: Engine>(
         }
         Step::HeartBeat(h) => {
             check_keys(region, epoch, [&h.primary])?;
-            // (A lock of another transaction there means this one's is
-            // gone: a pipelined lock that lost, `pessimistic.rs`.)
-            if let Some(mut lock) = lock_of(ctx, &h.primary)?.filter(|l| l.start_ts == h.start_ts) {
-                if lock.ttl_ms < h.ttl_ms {
+            if let Some(mut lock) = lock_of(ctx, &h.primary)? {
+                if lock.start_ts == h.start_ts && lock.ttl_ms < h.ttl_ms {
                     lock.ttl_ms = h.ttl_ms;
                     write_all(ctx, vec![(lock_key(&h.primary), Some(encode_lock(&lock)))]);
                 }
