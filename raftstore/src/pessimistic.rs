@@ -34,11 +34,10 @@
 //! Nothing wrong becomes visible: at COMMIT the transaction prewrites every
 //! key again, and a prewrite refuses a key committed after start_ts (a
 //! write conflict, snapshot isolation's first committer wins), so such a
-//! transaction aborts instead of losing an update. Until then a
-//! transaction whose pipelined primary lock was lost and then taken by
-//! another is not told (its heartbeat finds a lock there), and its other
-//! locks may expire and be rolled back by writers: its later reads may
-//! miss its own writes, and its COMMIT fails. Only lock-only requests
+//! transaction aborts instead of losing an update. A request holding the
+//! transaction's primary key is never pipelined: a lost primary lock would
+//! go unnoticed by the heartbeats that keep it alive, and the
+//! transaction's other locks could expire under it. Only lock-only requests
 //! are pipelined: a lock that holds a written row must be in place before
 //! the statement returns, because the transaction's next statement reads
 //! its writes from the locks (`codec::mvcc`, `Seen::Own`).
@@ -124,13 +123,15 @@ pub fn rows_at<E: Engine>(engine: &E, keys: &[Vec<u8>], start_ts: u64) -> Result
 }
 
 /// Whether `p` may be answered before replication: an open transaction's
-/// lock-only request on a row table.
+/// lock-only request on a row table, without its primary key (the
+/// primary's lock is what heartbeats keep alive and what readers ask
+/// about: it must be in place when the transaction is told it is).
 pub fn pipelinable(p: &PrewriteRequest) -> bool {
     p.pessimistic
         && !p.packed
         && !p.try_one_pc
         && !p.mutations.is_empty()
-        && p.mutations.iter().all(|m| m.op() == Op::Lock)
+        && p.mutations.iter().all(|m| m.op() == Op::Lock && m.key != p.primary)
 }
 
 /// The leader's check of a pipelined lock against its applied state:
@@ -255,6 +256,19 @@ mod tests {
             rows_at(&engine, std::slice::from_ref(&versioned), 30).unwrap()[0].value,
             b"at 20"
         );
+    }
+
+    #[test]
+    fn only_lock_only_requests_without_the_primary_are_pipelined() {
+        let (a, b) = (record_key(1, 1), record_key(1, 2));
+        let mut p = lock_request(&[b.clone()], 100);
+        p.primary = a.clone();
+        assert!(pipelinable(&p));
+        p.primary = b.clone();
+        assert!(!pipelinable(&p), "the primary's lock must be in place");
+        p.primary = a;
+        p.mutations[0].op = Op::Put as i32;
+        assert!(!pipelinable(&p), "a lock holding a write must be in place");
     }
 
     #[test]
