@@ -131,7 +131,9 @@ pub fn pipelinable(p: &PrewriteRequest) -> bool {
         && !p.packed
         && !p.try_one_pc
         && !p.mutations.is_empty()
-        && p.mutations.iter().all(|m| m.op() == Op::Lock && m.key != p.primary)
+        && p.mutations
+            .iter()
+            .all(|m| m.op() == Op::Lock && m.key != p.primary)
 }
 
 /// The leader's check of a pipelined lock against its applied state:
