@@ -263,7 +263,7 @@ mod tests {
     #[test]
     fn only_lock_only_requests_without_the_primary_are_pipelined() {
         let (a, b) = (record_key(1, 1), record_key(1, 2));
-        let mut p = lock_request(&[b.clone()], 100);
+        let mut p = lock_request(std::slice::from_ref(&b), 100);
         p.primary = a.clone();
         assert!(pipelinable(&p));
         p.primary = b.clone();
