@@ -13,6 +13,7 @@ pub mod load;
 pub mod local;
 pub mod output;
 pub mod script;
+pub mod shell;
 pub mod status;
 pub mod tpch;
 pub mod ycsb;

@@ -263,8 +263,9 @@ struct SqlArgs {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
     /// One statement, or several separated by `;`, run in order on one
-    /// session (so `BEGIN; ...; COMMIT` is one transaction).
-    sql: String,
+    /// session (so `BEGIN; ...; COMMIT` is one transaction). Without it,
+    /// an interactive shell (`\?` for its commands).
+    sql: Option<String>,
 }
 
 fn init_logging(default: &str) {
@@ -655,7 +656,10 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Sql(a) => {
             init_logging("warn");
             let mut client = quarry_client::Client::connect(&a.addr).await?;
-            let statements = quarry::script::statements(&a.sql);
+            let Some(sql) = &a.sql else {
+                return quarry::shell::run(&mut client, a.format).await;
+            };
+            let statements = quarry::script::statements(sql);
             if statements.is_empty() {
                 anyhow::bail!("no SQL statement given");
             }
