@@ -7,3 +7,7 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 # A Python venv with the ADBC Flight SQL driver, for the client tests
 # (scripts/setup.sh fills it).
 export QUARRY_VENV=${QUARRY_VENV:-$HOME/.cache/quarry-venv}
+# The Arrow Flight SQL JDBC driver (a shaded jar from Maven Central, which
+# scripts/setup.sh fetches), for the client tests.
+export QUARRY_JDBC_VERSION=${QUARRY_JDBC_VERSION:-18.3.0}
+export QUARRY_JDBC_JAR=${QUARRY_JDBC_JAR:-$HOME/.m2/repository/org/apache/arrow/flight-sql-jdbc-driver/$QUARRY_JDBC_VERSION/flight-sql-jdbc-driver-$QUARRY_JDBC_VERSION.jar}

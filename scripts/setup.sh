@@ -4,7 +4,8 @@
 # bindgen), and Rust through rustup if cargo is missing. protoc is not
 # needed: it comes from the protoc-bin-vendored crate. The client tests
 # also get a Python venv with ADBC's Flight SQL driver from PyPI
-# ($QUARRY_VENV, see env.sh).
+# ($QUARRY_VENV) and the Arrow Flight SQL JDBC driver from Maven Central
+# with Java 17 ($QUARRY_JDBC_JAR; see env.sh).
 set -euo pipefail
 
 need=()
@@ -12,6 +13,8 @@ command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v curl >/dev/null 2>&1 || need+=(curl ca-certificates)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 # libclang: a libclang.so that bindgen can load (libclang-cpp.so, which some
 # images carry alone, is not one).
 # (`ls` of several patterns fails when any one matches nothing, and
@@ -45,4 +48,12 @@ if ! "$QUARRY_VENV/bin/python" -c 'import adbc_driver_flightsql.dbapi, pyarrow' 
   echo "installing the Python ADBC Flight SQL driver into $QUARRY_VENV"
   python3 -m venv "$QUARRY_VENV"
   "$QUARRY_VENV/bin/pip" install -q "adbc_driver_flightsql==1.13.0" "pyarrow==26.0.1"
+fi
+
+# The JDBC driver for the client tests: one shaded jar, fetched by Maven
+# into its local repository (~/.m2), where env.sh points.
+if [[ ! -f $QUARRY_JDBC_JAR ]]; then
+  echo "fetching the Arrow Flight SQL JDBC driver $QUARRY_JDBC_VERSION with Maven"
+  mvn -q -B dependency:get -Dtransitive=false \
+    "-Dartifact=org.apache.arrow:flight-sql-jdbc-driver:$QUARRY_JDBC_VERSION"
 fi

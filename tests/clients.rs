@@ -1,9 +1,12 @@
 //! Real clients against real processes: Python ADBC (the Flight SQL
 //! driver from PyPI, installed into `$QUARRY_VENV` by `scripts/setup.sh`)
-//! runs its scripts in `tests/clients/` unchanged against a playground.
+//! and Java's Arrow Flight SQL JDBC driver (from Maven Central, at
+//! `$QUARRY_JDBC_JAR`) run their programs in `tests/clients/` unchanged
+//! against a playground.
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -28,32 +31,171 @@ fn python() -> PathBuf {
     python
 }
 
-/// Runs `tests/clients/{script}` against the playground; its output.
-fn run_script(pg: &Playground, script: &str) -> String {
-    let uri = pg.compute.replace("http://", "grpc://");
-    let out = Command::new(python())
-        .arg(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/clients")
-                .join(script),
-        )
-        .arg(&uri)
+fn repo_path(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The output of a client program that must succeed.
+fn output_of(what: &str, cmd: &mut Command) -> String {
+    let out = cmd
         .output()
-        .expect("python runs");
+        .unwrap_or_else(|e| panic!("{what} does not start: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "{script} failed:\n{stdout}\n{}",
+        "{what} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// Runs `tests/clients/{script}` against the playground, with `args`
+/// after its URI; its output.
+fn run_script(pg: &Playground, script: &str, args: &[PathBuf]) -> String {
+    let uri = pg.compute.replace("http://", "grpc://");
+    output_of(
+        script,
+        Command::new(python())
+            .arg(repo_path("tests/clients").join(script))
+            .arg(&uri)
+            .args(args),
+    )
+}
+
+/// The JDBC driver's jar, or a failure that says how to get it.
+fn jdbc_jar() -> PathBuf {
+    let jar = std::env::var_os("QUARRY_JDBC_JAR")
+        .map(PathBuf::from)
+        .expect("QUARRY_JDBC_JAR is not set: source scripts/env.sh after scripts/setup.sh");
+    assert!(
+        jar.is_file(),
+        "{} is missing: run scripts/setup.sh (it fetches the driver with Maven)",
+        jar.display()
+    );
+    jar
+}
+
+/// A client's output cut at its "== name" lines.
+fn sections(out: &str) -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in out.lines() {
+        if let Some(name) = line.strip_prefix("== ") {
+            map.extend(current.take());
+            current = Some((name.to_string(), String::new()));
+        } else if let Some((_, text)) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    map.extend(current);
+    map
+}
+
+fn section<'a>(s: &'a BTreeMap<String, String>, name: &str) -> &'a str {
+    s.get(name)
+        .unwrap_or_else(|| panic!("no section {name} in {s:?}"))
+}
+
+/// TPC-H Q1 and Q6 at SF 0.01 as DuckDB answers them, and the bound
+/// query's count: lines shipped by 1998-09-02 with return flag R, which is
+/// Q1's count_order summed over R's rows in DuckDB's answer.
+fn check_tpch_and_bound(s: &BTreeMap<String, String>) {
+    for q in ["q1", "q6"] {
+        let (want, _) = quarry::answers::answer(q, 0.01).unwrap();
+        assert_csv_matches(section(s, q), want);
+    }
+    let (q1, _) = quarry::answers::answer("q1", 0.01).unwrap();
+    let returned: i64 = q1
+        .lines()
+        .filter(|l| l.starts_with("R,"))
+        .map(|l| l.rsplit(',').next().unwrap().parse::<i64>().unwrap())
+        .sum();
+    assert!(returned > 0);
+    assert_eq!(section(s, "bound"), format!("n\n{returned}\n"));
+}
+
+fn query_files() -> [PathBuf; 2] {
+    ["q1", "q6"].map(|q| repo_path(&format!("tests/tpch/queries/{q}.sql")))
+}
+
+#[test]
+fn adbc_runs_tpch_bound_parameters_inserts_and_catalog_calls() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    let out = run_script(&pg, "adbc_flight_sql.py", &query_files());
+    let s = sections(&out);
+    check_tpch_and_bound(&s);
+    assert_eq!(
+        section(&s, "inserted"),
+        "id,name,amount\n1,it's,1.50\n2,b,2.25\n3,,-3.00\n"
+    );
+    assert_eq!(
+        section(&s, "objects"),
+        "catalog,schema,table,column\n\
+         quarry,public,t_adbc,id\n\
+         quarry,public,t_adbc,name\n\
+         quarry,public,t_adbc,amount\n"
+    );
+    assert_eq!(
+        section(&s, "table_schema"),
+        "field,type\nid,int64\nname,string\namount,decimal128(12, 2)\n"
+    );
+    assert_eq!(section(&s, "table_types"), "type\nTABLE\n");
+}
+
+#[test]
+fn jdbc_runs_tpch_prepared_statements_inserts_and_metadata() {
+    let jar = jdbc_jar();
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    let url = format!(
+        "{}/?useEncryption=false",
+        pg.compute.replace("http://", "jdbc:arrow-flight-sql://")
+    );
+    let [q1, q6] = query_files();
+    let out = output_of(
+        "JdbcFlightSql.java",
+        Command::new("java")
+            // Arrow's memory needs the JDK's direct buffers.
+            .arg("--add-opens=java.base/java.nio=ALL-UNNAMED")
+            .arg("-cp")
+            .arg(&jar)
+            .arg(repo_path("tests/clients/JdbcFlightSql.java"))
+            .arg(&url)
+            .arg(&q1)
+            .arg(&q6),
+    );
+    let s = sections(&out);
+    check_tpch_and_bound(&s);
+    assert_eq!(section(&s, "plain insert"), "count\n1\n");
+    assert_eq!(section(&s, "prepared insert"), "count\n1\n");
+    assert_eq!(
+        section(&s, "inserted"),
+        "id,name,amount\n1,it's,1.50\n2,b,2.25\n3,,-3.00\n4,,-3.00\n"
+    );
+    assert_eq!(
+        section(&s, "tables"),
+        "TABLE_CAT,TABLE_SCHEM,TABLE_NAME,TABLE_TYPE\nquarry,public,t_jdbc,TABLE\n"
+    );
+    // java.sql.Types: BIGINT -5, VARCHAR 12, DECIMAL 3.
+    assert_eq!(
+        section(&s, "columns"),
+        "TABLE_NAME,COLUMN_NAME,DATA_TYPE,ORDINAL_POSITION\n\
+         t_jdbc,id,-5,1\nt_jdbc,name,12,2\nt_jdbc,amount,3,3\n"
+    );
+    assert_eq!(
+        section(&s, "primary keys"),
+        "TABLE_NAME,COLUMN_NAME,KEY_SEQ\nt_jdbc,id,1\n"
+    );
+    assert_eq!(section(&s, "table types"), "TABLE_TYPE\nTABLE\n");
 }
 
 #[test]
 fn adbc_without_autocommit_commits_and_rolls_back_transactions() {
     let _serial = SERIAL.lock();
     let pg = Playground::start(&["--stores", "3"]);
-    let out = run_script(&pg, "adbc_transactions.py");
+    let out = run_script(&pg, "adbc_transactions.py", &[]);
     assert_eq!(
         out,
         "inside [(70,), (130,)]\n\

@@ -22,6 +22,7 @@ use crate::dispatch::{DispatchConfig, Dispatcher};
 use crate::dml;
 use crate::insert::insert;
 use crate::kv_writer::KvWriter;
+use crate::params;
 use crate::region_cache::RegionCache;
 use crate::session::{OpenTxn, Sessions};
 use crate::sql::{self, Statement};
@@ -94,8 +95,33 @@ fn count_output(n: usize) -> Result<QueryOutput> {
     Ok(QueryOutput::single(schema, batch))
 }
 
+/// The schema of a one-column text answer (SHOW TABLES, DDL's result).
+fn text_schema(column: &str) -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, false)]))
+}
+
+/// The schema of DESCRIBE's answer.
+fn describe_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("column", DataType::Utf8, false),
+        Field::new("type", DataType::Utf8, false),
+        Field::new("null", DataType::Utf8, false),
+        Field::new("key", DataType::Utf8, false),
+    ]))
+}
+
+/// What a prepared statement answers and takes ([`QueryEngine::shape`]).
+pub struct StatementShape {
+    /// The result's schema; empty for a statement that answers a row
+    /// count or a word (what JDBC runs as an update).
+    pub dataset: SchemaRef,
+    /// One field per parameter, `$1` …, typed as DataFusion infers it from
+    /// the statement (VARCHAR where it cannot tell; any value binds).
+    pub parameters: SchemaRef,
+}
+
 fn text_output(column: &str, values: Vec<String>) -> Result<QueryOutput> {
-    let schema = Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, false)]));
+    let schema = text_schema(column);
     let batch = RecordBatch::try_new(
         schema.clone(),
         vec![Arc::new(StringArray::from(values)) as ArrayRef],
@@ -298,6 +324,42 @@ impl QueryEngine {
         }
     }
 
+    /// The shape of a statement about to be prepared, without running it:
+    /// a query is planned (its result schema and parameter types come from
+    /// the plan); other statements answer SHOW TABLES's or DESCRIBE's
+    /// columns, or nothing, with their parameters typed from the columns
+    /// they write or compare with.
+    pub async fn shape(&self, stmt: &params::Numbered) -> Result<StatementShape> {
+        let (dataset, types) = match df::parse_query(&stmt.sql) {
+            Some(mut query) => {
+                query.take_for_update()?;
+                let planned = self.sql.plan(query).await?;
+                (planned.schema(), planned.parameter_types(stmt.count))
+            }
+            None => {
+                let dataset = match sql::parse(&stmt.sql) {
+                    Ok(Statement::ShowTables) => text_schema("name"),
+                    Ok(Statement::Describe(_)) => describe_schema(),
+                    _ => Arc::new(Schema::empty()),
+                };
+                let types = match stmt.count {
+                    0 => vec![],
+                    n => self.sql.parameter_types(&stmt.sql, n).await,
+                };
+                (dataset, types)
+            }
+        };
+        let fields: Vec<Field> = types
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| Field::new(format!("${}", i + 1), t.unwrap_or(DataType::Utf8), true))
+            .collect();
+        Ok(StatementShape {
+            dataset,
+            parameters: Arc::new(Schema::new(fields)),
+        })
+    }
+
     /// Plans a query, or runs a statement, in `txn` or on its own.
     async fn prepare(&self, parsed: Parsed, txn: Option<&Arc<OpenTxn>>) -> Result<Prepared> {
         let stmt = match parsed {
@@ -412,12 +474,7 @@ impl QueryEngine {
 
     async fn describe(&self, name: &str) -> Result<QueryOutput> {
         let t = self.table(name).await?;
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("column", DataType::Utf8, false),
-            Field::new("type", DataType::Utf8, false),
-            Field::new("null", DataType::Utf8, false),
-            Field::new("key", DataType::Utf8, false),
-        ]));
+        let schema = describe_schema();
         let mut cols: [Vec<String>; 4] = Default::default();
         for c in &t.columns {
             let ft = c.field_type.unwrap_or_default();

@@ -44,6 +44,7 @@ pub mod table;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
+use arrow::datatypes::DataType;
 use datafusion::catalog::{
     CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
     MemorySchemaProvider, SchemaProvider,
@@ -129,6 +130,19 @@ impl PlannedQuery {
     pub fn schema(&self) -> arrow::datatypes::SchemaRef {
         Arc::new(self.plan.schema().as_arrow().clone())
     }
+
+    /// The types DataFusion inferred for the placeholders `$1` …
+    /// `$count` (None where the query does not tell).
+    pub fn parameter_types(&self, count: usize) -> Vec<Option<DataType>> {
+        parameter_types(&self.plan, count)
+    }
+}
+
+fn parameter_types(plan: &LogicalPlan, count: usize) -> Vec<Option<DataType>> {
+    let types = plan.get_parameter_types().unwrap_or_default();
+    (1..=count)
+        .map(|n| types.get(&format!("${n}")).cloned().flatten())
+        .collect()
 }
 
 /// Plans and runs SQL queries over the cluster's tables.
@@ -312,6 +326,20 @@ impl SqlSession {
             .await
             .map_err(|e| unknown_table(e, &names))?;
         Ok(PlannedQuery { ctx, plan })
+    }
+
+    /// The types DataFusion infers for the placeholders `$1` … `$count`
+    /// of any statement it can plan (queries, and INSERT, UPDATE and
+    /// DELETE from the target columns); None where it cannot tell.
+    pub async fn parameter_types(&self, sql: &str, count: usize) -> Vec<Option<DataType>> {
+        let plan = async {
+            let ctx = self.context_over(self.cluster.list_tables().await?)?;
+            ctx.state().create_logical_plan(sql).await.map_err(from_df)
+        };
+        match plan.await {
+            Ok(plan) => parameter_types(&plan, count),
+            Err(_) => vec![None; count],
+        }
     }
 
     /// The physical plan of `sql` over `tables`, without asking meta: what

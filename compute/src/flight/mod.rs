@@ -13,15 +13,25 @@
 //!   plans the ticket's SQL again. No answer depends on the cache: compute
 //!   stays stateless as far as clients can tell.
 //! * `DoPut(CommandStatementUpdate)` runs DDL/DML and answers the row count.
+//! * Prepared statements (`prepared.rs`): create, bind parameters through
+//!   `DoPut`, execute as a query or an update, close. Their handles carry
+//!   the statement and its bound values, like tickets.
+//! * Catalog commands (`catalog.rs`): `GetCatalogs`, `GetDbSchemas`,
+//!   `GetTables` (with schemas when asked), `GetTableTypes`,
+//!   `GetPrimaryKeys`, `GetXdbcTypeInfo`, and `GetSqlInfo` (here).
 //! * Transactions: `BeginTransaction` opens one (`session.rs`) and answers
 //!   its id; statements carrying that `transaction_id` (queries, through
-//!   their ticket, and updates) run in it; `EndTransaction` commits or
-//!   rolls it back. `GetSqlInfo` says so, which is what ADBC's
-//!   `autocommit=False` and JDBC's `setAutoCommit(false)` look for.
+//!   their ticket, updates, prepared statements through their handle) run
+//!   in it; `EndTransaction` commits or rolls it back. `GetSqlInfo` says
+//!   so, which is what ADBC's `autocommit=False` looks for.
 //! * The client library's typed requests arrive as SQL, like any client's.
-//! * Everything else answers UNIMPLEMENTED, which ADBC's Python driver
-//!   expects (it falls back from prepared statements on UNIMPLEMENTED).
+//! * Everything else answers UNIMPLEMENTED (foreign keys, Substrait,
+//!   savepoints, cancellation, bulk ingest). ADBC's Python driver falls
+//!   back on UNIMPLEMENTED where it has a fallback.
 //! * The endpoint's location list is empty: "reuse this connection".
+//! * Results travel in FlightData messages of at most about 2 MiB
+//!   (arrow-flight's encoder splits larger batches), under the 4 MiB that
+//!   gRPC clients accept by default.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -37,10 +47,14 @@ use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    ActionBeginTransactionRequest, ActionBeginTransactionResult, ActionEndTransactionRequest,
-    Command, CommandGetSqlInfo, CommandStatementQuery, CommandStatementUpdate, EndTransaction,
-    ProstMessageExt, SqlInfo, SqlSupportedTransaction, SqlTransactionIsolationLevel,
-    TicketStatementQuery,
+    ActionBeginTransactionRequest, ActionBeginTransactionResult,
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, ActionEndTransactionRequest, Command, CommandGetCatalogs,
+    CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
+    CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
+    CommandPreparedStatementUpdate, CommandStatementQuery, CommandStatementUpdate,
+    DoPutPreparedStatementResult, EndTransaction, ProstMessageExt, SqlInfo,
+    SqlSupportedTransaction, SqlTransactionIsolationLevel, TicketStatementQuery,
 };
 use arrow_flight::{Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::{Stream, TryStreamExt};
@@ -52,6 +66,9 @@ use crate::df::PlannedQuery;
 use crate::engine::{Prepared, QueryEngine, QueryOutput};
 use crate::session::{self, OpenTxn};
 use crate::Error;
+
+mod catalog;
+mod prepared;
 
 pub struct FlightSqlServer {
     engine: Arc<QueryEngine>,
@@ -153,6 +170,40 @@ fn output_stream(out: QueryOutput) -> DoGetStream {
     stream(out.schema, out.batches)
 }
 
+fn one_batch(batch: RecordBatch) -> DoGetStream {
+    stream(batch.schema(), vec![batch])
+}
+
+/// GetFlightInfo of a catalog command: `schema`, and one endpoint whose
+/// ticket is the command itself (DoGet answers it).
+fn command_info(
+    cmd: &impl ProstMessageExt,
+    schema: &SchemaRef,
+    desc: FlightDescriptor,
+) -> Result<Response<FlightInfo>, Status> {
+    let ticket = Ticket::new(cmd.as_any().encode_to_vec());
+    Ok(Response::new(
+        FlightInfo::new()
+            .try_with_schema(schema.as_ref())
+            .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
+            .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+            .with_descriptor(desc)
+            .with_total_records(-1),
+    ))
+}
+
+/// The row count a write answers (its `count` column; 0 for DDL).
+fn row_count(out: &QueryOutput) -> i64 {
+    out.batches
+        .first()
+        .and_then(|b| {
+            b.column_by_name("count")
+                .and_then(|c| c.as_any().downcast_ref::<arrow::array::Int64Array>())
+                .map(|a| a.value(0))
+        })
+        .unwrap_or(0)
+}
+
 fn bad_ticket(e: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("malformed ticket: {e}"))
 }
@@ -166,34 +217,163 @@ impl FlightSqlService for FlightSqlServer {
         cmd: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let desc = request.into_inner();
-        let txn = self.txn(cmd.transaction_id.as_deref())?;
-        let (schema, t) = match self.engine.prepare_sql_in(&cmd.query, txn.as_ref()).await? {
-            Prepared::Query(q) => {
-                let schema = q.schema();
-                let plan_handle = self.plans.put(&cmd.query, q);
-                (
-                    schema,
-                    QuarryTicket {
-                        kind: Some(ticket::Kind::Sql(cmd.query)),
-                        plan_handle,
-                        transaction_id: cmd.transaction_id.unwrap_or_default().to_vec(),
-                    },
-                )
-            }
-            Prepared::Done(out) => {
-                let bytes = quarry_coprocessor::ipc::encode(&out.schema, &out.batches)
-                    .map_err(Error::from)?;
-                (
-                    out.schema,
-                    QuarryTicket {
-                        kind: Some(ticket::Kind::ResultIpc(bytes)),
-                        ..Default::default()
-                    },
-                )
-            }
-        };
-        Ok(Response::new(flight_info(&schema, t, desc)?))
+        let txn_id = cmd.transaction_id.unwrap_or_default().to_vec();
+        let info = self
+            .statement_info(cmd.query, txn_id, request.into_inner())
+            .await?;
+        Ok(Response::new(info))
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        cmd: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let (sql, txn_id) = prepared::query_text(&cmd.prepared_statement_handle)?;
+        let info = self
+            .statement_info(sql, txn_id, request.into_inner())
+            .await?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        prepared::create(self, query).await
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        cmd: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        prepared::bind_query(&cmd.prepared_statement_handle, request.into_inner()).await
+    }
+
+    async fn do_put_prepared_statement_update(
+        &self,
+        cmd: CommandPreparedStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        prepared::update(self, &cmd.prepared_statement_handle, request.into_inner()).await
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<(), Status> {
+        // Nothing is kept for a handle; a malformed one is still an error.
+        prepared::decode_handle(&query.prepared_statement_handle).map(|_| ())
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = catalog::catalogs_schema(&query);
+        command_info(&query, &schema, request.into_inner())
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        Ok(Response::new(one_batch(catalog::catalogs(query)?)))
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = catalog::schemas_schema(&query);
+        command_info(&query, &schema, request.into_inner())
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        Ok(Response::new(one_batch(catalog::schemas(query)?)))
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = catalog::tables_schema(&query);
+        command_info(&query, &schema, request.into_inner())
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let batch = catalog::tables(&self.engine, query).await?;
+        Ok(Response::new(one_batch(batch)))
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = catalog::table_types_schema(&query);
+        command_info(&query, &schema, request.into_inner())
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        Ok(Response::new(one_batch(catalog::table_types(query)?)))
+    }
+
+    async fn get_flight_info_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        command_info(
+            &query,
+            &catalog::primary_keys_schema(),
+            request.into_inner(),
+        )
+    }
+
+    async fn do_get_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let batch = catalog::primary_keys(&self.engine, query).await?;
+        Ok(Response::new(one_batch(batch)))
+    }
+
+    async fn get_flight_info_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = catalog::xdbc_type_info_schema(&query);
+        command_info(&query, &schema, request.into_inner())
+    }
+
+    async fn do_get_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        Ok(Response::new(one_batch(catalog::xdbc_type_info(query)?)))
     }
 
     async fn get_flight_info_fallback(
@@ -238,12 +418,7 @@ impl FlightSqlService for FlightSqlServer {
     ) -> Result<i64, Status> {
         let txn = self.txn(cmd.transaction_id.as_deref())?;
         let out = self.engine.sql_in(&cmd.query, txn.as_ref()).await?;
-        let count = out.batches.first().and_then(|b| {
-            b.column_by_name("count")
-                .and_then(|c| c.as_any().downcast_ref::<arrow::array::Int64Array>())
-                .map(|a| a.value(0))
-        });
-        Ok(count.unwrap_or(0))
+        Ok(row_count(&out))
     }
 
     async fn get_flight_info_sql_info(
@@ -251,17 +426,8 @@ impl FlightSqlService for FlightSqlServer {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let desc = request.into_inner();
-        let ticket = Ticket::new(query.as_any().encode_to_vec());
-        let schema = query.into_builder(sql_info()).schema();
-        Ok(Response::new(
-            FlightInfo::new()
-                .try_with_schema(schema.as_ref())
-                .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
-                .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
-                .with_descriptor(desc)
-                .with_total_records(-1),
-        ))
+        let schema = query.clone().into_builder(sql_info()).schema();
+        command_info(&query, &schema, request.into_inner())
     }
 
     async fn do_get_sql_info(
@@ -312,6 +478,45 @@ impl FlightSqlService for FlightSqlServer {
 }
 
 impl FlightSqlServer {
+    /// GetFlightInfo of a statement's text, run in the transaction
+    /// `txn_id` names (none if empty): a query is planned and waits for
+    /// its DoGet; any other statement runs now and its result rides in
+    /// the ticket.
+    async fn statement_info(
+        &self,
+        sql: String,
+        txn_id: Vec<u8>,
+        desc: FlightDescriptor,
+    ) -> Result<FlightInfo, Status> {
+        let txn = self.txn(Some(txn_id.as_slice()))?;
+        let (schema, t) = match self.engine.prepare_sql_in(&sql, txn.as_ref()).await? {
+            Prepared::Query(q) => {
+                let schema = q.schema();
+                let plan_handle = self.plans.put(&sql, q);
+                (
+                    schema,
+                    QuarryTicket {
+                        kind: Some(ticket::Kind::Sql(sql)),
+                        plan_handle,
+                        transaction_id: txn_id,
+                    },
+                )
+            }
+            Prepared::Done(out) => {
+                let bytes = quarry_coprocessor::ipc::encode(&out.schema, &out.batches)
+                    .map_err(Error::from)?;
+                (
+                    out.schema,
+                    QuarryTicket {
+                        kind: Some(ticket::Kind::ResultIpc(bytes)),
+                        ..Default::default()
+                    },
+                )
+            }
+        };
+        flight_info(&schema, t, desc)
+    }
+
     /// The open transaction a request names, if it names one.
     fn txn(&self, id: Option<&[u8]>) -> Result<Option<Arc<OpenTxn>>, Status> {
         match id {
@@ -339,6 +544,11 @@ fn sql_info() -> &'static SqlInfoData {
             SqlSupportedTransaction::Transaction as i32,
         );
         b.append(SqlInfo::FlightSqlServerCancel, false);
+        b.append(SqlInfo::SqlDdlCatalog, false);
+        b.append(SqlInfo::SqlDdlSchema, false);
+        b.append(SqlInfo::SqlDdlTable, true);
+        b.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+        b.append(SqlInfo::SqlAllTablesAreSelectable, true);
         b.append(SqlInfo::SqlTransactionsSupported, true);
         let repeatable_read = SqlTransactionIsolationLevel::SqlTransactionRepeatableRead as i32;
         b.append(SqlInfo::SqlDefaultTransactionIsolation, repeatable_read);

@@ -1,0 +1,346 @@
+//! The Flight SQL contract, RPC by RPC, against a real compute process:
+//! each call gets the one gRPC status it must (OK for what Quarry serves,
+//! UNIMPLEMENTED for what it does not, INVALID_ARGUMENT for bad input),
+//! and the OK ones answer what a driver expects of them.
+
+mod common;
+
+use arrow::array::{Array, AsArray, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::sql::{
+    ActionBeginSavepointRequest, ActionClosePreparedStatementRequest,
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
+    CommandGetCatalogs, CommandGetCrossReference, CommandGetDbSchemas, CommandGetExportedKeys,
+    CommandGetImportedKeys, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
+    CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
+    CommandPreparedStatementUpdate, CommandStatementIngest, CommandStatementQuery,
+    CommandStatementSubstraitPlan, CommandStatementUpdate, DoPutPreparedStatementResult,
+    DoPutUpdateResult, ProstMessageExt,
+};
+use arrow_flight::{
+    Action, Criteria, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, Ticket,
+};
+use common::*;
+use futures::TryStreamExt;
+use prost::bytes::Bytes;
+use prost::Message;
+use std::sync::Arc;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+type Client = FlightServiceClient<Channel>;
+
+fn cmd(c: &impl ProstMessageExt) -> FlightDescriptor {
+    FlightDescriptor::new_cmd(c.as_any().encode_to_vec())
+}
+
+async fn info(c: &mut Client, command: &impl ProstMessageExt) -> Result<FlightInfo, Status> {
+    Ok(c.get_flight_info(cmd(command)).await?.into_inner())
+}
+
+/// Every batch of the info's one endpoint.
+async fn fetch(c: &mut Client, info: &FlightInfo) -> Result<Vec<RecordBatch>, Status> {
+    assert_eq!(info.endpoint.len(), 1);
+    assert!(
+        info.endpoint[0].location.is_empty(),
+        "reuse this connection"
+    );
+    let ticket = info.endpoint[0].ticket.clone().expect("a ticket");
+    let stream = c.do_get(ticket).await?.into_inner();
+    FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
+        .try_collect()
+        .await
+        .map_err(Status::from)
+}
+
+async fn get(c: &mut Client, command: &impl ProstMessageExt) -> Result<Vec<RecordBatch>, Status> {
+    let i = info(c, command).await?;
+    fetch(c, &i).await
+}
+
+/// A Flight SQL action's one result, unpacked from its `Any`.
+async fn action<R: ProstMessageExt + Default>(
+    c: &mut Client,
+    name: &str,
+    body: &impl ProstMessageExt,
+) -> Result<Option<R>, Status> {
+    let a = Action::new(name, body.as_any().encode_to_vec());
+    let results: Vec<arrow_flight::Result> =
+        c.do_action(a).await?.into_inner().try_collect().await?;
+    Ok(match results.first() {
+        Some(r) => Any::decode(r.body.clone()).unwrap().unpack::<R>().unwrap(),
+        None => None,
+    })
+}
+
+/// DoPut of `command` with `rows` (if any) after it; the one PutResult's
+/// app metadata.
+async fn put(
+    c: &mut Client,
+    command: &impl ProstMessageExt,
+    rows: Option<RecordBatch>,
+) -> Result<Bytes, Status> {
+    let data: Vec<FlightData> = match rows {
+        Some(rows) => FlightDataEncoderBuilder::new()
+            .with_flight_descriptor(Some(cmd(command)))
+            .with_schema(rows.schema())
+            .build(futures::stream::iter([Ok(rows)]))
+            .try_collect()
+            .await
+            .unwrap(),
+        None => vec![FlightData {
+            flight_descriptor: Some(cmd(command)),
+            ..Default::default()
+        }],
+    };
+    let mut results = c.do_put(futures::stream::iter(data)).await?.into_inner();
+    let r = results.message().await?.expect("a PutResult");
+    Ok(r.app_metadata)
+}
+
+fn strings(b: &RecordBatch, column: &str) -> Vec<String> {
+    let a = arrow::compute::cast(b.column_by_name(column).unwrap(), &DataType::Utf8).unwrap();
+    let a = a.as_string::<i32>();
+    (0..a.len()).map(|i| a.value(i).to_string()).collect()
+}
+
+fn ints(id: Vec<i64>) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![Field::new("$1", DataType::Int64, true)]));
+    RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(id))]).unwrap()
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, Status>) -> Code {
+    match r {
+        Ok(_) => Code::Ok,
+        Err(s) => s.code(),
+    }
+}
+
+#[test]
+fn every_flight_sql_rpc_answers_its_one_status() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3"]);
+    pg.ok("CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR, d DECIMAL(10,2))");
+    pg.ok("CREATE TABLE empty_one (x BIGINT)");
+    runtime().block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(pg.compute.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut c = FlightServiceClient::new(channel);
+
+        // Statements: an update answers its count; a query its rows, and a
+        // query of no rows still its schema.
+        let insert = CommandStatementUpdate {
+            query: "INSERT INTO t VALUES (1, 'one', 1.00), (2, 'two', 2.50)".into(),
+            transaction_id: None,
+        };
+        let meta = put(&mut c, &insert, None).await.unwrap();
+        assert_eq!(DoPutUpdateResult::decode(meta).unwrap().record_count, 2);
+        let q = CommandStatementQuery {
+            query: "SELECT x FROM empty_one".into(),
+            transaction_id: None,
+        };
+        let i = info(&mut c, &q).await.unwrap();
+        let schema = Schema::try_from(i.clone()).unwrap();
+        assert_eq!(schema.field(0).name(), "x");
+        let rows: usize = fetch(&mut c, &i)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.num_rows())
+            .sum();
+        assert_eq!(rows, 0);
+        let bad = CommandStatementQuery {
+            query: "SELECT nope FROM t".into(),
+            transaction_id: None,
+        };
+        let e = info(&mut c, &bad).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        assert!(e.message().contains("nope"), "{e}");
+
+        // Catalog commands.
+        let b = get(&mut c, &CommandGetCatalogs {}).await.unwrap();
+        assert_eq!(strings(&b[0], "catalog_name"), ["quarry"]);
+        let b = get(&mut c, &CommandGetDbSchemas::default()).await.unwrap();
+        assert_eq!(strings(&b[0], "db_schema_name"), ["public"]);
+        let tables = CommandGetTables {
+            table_name_filter_pattern: Some("t%".into()),
+            include_schema: true,
+            ..Default::default()
+        };
+        let b = get(&mut c, &tables).await.unwrap();
+        assert_eq!(strings(&b[0], "table_name"), ["t"]);
+        assert_eq!(strings(&b[0], "table_type"), ["TABLE"]);
+        let ipc = b[0]
+            .column_by_name("table_schema")
+            .unwrap()
+            .as_binary::<i32>()
+            .value(0)
+            .to_vec();
+        let t_schema = arrow::ipc::convert::try_schema_from_ipc_buffer(&ipc).unwrap();
+        let names: Vec<_> = t_schema.fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["id", "v", "d"]);
+        assert_eq!(t_schema.field(2).data_type(), &DataType::Decimal128(10, 2));
+        let all = get(&mut c, &CommandGetTables::default()).await.unwrap();
+        assert_eq!(strings(&all[0], "table_name"), ["empty_one", "t"]);
+        let b = get(&mut c, &CommandGetTableTypes {}).await.unwrap();
+        assert_eq!(strings(&b[0], "table_type"), ["TABLE"]);
+        let pk = CommandGetPrimaryKeys {
+            table: "t".into(),
+            ..Default::default()
+        };
+        let b = get(&mut c, &pk).await.unwrap();
+        assert_eq!(strings(&b[0], "column_name"), ["id"]);
+        let no_pk = CommandGetPrimaryKeys {
+            table: "empty_one".into(),
+            ..Default::default()
+        };
+        let rows: usize = get(&mut c, &no_pk)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.num_rows())
+            .sum();
+        assert_eq!(rows, 0);
+        let b = get(&mut c, &CommandGetXdbcTypeInfo { data_type: None })
+            .await
+            .unwrap();
+        let mut types = strings(&b[0], "type_name");
+        types.sort();
+        assert_eq!(
+            types,
+            ["BIGINT", "BOOLEAN", "DATE", "DECIMAL", "DOUBLE", "VARCHAR"]
+        );
+        let b = get(&mut c, &CommandGetSqlInfo { info: vec![] })
+            .await
+            .unwrap();
+        assert!(b[0].num_rows() >= 10);
+
+        // Prepared statements: create, bind, execute, close.
+        let create = ActionCreatePreparedStatementRequest {
+            query: "SELECT v FROM t WHERE id = ?".into(),
+            transaction_id: None,
+        };
+        let p: ActionCreatePreparedStatementResult =
+            action(&mut c, "CreatePreparedStatement", &create)
+                .await
+                .unwrap()
+                .unwrap();
+        let params = arrow::ipc::convert::try_schema_from_ipc_buffer(&p.parameter_schema).unwrap();
+        assert_eq!(params.field(0).data_type(), &DataType::Int64);
+        let data = arrow::ipc::convert::try_schema_from_ipc_buffer(&p.dataset_schema).unwrap();
+        assert_eq!(data.field(0).name(), "v");
+        let unbound = CommandPreparedStatementQuery {
+            prepared_statement_handle: p.prepared_statement_handle.clone(),
+        };
+        let e = info(&mut c, &unbound).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        assert!(e.message().contains("none were bound"), "{e}");
+        let meta = put(&mut c, &unbound, Some(ints(vec![2]))).await.unwrap();
+        let bound = DoPutPreparedStatementResult::decode(meta)
+            .unwrap()
+            .prepared_statement_handle
+            .expect("a handle carrying the values");
+        let query = CommandPreparedStatementQuery {
+            prepared_statement_handle: bound,
+        };
+        let b = get(&mut c, &query).await.unwrap();
+        assert_eq!(strings(&b[0], "v"), ["two"]);
+        let close = ActionClosePreparedStatementRequest {
+            prepared_statement_handle: p.prepared_statement_handle,
+        };
+        let closed =
+            action::<ActionClosePreparedStatementRequest>(&mut c, "ClosePreparedStatement", &close)
+                .await;
+        assert_eq!(code(closed), Code::Ok);
+
+        // A prepared update runs once per parameter row.
+        let create = ActionCreatePreparedStatementRequest {
+            query: "DELETE FROM t WHERE id = $1".into(),
+            transaction_id: None,
+        };
+        let p: ActionCreatePreparedStatementResult =
+            action(&mut c, "CreatePreparedStatement", &create)
+                .await
+                .unwrap()
+                .unwrap();
+        assert!(p.dataset_schema.is_empty(), "an update answers no rows");
+        let update = CommandPreparedStatementUpdate {
+            prepared_statement_handle: p.prepared_statement_handle,
+        };
+        let meta = put(&mut c, &update, Some(ints(vec![1, 2, 3])))
+            .await
+            .unwrap();
+        assert_eq!(DoPutUpdateResult::decode(meta).unwrap().record_count, 2);
+        assert_eq!(pg.ok("SELECT count(*) AS n FROM t"), "n\n0\n");
+        let garbage = CommandPreparedStatementQuery {
+            prepared_statement_handle: Bytes::from_static(b"\xff\xff"),
+        };
+        assert_eq!(code(info(&mut c, &garbage).await), Code::InvalidArgument);
+
+        // What Quarry does not serve.
+        let unimplemented = [
+            (
+                "GetExportedKeys",
+                code(info(&mut c, &CommandGetExportedKeys::default()).await),
+            ),
+            (
+                "GetImportedKeys",
+                code(info(&mut c, &CommandGetImportedKeys::default()).await),
+            ),
+            (
+                "GetCrossReference",
+                code(info(&mut c, &CommandGetCrossReference::default()).await),
+            ),
+            (
+                "StatementSubstraitPlan",
+                code(info(&mut c, &CommandStatementSubstraitPlan::default()).await),
+            ),
+            (
+                "StatementIngest",
+                code(put(&mut c, &CommandStatementIngest::default(), None).await),
+            ),
+            (
+                "BeginSavepoint",
+                code(
+                    action::<ActionBeginSavepointRequest>(
+                        &mut c,
+                        "BeginSavepoint",
+                        &ActionBeginSavepointRequest::default(),
+                    )
+                    .await,
+                ),
+            ),
+            (
+                "Handshake",
+                code(
+                    c.handshake(futures::stream::iter([HandshakeRequest::default()]))
+                        .await,
+                ),
+            ),
+            (
+                "ListFlights",
+                code(c.list_flights(Criteria::default()).await),
+            ),
+            (
+                "GetSchema",
+                code(c.get_schema(cmd(&CommandGetCatalogs {})).await),
+            ),
+            (
+                "PollFlightInfo",
+                code(c.poll_flight_info(cmd(&CommandGetCatalogs {})).await),
+            ),
+        ];
+        for (rpc, got) in unimplemented {
+            assert_eq!(got, Code::Unimplemented, "{rpc}");
+        }
+        let garbage_ticket = c.do_get(Ticket::new(b"\x01\x02".to_vec())).await;
+        assert_ne!(code(garbage_ticket), Code::Ok);
+    });
+}
