@@ -18,8 +18,9 @@
 //! background. Compute keeps the last write of each key for this.
 //! `ROLLBACK` removes the locks. The first key
 //! the transaction locked is its primary: while the transaction is open,
-//! a heartbeat every [`HEARTBEAT_EVERY`] keeps the primary's lock alive,
-//! so readers wait for the transaction instead of rolling it back; a
+//! a heartbeat every [`HEARTBEAT_EVERY`] keeps the primary's lock alive
+//! for [`HEARTBEAT_TTL`](crate::txn::HEARTBEAT_TTL) more, so readers and
+//! writers wait for the transaction instead of rolling it back; a
 //! transaction idle for [`IDLE_TIMEOUT`] is rolled back and forgotten
 //! (its client went away). A statement that fails inside a transaction
 //! aborts it, as in PostgreSQL: its locks go, and every later statement

@@ -63,6 +63,13 @@ use crate::{Error, Result};
 /// How long a lock outlives its transaction's start unless committed: a
 /// reader may roll back a lock older than this (TiKV's default is 3 s).
 pub const LOCK_TTL: Duration = Duration::from_secs(3);
+/// How long an open transaction's primary lock outlives each heartbeat
+/// (TiDB gives its pessimistic transactions' managed locks 20 s). Its
+/// heartbeats come every second (`session.rs`), but on a loaded machine a
+/// few in a row can be late; with [`LOCK_TTL`] from each one, a writer
+/// could roll back a transaction whose client is alive. A client that
+/// dies blocks writers of its rows this long at most.
+pub const HEARTBEAT_TTL: Duration = Duration::from_secs(10);
 /// Regions a transaction's step talks to at once.
 const TXN_CONCURRENCY: usize = 8;
 /// The longest a reader waits for a running transaction before asking
@@ -334,7 +341,7 @@ impl Txns {
     ) -> Result<()> {
         let step = Step::HeartBeat {
             start_ts,
-            ttl_ms: lock_ttl_ms(start_ts),
+            ttl_ms: ttl_from_now_ms(start_ts, HEARTBEAT_TTL),
         };
         self.run(step, as_mutations(vec![primary.to_vec()]), deadline)
             .await
@@ -450,10 +457,15 @@ impl Txns {
 /// ago (a slow UPDATE's scan, an open BEGIN) still gets [`LOCK_TTL`] from
 /// now.
 pub fn lock_ttl_ms(start_ts: u64) -> u64 {
+    ttl_from_now_ms(start_ts, LOCK_TTL)
+}
+
+/// A TTL counted from start_ts that ends `ttl` from now.
+fn ttl_from_now_ms(start_ts: u64, ttl: Duration) -> u64 {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    now_ms.saturating_sub(start_ts >> 18) + LOCK_TTL.as_millis() as u64
+    now_ms.saturating_sub(start_ts >> 18) + ttl.as_millis() as u64
 }
 
 fn as_mutations(keys: Vec<Vec<u8>>) -> Vec<Mutation> {
