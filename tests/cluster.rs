@@ -385,11 +385,7 @@ fn a_flight_ticket_answers_its_own_sql_with_or_without_the_kept_plan() {
     let _serial = SERIAL.lock();
     let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
     runtime().block_on(async {
-        let channel = tonic::transport::Endpoint::from_shared(pg.compute.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = pg.compute_channel().await;
         let mut flight = FlightServiceClient::new(channel);
         // The statement handle inside each query's ticket.
         let mut handles = Vec::new();

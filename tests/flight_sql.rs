@@ -127,11 +127,7 @@ fn every_flight_sql_rpc_answers_its_one_status() {
     pg.ok("CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR, d DECIMAL(10,2))");
     pg.ok("CREATE TABLE empty_one (x BIGINT)");
     runtime().block_on(async {
-        let channel = tonic::transport::Endpoint::from_shared(pg.compute.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = pg.compute_channel().await;
         let mut c = FlightServiceClient::new(channel);
 
         // Statements: an update answers its count; a query its rows, and a

@@ -258,11 +258,7 @@ fn flight_sql_transactions_begin_run_statements_and_end() {
     let pg = Playground::start(&["--stores", "3"]);
     pg.ok("CREATE TABLE f (id BIGINT PRIMARY KEY, v BIGINT)");
     runtime().block_on(async {
-        let channel = tonic::transport::Endpoint::from_shared(pg.compute.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = pg.compute_channel().await;
         let mut c = FlightSqlServiceClient::new(channel);
         // GetSqlInfo says transactions are supported.
         let info = c

@@ -170,6 +170,15 @@ impl Playground {
             .expect("run quarry sql")
     }
 
+    /// A gRPC channel to the compute process (for Flight clients).
+    pub async fn compute_channel(&self) -> tonic::transport::Channel {
+        tonic::transport::Endpoint::from_shared(self.compute.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
     /// Runs SQL that must succeed; returns stdout.
     pub fn ok(&self, sql: &str) -> String {
         let out = self.sql("csv", sql);

@@ -136,22 +136,32 @@ impl PlanCache {
     }
 }
 
+/// A FlightInfo of `schema` with one endpoint (no locations: reuse this
+/// connection) holding `ticket`.
+fn info_with_ticket(
+    schema: &SchemaRef,
+    ticket: Ticket,
+    desc: FlightDescriptor,
+) -> Result<FlightInfo, Status> {
+    Ok(FlightInfo::new()
+        .try_with_schema(schema.as_ref())
+        .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
+        .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+        .with_descriptor(desc)
+        .with_total_records(-1))
+}
+
+/// The FlightInfo of a statement: its ticket is Quarry's, inside a
+/// `TicketStatementQuery`.
 fn flight_info(
     schema: &SchemaRef,
     t: QuarryTicket,
     desc: FlightDescriptor,
 ) -> Result<FlightInfo, Status> {
-    let handle = t.encode_to_vec();
     let ticket = TicketStatementQuery {
-        statement_handle: handle.into(),
+        statement_handle: t.encode_to_vec().into(),
     };
-    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
-    Ok(FlightInfo::new()
-        .try_with_schema(schema.as_ref())
-        .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
-        .with_endpoint(endpoint)
-        .with_descriptor(desc)
-        .with_total_records(-1))
+    info_with_ticket(schema, Ticket::new(ticket.as_any().encode_to_vec()), desc)
 }
 
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
@@ -182,14 +192,7 @@ fn command_info(
     desc: FlightDescriptor,
 ) -> Result<Response<FlightInfo>, Status> {
     let ticket = Ticket::new(cmd.as_any().encode_to_vec());
-    Ok(Response::new(
-        FlightInfo::new()
-            .try_with_schema(schema.as_ref())
-            .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
-            .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
-            .with_descriptor(desc)
-            .with_total_records(-1),
-    ))
+    Ok(Response::new(info_with_ticket(schema, ticket, desc)?))
 }
 
 /// The row count a write answers (its `count` column; 0 for DDL).
