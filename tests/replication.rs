@@ -393,8 +393,9 @@ fn a_store_down_past_the_timeout_has_its_replicas_recreated() {
         }
         assert!(
             Instant::now() < deadline,
-            "replicas were not moved off store {victim} (region → stores of its peers): {regions:?}\nstderr:\n{}",
-            pg.stderr()
+            "replicas were not moved off store {victim} (region → stores of its peers): {regions:?}\nstderr:\n{}\nlogs:\n{}",
+            pg.stderr(),
+            pg.log_lines("replica")
         );
         std::thread::sleep(Duration::from_millis(500));
     }

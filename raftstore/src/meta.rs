@@ -107,6 +107,9 @@ fn next_timestamps(
 /// A store not heard from for this long is considered down.
 pub const STORE_DOWN_AFTER: Duration = Duration::from_secs(10);
 
+/// How many regions the meta leader repairs at once after a store died.
+const REPAIR_CONCURRENCY: usize = 8;
+
 struct Liveness {
     last_seen: Instant,
     leaders: Vec<u64>,
@@ -767,8 +770,17 @@ impl<E: Engine> Meta<E> {
     }
 
     /// On the meta leader: moves replicas off stores that have been down
-    /// longer than `max-store-down-secs`, onto live stores without one: add
-    /// the new peer, then remove the dead one, region after region.
+    /// longer than `max-store-down-secs`, onto live stores without one:
+    /// remove the dead peer, then add a new one. Regions are repaired
+    /// [`REPAIR_CONCURRENCY`] at a time.
+    ///
+    /// Removing first is what TiKV's PD gets from adding a learner: the
+    /// conf change that adds the replacement commits among the live peers
+    /// alone. Adding first would make a four-peer group whose quorum (3)
+    /// needs the new, empty peer, so removing the dead one would wait for
+    /// the new peer's snapshot. Both orders survive the same failures
+    /// during the repair (one more lost store blocks the region either
+    /// way).
     pub async fn repair_replicas(&self) -> Result<()> {
         tracing::trace!(leading_for = ?self.leading_for(), "checking for replicas on down stores");
         if self.leading_for() < self.max_store_down.max(STORE_DOWN_AFTER) {
@@ -786,25 +798,37 @@ impl<E: Engine> Meta<E> {
                 .map(|s| s.id)
                 .collect()
         };
-        if dead.is_empty() {
+        let live = self.live_stores(&all);
+        let regions = self.regions_in(b"", b"").await?;
+        // Adding the meta region's replicas is ensure_meta_replicas' job.
+        let want = self.replicas.min(all.len());
+        let needs_repair = |r: &Region| {
+            (r.id != keys::META_REGION_ID && r.peers.len() < want)
+                || r.peers.iter().any(|p| dead.contains(&p.store_id))
+        };
+        if !regions.iter().any(needs_repair) {
             return Ok(());
         }
-        tracing::debug!(?dead, "stores down past max-store-down-secs");
-        let live = self.live_stores(&all);
-        for region in self.regions_in(b"", b"").await? {
-            // One region's failure (its leader moving, a slow snapshot)
-            // must not stop the others: it is retried next round.
-            if let Err(e) = self.repair_region(&region, &dead, &live, &all).await {
-                tracing::warn!(region = region.id, "re-creating a replica: {e}");
-            }
-        }
+        tracing::debug!(?dead, "repairing regions with replicas on down stores");
+        use futures::StreamExt;
+        futures::stream::iter(regions.iter().filter(|r| needs_repair(r)))
+            .for_each_concurrent(REPAIR_CONCURRENCY, |region| async {
+                // One region's failure (its leader moving, a slow
+                // snapshot) must not stop the others: it is retried next
+                // round.
+                if let Err(e) = self.repair_region(region, &dead, &live, &all).await {
+                    tracing::warn!(region = region.id, "re-creating a replica: {e}");
+                }
+            })
+            .await;
         Ok(())
     }
 
-    /// Moves one replica of `region` off a dead store: adds a peer on a
-    /// live store without one, then removes the dead peer. A region that
-    /// already has more than `replicas` peers (a repair cut short between
-    /// its two steps) only loses the dead one.
+    /// Moves one replica of `region` off a dead store: removes the dead
+    /// peer, then adds one on a live store without one. A region with
+    /// fewer than `replicas` peers (a repair cut short between its two
+    /// steps, or one made while fewer stores had joined) only gets the new
+    /// peer. A dead peer stays while no live store could take its place.
     async fn repair_region(
         &self,
         region: &Region,
@@ -812,14 +836,14 @@ impl<E: Engine> Meta<E> {
         live: &[StoreInfo],
         all: &[StoreInfo],
     ) -> Result<()> {
-        let Some(gone) = region
+        let target = live
+            .iter()
+            .find(|s| !region.peers.iter().any(|p| p.store_id == s.id));
+        let gone = region
             .peers
             .iter()
             .find(|p| dead.contains(&p.store_id))
-            .copied()
-        else {
-            return Ok(());
-        };
+            .copied();
         let leader_store = {
             let live = self.live.lock();
             region
@@ -838,11 +862,24 @@ impl<E: Engine> Meta<E> {
             );
             return Ok(());
         };
-        if region.peers.len() <= self.replicas {
-            let Some(target) = live
-                .iter()
-                .find(|s| !region.peers.iter().any(|p| p.store_id == s.id))
-            else {
+        let mut peers = region.peers.len();
+        if let Some(gone) = gone {
+            if target.is_none() && peers <= self.replicas {
+                return Ok(());
+            }
+            tracing::info!(
+                region = region.id,
+                store = gone.store_id,
+                "removing the replica of a store that is down"
+            );
+            let removed = self
+                .change_peer_at(leader_store, region.id, gone, true)
+                .await?;
+            peers = removed.peers.len();
+            self.report_regions(vec![removed]).await?;
+        }
+        if peers < self.replicas.min(all.len()) {
+            let Some(target) = target else {
                 return Ok(());
             };
             let id = self.alloc_ids(1).await?;
@@ -852,19 +889,15 @@ impl<E: Engine> Meta<E> {
             };
             tracing::info!(
                 region = region.id,
-                from = gone.store_id,
                 to = target.id,
-                "re-creating a replica of a store that is down"
+                "re-creating a replica on a live store"
             );
             let added = self
                 .change_peer_at(leader_store, region.id, new_peer, false)
                 .await?;
             self.report_regions(vec![added]).await?;
         }
-        let removed = self
-            .change_peer_at(leader_store, region.id, gone, true)
-            .await?;
-        self.report_regions(vec![removed]).await
+        Ok(())
     }
 
     async fn change_peer_at(

@@ -162,6 +162,30 @@ impl Playground {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
+    /// The lines of the children's logs (`DIR/data/<name>.log`) that
+    /// contain `needle`, each prefixed by its log's name: for failure
+    /// messages.
+    pub fn log_lines(&self, needle: &str) -> String {
+        let mut out = String::new();
+        let Ok(entries) = std::fs::read_dir(self.dir.path().join("data")) else {
+            return out;
+        };
+        let mut logs: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        logs.sort();
+        for log in logs {
+            let name = log.file_stem().unwrap_or_default().to_string_lossy();
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            for line in text.lines().filter(|l| l.contains(needle)) {
+                out.push_str(&format!("{name}: {line}\n"));
+            }
+        }
+        out
+    }
+
     /// `quarry sql --addr <compute> --format <format> <sql>`.
     pub fn sql(&self, format: &str, sql: &str) -> Output {
         Command::new(QUARRY)
