@@ -1,5 +1,5 @@
 //! The `quarry` binary's library half: TPC-H data and answers, the bulk
-//! loader, the local multi-process cluster, the benches (TPC-H, writes,
+//! loaders (TPC-H, Parquet and CSV files), the local multi-process cluster, the benches (TPC-H, writes,
 //! the bank workload, YCSB), and result printing.
 //! `src/main.rs` is the command line over these.
 
@@ -10,10 +10,12 @@ pub mod answers;
 pub mod bank;
 pub mod bench;
 pub mod load;
+pub mod load_file;
 pub mod local;
 pub mod output;
 pub mod script;
 pub mod shell;
 pub mod status;
+pub mod status_server;
 pub mod tpch;
 pub mod ycsb;

@@ -77,16 +77,34 @@ impl Default for LoadOptions {
 }
 
 /// Per-region buffers of KV pairs, sent to the writer when full.
-struct Sink {
+pub(crate) struct Sink {
     buffers: Vec<(Vec<KvPair>, usize)>,
     tx: mpsc::Sender<(usize, Vec<KvPair>)>,
     batch_bytes: usize,
     bytes: Arc<AtomicU64>,
-    failed: Option<anyhow::Error>,
+    pub(crate) failed: Option<anyhow::Error>,
 }
 
 impl Sink {
-    fn push(&mut self, region: usize, key: Vec<u8>, value: Vec<u8>) {
+    pub(crate) fn new(
+        regions: usize,
+        tx: mpsc::Sender<(usize, Vec<KvPair>)>,
+        batch_bytes: usize,
+        bytes: Arc<AtomicU64>,
+    ) -> Self {
+        Sink {
+            buffers: vec![(Vec::new(), 0); regions],
+            tx,
+            batch_bytes,
+            bytes,
+            failed: None,
+        }
+    }
+
+    /// Buffers a pair for region `region` (an index into the table's
+    /// regions), sending the region's buffer when it is full. Runs on a
+    /// blocking thread.
+    pub(crate) fn push(&mut self, region: usize, key: Vec<u8>, value: Vec<u8>) {
         if self.failed.is_some() {
             return;
         }
@@ -103,6 +121,65 @@ impl Sink {
             }
         }
     }
+
+    /// Sends what is left in every buffer.
+    pub(crate) fn flush(self) -> Result<()> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        for (r, (pairs, _)) in self.buffers.into_iter().enumerate() {
+            if !pairs.is_empty() && self.tx.blocking_send((r, pairs)).is_err() {
+                return Err(anyhow!("the writer stopped"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes the region batches that arrive on `rx`, a few at once; the
+/// writer follows leader changes and retries through failures. Returns
+/// the first error (and stops taking batches, so senders see it).
+pub(crate) async fn write_batches(
+    meta: &Arc<Cluster>,
+    mut rx: mpsc::Receiver<(usize, Vec<KvPair>)>,
+) -> Option<anyhow::Error> {
+    let writer = Arc::new(KvWriter::new(
+        meta.clone(),
+        Arc::new(RegionCache::new(meta.clone())),
+    ));
+    let inflight = Arc::new(Semaphore::new(4));
+    let mut puts = tokio::task::JoinSet::new();
+    let mut write_error = None;
+    while let Some((_region, pairs)) = rx.recv().await {
+        let permit = match inflight.clone().acquire_owned().await {
+            Ok(p) => p,
+            Err(e) => return Some(e.into()),
+        };
+        let writer = writer.clone();
+        puts.spawn(async move {
+            let _permit = permit;
+            writer
+                .put(pairs, false, WRITE_TIMEOUT)
+                .await
+                .map_err(anyhow::Error::from)
+        });
+        while let Some(done) = puts.try_join_next() {
+            if let Err(e) = done.map_err(anyhow::Error::from).and_then(|r| r) {
+                write_error = Some(e);
+                break;
+            }
+        }
+        if write_error.is_some() {
+            break;
+        }
+    }
+    drop(rx);
+    while let Some(done) = puts.join_next().await {
+        if let Err(e) = done.map_err(anyhow::Error::from).and_then(|r| r) {
+            write_error.get_or_insert(e);
+        }
+    }
+    write_error
 }
 
 /// What one table's load did.
@@ -130,7 +207,7 @@ pub const REGION_BYTES: u64 = 48 << 20;
 /// How long one batch may take to be written, through retries.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn cluster(stores: &[String]) -> Arc<Cluster> {
+pub(crate) fn cluster(stores: &[String]) -> Arc<Cluster> {
     Arc::new(Cluster::new(stores.to_vec(), Duration::from_secs(10)))
 }
 
@@ -275,7 +352,7 @@ async fn load_table(
 
     // Workers → (region index, pairs) → writer. Parts of at least a pack's
     // rows, so small tables are not cut into tiny packs.
-    let (tx, mut rx) = mpsc::channel::<(usize, Vec<KvPair>)>(opts.threads * 2 + 2);
+    let (tx, rx) = mpsc::channel::<(usize, Vec<KvPair>)>(opts.threads * 2 + 2);
     let parts = (opts.threads * 8)
         .max(regions)
         .min(approx_rows.div_ceil(PACK_ROWS as u64) as usize)
@@ -301,13 +378,7 @@ async fn load_table(
             opts.layout,
         );
         workers.push(tokio::task::spawn_blocking(move || -> Result<()> {
-            let mut sink = Sink {
-                buffers: vec![(Vec::new(), 0); nregions],
-                tx,
-                batch_bytes,
-                bytes,
-                failed: None,
-            };
+            let mut sink = Sink::new(nregions, tx, batch_bytes, bytes);
             let mut packs = match layout {
                 Layout::Column => (0..nregions)
                     .map(|_| PackBuilder::new(&t.columns()))
@@ -354,51 +425,12 @@ async fn load_table(
                     return Err(e);
                 }
             }
-            for (r, (pairs, _)) in sink.buffers.into_iter().enumerate() {
-                if !pairs.is_empty() && sink.tx.blocking_send((r, pairs)).is_err() {
-                    return Err(anyhow!("the writer stopped"));
-                }
-            }
-            Ok(())
+            sink.flush()
         }));
     }
     drop(tx);
 
-    // The writer: one region batch per call, a few in flight; the writer
-    // follows leader changes and retries through failures.
-    let writer = Arc::new(KvWriter::new(
-        meta.clone(),
-        Arc::new(RegionCache::new(meta.clone())),
-    ));
-    let inflight = Arc::new(Semaphore::new(4));
-    let mut puts = tokio::task::JoinSet::new();
-    let mut write_error = None;
-    while let Some((_region, pairs)) = rx.recv().await {
-        let permit = inflight.clone().acquire_owned().await?;
-        let writer = writer.clone();
-        puts.spawn(async move {
-            let _permit = permit;
-            writer
-                .put(pairs, false, WRITE_TIMEOUT)
-                .await
-                .map_err(anyhow::Error::from)
-        });
-        while let Some(done) = puts.try_join_next() {
-            if let Err(e) = done? {
-                write_error = Some(e);
-                break;
-            }
-        }
-        if write_error.is_some() {
-            break;
-        }
-    }
-    drop(rx);
-    while let Some(done) = puts.join_next().await {
-        if let Err(e) = done? {
-            write_error.get_or_insert(e);
-        }
-    }
+    let mut write_error = write_batches(meta, rx).await;
     for w in workers {
         if let Err(e) = w.await? {
             write_error.get_or_insert(e);

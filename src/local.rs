@@ -26,6 +26,8 @@ pub struct Proc {
     pub child: Child,
     pub pid: u32,
     pub addr: String,
+    /// Its status port's URL (`http://HOST:PORT`: `/metrics`), if any.
+    pub status: Option<String>,
 }
 
 pub struct LocalCluster {
@@ -88,10 +90,17 @@ pub async fn spawn(exe: &Path, name: &str, args: &[String], log: &Path) -> Resul
     let pid = child.id().ok_or_else(|| anyhow!("{name} exited at once"))?;
     let stdout = child.stdout.take().expect("stdout is piped");
     let mut lines = BufReader::new(stdout).lines();
-    let addr = tokio::time::timeout(START_TIMEOUT, async {
+    let (addr, status) = tokio::time::timeout(START_TIMEOUT, async {
         while let Some(line) = lines.next_line().await? {
-            if let Some((_, addr)) = line.split_once("listening on ") {
-                return Ok(addr.trim().to_string());
+            // "... listening on ADDR[ status URL]"
+            if let Some((_, rest)) = line.split_once("listening on ") {
+                let mut words = rest.split_whitespace();
+                let addr = words.next().unwrap_or_default().to_string();
+                let status = match (words.next(), words.next()) {
+                    (Some("status"), Some(url)) => Some(url.to_string()),
+                    _ => None,
+                };
+                return Ok((addr, status));
             }
         }
         Err(anyhow!("{name} exited before it was ready"))
@@ -107,6 +116,7 @@ pub async fn spawn(exe: &Path, name: &str, args: &[String], log: &Path) -> Resul
         child,
         pid,
         addr,
+        status,
     })
 }
 
@@ -204,6 +214,8 @@ impl LocalCluster {
             addr,
             "--data-dir".into(),
             self.dir.join(&name).display().to_string(),
+            "--status-addr".into(),
+            "127.0.0.1:0".into(),
             "--exit-with-parent".into(),
         ];
         if id > 1 {
@@ -243,6 +255,8 @@ impl LocalCluster {
             addr,
             "--stores".into(),
             self.store_addrs().join(","),
+            "--status-addr".into(),
+            "127.0.0.1:0".into(),
             "--exit-with-parent".into(),
         ];
         args.extend(self.compute_args.iter().cloned());
@@ -258,6 +272,8 @@ impl LocalCluster {
             "127.0.0.1:0".into(),
             "--stores".into(),
             self.store_addrs().join(","),
+            "--status-addr".into(),
+            "127.0.0.1:0".into(),
             "--exit-with-parent".into(),
         ];
         all.extend(self.compute_args.iter().cloned());

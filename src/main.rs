@@ -4,6 +4,7 @@
 //! * `quarry compute`: a compute process (SQL, planning, Arrow Flight SQL).
 //! * `quarry playground`: a local cluster of both, in one command.
 //! * `quarry load tpch`: bulk-load the TPC-H tables (all eight, or some).
+//! * `quarry load parquet|csv`: load files into a new or existing table.
 //! * `quarry sql`: run one statement and print the result.
 //! * `quarry bench tpch`: time TPC-H queries (Q1/Q6, any of the 22, or
 //!   all) and check the answers against DuckDB's.
@@ -18,6 +19,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use quarry::load::{existing_tables, load_tpch, LoadOptions, LoadReport};
+use quarry::load_file::{load_files, FileFormat, LoadFileOptions};
 use quarry::local::{ClusterArgs, LocalCluster};
 use quarry::output::{self, Format};
 use quarry::tpch::Table;
@@ -80,6 +82,9 @@ struct StorageArgs {
     addr: Option<String>,
     #[arg(long)]
     advertise_addr: Option<String>,
+    /// HTTP status address (/metrics, /health); port 0 picks a free one.
+    #[arg(long)]
+    status_addr: Option<String>,
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Stores to join, comma-separated (none: bootstrap a new cluster).
@@ -127,6 +132,13 @@ struct ComputeArgs {
     config: Option<PathBuf>,
     #[arg(long)]
     addr: Option<String>,
+    /// HTTP status address (/metrics, /health); port 0 picks a free one.
+    #[arg(long)]
+    status_addr: Option<String>,
+    /// Log statements slower than this (ms) at WARN with their plan and
+    /// region statistics; 0 turns the slow-query log off.
+    #[arg(long)]
+    slow_query_ms: Option<u64>,
     /// Store addresses, comma-separated.
     #[arg(long, value_delimiter = ',')]
     stores: Option<Vec<String>>,
@@ -195,6 +207,9 @@ struct PlaygroundArgs {
     /// Query timeout for the compute process.
     #[arg(long)]
     query_timeout_ms: Option<u64>,
+    /// The compute process's slow-query threshold (default 300 ms).
+    #[arg(long)]
+    slow_query_ms: Option<u64>,
     /// Restart a child that exited after this long (SIGHUP restarts at once).
     #[arg(long, default_value_t = 3000)]
     restart_delay_ms: u64,
@@ -231,6 +246,57 @@ enum LoadWhat {
         #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
         layout: LayoutArg,
     },
+    /// Parquet files into a table: a new one (columns and types from the
+    /// first file) or an existing one (columns matched by name).
+    Parquet(LoadFileArgs),
+    /// CSV files into a table: a new one (types inferred from the first
+    /// 1000 rows) or an existing one (parsed as its columns' types).
+    Csv {
+        #[command(flatten)]
+        args: LoadFileArgs,
+        /// The field delimiter.
+        #[arg(long, default_value_t = ',')]
+        delimiter: char,
+        /// The files have no header line: columns are column_1, column_2 ...
+        #[arg(long)]
+        no_header: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct LoadFileArgs {
+    /// Stores of the cluster, comma-separated (any one answers).
+    #[arg(long, value_delimiter = ',', required = true)]
+    store: Vec<String>,
+    /// The table to load into (created if it does not exist).
+    #[arg(long)]
+    table: String,
+    /// Rows per batch read (and per transaction into an existing table).
+    #[arg(long, default_value_t = 8192)]
+    batch_rows: usize,
+    /// Storage layout of a table the load creates.
+    #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
+    layout: LayoutArg,
+    /// No progress bar or progress lines.
+    #[arg(long)]
+    quiet: bool,
+    /// The files, all with the same columns.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+}
+
+impl LoadFileArgs {
+    fn options(self, format: FileFormat) -> LoadFileOptions {
+        LoadFileOptions {
+            format,
+            table: self.table,
+            files: self.files,
+            layout: self.layout.layout(),
+            batch_rows: self.batch_rows,
+            progress: !self.quiet,
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -364,11 +430,15 @@ async fn storage(a: StorageArgs) -> Result<()> {
     if let Some(v) = a.max_store_down_secs {
         cfg.max_store_down_secs = v;
     }
+    if let Some(v) = a.status_addr {
+        cfg.status_addr = v;
+    }
     let id = cfg.store_id;
+    let status = status_suffix(&cfg.status_addr).await?;
     quarry_raftstore::server::run(
         cfg,
         |addr| {
-            println!("storage {id} listening on {addr}");
+            println!("storage {id} listening on {addr}{status}");
             let _ = std::io::stdout().flush();
         },
         shutdown_signal(a.exit_with_parent),
@@ -407,10 +477,17 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     if let Some(v) = a.join_key_list_max {
         cfg.join_key_list_max = v;
     }
+    if let Some(v) = a.status_addr {
+        cfg.status_addr = v;
+    }
+    if let Some(v) = a.slow_query_ms {
+        cfg.slow_query_ms = v;
+    }
+    let status = status_suffix(&cfg.status_addr).await?;
     quarry_compute::server::run(
         cfg,
         |addr| {
-            println!("compute listening on {addr}");
+            println!("compute listening on {addr}{status}");
             let _ = std::io::stdout().flush();
         },
         shutdown_signal(a.exit_with_parent),
@@ -419,8 +496,32 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     Ok(())
 }
 
+/// Starts the status server on `addr` (none if empty); returns what the
+/// "listening on" line ends with: " status http://HOST:PORT".
+async fn status_suffix(addr: &str) -> Result<String> {
+    if addr.is_empty() {
+        return Ok(String::new());
+    }
+    let bound = quarry::status_server::serve(addr).await?;
+    Ok(format!(" status {}", quarry::status_server::url(bound)))
+}
+
+/// " status URL" when the process serves a status port.
+fn status_of(p: &quarry::local::Proc) -> String {
+    p.status
+        .as_ref()
+        .map(|s| format!(" status {s}"))
+        .unwrap_or_default()
+}
+
 fn print_store(out: &mut impl Write, n: usize, p: &quarry::local::Proc) -> std::io::Result<()> {
-    writeln!(out, "storage {n}: pid {} addr {}", p.pid, p.addr)?;
+    writeln!(
+        out,
+        "storage {n}: pid {} addr {}{}",
+        p.pid,
+        p.addr,
+        status_of(p)
+    )?;
     out.flush()
 }
 
@@ -459,6 +560,10 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
         args.compute
             .extend(["--query-timeout-ms".to_string(), t.to_string()]);
     }
+    if let Some(t) = a.slow_query_ms {
+        args.compute
+            .extend(["--slow-query-ms".to_string(), t.to_string()]);
+    }
     let mut cluster = LocalCluster::start(&a.dir, a.stores, &args).await?;
     let result = async {
         let mut out = std::io::stdout();
@@ -469,7 +574,13 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
             .compute
             .as_ref()
             .ok_or_else(|| anyhow!("no compute process"))?;
-        writeln!(out, "compute: pid {} addr {}", c.pid, cluster.compute_url())?;
+        writeln!(
+            out,
+            "compute: pid {} addr {}{}",
+            c.pid,
+            cluster.compute_url(),
+            status_of(c)
+        )?;
         out.flush()?;
         if let Some(sf) = a.sf {
             // The marker says what was loaded: "<sf> <layout> <tables>".
@@ -551,7 +662,13 @@ async fn supervise(cluster: &mut LocalCluster, a: &PlaygroundArgs) -> Result<()>
                     match which {
                         Some(i) => print_store(&mut out, i + 1, p)?,
                         None => {
-                            writeln!(out, "compute: pid {} addr http://{}", p.pid, p.addr)?;
+                            writeln!(
+                                out,
+                                "compute: pid {} addr http://{}{}",
+                                p.pid,
+                                p.addr,
+                                status_of(p)
+                            )?;
                             out.flush()?;
                         }
                     }
@@ -641,6 +758,39 @@ async fn run(cli: Cli) -> Result<()> {
             }
             let r = load_tpch(&store, &opts).await?;
             print!("{}", load_summary(&r));
+            Ok(())
+        }
+        Cmd::Load {
+            what: LoadWhat::Parquet(args),
+        } => {
+            init_logging("warn");
+            let store = args.store.clone();
+            let r = load_files(&store, &args.options(FileFormat::Parquet)).await?;
+            print!("{}", r.summary());
+            Ok(())
+        }
+        Cmd::Load {
+            what:
+                LoadWhat::Csv {
+                    args,
+                    delimiter,
+                    no_header,
+                },
+        } => {
+            init_logging("warn");
+            if !delimiter.is_ascii() {
+                return Err(anyhow!(
+                    "--delimiter must be one ASCII character, not '{delimiter}'"
+                ));
+            }
+            let store = args.store.clone();
+            let opts = LoadFileOptions {
+                delimiter: delimiter as u8,
+                header: !no_header,
+                ..args.options(FileFormat::Csv)
+            };
+            let r = load_files(&store, &opts).await?;
+            print!("{}", r.summary());
             Ok(())
         }
         Cmd::Status { store } => {

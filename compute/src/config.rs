@@ -10,6 +10,12 @@ use crate::{Error, Result};
 pub struct ComputeConfig {
     /// Address to serve Arrow Flight SQL on (`127.0.0.1:0` picks a port).
     pub addr: String,
+    /// HTTP status port: Prometheus `/metrics` and `/health` (empty: none;
+    /// port 0 picks a free one). Served by the `quarry` binary.
+    pub status_addr: String,
+    /// Statements that take at least this long are logged at WARN with
+    /// their plan and per-region task statistics (0: none).
+    pub slow_query_ms: u64,
     /// Storage processes to reach the cluster through (any store answers
     /// meta questions; they are tried in order).
     pub stores: Vec<String>,
@@ -38,6 +44,8 @@ impl Default for ComputeConfig {
     fn default() -> Self {
         ComputeConfig {
             addr: "127.0.0.1:4000".into(),
+            status_addr: "127.0.0.1:10080".into(),
+            slow_query_ms: 300,
             stores: vec![],
             query_timeout_ms: 60_000,
             max_inflight_regions: 32,

@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::{cast_with_options, CastOptions};
-use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Float64Type, Int64Type};
+use arrow::datatypes::{DataType, Int64Type};
 use quarry_coprocessor::codec::key::record_key;
-use quarry_coprocessor::codec::row::{Datum, RowDecoder, RowEncoder};
+use quarry_coprocessor::codec::row::{array_datum, Datum, RowDecoder, RowEncoder};
 use quarry_coprocessor::types::{arrow_type, sql_name};
 use quarry_proto::kv::{Mutation, Op};
 use quarry_proto::meta::{Layout, TableDef};
@@ -369,7 +369,7 @@ fn encode_rows(
         }
         let mut datums = Vec::with_capacity(columns.len());
         for ((col, (dt, nullable, max_len)), def) in columns.iter().zip(types).zip(&table.columns) {
-            let d = datum(col, dt, r)?;
+            let d = array_datum(col, dt, r)?;
             match &d {
                 Datum::Null if !nullable => {
                     return Err(plan_err!(
@@ -399,24 +399,4 @@ fn encode_rows(
         });
     }
     Ok(out)
-}
-
-/// Row `r` of `col` (already of type `dt`) as a row-codec datum.
-fn datum<'a>(col: &'a ArrayRef, dt: &DataType, r: usize) -> Result<Datum<'a>> {
-    if col.is_null(r) {
-        return Ok(Datum::Null);
-    }
-    Ok(match dt {
-        DataType::Int64 => Datum::Int(col.as_primitive::<Int64Type>().value(r)),
-        DataType::Float64 => Datum::Float(col.as_primitive::<Float64Type>().value(r)),
-        DataType::Decimal128(..) => Datum::Decimal(col.as_primitive::<Decimal128Type>().value(r)),
-        DataType::Date32 => Datum::Date(col.as_primitive::<Date32Type>().value(r)),
-        DataType::Utf8 => Datum::Bytes(col.as_string::<i32>().value(r).as_bytes()),
-        DataType::Boolean => Datum::Bool(col.as_boolean().value(r)),
-        other => {
-            return Err(Error::Internal(format!(
-                "a column of type {other} cannot be written"
-            )))
-        }
-    })
 }

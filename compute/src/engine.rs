@@ -6,7 +6,7 @@
 //! by region errors.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -132,6 +132,7 @@ fn text_output(column: &str, values: Vec<String>) -> Result<QueryOutput> {
 impl QueryEngine {
     pub fn new(cfg: &ComputeConfig) -> Result<Self> {
         cfg.validate()?;
+        crate::metrics::set_slow_query_threshold(cfg.slow_query_ms);
         let cluster = Arc::new(Cluster::new(cfg.stores.clone(), Duration::from_secs(10)));
         let cache = Arc::new(RegionCache::new(cluster.clone()));
         let txns = Arc::new(Txns::new(cluster.clone(), cache.clone()));
@@ -254,6 +255,13 @@ impl QueryEngine {
     /// writes), or at a fresh snapshot; an error in a transaction aborts
     /// it.
     pub async fn run_in(&self, q: PlannedQuery, txn: Option<&OpenTxn>) -> Result<QueryOutput> {
+        let started = Instant::now();
+        let r = self.run_counted(q, txn).await;
+        crate::metrics::observe("query", started.elapsed(), &r);
+        r
+    }
+
+    async fn run_counted(&self, q: PlannedQuery, txn: Option<&OpenTxn>) -> Result<QueryOutput> {
         let Some(txn) = txn else {
             return self.run(q).await;
         };
@@ -295,6 +303,21 @@ impl QueryEngine {
     /// locks its rows in it (`session.rs`), COMMIT and ROLLBACK end it, and
     /// a statement that fails aborts it.
     pub async fn prepare_sql_in(&self, text: &str, txn: Option<&Arc<OpenTxn>>) -> Result<Prepared> {
+        let started = Instant::now();
+        let r = self.prepare_counted(text, txn).await;
+        // A query is counted when it runs (run_in); what ran here is
+        // every other statement, or a query that failed to plan.
+        if !matches!(r, Ok(Prepared::Query(_))) {
+            let elapsed = started.elapsed();
+            crate::metrics::observe("statement", elapsed, &r);
+            if crate::metrics::is_slow(elapsed) {
+                crate::metrics::log_slow(text, elapsed, "");
+            }
+        }
+        r
+    }
+
+    async fn prepare_counted(&self, text: &str, txn: Option<&Arc<OpenTxn>>) -> Result<Prepared> {
         let Some(txn) = txn else {
             return self.prepare(parse(text)?, None).await;
         };

@@ -29,6 +29,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// The category's name, for metrics: what a client does about it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::InvalidInput(_) => "invalid_input",
+            Error::Overflow(_) => "overflow",
+            Error::Unavailable(_) => "unavailable",
+            Error::Deadline(_) => "deadline",
+            Error::ResourceExhausted(_) => "resource_exhausted",
+            Error::Internal(_) => "internal",
+            Error::Conflict(_) => "conflict",
+        }
+    }
+
     /// The same error, its message followed by `context` (what became of
     /// the work around it).
     pub fn with_context(self, context: &str) -> Error {

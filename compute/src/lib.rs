@@ -57,6 +57,7 @@ pub mod flight;
 pub mod gc_hold;
 pub mod insert;
 pub mod kv_writer;
+pub mod metrics;
 pub mod params;
 pub mod region_cache;
 pub mod server;

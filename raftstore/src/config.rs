@@ -17,6 +17,9 @@ pub struct StorageConfig {
     pub addr: String,
     /// Address other processes reach this store at (default: the bound one).
     pub advertise_addr: Option<String>,
+    /// HTTP status port: Prometheus `/metrics` and `/health` (empty: none;
+    /// port 0 picks a free one). Served by the `quarry` binary.
+    pub status_addr: String,
     pub data_dir: PathBuf,
     /// Stores of the cluster to join; empty on the store that bootstraps.
     pub join: Vec<String>,
@@ -86,6 +89,7 @@ impl Default for StorageConfig {
             store_id: 1,
             addr: "127.0.0.1:20160".into(),
             advertise_addr: None,
+            status_addr: "127.0.0.1:20180".into(),
             data_dir: PathBuf::from("quarry-data/store-1"),
             join: vec![],
             read_pool_threads: 0,

@@ -104,6 +104,7 @@ pub mod grpc_transport;
 pub mod keys;
 pub mod local_read;
 pub mod meta;
+pub mod metrics;
 pub mod node;
 pub mod peer;
 pub mod peer_storage;

@@ -108,7 +108,7 @@ fn next_timestamps(
 pub const STORE_DOWN_AFTER: Duration = Duration::from_secs(10);
 
 /// How many regions the meta leader repairs at once after a store died.
-const REPAIR_CONCURRENCY: usize = 8;
+pub const REPAIR_CONCURRENCY: usize = 8;
 
 struct Liveness {
     last_seen: Instant,

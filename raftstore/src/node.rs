@@ -666,6 +666,7 @@ impl<E: Engine> Node<E> {
             .map_err(|_| Error::Unavailable("the store loop did not answer".into()))?
             .map_err(|_| Error::Unavailable("the store loop stopped".into()))?;
         status.background_work = self.engine.background_work();
+        crate::metrics::refresh(&status, &self.engine.background_stats());
         status.gc_safe_point = self.gc_safe_point();
         status.oldest_readable_ts = self.oldest_readable_ts();
         status.gc_life_time_secs = self.gc_life_ms.load(Ordering::Relaxed) / 1000;
@@ -835,8 +836,15 @@ impl<E: Engine> Node<E> {
 
     /// Runs a coprocessor request: leadership confirmed through the store
     /// loop, then the DAG on the read pool over a RocksDB snapshot. Never
-    /// fails: errors come back inside the response.
+    /// fails: errors come back inside the response. Counted in
+    /// [`crate::metrics`].
     pub async fn coprocessor(&self, req: CopRequest) -> CopResponse {
+        let resp = self.run_coprocessor(req).await;
+        crate::metrics::observe_coprocessor(&resp);
+        resp
+    }
+
+    async fn run_coprocessor(&self, req: CopRequest) -> CopResponse {
         let received = Instant::now();
         let region_error = |e: RegionError| CopResponse {
             region_error: Some(e),

@@ -582,6 +582,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             self.engine.write(&late_wb, !self.cfg.early_apply)?;
         }
         for (proposal, result) in finished {
+            crate::metrics::RAFT_PROPOSE.observe(proposal.proposed_at.elapsed().as_secs_f64());
             proposal.cb.finish(result);
         }
         let now = self.now();

@@ -122,6 +122,10 @@ impl<E: Engine> Worker<E> {
                     tracing::warn!("re-creating replicas: {e}");
                 }
             }
+            // Keeps the region, leader and RocksDB gauges (metrics.rs) fresh.
+            if let Err(e) = self.node.status().await {
+                tracing::debug!("status for the metrics: {e}");
+            }
             if let Err(e) = self.compact_check().await {
                 tracing::debug!("compaction: {e}");
             }

@@ -33,6 +33,9 @@ pub struct Playground {
     pub compute: String,
     pub compute_pid: u32,
     pub stderr_path: std::path::PathBuf,
+    /// The status URLs the process lines ended with: stores in order,
+    /// then compute.
+    pub status_urls: Vec<String>,
 }
 
 impl Playground {
@@ -70,6 +73,7 @@ impl Playground {
         let mut stores = Vec::new();
         let mut compute = String::new();
         let mut compute_pid = 0;
+        let mut status_urls = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(180);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -79,7 +83,10 @@ impl Playground {
                     std::fs::read_to_string(&stderr_path).unwrap_or_default()
                 )
             });
-            let words: Vec<&str> = line.split_whitespace().collect();
+            if let Some((_, url)) = line.rsplit_once(" status ") {
+                status_urls.push(url.to_string());
+            }
+            let words = process_line(&line);
             match words.as_slice() {
                 ["storage", _n, "pid", pid, "addr", addr] => {
                     stores.push((pid.parse().unwrap(), addr.to_string()))
@@ -100,6 +107,7 @@ impl Playground {
             compute,
             compute_pid,
             stderr_path,
+            status_urls,
         }
     }
 
@@ -115,7 +123,7 @@ impl Playground {
                     self.stderr()
                 )
             });
-            let words: Vec<&str> = line.split_whitespace().collect();
+            let words = process_line(&line);
             if let ["storage", n, "pid", pid, "addr", addr] = words.as_slice() {
                 let i: usize = n.trim_end_matches(':').parse::<usize>().unwrap() - 1;
                 self.stores[i] = (pid.parse().unwrap(), addr.to_string());
@@ -136,6 +144,7 @@ impl Playground {
     pub fn extra_compute(&self, args: &[&str]) -> ExtraCompute {
         let mut child = Command::new(QUARRY)
             .args(["compute", "--addr", "127.0.0.1:0", "--exit-with-parent"])
+            .args(["--status-addr", "127.0.0.1:0"])
             .arg("--stores")
             .arg(self.store_addrs().join(","))
             .args(args)
@@ -147,7 +156,12 @@ impl Playground {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+        // "compute listening on ADDR status URL"
+        let addr = line
+            .split_once("listening on ")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .unwrap()
+            .to_string();
         ExtraCompute {
             child,
             url: format!("http://{addr}"),
@@ -272,6 +286,16 @@ impl Drop for ExtraCompute {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A playground process line's words without its " status URL" ending
+/// (the status ports are checked by tests/metrics.rs).
+pub fn process_line(line: &str) -> Vec<&str> {
+    let mut words: Vec<&str> = line.split_whitespace().collect();
+    if words.len() >= 2 && words[words.len() - 2] == "status" {
+        words.truncate(words.len() - 2);
+    }
+    words
 }
 
 pub fn signal(pid: u32, sig: &str) {

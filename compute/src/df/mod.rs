@@ -124,6 +124,8 @@ impl ParsedQuery {
 pub struct PlannedQuery {
     ctx: SessionContext,
     plan: LogicalPlan,
+    /// The statement as planned (for the slow-query log).
+    sql: String,
 }
 
 impl PlannedQuery {
@@ -320,12 +322,13 @@ impl SqlSession {
         let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
         names.sort();
         let ctx = self.context_over(tables)?;
+        let sql = query.0.to_string();
         let plan = ctx
             .state()
             .statement_to_plan(query.0)
             .await
             .map_err(|e| unknown_table(e, &names))?;
-        Ok(PlannedQuery { ctx, plan })
+        Ok(PlannedQuery { ctx, plan, sql })
     }
 
     /// The types DataFusion infers for the placeholders `$1` … `$count`
@@ -369,9 +372,24 @@ impl SqlSession {
             .write()
             .config_mut()
             .set_extension(Arc::new(Snapshot { read_ts }));
+        let started = std::time::Instant::now();
         let df = q.ctx.execute_logical_plan(q.plan).await.map_err(from_df)?;
-        let stream = df.execute_stream().await.map_err(from_df)?;
+        let task = Arc::new(df.task_ctx());
+        let physical = df.create_physical_plan().await.map_err(from_df)?;
+        let stream =
+            datafusion::physical_plan::execute_stream(physical.clone(), task).map_err(from_df)?;
         let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(from_df)?;
+        let elapsed = started.elapsed();
+        if crate::metrics::is_slow(elapsed) {
+            // The plan with what each operator measured: EXPLAIN ANALYZE's.
+            let detail =
+                datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
+                    physical.as_ref(),
+                )
+                .indent(true)
+                .to_string();
+            crate::metrics::log_slow(&q.sql, elapsed, &detail);
+        }
         let schema = batches.first().map_or(schema, |b| b.schema());
         Ok(QueryOutput { schema, batches })
     }

@@ -51,6 +51,25 @@ pub enum Datum<'a> {
     Bool(bool),
 }
 
+/// Row `r` of `col` (an array of the column's own type `dt`) as a datum:
+/// how Arrow data (an UPDATE's new values, a loaded file) is encoded.
+pub fn array_datum<'a>(col: &'a ArrayRef, dt: &DataType, r: usize) -> Result<Datum<'a>> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{Date32Type, Decimal128Type, Float64Type, Int64Type};
+    if col.is_null(r) {
+        return Ok(Datum::Null);
+    }
+    Ok(match dt {
+        DataType::Int64 => Datum::Int(col.as_primitive::<Int64Type>().value(r)),
+        DataType::Float64 => Datum::Float(col.as_primitive::<Float64Type>().value(r)),
+        DataType::Decimal128(..) => Datum::Decimal(col.as_primitive::<Decimal128Type>().value(r)),
+        DataType::Date32 => Datum::Date(col.as_primitive::<Date32Type>().value(r)),
+        DataType::Utf8 => Datum::Bytes(col.as_string::<i32>().value(r).as_bytes()),
+        DataType::Boolean => Datum::Bool(col.as_boolean().value(r)),
+        other => return Err(internal!("a column of type {other} cannot be stored")),
+    })
+}
+
 /// Encodes rows, reusing its scratch buffers between calls.
 #[derive(Default)]
 pub struct RowEncoder {

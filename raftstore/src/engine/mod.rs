@@ -139,6 +139,12 @@ pub trait Engine: Send + Sync + 'static {
     fn background_work(&self) -> bool {
         false
     }
+
+    /// Background work by kind (RocksDB properties summed over column
+    /// families), for the metrics.
+    fn background_stats(&self) -> Vec<(&'static str, u64)> {
+        vec![]
+    }
 }
 
 #[cfg(test)]

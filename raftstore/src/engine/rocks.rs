@@ -155,6 +155,26 @@ impl Engine for RocksEngine {
         })
     }
 
+    fn background_stats(&self) -> Vec<(&'static str, u64)> {
+        const STATS: [&str; 5] = [
+            "rocksdb.num-running-compactions",
+            "rocksdb.num-running-flushes",
+            "rocksdb.compaction-pending",
+            "rocksdb.mem-table-flush-pending",
+            "rocksdb.estimate-pending-compaction-bytes",
+        ];
+        STATS
+            .iter()
+            .map(|&p| {
+                let sum = Cf::ALL
+                    .iter()
+                    .filter_map(|&cf| self.db.property_int_value_cf(self.cf(cf), p).ok().flatten())
+                    .sum();
+                (p.trim_start_matches("rocksdb."), sum)
+            })
+            .collect()
+    }
+
     fn with_snapshot<R>(&self, bounds: &KeyRange, f: impl FnOnce(&mut dyn Storage) -> R) -> R {
         let snapshot = self.db.snapshot();
         let mut storage = RocksStorage {

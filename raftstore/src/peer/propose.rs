@@ -272,6 +272,7 @@ impl<E: Engine> Peer<E> {
             cb.fail(region_error(dropped.into()));
             return;
         }
+        crate::metrics::RAFT_PROPOSALS.inc();
         self.proposals.push_back(Proposal {
             index,
             term: self.term(),
@@ -290,6 +291,7 @@ impl<E: Engine> Peer<E> {
                 return None;
             }
             if p.index == index && p.term == term {
+                crate::metrics::RAFT_COMMIT.observe(p.proposed_at.elapsed().as_secs_f64());
                 if self.is_leader() {
                     self.renew_lease(p.proposed_at);
                 }

@@ -1,0 +1,89 @@
+//! The compute process's Prometheus metrics (default registry, served at
+//! the status port's `/metrics` by the `quarry` binary) and its slow-query
+//! log.
+//!
+//! Statements are counted where they run, in [`crate::engine::QueryEngine`]:
+//! queries (planned by DataFusion, run over the regions) in `run_in`, every
+//! other statement (DDL, INSERT, UPDATE, DELETE, BEGIN …) in
+//! `prepare_sql_in`. An error is counted by its category
+//! ([`crate::Error::kind`]), the categories a client acts on.
+//!
+//! The slow-query log: a query that takes at least the threshold
+//! (`slow-query-ms`, 300 ms by default) is logged at WARN with its SQL and
+//! its physical plan annotated with what each operator measured — the
+//! region scans' per-region task statistics (regions, keys and packs
+//! scanned and skipped, wait and process time), as EXPLAIN ANALYZE shows
+//! them (`df::SqlSession::run_at`). Other statements are logged with their
+//! SQL and time.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::{
+    register_histogram_vec, register_int_counter, register_int_counter_vec, HistogramVec,
+    IntCounter, IntCounterVec,
+};
+
+macro_rules! metric {
+    ($name:ident: $ty:ty = $reg:ident!($($arg:tt)*)) => {
+        pub static $name: LazyLock<$ty> =
+            LazyLock::new(|| $reg!($($arg)*).expect("a metric registers once"));
+    };
+}
+
+metric!(STATEMENTS: IntCounterVec = register_int_counter_vec!(
+    "quarry_compute_statements_total",
+    "Statements run, by kind: query (SELECT, WITH, EXPLAIN) or statement (DDL, INSERT, UPDATE, DELETE, transaction control)",
+    &["kind"]
+));
+metric!(STATEMENT_ERRORS: IntCounterVec = register_int_counter_vec!(
+    "quarry_compute_statement_errors_total",
+    "Statements that failed, by error kind: invalid_input, overflow, unavailable, deadline, resource_exhausted, conflict, internal",
+    &["kind"]
+));
+metric!(STATEMENT_DURATION: HistogramVec = register_histogram_vec!(
+    "quarry_compute_statement_duration_seconds",
+    "Time to run a statement, by kind",
+    &["kind"],
+    prometheus::exponential_buckets(0.0005, 2.0, 16).unwrap_or_default()
+));
+metric!(SLOW_STATEMENTS: IntCounter = register_int_counter!(
+    "quarry_compute_slow_statements_total",
+    "Statements at or over the slow-query threshold (each logged at WARN)"
+));
+
+/// The slow-query threshold in ms (0: off); the process's configuration.
+static SLOW_QUERY_MS: AtomicU64 = AtomicU64::new(300);
+
+pub fn set_slow_query_threshold(ms: u64) {
+    SLOW_QUERY_MS.store(ms, Ordering::Relaxed);
+}
+
+/// Whether a statement that took `elapsed` belongs in the slow-query log.
+pub fn is_slow(elapsed: Duration) -> bool {
+    let ms = SLOW_QUERY_MS.load(Ordering::Relaxed);
+    ms > 0 && elapsed >= Duration::from_millis(ms)
+}
+
+/// Counts a finished statement of `kind` ("query" or "statement").
+pub fn observe<T>(kind: &str, elapsed: Duration, result: &crate::Result<T>) {
+    STATEMENTS.with_label_values(&[kind]).inc();
+    STATEMENT_DURATION
+        .with_label_values(&[kind])
+        .observe(elapsed.as_secs_f64());
+    if let Err(e) = result {
+        STATEMENT_ERRORS.with_label_values(&[e.kind()]).inc();
+    }
+}
+
+/// Logs a slow statement (with `detail`: its plan and statistics, if a
+/// query) and counts it.
+pub fn log_slow(sql: &str, elapsed: Duration, detail: &str) {
+    SLOW_STATEMENTS.inc();
+    tracing::warn!(
+        target: "slow_query",
+        elapsed_ms = elapsed.as_millis() as u64,
+        "slow statement: {sql}\n{detail}"
+    );
+}

@@ -1,0 +1,229 @@
+//! The load's checksum: the row count and, per column, the count of
+//! non-NULL values and an exact sum, computed from the files' batches
+//! ([`Checksum::add`]) and by the cluster over the table
+//! ([`table_checksum`], one aggregate query pushed down like any other).
+
+use anyhow::{anyhow, bail, Context, Result};
+use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Float64Type, Int64Type};
+use quarry_compute::engine::QueryEngine;
+use quarry_coprocessor::types::arrow_type;
+use quarry_proto::meta::TableDef;
+
+use super::quote;
+
+/// One column's part of a [`Checksum`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ColumnSum {
+    /// Values that are not NULL.
+    pub count: i128,
+    /// The exact sum of the column's values as integers (see the module
+    /// docs), or of DOUBLEs in `float`.
+    pub sum: i128,
+    pub float: f64,
+}
+
+/// Row count and per-column sums over a table's columns, computed the
+/// same way from a file's batches and by the cluster.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Checksum {
+    pub rows: i128,
+    pub columns: Vec<ColumnSum>,
+}
+
+impl Checksum {
+    pub(super) fn new(columns: usize) -> Self {
+        Checksum {
+            rows: 0,
+            columns: vec![ColumnSum::default(); columns],
+        }
+    }
+
+    /// Adds a conformed batch (columns in the table's order and types).
+    pub(super) fn add(&mut self, arrays: &[ArrayRef]) -> Result<()> {
+        self.rows += arrays.first().map_or(0, |a| a.len()) as i128;
+        for (sum, a) in self.columns.iter_mut().zip(arrays) {
+            sum.count += (a.len() - a.null_count()) as i128;
+            let valid = |i: usize| a.is_valid(i);
+            let ints: i128 = match a.data_type() {
+                DataType::Int64 => {
+                    let v = a.as_primitive::<Int64Type>();
+                    (0..v.len())
+                        .filter(|&i| valid(i))
+                        .map(|i| v.value(i) as i128)
+                        .sum()
+                }
+                DataType::Decimal128(..) => {
+                    let v = a.as_primitive::<Decimal128Type>();
+                    let mut s = 0i128;
+                    for i in (0..v.len()).filter(|&i| valid(i)) {
+                        s = s
+                            .checked_add(v.value(i))
+                            .ok_or_else(|| anyhow!("decimal checksum overflow"))?;
+                    }
+                    s
+                }
+                DataType::Date32 => {
+                    let v = a.as_primitive::<Date32Type>();
+                    (0..v.len())
+                        .filter(|&i| valid(i))
+                        .map(|i| v.value(i) as i128)
+                        .sum()
+                }
+                DataType::Utf8 => {
+                    let v = a.as_string::<i32>();
+                    (0..v.len())
+                        .filter(|&i| valid(i))
+                        .map(|i| v.value(i).len() as i128)
+                        .sum()
+                }
+                DataType::Float64 => {
+                    let v = a.as_primitive::<Float64Type>();
+                    sum.float += (0..v.len())
+                        .filter(|&i| valid(i))
+                        .map(|i| v.value(i))
+                        .sum::<f64>();
+                    0
+                }
+                other => bail!("no checksum for type {other}"),
+            };
+            sum.sum = sum
+                .sum
+                .checked_add(ints)
+                .ok_or_else(|| anyhow!("checksum overflow"))?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn minus(&self, before: &Checksum) -> Checksum {
+        Checksum {
+            rows: self.rows - before.rows,
+            columns: self
+                .columns
+                .iter()
+                .zip(&before.columns)
+                .map(|(a, b)| ColumnSum {
+                    count: a.count - b.count,
+                    sum: a.sum - b.sum,
+                    float: a.float - b.float,
+                })
+                .collect(),
+        }
+    }
+
+    /// The first difference from `other`, named by column.
+    pub(super) fn difference(&self, other: &Checksum, table: &TableDef) -> Option<String> {
+        if self.rows != other.rows {
+            return Some(format!("{} rows against {}", self.rows, other.rows));
+        }
+        for ((a, b), c) in self.columns.iter().zip(&other.columns).zip(&table.columns) {
+            let close = (a.float - b.float).abs() <= 1e-9 * a.float.abs().max(b.float.abs());
+            if a.count != b.count || a.sum != b.sum || !close {
+                return Some(format!(
+                    "column {}: {} values summing to {} against {} summing to {}",
+                    c.name,
+                    a.count,
+                    if a.float != 0.0 {
+                        a.float.to_string()
+                    } else {
+                        a.sum.to_string()
+                    },
+                    b.count,
+                    if b.float != 0.0 {
+                        b.float.to_string()
+                    } else {
+                        b.sum.to_string()
+                    },
+                ));
+            }
+        }
+        None
+    }
+
+    /// A short digest to print (FNV-1a over the exact parts).
+    pub fn digest(&self) -> String {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |v: i128| {
+            for b in v.to_le_bytes() {
+                h ^= b as u64;
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        eat(self.rows);
+        for c in &self.columns {
+            eat(c.count);
+            eat(c.sum);
+        }
+        format!("{h:016x}")
+    }
+}
+
+/// The query that computes a [`Checksum`] over `table` in the cluster.
+fn checksum_sql(table: &TableDef) -> Result<String> {
+    let mut items = vec!["count(*)".to_string()];
+    for c in &table.columns {
+        let col = quote(&c.name);
+        let t = arrow_type(&c.field_type.unwrap_or_default())?;
+        items.push(format!("count({col})"));
+        items.push(match t {
+            DataType::Float64 => format!("sum({col})"),
+            DataType::Int64 | DataType::Date32 => {
+                format!("sum(CAST(CAST({col} AS BIGINT) AS DECIMAL(38,0)))")
+            }
+            DataType::Decimal128(..) => format!("sum({col})"),
+            DataType::Utf8 => format!("sum(CAST(octet_length({col}) AS DECIMAL(38,0)))"),
+            other => bail!("no checksum for type {other}"),
+        });
+    }
+    Ok(format!(
+        "SELECT {} FROM {}",
+        items.join(", "),
+        quote(&table.name)
+    ))
+}
+
+/// Runs [`checksum_sql`] through an in-process query engine.
+pub(super) async fn table_checksum(engine: &QueryEngine, table: &TableDef) -> Result<Checksum> {
+    let out = engine
+        .sql(&checksum_sql(table)?)
+        .await
+        .context("computing the table's checksum")?;
+    let batch = out
+        .batches
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .ok_or_else(|| anyhow!("the checksum query answered no row"))?;
+    // Each aggregate as an exact integer (NULL sums of no rows are 0).
+    let int = |i: usize| -> Result<i128> {
+        let a = batch.column(i);
+        if a.is_null(0) {
+            return Ok(0);
+        }
+        Ok(match a.data_type() {
+            DataType::Int64 => a.as_primitive::<Int64Type>().value(0) as i128,
+            DataType::Decimal128(..) => a.as_primitive::<Decimal128Type>().value(0),
+            other => bail!("checksum column of type {other}"),
+        })
+    };
+    let mut sum = Checksum {
+        rows: int(0)?,
+        columns: vec![],
+    };
+    for i in 0..table.columns.len() {
+        let (count, value) = (1 + 2 * i, 2 + 2 * i);
+        let a = batch.column(value);
+        let mut c = ColumnSum {
+            count: int(count)?,
+            ..Default::default()
+        };
+        if *a.data_type() == DataType::Float64 {
+            if !a.is_null(0) {
+                c.float = a.as_primitive::<Float64Type>().value(0);
+            }
+        } else {
+            c.sum = int(value)?;
+        }
+        sum.columns.push(c);
+    }
+    Ok(sum)
+}

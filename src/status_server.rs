@@ -1,0 +1,91 @@
+//! The status port every process serves (TiKV's `status-addr`): plain
+//! HTTP/1.1 with hyper, apart from the gRPC port so that a scraper or a
+//! load balancer's health check never competes with queries.
+//!
+//! * `GET /metrics`: the process's Prometheus metrics in the text format
+//!   (`quarry_raftstore::metrics` in a storage process,
+//!   `quarry_compute::metrics` in a compute process: whatever is
+//!   registered in the default registry).
+//! * `GET /health`: `ok`.
+//!
+//! Anything else is 404. The server binds before the process reports that
+//! it is listening, so the address it prints is already served.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus::{Encoder, TextEncoder};
+use tokio::net::TcpListener;
+
+/// Binds `addr` (port 0 picks one) and serves the status endpoints until
+/// the process exits; returns the bound address.
+pub async fn serve(addr: &str) -> Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the status address {addr}"))?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!("status port: accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(respond);
+                if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                {
+                    tracing::debug!("status port connection: {e}");
+                }
+            });
+        }
+    });
+    Ok(local)
+}
+
+async fn respond(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        if let Ok(v) = content_type.parse() {
+            r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        }
+        r
+    };
+    Ok(match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => {
+            let encoder = TextEncoder::new();
+            let mut body = Vec::new();
+            match encoder.encode(&prometheus::gather(), &mut body) {
+                Ok(()) => reply(StatusCode::OK, encoder.format_type(), body),
+                Err(e) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    format!("encoding the metrics failed: {e}\n").into_bytes(),
+                ),
+            }
+        }
+        (&Method::GET, "/health") => reply(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            b"not found; this port serves /metrics and /health\n".to_vec(),
+        ),
+    })
+}
+
+/// "http://HOST:PORT" for a bound status address.
+pub fn url(addr: SocketAddr) -> String {
+    format!("http://{addr}")
+}

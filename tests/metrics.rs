@@ -1,0 +1,136 @@
+//! The status ports: every process line of `quarry playground` ends with
+//! ` status http://HOST:PORT`, each serves Prometheus `/metrics` whose
+//! counters move with the work (coprocessor requests, Raft proposals,
+//! statements and their errors), `/health`, and 404 elsewhere; compute's
+//! slow-query log shows a slow query's SQL and its per-region statistics.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{Playground, SERIAL};
+
+/// GET `path` from `url` (`http://HOST:PORT`): (status code, body).
+fn get(url: &str, path: &str) -> (u16, String) {
+    let host = url.trim_start_matches("http://");
+    let mut s = TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// The value of the sample `name` (with its labels, as printed) in a
+/// metrics page, 0 if absent.
+fn sample(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn every_process_serves_metrics_that_follow_the_work_and_slow_queries_are_logged() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01", "--slow-query-ms", "1"]);
+    assert_eq!(
+        pg.status_urls.len(),
+        4,
+        "three stores and compute print a status URL"
+    );
+    let compute_url = pg.status_urls[3].clone();
+    let stores: Vec<String> = pg.status_urls[..3].to_vec();
+
+    let q6 = quarry::answers::query("q6").unwrap();
+    pg.ok(q6);
+    pg.fails("SELECT no_such_column FROM lineitem");
+
+    // Compute: one query at least, one invalid-input error.
+    let (code, page) = get(&compute_url, "/metrics");
+    assert_eq!(code, 200, "{page}");
+    assert!(
+        sample(&page, "quarry_compute_statements_total{kind=\"query\"}") >= 1.0,
+        "{page}"
+    );
+    assert!(
+        sample(
+            &page,
+            "quarry_compute_statement_errors_total{kind=\"invalid_input\"}"
+        ) >= 1.0,
+        "{page}"
+    );
+    assert!(page.contains("quarry_compute_statement_duration_seconds_bucket"));
+
+    // Stores: coprocessor requests answered, packs scanned, bytes sent,
+    // proposals (the load), regions and leaders, RocksDB gauges.
+    let pages: Vec<String> = stores
+        .iter()
+        .map(|u| {
+            let (code, page) = get(u, "/metrics");
+            assert_eq!(code, 200, "{page}");
+            page
+        })
+        .collect();
+    let total = |name: &str| pages.iter().map(|p| sample(p, name)).sum::<f64>();
+    assert!(
+        total("quarry_coprocessor_requests_total{outcome=\"ok\"}") >= 1.0,
+        "{}",
+        pages[0]
+    );
+    assert!(total("quarry_coprocessor_packs_total{what=\"scanned\"}") >= 1.0);
+    assert!(total("quarry_coprocessor_sent_bytes_total") > 0.0);
+    assert!(total("quarry_raft_proposals_total") >= 1.0);
+    assert!(pages[0].contains("quarry_raft_commit_duration_seconds_bucket"));
+    assert!(pages[0].contains("quarry_raft_apply_duration_seconds_bucket"));
+    // Gauges refresh every couple of seconds: wait for the first.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let leaders: f64 = stores
+            .iter()
+            .map(|u| sample(&get(u, "/metrics").1, "quarry_region_leaders"))
+            .sum();
+        let regions = sample(&get(&stores[0], "/metrics").1, "quarry_regions");
+        if leaders >= 1.0 && regions >= 1.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no region or leader gauge"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(get(&stores[0], "/metrics")
+        .1
+        .contains("quarry_rocksdb_background{property=\"num-running-compactions\"}"));
+
+    // Health and unknown paths.
+    assert_eq!(get(&stores[1], "/health"), (200, "ok\n".to_string()));
+    assert_eq!(get(&compute_url, "/nothing").0, 404);
+
+    // The slow-query log (threshold 1 ms here): Q6's SQL and its region
+    // scan's statistics as EXPLAIN ANALYZE shows them.
+    let log = std::fs::read_to_string(pg.dir.path().join("data/compute.log")).unwrap();
+    let slow = log
+        .split("slow statement: ")
+        .skip(1)
+        .find(|s| s.contains("l_discount"))
+        .unwrap_or_else(|| panic!("no slow-query entry for Q6 in:\n{log}"));
+    assert!(slow.contains("RegionScanExec"), "{slow}");
+    assert!(slow.contains("region requests"), "{slow}");
+    assert!(slow.contains("keys scanned"), "{slow}");
+}
