@@ -20,10 +20,10 @@
 //!    so the retry is what the user asked for; past the limit the user
 //!    gets the conflict, naming the key.
 //!
-//! CAVEATS: rows are found by the table's primary key (the handle); a
-//! table without one cannot be updated or deleted from yet (its implicit
-//! handles are not visible to SQL). The rows a statement changes are held
-//! in compute's memory until the commit.
+//! CAVEATS: rows are found by their handle: the primary key, or for a
+//! table without one the implicit handle that the `_rowid` pseudo-column
+//! shows. The rows a statement changes are held in compute's memory until
+//! the commit.
 
 use std::time::{Duration, Instant};
 

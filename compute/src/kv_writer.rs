@@ -1,5 +1,6 @@
 //! Writing key-value pairs to whatever regions hold them, through region
-//! errors and store failures: used by INSERT and by the bulk loader.
+//! errors and store failures: the bulk loaders' `BatchPut`s (INSERT
+//! goes through transactions, `txn.rs`).
 //!
 //! Pairs are grouped by region and sent as one `BatchPut` per region, a
 //! few regions at once. Region errors, unreachable stores, busy stores,

@@ -12,6 +12,8 @@
 //!     ms{store_id:u64}                Store (id, address)
 //!     mi                              the id allocator's next id
 //!     mh{table_id:i64}                a table's next implicit handle
+//!     mo                              the timestamp oracle's persisted
+//!                                     high-water mark (TSO_LIMIT)
 //!
 //! CF "raft" (local to this store, never replicated)
 //!   \x01s                           StoreIdent: which store this data dir is
