@@ -211,6 +211,29 @@ pub(crate) fn cluster(stores: &[String]) -> Arc<Cluster> {
     Arc::new(Cluster::new(stores.to_vec(), Duration::from_secs(10)))
 }
 
+/// Creates `table` split at `splits` (handles); returns it as meta made
+/// it (with its id) and its regions.
+pub(crate) async fn create_presplit(
+    meta: &Cluster,
+    table: quarry_proto::meta::TableDef,
+    splits: &[i64],
+) -> Result<(
+    quarry_proto::meta::TableDef,
+    Vec<quarry_proto::meta::RegionRoute>,
+)> {
+    let created = meta
+        .create_table(CreateTableRequest {
+            table: Some(table),
+            split_handles: splits.to_vec(),
+            if_not_exists: false,
+        })
+        .await?;
+    let table = created
+        .table
+        .ok_or_else(|| anyhow!("meta returned no table"))?;
+    Ok((table, created.regions))
+}
+
 /// Which of `tables` are there already.
 pub async fn existing_tables(stores: &[String], tables: &[Table]) -> Result<Vec<Table>> {
     present(&cluster(stores), tables).await
@@ -316,17 +339,8 @@ async fn load_table(
     ct.layout = opts.layout;
     let regions = regions_for(t, opts, stores.len());
     let splits = t.split_handles(opts.sf, regions);
-    let created = meta
-        .create_table(CreateTableRequest {
-            table: Some(ct.table_def()),
-            split_handles: splits.clone(),
-            if_not_exists: false,
-        })
-        .await?;
-    let table = created
-        .table
-        .ok_or_else(|| anyhow!("meta returned no table"))?;
-    let routes = Arc::new(created.regions);
+    let (table, routes) = create_presplit(meta, ct.table_def(), &splits).await?;
+    let routes = Arc::new(routes);
     if routes.len() != splits.len() + 1 {
         bail!(
             "expected {} regions for {t}, meta made {}",

@@ -69,6 +69,15 @@ pub fn convertible(from: &DataType, to: &DataType) -> bool {
     }
 }
 
+/// The position of `table`'s column called `name`: the exact name, else
+/// the one that differs only in case.
+pub(super) fn column_named(table: &TableDef, name: &str) -> Option<usize> {
+    let cols = &table.columns;
+    cols.iter()
+        .position(|c| c.name == name)
+        .or_else(|| cols.iter().position(|c| c.name.eq_ignore_ascii_case(name)))
+}
+
 /// How a file's columns fill a table's: per table column, the file
 /// column feeding it (or none: NULLs).
 pub(super) struct Conform {
@@ -88,17 +97,7 @@ impl Conform {
             .collect::<Result<Vec<_>>>()?;
         let mut sources = vec![None; table.columns.len()];
         for (fi, f) in file.fields().iter().enumerate() {
-            let pos = table
-                .columns
-                .iter()
-                .position(|c| c.name == *f.name())
-                .or_else(|| {
-                    table
-                        .columns
-                        .iter()
-                        .position(|c| c.name.eq_ignore_ascii_case(f.name()))
-                });
-            let Some(pos) = pos else {
+            let Some(pos) = column_named(&table, f.name()) else {
                 let names: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
                 bail!(
                     "the file's column '{}' is not in table {}; its columns are: {}",

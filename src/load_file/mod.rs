@@ -59,10 +59,10 @@ use quarry_coprocessor::codec::pack::{PackBuilder, PACK_ROWS};
 use quarry_coprocessor::codec::row::{array_datum, Datum, RowEncoder};
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::kv::{Mutation, Op};
-use quarry_proto::meta::{CreateTableRequest, Layout, TableDef};
+use quarry_proto::meta::{Layout, TableDef};
 use tokio::sync::mpsc;
 
-use crate::load::{cluster, write_batches, Sink, REGION_BYTES};
+use crate::load::{cluster, create_presplit, write_batches, Sink, REGION_BYTES};
 
 mod checksum;
 mod conform;
@@ -227,17 +227,7 @@ fn csv_schema_for(table: &TableDef, header: &Schema) -> Result<SchemaRef> {
         .fields()
         .iter()
         .map(|f| {
-            let c = table
-                .columns
-                .iter()
-                .find(|c| c.name == *f.name())
-                .or_else(|| {
-                    table
-                        .columns
-                        .iter()
-                        .find(|c| c.name.eq_ignore_ascii_case(f.name()))
-                });
-            let t = match c {
+            let t = match conform::column_named(table, f.name()).map(|i| &table.columns[i]) {
                 Some(c) => arrow_type(&c.field_type.unwrap_or_default())?,
                 // Conform names the unknown column.
                 None => DataType::Utf8,
@@ -496,16 +486,7 @@ async fn create_table(
     let splits: Vec<i64> = (1..regions as u64)
         .map(|i| 1 + (rows * i / regions as u64) as i64)
         .collect();
-    let created = meta
-        .create_table(CreateTableRequest {
-            table: Some(ct.table_def()),
-            split_handles: splits.clone(),
-            if_not_exists: false,
-        })
-        .await?;
-    let table = created
-        .table
-        .ok_or_else(|| anyhow!("meta returned no table"))?;
+    let (table, _) = create_presplit(meta, ct.table_def(), &splits).await?;
     Ok((table, splits))
 }
 
