@@ -161,19 +161,8 @@ fn literal(a: &dyn Array, row: usize) -> Result<Expr> {
     }
     let text = || array_value_to_string(a, row).map_err(Error::from);
     Ok(match a.data_type() {
-        DataType::Int8
-        | DataType::Int16
-        | DataType::Int32
-        | DataType::Int64
-        | DataType::UInt8
-        | DataType::UInt16
-        | DataType::UInt32
-        | DataType::UInt64
-        | DataType::Decimal32(..)
-        | DataType::Decimal64(..)
-        | DataType::Decimal128(..)
-        | DataType::Decimal256(..) => value(Value::Number(text()?, false)),
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+        t if t.is_integer() || t.is_decimal() => value(Value::Number(text()?, false)),
+        t if t.is_floating() => {
             let t = text()?;
             if !t.parse::<f64>().is_ok_and(f64::is_finite) {
                 return Err(plan_err!("parameter value {t} is not a finite number"));

@@ -13,15 +13,8 @@ use quarry_proto::meta::TableDef;
 /// The SQL type a new table gets for a file column of type `dt`.
 pub fn sql_type(dt: &DataType) -> Option<String> {
     Some(match dt {
-        DataType::Int8
-        | DataType::Int16
-        | DataType::Int32
-        | DataType::Int64
-        | DataType::UInt8
-        | DataType::UInt16
-        | DataType::UInt32
-        | DataType::UInt64 => "BIGINT".into(),
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => "DOUBLE".into(),
+        t if t.is_integer() => "BIGINT".into(),
+        t if t.is_floating() => "DOUBLE".into(),
         DataType::Decimal32(p, s)
         | DataType::Decimal64(p, s)
         | DataType::Decimal128(p, s)
@@ -46,22 +39,16 @@ pub fn sql_type(dt: &DataType) -> Option<String> {
 /// out-of-range integers and decimals are errors, not wrapped).
 pub fn convertible(from: &DataType, to: &DataType) -> bool {
     use DataType::*;
-    let int = |t: &DataType| {
-        matches!(
-            t,
-            Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64
-        )
-    };
     match (from, to) {
         (Null, _) => true,
         (Dictionary(_, v), to) => convertible(v, to),
-        (f, Int64) => int(f) || *f == Boolean,
-        (f, Float64) => int(f) || matches!(f, Float16 | Float32 | Float64),
+        (f, Int64) => f.is_integer() || *f == Boolean,
+        (f, Float64) => f.is_integer() || f.is_floating(),
         (
             Decimal32(_, fs) | Decimal64(_, fs) | Decimal128(_, fs) | Decimal256(_, fs),
             Decimal128(_, ts),
         ) => fs <= ts,
-        (f, Decimal128(..)) => int(f),
+        (f, Decimal128(..)) => f.is_integer(),
         (Date32 | Date64, Date32) => true,
         (Utf8 | LargeUtf8 | Utf8View, Utf8) => true,
         (Boolean, Boolean) => true,
