@@ -18,6 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     tonic_prost_build::configure()
         .bytes(".quarry.coprocessor.CopResponse.data")
+        .bytes(".quarry.kv.UploadSstRequest.data")
         .compile_protos(&protos, &["proto"])?;
     Ok(())
 }

@@ -16,9 +16,15 @@
 //!    column layout (the default) as packs of 4096 rows built right here,
 //!    so the stores never re-encode them; in the row layout as one row-v2
 //!    value per row.
-//! 3. Full buffers (a few MB) go to the region's leader as one `BatchPut`
-//!    (raft replicates it), a bounded number in flight, following leader
-//!    changes and retrying through failures.
+//! 3. Full buffers go to the region by one of two write paths
+//!    ([`WritePath`]): a big table's (16 MB, or a part's share of a region)
+//!    are sorted into an SST file that every replica's store receives and
+//!    ingests through one raft command (TiDB Lightning's local backend;
+//!    `quarry_compute::sst_ingest`); a small table's (4 MB) go to the
+//!    region's leader as one `BatchPut` that raft replicates. Either way a
+//!    bounded number are in flight, following leader changes and retrying
+//!    through failures; an SST ingest that cannot finish (a replica's store
+//!    is down) falls back to `BatchPut` for the rest of the load.
 //! 4. Finally the implicit-handle allocator is moved past the loaded
 //!    handles, so later INSERTs never collide.
 
@@ -34,6 +40,7 @@ use quarry_compute::cluster::Cluster;
 use quarry_compute::kv_writer::KvWriter;
 use quarry_compute::region_cache::RegionCache;
 use quarry_compute::sql::{parse, Statement};
+use quarry_compute::sst_ingest::{SstBuilder, SstIngester};
 use quarry_coprocessor::codec::key::pack_key;
 use quarry_coprocessor::codec::pack::{PackBuilder, PACK_ROWS};
 use quarry_proto::kv::KvPair;
@@ -59,6 +66,51 @@ pub struct LoadOptions {
     pub progress: bool,
     /// Column (packs, the default) or row (one KV per row).
     pub layout: Layout,
+    /// SST ingest or raft writes.
+    pub write_path: WritePath,
+}
+
+/// How a loader writes a new table's pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum WritePath {
+    /// SST ingest for tables of at least [`SST_MIN_BYTES`], raft writes
+    /// for smaller ones.
+    #[default]
+    Auto,
+    /// SST files ingested by every replica (TiDB Lightning's local
+    /// backend).
+    Sst,
+    /// `BatchPut`s replicated through the raft log.
+    Raft,
+}
+
+/// Tables estimated at this size or more load by SST ingest under
+/// [`WritePath::Auto`].
+pub const SST_MIN_BYTES: u64 = 32 << 20;
+
+/// Bytes per SST file a loader builds (at most).
+pub const SST_BATCH_BYTES: usize = 16 << 20;
+
+/// How long an SST ingest may try before the batch is written through raft.
+const SST_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl WritePath {
+    /// Whether a new table of about `bytes` loads by SST ingest.
+    pub fn use_sst(self, bytes: u64) -> bool {
+        match self {
+            WritePath::Auto => bytes >= SST_MIN_BYTES,
+            WritePath::Sst => true,
+            WritePath::Raft => false,
+        }
+    }
+
+    pub fn name(use_sst: bool) -> &'static str {
+        if use_sst {
+            "SST ingest"
+        } else {
+            "raft writes"
+        }
+    }
 }
 
 impl Default for LoadOptions {
@@ -72,6 +124,7 @@ impl Default for LoadOptions {
             replace: false,
             progress: true,
             layout: Layout::Column,
+            write_path: WritePath::Auto,
         }
     }
 }
@@ -122,6 +175,20 @@ impl Sink {
         }
     }
 
+    /// Sends every buffer that holds something, and keeps going.
+    pub(crate) fn send_all(&mut self) {
+        for (r, buf) in self.buffers.iter_mut().enumerate() {
+            if self.failed.is_some() || buf.0.is_empty() {
+                continue;
+            }
+            let full = std::mem::take(&mut buf.0);
+            buf.1 = 0;
+            if self.tx.blocking_send((r, full)).is_err() {
+                self.failed = Some(anyhow!("the writer stopped"));
+            }
+        }
+    }
+
     /// Sends what is left in every buffer.
     pub(crate) fn flush(self) -> Result<()> {
         if let Some(e) = self.failed {
@@ -136,28 +203,65 @@ impl Sink {
     }
 }
 
-/// Writes the region batches that arrive on `rx`, a few at once; the
-/// writer follows leader changes and retries through failures. Returns
-/// the first error (and stops taking batches, so senders see it).
+/// Builds SST files with RocksDB's writer, through a temporary file.
+fn sst_builder() -> SstBuilder {
+    Arc::new(|pairs: &[KvPair]| {
+        let built = tempfile::Builder::new()
+            .prefix("quarry-load-")
+            .suffix(".sst")
+            .tempfile()
+            .map_err(|e| e.to_string())
+            .and_then(|file| {
+                quarry_raftstore::engine::rocks::write_sst(
+                    file.path(),
+                    pairs.iter().map(|p| (&p.key[..], &p.value[..])),
+                )
+                .map_err(|e| e.to_string())?;
+                std::fs::read(file.path()).map_err(|e| e.to_string())
+            });
+        built.map_err(|e| quarry_compute::Error::Internal(format!("building an SST: {e}")))
+    })
+}
+
+/// Writes the region batches that arrive on `rx`, a few at once, by SST
+/// ingest (`sst`) or raft writes; the writers follow leader changes and
+/// retry through failures. An SST ingest that fails for another reason
+/// than bad input is written through raft instead, and so is everything
+/// after it. Returns the first error (and stops taking batches, so senders
+/// see it), and whether SST ingest wrote every batch.
 pub(crate) async fn write_batches(
     meta: &Arc<Cluster>,
     mut rx: mpsc::Receiver<(usize, Vec<KvPair>)>,
-) -> Option<anyhow::Error> {
-    let writer = Arc::new(KvWriter::new(
-        meta.clone(),
-        Arc::new(RegionCache::new(meta.clone())),
-    ));
+    sst: bool,
+) -> (Option<anyhow::Error>, bool) {
+    let cache = Arc::new(RegionCache::new(meta.clone()));
+    let writer = Arc::new(KvWriter::new(meta.clone(), cache.clone()));
+    let ingester = sst.then(|| Arc::new(SstIngester::new(meta.clone(), cache, sst_builder())));
+    let sst_ok = Arc::new(std::sync::atomic::AtomicBool::new(sst));
     let inflight = Arc::new(Semaphore::new(4));
     let mut puts = tokio::task::JoinSet::new();
     let mut write_error = None;
     while let Some((_region, pairs)) = rx.recv().await {
         let permit = match inflight.clone().acquire_owned().await {
             Ok(p) => p,
-            Err(e) => return Some(e.into()),
+            Err(e) => return (Some(e.into()), false),
         };
-        let writer = writer.clone();
+        let (writer, ingester, sst_ok) = (writer.clone(), ingester.clone(), sst_ok.clone());
         puts.spawn(async move {
             let _permit = permit;
+            if let Some(ingester) = ingester.filter(|_| sst_ok.load(Ordering::Relaxed)) {
+                match ingester.ingest(pairs.clone(), SST_TIMEOUT).await {
+                    Ok(()) => return Ok(()),
+                    Err(e @ quarry_compute::Error::InvalidInput(_)) => return Err(e.into()),
+                    Err(e) => {
+                        if sst_ok.swap(false, Ordering::Relaxed) {
+                            tracing::warn!(
+                                "SST ingest failed ({e}); writing through raft from now on"
+                            );
+                        }
+                    }
+                }
+            }
             writer
                 .put(pairs, false, WRITE_TIMEOUT)
                 .await
@@ -179,7 +283,7 @@ pub(crate) async fn write_batches(
             write_error.get_or_insert(e);
         }
     }
-    write_error
+    (write_error, sst_ok.load(Ordering::Relaxed))
 }
 
 /// What one table's load did.
@@ -190,6 +294,8 @@ pub struct TableReport {
     pub bytes: u64,
     pub regions: usize,
     pub seconds: f64,
+    /// Loaded by SST ingest (else by raft writes).
+    pub sst: bool,
 }
 
 /// What a load did: totals over its tables, and each table.
@@ -258,16 +364,21 @@ fn names(tables: &[Table]) -> String {
     }
 }
 
+/// About how many bytes of pairs `t` loads into.
+fn approx_bytes(t: Table, opts: &LoadOptions) -> u64 {
+    t.approx_rows(opts.sf)
+        * match opts.layout {
+            Layout::Row => t.row_bytes(),
+            Layout::Column => t.packed_row_bytes(),
+        }
+}
+
 /// Regions to pre-split `t` into: one per [`REGION_BYTES`] of its
 /// estimated size; lineitem and orders at least four per store (or
 /// `opts.regions` when given), so every store's read threads have work and
 /// leaders spread evenly.
 fn regions_for(t: Table, opts: &LoadOptions, stores: usize) -> usize {
-    let bytes = t.approx_rows(opts.sf)
-        * match opts.layout {
-            Layout::Row => t.row_bytes(),
-            Layout::Column => t.packed_row_bytes(),
-        };
+    let bytes = approx_bytes(t, opts);
     let by_size = (bytes / REGION_BYTES) as usize + 1;
     match (t.spread(), opts.regions) {
         (false, _) => by_size,
@@ -309,6 +420,11 @@ pub async fn load_tpch(stores: &[String], opts: &LoadOptions) -> Result<LoadRepo
             names(&existing)
         );
     }
+    // tpchgen builds its 300 MB text pool on first use, on one thread:
+    // start it now, beside the table's creation.
+    drop(tokio::task::spawn_blocking(|| {
+        tpchgen::text::TextPool::get_or_init_default();
+    }));
     let mut done = Vec::new();
     for t in tables {
         if existing.contains(&t) {
@@ -338,6 +454,12 @@ async fn load_table(
     };
     ct.layout = opts.layout;
     let regions = regions_for(t, opts, stores.len());
+    let sst = opts.write_path.use_sst(approx_bytes(t, opts));
+    let batch_bytes = if sst {
+        SST_BATCH_BYTES.max(opts.batch_bytes)
+    } else {
+        opts.batch_bytes
+    };
     let splits = t.split_handles(opts.sf, regions);
     let (table, routes) = create_presplit(meta, ct.table_def(), &splits).await?;
     let routes = Arc::new(routes);
@@ -384,13 +506,7 @@ async fn load_table(
             splits.clone(),
             bar.clone(),
         );
-        let (sf, table_id, batch_bytes, nregions, layout) = (
-            opts.sf,
-            table.id,
-            opts.batch_bytes,
-            routes.len(),
-            opts.layout,
-        );
+        let (sf, table_id, nregions, layout) = (opts.sf, table.id, routes.len(), opts.layout);
         workers.push(tokio::task::spawn_blocking(move || -> Result<()> {
             let mut sink = Sink::new(nregions, tx, batch_bytes, bytes);
             let mut packs = match layout {
@@ -433,6 +549,12 @@ async fn load_table(
                         }
                     }
                 }
+                if sst {
+                    // A file per part and region: files of different
+                    // parts never overlap, so each lands in the bottom
+                    // level.
+                    sink.send_all();
+                }
                 rows.fetch_add(n, Ordering::Relaxed);
                 bar.inc(n);
                 if let Some(e) = sink.failed.take() {
@@ -444,7 +566,7 @@ async fn load_table(
     }
     drop(tx);
 
-    let mut write_error = write_batches(meta, rx).await;
+    let (mut write_error, sst) = write_batches(meta, rx, sst).await;
     for w in workers {
         if let Err(e) = w.await? {
             write_error.get_or_insert(e);
@@ -462,6 +584,7 @@ async fn load_table(
         bytes: bytes.load(Ordering::SeqCst),
         regions: routes.len(),
         seconds: started.elapsed().as_secs_f64(),
+        sst,
     })
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use quarry::load::{existing_tables, load_tpch, LoadOptions, LoadReport};
+use quarry::load::{existing_tables, load_tpch, LoadOptions, LoadReport, WritePath};
 use quarry::load_file::{load_files, FileFormat, LoadFileOptions};
 use quarry::local::{ClusterArgs, LocalCluster};
 use quarry::output::{self, Format};
@@ -245,6 +245,11 @@ enum LoadWhat {
         /// Storage layout: column (packs of 4096 rows) or row.
         #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
         layout: LayoutArg,
+        /// sst: build SST files that every replica ingests; raft: write
+        /// batches through the raft log; auto: sst for tables of 32 MB or
+        /// more.
+        #[arg(long, value_enum, default_value_t = WritePath::Auto)]
+        write_path: WritePath,
     },
     /// Parquet files into a table: a new one (columns and types from the
     /// first file) or an existing one (columns matched by name).
@@ -277,6 +282,11 @@ struct LoadFileArgs {
     /// Storage layout of a table the load creates.
     #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
     layout: LayoutArg,
+    /// How a table the load creates is written: sst (SST files every
+    /// replica ingests), raft (batches through the raft log), auto (sst
+    /// from 32 MB of files).
+    #[arg(long, value_enum, default_value_t = WritePath::Auto)]
+    write_path: WritePath,
     /// No progress bar or progress lines.
     #[arg(long)]
     quiet: bool,
@@ -294,6 +304,7 @@ impl LoadFileArgs {
             layout: self.layout.layout(),
             batch_rows: self.batch_rows,
             progress: !self.quiet,
+            write_path: self.write_path,
             ..Default::default()
         }
     }
@@ -699,12 +710,13 @@ fn load_summary(r: &LoadReport) -> String {
     let mut s = String::new();
     for t in &r.tables {
         s += &format!(
-            "  {:<8} {:>10} rows ({:.1} MB) into {} regions in {:.1} s\n",
+            "  {:<8} {:>10} rows ({:.1} MB) into {} regions in {:.1} s by {}\n",
             t.table.name(),
             t.rows,
             t.bytes as f64 / 1e6,
             t.regions,
-            t.seconds
+            t.seconds,
+            WritePath::name(t.sst)
         );
     }
     s += &format!(
@@ -742,6 +754,7 @@ async fn run(cli: Cli) -> Result<()> {
                     threads,
                     replace,
                     layout,
+                    write_path,
                 },
         } => {
             init_logging("warn");
@@ -751,6 +764,7 @@ async fn run(cli: Cli) -> Result<()> {
                 regions,
                 replace,
                 layout: layout.layout(),
+                write_path,
                 ..Default::default()
             };
             if let Some(t) = threads {

@@ -31,11 +31,16 @@
 //!   checked against the locks and versions stored (`txn.rs`).
 //! * `Split`: the region keeps `[start, split_key)` and a new region takes
 //!   `[split_key, end)` with new ids; both epochs' versions grow.
+//! * `Ingest`: adds an uploaded SST file's pairs to the region whole
+//!   (`import.rs`). Everything the round applied before it is written
+//!   first, with the apply state just before it, so that the file's pairs
+//!   land after the writes the log orders before them.
 //! * `CompactLog`: truncates the raft log.
 //! * Conf changes (raft-rs `ConfChange` entries) add or remove a peer.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -47,11 +52,12 @@ use quarry_coprocessor::codec::pack::PackView;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::meta::{Peer as PeerMeta, Region};
 use quarry_proto::raft::{
-    raft_cmd::Cmd, ChangePeerContext, Conflict, KvWrite, RaftCmd, SplitRequest,
+    raft_cmd::Cmd, ChangePeerContext, Conflict, IngestSst, KvWrite, RaftCmd, SplitRequest,
 };
 use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType};
 
 use crate::engine::{Cf, Engine, WriteBatch};
+use crate::import::SstImporter;
 use crate::peer::propose::{Outcome, Proposal};
 use crate::peer::Peer;
 use crate::peer_storage::PeerStorage;
@@ -98,6 +104,14 @@ pub struct ApplyCtx<'a, E: Engine> {
     pub(crate) region_id: u64,
     /// The highest GC safe point a compaction applied here folded to.
     pub folded_to: u64,
+    /// Where uploaded SST files wait (None: this store cannot ingest).
+    pub importer: Option<Arc<SstImporter>>,
+    /// SST files ingested by this round: the store deletes them once the
+    /// round is durable.
+    pub ingested: Vec<PathBuf>,
+    /// The entry [`apply_entries`] applied last in its current call (None
+    /// before the first): an ingest writes the round up to it.
+    prev_entry: Option<(u64, u64)>,
 }
 
 impl<'a, E: Engine> ApplyCtx<'a, E> {
@@ -116,6 +130,9 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
             delta_rows: HashMap::new(),
             region_id: 0,
             folded_to: 0,
+            importer: None,
+            ingested: Vec::new(),
+            prev_entry: None,
         }
     }
 
@@ -412,6 +429,79 @@ pub(crate) fn exec_write<E: Engine>(
     Ok(Outcome::Done)
 }
 
+/// Ingests an uploaded SST file into the region (see `import.rs`).
+fn exec_ingest<E: Engine>(
+    peer: &mut Peer<E>,
+    epoch: Option<&quarry_proto::meta::RegionEpoch>,
+    req: IngestSst,
+    ctx: &mut ApplyCtx<'_, E>,
+) -> Result<Outcome> {
+    let region = peer.region().clone();
+    let sst = req
+        .sst
+        .ok_or_else(|| Error::BadCommand("an ingest without its SST".into()))?;
+    // The exact epoch the loader uploaded for: a peer added since has no
+    // copy of the file, and a split may have moved part of its range.
+    let cur = region::epoch(&region);
+    let uploaded_for = sst.region_epoch.unwrap_or_default();
+    if epoch.is_none_or(|e| *e != cur) || uploaded_for != cur || sst.region_id != region.id {
+        let mut e = region::epoch_not_match(Some(&uploaded_for), &region);
+        e.message = format!("the SST was uploaded for another epoch: {}", e.message);
+        return Err(Error::region(e));
+    }
+    for k in [&sst.first_key, &sst.last_key] {
+        if !region::contains(&region, k) {
+            return Err(Error::region(region::key_not_in_region(k, &region)));
+        }
+    }
+    let Some(importer) = ctx.importer.clone() else {
+        return Err(Error::Internal(format!(
+            "store {} cannot ingest SST files",
+            ctx.store_id
+        )));
+    };
+    let path = importer.path(&sst.uuid)?;
+    let record = keys::ingested_key(region.id, &sst.uuid);
+    if ctx.engine.get(Cf::Raft, &record)?.is_some() {
+        // A retry of an ingest that applied.
+        return Ok(Outcome::Done);
+    }
+    if !path.exists() {
+        return Err(Error::Engine(format!(
+            "the SST {} for region {} is missing on store {}, though it was uploaded to \
+             every replica of this epoch",
+            path.display(),
+            region.id,
+            ctx.store_id
+        )));
+    }
+    // Write what the round applied before this entry, with the apply state
+    // just before it, so the file's pairs are newer than all of it.
+    if let Some((index, term)) = ctx.prev_entry {
+        let s = peer.storage_mut();
+        s.apply_state.applied_index = index;
+        s.apply_state.applied_term = term;
+        s.apply_state.commit_index = index;
+        s.apply_state.commit_term = term;
+        s.write_apply_state(ctx.wb);
+    }
+    if !ctx.wb.is_empty() {
+        ctx.engine.write(ctx.wb, true)?;
+        *ctx.wb = WriteBatch::new();
+    }
+    // All of it is in the engine now: the overlay has nothing to add.
+    ctx.overlay.clear();
+    ctx.deleted_ranges.clear();
+    ctx.pack_puts.clear();
+    ctx.pack_memo.borrow_mut().take();
+    ctx.engine.ingest(Cf::Default, &path)?;
+    ctx.wb.put(Cf::Raft, record, Vec::new());
+    ctx.ingested.push(path);
+    *ctx.written.entry(region.id).or_default() += sst.length;
+    tracing::debug!(region = region.id, bytes = sst.length, "ingested an SST");
+    Ok(Outcome::Done)
+}
+
 fn exec_split<E: Engine>(
     peer: &mut Peer<E>,
     epoch: Option<&quarry_proto::meta::RegionEpoch>,
@@ -538,6 +628,7 @@ pub fn apply_entries<E: Engine>(
     };
     let _timer = crate::metrics::RAFT_APPLY.start_timer();
     let (last_index, last_term) = (last.index, last.term);
+    ctx.prev_entry = None;
     for entry in entries {
         let result = exec_entry(peer, &entry, ctx);
         if let Err(e) = &result {
@@ -553,6 +644,7 @@ pub fn apply_entries<E: Engine>(
         if let Some(p) = peer.take_proposal(entry.index, entry.term) {
             ctx.finished.push((p, result));
         }
+        ctx.prev_entry = Some((entry.index, entry.term));
     }
     let s = peer.storage_mut();
     s.apply_state.applied_index = last_index;
@@ -584,6 +676,7 @@ fn exec_entry<E: Engine>(
                     crate::txn::exec_txn(&region, cmd.epoch.as_ref(), t, ctx)
                 }
                 Some(Cmd::Split(s)) => exec_split(peer, cmd.epoch.as_ref(), s, ctx),
+                Some(Cmd::Ingest(i)) => exec_ingest(peer, cmd.epoch.as_ref(), i, ctx),
                 Some(Cmd::CompactLog(c)) => {
                     let (i, t) = (c.compact_index, c.compact_term);
                     if i > peer.storage().truncated_index() && i <= entry.index {

@@ -129,6 +129,17 @@ pub fn raft_log_key(region_id: u64, index: u64) -> Vec<u8> {
     k
 }
 
+/// Records that this store ingested the SST file named `uuid` into region
+/// `region_id` (`import.rs`): a repeated ingest of it does nothing.
+pub const INGESTED_PREFIX: &[u8] = b"\x01i";
+
+pub fn ingested_key(region_id: u64, uuid: &[u8]) -> Vec<u8> {
+    let mut k = INGESTED_PREFIX.to_vec();
+    k.extend_from_slice(&region_id.to_be_bytes());
+    k.extend_from_slice(uuid);
+    k
+}
+
 /// All log keys of a region: `[raft_log_key(id, 0), raft_log_key(id + 1, 0))`.
 pub fn raft_log_range(region_id: u64) -> (Vec<u8>, Vec<u8>) {
     (raft_log_key(region_id, 0), raft_log_key(region_id + 1, 0))

@@ -70,6 +70,8 @@
 //! * [`node`]: what services call; [`local_read`]: lease reads without the
 //!   store loop; [`meta`]: the catalog; [`worker`]: heartbeats, meta
 //!   replicas, splits, and [`compaction`] of column tables' row delta.
+//! * [`import`]: SST files uploaded by bulk loaders, which an `IngestSst`
+//!   command has every replica ingest whole.
 //! * [`service`]: the gRPC services; [`server`]: process start and stop.
 //!
 //! MEMBERSHIP
@@ -101,6 +103,7 @@ pub mod config;
 pub mod engine;
 mod error;
 pub mod grpc_transport;
+pub mod import;
 pub mod keys;
 pub mod local_read;
 pub mod meta;

@@ -75,6 +75,15 @@ metric!(RAFT_APPLY: Histogram = register_histogram!(
     "Applying one Ready's committed entries, all regions together",
     buckets()
 ));
+metric!(SST_UPLOADS: IntCounterVec = register_int_counter_vec!(
+    "quarry_sst_uploads_total",
+    "SST files uploaded to this store by bulk loaders, by outcome: ok, error",
+    &["outcome"]
+));
+metric!(SST_UPLOAD_BYTES: IntCounter = register_int_counter!(
+    "quarry_sst_upload_bytes_total",
+    "Bytes of SST files uploaded to this store"
+));
 metric!(REGIONS: IntGauge = register_int_gauge!(
     "quarry_regions",
     "Regions with a replica on this store"

@@ -32,6 +32,7 @@ use crate::config::StorageConfig;
 use crate::engine::rocks::{RocksConfig, RocksEngine};
 use crate::engine::{Cf, Engine, WriteBatch};
 use crate::grpc_transport::{GrpcTransport, StoreResolver};
+use crate::import::SstImporter;
 use crate::keys;
 use crate::meta::Meta;
 use crate::node::Node;
@@ -138,7 +139,9 @@ pub async fn run(
         balance_leaders: cfg.raftstore.balance_leaders,
         ..Default::default()
     };
-    let raftstore = RaftStore::new(cfg.store_id, engine.clone(), transport, raft_cfg)?;
+    let mut raftstore = RaftStore::new(cfg.store_id, engine.clone(), transport, raft_cfg)?;
+    let importer = Arc::new(SstImporter::open(&cfg.data_dir.join("import"))?);
+    raftstore.set_importer(importer.clone());
     let fresh = raftstore.peers().next().is_none();
     let delta = raftstore.delta_stats();
     let local_reader = raftstore.local_reader();
@@ -162,6 +165,7 @@ pub async fn run(
         },
     )?);
     node.set_gc_life(Duration::from_secs(cfg.raftstore.gc_life_time_secs));
+    node.set_importer(importer);
     node.set_pipelined_locks(cfg.raftstore.pipelined_pessimistic_lock);
     let meta = Arc::new(Meta::new(
         node.clone(),

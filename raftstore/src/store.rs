@@ -25,7 +25,8 @@
 //!    commit index is durable;
 //! 8. send the messages that had to wait for the persist, `advance`, apply
 //!    what the LightReady brings, answer proposals and reads, and carry out
-//!    splits and membership changes.
+//!    splits and membership changes;
+//! 9. once the round is synced, delete the SST files it ingested.
 //!
 //! A round that fails (a write the engine refused, an apply error that is
 //! not deterministic) returns its error before anything after it is
@@ -42,7 +43,7 @@ use std::time::Instant;
 
 use protobuf::Message as _;
 use quarry_proto::meta::{Peer as PeerMeta, Region, RegionEpoch, RegionStatus, StatusResponse};
-use quarry_proto::raft::{KvWrite, PeerState, RaftMessage, SplitRequest};
+use quarry_proto::raft::{raft_cmd::Cmd, IngestSst, KvWrite, PeerState, RaftMessage, SplitRequest};
 use raft::eraftpb::Message as RaftMsg;
 use raft::Ready;
 use tokio::sync::oneshot;
@@ -51,8 +52,9 @@ use crate::apply::{apply_entries, ApplyCtx, ExecResult};
 use crate::compaction::DeltaStats;
 use crate::concurrency::ConcurrencyManager;
 use crate::engine::{Engine, WriteBatch};
+use crate::import::SstImporter;
 use crate::local_read::LocalReader;
-use crate::peer::propose::TxnDone;
+use crate::peer::propose::{Callback, TxnDone};
 use crate::peer::{Peer, ELECTION_TICKS, TICK};
 use crate::peer_storage::PeerStorage;
 use crate::transport::Transport;
@@ -69,6 +71,13 @@ pub enum StoreMsg {
         region_id: u64,
         epoch: Option<RegionEpoch>,
         write: KvWrite,
+        cb: oneshot::Sender<Result<()>>,
+    },
+    /// Ingest an uploaded SST file (`import.rs`), answered once applied.
+    Ingest {
+        region_id: u64,
+        epoch: Option<RegionEpoch>,
+        ingest: IngestSst,
         cb: oneshot::Sender<Result<()>>,
     },
     /// A transaction's step, answered once applied.
@@ -163,6 +172,8 @@ pub struct RaftStore<E: Engine, T: Transport> {
     /// Served reads and one-phase commits in flight (`concurrency.rs`).
     concurrency: Arc<ConcurrencyManager>,
     published: HashSet<u64>,
+    /// Uploaded SST files (bulk load); None: this store refuses ingests.
+    importer: Option<Arc<SstImporter>>,
 }
 
 /// What one peer's Ready left for after the persist.
@@ -202,7 +213,13 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             local: Arc::new(LocalReader::default()),
             concurrency: ConcurrencyManager::new(),
             published: HashSet::new(),
+            importer: None,
         })
+    }
+
+    /// Lets the store ingest SST files uploaded to `importer`.
+    pub fn set_importer(&mut self, importer: Arc<SstImporter>) {
+        self.importer = Some(importer);
     }
 
     /// Makes the store's clock (leases, read timeouts) advance only with
@@ -291,6 +308,15 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             } => match self.leader_for(region_id, epoch.as_ref(), false) {
                 Err(e) => drop(cb.send(Err(e))),
                 Ok(peer) => peer.propose_write(epoch, write, cb, now),
+            },
+            StoreMsg::Ingest {
+                region_id,
+                epoch,
+                ingest,
+                cb,
+            } => match self.leader_for(region_id, epoch.as_ref(), false) {
+                Err(e) => drop(cb.send(Err(e))),
+                Ok(peer) => peer.propose_cmd(epoch, Cmd::Ingest(ingest), Callback::Write(cb), now),
             },
             StoreMsg::Txn {
                 region_id,
@@ -491,9 +517,11 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         let mut pending: Vec<PendingReady> = Vec::with_capacity(ids.len());
         let mut results = Vec::new();
         let mut finished = Vec::new();
+        let mut ingested = Vec::new();
         let engine = self.engine.clone();
         {
             let mut ctx = ApplyCtx::new(&engine, self.store_id, &mut apply_wb);
+            ctx.importer = self.importer.clone();
             for id in ids {
                 let peer = self.peers.get_mut(&id).expect("listed");
                 let mut ready = peer.ready();
@@ -535,6 +563,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             }
             results.append(&mut ctx.results);
             finished.append(&mut ctx.finished);
+            ingested.append(&mut ctx.ingested);
             self.delta.add(&ctx.delta_rows);
             // Before the write is visible: reads below it are refused.
             self.concurrency.note_folded(ctx.folded_to);
@@ -550,6 +579,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         let mut late_wb = WriteBatch::new();
         {
             let mut ctx = ApplyCtx::new(&engine, self.store_id, &mut late_wb);
+            ctx.importer = self.importer.clone();
             for p in pending {
                 let PendingReady {
                     region_id,
@@ -572,6 +602,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             }
             results.append(&mut ctx.results);
             finished.append(&mut ctx.finished);
+            ingested.append(&mut ctx.ingested);
             self.delta.add(&ctx.delta_rows);
             // Before the write is visible: reads below it are refused.
             self.concurrency.note_folded(ctx.folded_to);
@@ -580,6 +611,16 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             // A commit index from a LightReady must be durable before apply
             // is acknowledged when early apply is off; sync covers both.
             self.engine.write(&late_wb, !self.cfg.early_apply)?;
+        }
+        if !ingested.is_empty() {
+            // The ingests' records and apply states are durable before
+            // their files go: a replay after a crash needs the files.
+            self.engine.sync_wal()?;
+            if let Some(importer) = &self.importer {
+                for path in &ingested {
+                    importer.delete(path);
+                }
+            }
         }
         for (proposal, result) in finished {
             crate::metrics::RAFT_PROPOSE.observe(proposal.proposed_at.elapsed().as_secs_f64());

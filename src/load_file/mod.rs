@@ -15,8 +15,9 @@
 //!   BIGINT 0 or 1, as tables have no BOOLEAN columns; no primary key),
 //!   pre-split by the files' estimated size, and
 //!   written like `quarry load tpch`: packs (or row values) built here and
-//!   sent as `BatchPut`s straight to the regions' leaders
-//!   (`load.rs`'s `write_batches`). Rows get implicit handles reserved
+//!   sent straight to the regions, as SST files every replica ingests
+//!   when the files hold 32 MB or more, else as `BatchPut`s to the
+//!   regions' leaders (`load.rs`'s `write_batches` and [`WritePath`]). Rows get implicit handles reserved
 //!   from the meta region, so INSERTs during the load cannot collide.
 //! * **An existing table**: every batch is one transaction of `Insert`
 //!   mutations (`quarry_compute::txn::Txns::write`), as an INSERT would
@@ -62,7 +63,9 @@ use quarry_proto::kv::{Mutation, Op};
 use quarry_proto::meta::{Layout, TableDef};
 use tokio::sync::mpsc;
 
-use crate::load::{cluster, create_presplit, write_batches, Sink, REGION_BYTES};
+use crate::load::{
+    cluster, create_presplit, write_batches, Sink, WritePath, REGION_BYTES, SST_BATCH_BYTES,
+};
 
 mod checksum;
 mod conform;
@@ -100,6 +103,8 @@ pub struct LoadFileOptions {
     pub header: bool,
     /// Show a progress bar on a terminal, progress lines otherwise.
     pub progress: bool,
+    /// How a table this load creates is written.
+    pub write_path: WritePath,
 }
 
 impl Default for LoadFileOptions {
@@ -113,6 +118,7 @@ impl Default for LoadFileOptions {
             delimiter: b',',
             header: true,
             progress: true,
+            write_path: WritePath::Auto,
         }
     }
 }
@@ -126,6 +132,8 @@ pub struct LoadFileReport {
     /// Bytes of the files read.
     pub file_bytes: u64,
     pub seconds: f64,
+    /// Written by SST ingest (a new table of 32 MB or more, or asked for).
+    pub sst: bool,
     /// The source's checksum, equal to the table's (else the load fails).
     pub checksum: Checksum,
 }
@@ -133,12 +141,13 @@ pub struct LoadFileReport {
 impl LoadFileReport {
     pub fn summary(&self) -> String {
         format!(
-            "loaded {} rows ({:.0} MB of files) into {} table {} in {:.1} s: {:.0} rows/s\nchecksum {} ({} rows) matches the source\n",
+            "loaded {} rows ({:.0} MB of files) into {} table {} in {:.1} s by {}: {:.0} rows/s\nchecksum {} ({} rows) matches the source\n",
             self.rows,
             self.file_bytes as f64 / 1e6,
             if self.created { "new" } else { "existing" },
             self.table,
             self.seconds,
+            if self.sst { "SST ingest" } else if self.created { "raft writes" } else { "transactions" },
             self.rows as f64 / self.seconds.max(1e-9),
             self.checksum.digest(),
             self.checksum.rows,
@@ -284,6 +293,7 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
 
     let existing = meta.get_table(&opts.table).await?;
     let created = existing.is_none();
+    let sst = created && opts.write_path.use_sst(file_bytes);
     let (table, splits) = match existing {
         Some(t) => (t, vec![]),
         None => {
@@ -329,7 +339,7 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
         );
         tokio::task::spawn_blocking(move || -> Result<Checksum> {
             let mut sum = Checksum::new(conform.table.columns.len());
-            let mut out = Output::new(&conform.table, created, splits, kv_tx, txn_tx)?;
+            let mut out = Output::new(&conform.table, created, sst, splits, kv_tx, txn_tx)?;
             let mut row = 0u64;
             for path in &opts.files {
                 let batches = open_batches(path, &read_schema, &opts, read_bytes.clone())?;
@@ -394,7 +404,9 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
             error
         }
     };
-    let (kv_error, txn_error, read) = tokio::join!(write_batches(&meta, kv_rx), txn_writer, reader);
+    let ((kv_error, all_sst), txn_error, read) =
+        tokio::join!(write_batches(&meta, kv_rx, sst), txn_writer, reader);
+    let sst = sst && all_sst;
     progress.finish();
     let source = match (kv_error.or(txn_error), read?) {
         (None, Ok(sum)) => sum,
@@ -433,6 +445,7 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
         rows: source.rows as u64,
         file_bytes,
         seconds: started.elapsed().as_secs_f64(),
+        sst,
         checksum: source,
     })
 }
@@ -509,6 +522,7 @@ impl Output {
     fn new(
         table: &TableDef,
         created: bool,
+        sst: bool,
         splits: Vec<i64>,
         kv_tx: mpsc::Sender<(usize, Vec<quarry_proto::kv::KvPair>)>,
         txn_tx: mpsc::Sender<Vec<Mutation>>,
@@ -539,7 +553,10 @@ impl Output {
             splits,
             // Only one of the two writers gets work; the other's channel
             // closes at once.
-            sink: created.then(|| Sink::new(regions, kv_tx, 4 << 20, Arc::default())),
+            sink: created.then(|| {
+                let batch_bytes = if sst { SST_BATCH_BYTES } else { 4 << 20 };
+                Sink::new(regions, kv_tx, batch_bytes, Arc::default())
+            }),
             txn_tx: (!created).then_some(txn_tx),
             encoder: RowEncoder::default(),
             packed,

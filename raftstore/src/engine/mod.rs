@@ -140,6 +140,23 @@ pub trait Engine: Send + Sync + 'static {
         false
     }
 
+    /// Adds the pairs of the SST file at `path` (written by
+    /// [`rocks::write_sst`]) to `cf` atomically, as newer than everything
+    /// written before. The file itself is left in place (`import.rs`
+    /// deletes it once the ingest is durable). Engines without SST files
+    /// refuse.
+    fn ingest(&self, cf: Cf, path: &std::path::Path) -> Result<()> {
+        let _ = (cf, path);
+        Err(crate::Error::Engine(
+            "this storage engine cannot ingest SST files".into(),
+        ))
+    }
+
+    /// Makes every write so far durable (the write-ahead log synced).
+    fn sync_wal(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Background work by kind (RocksDB properties summed over column
     /// families), for the metrics.
     fn background_stats(&self) -> Vec<(&'static str, u64)> {

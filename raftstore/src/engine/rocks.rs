@@ -11,8 +11,8 @@ use std::path::Path;
 
 use quarry_coprocessor::storage::{KeyRange, Storage};
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator, Options,
-    ReadOptions, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, DBRawIterator,
+    IngestExternalFileOptions, Options, ReadOptions, SstFileWriter, WriteOptions, DB,
 };
 
 use super::{Cf, Engine, WriteBatch, WriteOp};
@@ -40,15 +40,44 @@ pub struct RocksEngine {
     db: DB,
 }
 
+/// The column families' table format (block size, compression), shared by
+/// the SST files a bulk loader writes ([`write_sst`]).
+fn table_options(cache: Option<&Cache>) -> Options {
+    let mut table = BlockBasedOptions::default();
+    if let Some(cache) = cache {
+        table.set_block_cache(cache);
+    }
+    table.set_block_size(32 << 10);
+    let mut opts = Options::default();
+    opts.set_block_based_table_factory(&table);
+    opts.set_compression_type(DBCompressionType::Lz4);
+    opts
+}
+
+/// Writes `pairs` (keys strictly increasing) as an SST file at `path` in
+/// the data column family's format, for [`Engine::ingest`] on a store.
+/// Returns the file's length.
+pub fn write_sst<'a>(
+    path: &Path,
+    pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+) -> Result<u64> {
+    let opts = table_options(None);
+    let mut w = SstFileWriter::create(&opts);
+    w.open(path)?;
+    for (k, v) in pairs {
+        w.put(k, v)?;
+    }
+    w.finish()?;
+    let len = std::fs::metadata(path)
+        .map_err(|e| Error::Engine(format!("cannot stat {}: {e}", path.display())))?
+        .len();
+    Ok(len)
+}
+
 impl RocksEngine {
     pub fn open(path: &Path, cfg: &RocksConfig) -> Result<Self> {
         let cache = Cache::new_lru_cache(cfg.block_cache_bytes);
-        let mut table = BlockBasedOptions::default();
-        table.set_block_cache(&cache);
-        table.set_block_size(32 << 10);
-        let mut cf_opts = Options::default();
-        cf_opts.set_block_based_table_factory(&table);
-        cf_opts.set_compression_type(DBCompressionType::Lz4);
+        let mut cf_opts = table_options(Some(&cache));
         cf_opts.set_write_buffer_size(cfg.write_buffer_bytes);
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
@@ -135,6 +164,27 @@ impl Engine for RocksEngine {
             it.prev();
         }
         Ok(it.status()?)
+    }
+
+    fn ingest(&self, cf: Cf, path: &Path) -> Result<()> {
+        // RocksDB moves (consumes) the file it ingests: give it a link of
+        // its own and keep ours until the ingest is durable.
+        let link = path.with_extension("ingesting");
+        let _ = std::fs::remove_file(&link);
+        std::fs::hard_link(path, &link).map_err(|e| {
+            Error::Engine(format!("cannot link {} for ingest: {e}", path.display()))
+        })?;
+        let mut opts = IngestExternalFileOptions::default();
+        opts.set_move_files(true);
+        let r = self
+            .db
+            .ingest_external_file_cf_opts(self.cf(cf), &opts, vec![&link]);
+        let _ = std::fs::remove_file(&link);
+        Ok(r?)
+    }
+
+    fn sync_wal(&self) -> Result<()> {
+        Ok(self.db.flush_wal(true)?)
     }
 
     fn background_work(&self) -> bool {

@@ -121,3 +121,38 @@ fn memory_engine_reads_fail_on_demand() {
     e.fail_reads(Cf::Default, false);
     assert_eq!(e.get(Cf::Default, b"k").unwrap(), Some(b"v".to_vec()));
 }
+
+#[test]
+fn rocks_ingests_an_sst_atomically_and_leaves_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = RocksEngine::open(&dir.path().join("db"), &RocksConfig::default()).unwrap();
+    let mut wb = WriteBatch::new();
+    wb.put(Cf::Default, b"a".to_vec(), b"old".to_vec());
+    e.write(&wb, false).unwrap();
+
+    let sst = dir.path().join("x.sst");
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0u8..100).map(|i| (vec![b'b', i], vec![i; 8])).collect();
+    let len = super::rocks::write_sst(&sst, pairs.iter().map(|(k, v)| (&k[..], &v[..]))).unwrap();
+    assert!(len > 0);
+    // A snapshot taken before sees none of it; one after sees all of it.
+    let before = e.with_snapshot(&KeyRange::new(vec![], vec![]), |s| {
+        e.ingest(Cf::Default, &sst).unwrap();
+        s.begin_scan(&KeyRange::new(b"b".to_vec(), b"c".to_vec()), false)
+            .unwrap();
+        let mut n = 0;
+        while s.scan_next().unwrap().is_some() {
+            n += 1;
+        }
+        n
+    });
+    assert_eq!(before, 0);
+    assert_eq!(collect(&e, Cf::Default, b"b", b"c"), pairs);
+    assert_eq!(e.get(Cf::Default, b"a").unwrap(), Some(b"old".to_vec()));
+    assert!(sst.exists(), "the caller's file stays until it deletes it");
+    // Ingesting the same file again changes nothing.
+    e.ingest(Cf::Default, &sst).unwrap();
+    assert_eq!(collect(&e, Cf::Default, b"b", b"c"), pairs);
+    // The in-memory engine refuses.
+    let err = MemEngine::new().ingest(Cf::Default, &sst).unwrap_err();
+    assert!(err.to_string().contains("cannot ingest"), "{err}");
+}

@@ -10,7 +10,9 @@ use quarry_proto::kv::{
     KvPair, PrewriteRequest, ResolveLockRequest, RollbackRequest, ScanRequest, ScanResponse,
     TxnHeartBeatRequest, TxnResponse,
 };
+use quarry_proto::kv::{IngestRequest, IngestResponse, UploadSstRequest, UploadSstResponse};
 use quarry_proto::raft::{txn_write::Step, TxnWrite};
+use tonic::Streaming;
 use tonic::{Request, Response, Status};
 
 use super::error_fields;
@@ -60,6 +62,50 @@ fn txn_response(r: crate::Result<(TxnDone, Vec<KvPair>)>) -> TxnResponse {
 
 #[tonic::async_trait]
 impl<E: Engine> Kv for KvService<E> {
+    async fn upload_sst(
+        &self,
+        req: Request<Streaming<UploadSstRequest>>,
+    ) -> Result<Response<UploadSstResponse>, Status> {
+        use futures::StreamExt;
+        let mut stream = req.into_inner();
+        let first = stream
+            .next()
+            .await
+            .ok_or_else(|| Status::invalid_argument("an SST upload with no messages"))??;
+        let meta = first
+            .meta
+            .ok_or_else(|| Status::invalid_argument("an SST upload must begin with its meta"))?;
+        let head = futures::stream::iter((!first.data.is_empty()).then_some(Ok(first.data)));
+        let rest = stream.map(|m| match m {
+            Ok(m) if m.meta.is_some() => Err(crate::Error::InvalidInput(
+                "an SST upload carries its meta once, first".into(),
+            )),
+            Ok(m) => Ok(m.data),
+            Err(st) => Err(crate::Error::Unavailable(format!(
+                "the SST upload broke off: {}",
+                st.message()
+            ))),
+        });
+        self.node.upload_sst(&meta, head.chain(rest)).await?;
+        Ok(Response::new(UploadSstResponse {}))
+    }
+
+    async fn ingest(
+        &self,
+        req: Request<IngestRequest>,
+    ) -> Result<Response<IngestResponse>, Status> {
+        let req = req.into_inner();
+        let Some(sst) = req.sst else {
+            return Err(Status::invalid_argument("an ingest names its SST"));
+        };
+        let r = self.node.ingest(req.context.as_ref(), sst).await;
+        let (region_error, error) = r.err().map(error_fields).unwrap_or_default();
+        Ok(Response::new(IngestResponse {
+            region_error,
+            error,
+        }))
+    }
+
     async fn batch_put(
         &self,
         req: Request<BatchPutRequest>,

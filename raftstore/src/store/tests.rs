@@ -124,3 +124,161 @@ fn the_loop_stops_without_answering_when_apply_cannot_read() {
         Err(oneshot::error::TryRecvError::Closed)
     ));
 }
+
+/// Sends `make(cb)` and waits for its answer.
+fn ask<T>(
+    tx: &mpsc::Sender<StoreMsg>,
+    make: impl FnOnce(oneshot::Sender<crate::Result<T>>) -> StoreMsg,
+) -> oneshot::Receiver<crate::Result<T>> {
+    let (cb, rx) = oneshot::channel();
+    tx.send(make(cb)).unwrap();
+    rx
+}
+
+#[test]
+fn an_ingest_lands_between_the_writes_the_log_puts_around_it_and_repeats_as_a_no_op() {
+    use crate::engine::rocks::{write_sst, RocksConfig, RocksEngine};
+    use crate::import::SstImporter;
+    use quarry_proto::kv::SstMeta;
+    use quarry_proto::raft::IngestSst;
+
+    let dir = tempfile::tempdir().unwrap();
+    let engine =
+        Arc::new(RocksEngine::open(&dir.path().join("db"), &RocksConfig::default()).unwrap());
+    let importer = Arc::new(SstImporter::open(&dir.path().join("import")).unwrap());
+    let mut store =
+        RaftStore::new(1, engine.clone(), NoTransport, RaftStoreConfig::default()).unwrap();
+    store.set_importer(importer.clone());
+    let (start_key, end_key) = table_record_range(7);
+    let epoch = RegionEpoch {
+        conf_ver: 1,
+        version: 1,
+    };
+    store
+        .create_peer(Region {
+            id: 10,
+            start_key,
+            end_key,
+            epoch: Some(epoch),
+            peers: vec![PeerMeta {
+                id: 1001,
+                store_id: 1,
+            }],
+        })
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || drop(drive(&mut store, &rx)));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !status(&tx).is_leader {
+        assert!(Instant::now() < deadline, "no leader");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // An uploaded file of handles 100..110.
+    let uuid = vec![3u8; crate::import::UUID_BYTES];
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (100..110)
+        .map(|h| (record_key(7, h), b"sst".to_vec()))
+        .collect();
+    let path = importer.path(&uuid).unwrap();
+    let length = write_sst(&path, pairs.iter().map(|(k, v)| (&k[..], &v[..]))).unwrap();
+    let sst = SstMeta {
+        uuid: uuid.clone(),
+        region_id: 10,
+        region_epoch: Some(epoch),
+        first_key: record_key(7, 100),
+        last_key: record_key(7, 109),
+        length,
+        crc32: 0,
+    };
+    let write = |puts: Vec<(i64, &str)>, delete_all: bool| {
+        let (s, e) = table_record_range(7);
+        KvWrite {
+            puts: puts
+                .into_iter()
+                .map(|(h, v)| KvPair {
+                    key: record_key(7, h),
+                    value: v.as_bytes().to_vec(),
+                })
+                .collect(),
+            delete_ranges: if delete_all {
+                vec![KvPair { key: s, value: e }]
+            } else {
+                vec![]
+            },
+            ..Default::default()
+        }
+    };
+    let ingest = |sst: &SstMeta| {
+        let sst = sst.clone();
+        move |cb| StoreMsg::Ingest {
+            region_id: 10,
+            epoch: Some(epoch),
+            ingest: IngestSst { sst: Some(sst) },
+            cb,
+        }
+    };
+    // Before the ingest in the log: a write the ingest must not be hidden
+    // by (a range delete of the whole table) and one it overwrites; after
+    // it, one that overwrites it. Sent at once, they likely share a round.
+    let cleared = ask(&tx, |cb| StoreMsg::Write {
+        region_id: 10,
+        epoch: Some(epoch),
+        write: write(vec![], true),
+        cb,
+    });
+    let before = ask(&tx, |cb| StoreMsg::Write {
+        region_id: 10,
+        epoch: Some(epoch),
+        write: write(vec![(5, "old"), (101, "before")], false),
+        cb,
+    });
+    let ingested = ask(&tx, ingest(&sst));
+    let after = ask(&tx, |cb| StoreMsg::Write {
+        region_id: 10,
+        epoch: Some(epoch),
+        write: write(vec![(105, "after")], false),
+        cb,
+    });
+    for rx in [cleared, before, ingested, after] {
+        rx.blocking_recv().unwrap().unwrap();
+    }
+    let get = |h| engine.get(Cf::Default, &record_key(7, h)).unwrap();
+    assert_eq!(get(5).as_deref(), Some(&b"old"[..]));
+    assert_eq!(get(100).as_deref(), Some(&b"sst"[..]));
+    assert_eq!(
+        get(101).as_deref(),
+        Some(&b"sst"[..]),
+        "the ingest came after"
+    );
+    assert_eq!(
+        get(105).as_deref(),
+        Some(&b"after"[..]),
+        "the write came after"
+    );
+    assert_eq!(get(109).as_deref(), Some(&b"sst"[..]));
+    assert!(!path.exists(), "the file is deleted once ingested");
+    assert!(engine
+        .get(Cf::Raft, &keys::ingested_key(10, &uuid))
+        .unwrap()
+        .is_some());
+
+    // The same ingest again (a retry) changes nothing.
+    ask(&tx, ingest(&sst)).blocking_recv().unwrap().unwrap();
+    assert_eq!(get(105).as_deref(), Some(&b"after"[..]));
+
+    // An ingest uploaded for another epoch is refused.
+    let mut stale = sst.clone();
+    stale.uuid = vec![4u8; crate::import::UUID_BYTES];
+    stale.region_epoch = Some(RegionEpoch {
+        conf_ver: 1,
+        version: 0,
+    });
+    let err = ask(&tx, ingest(&stale))
+        .blocking_recv()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Region(r) if r.epoch_not_match.is_some()),
+        "{err}"
+    );
+}
