@@ -109,6 +109,9 @@ pub struct ApplyCtx<'a, E: Engine> {
     /// SST files ingested by this round: the store deletes them once the
     /// round is durable.
     pub ingested: Vec<PathBuf>,
+    /// Ranges this round deleted: the store has the engine reclaim their
+    /// space once the round is written.
+    pub reclaim: Vec<(Vec<u8>, Vec<u8>)>,
     /// The entry [`apply_entries`] applied last in its current call (None
     /// before the first): an ingest writes the round up to it.
     prev_entry: Option<(u64, u64)>,
@@ -132,6 +135,7 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
             folded_to: 0,
             importer: None,
             ingested: Vec::new(),
+            reclaim: Vec::new(),
             prev_entry: None,
         }
     }
@@ -415,11 +419,10 @@ pub(crate) fn exec_write<E: Engine>(
         };
         ctx.overlay.retain(|k, _| !range.contains(k));
         ctx.pack_puts.retain(|k, _| !range.contains(k));
-        ctx.wb.delete_range(
-            Cf::Default,
-            range.start.clone(),
-            keys::concrete_end(&range.end),
-        );
+        let end = keys::concrete_end(&range.end);
+        ctx.wb
+            .delete_range(Cf::Default, range.start.clone(), end.clone());
+        ctx.reclaim.push((range.start.clone(), end));
         ctx.deleted_ranges.push(range);
     }
     *ctx.written.entry(region.id).or_default() += bytes;

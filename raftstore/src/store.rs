@@ -518,6 +518,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         let mut results = Vec::new();
         let mut finished = Vec::new();
         let mut ingested = Vec::new();
+        let mut reclaim = Vec::new();
         let engine = self.engine.clone();
         {
             let mut ctx = ApplyCtx::new(&engine, self.store_id, &mut apply_wb);
@@ -564,6 +565,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             results.append(&mut ctx.results);
             finished.append(&mut ctx.finished);
             ingested.append(&mut ctx.ingested);
+            reclaim.append(&mut ctx.reclaim);
             self.delta.add(&ctx.delta_rows);
             // Before the write is visible: reads below it are refused.
             self.concurrency.note_folded(ctx.folded_to);
@@ -603,6 +605,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             results.append(&mut ctx.results);
             finished.append(&mut ctx.finished);
             ingested.append(&mut ctx.ingested);
+            reclaim.append(&mut ctx.reclaim);
             self.delta.add(&ctx.delta_rows);
             // Before the write is visible: reads below it are refused.
             self.concurrency.note_folded(ctx.folded_to);
@@ -611,6 +614,9 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             // A commit index from a LightReady must be durable before apply
             // is acknowledged when early apply is off; sync covers both.
             self.engine.write(&late_wb, !self.cfg.early_apply)?;
+        }
+        for (start, end) in &reclaim {
+            self.engine.reclaim_range(start, end);
         }
         if !ingested.is_empty() {
             // The ingests' records and apply states are durable before

@@ -152,6 +152,16 @@ pub trait Engine: Send + Sync + 'static {
         ))
     }
 
+    /// Frees, in the background, the space of `[start, end)` in the data
+    /// column family, whose pairs a written range delete removed. RocksDB
+    /// keeps a range's files until a compaction passes over them, and
+    /// nothing writes again into a dropped table's range: without this its
+    /// files (ingested ones above all, which no compaction ever picks)
+    /// would stay. Compaction keeps what open snapshots still see.
+    fn reclaim_range(&self, start: &[u8], end: &[u8]) {
+        let _ = (start, end);
+    }
+
     /// Makes every write so far durable (the write-ahead log synced).
     fn sync_wal(&self) -> Result<()> {
         Ok(())

@@ -8,6 +8,9 @@
 
 use std::cell::RefCell;
 use std::path::Path;
+use std::sync::{mpsc, Arc};
+
+use parking_lot::Mutex;
 
 use quarry_coprocessor::storage::{KeyRange, Storage};
 use rocksdb::{
@@ -37,7 +40,31 @@ impl Default for RocksConfig {
 }
 
 pub struct RocksEngine {
-    db: DB,
+    db: Arc<DB>,
+    /// Ranges to compact away after a range delete, one at a time on a
+    /// thread of their own ([`Engine::reclaim_range`]).
+    reclaim: Mutex<Option<mpsc::Sender<(Vec<u8>, Vec<u8>)>>>,
+    reclaimer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for RocksEngine {
+    /// Stops the reclaim thread and waits for it, so the DB is closed
+    /// (and its lock released) when the engine is gone.
+    fn drop(&mut self) {
+        self.reclaim.lock().take();
+        if let Some(t) = self.reclaimer.lock().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Compacts the ranges that arrive, until the engine is dropped.
+fn reclaim_ranges(db: Arc<DB>, ranges: mpsc::Receiver<(Vec<u8>, Vec<u8>)>) {
+    while let Ok((start, end)) = ranges.recv() {
+        if let Some(cf) = db.cf_handle(Cf::Default.name()) {
+            db.compact_range_cf(cf, Some(&start), Some(&end));
+        }
+    }
 }
 
 /// The column families' table format (block size, compression), shared by
@@ -86,10 +113,20 @@ impl RocksEngine {
         let cfs = Cf::ALL
             .iter()
             .map(|cf| ColumnFamilyDescriptor::new(cf.name(), cf_opts.clone()));
-        let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(|e| {
+        let db = Arc::new(DB::open_cf_descriptors(&db_opts, path, cfs).map_err(|e| {
             Error::Engine(format!("cannot open RocksDB at {}: {e}", path.display()))
-        })?;
-        Ok(RocksEngine { db })
+        })?);
+        let (tx, rx) = mpsc::channel();
+        let for_thread = db.clone();
+        let reclaimer = std::thread::Builder::new()
+            .name("rocksdb-reclaim".into())
+            .spawn(move || reclaim_ranges(for_thread, rx))
+            .map_err(|e| Error::Internal(format!("starting the reclaim thread: {e}")))?;
+        Ok(RocksEngine {
+            db,
+            reclaim: Mutex::new(Some(tx)),
+            reclaimer: Mutex::new(Some(reclaimer)),
+        })
     }
 
     fn cf(&self, cf: Cf) -> &rocksdb::ColumnFamily {
@@ -185,6 +222,12 @@ impl Engine for RocksEngine {
 
     fn sync_wal(&self) -> Result<()> {
         Ok(self.db.flush_wal(true)?)
+    }
+
+    fn reclaim_range(&self, start: &[u8], end: &[u8]) {
+        if let Some(tx) = &*self.reclaim.lock() {
+            let _ = tx.send((start.to_vec(), end.to_vec()));
+        }
     }
 
     fn background_work(&self) -> bool {

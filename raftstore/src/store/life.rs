@@ -132,6 +132,11 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         let mut wb = WriteBatch::new();
         peer.storage().destroy(&mut wb);
         self.engine.write(&wb, true)?;
+        if peer.is_initialized() {
+            let r = peer.region();
+            self.engine
+                .reclaim_range(&r.start_key, &crate::keys::concrete_end(&r.end_key));
+        }
         self.tombstones.insert(region_id, peer.peer_id());
         tracing::info!(region = region_id, peer = peer.peer_id(), "destroyed peer");
         Ok(())

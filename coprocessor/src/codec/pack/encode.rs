@@ -153,7 +153,10 @@ fn encode_column(c: &ColumnBuilder) -> Entry {
             offsets,
             data: bytes,
         } => {
-            let mut dict: HashMap<&[u8], u8> = HashMap::new();
+            // foldhash, not SipHash: these are our own strings, and the
+            // hash was a tenth of a bulk load's pack encoding.
+            let mut dict: HashMap<&[u8], u8, _> =
+                HashMap::with_hasher(foldhash::fast::RandomState::default());
             let mut entries: Vec<&[u8]> = Vec::new();
             let mut codes = Vec::with_capacity(rows);
             let mut fits = true;
