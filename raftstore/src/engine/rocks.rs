@@ -43,7 +43,7 @@ pub struct RocksEngine {
     db: Arc<DB>,
     /// Ranges to compact away after a range delete, one at a time on a
     /// thread of their own ([`Engine::reclaim_range`]).
-    reclaim: Mutex<Option<mpsc::Sender<(Vec<u8>, Vec<u8>)>>>,
+    reclaim: Mutex<Option<mpsc::Sender<KeySpan>>>,
     reclaimer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -58,8 +58,11 @@ impl Drop for RocksEngine {
     }
 }
 
+/// A key range as its start and end.
+type KeySpan = (Vec<u8>, Vec<u8>);
+
 /// Compacts the ranges that arrive, until the engine is dropped.
-fn reclaim_ranges(db: Arc<DB>, ranges: mpsc::Receiver<(Vec<u8>, Vec<u8>)>) {
+fn reclaim_ranges(db: Arc<DB>, ranges: mpsc::Receiver<KeySpan>) {
     while let Ok((start, end)) = ranges.recv() {
         if let Some(cf) = db.cf_handle(Cf::Default.name()) {
             db.compact_range_cf(cf, Some(&start), Some(&end));
