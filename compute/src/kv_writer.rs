@@ -22,7 +22,7 @@ use quarry_proto::kv::{key_error, BatchPutRequest, KvPair};
 
 use crate::cluster::KvTransport;
 use crate::dispatch::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
-use crate::region_cache::{Located, RegionCache};
+use crate::region_cache::{cut_sorted, span_of, Located, RegionCache};
 use crate::{Error, Result};
 
 /// Region batches written at once by one `put`.
@@ -46,39 +46,23 @@ struct PutWork {
 
 impl RegionWork for PutWork {
     fn span(&self) -> Option<KeyRange> {
-        let start = self.pairs.first()?.key.clone();
-        let mut end = self.pairs.last()?.key.clone();
-        // Just past the last key.
-        end.push(0);
-        Some(KeyRange::new(start, end))
+        Some(span_of(&self.pairs.first()?.key, &self.pairs.last()?.key))
     }
 
     fn split(self, regions: Vec<Located>) -> Result<Vec<(Located, Self)>> {
-        let mut pieces: Vec<(Located, PutWork)> = Vec::new();
-        let mut pairs = self.pairs.into_iter().peekable();
-        for region in regions {
-            let bounds = KeyRange::of_region(&region.region);
-            let mut mine = Vec::new();
-            while let Some(p) = pairs.next_if(|p| bounds.contains(&p.key)) {
-                mine.push(p);
-            }
-            if !mine.is_empty() {
+        let pieces = cut_sorted(self.pairs, regions, |p| &p.key)?;
+        Ok(pieces
+            .into_iter()
+            .map(|(region, pairs)| {
                 let work = PutWork {
-                    pairs: mine,
+                    pairs,
                     if_absent: self.if_absent,
                     same_value_ok: self.same_value_ok,
                     transport: self.transport.clone(),
                 };
-                pieces.push((region, work));
-            }
-        }
-        match pairs.next() {
-            None => Ok(pieces),
-            Some(p) => Err(Error::Internal(format!(
-                "no region holds key {}",
-                quarry_coprocessor::codec::key::hex(&p.key)
-            ))),
-        }
+                (region, work)
+            })
+            .collect())
     }
 
     fn send<'a>(

@@ -45,6 +45,42 @@ pub struct RegionCache {
     stores: RwLock<HashMap<u64, String>>,
 }
 
+/// The range from `first` through `last` (its end just past `last`).
+pub fn span_of(first: &[u8], last: &[u8]) -> quarry_coprocessor::storage::KeyRange {
+    let mut end = last.to_vec();
+    end.push(0);
+    quarry_coprocessor::storage::KeyRange::new(first.to_vec(), end)
+}
+
+/// Cuts `items`, sorted by `key`, over `regions` (in key order, located
+/// for the items' span): each region with its share, regions without one
+/// left out. An item no region holds is an internal error.
+pub fn cut_sorted<T>(
+    items: Vec<T>,
+    regions: Vec<Located>,
+    key: impl Fn(&T) -> &[u8],
+) -> Result<Vec<(Located, Vec<T>)>> {
+    let mut pieces = Vec::new();
+    let mut items = items.into_iter().peekable();
+    for region in regions {
+        let bounds = KeyRangeRef::of_region(&region.region);
+        let mut mine = Vec::new();
+        while let Some(i) = items.next_if(|i| bounds.contains(key(i))) {
+            mine.push(i);
+        }
+        if !mine.is_empty() {
+            pieces.push((region, mine));
+        }
+    }
+    match items.next() {
+        None => Ok(pieces),
+        Some(i) => Err(Error::Internal(format!(
+            "no region holds key {}",
+            hex(key(&i))
+        ))),
+    }
+}
+
 fn overlaps(r: &Region, start: &[u8], end: &[u8]) -> bool {
     KeyRangeRef::of_region(r).overlaps(KeyRangeRef::new(start, end))
 }

@@ -33,7 +33,7 @@ use quarry_proto::meta::RegionEpoch;
 
 use crate::cluster::{Cluster, Routes};
 use crate::dispatch::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
-use crate::region_cache::{Located, RegionCache};
+use crate::region_cache::{cut_sorted, span_of, Located, RegionCache};
 use crate::{Error, Result};
 
 /// Encodes sorted pairs (keys strictly increasing) as the bytes of an SST
@@ -175,37 +175,22 @@ impl IngestWork {
 
 impl RegionWork for IngestWork {
     fn span(&self) -> Option<KeyRange> {
-        let start = self.pairs.first()?.key.clone();
-        let mut end = self.pairs.last()?.key.clone();
-        end.push(0);
-        Some(KeyRange::new(start, end))
+        Some(span_of(&self.pairs.first()?.key, &self.pairs.last()?.key))
     }
 
     fn split(self, regions: Vec<Located>) -> Result<Vec<(Located, Self)>> {
-        let mut pieces = Vec::new();
-        let mut pairs = self.pairs.into_iter().peekable();
-        for region in regions {
-            let bounds = KeyRange::of_region(&region.region);
-            let mut mine = Vec::new();
-            while let Some(p) = pairs.next_if(|p| bounds.contains(&p.key)) {
-                mine.push(p);
-            }
-            if !mine.is_empty() {
+        let pieces = cut_sorted(self.pairs, regions, |p| &p.key)?;
+        Ok(pieces
+            .into_iter()
+            .map(|(region, pairs)| {
                 let work = IngestWork {
-                    pairs: mine,
+                    pairs,
                     shared: self.shared.clone(),
                     uploaded: None,
                 };
-                pieces.push((region, work));
-            }
-        }
-        match pairs.next() {
-            None => Ok(pieces),
-            Some(p) => Err(Error::Internal(format!(
-                "no region holds key {}",
-                quarry_coprocessor::codec::key::hex(&p.key)
-            ))),
-        }
+                (region, work)
+            })
+            .collect())
     }
 
     fn send<'a>(
