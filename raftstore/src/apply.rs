@@ -464,22 +464,11 @@ fn exec_ingest<E: Engine>(
         )));
     };
     let path = importer.path(&sst.uuid)?;
-    let record = keys::ingested_key(region.id, &sst.uuid);
-    if ctx.engine.get(Cf::Raft, &record)?.is_some() {
-        // A retry of an ingest that applied.
-        return Ok(Outcome::Done);
-    }
-    if !path.exists() {
-        return Err(Error::Engine(format!(
-            "the SST {} for region {} is missing on store {}, though it was uploaded to \
-             every replica of this epoch",
-            path.display(),
-            region.id,
-            ctx.store_id
-        )));
-    }
     // Write what the round applied before this entry, with the apply state
-    // just before it, so the file's pairs are newer than all of it.
+    // just before it, so the file's pairs are newer than all of it, and so
+    // the record of an ingest earlier in the round is in the engine for
+    // the check below (otherwise whether a repeat re-ingests would depend
+    // on where rounds end, which differs between replicas).
     if let Some((index, term)) = ctx.prev_entry {
         let s = peer.storage_mut();
         s.apply_state.applied_index = index;
@@ -497,6 +486,20 @@ fn exec_ingest<E: Engine>(
     ctx.deleted_ranges.clear();
     ctx.pack_puts.clear();
     ctx.pack_memo.borrow_mut().take();
+    let record = keys::ingested_key(region.id, &sst.uuid);
+    if ctx.engine.get(Cf::Raft, &record)?.is_some() {
+        // A repeat of an ingest that applied.
+        return Ok(Outcome::Done);
+    }
+    if !path.exists() {
+        return Err(Error::Engine(format!(
+            "the SST {} for region {} is missing on store {}, though it was uploaded to \
+             every replica of this epoch",
+            path.display(),
+            region.id,
+            ctx.store_id
+        )));
+    }
     ctx.engine.ingest(Cf::Default, &path)?;
     ctx.wb.put(Cf::Raft, record, Vec::new());
     ctx.ingested.push(path);

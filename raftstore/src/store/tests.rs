@@ -239,7 +239,10 @@ fn an_ingest_lands_between_the_writes_the_log_puts_around_it_and_repeats_as_a_no
         write: write(vec![(105, "after")], false),
         cb,
     });
-    for rx in [cleared, before, ingested, after] {
+    // A repeat of the ingest after the overwrite (a retry), likely in the
+    // same round: it must not ingest again over the overwrite.
+    let repeated = ask(&tx, ingest(&sst));
+    for rx in [cleared, before, ingested, after, repeated] {
         rx.blocking_recv().unwrap().unwrap();
     }
     let get = |h| engine.get(Cf::Default, &record_key(7, h)).unwrap();
