@@ -58,8 +58,9 @@ struct Shared {
     build: SstBuilder,
     /// Store addresses by id, refreshed from meta on a miss.
     stores: Mutex<HashMap<u64, String>>,
-    /// Why the last upload failed, for the error if the batch gives up.
-    last_problem: Mutex<Option<String>>,
+    /// Why the first failed upload failed, for the error if the batch
+    /// gives up (later attempts, short of time, fail by timing out).
+    first_problem: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -161,12 +162,22 @@ impl IngestWork {
             .peers
             .iter()
             .map(|p| self.shared.upload(p.store_id, &meta, &data, timeout));
-        for r in futures::future::join_all(uploads).await {
-            if let Err(e) = r {
-                let why = format!("uploading an SST for region {}: {e}", region.region.id);
-                *self.shared.last_problem.lock() = Some(why.clone());
-                return Ok(Err(why));
-            }
+        let failed: Vec<String> = futures::future::join_all(uploads)
+            .await
+            .into_iter()
+            .filter_map(|r| r.err())
+            .collect();
+        if !failed.is_empty() {
+            let why = format!(
+                "uploading an SST for region {}: {}",
+                region.region.id,
+                failed.join("; ")
+            );
+            self.shared
+                .first_problem
+                .lock()
+                .get_or_insert_with(|| why.clone());
+            return Ok(Err(why));
         }
         self.uploaded = Some((region.region.id, epoch, meta.clone()));
         Ok(Ok(meta))
@@ -247,7 +258,7 @@ impl SstIngester {
                 cluster,
                 build,
                 stores: Mutex::new(HashMap::new()),
-                last_problem: Mutex::new(None),
+                first_problem: Mutex::new(None),
             }),
             cache,
             retry: RetryConfig {
@@ -280,9 +291,9 @@ impl SstIngester {
         retry
             .run(work, Instant::now() + timeout)
             .await
-            .map_err(|e| match (e, self.shared.last_problem.lock().take()) {
+            .map_err(|e| match (e, self.shared.first_problem.lock().take()) {
                 (Error::Deadline(m) | Error::Unavailable(m), Some(why)) => {
-                    Error::Unavailable(format!("{m}; last: {why}"))
+                    Error::Unavailable(format!("{m}; first: {why}"))
                 }
                 (e, _) => e,
             })
