@@ -96,8 +96,6 @@ pub struct ApplyCtx<'a, E: Engine> {
     pack_memo: RefCell<Option<PackMemo>>,
     pub results: Vec<ExecResult<E>>,
     pub finished: Vec<(Proposal, Result<Outcome>)>,
-    /// Bytes of data written, per region (for split checks).
-    pub written: HashMap<u64, u64>,
     /// Row KVs put, per region (a column table's delta; see `compaction`).
     pub delta_rows: HashMap<u64, u64>,
     /// The region of the command being applied.
@@ -129,7 +127,6 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
             pack_memo: RefCell::new(None),
             results: Vec::new(),
             finished: Vec::new(),
-            written: HashMap::new(),
             delta_rows: HashMap::new(),
             region_id: 0,
             folded_to: 0,
@@ -393,14 +390,12 @@ pub(crate) fn exec_write<E: Engine>(
     // Past every check: this write applies (and may change packs).
     ctx.pack_memo.borrow_mut().take();
     ctx.folded_to = ctx.folded_to.max(w.folded_to);
-    let mut bytes = 0u64;
     let mut rows = 0u64;
     for (p, skip) in w.puts.into_iter().zip(skip) {
         if skip {
             continue;
         }
         rows += matches!(classify_key(&p.key), KeyKind::Row(_)) as u64;
-        bytes += (p.key.len() + p.value.len()) as u64;
         if matches!(classify_key(&p.key), KeyKind::Pack(_)) {
             ctx.pack_puts.insert(p.key.clone(), p.value.clone());
         }
@@ -425,7 +420,6 @@ pub(crate) fn exec_write<E: Engine>(
         ctx.reclaim.push((range.start.clone(), end));
         ctx.deleted_ranges.push(range);
     }
-    *ctx.written.entry(region.id).or_default() += bytes;
     if rows > 0 {
         *ctx.delta_rows.entry(region.id).or_default() += rows;
     }
@@ -503,7 +497,6 @@ fn exec_ingest<E: Engine>(
     ctx.engine.ingest(Cf::Default, &path)?;
     ctx.wb.put(Cf::Raft, record, Vec::new());
     ctx.ingested.push(path);
-    *ctx.written.entry(region.id).or_default() += sst.length;
     tracing::debug!(region = region.id, bytes = sst.length, "ingested an SST");
     Ok(Outcome::Done)
 }

@@ -18,11 +18,11 @@ use quarry_coprocessor::codec::mvcc::WriteKind;
 use quarry_coprocessor::endpoint;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{other_error, CopRequest, CopResponse, OtherError};
-use quarry_proto::kv::{key_error, Context, KvPair, PrewriteRequest, RollbackRequest, SstMeta};
+use quarry_proto::kv::{key_error, Context, KvPair, PrewriteRequest, RollbackRequest};
 use quarry_proto::meta::{
     Peer as PeerMeta, Region, RegionError, StatusResponse, Store as StoreInfo,
 };
-use quarry_proto::raft::{txn_write::Step, Conflict, IngestSst, KvWrite, SplitRequest, TxnWrite};
+use quarry_proto::raft::{txn_write::Step, Conflict, KvWrite, SplitRequest, TxnWrite};
 use tokio::sync::oneshot;
 
 use crate::concurrency::ConcurrencyManager;
@@ -33,6 +33,8 @@ use crate::local_read::LocalReader;
 use crate::peer::propose::TxnDone;
 use crate::store::StoreMsg;
 use crate::{keys, pessimistic, region, Error, Result};
+
+mod ingest;
 
 /// What became of a transaction, by its primary key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -494,64 +496,6 @@ impl<E: Engine> Node<E> {
     /// phase.
     pub fn set_timestamps(&self, source: Timestamps) {
         let _ = self.timestamps.set(source);
-    }
-
-    /// Where this store keeps uploaded SST files.
-    pub fn set_importer(&self, importer: Arc<SstImporter>) {
-        let _ = self.importer.set(importer);
-    }
-
-    fn importer(&self) -> Result<&Arc<SstImporter>> {
-        self.importer.get().ok_or_else(|| {
-            Error::InvalidInput(format!("store {} does not take SST files", self.store_id))
-        })
-    }
-
-    /// Stores an uploaded SST file (`import.rs`).
-    pub async fn upload_sst(
-        &self,
-        meta: &SstMeta,
-        chunks: impl futures::Stream<Item = Result<bytes::Bytes>> + Unpin,
-    ) -> Result<()> {
-        let r = self.importer()?.upload(meta, chunks).await;
-        crate::metrics::SST_UPLOADS
-            .with_label_values(&[if r.is_ok() { "ok" } else { "error" }])
-            .inc();
-        if r.is_ok() {
-            crate::metrics::SST_UPLOAD_BYTES.inc_by(meta.length);
-        }
-        r
-    }
-
-    /// Has every replica of the region ingest its copy of `sst`; answers
-    /// once applied here (the leader). A file this store never received is
-    /// refused before anything is proposed.
-    pub async fn ingest(&self, ctx: Option<&Context>, sst: SstMeta) -> Result<()> {
-        let ctx = *Self::context(ctx)?;
-        let region_id = ctx.region_id;
-        let importer = self.importer()?;
-        let done = self
-            .engine
-            .get(Cf::Raft, &keys::ingested_key(region_id, &sst.uuid))?
-            .is_some();
-        if !done && !importer.exists(&sst.uuid)? {
-            return Err(Error::InvalidInput(format!(
-                "no SST {} was uploaded to store {}",
-                hex(&sst.uuid),
-                self.store_id
-            )));
-        }
-        self.ask(
-            || format!("ingesting an SST into region {region_id}"),
-            WRITE_TIMEOUT,
-            |cb| StoreMsg::Ingest {
-                region_id,
-                epoch: ctx.region_epoch,
-                ingest: IngestSst { sst: Some(sst) },
-                cb,
-            },
-        )
-        .await
     }
 
     /// What became of the transaction `start_ts` whose primary key is

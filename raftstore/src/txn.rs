@@ -240,9 +240,8 @@ type Planned = (Vec<u8>, Option<Vec<u8>>);
 
 fn write_all<E: Engine>(ctx: &mut ApplyCtx<'_, E>, plan: Vec<Planned>) {
     for (k, v) in plan {
-        if let (Some(v), KeyKind::Version { kind, .. }) = (&v, classify_key(&k)) {
+        if let (Some(_), KeyKind::Version { kind, .. }) = (&v, classify_key(&k)) {
             // Fresh rows: the column layout's compaction counts them.
-            *ctx.written.entry(ctx.region_id).or_default() += (k.len() + v.len()) as u64;
             if kind.is_data() {
                 *ctx.delta_rows.entry(ctx.region_id).or_default() += 1;
             }

@@ -29,11 +29,10 @@ fn status(tx: &mpsc::Sender<StoreMsg>) -> RegionStatus {
     rx.blocking_recv().unwrap().regions.remove(0)
 }
 
-#[test]
-fn the_loop_stops_without_answering_when_apply_cannot_read() {
-    let engine = Arc::new(MemEngine::new());
-    let mut store =
-        RaftStore::new(1, engine.clone(), NoTransport, RaftStoreConfig::default()).unwrap();
+/// Store 1 with one peer (1001) of region 10, table 7's rows; and the
+/// region's epoch.
+fn one_region_store<E: Engine>(engine: Arc<E>) -> (RaftStore<E, NoTransport>, RegionEpoch) {
+    let mut store = RaftStore::new(1, engine, NoTransport, RaftStoreConfig::default()).unwrap();
     let (start_key, end_key) = table_record_range(7);
     let epoch = RegionEpoch {
         conf_ver: 1,
@@ -51,6 +50,13 @@ fn the_loop_stops_without_answering_when_apply_cannot_read() {
             }],
         })
         .unwrap();
+    (store, epoch)
+}
+
+#[test]
+fn the_loop_stops_without_answering_when_apply_cannot_read() {
+    let engine = Arc::new(MemEngine::new());
+    let (mut store, epoch) = one_region_store(engine.clone());
     let (tx, rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -146,26 +152,8 @@ fn an_ingest_lands_between_the_writes_the_log_puts_around_it_and_repeats_as_a_no
     let engine =
         Arc::new(RocksEngine::open(&dir.path().join("db"), &RocksConfig::default()).unwrap());
     let importer = Arc::new(SstImporter::open(&dir.path().join("import")).unwrap());
-    let mut store =
-        RaftStore::new(1, engine.clone(), NoTransport, RaftStoreConfig::default()).unwrap();
+    let (mut store, epoch) = one_region_store(engine.clone());
     store.set_importer(importer.clone());
-    let (start_key, end_key) = table_record_range(7);
-    let epoch = RegionEpoch {
-        conf_ver: 1,
-        version: 1,
-    };
-    store
-        .create_peer(Region {
-            id: 10,
-            start_key,
-            end_key,
-            epoch: Some(epoch),
-            peers: vec![PeerMeta {
-                id: 1001,
-                store_id: 1,
-            }],
-        })
-        .unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || drop(drive(&mut store, &rx)));
     let deadline = Instant::now() + Duration::from_secs(10);
