@@ -332,6 +332,7 @@ pub(crate) async fn create_presplit(
             table: Some(table),
             split_handles: splits.to_vec(),
             if_not_exists: false,
+            ..Default::default()
         })
         .await?;
     let table = created

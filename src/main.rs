@@ -144,6 +144,9 @@ struct ComputeArgs {
     stores: Option<Vec<String>>,
     #[arg(long)]
     query_timeout_ms: Option<u64>,
+    /// Each query's memory pool in MiB (0: unbounded).
+    #[arg(long)]
+    query_memory_limit_mb: Option<u64>,
     #[arg(long)]
     max_inflight_regions: Option<usize>,
     /// How regions answer: arrow (column chunks) or rows (the baseline).
@@ -207,6 +210,10 @@ struct PlaygroundArgs {
     /// Query timeout for the compute process.
     #[arg(long)]
     query_timeout_ms: Option<u64>,
+    /// Each query's memory pool in MiB in the compute process (0:
+    /// unbounded).
+    #[arg(long)]
+    query_memory_limit_mb: Option<u64>,
     /// The compute process's slow-query threshold (default 300 ms).
     #[arg(long)]
     slow_query_ms: Option<u64>,
@@ -473,6 +480,9 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     if let Some(v) = a.query_timeout_ms {
         cfg.query_timeout_ms = v;
     }
+    if let Some(v) = a.query_memory_limit_mb {
+        cfg.query_memory_limit_mb = v;
+    }
     if let Some(v) = a.max_inflight_regions {
         cfg.max_inflight_regions = v;
     }
@@ -574,6 +584,10 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
     if let Some(t) = a.slow_query_ms {
         args.compute
             .extend(["--slow-query-ms".to_string(), t.to_string()]);
+    }
+    if let Some(m) = a.query_memory_limit_mb {
+        args.compute
+            .extend(["--query-memory-limit-mb".to_string(), m.to_string()]);
     }
     let mut cluster = LocalCluster::start(&a.dir, a.stores, &args).await?;
     let result = async {
@@ -810,9 +824,15 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Status { store } => {
             init_logging("warn");
             for addr in store {
-                match quarry::status::store_status(&addr).await {
-                    Ok(text) => print!("{text}"),
-                    Err(e) => println!("store at {addr}: unreachable: {e:#}"),
+                let text = match quarry::status::store_status(&addr).await {
+                    Ok(text) => text,
+                    Err(e) => format!("store at {addr}: unreachable: {e:#}\n"),
+                };
+                // `quarry status | head` ends quietly, as a filter does.
+                use std::io::Write;
+                match std::io::stdout().write_all(text.as_bytes()) {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                    r => r?,
                 }
             }
             Ok(())
@@ -860,8 +880,12 @@ async fn run(cli: Cli) -> Result<()> {
 
 fn main() {
     let cli = Cli::parse();
+    // Room for recursion over expressions as deep as a statement may nest
+    // (`quarry_compute::sql::MAX_EXPR_DEPTH`): evaluating and dropping
+    // them recurses without growing the stack as DataFusion's planner does.
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(16 << 20)
         .build()
     {
         Ok(rt) => rt,

@@ -84,7 +84,7 @@ pub fn bench(c: &mut Criterion) {
             &req,
             |b, req| {
                 b.iter(|| {
-                    let resp = handle(&mut storage, req, None, 0);
+                    let resp = handle(&mut storage, req, &Default::default(), 0);
                     assert!(resp.other_error.is_none());
                     std::hint::black_box(resp)
                 })

@@ -27,7 +27,7 @@ pub fn bench(c: &mut Criterion) {
         dag: Some(region_dags(&plan)[0].clone()),
         ..Default::default()
     };
-    let resp = handle(storage, &req, None, 0);
+    let resp = handle(storage, &req, &Default::default(), 0);
     let (_, batches) = quarry_coprocessor::ipc::decode(&resp.data).expect("decode");
     let plan = plan
         .transform_up(|node| {

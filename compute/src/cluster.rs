@@ -22,6 +22,25 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::{Error, Result};
 
+/// How long one try of a DDL call may take, and all its tries together.
+const DDL_ATTEMPT: Duration = Duration::from_secs(60);
+const DDL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// An id for one DDL statement, the same on all its tries: this process,
+/// the time, and a counter.
+fn request_id() -> Vec<u8> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut id = Vec::with_capacity(20);
+    id.extend_from_slice(&std::process::id().to_be_bytes());
+    id.extend_from_slice(&nanos.to_be_bytes());
+    id.extend_from_slice(&NEXT.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    id
+}
+
 /// Where regions are: the meta directory.
 pub trait Routes: Send + Sync {
     fn get_regions<'a>(
@@ -102,7 +121,34 @@ impl Cluster {
         F: Fn(MetaClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
-        let deadline = std::time::Instant::now() + self.meta_timeout;
+        self.meta_within(what, self.meta_timeout, Duration::from_secs(4), call)
+            .await
+    }
+
+    /// [`Cluster::meta`] for DDL, whose one call may take long (creating
+    /// thousands of regions' peers): each try gets up to
+    /// [`DDL_ATTEMPT`], all of them [`DDL_TIMEOUT`].
+    async fn meta_ddl<T, F, Fut>(&self, what: &str, call: F) -> Result<T>
+    where
+        F: Fn(MetaClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let timeout = self.meta_timeout.max(DDL_TIMEOUT);
+        self.meta_within(what, timeout, DDL_ATTEMPT, call).await
+    }
+
+    async fn meta_within<T, F, Fut>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        max_attempt: Duration,
+        call: F,
+    ) -> Result<T>
+    where
+        F: Fn(MetaClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let deadline = std::time::Instant::now() + timeout;
         let mut backoff = crate::dispatch::backoff::Backoff::new(
             Duration::from_millis(10),
             Duration::from_millis(500),
@@ -116,7 +162,7 @@ impl Cluster {
                     .max_encoding_message_size(MAX_MESSAGE_BYTES);
                 // Each attempt is short, so a hung store costs one attempt.
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
-                let attempt = left.clamp(Duration::from_millis(100), Duration::from_secs(4));
+                let attempt = left.clamp(Duration::from_millis(100), max_attempt);
                 match tokio::time::timeout(attempt, call(client)).await {
                     Ok(Ok(r)) => return Ok(r.into_inner()),
                     Ok(Err(st)) => match st.code() {
@@ -163,8 +209,14 @@ impl Cluster {
             .tables)
     }
 
-    pub async fn create_table(&self, req: CreateTableRequest) -> Result<CreateTableResponse> {
-        self.meta("creating a table", |mut c| {
+    /// Creates a table. Every try carries one request id, so a retry
+    /// after a try that succeeded too late to answer finds its table
+    /// rather than calling the name taken.
+    pub async fn create_table(&self, mut req: CreateTableRequest) -> Result<CreateTableResponse> {
+        if req.request_id.is_empty() {
+            req.request_id = request_id();
+        }
+        self.meta_ddl("creating a table", |mut c| {
             let r = req.clone();
             async move { c.create_table(r).await }
         })
@@ -177,7 +229,7 @@ impl Cluster {
             if_exists,
         };
         Ok(self
-            .meta("dropping a table", |mut c| {
+            .meta_ddl("dropping a table", |mut c| {
                 let r = req.clone();
                 async move { c.drop_table(r).await }
             })

@@ -38,6 +38,12 @@ pub struct ComputeConfig {
     /// names locks them with one request that returns them (off: find,
     /// lock, read again; the baseline kept for comparison).
     pub lock_returns_rows: bool,
+    /// A statement's text may be at most this long (RESOURCE_EXHAUSTED
+    /// past it, before it is parsed).
+    pub max_statement_bytes: usize,
+    /// Each query's memory pool in MiB (0: unbounded): joins, sorts and
+    /// aggregations past it spill or fail with RESOURCE_EXHAUSTED.
+    pub query_memory_limit_mb: u64,
 }
 
 impl Default for ComputeConfig {
@@ -54,6 +60,8 @@ impl Default for ComputeConfig {
             join_bloom_filters: true,
             join_key_list_max: crate::df::MAX_JOIN_KEYS_PUSHED,
             lock_returns_rows: true,
+            max_statement_bytes: crate::sql::DEFAULT_MAX_STATEMENT_BYTES,
+            query_memory_limit_mb: 4096,
         }
     }
 }
@@ -65,9 +73,13 @@ impl ComputeConfig {
                 "compute needs at least one store address (--stores)".into(),
             ));
         }
-        if self.query_timeout_ms == 0 || self.max_inflight_regions == 0 {
+        if self.query_timeout_ms == 0
+            || self.max_inflight_regions == 0
+            || self.max_statement_bytes == 0
+        {
             return Err(Error::InvalidInput(
-                "query-timeout-ms and max-inflight-regions must be positive".into(),
+                "query-timeout-ms, max-inflight-regions and max-statement-bytes must be positive"
+                    .into(),
             ));
         }
         if !matches!(self.encode.as_str(), "arrow" | "rows") {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::sql::parser::Statement as DfStatement;
 use quarry_coprocessor::types::{arrow_type, sql_name};
 use quarry_proto::coprocessor::EncodeType;
 use quarry_proto::meta::{CreateTableRequest, TableDef};
@@ -66,6 +67,8 @@ pub struct QueryEngine {
     timeout: Duration,
     /// compute.lock-returns-rows (`dml::lock_points`).
     lock_returns_rows: bool,
+    /// compute.max-statement-bytes (`sql::parse_df`).
+    max_statement_bytes: usize,
 }
 
 /// A statement, parsed once: a query for DataFusion, or one Quarry runs.
@@ -74,11 +77,22 @@ enum Parsed {
     Statement(Statement),
 }
 
-fn parse(text: &str) -> Result<Parsed> {
-    Ok(match df::parse_query(text) {
-        Some(q) => Parsed::Query(q),
-        None => Parsed::Statement(sql::parse(text)?),
-    })
+/// Parses one statement within `max_bytes` and the nesting limit
+/// (`sql::parse_df`).
+fn parse(text: &str, max_bytes: usize) -> Result<Parsed> {
+    let mut stmts = sql::parse_df(text, max_bytes)?;
+    let stmt = match stmts.len() {
+        0 => return Err(plan_err!("empty statement")),
+        1 => stmts.pop_front().expect("one"),
+        n => return Err(plan_err!("expected one statement, got {n}")),
+    };
+    if df::is_query(&stmt) {
+        return Ok(Parsed::Query(stmt.into()));
+    }
+    match stmt {
+        DfStatement::Statement(s) => Ok(Parsed::Statement(sql::convert_statement(*s)?)),
+        other => Err(plan_err!("unsupported statement: {other}")),
+    }
 }
 
 /// A write's answer: the rows it wrote, in one `count` column.
@@ -164,7 +178,8 @@ impl QueryEngine {
             cluster.clone(),
             txns.clone(),
             std::thread::available_parallelism().map_or(2, |n| n.get()),
-        );
+        )
+        .with_memory_limit(cfg.query_memory_limit_mb as usize * (1 << 20));
         Ok(QueryEngine {
             sql,
             writer: KvWriter::new(cluster.clone(), cache),
@@ -173,7 +188,13 @@ impl QueryEngine {
             cluster,
             timeout,
             lock_returns_rows: cfg.lock_returns_rows,
+            max_statement_bytes: cfg.max_statement_bytes,
         })
+    }
+
+    /// The longest statement text accepted (compute.max-statement-bytes).
+    pub fn max_statement_bytes(&self) -> usize {
+        self.max_statement_bytes
     }
 
     /// Transactions: timestamps, two-phase commit, lock resolution.
@@ -238,8 +259,9 @@ impl QueryEngine {
         read_ts: u64,
         table: &TableDef,
     ) -> Result<QueryOutput> {
-        let query =
-            df::parse_query(text).ok_or_else(|| Error::Internal(format!("not a query: {text}")))?;
+        let Parsed::Query(query) = parse(text, usize::MAX)? else {
+            return Err(Error::Internal(format!("not a query: {text}")));
+        };
         let planned = self.sql.plan_with_rowid(query, table).await?;
         let guard = self.timeout + Duration::from_secs(2);
         match tokio::time::timeout(guard, self.sql.run_at(planned, read_ts)).await {
@@ -319,10 +341,12 @@ impl QueryEngine {
 
     async fn prepare_counted(&self, text: &str, txn: Option<&Arc<OpenTxn>>) -> Result<Prepared> {
         let Some(txn) = txn else {
-            return self.prepare(parse(text)?, None).await;
+            return self
+                .prepare(parse(text, self.max_statement_bytes)?, None)
+                .await;
         };
         self.sessions.check(txn).await?;
-        let parsed = match parse(text) {
+        let parsed = match parse(text, self.max_statement_bytes) {
             Ok(p) => p,
             Err(e) => return Err(self.sessions.fail(txn, e).await),
         };
@@ -353,16 +377,16 @@ impl QueryEngine {
     /// columns, or nothing, with their parameters typed from the columns
     /// they write or compare with.
     pub async fn shape(&self, stmt: &params::Numbered) -> Result<StatementShape> {
-        let (dataset, types) = match df::parse_query(&stmt.sql) {
-            Some(mut query) => {
+        let (dataset, types) = match parse(&stmt.sql, self.max_statement_bytes)? {
+            Parsed::Query(mut query) => {
                 query.take_for_update()?;
                 let planned = self.sql.plan(query).await?;
                 (planned.schema(), planned.parameter_types(stmt.count))
             }
-            None => {
-                let dataset = match sql::parse(&stmt.sql) {
-                    Ok(Statement::ShowTables) => text_schema("name"),
-                    Ok(Statement::Describe(_)) => describe_schema(),
+            Parsed::Statement(parsed) => {
+                let dataset = match parsed {
+                    Statement::ShowTables => text_schema("name"),
+                    Statement::Describe(_) => describe_schema(),
                     _ => Arc::new(Schema::empty()),
                 };
                 let types = match stmt.count {
@@ -483,6 +507,7 @@ impl QueryEngine {
                 table: Some(table),
                 split_handles: ct.split_handles,
                 if_not_exists: ct.if_not_exists,
+                ..Default::default()
             })
             .await?;
         text_output(

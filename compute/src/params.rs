@@ -27,8 +27,6 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::DataType;
 use arrow::util::display::array_value_to_string;
 use sqlparser::ast::{visit_expressions_mut, Expr, Statement, Value};
-use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
 
 use crate::{plan_err, Error, Result};
 
@@ -39,8 +37,8 @@ pub struct Numbered {
     pub count: usize,
 }
 
-fn parse_one(sql: &str) -> Option<Statement> {
-    let mut stmts = Parser::parse_sql(&GenericDialect {}, sql).ok()?;
+fn parse_one(sql: &str, max_bytes: usize) -> Option<Statement> {
+    let mut stmts = crate::sql::parse_plain(sql, max_bytes).ok()?;
     (stmts.len() == 1).then(|| stmts.pop().expect("one"))
 }
 
@@ -65,12 +63,16 @@ fn placeholder(e: &Expr) -> Option<std::result::Result<usize, String>> {
 /// parameters it takes (the highest `$n`). Text that does not parse as
 /// one statement is returned unchanged with no parameters: running it
 /// reports the syntax error.
-pub fn number(sql: &str) -> Result<Numbered> {
+pub fn number(sql: &str, max_bytes: usize) -> Result<Numbered> {
     let unchanged = || Numbered {
         sql: sql.to_string(),
         count: 0,
     };
-    let Some(mut stmt) = parse_one(sql) else {
+    if sql.len() > max_bytes {
+        // Refused with its reason when it runs.
+        return Ok(unchanged());
+    }
+    let Some(mut stmt) = parse_one(sql, max_bytes) else {
         return Ok(unchanged());
     };
     let (mut qmarks, mut dollars, mut max) = (0usize, false, 0usize);
@@ -124,7 +126,8 @@ pub fn bind(stmt: &Numbered, params: &RecordBatch, row: usize) -> Result<String>
     if stmt.count == 0 {
         return Ok(stmt.sql.clone());
     }
-    let mut parsed = parse_one(&stmt.sql)
+    // Numbered, so it parsed within the limits already.
+    let mut parsed = parse_one(&stmt.sql, usize::MAX)
         .ok_or_else(|| Error::Internal(format!("a numbered statement must parse: {}", stmt.sql)))?;
     let flow = visit_expressions_mut(&mut parsed, |e| {
         if let Some(Ok(n)) = placeholder(e) {
@@ -148,7 +151,7 @@ fn value(v: Value) -> Expr {
 /// A typed literal such as `DATE '1998-12-01'`.
 fn typed(type_name: &str, text: &str) -> Result<Expr> {
     let sql = format!("{type_name} '{}'", text.replace('\'', "''"));
-    Parser::new(&GenericDialect {})
+    sqlparser::parser::Parser::new(&sqlparser::dialect::GenericDialect {})
         .try_with_sql(&sql)
         .and_then(|mut p| p.parse_expr())
         .map_err(|e| Error::Internal(format!("{sql} must parse: {e}")))
@@ -202,7 +205,7 @@ mod tests {
     use super::*;
 
     fn numbered(sql: &str) -> Numbered {
-        number(sql).unwrap()
+        number(sql, usize::MAX).unwrap()
     }
 
     #[test]
@@ -228,9 +231,9 @@ mod tests {
 
     #[test]
     fn mixed_or_unknown_placeholders_are_refused_by_name() {
-        let e = number("SELECT ? + $1").unwrap_err().to_string();
+        let e = number("SELECT ? + $1", usize::MAX).unwrap_err().to_string();
         assert!(e.contains("mixes ? and $n"), "{e}");
-        let e = number("SELECT $0").unwrap_err().to_string();
+        let e = number("SELECT $0", usize::MAX).unwrap_err().to_string();
         assert!(e.contains("unsupported placeholder $0"), "{e}");
     }
 

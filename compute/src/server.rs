@@ -26,6 +26,7 @@ pub async fn run(
         .map_err(|e| Error::Internal(e.to_string()))?;
     let serving = tokio::spawn(
         tonic::transport::Server::builder()
+            .layer(quarry_proto::status::layer::<tonic::body::Body>())
             .add_service(flight::service(engine))
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(listener).with_nodelay(Some(true)),

@@ -8,14 +8,17 @@
 //!    type: scan → selection → partial aggregation | [top-N →] projection →
 //!    limit.
 //! 3. [`handle`] pulls batches, starting at [`INITIAL_BATCH_ROWS`] and
-//!    doubling up to [`MAX_BATCH_ROWS`], checking the deadline between
-//!    batches, and encodes the output as an Arrow IPC stream (or as rows,
+//!    doubling up to [`MAX_BATCH_ROWS`], checking between batches whether
+//!    it must [`Stop`] (its deadline passed, or its caller went away), and
+//!    encodes the output as an Arrow IPC stream (or as rows,
 //!    the pre-chunk baseline).
 //! 4. Past `max_response_bytes` it stops and names the ranges left, so the
 //!    caller resumes with another request.
 //! 5. The response never fails: errors become `other_error`, and an
 //!    execution summary (keys and bytes scanned, time) rides along.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::datatypes::DataType;
@@ -35,6 +38,37 @@ use crate::expr::Expr;
 use crate::storage::{KeyRange, Storage};
 use crate::types::arrow_type;
 use crate::{invalid_input, Error, Result};
+
+/// When a request must stop before it is done: its deadline passed, or
+/// the caller is gone (compute dropped the call: its query failed, was
+/// cancelled, or timed out), so no one would read the answer.
+#[derive(Debug, Clone, Default)]
+pub struct Stop {
+    pub deadline: Option<Instant>,
+    /// Set by the store when the call is dropped.
+    pub cancelled: Option<Arc<AtomicBool>>,
+}
+
+impl Stop {
+    /// An error if the request must stop; `scanned` keys so far.
+    fn check(&self, scanned: u64) -> Result<()> {
+        if self
+            .cancelled
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+        {
+            return Err(Error::Deadline(format!(
+                "coprocessor task cancelled by its caller after scanning {scanned} keys"
+            )));
+        }
+        if self.deadline.is_some_and(|d| Instant::now() > d) {
+            return Err(Error::Deadline(format!(
+                "coprocessor task exceeded its deadline after scanning {scanned} keys"
+            )));
+        }
+        Ok(())
+    }
+}
 
 /// Rows asked of the pipeline by the first pull.
 pub const INITIAL_BATCH_ROWS: usize = 1024;
@@ -214,7 +248,7 @@ fn run(
     exec: &mut dyn BatchExecutor,
     encode: EncodeType,
     max_bytes: u64,
-    deadline: Option<Instant>,
+    stop: &Stop,
     summary: &mut ExecSummary,
 ) -> Result<Output> {
     let schema = exec.schema();
@@ -226,15 +260,12 @@ fn run(
     let mut batch_rows = INITIAL_BATCH_ROWS;
     let mut remaining = Vec::new();
     loop {
-        if let Some(d) = deadline {
-            if Instant::now() > d {
-                let mut s = ExecSummary::default();
-                exec.collect_summary(&mut s);
-                return Err(Error::Deadline(format!(
-                    "coprocessor task exceeded its deadline after scanning {} keys",
-                    s.scanned_keys
-                )));
-            }
+        if stop.check(0).is_err() {
+            // Both reasons to stop last, so this fails too, now with the
+            // keys scanned.
+            let mut s = ExecSummary::default();
+            exec.collect_summary(&mut s);
+            stop.check(s.scanned_keys)?;
         }
         let r = exec.next_batch(batch_rows)?;
         let batch = r.chunk.materialize()?;
@@ -281,13 +312,13 @@ pub fn handle_parts<S: Storage>(
     make: &(dyn Fn() -> S + Sync),
     parts: Vec<Vec<KeyRange>>,
     req: &CopRequest,
-    deadline: Option<Instant>,
+    stop: &Stop,
     wait_ns: u64,
 ) -> CopResponse {
     use rayon::prelude::*;
     let aggregating = req.dag.as_ref().is_some_and(|d| d.aggregation.is_some());
     if parts.len() <= 1 || !aggregating {
-        return handle(make(), req, deadline, wait_ns);
+        return handle(make(), req, stop, wait_ns);
     }
     let started = Instant::now();
     let dag = req.dag.as_ref().expect("checked");
@@ -303,11 +334,7 @@ pub fn handle_parts<S: Storage>(
             let mut exec = build_executors(make(), dag, ranges)?;
             let mut batches = Vec::new();
             loop {
-                if deadline.is_some_and(|d| Instant::now() > d) {
-                    return Err(Error::Deadline(
-                        "coprocessor task exceeded its deadline".into(),
-                    ));
-                }
+                stop.check(0)?;
                 let r = exec.next_batch(MAX_BATCH_ROWS)?;
                 let b = r.chunk.materialize()?;
                 if b.num_rows() > 0 {
@@ -397,12 +424,7 @@ fn error_response(e: Error, summary: ExecSummary) -> CopResponse {
 
 /// Runs `req` over `storage`. Never fails: errors are in `other_error`.
 /// `wait_ns` is how long the request queued before this call.
-pub fn handle<S: Storage>(
-    storage: S,
-    req: &CopRequest,
-    deadline: Option<Instant>,
-    wait_ns: u64,
-) -> CopResponse {
+pub fn handle<S: Storage>(storage: S, req: &CopRequest, stop: &Stop, wait_ns: u64) -> CopResponse {
     let started = Instant::now();
     let mut summary = ExecSummary {
         wait_ns,
@@ -421,7 +443,7 @@ pub fn handle<S: Storage>(
             exec.as_mut(),
             encode,
             req.max_response_bytes,
-            deadline,
+            stop,
             &mut summary,
         );
         exec.collect_summary(&mut summary);

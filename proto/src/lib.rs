@@ -12,9 +12,13 @@
 //! * [`raft`]: raft messages between stores, the commands raft entries
 //!   carry, and each store's local raft and apply state.
 //!
-//! Nothing here has behaviour; the crate only names the bytes on the wire.
+//! Nothing here has behaviour but one rule every server applies to the
+//! bytes it is sent ([`status`]: a request that does not decode is
+//! INVALID_ARGUMENT); the crate names the bytes on the wire.
 
 #![allow(clippy::all)]
+
+pub mod status;
 
 pub mod meta {
     tonic::include_proto!("quarry.meta");

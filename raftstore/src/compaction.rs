@@ -520,6 +520,7 @@ mod tests {
             ],
             handle_column_id: 0,
             layout: Layout::Column as i32,
+            ..Default::default()
         }
     }
 

@@ -59,6 +59,9 @@ pub const NEXT_HANDLE: &[u8] = b"mh";
 /// The timestamp oracle's high-water mark: no timestamp at or above this
 /// physical time (ms) has been handed out.
 pub const TSO_LIMIT: &[u8] = b"mo";
+/// Regions of dropped tables whose peers are still to be destroyed
+/// (`meta/dropped.rs`), by region id: the region as it was.
+pub const DROPPED_REGION: &[u8] = b"mg";
 
 pub fn table_key(name: &str) -> Vec<u8> {
     let mut k = TABLE_BY_NAME.to_vec();
@@ -68,6 +71,12 @@ pub fn table_key(name: &str) -> Vec<u8> {
 
 pub fn region_key(region_id: u64) -> Vec<u8> {
     let mut k = REGION.to_vec();
+    k.extend_from_slice(&region_id.to_be_bytes());
+    k
+}
+
+pub fn dropped_region_key(region_id: u64) -> Vec<u8> {
+    let mut k = DROPPED_REGION.to_vec();
     k.extend_from_slice(&region_id.to_be_bytes());
     k
 }

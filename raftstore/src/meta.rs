@@ -30,6 +30,14 @@
 //! only then commits the table and the directory entries. A failure on the
 //! way destroys the peers already created and names the store that failed.
 //!
+//! A retried CREATE TABLE (its first try answered too late) carries the
+//! first try's `request_id`, which the table keeps, so it finds its own
+//! table and succeeds rather than calling the name taken.
+//!
+//! DROP TABLE is one meta write however many regions the table has; the
+//! regions' peers are destroyed afterwards by the meta leader's worker
+//! (`meta/dropped.rs`).
+//!
 //! Re-creating the replicas of dead stores, and the meta region's own
 //! replicas, is `meta/repair.rs`.
 
@@ -37,6 +45,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use parking_lot::Mutex;
 use prost::Message;
 use quarry_coprocessor::codec::key::{record_key, table_record_range};
@@ -55,11 +64,16 @@ use crate::node::Node;
 use crate::peers::{unreachable, PeerClients};
 use crate::{Error, Result};
 
+mod dropped;
 mod repair;
 pub use repair::REPAIR_CONCURRENCY;
 
 /// The first id handed out by the allocator (smaller ones are reserved).
 const FIRST_ID: u64 = 16;
+
+/// How many peers CREATE TABLE creates at once (a table pre-split into
+/// thousands of regions must not open tens of thousands of calls).
+const DDL_CONCURRENCY: usize = 64;
 
 /// Bits of a timestamp below its physical milliseconds.
 pub const TSO_LOGICAL_BITS: u32 = 18;
@@ -505,12 +519,13 @@ impl<E: Engine> Meta<E> {
             .table
             .ok_or_else(|| Error::InvalidInput("CREATE TABLE without a table".into()))?;
         if let Some(existing) = self.get_table(&table.name).await? {
-            if req.if_not_exists {
+            let ours = !req.request_id.is_empty() && existing.created_by == req.request_id;
+            if req.if_not_exists || ours {
                 let routes = self.routes_for_table(existing.id).await?;
                 return Ok(CreateTableResponse {
                     table: Some(existing),
                     regions: routes,
-                    already_existed: true,
+                    already_existed: !ours,
                 });
             }
             return Err(Error::InvalidInput(format!(
@@ -521,6 +536,7 @@ impl<E: Engine> Meta<E> {
         for (i, c) in table.columns.iter_mut().enumerate() {
             c.id = i as i64 + 1;
         }
+        table.created_by = req.request_id.clone();
         Self::validate(&table)?;
         let mut splits = req.split_handles.clone();
         splits.sort_unstable();
@@ -584,24 +600,49 @@ impl<E: Engine> Meta<E> {
                 })
             })
             .collect();
-        let created =
-            futures::future::join_all(jobs.iter().map(|(r, s)| self.create_on_store(r, s))).await;
+        let created: Vec<Result<()>> = futures::stream::iter(jobs.clone())
+            .map(|(r, s)| async move { self.create_on_store(&r, &s).await })
+            .buffered(DDL_CONCURRENCY)
+            .collect()
+            .await;
+        let undo = |made: Vec<(Region, StoreInfo)>| async move {
+            futures::stream::iter(made)
+                .map(|(r, s)| async move {
+                    let _ = self.destroy_on_store(r.id, &s).await;
+                })
+                .buffer_unordered(DDL_CONCURRENCY)
+                .collect::<Vec<()>>()
+                .await
+        };
         if let Some(Err(e)) = created.iter().find(|r| r.is_err()) {
             let e = e.clone();
-            for ((r, s), c) in jobs.iter().zip(&created) {
-                if c.is_ok() {
-                    let _ = self.destroy_on_store(r.id, s).await;
-                }
-            }
+            let made = jobs
+                .iter()
+                .zip(&created)
+                .filter(|(_, c)| c.is_ok())
+                .map(|(j, _)| j.clone())
+                .collect();
+            undo(made).await;
             return Err(e);
         }
 
-        let meta_region = self.leader().await?;
         let mut puts = vec![(keys::table_key(&table.name), table.encode_to_vec())];
         for r in &regions {
             puts.push((keys::region_key(r.id), r.encode_to_vec()));
         }
-        self.propose(&meta_region, puts, vec![]).await?;
+        let committed = match self.leader().await {
+            Ok(meta_region) => self.propose(&meta_region, puts, vec![]).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = committed {
+            // Refused before it was proposed (this store no longer leads
+            // the meta region): nothing can commit it, so the peers go.
+            // Once proposed it may still commit, and they must stay.
+            if matches!(&e, Error::Region(re) if re.not_leader.is_some()) {
+                undo(jobs).await;
+            }
+            return Err(e);
+        }
         Ok(CreateTableResponse {
             table: Some(table),
             regions: self.routes_for_table(table_id).await?,
@@ -655,22 +696,19 @@ impl<E: Engine> Meta<E> {
         };
         let (start, end) = table_record_range(table.id);
         let regions = self.regions_in(&start, &end).await?;
-        let stores = self.stores().await?;
-        for r in &regions {
-            for p in &r.peers {
-                // A store that is down keeps an orphan peer; the table is
-                // gone from the catalog either way.
-                if let Some(s) = stores.iter().find(|s| s.id == p.store_id) {
-                    if let Err(e) = self.destroy_on_store(r.id, s).await {
-                        tracing::warn!("drop table {name}: {e}");
-                    }
-                }
-            }
-        }
+        // One meta write, however many regions: the table and its regions
+        // leave the catalog and the directory, and each region is queued
+        // for its peers to be destroyed (`dropped.rs`). The name is free
+        // the moment this returns; the space follows.
         let meta_region = self.leader().await?;
         let mut deletes = vec![keys::table_key(name), keys::next_handle_key(table.id)];
         deletes.extend(regions.iter().map(|r| keys::region_key(r.id)));
-        self.propose(&meta_region, vec![], deletes).await?;
+        let queued = regions
+            .iter()
+            .map(|r| (keys::dropped_region_key(r.id), r.encode_to_vec()))
+            .collect();
+        self.propose(&meta_region, queued, deletes).await?;
+        tracing::info!(table = name, regions = regions.len(), "dropped table");
         Ok(true)
     }
 
@@ -729,6 +767,13 @@ impl<E: Engine> Meta<E> {
         let meta_region = self.leader().await?;
         let mut puts = Vec::new();
         for r in regions {
+            // A dropped table's peer reporting before it is destroyed.
+            if self
+                .get::<Region>(&keys::dropped_region_key(r.id))?
+                .is_some()
+            {
+                continue;
+            }
             let newer = match self.get::<Region>(&keys::region_key(r.id))? {
                 None => true,
                 Some(old) => {

@@ -6,7 +6,7 @@
 //! timeout, so a region without a quorum produces a clear error instead of
 //! a hang.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,6 +115,17 @@ struct PendingGuard(Arc<AtomicUsize>);
 impl Drop for PendingGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Sets its flag when dropped: a coprocessor call's future carries one,
+/// so its task learns that the caller went away.
+#[derive(Default)]
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -915,8 +926,15 @@ impl<E: Engine> Node<E> {
                 self.store_id
             )));
         }
-        let deadline =
-            (req.timeout_ms > 0).then(|| received + Duration::from_millis(req.timeout_ms));
+        // Dropped with this future when compute drops the call (its query
+        // failed, was cancelled or timed out): the task stops at its next
+        // batch instead of scanning on for no one.
+        let cancel = CancelOnDrop::default();
+        let stop = endpoint::Stop {
+            deadline: (req.timeout_ms > 0)
+                .then(|| received + Duration::from_millis(req.timeout_ms)),
+            cancelled: Some(cancel.0.clone()),
+        };
         let engine = self.engine.clone();
         let bounds = KeyRange::new(r.start_key, r.end_key);
         let parts = self.split_parts(&bounds, &req);
@@ -930,7 +948,7 @@ impl<E: Engine> Node<E> {
                 if read_ts != 0 && read_ts <= concurrency.folded() {
                     return too_old;
                 }
-                endpoint::handle_parts(make, parts, &req, deadline, wait_ns)
+                endpoint::handle_parts(make, parts, &req, &stop, wait_ns)
             });
             let _ = tx.send(resp);
         });

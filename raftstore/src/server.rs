@@ -214,6 +214,7 @@ pub async fn run(
     // (`Server::tcp_nodelay` does not apply to `serve_with_incoming`: the
     // incoming stream sets it, or every reply waits on Nagle's algorithm.)
     let router_svc = tonic::transport::Server::builder()
+        .layer(quarry_proto::status::layer::<tonic::body::Body>())
         .add_service(
             RaftServer::new(RaftService::new(router.clone(), down_rx.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)

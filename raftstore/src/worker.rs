@@ -121,6 +121,9 @@ impl<E: Engine> Worker<E> {
                 if let Err(e) = self.meta.meta().repair_replicas().await {
                     tracing::warn!("re-creating replicas: {e}");
                 }
+                if let Err(e) = self.meta.meta().collect_dropped().await {
+                    tracing::warn!("destroying dropped regions: {e}");
+                }
             }
             // Keeps the region, leader and RocksDB gauges (metrics.rs) fresh.
             if let Err(e) = self.node.status().await {

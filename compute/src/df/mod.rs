@@ -56,7 +56,7 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use futures::TryStreamExt;
 use quarry_coprocessor::codec::key::ROWID_COLUMN_ID;
@@ -73,23 +73,25 @@ use crate::{Error, Result};
 #[derive(Clone)]
 pub struct ParsedQuery(DfStatement);
 
-/// `sql` parsed, if it reads (a query, or EXPLAIN of one): those go to
-/// DataFusion. DDL, INSERT, SHOW and DESCRIBE keep Quarry's own path.
-pub fn parse_query(sql: &str) -> Option<ParsedQuery> {
-    let mut stmts = DFParser::parse_sql(sql).ok()?;
-    if stmts.len() != 1 {
-        return None;
-    }
-    let stmt = stmts.pop_front()?;
-    let reads = match &stmt {
+/// True if the statement reads (a query, or EXPLAIN of one): those go to
+/// DataFusion ([`ParsedQuery`]). DDL, INSERT, SHOW and DESCRIBE keep
+/// Quarry's own path.
+pub fn is_query(stmt: &DfStatement) -> bool {
+    match stmt {
         DfStatement::Statement(s) => matches!(
             s.as_ref(),
             SqlStatement::Query(_) | SqlStatement::Explain { .. }
         ),
         DfStatement::Explain(_) => true,
         _ => false,
-    };
-    reads.then_some(ParsedQuery(stmt))
+    }
+}
+
+impl From<DfStatement> for ParsedQuery {
+    /// (For a statement [`is_query`] accepts.)
+    fn from(stmt: DfStatement) -> Self {
+        ParsedQuery(stmt)
+    }
 }
 
 impl ParsedQuery {
@@ -156,6 +158,11 @@ pub struct SqlSession {
     txns: Arc<crate::txn::Txns>,
     /// Table and column statistics for join planning (`stats.rs`).
     stats: Arc<stats::TableStats>,
+    /// Each query's memory pool, in bytes (0: unbounded): hash tables,
+    /// sorts and aggregation state past it spill where they can and fail
+    /// with RESOURCE_EXHAUSTED where they cannot, instead of the process
+    /// growing until the kernel kills it.
+    memory_limit: usize,
 }
 
 /// The name UPDATE and DELETE give a row's handle in a table without a
@@ -215,7 +222,14 @@ impl SqlSession {
             cluster,
             txns,
             stats: Arc::default(),
+            memory_limit: 0,
         }
+    }
+
+    /// Gives each query a memory pool of `bytes` (0: unbounded).
+    pub fn with_memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = bytes;
+        self
     }
 
     /// A context whose catalog is `tables`.
@@ -279,10 +293,17 @@ impl SqlSession {
         catalog.register_schema("public", schema).map_err(from_df)?;
         let catalogs = Arc::new(MemoryCatalogProviderList::new());
         catalogs.register_catalog("quarry".into(), catalog);
-        let state = SessionStateBuilder::new_from_existing(self.base.clone())
-            .with_catalog_list(catalogs)
-            .build();
-        Ok(SessionContext::new_with_state(state))
+        let mut state =
+            SessionStateBuilder::new_from_existing(self.base.clone()).with_catalog_list(catalogs);
+        if self.memory_limit > 0 {
+            // A pool per query: one query past its limit fails alone.
+            let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+                .with_memory_limit(self.memory_limit, 1.0)
+                .build_arc()
+                .map_err(from_df)?;
+            state = state.with_runtime_env(runtime);
+        }
+        Ok(SessionContext::new_with_state(state.build()))
     }
 
     /// Plans `query` against the cluster's tables now (one meta call).
@@ -444,7 +465,9 @@ pub fn from_df(e: DataFusionError) -> Error {
         | DataFusionError::SQL(..)
         | DataFusionError::NotImplemented(_)
         | DataFusionError::Configuration(_) => Error::InvalidInput(msg),
-        DataFusionError::ResourcesExhausted(_) => Error::ResourceExhausted(msg),
+        DataFusionError::ResourcesExhausted(_) => Error::ResourceExhausted(format!(
+            "{msg} (past the query's memory limit, compute.query-memory-limit-mb)"
+        )),
         DataFusionError::ArrowError(a, _) => match a.as_ref() {
             arrow::error::ArrowError::ArithmeticOverflow(_) => Error::Overflow(msg),
             arrow::error::ArrowError::DivideByZero

@@ -22,6 +22,12 @@
 //! SUBSTRING with constant positions. Division and `%` of decimals or
 //! floats stay in DataFusion, whose result type and zero rules are the ones
 //! the user sees.
+//!
+//! Chains of AND and OR arrive from DataFusion as binary trees and leave
+//! as one n-ary node each (the coprocessor's `Expr::logic` flattens them).
+//! What is still nested more than [`MAX_WIRE_DEPTH`] levels after that
+//! (a sum of a hundred columns) stays in DataFusion too, so every request
+//! decodes within protobuf's nesting limit.
 
 use std::sync::Arc;
 
@@ -31,7 +37,9 @@ use datafusion::logical_expr::{Expr as LExpr, Operator};
 use datafusion::physical_expr::expressions as pe;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::ScalarFunctionExpr;
-use quarry_coprocessor::expr::{ArithOp, CmpOp, DatePart, Expr, LogicOp, ScalarValue};
+use quarry_coprocessor::expr::{
+    ArithOp, CmpOp, DatePart, Expr, LogicOp, ScalarValue, MAX_WIRE_DEPTH,
+};
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::{ColumnInfo, TableScan};
 use quarry_proto::meta::TableDef;
@@ -233,8 +241,18 @@ fn function(name: &str, mut args: Vec<Expr>) -> Option<Expr> {
     }
 }
 
+/// Keeps a translation only if it fits on the wire.
+fn within_wire_depth(e: Expr) -> Option<Expr> {
+    (e.depth() <= MAX_WIRE_DEPTH).then_some(e)
+}
+
 /// Translates a logical expression over `binder`'s table.
 pub fn logical(e: &LExpr, binder: &mut ColumnBinder) -> Option<Expr> {
+    logical_any_depth(e, binder).and_then(within_wire_depth)
+}
+
+fn logical_any_depth(e: &LExpr, binder: &mut ColumnBinder) -> Option<Expr> {
+    let logical = logical_any_depth;
     match e {
         LExpr::Column(c) => binder.bind_name(&c.name),
         LExpr::Literal(v, _) => Some(Expr::literal(scalar(v)?)),
@@ -309,6 +327,14 @@ pub fn physical(
     e: &Arc<dyn PhysicalExpr>,
     column: &mut dyn FnMut(usize) -> Option<Expr>,
 ) -> Option<Expr> {
+    physical_any_depth(e, column).and_then(within_wire_depth)
+}
+
+fn physical_any_depth(
+    e: &Arc<dyn PhysicalExpr>,
+    column: &mut dyn FnMut(usize) -> Option<Expr>,
+) -> Option<Expr> {
+    let physical = physical_any_depth;
     let any: &dyn PhysicalExpr = e.as_ref();
     if let Some(c) = any.downcast_ref::<pe::Column>() {
         return column(c.index());

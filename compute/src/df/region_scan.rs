@@ -227,14 +227,12 @@ fn lists_keys_of(e: &Expr, probe: &Expr) -> bool {
         } => expr.as_ref() == probe,
         Expr::Logic {
             op: LogicOp::And,
-            left,
-            right,
-        } => lists_keys_of(left, probe) || lists_keys_of(right, probe),
+            args,
+        } => args.iter().any(|a| lists_keys_of(a, probe)),
         Expr::Logic {
             op: LogicOp::Or,
-            left,
-            right,
-        } => lists_keys_of(left, probe) && lists_keys_of(right, probe),
+            args,
+        } => args.iter().all(|a| lists_keys_of(a, probe)),
         _ => false,
     }
 }
@@ -252,9 +250,10 @@ fn without_dense_key_lists(e: Expr) -> (Expr, bool) {
     fn keys(e: &Expr, out: &mut std::collections::HashSet<i64>) {
         match e {
             Expr::InList { set: Some(s), .. } => out.extend(s.0.iter().copied()),
-            Expr::Logic { left, right, .. } => {
-                keys(left, out);
-                keys(right, out);
+            Expr::Logic { args, .. } => {
+                for a in args {
+                    keys(a, out);
+                }
             }
             _ => {}
         }
@@ -264,13 +263,9 @@ fn without_dense_key_lists(e: Expr) -> (Expr, bool) {
             Expr::InList { set: Some(_), .. } => {
                 Expr::literal(quarry_coprocessor::expr::ScalarValue::Boolean(true))
             }
-            Expr::Logic { op, left, right } => {
-                let (l, r) = (drop_lists(*left), drop_lists(*right));
-                Expr::logic(op, l.clone(), r.clone()).unwrap_or(Expr::Logic {
-                    op,
-                    left: Box::new(l),
-                    right: Box::new(r),
-                })
+            Expr::Logic { op, args } => {
+                let args: Vec<Expr> = args.into_iter().map(drop_lists).collect();
+                Expr::logic_n(op, args.clone()).unwrap_or(Expr::Logic { op, args })
             }
             other => other,
         }

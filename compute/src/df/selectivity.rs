@@ -40,16 +40,14 @@ pub fn selectivity<'a>(
     rows: u64,
 ) -> f64 {
     let s = match condition {
-        Expr::Logic { op, left, right } => {
-            let (a, b) = (
-                selectivity(left, column, rows),
-                selectivity(right, column, rows),
-            );
-            match op {
+        Expr::Logic { op, args } => args
+            .iter()
+            .map(|a| selectivity(a, column, rows))
+            .reduce(|a, b| match op {
                 LogicOp::And => a * b,
                 LogicOp::Or => a + b - a * b,
-            }
-        }
+            })
+            .unwrap_or(1.0),
         Expr::Not(e) => 1.0 - selectivity(e, column, rows),
         Expr::Compare { op, left, right } => compare(*op, left, right, column)
             .or_else(|| compare(flip(*op), right, left, column))
@@ -188,16 +186,18 @@ mod tests {
         let stats = |i: usize| [&brand, &container].get(i).copied();
         let q17 = Expr::Logic {
             op: LogicOp::And,
-            left: Box::new(cmp(
-                CmpOp::Eq,
-                col(0, DataType::Utf8),
-                ScalarValue::Utf8("Brand#23".into()),
-            )),
-            right: Box::new(cmp(
-                CmpOp::Eq,
-                col(1, DataType::Utf8),
-                ScalarValue::Utf8("MED BOX".into()),
-            )),
+            args: vec![
+                cmp(
+                    CmpOp::Eq,
+                    col(0, DataType::Utf8),
+                    ScalarValue::Utf8("Brand#23".into()),
+                ),
+                cmp(
+                    CmpOp::Eq,
+                    col(1, DataType::Utf8),
+                    ScalarValue::Utf8("MED BOX".into()),
+                ),
+            ],
         };
         let s = selectivity(&q17, &stats, 200_000);
         assert!((s - 0.001).abs() < 1e-9, "{s}");

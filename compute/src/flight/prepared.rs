@@ -81,7 +81,7 @@ pub(super) async fn create(
 ) -> Result<ActionCreatePreparedStatementResult, Status> {
     // An unknown transaction fails here, not at the first execution.
     server.txn(req.transaction_id.as_deref())?;
-    let stmt = params::number(&req.query)?;
+    let stmt = params::number(&req.query, server.engine.max_statement_bytes())?;
     let shape = server.engine.shape(&stmt).await?;
     let handle = PreparedHandle {
         sql: stmt.sql,

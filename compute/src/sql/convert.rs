@@ -10,16 +10,13 @@ use quarry_proto::compute::{
 use quarry_proto::coprocessor::{literal::Value as LitValue, FuncKind, Literal};
 use quarry_proto::meta::{FieldType, Layout, TypeKind};
 use sqlparser::ast::{self, Expr as SqlExpr, SetExpr, Statement as SqlStatement, Value};
-use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
 
 use super::{ColumnSpec, CreateTable, Delete, Insert, Statement, Update};
 use crate::{plan_err, Result};
 
-/// Parses one SQL statement.
+/// Parses one SQL statement (within the default limits, `guard.rs`).
 pub fn parse(sql: &str) -> Result<Statement> {
-    let mut stmts = Parser::parse_sql(&GenericDialect {}, sql)
-        .map_err(|e| plan_err!("SQL syntax error: {e}"))?;
+    let mut stmts = super::parse_plain(sql, super::DEFAULT_MAX_STATEMENT_BYTES)?;
     match stmts.len() {
         0 => Err(plan_err!("empty statement")),
         1 => convert_statement(stmts.pop().expect("one")),
@@ -47,7 +44,9 @@ fn object_name(n: &ast::ObjectName) -> Result<String> {
     }
 }
 
-fn convert_statement(s: SqlStatement) -> Result<Statement> {
+/// A parsed statement in Quarry's terms (DDL, writes, SHOW, DESCRIBE,
+/// transaction control).
+pub fn convert_statement(s: SqlStatement) -> Result<Statement> {
     match s {
         SqlStatement::CreateTable(ct) => Ok(Statement::CreateTable(convert_create(ct)?)),
         SqlStatement::Drop {

@@ -7,12 +7,14 @@
 //! literal.
 
 mod convert;
+mod guard;
 
 use quarry_proto::compute::LogicalExpr;
 use quarry_proto::meta::{FieldType, Layout};
 
 pub(crate) use convert::for_update_target;
-pub use convert::parse;
+pub use convert::{convert_statement, parse};
+pub use guard::{parse_df, parse_plain, DEFAULT_MAX_STATEMENT_BYTES, MAX_EXPR_DEPTH};
 
 /// One parsed statement.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,6 +73,7 @@ impl CreateTable {
                 .collect(),
             handle_column_id: self.primary_key.map_or(0, |i| i as i64 + 1),
             layout: self.layout as i32,
+            ..Default::default()
         }
     }
 }

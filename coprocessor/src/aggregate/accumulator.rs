@@ -9,9 +9,10 @@
 //! ```
 //!
 //! `rows[i]` of the input goes to group `groups[i]`; rows outside the
-//! selection never appear in `rows`. Sums are checked at every step, so an
-//! overflow is an error in the region's partial *and* in the merge, even
-//! when no single region overflows.
+//! selection never appear in `rows`. Sums accumulate wider than their
+//! result (i128), so an overflow is reported only when the final value
+//! does not fit its type: never because one region's partial left the
+//! result's range while the total came back into it.
 
 use std::sync::Arc;
 
@@ -134,41 +135,94 @@ impl GroupsAccumulator for CountAccumulator {
 
 // ------------------------------------------------------------------ SUM
 
-/// Checked addition for a sum's native type.
+/// How a SUM adds: argument values of type `In` widen into a partial of
+/// type `T`, and the final value is checked against the result type.
+///
+/// Partials are wider than results (i128 for BIGINT, all of i128 for
+/// DECIMAL(38, s)), so a region's partial never overflows where the total
+/// would not: only the final value must fit (`finish`).
 pub trait SumOps: Send + 'static {
+    type In: ArrowPrimitiveType;
     type T: ArrowPrimitiveType;
+    fn widen(
+        v: <Self::In as ArrowPrimitiveType>::Native,
+    ) -> <Self::T as ArrowPrimitiveType>::Native;
     fn add(
         a: <Self::T as ArrowPrimitiveType>::Native,
         b: <Self::T as ArrowPrimitiveType>::Native,
     ) -> Option<<Self::T as ArrowPrimitiveType>::Native>;
+    /// The final sums as the result type; an error names the type a sum
+    /// does not fit.
+    fn finish(sums: PrimitiveArray<Self::T>, result: &DataType) -> Result<ArrayRef>;
 }
 
+fn sum_overflow(result: &DataType) -> Error {
+    Error::Overflow(format!(
+        "SUM overflowed {}: the exact result does not fit",
+        sql_name(result)
+    ))
+}
+
+/// SUM of BIGINT: partials in i128, the result a BIGINT.
 pub struct IntSum;
 impl SumOps for IntSum {
-    type T = Int64Type;
-    #[inline]
-    fn add(a: i64, b: i64) -> Option<i64> {
-        a.checked_add(b)
-    }
-}
-
-pub struct DecimalSum;
-impl SumOps for DecimalSum {
+    type In = Int64Type;
     type T = Decimal128Type;
+    #[inline]
+    fn widen(v: i64) -> i128 {
+        v as i128
+    }
     #[inline]
     fn add(a: i128, b: i128) -> Option<i128> {
         a.checked_add(b)
-            .filter(|v| fits_precision(*v, MAX_DECIMAL_PRECISION))
+    }
+    fn finish(sums: PrimitiveArray<Decimal128Type>, result: &DataType) -> Result<ArrayRef> {
+        let out: PrimitiveArray<Int64Type> =
+            sums.try_unary(|v| i64::try_from(v).map_err(|_| sum_overflow(result)))?;
+        Ok(Arc::new(out))
+    }
+}
+
+/// SUM of DECIMAL: partials in all of i128, the result DECIMAL(38, s).
+pub struct DecimalSum;
+impl SumOps for DecimalSum {
+    type In = Decimal128Type;
+    type T = Decimal128Type;
+    #[inline]
+    fn widen(v: i128) -> i128 {
+        v
+    }
+    #[inline]
+    fn add(a: i128, b: i128) -> Option<i128> {
+        a.checked_add(b)
+    }
+    fn finish(sums: PrimitiveArray<Decimal128Type>, result: &DataType) -> Result<ArrayRef> {
+        if sums
+            .iter()
+            .flatten()
+            .any(|v| !fits_precision(v, MAX_DECIMAL_PRECISION))
+        {
+            return Err(sum_overflow(result));
+        }
+        Ok(Arc::new(sums.with_data_type(result.clone())))
     }
 }
 
 pub struct FloatSum;
 impl SumOps for FloatSum {
+    type In = Float64Type;
     type T = Float64Type;
+    #[inline]
+    fn widen(v: f64) -> f64 {
+        v
+    }
     #[inline]
     fn add(a: f64, b: f64) -> Option<f64> {
         let v = a + b;
         (v.is_finite() || !a.is_finite() || !b.is_finite()).then_some(v)
+    }
+    fn finish(sums: PrimitiveArray<Float64Type>, _: &DataType) -> Result<ArrayRef> {
+        Ok(Arc::new(sums))
     }
 }
 
@@ -176,33 +230,38 @@ impl SumOps for FloatSum {
 pub struct SumAccumulator<O: SumOps> {
     sums: Vec<<O::T as ArrowPrimitiveType>::Native>,
     seen: BooleanBufferBuilder,
-    /// The output type (carries a decimal's precision and scale).
-    data_type: DataType,
+    /// The partial's type (carries a decimal's precision and scale).
+    state_type: DataType,
+    /// The final value's type.
+    result_type: DataType,
 }
 
 impl<O: SumOps> SumAccumulator<O> {
-    pub fn new(data_type: DataType) -> Self {
+    pub fn new(state_type: DataType, result_type: DataType) -> Self {
         SumAccumulator {
             sums: Vec::new(),
             seen: BooleanBufferBuilder::new(0),
-            data_type,
+            state_type,
+            result_type,
         }
     }
 
-    fn fold(
+    fn fold<I: ArrowPrimitiveType>(
         &mut self,
-        values: &PrimitiveArray<O::T>,
+        values: &PrimitiveArray<I>,
+        widen: impl Fn(I::Native) -> <O::T as ArrowPrimitiveType>::Native,
         rows: &[u32],
         groups: &[u32],
         n: usize,
     ) -> Result<()> {
-        let (sums, seen, dt) = (&mut self.sums, &mut self.seen, &self.data_type);
+        let (sums, seen) = (&mut self.sums, &mut self.seen);
         sums.resize(n, Default::default());
         grow_seen(seen, n);
+        let state_type = &self.state_type;
         let overflow = || {
             Error::Overflow(format!(
-                "SUM overflowed {}: the exact result does not fit",
-                sql_name(dt)
+                "SUM overflowed its partial ({}) on the way to its result",
+                sql_name(state_type)
             ))
         };
         let vals = values.values();
@@ -212,19 +271,19 @@ impl<O: SumOps> SumAccumulator<O> {
                 continue;
             }
             let g = g as usize;
-            sums[g] = O::add(sums[g], vals[r as usize]).ok_or_else(overflow)?;
+            sums[g] = O::add(sums[g], widen(vals[r as usize])).ok_or_else(overflow)?;
             seen.set_bit(g, true);
         }
         Ok(())
     }
 
-    fn take(&mut self, n: usize) -> Result<ArrayRef> {
+    /// The sums so far as the partial's type; resets.
+    fn take(&mut self, n: usize) -> PrimitiveArray<O::T> {
         self.sums.resize(n, Default::default());
         grow_seen(&mut self.seen, n);
         let nulls = nulls_from(&mut self.seen);
-        let arr = PrimitiveArray::<O::T>::new(std::mem::take(&mut self.sums).into(), nulls)
-            .with_data_type(self.data_type.clone());
-        Ok(Arc::new(arr))
+        PrimitiveArray::<O::T>::new(std::mem::take(&mut self.sums).into(), nulls)
+            .with_data_type(self.state_type.clone())
     }
 }
 
@@ -238,9 +297,9 @@ impl<O: SumOps> GroupsAccumulator for SumAccumulator<O> {
     ) -> Result<()> {
         let values = values.ok_or_else(|| internal!("SUM without an argument"))?;
         let values = values
-            .as_primitive_opt::<O::T>()
-            .ok_or_else(|| internal!("SUM over {} fed {}", self.data_type, values.data_type()))?;
-        self.fold(values, rows, groups, num_groups)
+            .as_primitive_opt::<O::In>()
+            .ok_or_else(|| internal!("SUM into {} fed {}", self.result_type, values.data_type()))?;
+        self.fold(values, O::widen, rows, groups, num_groups)
     }
 
     fn merge_batch(
@@ -253,15 +312,16 @@ impl<O: SumOps> GroupsAccumulator for SumAccumulator<O> {
         let values = states[0]
             .as_primitive_opt::<O::T>()
             .ok_or_else(|| internal!("SUM state is {}", states[0].data_type()))?;
-        self.fold(values, rows, groups, num_groups)
+        self.fold(values, |v| v, rows, groups, num_groups)
     }
 
     fn state(&mut self, num_groups: usize) -> Result<Vec<ArrayRef>> {
-        Ok(vec![self.take(num_groups)?])
+        Ok(vec![Arc::new(self.take(num_groups))])
     }
 
     fn evaluate(&mut self, num_groups: usize) -> Result<ArrayRef> {
-        self.take(num_groups)
+        let sums = self.take(num_groups);
+        O::finish(sums, &self.result_type)
     }
 }
 
@@ -311,14 +371,15 @@ impl GroupsAccumulator for AvgAccumulator {
     }
 
     fn state(&mut self, num_groups: usize) -> Result<Vec<ArrayRef>> {
-        Ok(vec![
-            self.sum.evaluate(num_groups)?,
-            self.count.evaluate(num_groups)?,
-        ])
+        let mut state = self.sum.state(num_groups)?;
+        state.push(self.count.evaluate(num_groups)?);
+        Ok(state)
     }
 
+    /// The average from the exact, wide sum: an average is never out of
+    /// range where the sum of its values would be.
     fn evaluate(&mut self, num_groups: usize) -> Result<ArrayRef> {
-        let sums = self.sum.evaluate(num_groups)?;
+        let sums = self.sum.state(num_groups)?.remove(0);
         let counts = self.count.evaluate(num_groups)?;
         let counts = counts.as_primitive::<Int64Type>();
         let divisor = POW10[self.scale.max(0) as usize] as f64;

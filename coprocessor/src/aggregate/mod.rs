@@ -94,7 +94,7 @@ impl AggregateFunction {
         }
     }
 
-    /// SUM's result and state type: BIGINT, DOUBLE, or DECIMAL(38, s).
+    /// SUM's result type: BIGINT, DOUBLE, or DECIMAL(38, s).
     fn sum_type(&self) -> DataType {
         match &self.arg_type {
             Some(DataType::Decimal128(_, s)) => DataType::Decimal128(MAX_DECIMAL_PRECISION, *s),
@@ -103,12 +103,22 @@ impl AggregateFunction {
         }
     }
 
+    /// SUM's partial (state) type: an exact sum travels as DECIMAL(38, s),
+    /// i128 on the wire, whatever its result type, so that only the final
+    /// value must fit the result.
+    fn sum_state_type(&self) -> DataType {
+        match self.sum_type() {
+            DataType::Int64 => DataType::Decimal128(MAX_DECIMAL_PRECISION, 0),
+            other => other,
+        }
+    }
+
     /// The columns a partial ships for this function.
     pub fn state_types(&self) -> Vec<DataType> {
         match self.kind {
             AggKind::CountStar | AggKind::Count => vec![DataType::Int64],
-            AggKind::Sum => vec![self.sum_type()],
-            AggKind::Avg => vec![self.sum_type(), DataType::Int64],
+            AggKind::Sum => vec![self.sum_state_type()],
+            AggKind::Avg => vec![self.sum_state_type(), DataType::Int64],
             AggKind::ApproxDistinct => vec![DataType::Binary],
             _ => vec![self.arg_type.clone().unwrap_or(DataType::Null)],
         }
@@ -125,10 +135,11 @@ impl AggregateFunction {
 
     pub fn accumulator(&self) -> Result<Box<dyn GroupsAccumulator>> {
         let sum = |t: DataType| -> Box<dyn GroupsAccumulator> {
+            let state = self.sum_state_type();
             match t {
-                DataType::Decimal128(..) => Box::new(SumAccumulator::<DecimalSum>::new(t)),
-                DataType::Float64 => Box::new(SumAccumulator::<FloatSum>::new(t)),
-                _ => Box::new(SumAccumulator::<IntSum>::new(t)),
+                DataType::Decimal128(..) => Box::new(SumAccumulator::<DecimalSum>::new(state, t)),
+                DataType::Float64 => Box::new(SumAccumulator::<FloatSum>::new(state, t)),
+                _ => Box::new(SumAccumulator::<IntSum>::new(state, t)),
             }
         };
         Ok(match self.kind {

@@ -133,28 +133,36 @@ fn no_group_by_over_no_rows_gives_one_row_of_zero_and_null() {
 }
 
 #[test]
-fn sum_overflow_is_caught_in_the_merge_even_when_no_region_overflows() {
+fn sum_overflow_is_reported_only_when_the_final_value_does_not_fit() {
     let f = AggregateFunction::new(AggKind::Sum, Some(DataType::Int64)).unwrap();
-    let region = |v: i64| {
-        let b = input(&["A"], &[0], &[Some(v)]);
+    let region = |v: &[Option<i64>]| {
+        let b = input(&vec!["A"; v.len()], &vec![0; v.len()], v);
         let mut p = Aggregator::partial(vec![], vec![(f.clone(), Some(col(&b, 2)))]).unwrap();
         p.update(&b, None).unwrap();
         p.finish().unwrap()
     };
-    let (a, b) = (region(i64::MAX - 10), region(100));
-    let mut fin = Aggregator::final_stage(vec![], vec![f.clone()]).unwrap();
-    fin.merge(&a).unwrap();
-    let err = fin.merge(&b).unwrap_err();
+    let total = |partials: &[RecordBatch]| {
+        let mut fin = Aggregator::final_stage(vec![], vec![f.clone()]).unwrap();
+        for p in partials {
+            fin.merge(p).unwrap();
+        }
+        fin.finish()
+    };
+    // No region overflows; the total does.
+    let err = total(&[region(&[Some(i64::MAX - 10)]), region(&[Some(100)])]).unwrap_err();
     assert!(matches!(err, crate::Error::Overflow(_)), "{err:?}");
     assert_eq!(
         err.to_string(),
         "SUM overflowed BIGINT: the exact result does not fit"
     );
-
-    // And inside one region's partial, too.
-    let b = input(&["A", "A"], &[0, 0], &[Some(i64::MAX), Some(1)]);
-    let mut p = Aggregator::partial(vec![], vec![(f, Some(col(&b, 2)))]).unwrap();
-    assert!(matches!(p.update(&b, None), Err(crate::Error::Overflow(_))));
+    // One region's partial leaves BIGINT's range, and the total comes back
+    // into it: exact, no error.
+    let past = region(&[Some(i64::MAX), Some(1)]);
+    let out = total(&[past, region(&[Some(-5)])]).unwrap();
+    assert_eq!(
+        out.column(0).as_primitive::<Int64Type>().value(0),
+        i64::MAX - 4
+    );
 }
 
 #[test]

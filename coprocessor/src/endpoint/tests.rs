@@ -1,5 +1,7 @@
 //! End-to-end tests of one request over an in-memory region.
 
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::{Array, AsArray, RecordBatch};
@@ -10,7 +12,7 @@ use quarry_proto::coprocessor::{
     DagRequest, EncodeType, Projection, Selection, TableScan,
 };
 
-use super::handle;
+use super::{handle, Stop};
 use crate::codec::key::{record_key, table_record_range};
 use crate::codec::row::{decode_rows, Datum, RowEncoder};
 use crate::expr::{ArithOp, CmpOp, Expr, ScalarValue};
@@ -135,7 +137,7 @@ fn partial_aggregation_with_group_by_and_filter() {
         }),
         ..Default::default()
     };
-    let resp = handle(region(), &request(dag), None, 0);
+    let resp = handle(region(), &request(dag), &Stop::default(), 0);
     // Rows h = 0..=49 pass; A gets h = 0,3,..,48 (17 rows), N 17, R 16.
     assert_eq!(
         pretty(&resp).lines().nth(1).unwrap(),
@@ -150,7 +152,8 @@ fn partial_aggregation_with_group_by_and_filter() {
         .collect();
     let counts = b.column(1).as_primitive::<Int64Type>();
     let sums = b.column(2).as_primitive::<Decimal128Type>();
-    let avg_sum = b.column(3).as_primitive::<Int64Type>();
+    // AVG(BIGINT)'s sum travels exact and wide, as SUM's does.
+    let avg_sum = b.column(3).as_primitive::<Decimal128Type>();
     let avg_cnt = b.column(4).as_primitive::<Int64Type>();
     let a = flags.iter().position(|f| *f == "A").unwrap();
     assert_eq!(counts.value(a), 17);
@@ -159,7 +162,7 @@ fn partial_aggregation_with_group_by_and_filter() {
     // qty of A rows: h%50 for h = 0,3,..,48 minus h=9,39 (NULL)
     assert_eq!(
         avg_sum.value(a),
-        (0..=48).step_by(3).filter(|h| h % 10 != 9).sum::<i64>()
+        (0..=48).step_by(3).filter(|h| h % 10 != 9).sum::<i128>()
     );
     assert_eq!(avg_cnt.value(a), 15);
     let summary = resp.summary.unwrap();
@@ -180,7 +183,7 @@ fn count_star_reads_keys_only() {
         }),
         ..Default::default()
     };
-    let resp = handle(region(), &request(dag), None, 0);
+    let resp = handle(region(), &request(dag), &Stop::default(), 0);
     let b = &batches(&resp)[0];
     assert_eq!(b.column(0).as_primitive::<Int64Type>().value(0), 100);
     // Key-only: 100 keys of 19 bytes and no value bytes.
@@ -211,7 +214,7 @@ fn byte_limited_responses_resume_where_they_stopped() {
     let mut seen = 0;
     let mut rounds = 0;
     loop {
-        let resp = handle(region(), &req, None, 0);
+        let resp = handle(region(), &req, &Stop::default(), 0);
         seen += batches(&resp).iter().map(|b| b.num_rows()).sum::<usize>();
         rounds += 1;
         if resp.remaining.is_empty() {
@@ -227,7 +230,7 @@ fn byte_limited_responses_resume_where_they_stopped() {
 
 #[test]
 fn limit_stops_the_scan() {
-    let resp = handle(region(), &request(projection_dag(7)), None, 0);
+    let resp = handle(region(), &request(projection_dag(7)), &Stop::default(), 0);
     let rows: usize = batches(&resp).iter().map(|b| b.num_rows()).sum();
     assert_eq!(rows, 7);
     assert!(resp.summary.unwrap().scanned_keys <= 7);
@@ -254,7 +257,7 @@ fn top_n_ships_only_each_regions_first_rows_by_the_keys() {
         limit: 12,
     });
     let req = request(dag);
-    let resp = handle(region(), &req, None, 0);
+    let resp = handle(region(), &req, &Stop::default(), 0);
     let all = batches(&resp);
     let b = arrow::compute::concat_batches(&all[0].schema(), &all).unwrap();
     assert_eq!(b.num_rows(), 12);
@@ -278,16 +281,16 @@ fn top_n_ships_only_each_regions_first_rows_by_the_keys() {
         keys: vec![],
         limit: 1,
     });
-    let resp = handle(region(), &request(bad), None, 0);
+    let resp = handle(region(), &request(bad), &Stop::default(), 0);
     assert!(resp.other_error.is_some());
 }
 
 #[test]
 fn rows_encoding_carries_the_same_answer_as_arrow() {
     let mut req = request(projection_dag(0));
-    let arrow = handle(region(), &req, None, 0);
+    let arrow = handle(region(), &req, &Stop::default(), 0);
     req.encode_type = EncodeType::Rows as i32;
-    let rows = handle(region(), &req, None, 0);
+    let rows = handle(region(), &req, &Stop::default(), 0);
     let cols = decode_rows(&rows.data, &[DataType::Int64, DataType::Decimal128(30, 2)]).unwrap();
     let b = arrow::compute::concat_batches(&batches(&arrow)[0].schema(), &batches(&arrow)).unwrap();
     assert_eq!(cols[0].as_ref(), b.column(0).as_ref());
@@ -310,21 +313,39 @@ fn errors_come_back_as_data_with_a_category() {
         }),
         ..Default::default()
     };
-    let resp = handle(region(), &request(dag), None, 0);
+    let resp = handle(region(), &request(dag), &Stop::default(), 0);
     let e = resp.other_error.unwrap();
     assert_eq!(e.code, Code::InvalidInput as i32);
     assert!(e.message.contains("out of range"), "{}", e.message);
 
     // A deadline already past.
     let past = Instant::now() - Duration::from_secs(1);
-    let resp = handle(region(), &request(projection_dag(0)), Some(past), 0);
+    let stop = Stop {
+        deadline: Some(past),
+        ..Default::default()
+    };
+    let resp = handle(region(), &request(projection_dag(0)), &stop, 0);
     let e = resp.other_error.unwrap();
     assert_eq!(e.code, Code::DeadlineExceeded as i32);
     assert!(e.message.contains("deadline"), "{}", e.message);
+
+    // A caller gone: the task stops at its next batch, saying why.
+    let stop = Stop {
+        cancelled: Some(Arc::new(AtomicBool::new(true))),
+        ..Default::default()
+    };
+    let resp = handle(region(), &request(projection_dag(0)), &stop, 0);
+    let e = resp.other_error.unwrap();
+    assert_eq!(e.code, Code::DeadlineExceeded as i32);
+    assert!(
+        e.message.contains("cancelled by its caller"),
+        "{}",
+        e.message
+    );
 }
 
 #[test]
-fn sum_overflow_in_a_region_is_an_overflow_error() {
+fn a_region_sum_past_bigint_ships_exact() {
     let mut storage = MemStorage::new();
     let mut enc = RowEncoder::new();
     for h in 0..3 {
@@ -351,9 +372,15 @@ fn sum_overflow_in_a_region_is_an_overflow_error() {
         }),
         ..Default::default()
     };
-    let resp = handle(storage, &request(dag), None, 0);
-    let e = resp.other_error.unwrap();
-    assert_eq!(e.code, Code::Overflow as i32, "{}", e.message);
+    // The partial is exact past BIGINT's range (i128 as DECIMAL(38, 0));
+    // whether the total fits is the final stage's call.
+    let resp = handle(storage, &request(dag), &Stop::default(), 0);
+    assert!(resp.other_error.is_none(), "{:?}", resp.other_error);
+    let b = &batches(&resp)[0];
+    assert_eq!(
+        b.column(0).as_primitive::<Decimal128Type>().value(0),
+        3 * (i64::MAX / 2) as i128
+    );
 }
 
 #[test]
@@ -400,8 +427,14 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
         }
         t
     };
-    let whole = handle(region(), &request(dag.clone()), None, 0);
-    let split = handle_parts(&make, parts.clone(), &request(dag.clone()), None, 0);
+    let whole = handle(region(), &request(dag.clone()), &Stop::default(), 0);
+    let split = handle_parts(
+        &make,
+        parts.clone(),
+        &request(dag.clone()),
+        &Stop::default(),
+        0,
+    );
     assert_eq!(totals(&batches(&split)), totals(&batches(&whole)));
     // One partial row per flag per part.
     assert_eq!(split.summary.as_ref().unwrap().output_rows, 9);
@@ -409,7 +442,7 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
     // Rows on the wire too.
     let mut req = request(dag);
     req.encode_type = EncodeType::Rows as i32;
-    let rows = handle_parts(&make, parts, &req, None, 0);
+    let rows = handle_parts(&make, parts, &req, &Stop::default(), 0);
     assert!(rows.other_error.is_none(), "{:?}", rows.other_error);
     let cols = decode_rows(
         &rows.data,

@@ -432,11 +432,11 @@ impl ZoneFilter {
         match e {
             Expr::Logic {
                 op: LogicOp::And,
-                left,
-                right,
+                args,
             } => {
-                self.add(left, columns);
-                self.add(right, columns);
+                for a in args {
+                    self.add(a, columns);
+                }
             }
             Expr::Compare { op, left, right } => {
                 let (op, col, lit) = match (left.as_ref(), right.as_ref()) {

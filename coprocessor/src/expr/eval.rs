@@ -329,16 +329,23 @@ impl Expr {
                 }?;
                 wrap(Arc::new(out), scalar)?
             }
-            Expr::Logic { op, left, right } => {
-                let l = left.eval(batch, mask)?;
-                let r = right.eval(batch, mask)?;
-                let scalar = l.is_scalar() && r.is_scalar();
+            Expr::Logic { op, args } => {
+                let values = args
+                    .iter()
+                    .map(|a| a.eval(batch, mask))
+                    .collect::<Result<Vec<_>>>()?;
+                let scalar = values.iter().all(|v| v.is_scalar());
                 let n = if scalar { 1 } else { len };
-                let (l, r) = (as_bool(l, n)?, as_bool(r, n)?);
-                let out = match op {
-                    LogicOp::And => and_kleene(&l, &r)?,
-                    LogicOp::Or => or_kleene(&l, &r)?,
-                };
+                let mut out: Option<BooleanArray> = None;
+                for v in values {
+                    let v = as_bool(v, n)?;
+                    out = Some(match (out, op) {
+                        (None, _) => v,
+                        (Some(acc), LogicOp::And) => and_kleene(&acc, &v)?,
+                        (Some(acc), LogicOp::Or) => or_kleene(&acc, &v)?,
+                    });
+                }
+                let out = out.ok_or_else(|| internal!("{op:?} without arguments"))?;
                 wrap(Arc::new(out), scalar)?
             }
             Expr::Not(e) => {

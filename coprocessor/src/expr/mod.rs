@@ -58,6 +58,15 @@ pub use scalar::ScalarValue;
 use crate::types::{self, digits_of, sql_name, MAX_DECIMAL_PRECISION};
 use crate::{internal, invalid_input, Error, Result};
 
+/// How many levels an expression may nest in a coprocessor request.
+/// prost refuses any message nested more than 100 levels (its decoder's
+/// fixed limit); an expression level costs two (`Expr`, `ScalarFunc`) and
+/// a request wraps its expressions in at most five more, so 40 keeps
+/// every request decodable. Compute leaves deeper expressions in
+/// DataFusion rather than push them down; a store refuses them by name.
+/// Chains of AND or OR are one level (`Expr::Logic` is n-ary).
+pub const MAX_WIRE_DEPTH: usize = 40;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArithOp {
     Plus,
@@ -148,10 +157,12 @@ pub enum Expr {
         left: Box<Expr>,
         right: Box<Expr>,
     },
+    /// Two or more BOOLEAN arguments. A chain of one operator is one
+    /// node, flattened as it is built ([`Expr::logic`]), so a long OR is
+    /// one level deep here and on the wire.
     Logic {
         op: LogicOp,
-        left: Box<Expr>,
-        right: Box<Expr>,
+        args: Vec<Expr>,
     },
     Not(Box<Expr>),
     IsNull {
@@ -460,11 +471,35 @@ impl Expr {
         Expr::expect_boolean(&right, name)?;
         let left = Expr::cast(left, DataType::Boolean)?;
         let right = Expr::cast(right, DataType::Boolean)?;
-        fold(Expr::Logic {
-            op,
-            left: Box::new(left),
-            right: Box::new(right),
-        })
+        // A left-deep chain (how SQL's `a OR b OR c` parses) appends to
+        // the node already built, in amortized constant time.
+        let mut args = match left {
+            Expr::Logic { op: o, args } if o == op => args,
+            other => vec![other],
+        };
+        match right {
+            Expr::Logic { op: o, args: more } if o == op => args.extend(more),
+            other => args.push(other),
+        }
+        fold(Expr::Logic { op, args })
+    }
+
+    /// `args[0] op args[1] op …`: two or more.
+    pub fn logic_n(op: LogicOp, args: Vec<Expr>) -> Result<Expr> {
+        if args.len() < 2 {
+            return Err(invalid_input!("{op:?} takes two or more arguments"));
+        }
+        let mut args = args.into_iter();
+        let first = args.next().expect("two or more");
+        args.try_fold(first, |acc, e| Expr::logic(op, acc, e))
+    }
+
+    /// How many levels deep the expression nests (a column or literal
+    /// is one).
+    pub fn depth(&self) -> usize {
+        let mut below = 0;
+        self.visit_children(&mut |c| below = below.max(c.depth()));
+        1 + below
     }
 
     pub fn and(left: Expr, right: Expr) -> Result<Expr> {
@@ -666,9 +701,7 @@ impl Expr {
         match self {
             Expr::Column { .. } | Expr::Literal(_) => false,
             Expr::Arith { .. } | Expr::Negate(_) | Expr::Cast { .. } => true,
-            Expr::Compare { left, right, .. } | Expr::Logic { left, right, .. } => {
-                left.is_fallible() || right.is_fallible()
-            }
+            Expr::Compare { left, right, .. } => left.is_fallible() || right.is_fallible(),
             Expr::Not(e) => e.is_fallible(),
             Expr::IsNull { expr, .. }
             | Expr::InList { expr, .. }
@@ -676,7 +709,7 @@ impl Expr {
             | Expr::Like { expr, .. }
             | Expr::DatePart { expr, .. }
             | Expr::Substring { expr, .. } => expr.is_fallible(),
-            Expr::Case { .. } | Expr::Coalesce(_) => {
+            Expr::Case { .. } | Expr::Coalesce(_) | Expr::Logic { .. } => {
                 self.children().iter().any(|c| c.is_fallible())
             }
         }
@@ -695,32 +728,39 @@ impl Expr {
         match self {
             Expr::Column { index, .. } => f(*index),
             Expr::Literal(_) => {}
-            Expr::Arith { left, right, .. }
-            | Expr::Compare { left, right, .. }
-            | Expr::Logic { left, right, .. } => {
-                left.visit_columns(f);
-                right.visit_columns(f);
+            other => other.visit_children(&mut |c| c.visit_columns(f)),
+        }
+    }
+
+    /// Calls `f` with each direct sub-expression.
+    fn visit_children(&self, f: &mut impl FnMut(&Expr)) {
+        match self {
+            Expr::Column { .. } | Expr::Literal(_) => {}
+            Expr::Arith { left, right, .. } | Expr::Compare { left, right, .. } => {
+                f(left);
+                f(right);
             }
-            Expr::Negate(e) | Expr::Not(e) => e.visit_columns(f),
+            Expr::Negate(e) | Expr::Not(e) => f(e),
             Expr::IsNull { expr, .. }
             | Expr::InList { expr, .. }
             | Expr::InBloom { expr, .. }
             | Expr::Like { expr, .. }
             | Expr::Cast { expr, .. }
             | Expr::DatePart { expr, .. }
-            | Expr::Substring { expr, .. } => expr.visit_columns(f),
-            Expr::Case { .. } | Expr::Coalesce(_) => {
+            | Expr::Substring { expr, .. } => f(expr),
+            Expr::Case { .. } | Expr::Coalesce(_) | Expr::Logic { .. } => {
                 for c in self.children() {
-                    c.visit_columns(f);
+                    f(c);
                 }
             }
         }
     }
 
-    /// The sub-expressions of a CASE or COALESCE, in evaluation order
-    /// (empty for the other kinds).
+    /// The sub-expressions of a CASE, COALESCE, AND or OR, in evaluation
+    /// order (empty for the other kinds).
     fn children(&self) -> Vec<&Expr> {
         match self {
+            Expr::Logic { args, .. } => args.iter().collect(),
             Expr::Case {
                 branches,
                 otherwise,
@@ -752,7 +792,9 @@ impl Expr {
                 1 + left.cost() + right.cost() + if string { 4 } else { 0 }
             }
             Expr::Arith { left, right, .. } => 2 + left.cost() + right.cost(),
-            Expr::Logic { left, right, .. } => 1 + left.cost() + right.cost(),
+            Expr::Logic { args, .. } => {
+                args.len() as u32 - 1 + args.iter().map(|a| a.cost()).sum::<u32>()
+            }
             Expr::Negate(e) | Expr::Not(e) => 1 + e.cost(),
             Expr::IsNull { expr, .. } => 1 + expr.cost(),
             Expr::InList {
@@ -797,9 +839,7 @@ fn common_type(values: &[Expr], what: &str) -> Result<DataType> {
 fn fold(e: Expr) -> Result<Expr> {
     let constant = match &e {
         Expr::Column { .. } | Expr::Literal(_) => false,
-        Expr::Arith { left, right, .. }
-        | Expr::Compare { left, right, .. }
-        | Expr::Logic { left, right, .. } => {
+        Expr::Arith { left, right, .. } | Expr::Compare { left, right, .. } => {
             left.as_literal().is_some() && right.as_literal().is_some()
         }
         Expr::Negate(x) | Expr::Not(x) => x.as_literal().is_some(),
@@ -810,7 +850,7 @@ fn fold(e: Expr) -> Result<Expr> {
         | Expr::Cast { expr, .. }
         | Expr::DatePart { expr, .. }
         | Expr::Substring { expr, .. } => expr.as_literal().is_some(),
-        Expr::Case { .. } | Expr::Coalesce(_) => {
+        Expr::Case { .. } | Expr::Coalesce(_) | Expr::Logic { .. } => {
             e.children().iter().all(|c| c.as_literal().is_some())
         }
     };

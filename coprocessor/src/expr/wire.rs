@@ -5,7 +5,9 @@
 use arrow::datatypes::DataType;
 use quarry_proto::coprocessor::{self as pb, expr::Kind, FuncKind};
 
-use super::{ArithOp, Bloom, CmpOp, DatePart, Expr, LogicOp, ScalarValue, IN_LIST_HASH_AT};
+use super::{
+    ArithOp, Bloom, CmpOp, DatePart, Expr, LogicOp, ScalarValue, IN_LIST_HASH_AT, MAX_WIRE_DEPTH,
+};
 use crate::types;
 use crate::{invalid_input, Result};
 
@@ -53,12 +55,13 @@ impl Expr {
                 };
                 func(kind, vec![left.to_proto()?, right.to_proto()?])
             }
-            Expr::Logic { op, left, right } => {
+            Expr::Logic { op, args } => {
                 let kind = match op {
                     LogicOp::And => FuncKind::And,
                     LogicOp::Or => FuncKind::Or,
                 };
-                func(kind, vec![left.to_proto()?, right.to_proto()?])
+                let args = args.iter().map(Expr::to_proto).collect::<Result<_>>()?;
+                func(kind, args)
             }
             Expr::Not(e) => func(FuncKind::Not, vec![e.to_proto()?]),
             Expr::IsNull { expr, negated } => {
@@ -164,15 +167,16 @@ impl Expr {
     }
 
     /// Rebuilds (and re-checks) an expression over input columns of `input`
-    /// types. Depth is bounded so a hostile request cannot blow the stack.
+    /// types, at most [`MAX_WIRE_DEPTH`] levels deep.
     pub fn from_proto(e: &pb::Expr, input: &[DataType]) -> Result<Expr> {
         Expr::from_proto_depth(e, input, 0)
     }
 
     fn from_proto_depth(e: &pb::Expr, input: &[DataType], depth: usize) -> Result<Expr> {
-        const MAX_DEPTH: usize = 256;
-        if depth > MAX_DEPTH {
-            return Err(invalid_input!("expression nested deeper than {MAX_DEPTH}"));
+        if depth >= MAX_WIRE_DEPTH {
+            return Err(invalid_input!(
+                "expression nested deeper than {MAX_WIRE_DEPTH} levels (the limit on the wire)"
+            ));
         }
         match e.kind.as_ref() {
             None => Err(invalid_input!("empty expression")),
@@ -277,14 +281,12 @@ fn build_func(
             Expr::compare(op, l, r)
         }
         FuncKind::And | FuncKind::Or => {
-            arity(2)?;
             let op = if kind == FuncKind::And {
                 LogicOp::And
             } else {
                 LogicOp::Or
             };
-            let (l, r) = two(&mut args);
-            Expr::logic(op, l, r)
+            Expr::logic_n(op, args)
         }
         FuncKind::Not => {
             arity(1)?;

@@ -24,6 +24,22 @@ const FORWARDED: &str = "quarry-forwarded";
 /// and no request circles for longer.
 const MAX_HOPS: u32 = 2;
 
+/// How long a forwarded CREATE or DROP TABLE may take: creating the peers
+/// of thousands of regions takes seconds.
+const DDL_FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs a DDL statement to its end on its own task, so a caller that
+/// gives up (a timeout, a dropped connection) cannot stop it half-way:
+/// CREATE TABLE then either commits or destroys the peers it made, rather
+/// than leaving them orphaned when its future is dropped.
+async fn finish_even_if_dropped<R: Send + 'static>(
+    ddl: impl Future<Output = crate::Result<R>> + Send + 'static,
+) -> crate::Result<R> {
+    tokio::spawn(ddl)
+        .await
+        .map_err(|e| Error::Internal(format!("DDL task: {e}")))?
+}
+
 pub struct MetaService<E: Engine> {
     meta: Arc<Meta<E>>,
     peers: Arc<PeerClients>,
@@ -63,6 +79,26 @@ impl<E: Engine> MetaService<E> {
         F: Fn(MetaClient<Channel>, Request<T>) -> Fut,
         Fut: Future<Output = Result<Response<R>, Status>>,
     {
+        // A hung meta leader is replaced within seconds; do not wait on it.
+        self.route_within(req, Duration::from_secs(3), local, remote)
+            .await
+    }
+
+    /// [`Self::route`], a forwarded call waiting up to `forward_timeout`.
+    async fn route_within<T, R, L, LF, F, Fut>(
+        &self,
+        req: Request<T>,
+        forward_timeout: Duration,
+        local: L,
+        remote: F,
+    ) -> Result<Response<R>, Status>
+    where
+        T: Clone,
+        L: FnOnce(Arc<Meta<E>>, T) -> LF,
+        LF: Future<Output = crate::Result<R>>,
+        F: Fn(MetaClient<Channel>, Request<T>) -> Fut,
+        Fut: Future<Output = Result<Response<R>, Status>>,
+    {
         let hops: u32 = req
             .metadata()
             .get(FORWARDED)
@@ -91,8 +127,7 @@ impl<E: Engine> MetaService<E> {
             let mut r = Request::new(msg.clone());
             r.metadata_mut()
                 .insert(FORWARDED, tonic::metadata::MetadataValue::from(hops + 1));
-            // A hung meta leader is replaced within seconds; do not wait on it.
-            r.set_timeout(std::time::Duration::from_secs(3));
+            r.set_timeout(forward_timeout);
             match remote(client, r).await {
                 Ok(resp) => return Ok(resp),
                 Err(st) if retriable(st.code()) => last = format!("{addr}: {}", st.message()),
@@ -111,9 +146,10 @@ impl<E: Engine> MetaRpc for MetaService<E> {
         &self,
         req: Request<CreateTableRequest>,
     ) -> Result<Response<CreateTableResponse>, Status> {
-        self.route(
+        self.route_within(
             req,
-            |m, r| async move { m.create_table(r).await },
+            DDL_FORWARD_TIMEOUT,
+            |m, r| finish_even_if_dropped(async move { m.create_table(r).await }),
             |mut c, r| async move { c.create_table(r).await },
         )
         .await
@@ -123,11 +159,14 @@ impl<E: Engine> MetaRpc for MetaService<E> {
         &self,
         req: Request<DropTableRequest>,
     ) -> Result<Response<DropTableResponse>, Status> {
-        self.route(
+        self.route_within(
             req,
-            |m, r| async move {
-                Ok(DropTableResponse {
-                    dropped: m.drop_table(&r.name, r.if_exists).await?,
+            DDL_FORWARD_TIMEOUT,
+            |m, r| {
+                finish_even_if_dropped(async move {
+                    Ok(DropTableResponse {
+                        dropped: m.drop_table(&r.name, r.if_exists).await?,
+                    })
                 })
             },
             |mut c, r| async move { c.drop_table(r).await },

@@ -15,7 +15,6 @@ use super::keys::{KeyLayout, KeyMap, Locals};
 use super::node::{Val, I64_LIMIT};
 use super::plan::{AggState, FusedPlan, KeyCol};
 use super::source::Source;
-use crate::types::{fits_precision, MAX_DECIMAL_PRECISION};
 use crate::{internal, invalid_input, overflow, Result};
 
 /// Per-group totals across blocks.
@@ -291,36 +290,15 @@ impl Groups {
                         .next()
                         .ok_or_else(|| internal!("SUM without a state"))?;
                     let sums = &g.sums[*prog];
+                    // The partial is exact and wide (i128 as DECIMAL(38, s)):
+                    // whether it fits the result is the final stage's call.
                     cols.push(match &sum_type {
-                        DataType::Int64 => {
-                            let vals = (0..n)
-                                .map(|s| {
-                                    if !seen(s) {
-                                        return Ok(None);
-                                    }
-                                    i64::try_from(sums[s]).map(Some).map_err(|_| {
-                                        overflow!("SUM overflowed BIGINT: the exact result does not fit")
-                                    })
-                                })
-                                .collect::<Result<Vec<_>>>()?;
-                            Arc::new(Int64Array::from(vals)) as ArrayRef
-                        }
                         DataType::Decimal128(p, s) => {
-                            let vals = (0..n)
-                                .map(|i| {
-                                    if !seen(i) {
-                                        return Ok(None);
-                                    }
-                                    if fits_precision(sums[i], MAX_DECIMAL_PRECISION) {
-                                        Ok(Some(sums[i]))
-                                    } else {
-                                        Err(overflow!(
-                                            "SUM overflowed DECIMAL(38,{s}): the exact result does not fit"
-                                        ))
-                                    }
-                                })
-                                .collect::<Result<Vec<_>>>()?;
-                            Arc::new(Decimal128Array::from(vals).with_precision_and_scale(*p, *s)?)
+                            let vals = (0..n).map(|i| seen(i).then(|| sums[i]));
+                            Arc::new(
+                                Decimal128Array::from_iter(vals)
+                                    .with_precision_and_scale(*p, *s)?,
+                            ) as ArrayRef
                         }
                         other => return Err(internal!("fused SUM into {other}")),
                     });

@@ -105,9 +105,8 @@ impl Pred {
         match e {
             Expr::Logic {
                 op: LogicOp::And,
-                left,
-                right,
-            } => Pred::compile(left, out) && Pred::compile(right, out),
+                args,
+            } => args.iter().all(|a| Pred::compile(a, out)),
             Expr::Literal(ScalarValue::Boolean(b)) => {
                 out.push(Pred::Const(*b));
                 true
