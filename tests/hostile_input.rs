@@ -263,10 +263,11 @@ fn a_query_past_its_memory_limit_fails_alone_with_a_clear_error() {
 fn store_regions(pg: &Playground) -> usize {
     let text = status_text(pg);
     let first = text.lines().next().unwrap_or_default();
+    // "store 1 at ADDR: N regions[, RocksDB flushing or compacting]"
     first
-        .rsplit_once(": ")
-        .and_then(|(_, n)| n.strip_suffix(" regions"))
-        .and_then(|n| n.parse().ok())
+        .split_once(": ")
+        .and_then(|(_, rest)| rest.split_once(" regions"))
+        .and_then(|(n, _)| n.parse().ok())
         .unwrap_or_else(|| panic!("no region count in {first:?}"))
 }
 

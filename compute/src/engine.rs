@@ -77,15 +77,21 @@ enum Parsed {
     Statement(Statement),
 }
 
+/// The one statement of `text`, within `max_bytes` and the nesting limit
+/// (`sql::parse_df`).
+fn parse_one(text: &str, max_bytes: usize) -> Result<DfStatement> {
+    let mut stmts = sql::parse_df(text, max_bytes)?;
+    match stmts.len() {
+        0 => Err(plan_err!("empty statement")),
+        1 => Ok(stmts.pop_front().expect("one")),
+        n => Err(plan_err!("expected one statement, got {n}")),
+    }
+}
+
 /// Parses one statement within `max_bytes` and the nesting limit
 /// (`sql::parse_df`).
 fn parse(text: &str, max_bytes: usize) -> Result<Parsed> {
-    let mut stmts = sql::parse_df(text, max_bytes)?;
-    let stmt = match stmts.len() {
-        0 => return Err(plan_err!("empty statement")),
-        1 => stmts.pop_front().expect("one"),
-        n => return Err(plan_err!("expected one statement, got {n}")),
-    };
+    let stmt = parse_one(text, max_bytes)?;
     if df::is_query(&stmt) {
         return Ok(Parsed::Query(stmt.into()));
     }
@@ -377,16 +383,25 @@ impl QueryEngine {
     /// columns, or nothing, with their parameters typed from the columns
     /// they write or compare with.
     pub async fn shape(&self, stmt: &params::Numbered) -> Result<StatementShape> {
-        let (dataset, types) = match parse(&stmt.sql, self.max_statement_bytes)? {
-            Parsed::Query(mut query) => {
+        let parsed = parse_one(&stmt.sql, self.max_statement_bytes)?;
+        let (dataset, types) = match df::is_query(&parsed) {
+            true => {
+                let mut query = df::ParsedQuery::from(parsed);
                 query.take_for_update()?;
                 let planned = self.sql.plan(query).await?;
                 (planned.schema(), planned.parameter_types(stmt.count))
             }
-            Parsed::Statement(parsed) => {
-                let dataset = match parsed {
-                    Statement::ShowTables => text_schema("name"),
-                    Statement::Describe(_) => describe_schema(),
+            false => {
+                // Placeholders are not values Quarry's own statements
+                // take yet (they are bound before it runs): what they
+                // answer is all that matters here.
+                let converted = match parsed {
+                    DfStatement::Statement(s) => sql::convert_statement(*s).ok(),
+                    _ => None,
+                };
+                let dataset = match converted {
+                    Some(Statement::ShowTables) => text_schema("name"),
+                    Some(Statement::Describe(_)) => describe_schema(),
                     _ => Arc::new(Schema::empty()),
                 };
                 let types = match stmt.count {

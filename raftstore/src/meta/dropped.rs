@@ -24,14 +24,14 @@ use crate::keys;
 use crate::Result;
 
 /// Queued regions whose peers one round destroys.
-pub const COLLECT_PER_ROUND: usize = 1024;
+const COLLECT_PER_ROUND: usize = 1024;
 
 /// Regions whose peers are destroyed at once.
 const COLLECT_CONCURRENCY: usize = 16;
 
 impl<E: Engine> Meta<E> {
     /// On the meta leader: destroys the peers of up to
-    /// [`COLLECT_PER_ROUND`] queued regions and takes the ones done off
+    /// `COLLECT_PER_ROUND` queued regions and takes the ones done off
     /// the queue. Returns how many left it.
     pub async fn collect_dropped(&self) -> Result<usize> {
         let queued: Vec<Region> = self.scan_all(keys::DROPPED_REGION)?;
@@ -79,10 +79,5 @@ impl<E: Engine> Meta<E> {
             "destroyed the peers of dropped regions"
         );
         Ok(done.len())
-    }
-
-    /// How many dropped regions still have peers to destroy.
-    pub fn dropped_pending(&self) -> Result<usize> {
-        Ok(self.scan_all::<Region>(keys::DROPPED_REGION)?.len())
     }
 }
