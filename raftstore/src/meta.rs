@@ -765,13 +765,20 @@ impl<E: Engine> Meta<E> {
     /// Records regions whose range or peers changed, keeping newer epochs.
     pub async fn report_regions(&self, regions: Vec<Region>) -> Result<()> {
         let meta_region = self.leader().await?;
+        let dropped: Vec<Region> = self.scan_all(keys::DROPPED_REGION)?;
         let mut puts = Vec::new();
         for r in regions {
-            // A dropped table's peer reporting before it is destroyed.
-            if self
-                .get::<Region>(&keys::dropped_region_key(r.id))?
-                .is_some()
-            {
+            // A dropped table's peer reporting before it is destroyed;
+            // or a region split off one (its range lies in a dropped
+            // region's): queued with them, never back in the directory.
+            if dropped.iter().any(|d| d.id == r.id) {
+                continue;
+            }
+            let inside_dropped = dropped
+                .iter()
+                .any(|d| KeyRangeRef::of_region(d).overlaps(KeyRangeRef::of_region(&r)));
+            if inside_dropped {
+                puts.push((keys::dropped_region_key(r.id), r.encode_to_vec()));
                 continue;
             }
             let newer = match self.get::<Region>(&keys::region_key(r.id))? {

@@ -241,9 +241,15 @@ fn function(name: &str, mut args: Vec<Expr>) -> Option<Expr> {
     }
 }
 
-/// Keeps a translation only if it fits on the wire.
+/// Levels left free under [`MAX_WIRE_DEPTH`] for what wraps a translated
+/// expression on its way out: a join's key list or Bloom filter around a
+/// probe key, and the OR of AND that widens a partitioned join's filter.
+const WRAPPING_LEVELS: usize = 3;
+
+/// Keeps a translation only if it fits on the wire with room for its
+/// wrappers.
 fn within_wire_depth(e: Expr) -> Option<Expr> {
-    (e.depth() <= MAX_WIRE_DEPTH).then_some(e)
+    (e.depth() + WRAPPING_LEVELS <= MAX_WIRE_DEPTH).then_some(e)
 }
 
 /// Translates a logical expression over `binder`'s table.

@@ -18,7 +18,10 @@
 //!    nested parentheses or subqueries are fine and deeper is refused.
 //! 3. Every expression of the parsed statement is measured with
 //!    sqlparser's visitor, which stops at the first one nested deeper than
-//!    [`MAX_EXPR_DEPTH`] (INVALID_ARGUMENT, naming the limit).
+//!    [`MAX_EXPR_DEPTH`] (INVALID_ARGUMENT, naming the limit); so is every
+//!    query's shape, since a chain of UNIONs and a long FROM list are
+//!    flat in the parser but as deep as they are long in DataFusion's
+//!    plan ([`query_depth`]).
 //!
 //! What passes is at most [`MAX_EXPR_DEPTH`] deep, which every later stage
 //! handles: DataFusion's recursion grows its stack like the parser's, and
@@ -39,7 +42,7 @@ use std::ops::ControlFlow;
 
 use datafusion::common::DataFusionError;
 use datafusion::sql::parser::{DFParserBuilder, Statement as DfStatement};
-use sqlparser::ast::{Expr, Statement, Visit, Visitor};
+use sqlparser::ast::{Expr, Query, SetExpr, Statement, Visit, Visitor};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
 
@@ -163,8 +166,38 @@ struct Depth {
     now: usize,
 }
 
+/// How deep a query's plan gets from its shape alone: a chain of set
+/// operations (`SELECT … UNION ALL SELECT … …`, built by a loop in the
+/// parser) nests one level per link, and each table joined or listed in a
+/// FROM one more. Measured with an explicit stack, not by recursion.
+fn query_depth(q: &Query) -> usize {
+    let mut deepest = 0;
+    let mut todo: Vec<(&SetExpr, usize)> = vec![(&q.body, 1)];
+    while let Some((body, depth)) = todo.pop() {
+        match body {
+            SetExpr::SetOperation { left, right, .. } => {
+                todo.push((left, depth + 1));
+                todo.push((right, depth + 1));
+            }
+            SetExpr::Select(s) => {
+                let tables: usize = s.from.iter().map(|t| 1 + t.joins.len()).sum();
+                deepest = deepest.max(depth + tables);
+            }
+            _ => deepest = deepest.max(depth),
+        }
+    }
+    deepest
+}
+
 impl Visitor for Depth {
     type Break = ();
+
+    fn pre_visit_query(&mut self, q: &Query) -> ControlFlow<()> {
+        if query_depth(q) > MAX_EXPR_DEPTH {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
 
     fn pre_visit_expr(&mut self, _: &Expr) -> ControlFlow<()> {
         self.now += 1;
@@ -192,8 +225,23 @@ mod tests {
     fn nesting_up_to_the_limit_parses_and_deeper_is_refused_by_name() {
         let parens = |n: usize| format!("SELECT {}1{}", "(".repeat(n), ")".repeat(n));
         assert!(parse_df(&parens(200), DEFAULT_MAX_STATEMENT_BYTES).is_ok());
+        let union = vec!["SELECT 1"; 500].join(" UNION ALL ");
+        assert!(parse_df(&union, DEFAULT_MAX_STATEMENT_BYTES).is_ok());
         assert!(parse_df(&chain("+", 900), DEFAULT_MAX_STATEMENT_BYTES).is_ok());
-        for text in [parens(5000), chain("+", 2000), chain(" OR ", 60_000)] {
+        let union = format!(
+            "{} UNION ALL SELECT 1",
+            vec!["SELECT 1"; 50_000].join(" UNION ALL ")
+        );
+        let tables = format!("SELECT 1 FROM {}", vec!["t"; 2000].join(", "));
+        let joins = format!("SELECT 1 FROM t{}", " JOIN t ON true".repeat(2000));
+        for text in [
+            parens(5000),
+            chain("+", 2000),
+            chain(" OR ", 60_000),
+            union,
+            tables,
+            joins,
+        ] {
             for err in [
                 parse_df(&text, DEFAULT_MAX_STATEMENT_BYTES).unwrap_err(),
                 parse_plain(&text, DEFAULT_MAX_STATEMENT_BYTES).unwrap_err(),

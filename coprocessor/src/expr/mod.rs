@@ -850,7 +850,9 @@ fn fold(e: Expr) -> Result<Expr> {
         | Expr::Cast { expr, .. }
         | Expr::DatePart { expr, .. }
         | Expr::Substring { expr, .. } => expr.as_literal().is_some(),
-        Expr::Case { .. } | Expr::Coalesce(_) | Expr::Logic { .. } => {
+        // (No allocation: a long chain is folded at every link.)
+        Expr::Logic { args, .. } => args.iter().all(|a| a.as_literal().is_some()),
+        Expr::Case { .. } | Expr::Coalesce(_) => {
             e.children().iter().all(|c| c.as_literal().is_some())
         }
     };

@@ -40,19 +40,22 @@ impl<E: Engine> Meta<E> {
         }
         let all = self.stores().await?;
         let live = self.live_stores(&all);
-        let done: Vec<u64> = futures::stream::iter(queued.into_iter().take(COLLECT_PER_ROUND))
+        // Regions with a peer on a down store wait for it, without
+        // holding up the rest of the queue.
+        let ready = queued.into_iter().filter(|r| {
+            r.peers.iter().all(|p| {
+                live.iter().any(|l| l.id == p.store_id) || !all.iter().any(|s| s.id == p.store_id)
+            })
+        });
+        let done: Vec<u64> = futures::stream::iter(ready.take(COLLECT_PER_ROUND))
             .map(|r| {
-                let (all, live) = (&all, &live);
+                let all = &all;
                 async move {
                     let mut gone = true;
                     for p in &r.peers {
                         let Some(s) = all.iter().find(|s| s.id == p.store_id) else {
                             continue;
                         };
-                        if !live.iter().any(|l| l.id == s.id) {
-                            gone = false;
-                            continue;
-                        }
                         if let Err(e) = self.destroy_on_store(r.id, s).await {
                             tracing::debug!("dropped region {}: {e}", r.id);
                             gone = false;

@@ -24,6 +24,10 @@ const FORWARDED: &str = "quarry-forwarded";
 /// and no request circles for longer.
 const MAX_HOPS: u32 = 2;
 
+/// How long a forwarded call may take: a hung meta leader is replaced
+/// within seconds, so do not wait on it.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// How long a forwarded CREATE or DROP TABLE may take: creating the peers
 /// of thousands of regions takes seconds.
 const DDL_FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -65,27 +69,9 @@ impl<E: Engine> MetaService<E> {
         &self.meta
     }
 
-    /// Answers locally, or forwards to where the meta leader is.
+    /// Answers locally, or forwards to where the meta leader is, waiting
+    /// up to `forward_timeout` for the answer.
     async fn route<T, R, L, LF, F, Fut>(
-        &self,
-        req: Request<T>,
-        local: L,
-        remote: F,
-    ) -> Result<Response<R>, Status>
-    where
-        T: Clone,
-        L: FnOnce(Arc<Meta<E>>, T) -> LF,
-        LF: Future<Output = crate::Result<R>>,
-        F: Fn(MetaClient<Channel>, Request<T>) -> Fut,
-        Fut: Future<Output = Result<Response<R>, Status>>,
-    {
-        // A hung meta leader is replaced within seconds; do not wait on it.
-        self.route_within(req, Duration::from_secs(3), local, remote)
-            .await
-    }
-
-    /// [`Self::route`], a forwarded call waiting up to `forward_timeout`.
-    async fn route_within<T, R, L, LF, F, Fut>(
         &self,
         req: Request<T>,
         forward_timeout: Duration,
@@ -146,7 +132,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
         &self,
         req: Request<CreateTableRequest>,
     ) -> Result<Response<CreateTableResponse>, Status> {
-        self.route_within(
+        self.route(
             req,
             DDL_FORWARD_TIMEOUT,
             |m, r| finish_even_if_dropped(async move { m.create_table(r).await }),
@@ -159,7 +145,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
         &self,
         req: Request<DropTableRequest>,
     ) -> Result<Response<DropTableResponse>, Status> {
-        self.route_within(
+        self.route(
             req,
             DDL_FORWARD_TIMEOUT,
             |m, r| {
@@ -180,6 +166,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<GetTableResponse>, Status> {
         self.route(
             req,
+            FORWARD_TIMEOUT,
             |m, r| async move {
                 Ok(GetTableResponse {
                     table: m.get_table(&r.name).await?,
@@ -196,6 +183,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<ListTablesResponse>, Status> {
         self.route(
             req,
+            FORWARD_TIMEOUT,
             |m, _| async move {
                 Ok(ListTablesResponse {
                     tables: m.tables().await?,
@@ -212,6 +200,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<GetRegionsResponse>, Status> {
         self.route(
             req,
+            FORWARD_TIMEOUT,
             |m, r| async move {
                 Ok(GetRegionsResponse {
                     regions: m.routes(&r.start_key, &r.end_key).await?,
@@ -232,6 +221,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
         }
         self.route(
             req,
+            FORWARD_TIMEOUT,
             |m, r| async move {
                 let s = r
                     .store
@@ -250,6 +240,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<GetStoresResponse>, Status> {
         self.route(
             req,
+            FORWARD_TIMEOUT,
             |m, _| async move {
                 Ok(GetStoresResponse {
                     stores: m.stores().await?,
@@ -266,6 +257,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<AllocHandlesResponse>, Status> {
         self.route(
             req,
+            FORWARD_TIMEOUT,
             |m, r| async move {
                 Ok(AllocHandlesResponse {
                     first: m.alloc_handles(r.table_id, r.count, r.min_next).await?,
@@ -282,6 +274,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<StoreHeartbeatResponse>, Status> {
         self.route(
             req,
+            FORWARD_TIMEOUT,
             |m, r| async move {
                 let s = r
                     .store
@@ -304,6 +297,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<ReportRegionsResponse>, Status> {
         self.route(
             req,
+            FORWARD_TIMEOUT,
             |m, r| async move {
                 m.report_regions(r.regions).await?;
                 Ok(ReportRegionsResponse {})
@@ -319,6 +313,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<AllocIdsResponse>, Status> {
         self.route(
             req,
+            FORWARD_TIMEOUT,
             |m, r| async move {
                 Ok(AllocIdsResponse {
                     first: m.alloc_ids(r.count).await?,
@@ -335,6 +330,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<GetTimestampsResponse>, Status> {
         self.route(
             req,
+            FORWARD_TIMEOUT,
             |m, r| async move {
                 Ok(GetTimestampsResponse {
                     first: m.get_timestamps(r.count).await?,
@@ -351,6 +347,7 @@ impl<E: Engine> MetaRpc for MetaService<E> {
     ) -> Result<Response<HoldGcResponse>, Status> {
         self.route(
             req,
+            FORWARD_TIMEOUT,
             |m, r| async move {
                 m.hold_gc(r.holder, r.min_read_ts, Duration::from_millis(r.ttl_ms))
                     .await?;
