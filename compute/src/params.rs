@@ -68,10 +68,8 @@ pub fn number(sql: &str, max_bytes: usize) -> Result<Numbered> {
         sql: sql.to_string(),
         count: 0,
     };
-    if sql.len() > max_bytes {
-        // Refused with its reason when it runs.
-        return Ok(unchanged());
-    }
+    // (Too long or too deep: unchanged, and refused with its reason when
+    // it runs.)
     let Some(mut stmt) = parse_one(sql, max_bytes) else {
         return Ok(unchanged());
     };
