@@ -42,6 +42,9 @@ pub struct LocalCluster {
     replicas: usize,
     /// How many stores share this machine (for their block caches).
     store_count: usize,
+    /// The children run with TLS (their flags say where the certificates
+    /// are): compute's URL is https.
+    secure: bool,
 }
 
 /// Extra arguments for the children.
@@ -51,6 +54,8 @@ pub struct ClusterArgs {
     pub compute: Vec<String>,
     /// Replicas per region (also passed to every store).
     pub replicas: usize,
+    /// The `[security]` flags in `store` and `compute` turn on TLS.
+    pub secure: bool,
 }
 
 impl Default for ClusterArgs {
@@ -59,6 +64,7 @@ impl Default for ClusterArgs {
             store: vec![],
             compute: vec![],
             replicas: 3,
+            secure: false,
         }
     }
 }
@@ -140,6 +146,7 @@ impl LocalCluster {
             compute_args: args.compute.clone(),
             replicas: args.replicas,
             store_count: stores,
+            secure: args.secure,
         };
         for id in 1..=stores as u64 {
             let p = c.start_store(id).await?;
@@ -279,7 +286,7 @@ impl LocalCluster {
         all.extend(self.compute_args.iter().cloned());
         all.extend(args.iter().cloned());
         let p = spawn(&self.exe, name, &all, &self.dir.join(format!("{name}.log"))).await?;
-        let url = format!("http://{}", p.addr);
+        let url = format!("{}://{}", self.scheme(), p.addr);
         self.extra.push(p);
         Ok(url)
     }
@@ -324,9 +331,17 @@ impl LocalCluster {
 
     pub fn compute_url(&self) -> String {
         format!(
-            "http://{}",
+            "{}://{}",
+            self.scheme(),
             self.compute.as_ref().map(|c| c.addr.as_str()).unwrap_or("")
         )
+    }
+
+    fn scheme(&self) -> &'static str {
+        match self.secure {
+            true => "https",
+            false => "http",
+        }
     }
 
     /// Stops every child: SIGTERM, a grace period, then SIGKILL.

@@ -62,12 +62,104 @@ enum Cmd {
         /// Store addresses, comma-separated.
         #[arg(long, value_delimiter = ',', required = true)]
         store: Vec<String>,
+        #[command(flatten)]
+        tls: ClusterTlsArgs,
+    },
+    /// Manage users through the stores' meta service (to create the first
+    /// user of a secure cluster; later, CREATE USER in SQL does it).
+    User {
+        #[command(subcommand)]
+        what: UserWhat,
     },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
         what: BenchWhat,
     },
+}
+
+#[derive(Subcommand)]
+enum UserWhat {
+    /// Create a user, or replace one that exists (its password, and its
+    /// superuser flag as given here); the password comes from
+    /// QUARRY_PASSWORD or a prompt.
+    Add {
+        name: String,
+        /// Stores of the cluster, comma-separated (any one answers).
+        #[arg(long, value_delimiter = ',', required = true)]
+        store: Vec<String>,
+        /// The user may manage users (CREATE/ALTER/DROP USER).
+        #[arg(long)]
+        superuser: bool,
+        #[command(flatten)]
+        tls: ClusterTlsArgs,
+    },
+}
+
+/// `[security]` from the command line (they override the config file).
+#[derive(Args)]
+struct SecurityArgs {
+    /// [security] ca-path: the cluster's CA certificate (PEM).
+    #[arg(long)]
+    ca_path: Option<String>,
+    /// [security] cert-path: this process's certificate (PEM).
+    #[arg(long)]
+    cert_path: Option<String>,
+    /// [security] key-path: its private key (PEM).
+    #[arg(long)]
+    key_path: Option<String>,
+    /// [security] cert-allowed-cn: common names callers' certificates
+    /// must carry, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    cert_allowed_cn: Option<Vec<String>>,
+    /// Serve plaintext on an address that is not loopback.
+    #[arg(long)]
+    insecure: bool,
+}
+
+impl SecurityArgs {
+    fn apply(self, s: &mut quarry_proto::security::SecurityConfig) {
+        if let Some(v) = self.ca_path {
+            s.ca_path = v;
+        }
+        if let Some(v) = self.cert_path {
+            s.cert_path = v;
+        }
+        if let Some(v) = self.key_path {
+            s.key_path = v;
+        }
+        if let Some(v) = self.cert_allowed_cn {
+            s.cert_allowed_cn = v;
+        }
+        s.insecure |= self.insecure;
+    }
+}
+
+/// A cluster certificate for commands that call stores directly (their
+/// mutual TLS requires one).
+#[derive(Args)]
+struct ClusterTlsArgs {
+    /// The cluster's CA certificate (PEM).
+    #[arg(long, env = "QUARRY_CA")]
+    ca: Option<String>,
+    /// A certificate the cluster's CA signed (PEM).
+    #[arg(long, env = "QUARRY_CERT")]
+    cert: Option<String>,
+    /// Its private key (PEM).
+    #[arg(long, env = "QUARRY_KEY")]
+    key: Option<String>,
+}
+
+impl ClusterTlsArgs {
+    /// Makes this process's calls to stores use these certificates.
+    fn install(&self) -> Result<()> {
+        quarry::secure::install_cluster_tls(&quarry_proto::security::SecurityConfig {
+            ca_path: self.ca.clone().unwrap_or_default(),
+            cert_path: self.cert.clone().unwrap_or_default(),
+            key_path: self.key.clone().unwrap_or_default(),
+            ..Default::default()
+        })
+    }
 }
 
 #[derive(Args)]
@@ -117,6 +209,8 @@ struct StorageArgs {
     /// Re-create a down store's replicas elsewhere after this long.
     #[arg(long)]
     max_store_down_secs: Option<u64>,
+    #[command(flatten)]
+    security: SecurityArgs,
     /// Print the default configuration as TOML and exit.
     #[arg(long)]
     print_default_config: bool,
@@ -162,6 +256,8 @@ struct ComputeArgs {
     /// one request that returns them.
     #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
     lock_returns_rows: Option<bool>,
+    #[command(flatten)]
+    security: SecurityArgs,
     #[arg(long)]
     print_default_config: bool,
     #[arg(long, hide = true)]
@@ -217,6 +313,13 @@ struct PlaygroundArgs {
     /// The compute process's slow-query threshold (default 300 ms).
     #[arg(long)]
     slow_query_ms: Option<u64>,
+    /// TLS everywhere and logins: certificates made under DIR/certs, the
+    /// user root with --password; the compute URL is https.
+    #[arg(long, requires = "password")]
+    secure: bool,
+    /// root's password with --secure.
+    #[arg(long, env = "QUARRY_PASSWORD", hide_env_values = true)]
+    password: Option<String>,
     /// Restart a child that exited after this long (SIGHUP restarts at once).
     #[arg(long, default_value_t = 3000)]
     restart_delay_ms: u64,
@@ -257,6 +360,8 @@ enum LoadWhat {
         /// more.
         #[arg(long, value_enum, default_value_t = WritePath::Auto)]
         write_path: WritePath,
+        #[command(flatten)]
+        tls: ClusterTlsArgs,
     },
     /// Parquet files into a table: a new one (columns and types from the
     /// first file) or an existing one (columns matched by name).
@@ -297,6 +402,8 @@ struct LoadFileArgs {
     /// No progress bar or progress lines.
     #[arg(long)]
     quiet: bool,
+    #[command(flatten)]
+    tls: ClusterTlsArgs,
     /// The files, all with the same columns.
     #[arg(required = true)]
     files: Vec<PathBuf>,
@@ -341,9 +448,16 @@ impl LayoutArg {
 
 #[derive(Args)]
 struct SqlArgs {
-    /// Compute address, e.g. http://127.0.0.1:4000
+    /// Compute address, e.g. http://127.0.0.1:4000 (https:// with TLS).
     #[arg(long)]
     addr: String,
+    /// The CA certificate (PEM) that signed compute's, for https.
+    #[arg(long, env = "QUARRY_CA")]
+    ca: Option<PathBuf>,
+    /// Log in as this user; the password comes from QUARRY_PASSWORD or a
+    /// prompt.
+    #[arg(long, env = "QUARRY_USER")]
+    user: Option<String>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
     /// One statement, or several separated by `;`, run in order on one
@@ -451,6 +565,7 @@ async fn storage(a: StorageArgs) -> Result<()> {
     if let Some(v) = a.status_addr {
         cfg.status_addr = v;
     }
+    a.security.apply(&mut cfg.security);
     let id = cfg.store_id;
     let status = status_suffix(&cfg.status_addr).await?;
     quarry_raftstore::server::run(
@@ -504,6 +619,7 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     if let Some(v) = a.slow_query_ms {
         cfg.slow_query_ms = v;
     }
+    a.security.apply(&mut cfg.security);
     let status = status_suffix(&cfg.status_addr).await?;
     quarry_compute::server::run(
         cfg,
@@ -549,7 +665,12 @@ fn print_store(out: &mut impl Write, n: usize, p: &quarry::local::Proc) -> std::
 async fn playground(a: PlaygroundArgs) -> Result<()> {
     let mut args = ClusterArgs {
         replicas: a.replicas,
+        secure: a.secure,
         ..Default::default()
+    };
+    let certs = match a.secure {
+        true => Some(secure_children(&a.dir, &mut args)?),
+        false => None,
     };
     if let Some(v) = a.early_apply {
         args.store
@@ -606,6 +727,19 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
             cluster.compute_url(),
             status_of(c)
         )?;
+        if let Some(certs) = &certs {
+            let password = a.password.as_deref().unwrap_or_default();
+            quarry::secure::put_user(
+                &cluster.store_addrs(),
+                "root",
+                password,
+                true,
+                quarry_proto::meta::PutUserMode::Upsert,
+            )
+            .await
+            .context("creating the user root")?;
+            writeln!(out, "ca {}", certs.ca.display())?;
+        }
         out.flush()?;
         if let Some(sf) = a.sf {
             // The marker says what was loaded: "<sf> <layout> <tables>".
@@ -650,6 +784,31 @@ async fn playground(a: PlaygroundArgs) -> Result<()> {
     result
 }
 
+/// A secure playground's certificates (made under DIR/certs once), in
+/// every child's flags and in this process's own calls to the stores.
+fn secure_children(
+    dir: &std::path::Path,
+    args: &mut ClusterArgs,
+) -> Result<quarry::secure::CertPaths> {
+    let certs = quarry::secure::generate_certs(&dir.join("certs"))?;
+    let paths = [
+        "--ca-path".to_string(),
+        certs.ca.display().to_string(),
+        "--cert-path".into(),
+        certs.cert.display().to_string(),
+        "--key-path".into(),
+        certs.key.display().to_string(),
+    ];
+    args.store.extend(paths.iter().cloned());
+    args.store.extend([
+        "--cert-allowed-cn".to_string(),
+        quarry::secure::NODE_CN.to_string(),
+    ]);
+    args.compute.extend(paths);
+    quarry::secure::install_cluster_tls(&certs.config())?;
+    Ok(certs)
+}
+
 /// Keeps the cluster running until SIGINT/SIGTERM: a child that exits is
 /// started again (same data dir, same address) after the restart delay,
 /// or at once on SIGHUP, and its line is printed again.
@@ -687,13 +846,9 @@ async fn supervise(cluster: &mut LocalCluster, a: &PlaygroundArgs) -> Result<()>
                     match which {
                         Some(i) => print_store(&mut out, i + 1, p)?,
                         None => {
-                            writeln!(
-                                out,
-                                "compute: pid {} addr http://{}{}",
-                                p.pid,
-                                p.addr,
-                                status_of(p)
-                            )?;
+                            let (pid, status) = (p.pid, status_of(p));
+                            let url = cluster.compute_url();
+                            writeln!(out, "compute: pid {pid} addr {url}{status}")?;
                             out.flush()?;
                         }
                     }
@@ -769,9 +924,11 @@ async fn run(cli: Cli) -> Result<()> {
                     replace,
                     layout,
                     write_path,
+                    tls,
                 },
         } => {
             init_logging("warn");
+            tls.install()?;
             let mut opts = LoadOptions {
                 sf,
                 tables: tables_or_all(&tables),
@@ -792,6 +949,7 @@ async fn run(cli: Cli) -> Result<()> {
             what: LoadWhat::Parquet(args),
         } => {
             init_logging("warn");
+            args.tls.install()?;
             let store = args.store.clone();
             let r = load_files(&store, &args.options(FileFormat::Parquet)).await?;
             print!("{}", r.summary());
@@ -806,6 +964,7 @@ async fn run(cli: Cli) -> Result<()> {
                 },
         } => {
             init_logging("warn");
+            args.tls.install()?;
             if !delimiter.is_ascii() {
                 return Err(anyhow!(
                     "--delimiter must be one ASCII character, not '{delimiter}'"
@@ -821,8 +980,9 @@ async fn run(cli: Cli) -> Result<()> {
             print!("{}", r.summary());
             Ok(())
         }
-        Cmd::Status { store } => {
+        Cmd::Status { store, tls } => {
             init_logging("warn");
+            tls.install()?;
             for addr in store {
                 let text = match quarry::status::store_status(&addr).await {
                     Ok(text) => text,
@@ -837,9 +997,42 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Cmd::User {
+            what:
+                UserWhat::Add {
+                    name,
+                    store,
+                    superuser,
+                    tls,
+                },
+        } => {
+            init_logging("warn");
+            tls.install()?;
+            let password = quarry::secure::password_for(&name)?;
+            quarry::secure::put_user(
+                &store,
+                &name,
+                &password,
+                superuser,
+                quarry_proto::meta::PutUserMode::Upsert,
+            )
+            .await?;
+            println!("user {name} added");
+            Ok(())
+        }
         Cmd::Sql(a) => {
             init_logging("warn");
-            let mut client = quarry_client::Client::connect(&a.addr).await?;
+            let mut opts = quarry_client::ConnectOptions::default();
+            if let Some(ca) = &a.ca {
+                opts.ca_pem = Some(
+                    std::fs::read(ca).with_context(|| format!("reading --ca {}", ca.display()))?,
+                );
+            }
+            if let Some(user) = &a.user {
+                opts.password = Some(quarry::secure::password_for(user)?);
+                opts.user = Some(user.clone());
+            }
+            let mut client = quarry_client::Client::connect_with(&a.addr, &opts).await?;
             let Some(sql) = &a.sql else {
                 return quarry::shell::run(&mut client, a.format).await;
             };

@@ -6,11 +6,11 @@ use anyhow::{Context, Result};
 use quarry_coprocessor::codec::key::hex;
 use quarry_proto::meta::admin_client::AdminClient;
 use quarry_proto::meta::{RegionStatus, StatusRequest, StatusResponse};
-use tonic::transport::Endpoint;
 
 /// The status of the store at `addr`.
 pub async fn fetch(addr: &str) -> Result<StatusResponse> {
-    let ch = Endpoint::from_shared(format!("http://{addr}"))?
+    let ch = quarry_proto::security::endpoint(addr)
+        .map_err(anyhow::Error::msg)?
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(5))
         .connect()

@@ -206,3 +206,94 @@ fn adbc_without_autocommit_commits_and_rolls_back_transactions() {
          after rollback [(70,), (130,)]\n"
     );
 }
+
+/// What ADBC answers a wrong password with (argv: URI, CA path).
+const ADBC_WRONG_PASSWORD: &str = r#"
+import sys
+import adbc_driver_flightsql.dbapi as flight_sql
+uri, ca = sys.argv[1:3]
+kw = {
+    "adbc.flight.sql.client_option.tls_root_certs": open(ca).read(),
+    "username": "root",
+    "password": "not-the-password",
+}
+try:
+    conn = flight_sql.connect(uri, db_kwargs=kw, autocommit=True)
+    cur = conn.cursor()
+    cur.execute("SELECT 1")
+    print("no error")
+except Exception as e:
+    print(type(e).__name__, e)
+"#;
+
+/// The ADBC and JDBC programs above, unchanged, against a secure
+/// playground: TLS checked against its CA, and a login as root (the Flight
+/// SQL handshake each driver makes from a user name and password).
+#[test]
+fn adbc_and_jdbc_log_in_over_tls() {
+    let jar = jdbc_jar();
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--tables",
+        "lineitem",
+        "--secure",
+        "--password",
+        "pw-root",
+    ]);
+    let ca = pg.ca.clone().expect("a secure playground prints its CA");
+    assert!(pg.compute.starts_with("https://"), "{}", pg.compute);
+
+    let uri = pg.compute.replace("https://", "grpc+tls://");
+    let out = output_of(
+        "adbc_flight_sql.py over TLS",
+        Command::new(python())
+            .arg(repo_path("tests/clients/adbc_flight_sql.py"))
+            .arg(&uri)
+            .args(query_files())
+            .env("QUARRY_CA", &ca)
+            .env("QUARRY_USER", "root")
+            .env("QUARRY_PASSWORD", "pw-root"),
+    );
+    let s = sections(&out);
+    check_tpch_and_bound(&s);
+    assert_eq!(
+        section(&s, "inserted"),
+        "id,name,amount\n1,it's,1.50\n2,b,2.25\n3,,-3.00\n"
+    );
+
+    let out = output_of(
+        "ADBC with a wrong password",
+        Command::new(python())
+            .args(["-c", ADBC_WRONG_PASSWORD])
+            .arg(&uri)
+            .arg(&ca),
+    );
+    assert!(
+        out.contains("login failed: unknown user or wrong password"),
+        "{out}"
+    );
+
+    let url = format!(
+        "{}/?useEncryption=true&user=root&password=pw-root&tlsRootCerts={ca}",
+        pg.compute.replace("https://", "jdbc:arrow-flight-sql://")
+    );
+    let [q1, q6] = query_files();
+    let out = output_of(
+        "JdbcFlightSql.java over TLS",
+        Command::new("java")
+            .arg("--add-opens=java.base/java.nio=ALL-UNNAMED")
+            .arg("-cp")
+            .arg(&jar)
+            .arg(repo_path("tests/clients/JdbcFlightSql.java"))
+            .arg(&url)
+            .arg(&q1)
+            .arg(&q6),
+    );
+    let s = sections(&out);
+    check_tpch_and_bound(&s);
+    assert_eq!(section(&s, "prepared insert"), "count\n1\n");
+}

@@ -23,6 +23,10 @@
 //! JDBC) reaches the same server; the typed request travels as the SQL
 //! statement it renders, planned by the server like any other.
 //!
+//! A compute process with TLS takes an `https://` address, the CA that
+//! signed its certificate and a login ([`Client::connect_with`],
+//! [`ConnectOptions`]).
+//!
 //! Transactions: `client.sql("BEGIN")` (or [`Client::begin`]) opens one
 //! with Flight SQL's `BeginTransaction`; the statements that follow carry
 //! its id; `COMMIT` / `ROLLBACK` end it (`EndTransaction`).
@@ -44,10 +48,13 @@ use arrow_flight::sql::{
     ActionBeginTransactionRequest, ActionBeginTransactionResult, ActionEndTransactionRequest, Any,
     CommandStatementQuery, EndTransaction, ProstMessageExt,
 };
-use arrow_flight::{Action, FlightDescriptor, FlightInfo};
+use arrow_flight::{Action, FlightDescriptor, FlightInfo, HandshakeRequest};
+use base64::Engine as _;
 use futures::TryStreamExt;
 use prost::Message;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 /// What went wrong, by what the caller can do about it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -70,14 +77,35 @@ pub enum Error {
     /// of it was written; run it again.
     #[error("{0}")]
     Conflict(String),
+    /// No login, or a wrong one (compute with TLS requires one).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Logged in, but not allowed to do this.
+    #[error("{0}")]
+    PermissionDenied(String),
     /// Anything else (a bug on one side or the other).
     #[error("{0}")]
     Internal(String),
 }
 
+/// `m` followed by the causes of `e` (a transport error's TLS failure:
+/// "invalid peer certificate: UnknownIssuer").
+fn with_causes(mut m: String, e: &dyn std::error::Error) -> String {
+    let mut src = e.source();
+    while let Some(cause) = src {
+        let text = cause.to_string();
+        if !m.contains(&text) {
+            m.push_str(": ");
+            m.push_str(&text);
+        }
+        src = cause.source();
+    }
+    m
+}
+
 impl From<tonic::Status> for Error {
     fn from(s: tonic::Status) -> Self {
-        let m = s.message().to_string();
+        let m = with_causes(s.message().to_string(), &s);
         match s.code() {
             tonic::Code::InvalidArgument | tonic::Code::Unimplemented | tonic::Code::NotFound => {
                 Error::InvalidInput(m)
@@ -86,6 +114,8 @@ impl From<tonic::Status> for Error {
             tonic::Code::Unavailable => Error::Unavailable(m),
             tonic::Code::DeadlineExceeded => Error::Deadline(m),
             tonic::Code::Aborted => Error::Conflict(m),
+            tonic::Code::Unauthenticated => Error::Unauthenticated(m),
+            tonic::Code::PermissionDenied => Error::PermissionDenied(m),
             _ => Error::Internal(if m.is_empty() { s.to_string() } else { m }),
         }
     }
@@ -125,9 +155,85 @@ fn status_batch(word: &str) -> Result<Vec<RecordBatch>> {
 /// until `COMMIT` or `ROLLBACK`.
 #[derive(Clone)]
 pub struct Client {
-    flight: FlightServiceClient<Channel>,
+    flight: FlightServiceClient<InterceptedService<Channel, Token>>,
     /// The open transaction's Flight SQL id.
     txn: Option<bytes::Bytes>,
+}
+
+/// How to reach a compute process that has TLS and logins (`Debug`
+/// does not show the password).
+#[derive(Clone, Default)]
+pub struct ConnectOptions {
+    /// The CA certificate (PEM) that signed compute's certificate; an
+    /// `https://` address needs it.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Log in as this user (Flight SQL's handshake, basic auth)...
+    pub user: Option<String>,
+    /// ... with this password.
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("ca_pem", &self.ca_pem.as_ref().map(|c| c.len()))
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// Adds the session's bearer token, if it has one, to every call.
+#[derive(Clone)]
+pub struct Token(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for Token {
+    fn call(
+        &mut self,
+        mut req: tonic::Request<()>,
+    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = &self.0 {
+            req.metadata_mut().insert("authorization", t.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// Whether `url`'s host is a loopback address (`localhost`, `127.x`,
+/// `[::1]`).
+fn is_loopback(url: &str) -> bool {
+    let host = url
+        .split("://")
+        .nth(1)
+        .unwrap_or(url)
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let host = match host.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => host,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Logs in through the handshake; the bearer token compute answered
+/// (none when compute needs no login).
+async fn login(channel: Channel, user: &str, password: &str) -> Result<Token> {
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let mut req = tonic::Request::new(futures::stream::iter([HandshakeRequest::default()]));
+    let value = format!("Basic {basic}").parse().map_err(|_| {
+        Error::InvalidInput("the user name or password cannot travel in a header".into())
+    })?;
+    req.metadata_mut().insert("authorization", value);
+    let resp = FlightServiceClient::new(channel).handshake(req).await?;
+    let token = resp.metadata().get("authorization").cloned();
+    let mut stream = resp.into_inner();
+    while stream.message().await?.is_some() {}
+    Ok(Token(token))
 }
 
 /// A statement the session runs itself.
@@ -162,17 +268,46 @@ impl SessionStatement {
 }
 
 impl Client {
-    /// Connects to `url` (`http://host:port`).
+    /// Connects to `url` (`http://host:port`), without TLS or a login.
     pub async fn connect(url: &str) -> Result<Client> {
-        let endpoint = Endpoint::from_shared(url.to_string())
+        Self::connect_with(url, &ConnectOptions::default()).await
+    }
+
+    /// Connects to `url`: `https://host:port` uses TLS, trusting
+    /// `opts.ca_pem`; with `opts.user`, logs in first.
+    pub async fn connect_with(url: &str, opts: &ConnectOptions) -> Result<Client> {
+        let mut endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| Error::InvalidInput(format!("bad address '{url}': {e}")))?
             .connect_timeout(std::time::Duration::from_secs(5))
             .tcp_nodelay(true);
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|e| Error::Unavailable(format!("cannot connect to compute at {url}: {e}")))?;
-        let flight = FlightServiceClient::new(channel)
+        if url.starts_with("https://") {
+            let ca = opts.ca_pem.as_ref().ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "{url} uses TLS: give the CA certificate that signed compute's (--ca)"
+                ))
+            })?;
+            let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| Error::InvalidInput(format!("TLS for {url}: {e}")))?;
+        }
+        if opts.user.is_some() && !url.starts_with("https://") && !is_loopback(url) {
+            return Err(Error::InvalidInput(format!(
+                "refusing to send a password in plaintext to {url}: use https://"
+            )));
+        }
+        let channel = endpoint.connect().await.map_err(|e| {
+            let msg = format!("cannot connect to compute at {url}: {e}");
+            Error::Unavailable(with_causes(msg, &e))
+        })?;
+        let token = match &opts.user {
+            Some(user) => {
+                let password = opts.password.as_deref().unwrap_or_default();
+                login(channel.clone(), user, password).await?
+            }
+            None => Token(None),
+        };
+        let flight = FlightServiceClient::with_interceptor(channel, token)
             .max_decoding_message_size(quarry_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(quarry_proto::MAX_MESSAGE_BYTES);
         Ok(Client { flight, txn: None })
@@ -288,6 +423,20 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::SessionStatement as S;
+
+    #[test]
+    fn loopback_hosts() {
+        for url in [
+            "http://127.0.0.1:4000",
+            "http://localhost:1",
+            "http://[::1]:4000",
+        ] {
+            assert!(super::is_loopback(url), "{url}");
+        }
+        for url in ["http://10.0.0.1:4000", "http://db.example.com:4000"] {
+            assert!(!super::is_loopback(url), "{url}");
+        }
+    }
 
     #[test]
     fn the_session_runs_begin_commit_and_rollback_in_their_usual_spellings() {

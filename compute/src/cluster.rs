@@ -18,7 +18,7 @@ use quarry_proto::kv::{BatchPutRequest, BatchPutResponse};
 use quarry_proto::meta::meta_client::MetaClient;
 use quarry_proto::meta::*;
 use quarry_proto::MAX_MESSAGE_BYTES;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::{Error, Result};
 
@@ -91,8 +91,8 @@ impl Cluster {
         if let Some(c) = self.channels.lock().get(addr) {
             return Ok(c.clone());
         }
-        let ep = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| Error::InvalidInput(format!("bad store address '{addr}': {e}")))?
+        let ep = quarry_proto::security::endpoint(addr)
+            .map_err(|e| Error::InvalidInput(format!("store: {e}")))?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
             .http2_adaptive_window(true)
@@ -235,6 +235,55 @@ impl Cluster {
             })
             .await?
             .dropped)
+    }
+
+    /// Creates, alters or replaces a user (`mode`), its password already
+    /// hashed.
+    pub async fn put_user(&self, user: UserDef, mode: PutUserMode) -> Result<()> {
+        let req = PutUserRequest {
+            user: Some(user),
+            mode: mode as i32,
+        };
+        self.meta("writing a user", |mut c| {
+            let r = req.clone();
+            async move { c.put_user(r).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub async fn drop_user(&self, name: &str, if_exists: bool) -> Result<bool> {
+        let req = DropUserRequest {
+            name: name.into(),
+            if_exists,
+        };
+        Ok(self
+            .meta("dropping a user", |mut c| {
+                let r = req.clone();
+                async move { c.drop_user(r).await }
+            })
+            .await?
+            .dropped)
+    }
+
+    pub async fn get_user(&self, name: &str) -> Result<Option<UserDef>> {
+        let req = GetUserRequest { name: name.into() };
+        Ok(self
+            .meta("looking up a user", |mut c| {
+                let r = req.clone();
+                async move { c.get_user(r).await }
+            })
+            .await?
+            .user)
+    }
+
+    pub async fn list_users(&self) -> Result<Vec<UserDef>> {
+        Ok(self
+            .meta("listing users", |mut c| async move {
+                c.list_users(ListUsersRequest {}).await
+            })
+            .await?
+            .users)
     }
 
     pub async fn alloc_handles(&self, table_id: i64, count: u64, min_next: i64) -> Result<i64> {

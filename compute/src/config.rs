@@ -44,6 +44,9 @@ pub struct ComputeConfig {
     /// Each query's memory pool in MiB (0: unbounded): joins, sorts and
     /// aggregations past it spill or fail with RESOURCE_EXHAUSTED.
     pub query_memory_limit_mb: u64,
+    /// `[security]`: TLS for Flight SQL clients (who then log in with a
+    /// password) and mutual TLS to the stores (`quarry_proto::security`).
+    pub security: quarry_proto::security::SecurityConfig,
 }
 
 impl Default for ComputeConfig {
@@ -62,6 +65,7 @@ impl Default for ComputeConfig {
             lock_returns_rows: true,
             max_statement_bytes: crate::sql::DEFAULT_MAX_STATEMENT_BYTES,
             query_memory_limit_mb: 4096,
+            security: Default::default(),
         }
     }
 }

@@ -15,6 +15,7 @@ use quarry_coprocessor::types::{arrow_type, sql_name};
 use quarry_proto::coprocessor::EncodeType;
 use quarry_proto::meta::{CreateTableRequest, TableDef};
 
+use crate::auth::Auth;
 use crate::cluster::Cluster;
 use crate::config::ComputeConfig;
 use crate::df::region_scan::ScanContext;
@@ -26,6 +27,7 @@ use crate::kv_writer::KvWriter;
 use crate::params;
 use crate::region_cache::RegionCache;
 use crate::session::{OpenTxn, Sessions};
+use crate::sql::users::UserStatement;
 use crate::sql::{self, Statement};
 use crate::txn::Txns;
 use crate::{plan_err, Error, Result};
@@ -69,6 +71,8 @@ pub struct QueryEngine {
     lock_returns_rows: bool,
     /// compute.max-statement-bytes (`sql::parse_df`).
     max_statement_bytes: usize,
+    /// Logins and user statements.
+    auth: Arc<Auth>,
 }
 
 /// A statement, parsed once: a query for DataFusion, or one Quarry runs.
@@ -91,6 +95,10 @@ fn parse_one(text: &str, max_bytes: usize) -> Result<DfStatement> {
 /// Parses one statement within `max_bytes` and the nesting limit
 /// (`sql::parse_df`).
 fn parse(text: &str, max_bytes: usize) -> Result<Parsed> {
+    sql::check_size(text, max_bytes)?;
+    if let Some(user) = sql::users::parse(text) {
+        return Ok(Parsed::Statement(Statement::User(user?)));
+    }
     let stmt = parse_one(text, max_bytes)?;
     if df::is_query(&stmt) {
         return Ok(Parsed::Query(stmt.into()));
@@ -118,6 +126,14 @@ fn count_output(n: usize) -> Result<QueryOutput> {
 /// The schema of a one-column text answer (SHOW TABLES, DDL's result).
 fn text_schema(column: &str) -> SchemaRef {
     Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, false)]))
+}
+
+/// The schema of SHOW USERS's answer.
+fn users_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("user", DataType::Utf8, false),
+        Field::new("superuser", DataType::Boolean, false),
+    ]))
 }
 
 /// The schema of DESCRIBE's answer.
@@ -186,7 +202,9 @@ impl QueryEngine {
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )
         .with_memory_limit(cfg.query_memory_limit_mb as usize * (1 << 20));
+        let auth = Arc::new(Auth::new(cluster.clone(), cfg.security.enabled()));
         Ok(QueryEngine {
+            auth,
             sql,
             writer: KvWriter::new(cluster.clone(), cache),
             sessions: Sessions::new(txns.clone()),
@@ -196,6 +214,11 @@ impl QueryEngine {
             lock_returns_rows: cfg.lock_returns_rows,
             max_statement_bytes: cfg.max_statement_bytes,
         })
+    }
+
+    /// Logins: who may use this process (`auth.rs`).
+    pub fn auth(&self) -> &Arc<Auth> {
+        &self.auth
     }
 
     /// The longest statement text accepted (compute.max-statement-bytes).
@@ -339,7 +362,12 @@ impl QueryEngine {
             let elapsed = started.elapsed();
             crate::metrics::observe("statement", elapsed, &r);
             if crate::metrics::is_slow(elapsed) {
-                crate::metrics::log_slow(text, elapsed, "");
+                // A user statement's text holds a password.
+                let logged = match sql::users::parse(text) {
+                    Some(_) => "(a user statement; its text holds a password)",
+                    None => text,
+                };
+                crate::metrics::log_slow(logged, elapsed, "");
             }
         }
         r
@@ -369,6 +397,11 @@ impl QueryEngine {
                      COMMIT or ROLLBACK it first"
                 ))
             }
+            Parsed::Statement(Statement::User(_)) => {
+                return Err(plan_err!(
+                    "user statements do not run inside a transaction; COMMIT or ROLLBACK it first"
+                ))
+            }
             _ => {}
         }
         match self.prepare(parsed, Some(txn)).await {
@@ -383,6 +416,17 @@ impl QueryEngine {
     /// columns, or nothing, with their parameters typed from the columns
     /// they write or compare with.
     pub async fn shape(&self, stmt: &params::Numbered) -> Result<StatementShape> {
+        sql::check_size(&stmt.sql, self.max_statement_bytes)?;
+        if let Some(user) = sql::users::parse(&stmt.sql) {
+            let dataset = match user? {
+                UserStatement::Show => users_schema(),
+                _ => Arc::new(Schema::empty()),
+            };
+            return Ok(StatementShape {
+                dataset,
+                parameters: Arc::new(Schema::empty()),
+            });
+        }
         let parsed = parse_one(&stmt.sql, self.max_statement_bytes)?;
         let (dataset, types) = match df::is_query(&parsed) {
             true => {
@@ -495,6 +539,7 @@ impl QueryEngine {
                 Prepared::Done(text_output("name", names)?)
             }
             Statement::Describe(name) => Prepared::Done(self.describe(&name).await?),
+            Statement::User(stmt) => Prepared::Done(self.user_statement(stmt).await?),
             Statement::Begin => {
                 return Err(plan_err!(
                     "BEGIN opens a transaction for a session, and this request has none: \
@@ -512,6 +557,30 @@ impl QueryEngine {
                 Prepared::Done(text_output("result", vec![word.into()])?)
             }
         })
+    }
+
+    /// CREATE/ALTER/DROP USER answer a word, SHOW USERS the users.
+    async fn user_statement(&self, stmt: UserStatement) -> Result<QueryOutput> {
+        let word = match &stmt {
+            UserStatement::Create { .. } => "CREATE USER",
+            UserStatement::Alter { .. } => "ALTER USER",
+            UserStatement::Drop { .. } => "DROP USER",
+            UserStatement::Show => "",
+        };
+        let users = self.auth.execute(stmt).await?;
+        if !word.is_empty() {
+            return text_output("result", vec![word.into()]);
+        }
+        let schema = users_schema();
+        let (names, superusers): (Vec<String>, Vec<bool>) = users.into_iter().unzip();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(names)) as ArrayRef,
+                Arc::new(arrow::array::BooleanArray::from(superusers)) as ArrayRef,
+            ],
+        )?;
+        Ok(QueryOutput::single(schema, batch))
     }
 
     async fn create_table(&self, ct: sql::CreateTable) -> Result<QueryOutput> {

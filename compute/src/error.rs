@@ -26,6 +26,12 @@ pub enum Error {
     /// first committer wins): nothing was written; run it again.
     #[error("{0}")]
     Conflict(String),
+    /// No login, or a wrong one: log in (again).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Logged in, but not allowed to do this.
+    #[error("{0}")]
+    PermissionDenied(String),
 }
 
 impl Error {
@@ -39,6 +45,8 @@ impl Error {
             Error::ResourceExhausted(_) => "resource_exhausted",
             Error::Internal(_) => "internal",
             Error::Conflict(_) => "conflict",
+            Error::Unauthenticated(_) => "unauthenticated",
+            Error::PermissionDenied(_) => "permission_denied",
         }
     }
 
@@ -54,6 +62,8 @@ impl Error {
             Error::ResourceExhausted(m) => Error::ResourceExhausted(add(m)),
             Error::Internal(m) => Error::Internal(add(m)),
             Error::Conflict(m) => Error::Conflict(add(m)),
+            Error::Unauthenticated(m) => Error::Unauthenticated(add(m)),
+            Error::PermissionDenied(m) => Error::PermissionDenied(add(m)),
         }
     }
 }
@@ -93,6 +103,8 @@ impl From<Error> for tonic::Status {
             Error::ResourceExhausted(m) => tonic::Status::resource_exhausted(m),
             Error::Internal(m) => tonic::Status::internal(m),
             Error::Conflict(m) => tonic::Status::aborted(m),
+            Error::Unauthenticated(m) => tonic::Status::unauthenticated(m),
+            Error::PermissionDenied(m) => tonic::Status::permission_denied(m),
         }
     }
 }

@@ -46,6 +46,7 @@
 // Library and binary code handles failures; tests may unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod auth;
 pub mod cluster;
 pub mod config;
 pub mod df;

@@ -53,6 +53,16 @@ metric!(SLOW_STATEMENTS: IntCounter = register_int_counter!(
     "Statements at or over the slow-query threshold (each logged at WARN)"
 ));
 
+metric!(LOGIN_FAILURES: IntCounter = register_int_counter!(
+    "quarry_compute_login_failures_total",
+    "Flight SQL logins refused (unknown user or wrong password)"
+));
+
+/// Counts a refused login.
+pub fn login_failed() {
+    LOGIN_FAILURES.inc();
+}
+
 /// The slow-query threshold in ms (0: off); the process's configuration.
 static SLOW_QUERY_MS: AtomicU64 = AtomicU64::new(300);
 

@@ -1,5 +1,7 @@
 //! Starting and stopping a compute process: bind, serve Flight SQL until
-//! `shutdown`, then drain.
+//! `shutdown`, then drain. With `[security]`, Flight SQL is served over
+//! TLS, every call but the handshake needs a login (`auth.rs`), and the
+//! stores are called with this process's certificate.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -17,6 +19,10 @@ pub async fn run(
     ready: impl FnOnce(SocketAddr),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let tls = cfg.security.load().map_err(Error::InvalidInput)?;
+    if let Some(tls) = &tls {
+        quarry_proto::security::install_client(tls.client());
+    }
     let engine = Arc::new(QueryEngine::new(&cfg)?);
     let listener = TcpListener::bind(&cfg.addr)
         .await
@@ -24,9 +30,19 @@ pub async fn run(
     let local = listener
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
+    quarry_proto::security::check_bind(local, tls.is_some(), cfg.security.insecure)
+        .map_err(Error::InvalidInput)?;
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &tls {
+        // Clients prove who they are with a password, not a certificate.
+        builder = builder
+            .tls_config(tls.server(false))
+            .map_err(|e| Error::InvalidInput(format!("[security]: {e}")))?;
+    }
     let serving = tokio::spawn(
-        tonic::transport::Server::builder()
+        builder
             .layer(quarry_proto::status::layer::<tonic::body::Body>())
+            .layer(engine.auth().layer())
             .add_service(flight::service(engine))
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(listener).with_nodelay(Some(true)),

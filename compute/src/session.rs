@@ -71,6 +71,9 @@ pub struct OpenTxn {
     /// Keeps the versions its snapshot needs while it may read (released
     /// when it is aborted or lost).
     hold: Mutex<Option<ReadHold>>,
+    /// The logged-in user who began it (`auth::caller`): only they may
+    /// use or end it. None without logins.
+    owner: Option<String>,
 }
 
 #[derive(Default)]
@@ -108,24 +111,31 @@ impl Sessions {
             primary: Mutex::new(None),
             lost: Mutex::new(None),
             hold: Mutex::new(Some(self.txns.hold_read(start_ts))),
+            owner: crate::auth::caller().map(|c| c.user),
         });
         self.open.lock().insert(start_ts, txn.clone());
         tokio::spawn(keep_alive(Arc::downgrade(self), Arc::downgrade(&txn)));
         Ok(txn)
     }
 
-    /// The open transaction with Flight SQL id `id`.
+    /// The open transaction with Flight SQL id `id`, if the request's
+    /// caller began it (another user's is as good as absent: ids are
+    /// timestamps, easy to guess).
     pub fn get(&self, id: &[u8]) -> Result<Arc<OpenTxn>> {
         let ts = <[u8; 8]>::try_from(id)
             .map(u64::from_be_bytes)
             .map_err(|_| Error::InvalidInput("malformed transaction id".into()))?;
-        let txn = self.open.lock().get(&ts).cloned().ok_or_else(|| {
-            Error::InvalidInput(format!(
-                "no open transaction {ts} on this compute process: it ended, was rolled \
+        let caller = crate::auth::caller().map(|c| c.user);
+        let found = self.open.lock().get(&ts).cloned();
+        let txn = found
+            .filter(|t| t.owner.is_none() || t.owner == caller)
+            .ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "no open transaction {ts} on this compute process: it ended, was rolled \
                  back after {} s idle, or began on another compute process",
-                IDLE_TIMEOUT.as_secs()
-            ))
-        })?;
+                    IDLE_TIMEOUT.as_secs()
+                ))
+            })?;
         *txn.last_used.lock() = Instant::now();
         Ok(txn)
     }

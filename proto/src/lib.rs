@@ -12,12 +12,15 @@
 //! * [`raft`]: raft messages between stores, the commands raft entries
 //!   carry, and each store's local raft and apply state.
 //!
-//! Nothing here has behaviour but one rule every server applies to the
-//! bytes it is sent ([`status`]: a request that does not decode is
-//! INVALID_ARGUMENT); the crate names the bytes on the wire.
+//! Nothing here has behaviour but the rules every server and client
+//! applies to the bytes it is sent ([`status`]: a request that does not
+//! decode is INVALID_ARGUMENT; [`security`]: TLS, mutual TLS inside the
+//! cluster, plaintext only on loopback); the crate names the bytes on the
+//! wire and how they travel.
 
 #![allow(clippy::all)]
 
+pub mod security;
 pub mod status;
 
 pub mod meta {

@@ -43,6 +43,9 @@ pub struct StorageConfig {
     /// other stores (when there are stores without one).
     pub max_store_down_secs: u64,
     pub raftstore: RaftstoreSection,
+    /// `[security]`: TLS with mutual authentication (see
+    /// `quarry_proto::security`).
+    pub security: quarry_proto::security::SecurityConfig,
 }
 
 /// `[raftstore]`: replication settings.
@@ -100,6 +103,7 @@ impl Default for StorageConfig {
             replicas: 3,
             max_store_down_secs: 60,
             raftstore: RaftstoreSection::default(),
+            security: Default::default(),
         }
     }
 }

@@ -62,6 +62,8 @@ pub const TSO_LIMIT: &[u8] = b"mo";
 /// Regions of dropped tables whose peers are still to be destroyed
 /// (`meta/dropped.rs`), by region id: the region as it was.
 pub const DROPPED_REGION: &[u8] = b"mg";
+/// Users who may log in to compute, by name (`UserDef`).
+pub const USER: &[u8] = b"mu";
 
 pub fn table_key(name: &str) -> Vec<u8> {
     let mut k = TABLE_BY_NAME.to_vec();
@@ -72,6 +74,12 @@ pub fn table_key(name: &str) -> Vec<u8> {
 pub fn region_key(region_id: u64) -> Vec<u8> {
     let mut k = REGION.to_vec();
     k.extend_from_slice(&region_id.to_be_bytes());
+    k
+}
+
+pub fn user_key(name: &str) -> Vec<u8> {
+    let mut k = USER.to_vec();
+    k.extend_from_slice(name.as_bytes());
     k
 }
 

@@ -66,6 +66,7 @@ use crate::{Error, Result};
 
 mod dropped;
 mod repair;
+mod users;
 pub use repair::REPAIR_CONCURRENCY;
 
 /// The first id handed out by the allocator (smaller ones are reserved).

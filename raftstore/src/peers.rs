@@ -7,7 +7,7 @@ use parking_lot::Mutex;
 use quarry_proto::meta::admin_client::AdminClient;
 use quarry_proto::meta::meta_client::MetaClient;
 use quarry_proto::MAX_MESSAGE_BYTES;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::{Error, Result};
 
@@ -30,8 +30,8 @@ impl PeerClients {
         if let Some(c) = self.channels.lock().get(addr) {
             return Ok(c.clone());
         }
-        let ep = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| Error::InvalidInput(format!("bad store address '{addr}': {e}")))?
+        let ep = quarry_proto::security::endpoint(addr)
+            .map_err(|e| Error::InvalidInput(format!("store: {e}")))?
             .connect_timeout(Duration::from_secs(2))
             .timeout(self.timeout)
             .tcp_nodelay(true)
@@ -49,8 +49,8 @@ impl PeerClients {
         if let Some(c) = self.streams.lock().get(addr) {
             return Ok(c.clone());
         }
-        let ep = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| Error::InvalidInput(format!("bad store address '{addr}': {e}")))?
+        let ep = quarry_proto::security::endpoint(addr)
+            .map_err(|e| Error::InvalidInput(format!("store: {e}")))?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(1))

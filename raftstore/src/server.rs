@@ -111,12 +111,18 @@ pub async fn run(
     let engine = Arc::new(RocksEngine::open(&cfg.data_dir, &rocks)?);
     check_ident(engine.as_ref(), cfg.store_id, &cfg.data_dir)?;
 
+    let tls = cfg.security.load().map_err(Error::InvalidInput)?;
+    if let Some(tls) = &tls {
+        quarry_proto::security::install_client(tls.client());
+    }
     let listener = TcpListener::bind(&cfg.addr)
         .await
         .map_err(|e| Error::InvalidInput(format!("cannot listen on {}: {e}", cfg.addr)))?;
     let local = listener
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
+    quarry_proto::security::check_bind(local, tls.is_some(), cfg.security.insecure)
+        .map_err(Error::InvalidInput)?;
     let me = StoreInfo {
         id: cfg.store_id,
         addr: cfg
@@ -213,8 +219,21 @@ pub async fn run(
     });
     // (`Server::tcp_nodelay` does not apply to `serve_with_incoming`: the
     // incoming stream sets it, or every reply waits on Nagle's algorithm.)
-    let router_svc = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    let mut allowed_cn = vec![];
+    if let Some(tls) = &tls {
+        // Mutual TLS: only holders of a certificate from the cluster's CA
+        // reach any service here (raft, KV, coprocessor, meta, admin).
+        builder = builder
+            .tls_config(tls.server(true))
+            .map_err(|e| Error::InvalidInput(format!("[security]: {e}")))?;
+        allowed_cn = tls.allowed_cn();
+    }
+    let router_svc = builder
         .layer(quarry_proto::status::layer::<tonic::body::Body>())
+        .layer(quarry_proto::security::cn_check_layer::<tonic::body::Body>(
+            allowed_cn,
+        ))
         .add_service(
             RaftServer::new(RaftService::new(router.clone(), down_rx.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)

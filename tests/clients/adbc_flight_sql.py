@@ -4,10 +4,12 @@ with parameters (one row, and several through executemany), and the
 catalog calls (get_objects, get_table_schema, get_table_types).
 
 Usage: adbc_flight_sql.py grpc://HOST:PORT Q1_FILE Q6_FILE
+(grpc+tls:// with QUARRY_CA, QUARRY_USER and QUARRY_PASSWORD set: TLS and a login)
 Prints sections ("== name", then CSV lines); tests/clients.rs checks them.
 """
 import datetime
 import decimal
+import os
 import sys
 
 import adbc_driver_flightsql.dbapi as flight_sql
@@ -32,7 +34,15 @@ def section(name, cur):
         print(",".join(show(v) for v in row))
 
 
-conn = flight_sql.connect(uri, autocommit=True)
+# A secure compute (grpc+tls://): the CA and a login from the environment.
+db_kwargs = {}
+if os.environ.get("QUARRY_CA"):
+    with open(os.environ["QUARRY_CA"]) as f:
+        db_kwargs["adbc.flight.sql.client_option.tls_root_certs"] = f.read()
+if os.environ.get("QUARRY_USER"):
+    db_kwargs["username"] = os.environ["QUARRY_USER"]
+    db_kwargs["password"] = os.environ["QUARRY_PASSWORD"]
+conn = flight_sql.connect(uri, db_kwargs=db_kwargs, autocommit=True)
 cur = conn.cursor()
 for name, path in (("q1", q1_file), ("q6", q6_file)):
     with open(path) as f:

@@ -36,6 +36,10 @@ pub struct Playground {
     /// The status URLs the process lines ended with: stores in order,
     /// then compute.
     pub status_urls: Vec<String>,
+    /// A secure playground's CA certificate (its `ca PATH` line).
+    pub ca: Option<String>,
+    /// root's password (`--password`), for `sql`.
+    pub password: Option<String>,
 }
 
 impl Playground {
@@ -74,6 +78,11 @@ impl Playground {
         let mut compute = String::new();
         let mut compute_pid = 0;
         let mut status_urls = Vec::new();
+        let mut ca = None;
+        let password = args
+            .iter()
+            .position(|a| *a == "--password")
+            .map(|i| args[i + 1].to_string());
         let deadline = Instant::now() + Duration::from_secs(180);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -95,6 +104,7 @@ impl Playground {
                     compute_pid = pid.parse().unwrap();
                     compute = addr.to_string();
                 }
+                ["ca", path] => ca = Some(path.to_string()),
                 ["ready"] => break,
                 _ => panic!("unexpected playground line: {line}"),
             }
@@ -108,6 +118,8 @@ impl Playground {
             compute_pid,
             stderr_path,
             status_urls,
+            ca,
+            password,
         }
     }
 
@@ -201,11 +213,15 @@ impl Playground {
     }
 
     /// `quarry sql --addr <compute> --format <format> <sql>`.
+    /// A secure playground's: as root, trusting its CA.
     pub fn sql(&self, format: &str, sql: &str) -> Output {
-        Command::new(QUARRY)
-            .args(["sql", "--addr", &self.compute, "--format", format, sql])
-            .output()
-            .expect("run quarry sql")
+        let mut cmd = Command::new(QUARRY);
+        cmd.args(["sql", "--addr", &self.compute, "--format", format]);
+        if let Some(ca) = &self.ca {
+            cmd.args(["--ca", ca, "--user", "root"]);
+            cmd.env("QUARRY_PASSWORD", self.password.as_deref().unwrap_or(""));
+        }
+        cmd.arg(sql).output().expect("run quarry sql")
     }
 
     /// A gRPC channel to the compute process (for Flight clients).

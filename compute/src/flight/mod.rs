@@ -25,6 +25,8 @@
 //!   in it; `EndTransaction` commits or rolls it back. `GetSqlInfo` says
 //!   so, which is what ADBC's `autocommit=False` looks for.
 //! * The client library's typed requests arrive as SQL, like any client's.
+//! * `Handshake` logs in (`auth.rs`): Basic credentials for a bearer
+//!   token, which every other call then carries when compute has TLS.
 //! * Everything else answers UNIMPLEMENTED (foreign keys, Substrait,
 //!   savepoints, cancellation, bulk ingest). ADBC's Python driver falls
 //!   back on UNIMPLEMENTED where it has a fallback.
@@ -56,7 +58,10 @@ use arrow_flight::sql::{
     DoPutPreparedStatementResult, EndTransaction, ProstMessageExt, SqlInfo,
     SqlSupportedTransaction, SqlTransactionIsolationLevel, TicketStatementQuery,
 };
-use arrow_flight::{Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use arrow_flight::{
+    Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest,
+    HandshakeResponse, Ticket,
+};
 use futures::{Stream, TryStreamExt};
 use prost::Message;
 use quarry_proto::compute::{ticket, Ticket as QuarryTicket};
@@ -214,6 +219,47 @@ fn bad_ticket(e: impl std::fmt::Display) -> Status {
 #[tonic::async_trait]
 impl FlightSqlService for FlightSqlServer {
     type FlightService = FlightSqlServer;
+
+    /// The login (`auth.rs`): Basic credentials in, a bearer token out,
+    /// in the `authorization` response header and as the one message's
+    /// payload. Without logins (no TLS) every handshake succeeds and no
+    /// token is needed.
+    async fn do_handshake(
+        &self,
+        request: Request<tonic::Streaming<HandshakeRequest>>,
+    ) -> Result<
+        Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
+        Status,
+    > {
+        let auth = self.engine.auth();
+        let mut payload = Vec::new();
+        let mut header = None;
+        if auth.required() {
+            let given = request
+                .metadata()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok());
+            let (token, caller) = auth.login(given).await?;
+            tracing::info!(user = caller.user, "logged in");
+            header = Some(
+                format!("Bearer {token}")
+                    .parse::<tonic::metadata::MetadataValue<_>>()
+                    .map_err(|e| Status::internal(format!("a token header: {e}")))?,
+            );
+            payload = token.into_bytes();
+        }
+        let message = HandshakeResponse {
+            protocol_version: 0,
+            payload: payload.into(),
+        };
+        let stream: Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>> =
+            Box::pin(futures::stream::iter([Ok(message)]));
+        let mut response = Response::new(stream);
+        if let Some(h) = header {
+            response.metadata_mut().insert("authorization", h);
+        }
+        Ok(response)
+    }
 
     async fn get_flight_info_statement(
         &self,

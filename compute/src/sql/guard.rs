@@ -100,7 +100,8 @@ pub fn parse_plain(text: &str, max_bytes: usize) -> Result<Vec<Statement>> {
 
 /// Runs `parse` after the size check, on a stack sized for `text` when it
 /// is long. Whatever `parse` refuses is dropped on that stack too.
-fn guarded<T>(text: &str, max_bytes: usize, parse: impl FnOnce() -> Result<T>) -> Result<T> {
+/// Refuses text longer than `max_bytes` (compute.max-statement-bytes).
+pub fn check_size(text: &str, max_bytes: usize) -> Result<()> {
     if text.len() > max_bytes {
         return Err(Error::ResourceExhausted(format!(
             "the statement is {} bytes; the limit is {max_bytes} \
@@ -108,6 +109,11 @@ fn guarded<T>(text: &str, max_bytes: usize, parse: impl FnOnce() -> Result<T>) -
             text.len()
         )));
     }
+    Ok(())
+}
+
+fn guarded<T>(text: &str, max_bytes: usize, parse: impl FnOnce() -> Result<T>) -> Result<T> {
+    check_size(text, max_bytes)?;
     if text.len() <= SHORT_STATEMENT_BYTES {
         return parse();
     }

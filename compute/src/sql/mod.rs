@@ -8,13 +8,14 @@
 
 mod convert;
 mod guard;
+pub mod users;
 
 use quarry_proto::compute::LogicalExpr;
 use quarry_proto::meta::{FieldType, Layout};
 
 pub(crate) use convert::for_update_target;
 pub use convert::{convert_statement, parse};
-pub use guard::{parse_df, parse_plain, DEFAULT_MAX_STATEMENT_BYTES, MAX_EXPR_DEPTH};
+pub use guard::{check_size, parse_df, parse_plain, DEFAULT_MAX_STATEMENT_BYTES, MAX_EXPR_DEPTH};
 
 /// One parsed statement.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +36,8 @@ pub enum Statement {
     Commit,
     /// `ROLLBACK`.
     Rollback,
+    /// `CREATE USER`, `ALTER USER`, `DROP USER`, `SHOW USERS`.
+    User(users::UserStatement),
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -357,4 +357,75 @@ impl<E: Engine> MetaRpc for MetaService<E> {
         )
         .await
     }
+
+    async fn put_user(
+        &self,
+        req: Request<PutUserRequest>,
+    ) -> Result<Response<PutUserResponse>, Status> {
+        self.route(
+            req,
+            FORWARD_TIMEOUT,
+            |m, r| async move {
+                let mode = r.mode();
+                let user = r
+                    .user
+                    .ok_or_else(|| Error::InvalidInput("PutUser without a user".into()))?;
+                m.put_user(user, mode).await?;
+                Ok(PutUserResponse {})
+            },
+            |mut c, r| async move { c.put_user(r).await },
+        )
+        .await
+    }
+
+    async fn drop_user(
+        &self,
+        req: Request<DropUserRequest>,
+    ) -> Result<Response<DropUserResponse>, Status> {
+        self.route(
+            req,
+            FORWARD_TIMEOUT,
+            |m, r| async move {
+                Ok(DropUserResponse {
+                    dropped: m.drop_user(&r.name, r.if_exists).await?,
+                })
+            },
+            |mut c, r| async move { c.drop_user(r).await },
+        )
+        .await
+    }
+
+    async fn get_user(
+        &self,
+        req: Request<GetUserRequest>,
+    ) -> Result<Response<GetUserResponse>, Status> {
+        self.route(
+            req,
+            FORWARD_TIMEOUT,
+            |m, r| async move {
+                Ok(GetUserResponse {
+                    user: m.get_user(&r.name).await?,
+                })
+            },
+            |mut c, r| async move { c.get_user(r).await },
+        )
+        .await
+    }
+
+    async fn list_users(
+        &self,
+        req: Request<ListUsersRequest>,
+    ) -> Result<Response<ListUsersResponse>, Status> {
+        self.route(
+            req,
+            FORWARD_TIMEOUT,
+            |m, _| async move {
+                Ok(ListUsersResponse {
+                    users: m.users().await?,
+                })
+            },
+            |mut c, r| async move { c.list_users(r).await },
+        )
+        .await
+    }
 }
