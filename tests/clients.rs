@@ -144,6 +144,25 @@ fn adbc_runs_tpch_bound_parameters_inserts_and_catalog_calls() {
     assert_eq!(section(&s, "table_types"), "type\nTABLE\n");
 }
 
+/// Runs `tests/clients/JdbcFlightSql.java` with the driver's `jar`
+/// against the JDBC `url`; its output's sections.
+fn run_jdbc(jar: &std::path::Path, url: &str) -> BTreeMap<String, String> {
+    let [q1, q6] = query_files();
+    let out = output_of(
+        &format!("JdbcFlightSql.java at {url}"),
+        Command::new("java")
+            // Arrow's memory needs the JDK's direct buffers.
+            .arg("--add-opens=java.base/java.nio=ALL-UNNAMED")
+            .arg("-cp")
+            .arg(jar)
+            .arg(repo_path("tests/clients/JdbcFlightSql.java"))
+            .arg(url)
+            .arg(&q1)
+            .arg(&q6),
+    );
+    sections(&out)
+}
+
 #[test]
 fn jdbc_runs_tpch_prepared_statements_inserts_and_metadata() {
     let jar = jdbc_jar();
@@ -153,20 +172,7 @@ fn jdbc_runs_tpch_prepared_statements_inserts_and_metadata() {
         "{}/?useEncryption=false",
         pg.compute.replace("http://", "jdbc:arrow-flight-sql://")
     );
-    let [q1, q6] = query_files();
-    let out = output_of(
-        "JdbcFlightSql.java",
-        Command::new("java")
-            // Arrow's memory needs the JDK's direct buffers.
-            .arg("--add-opens=java.base/java.nio=ALL-UNNAMED")
-            .arg("-cp")
-            .arg(&jar)
-            .arg(repo_path("tests/clients/JdbcFlightSql.java"))
-            .arg(&url)
-            .arg(&q1)
-            .arg(&q6),
-    );
-    let s = sections(&out);
+    let s = run_jdbc(&jar, &url);
     check_tpch_and_bound(&s);
     assert_eq!(section(&s, "plain insert"), "count\n1\n");
     assert_eq!(section(&s, "prepared insert"), "count\n1\n");
@@ -281,19 +287,7 @@ fn adbc_and_jdbc_log_in_over_tls() {
         "{}/?useEncryption=true&user=root&password=pw-root&tlsRootCerts={ca}",
         pg.compute.replace("https://", "jdbc:arrow-flight-sql://")
     );
-    let [q1, q6] = query_files();
-    let out = output_of(
-        "JdbcFlightSql.java over TLS",
-        Command::new("java")
-            .arg("--add-opens=java.base/java.nio=ALL-UNNAMED")
-            .arg("-cp")
-            .arg(&jar)
-            .arg(repo_path("tests/clients/JdbcFlightSql.java"))
-            .arg(&url)
-            .arg(&q1)
-            .arg(&q6),
-    );
-    let s = sections(&out);
+    let s = run_jdbc(&jar, &url);
     check_tpch_and_bound(&s);
     assert_eq!(section(&s, "prepared insert"), "count\n1\n");
 }
