@@ -18,9 +18,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use quarry::load::{existing_tables, load_tpch, LoadOptions, LoadReport, WritePath};
+use quarry::load::{load_tpch, LoadOptions, LoadReport, WritePath};
 use quarry::load_file::{load_files, FileFormat, LoadFileOptions};
-use quarry::local::{ClusterArgs, LocalCluster};
 use quarry::output::{self, Format};
 use quarry::tpch::Table;
 use quarry_compute::config::ComputeConfig;
@@ -28,7 +27,9 @@ use quarry_raftstore::config::StorageConfig;
 use tokio::signal::unix::{signal, SignalKind};
 
 mod bench_cmd;
+mod playground_cmd;
 use bench_cmd::BenchWhat;
+use playground_cmd::PlaygroundArgs;
 
 #[derive(Parser)]
 #[command(
@@ -260,70 +261,6 @@ struct ComputeArgs {
     security: SecurityArgs,
     #[arg(long)]
     print_default_config: bool,
-    #[arg(long, hide = true)]
-    exit_with_parent: bool,
-}
-
-#[derive(Args)]
-struct PlaygroundArgs {
-    /// Where the cluster keeps its data (reused on the next start).
-    #[arg(long)]
-    dir: PathBuf,
-    #[arg(long, default_value_t = 3)]
-    stores: usize,
-    /// Load TPC-H at this scale factor (skipped if DIR has it).
-    #[arg(long)]
-    sf: Option<f64>,
-    /// The TPC-H tables to load with --sf, comma-separated (default: all
-    /// eight).
-    #[arg(long, value_delimiter = ',')]
-    tables: Vec<Table>,
-    /// Replicas per region.
-    #[arg(long, default_value_t = 3)]
-    replicas: usize,
-    /// raftstore.early-apply for every store (on/off).
-    #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
-    early_apply: Option<bool>,
-    /// raftstore.region-split-size-mb for every store.
-    #[arg(long)]
-    region_split_size_mb: Option<u64>,
-    /// raftstore.compact-delta-rows for every store.
-    #[arg(long)]
-    compact_delta_rows: Option<u64>,
-    /// raftstore.gc-life-time-secs for every store.
-    #[arg(long)]
-    gc_life_time_secs: Option<u64>,
-    /// The pessimistic-lock optimizations: pipelined locks in every store
-    /// and locks that return their rows in compute (false: neither).
-    #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
-    pessimistic_optimizations: Option<bool>,
-    /// Storage layout of the loaded tables: column or row.
-    #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
-    layout: LayoutArg,
-    /// max-store-down-secs for every store.
-    #[arg(long)]
-    max_store_down_secs: Option<u64>,
-    /// Query timeout for the compute process.
-    #[arg(long)]
-    query_timeout_ms: Option<u64>,
-    /// Each query's memory pool in MiB in the compute process (0:
-    /// unbounded).
-    #[arg(long)]
-    query_memory_limit_mb: Option<u64>,
-    /// The compute process's slow-query threshold (default 300 ms).
-    #[arg(long)]
-    slow_query_ms: Option<u64>,
-    /// TLS everywhere and logins: certificates made under DIR/certs, the
-    /// user root with --password; the compute URL is https.
-    #[arg(long, requires = "password")]
-    secure: bool,
-    /// root's password with --secure.
-    #[arg(long, env = "QUARRY_PASSWORD", hide_env_values = true)]
-    password: Option<String>,
-    /// Restart a child that exited after this long (SIGHUP restarts at once).
-    #[arg(long, default_value_t = 3000)]
-    restart_delay_ms: u64,
-    /// Stop when the parent process goes away (used by tests).
     #[arg(long, hide = true)]
     exit_with_parent: bool,
 }
@@ -643,222 +580,6 @@ async fn status_suffix(addr: &str) -> Result<String> {
     Ok(format!(" status {}", quarry::status_server::url(bound)))
 }
 
-/// " status URL" when the process serves a status port.
-fn status_of(p: &quarry::local::Proc) -> String {
-    p.status
-        .as_ref()
-        .map(|s| format!(" status {s}"))
-        .unwrap_or_default()
-}
-
-fn print_store(out: &mut impl Write, n: usize, p: &quarry::local::Proc) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "storage {n}: pid {} addr {}{}",
-        p.pid,
-        p.addr,
-        status_of(p)
-    )?;
-    out.flush()
-}
-
-async fn playground(a: PlaygroundArgs) -> Result<()> {
-    let mut args = ClusterArgs {
-        replicas: a.replicas,
-        secure: a.secure,
-        ..Default::default()
-    };
-    let certs = match a.secure {
-        true => Some(secure_children(&a.dir, &mut args)?),
-        false => None,
-    };
-    if let Some(v) = a.early_apply {
-        args.store
-            .extend(["--early-apply".to_string(), v.to_string()]);
-    }
-    if let Some(v) = a.region_split_size_mb {
-        args.store
-            .extend(["--region-split-size-mb".to_string(), v.to_string()]);
-    }
-    if let Some(v) = a.compact_delta_rows {
-        args.store
-            .extend(["--compact-delta-rows".to_string(), v.to_string()]);
-    }
-    if let Some(v) = a.gc_life_time_secs {
-        args.store
-            .extend(["--gc-life-time-secs".to_string(), v.to_string()]);
-    }
-    if let Some(v) = a.max_store_down_secs {
-        args.store
-            .extend(["--max-store-down-secs".to_string(), v.to_string()]);
-    }
-    if let Some(v) = a.pessimistic_optimizations {
-        args.store
-            .extend(["--pipelined-pessimistic-lock".to_string(), v.to_string()]);
-        args.compute
-            .extend(["--lock-returns-rows".to_string(), v.to_string()]);
-    }
-    if let Some(t) = a.query_timeout_ms {
-        args.compute
-            .extend(["--query-timeout-ms".to_string(), t.to_string()]);
-    }
-    if let Some(t) = a.slow_query_ms {
-        args.compute
-            .extend(["--slow-query-ms".to_string(), t.to_string()]);
-    }
-    if let Some(m) = a.query_memory_limit_mb {
-        args.compute
-            .extend(["--query-memory-limit-mb".to_string(), m.to_string()]);
-    }
-    let mut cluster = LocalCluster::start(&a.dir, a.stores, &args).await?;
-    let result = async {
-        let mut out = std::io::stdout();
-        for (i, s) in cluster.stores.iter().enumerate() {
-            print_store(&mut out, i + 1, s)?;
-        }
-        let c = cluster
-            .compute
-            .as_ref()
-            .ok_or_else(|| anyhow!("no compute process"))?;
-        writeln!(
-            out,
-            "compute: pid {} addr {}{}",
-            c.pid,
-            cluster.compute_url(),
-            status_of(c)
-        )?;
-        if let Some(certs) = &certs {
-            let password = a.password.as_deref().unwrap_or_default();
-            quarry::secure::put_user(
-                &cluster.store_addrs(),
-                "root",
-                password,
-                true,
-                quarry_proto::meta::PutUserMode::Upsert,
-            )
-            .await
-            .context("creating the user root")?;
-            writeln!(out, "ca {}", certs.ca.display())?;
-        }
-        out.flush()?;
-        if let Some(sf) = a.sf {
-            // The marker says what was loaded: "<sf> <layout> <tables>".
-            let marker = a.dir.join("tpch.loaded");
-            let have = std::fs::read_to_string(&marker).ok();
-            let stores = cluster.store_addrs();
-            let tables = tables_or_all(&a.tables);
-            let list = table_list(&tables);
-            let want = format!("{sf} {} {list}", a.layout.name());
-            if have.as_deref() == Some(want.as_str())
-                && existing_tables(&stores, &tables).await?.len() == tables.len()
-            {
-                eprintln!(
-                    "TPC-H {list} at SF {sf} is already loaded in {}",
-                    a.dir.display()
-                );
-            } else {
-                let _ = std::fs::remove_file(&marker);
-                eprintln!("loading TPC-H {list} at SF {sf} ...");
-                let r = load_tpch(
-                    &stores,
-                    &LoadOptions {
-                        sf,
-                        tables,
-                        replace: true,
-                        progress: false,
-                        layout: a.layout.layout(),
-                        ..Default::default()
-                    },
-                )
-                .await?;
-                std::fs::write(&marker, want)?;
-                eprint!("{}", load_summary(&r));
-            }
-        }
-        writeln!(out, "ready")?;
-        out.flush()?;
-        supervise(&mut cluster, &a).await
-    }
-    .await;
-    cluster.stop().await;
-    result
-}
-
-/// A secure playground's certificates (made under DIR/certs once), in
-/// every child's flags and in this process's own calls to the stores.
-fn secure_children(
-    dir: &std::path::Path,
-    args: &mut ClusterArgs,
-) -> Result<quarry::secure::CertPaths> {
-    let certs = quarry::secure::generate_certs(&dir.join("certs"))?;
-    let paths = [
-        "--ca-path".to_string(),
-        certs.ca.display().to_string(),
-        "--cert-path".into(),
-        certs.cert.display().to_string(),
-        "--key-path".into(),
-        certs.key.display().to_string(),
-    ];
-    args.store.extend(paths.iter().cloned());
-    args.store.extend([
-        "--cert-allowed-cn".to_string(),
-        quarry::secure::NODE_CN.to_string(),
-    ]);
-    args.compute.extend(paths);
-    quarry::secure::install_cluster_tls(&certs.config())?;
-    Ok(certs)
-}
-
-/// Keeps the cluster running until SIGINT/SIGTERM: a child that exits is
-/// started again (same data dir, same address) after the restart delay,
-/// or at once on SIGHUP, and its line is printed again.
-async fn supervise(cluster: &mut LocalCluster, a: &PlaygroundArgs) -> Result<()> {
-    let shutdown = shutdown_signal(a.exit_with_parent);
-    tokio::pin!(shutdown);
-    let mut hup = signal(SignalKind::hangup())?;
-    let mut down: std::collections::HashMap<Option<usize>, std::time::Instant> = Default::default();
-    let mut out = std::io::stdout();
-    loop {
-        let now_hup = tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            _ = hup.recv() => true,
-            _ = tokio::time::sleep(Duration::from_millis(200)) => false,
-        };
-        for (which, status) in cluster.exited() {
-            if let std::collections::hash_map::Entry::Vacant(e) = down.entry(which) {
-                let name = which.map_or("compute".to_string(), |i| format!("storage {}", i + 1));
-                eprintln!(
-                    "{name} exited ({status}); restarting it in {} ms",
-                    a.restart_delay_ms
-                );
-                e.insert(std::time::Instant::now());
-            }
-        }
-        let due: Vec<Option<usize>> = down
-            .iter()
-            .filter(|(_, at)| now_hup || at.elapsed() >= Duration::from_millis(a.restart_delay_ms))
-            .map(|(w, _)| *w)
-            .collect();
-        for which in due {
-            match cluster.restart(which).await {
-                Ok(p) => {
-                    down.remove(&which);
-                    match which {
-                        Some(i) => print_store(&mut out, i + 1, p)?,
-                        None => {
-                            let (pid, status) = (p.pid, status_of(p));
-                            let url = cluster.compute_url();
-                            writeln!(out, "compute: pid {pid} addr {url}{status}")?;
-                            out.flush()?;
-                        }
-                    }
-                }
-                Err(e) => eprintln!("restart failed: {e:#}"),
-            }
-        }
-    }
-}
-
 /// The tables given, or all eight when none are.
 fn tables_or_all(tables: &[Table]) -> Vec<Table> {
     if tables.is_empty() {
@@ -911,7 +632,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Playground(a) => {
             init_logging("warn");
-            playground(a).await
+            playground_cmd::run(a).await
         }
         Cmd::Load {
             what:

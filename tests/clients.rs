@@ -239,17 +239,7 @@ except Exception as e:
 fn adbc_and_jdbc_log_in_over_tls() {
     let jar = jdbc_jar();
     let _serial = SERIAL.lock();
-    let pg = Playground::start(&[
-        "--stores",
-        "3",
-        "--sf",
-        "0.01",
-        "--tables",
-        "lineitem",
-        "--secure",
-        "--password",
-        "pw-root",
-    ]);
+    let pg = Playground::start_secure("pw-root");
     let ca = pg.ca.clone().expect("a secure playground prints its CA");
     assert!(pg.compute.starts_with("https://"), "{}", pg.compute);
 

@@ -217,17 +217,7 @@ fn flight_calls_need_a_token_and_transactions_their_owner(pg: &Playground) {
 #[test]
 fn a_secure_playground_needs_tls_certificates_and_logins() {
     let _serial = SERIAL.lock();
-    let pg = Playground::start(&[
-        "--stores",
-        "3",
-        "--sf",
-        "0.01",
-        "--tables",
-        "lineitem",
-        "--secure",
-        "--password",
-        ROOT_PASSWORD,
-    ]);
+    let pg = Playground::start_secure(ROOT_PASSWORD);
     let ca = pg.ca.clone().expect("a 'ca PATH' line before ready");
     assert!(pg.compute.starts_with("https://"), "{}", pg.compute);
 

@@ -132,11 +132,6 @@ pub fn install_client(tls: ClientTlsConfig) {
     let _ = CLIENT_TLS.set(tls);
 }
 
-/// Whether [`install_client`] was called: connections use `https`.
-pub fn client_tls_installed() -> bool {
-    CLIENT_TLS.get().is_some()
-}
-
 /// An endpoint for `addr` (`host:port`) inside the cluster: `https` with
 /// the installed client identity, or `http`.
 pub fn endpoint(addr: &str) -> Result<Endpoint, String> {

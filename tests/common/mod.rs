@@ -47,6 +47,22 @@ impl Playground {
         Self::start_in(tempfile::tempdir().expect("tempdir"), args)
     }
 
+    /// A secure playground (`--secure`): 3 stores, TPC-H lineitem at SF
+    /// 0.01, the superuser root with `password`.
+    pub fn start_secure(password: &str) -> Playground {
+        Self::start(&[
+            "--stores",
+            "3",
+            "--sf",
+            "0.01",
+            "--tables",
+            "lineitem",
+            "--secure",
+            "--password",
+            password,
+        ])
+    }
+
     pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Playground {
         let stderr_path = dir.path().join("playground.stderr");
         let stderr = std::fs::OpenOptions::new()
