@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 source scripts/env.sh
-cargo build --release --locked --bin quarry
+cargo build --release --locked --features "$QUARRY_FEATURES" --bin quarry
 args=("$@")
 [[ ${#args[@]} -eq 0 ]] && args=(--sf 1)
 exec "$CARGO_TARGET_DIR/release/quarry" bench tpch "${args[@]}"

@@ -11,3 +11,7 @@ export QUARRY_VENV=${QUARRY_VENV:-$HOME/.cache/quarry-venv}
 # scripts/setup.sh fetches), for the client tests.
 export QUARRY_JDBC_VERSION=${QUARRY_JDBC_VERSION:-18.3.0}
 export QUARRY_JDBC_JAR=${QUARRY_JDBC_JAR:-$HOME/.m2/repository/org/apache/arrow/flight-sql-jdbc-driver/$QUARRY_JDBC_VERSION/flight-sql-jdbc-driver-$QUARRY_JDBC_VERSION.jar}
+# The one feature set of every build here: failpoints (fault injection for
+# the failure tests, inert until switched on through a status port) are
+# compiled in, so the bench and the tests share one build.
+export QUARRY_FEATURES=${QUARRY_FEATURES:-quarry/failpoints}

@@ -7,14 +7,14 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 source scripts/env.sh
 cargo fmt --all -- --check
-cargo clippy --release --workspace --all-targets --locked -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc --release --workspace --no-deps --locked
+cargo clippy --release --workspace --all-targets --locked --features "$QUARRY_FEATURES" -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --release --workspace --no-deps --locked --features "$QUARRY_FEATURES"
 # Every test binary prints its own "test result" line; the last line here
 # adds them up, so the run's closing line counts every test.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --release --workspace --locked "$@" 2>&1 | tee "$log"
+cargo test --release --workspace --locked --features "$QUARRY_FEATURES" "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -573,6 +573,11 @@ async fn compute(a: ComputeArgs) -> Result<()> {
 /// Starts the status server on `addr` (none if empty); returns what the
 /// "listening on" line ends with: " status http://HOST:PORT".
 async fn status_suffix(addr: &str) -> Result<String> {
+    // Failpoints named in the environment are on from the start (a build
+    // without the feature has none to switch).
+    if quarry_proto::failpoint::ENABLED {
+        quarry_proto::failpoint::configure_from_env().map_err(anyhow::Error::msg)?;
+    }
     if addr.is_empty() {
         return Ok(String::new());
     }

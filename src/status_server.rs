@@ -7,6 +7,11 @@
 //!   `quarry_compute::metrics` in a compute process: whatever is
 //!   registered in the default registry).
 //! * `GET /health`: `ok`.
+//! * With the `failpoints` feature (`quarry_proto::failpoint`):
+//!   `PUT /fail/NAME` with the actions as the body switches a failpoint
+//!   on, `DELETE /fail/NAME` off, `GET /fail` lists those on. Without the
+//!   feature these answer 404 like any other path. The status port binds
+//!   127.0.0.1 unless told otherwise; a build with failpoints is for tests.
 //!
 //! Anything else is 404. The server binds before the process reports that
 //! it is listening, so the address it prints is already served.
@@ -63,6 +68,13 @@ async fn respond(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infall
         }
         r
     };
+    if let Some(name) = req.uri().path().strip_prefix("/fail") {
+        if quarry_proto::failpoint::ENABLED {
+            let name = name.trim_start_matches('/').to_string();
+            let (code, text) = failpoint_request(req, &name).await;
+            return Ok(reply(code, "text/plain", text.into_bytes()));
+        }
+    }
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             let encoder = TextEncoder::new();
@@ -83,6 +95,50 @@ async fn respond(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infall
             b"not found; this port serves /metrics and /health\n".to_vec(),
         ),
     })
+}
+
+/// `/fail[/NAME]`: switches failpoint `name` on (PUT, the body holds the
+/// actions) or off (DELETE), or lists those on (GET).
+async fn failpoint_request(req: Request<Incoming>, name: &str) -> (StatusCode, String) {
+    use http_body_util::BodyExt;
+    use quarry_proto::failpoint;
+    match (req.method().clone(), name) {
+        (Method::GET, "") => {
+            let text: String = failpoint::list()
+                .into_iter()
+                .map(|(n, a)| format!("{n}={a}\n"))
+                .collect();
+            (StatusCode::OK, text)
+        }
+        (Method::PUT, n) if !n.is_empty() => {
+            let body = match req.into_body().collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => return (StatusCode::BAD_REQUEST, format!("reading the body: {e}\n")),
+            };
+            let Ok(actions) = std::str::from_utf8(&body) else {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    "the actions are not UTF-8\n".into(),
+                );
+            };
+            match failpoint::configure(n, actions.trim()) {
+                Ok(()) => {
+                    tracing::warn!(failpoint = n, actions = actions.trim(), "failpoint on");
+                    (StatusCode::OK, format!("{n}={}\n", actions.trim()))
+                }
+                Err(e) => (StatusCode::BAD_REQUEST, format!("failpoint {n}: {e}\n")),
+            }
+        }
+        (Method::DELETE, n) if !n.is_empty() => {
+            failpoint::remove(n);
+            tracing::warn!(failpoint = n, "failpoint off");
+            (StatusCode::OK, format!("{n} off\n"))
+        }
+        _ => (
+            StatusCode::NOT_FOUND,
+            "use GET /fail, PUT /fail/NAME (body: actions) or DELETE /fail/NAME\n".into(),
+        ),
+    }
 }
 
 /// "http://HOST:PORT" for a bound status address.

@@ -314,3 +314,33 @@ fn wait_for_regions(pg: &Playground, want: usize) {
         std::thread::sleep(std::time::Duration::from_secs(2));
     }
 }
+
+#[test]
+fn a_message_past_the_size_limit_is_resource_exhausted_naming_both_sizes() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--sf", "0.01", "--tables", "region"]);
+    let config = pg.dir.path().join("small-messages.toml");
+    std::fs::write(&config, "max-message-mb = 1\n").unwrap();
+    let small = pg.extra_compute(&["--config", config.to_str().unwrap()]);
+    runtime().block_on(async {
+        let channel = Channel::from_shared(small.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut c = FlightServiceClient::new(channel);
+        // 2 MB of statement: under max-statement-bytes (4 MiB), over this
+        // compute's 1 MiB message limit.
+        let sql = format!("SELECT 1 /* {} */", "x".repeat(2 << 20));
+        let s = refused(&mut c, &sql).await;
+        assert_eq!(s.code(), Code::ResourceExhausted, "{s}");
+        assert!(
+            s.message().contains("message length too large")
+                && s.message().contains("the limit is: 1048576 bytes"),
+            "{s}"
+        );
+        // Smaller requests on the same connection are served.
+        let rows = query(&mut c, "SELECT count(*) FROM region").await.unwrap();
+        assert_eq!(rows[0].num_rows(), 1);
+    });
+}

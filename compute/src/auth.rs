@@ -89,31 +89,70 @@ pub struct Caller {
     pub superuser: bool,
 }
 
-/// The request being served: who sent it, and with which token.
+/// A logged-in request: who sent it, and with which token.
 #[derive(Clone)]
-struct Scope {
+struct Login {
     caller: Caller,
     token: String,
 }
 
+/// The request being served: its login (None without logins) and the
+/// client connection it came on.
+#[derive(Clone)]
+struct Scope {
+    login: Option<Login>,
+    peer: Option<std::net::SocketAddr>,
+}
+
 tokio::task_local! {
-    static SCOPE: Option<Scope>;
+    static SCOPE: Scope;
 }
 
 /// The logged-in caller of the request being served (None without
 /// logins, or outside a request).
 pub fn caller() -> Option<Caller> {
     SCOPE
-        .try_with(|s| s.as_ref().map(|s| s.caller.clone()))
+        .try_with(|s| s.login.as_ref().map(|l| l.caller.clone()))
         .ok()
         .flatten()
 }
 
 fn current_token() -> Option<String> {
     SCOPE
-        .try_with(|s| s.as_ref().map(|s| s.token.clone()))
+        .try_with(|s| s.login.as_ref().map(|l| l.token.clone()))
         .ok()
         .flatten()
+}
+
+/// The session of the request being served, for its settings
+/// (`session_settings.rs`): the client connection (its address, as the
+/// server sees it), and with logins the token too, so that a connection
+/// reused by another login does not inherit settings. None outside a
+/// request, or when the transport gave no address.
+pub fn session_key() -> Option<String> {
+    SCOPE
+        .try_with(|s| {
+            let peer = s.peer?;
+            Some(match &s.login {
+                Some(l) => format!("{peer}/{}", l.token),
+                None => peer.to_string(),
+            })
+        })
+        .ok()
+        .flatten()
+}
+
+/// The client address tonic recorded for an incoming request (plaintext
+/// or TLS).
+fn peer_of<B>(req: &http::Request<B>) -> Option<std::net::SocketAddr> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let ext = req.extensions();
+    ext.get::<TcpConnectInfo>()
+        .and_then(|i| i.remote_addr())
+        .or_else(|| {
+            ext.get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(|i| i.get_ref().remote_addr())
+        })
 }
 
 struct Session {
@@ -267,7 +306,7 @@ impl Auth {
     }
 
     /// The caller a `Bearer` token stands for.
-    async fn check(&self, authorization: Option<&str>) -> Result<Scope> {
+    async fn check(&self, authorization: Option<&str>) -> Result<Login> {
         let token = authorization
             .and_then(|h| {
                 let (scheme, token) = h.trim().split_once(' ')?;
@@ -294,7 +333,7 @@ impl Auth {
                 s.checked.elapsed() >= RECHECK,
             )
         };
-        let scope = |caller: Caller| Scope {
+        let scope = |caller: Caller| Login {
             caller,
             token: token.to_string(),
         };
@@ -486,15 +525,23 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
+            let peer = peer_of(&req);
             if !auth.required || req.uri().path() == HANDSHAKE_PATH {
-                return SCOPE.scope(None, inner.call(req)).await;
+                let scope = Scope { login: None, peer };
+                return SCOPE.scope(scope, inner.call(req)).await;
             }
             let header = req
                 .headers()
                 .get(http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok());
             match auth.check(header).await {
-                Ok(scope) => SCOPE.scope(Some(scope), inner.call(req)).await,
+                Ok(login) => {
+                    let scope = Scope {
+                        login: Some(login),
+                        peer,
+                    };
+                    SCOPE.scope(scope, inner.call(req)).await
+                }
                 Err(e) => Ok(tonic::Status::from(e).into_http()),
             }
         })

@@ -41,6 +41,9 @@ pub struct ComputeConfig {
     /// A statement's text may be at most this long (RESOURCE_EXHAUSTED
     /// past it, before it is parsed).
     pub max_statement_bytes: usize,
+    /// The largest gRPC message Flight SQL accepts or sends, in MiB
+    /// (RESOURCE_EXHAUSTED past it).
+    pub max_message_mb: usize,
     /// Each query's memory pool in MiB (0: unbounded): joins, sorts and
     /// aggregations past it spill or fail with RESOURCE_EXHAUSTED.
     pub query_memory_limit_mb: u64,
@@ -64,6 +67,7 @@ impl Default for ComputeConfig {
             join_key_list_max: crate::df::MAX_JOIN_KEYS_PUSHED,
             lock_returns_rows: true,
             max_statement_bytes: crate::sql::DEFAULT_MAX_STATEMENT_BYTES,
+            max_message_mb: quarry_proto::MAX_MESSAGE_BYTES >> 20,
             query_memory_limit_mb: 4096,
             security: Default::default(),
         }
@@ -80,9 +84,11 @@ impl ComputeConfig {
         if self.query_timeout_ms == 0
             || self.max_inflight_regions == 0
             || self.max_statement_bytes == 0
+            || self.max_message_mb == 0
         {
             return Err(Error::InvalidInput(
-                "query-timeout-ms, max-inflight-regions and max-statement-bytes must be positive"
+                "query-timeout-ms, max-inflight-regions, max-statement-bytes and max-message-mb \
+                 must be positive"
                     .into(),
             ));
         }

@@ -5,6 +5,7 @@
 //! table up in the meta region, and region routes are cached and corrected
 //! by region errors.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,8 @@ use crate::kv_writer::KvWriter;
 use crate::params;
 use crate::region_cache::RegionCache;
 use crate::session::{OpenTxn, Sessions};
+use crate::session_settings::{self, SessionSettings};
+use crate::sql::settings::SettingStatement;
 use crate::sql::users::UserStatement;
 use crate::sql::{self, Statement};
 use crate::txn::Txns;
@@ -66,7 +69,9 @@ pub struct QueryEngine {
     writer: KvWriter,
     txns: Arc<Txns>,
     sessions: Arc<Sessions>,
-    timeout: Duration,
+    /// Statement timeouts: a session's (SET statement_timeout) or
+    /// compute.query-timeout-ms.
+    settings: SessionSettings,
     /// compute.lock-returns-rows (`dml::lock_points`).
     lock_returns_rows: bool,
     /// compute.max-statement-bytes (`sql::parse_df`).
@@ -98,6 +103,9 @@ fn parse(text: &str, max_bytes: usize) -> Result<Parsed> {
     sql::check_size(text, max_bytes)?;
     if let Some(user) = sql::users::parse(text) {
         return Ok(Parsed::Statement(Statement::User(user?)));
+    }
+    if let Some(setting) = sql::settings::parse(text) {
+        return Ok(Parsed::Statement(Statement::Setting(setting?)));
     }
     let stmt = parse_one(text, max_bytes)?;
     if df::is_query(&stmt) {
@@ -210,7 +218,7 @@ impl QueryEngine {
             sessions: Sessions::new(txns.clone()),
             txns,
             cluster,
-            timeout,
+            settings: SessionSettings::new(timeout),
             lock_returns_rows: cfg.lock_returns_rows,
             max_statement_bytes: cfg.max_statement_bytes,
         })
@@ -265,16 +273,24 @@ impl QueryEngine {
         })
     }
 
-    /// Runs a query DataFusion planned, within the query deadline.
+    /// Runs a query DataFusion planned, within the statement timeout.
     pub async fn run(&self, q: PlannedQuery) -> Result<QueryOutput> {
-        // Region requests carry the deadline and fail first, naming the
-        // store; this bound also covers what runs in compute.
-        let guard = self.timeout + Duration::from_secs(2);
-        match tokio::time::timeout(guard, self.sql.run(q)).await {
+        self.within_deadline(self.sql.run(q)).await
+    }
+
+    /// Runs `f` (a query) under its session's statement timeout
+    /// (`session_settings.rs`). Region requests carry the deadline and
+    /// fail first, naming the store; this bound also covers what runs in
+    /// compute.
+    async fn within_deadline<T>(&self, f: impl Future<Output = Result<T>>) -> Result<T> {
+        let timeout = self.settings.statement_timeout();
+        let deadline = Instant::now() + timeout;
+        let guard = timeout + (timeout / 4).min(Duration::from_secs(2));
+        match tokio::time::timeout(guard, session_settings::with_deadline(deadline, f)).await {
             Ok(r) => r,
             Err(_) => Err(Error::Deadline(format!(
-                "query exceeded its deadline of {:?}",
-                self.timeout
+                "query exceeded its deadline of {} (statement_timeout)",
+                sql::settings::show(timeout)
             ))),
         }
     }
@@ -292,14 +308,8 @@ impl QueryEngine {
             return Err(Error::Internal(format!("not a query: {text}")));
         };
         let planned = self.sql.plan_with_rowid(query, table).await?;
-        let guard = self.timeout + Duration::from_secs(2);
-        match tokio::time::timeout(guard, self.sql.run_at(planned, read_ts)).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::Deadline(format!(
-                "query exceeded its deadline of {:?}",
-                self.timeout
-            ))),
-        }
+        self.within_deadline(self.sql.run_at(planned, read_ts))
+            .await
     }
 
     /// Runs a planned query in `txn` (at its snapshot, seeing its own
@@ -316,14 +326,7 @@ impl QueryEngine {
         let Some(txn) = txn else {
             return self.run(q).await;
         };
-        let guard = self.timeout + Duration::from_secs(2);
-        let r = match tokio::time::timeout(guard, self.sql.run_at(q, txn.start_ts)).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::Deadline(format!(
-                "query exceeded its deadline of {:?}",
-                self.timeout
-            ))),
-        };
+        let r = self.within_deadline(self.sql.run_at(q, txn.start_ts)).await;
         match r {
             Ok(out) => Ok(out),
             Err(e) => Err(self.sessions.fail(txn, e).await),
@@ -417,6 +420,16 @@ impl QueryEngine {
     /// they write or compare with.
     pub async fn shape(&self, stmt: &params::Numbered) -> Result<StatementShape> {
         sql::check_size(&stmt.sql, self.max_statement_bytes)?;
+        if let Some(setting) = sql::settings::parse(&stmt.sql) {
+            let dataset = match setting? {
+                SettingStatement::ShowStatementTimeout => text_schema("statement_timeout"),
+                SettingStatement::SetStatementTimeout(_) => text_schema("result"),
+            };
+            return Ok(StatementShape {
+                dataset,
+                parameters: Arc::new(Schema::empty()),
+            });
+        }
         if let Some(user) = sql::users::parse(&stmt.sql) {
             let dataset = match user? {
                 UserStatement::Show => users_schema(),
@@ -540,6 +553,14 @@ impl QueryEngine {
             }
             Statement::Describe(name) => Prepared::Done(self.describe(&name).await?),
             Statement::User(stmt) => Prepared::Done(self.user_statement(stmt).await?),
+            Statement::Setting(SettingStatement::ShowStatementTimeout) => {
+                let t = sql::settings::show(self.settings.statement_timeout());
+                Prepared::Done(text_output("statement_timeout", vec![t])?)
+            }
+            Statement::Setting(SettingStatement::SetStatementTimeout(t)) => {
+                self.settings.set_statement_timeout(t)?;
+                Prepared::Done(text_output("result", vec!["SET".into()])?)
+            }
             Statement::Begin => {
                 return Err(plan_err!(
                     "BEGIN opens a transaction for a session, and this request has none: \
@@ -636,3 +657,6 @@ impl QueryEngine {
         ))
     }
 }
+
+#[cfg(test)]
+mod parse_fuzz;

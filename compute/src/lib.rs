@@ -63,6 +63,7 @@ pub mod params;
 pub mod region_cache;
 pub mod server;
 pub mod session;
+pub mod session_settings;
 pub mod sql;
 pub mod sst_ingest;
 pub mod tso;

@@ -52,6 +52,8 @@ pub struct Stop {
 impl Stop {
     /// An error if the request must stop; `scanned` keys so far.
     fn check(&self, scanned: u64) -> Result<()> {
+        // Tests slow every batch down (`sleep(ms)`) to catch a task mid-scan.
+        let _ = quarry_proto::failpoint::hit("coprocessor_slow_batch");
         if self
             .cancelled
             .as_ref()
@@ -61,7 +63,9 @@ impl Stop {
                 "coprocessor task cancelled by its caller after scanning {scanned} keys"
             )));
         }
-        if self.deadline.is_some_and(|d| Instant::now() > d) {
+        if self.deadline.is_some_and(|d| Instant::now() > d)
+            || quarry_proto::failpoint::fires("coprocessor_deadline")
+        {
             return Err(Error::Deadline(format!(
                 "coprocessor task exceeded its deadline after scanning {scanned} keys"
             )));

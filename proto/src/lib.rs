@@ -20,6 +20,7 @@
 
 #![allow(clippy::all)]
 
+pub mod failpoint;
 pub mod security;
 pub mod status;
 

@@ -1,6 +1,9 @@
-//! One status rule every Quarry gRPC server keeps: a request that does
+//! Two status rules every Quarry gRPC server keeps: a request that does
 //! not decode is the client's fault (INVALID_ARGUMENT), not a bug
-//! (INTERNAL).
+//! (INTERNAL); and a request past the service's message size limit
+//! (`max-message-mb`) is RESOURCE_EXHAUSTED, not OUT_OF_RANGE as tonic
+//! answers it ("Error, decoded message length too large: found N bytes,
+//! the limit is: M bytes", which the caller keeps as the message).
 //!
 //! Two decoders run before any Quarry code sees a request, and both call a
 //! bad one INTERNAL: tonic answers a message that fails to decode
@@ -34,8 +37,20 @@ pub fn decode_errors_are_invalid<B>(mut resp: http::Response<B>) -> http::Respon
     if internal && decode {
         headers.insert("grpc-status", http::HeaderValue::from_static("3"));
     }
+    let out_of_range = headers
+        .get("grpc-status")
+        .is_some_and(|s| s.as_bytes() == b"11");
+    let too_large = headers
+        .get("grpc-message")
+        .is_some_and(|m| percent_decoded(m.as_bytes()).starts_with(TOO_LARGE));
+    if out_of_range && too_large {
+        headers.insert("grpc-status", http::HeaderValue::from_static("8"));
+    }
     resp
 }
+
+/// What tonic's refusal of a message past the size limit begins with.
+const TOO_LARGE: &str = "Error, decoded message length too large";
 
 /// The layer that applies [`decode_errors_are_invalid`] to a server.
 pub fn layer<B>() -> tower::util::MapResponseLayer<fn(http::Response<B>) -> http::Response<B>> {
@@ -94,5 +109,12 @@ mod tests {
         assert_eq!(status_of(response("13", flight)), "3");
         assert_eq!(status_of(response("13", "internal%20error")), "13");
         assert_eq!(status_of(response("14", tonic)), "14");
+    }
+
+    #[test]
+    fn messages_past_the_size_limit_are_resource_exhausted() {
+        let m = "Error,%20decoded%20message%20length%20too%20large:%20found%205%20bytes";
+        assert_eq!(status_of(response("11", m)), "8");
+        assert_eq!(status_of(response("11", "out%20of%20range")), "11");
     }
 }

@@ -38,6 +38,7 @@
 //! * `CompactLog`: truncates the raft log.
 //! * Conf changes (raft-rs `ConfChange` entries) add or remove a peer.
 
+use quarry_proto::failpoint::{fires_on, injected};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -144,6 +145,9 @@ impl<'a, E: Engine> ApplyCtx<'a, E> {
         }
         if self.deleted_ranges.iter().any(|r| r.contains(key)) {
             return Ok(None);
+        }
+        if fires_on("apply_read_error", self.store_id) {
+            return Err(Error::Engine(injected("apply_read_error")));
         }
         self.engine.get(Cf::Default, key)
     }
@@ -625,6 +629,9 @@ pub fn apply_entries<E: Engine>(
     let Some(last) = entries.last() else {
         return Ok(());
     };
+    if fires_on("apply_before", ctx.store_id) {
+        return Err(Error::Internal(injected("apply_before")));
+    }
     let _timer = crate::metrics::RAFT_APPLY.start_timer();
     let (last_index, last_term) = (last.index, last.term);
     ctx.prev_entry = None;

@@ -28,6 +28,9 @@ pub struct StorageConfig {
     /// Coprocessor requests queued or running past which new ones get
     /// ServerIsBusy.
     pub max_pending_reads: usize,
+    /// The largest gRPC message the raft, KV, coprocessor and meta
+    /// services accept or send, in MiB (RESOURCE_EXHAUSTED past it).
+    pub max_message_mb: usize,
     /// RocksDB's block cache (uncompressed blocks; the working set of
     /// scans). 0: 40% of the machine's memory, as TiKV sizes it for one
     /// store per machine; run several stores on one machine with an
@@ -97,6 +100,7 @@ impl Default for StorageConfig {
             join: vec![],
             read_pool_threads: 0,
             max_pending_reads: 4096,
+            max_message_mb: quarry_proto::MAX_MESSAGE_BYTES >> 20,
             block_cache_mb: 0,
             sync_writes: true,
             peer_timeout_ms: 10_000,
@@ -129,6 +133,11 @@ impl StorageConfig {
         if self.raftstore.gc_life_time_secs == 0 {
             return Err(Error::InvalidInput(
                 "raftstore.gc-life-time-secs must be positive".into(),
+            ));
+        }
+        if self.max_message_mb == 0 {
+            return Err(Error::InvalidInput(
+                "max-message-mb must be positive".into(),
             ));
         }
         if self.max_pending_reads == 0 {

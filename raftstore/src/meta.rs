@@ -258,6 +258,11 @@ impl<E: Engine> Meta<E> {
         puts: Vec<(Vec<u8>, Vec<u8>)>,
         deletes: Vec<Vec<u8>>,
     ) -> Result<()> {
+        if quarry_proto::failpoint::fires_on("meta_write", self.node.store_id) {
+            return Err(Error::Unavailable(quarry_proto::failpoint::injected(
+                "meta_write",
+            )));
+        }
         self.node
             .write(
                 region.id,

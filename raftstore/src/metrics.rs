@@ -109,6 +109,28 @@ pub fn refresh(status: &quarry_proto::meta::StatusResponse, background: &[(&'sta
     }
 }
 
+metric!(COP_RUNNING: IntGauge = register_int_gauge!(
+    "quarry_coprocessor_running",
+    "Coprocessor tasks running on the read pool now"
+));
+
+/// One coprocessor task running on the read pool, counted in
+/// `quarry_coprocessor_running` until dropped.
+pub struct CopRunning(());
+
+impl CopRunning {
+    pub fn start() -> Self {
+        COP_RUNNING.inc();
+        CopRunning(())
+    }
+}
+
+impl Drop for CopRunning {
+    fn drop(&mut self) {
+        COP_RUNNING.dec();
+    }
+}
+
 /// Counts one coprocessor answer.
 pub fn observe_coprocessor(resp: &quarry_proto::coprocessor::CopResponse) {
     let outcome = if resp.region_error.is_some() {

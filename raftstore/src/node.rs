@@ -6,6 +6,7 @@
 //! timeout, so a region without a quorum produces a clear error instead of
 //! a hang.
 
+use quarry_proto::failpoint::{fires_on, injected};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -652,6 +653,9 @@ impl<E: Engine> Node<E> {
         epoch: Option<quarry_proto::meta::RegionEpoch>,
         split: SplitRequest,
     ) -> Result<(Region, Region)> {
+        if fires_on("split_propose", self.store_id) {
+            return Err(Error::Unavailable(injected("split_propose")));
+        }
         self.ask(
             || format!("splitting region {region_id}"),
             WRITE_TIMEOUT,
@@ -920,7 +924,7 @@ impl<E: Engine> Node<E> {
         }
         let pending = self.pending_reads.fetch_add(1, Ordering::SeqCst);
         let _release = PendingGuard(self.pending_reads.clone());
-        if pending >= self.max_pending_reads {
+        if pending >= self.max_pending_reads || fires_on("read_pool_full", self.store_id) {
             return region_error(region::server_is_busy(format!(
                 "{pending} coprocessor requests pending on store {}",
                 self.store_id
@@ -941,6 +945,7 @@ impl<E: Engine> Node<E> {
         let (tx, rx) = oneshot::channel();
         let (concurrency, too_old) = (self.concurrency.clone(), self.too_old(read_ts));
         self.read_pool.spawn(move || {
+            let _running = crate::metrics::CopRunning::start();
             let wait_ns = received.elapsed().as_nanos() as u64;
             let resp = engine.with_snapshot_source(&bounds, |make| {
                 // A compaction that applied between the check above and

@@ -157,6 +157,13 @@ impl<E: Engine> Peer<E> {
         self.raft.mut_store()
     }
 
+    /// Tells raft that the snapshot for peer `to` has been sent (see
+    /// `RaftStore::send`): the leader probes that peer again instead of
+    /// waiting for the snapshot to be acknowledged.
+    pub(crate) fn report_snapshot_sent(&mut self, to: u64) {
+        self.raft.report_snapshot(to, raft::SnapshotStatus::Finish);
+    }
+
     pub fn is_leader(&self) -> bool {
         self.raft.raft.state == StateRole::Leader
     }

@@ -24,6 +24,7 @@
 //! index forward to it after checking the log still holds that entry at that
 //! term, and refuses to start otherwise ("may lose data").
 
+use quarry_proto::failpoint::{fires_on, injected};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -379,6 +380,9 @@ impl<E: Engine> PeerStorage<E> {
     /// Installs a snapshot received from the leader (into `wb`): the
     /// region's data, its range and peers, and a log that starts after it.
     pub fn apply_snapshot(&mut self, snap: &Snapshot, wb: &mut WriteBatch) -> Result<()> {
+        if fires_on("snapshot_apply", self.peer.store_id) {
+            return Err(Error::Engine(injected("snapshot_apply")));
+        }
         let meta = snap.get_metadata();
         let data = SnapshotData::decode(snap.get_data())
             .map_err(|e| Error::Internal(format!("corrupt snapshot: {e}")))?;
@@ -600,6 +604,11 @@ impl<E: Engine> raft::Storage for PeerStorage<E> {
     }
 
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        if fires_on("snapshot_generate", self.peer.store_id) {
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
         if let Some(s) = self.snapshot.borrow().as_ref() {
             // A snapshot from before a membership change lacks the new peer
             // in its ConfState, and the new peer would refuse it forever.

@@ -24,7 +24,6 @@ use quarry_proto::meta::admin_server::AdminServer;
 use quarry_proto::meta::meta_server::{Meta as MetaRpc, MetaServer};
 use quarry_proto::meta::{GetTimestampsRequest, PutStoreRequest, Store as StoreInfo};
 use quarry_proto::raft::raft_server::RaftServer;
-use quarry_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 
@@ -229,6 +228,7 @@ pub async fn run(
             .map_err(|e| Error::InvalidInput(format!("[security]: {e}")))?;
         allowed_cn = tls.allowed_cn();
     }
+    let max_message = cfg.max_message_mb << 20;
     let router_svc = builder
         .layer(quarry_proto::status::layer::<tonic::body::Body>())
         .layer(quarry_proto::security::cn_check_layer::<tonic::body::Body>(
@@ -236,23 +236,23 @@ pub async fn run(
         ))
         .add_service(
             RaftServer::new(RaftService::new(router.clone(), down_rx.clone()))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
         )
         .add_service(
             KvServer::new(KvService::new(node.clone()))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
         )
         .add_service(
             CoprocessorServer::new(CoprocessorService::new(node.clone()))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
         )
         .add_service(
             MetaServer::from_arc(meta_svc.clone())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
         )
         .add_service(AdminServer::new(AdminService::new(
             node.clone(),

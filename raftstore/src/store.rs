@@ -59,6 +59,7 @@ use crate::peer::{Peer, ELECTION_TICKS, TICK};
 use crate::peer_storage::PeerStorage;
 use crate::transport::Transport;
 use crate::{region, Error, Result};
+use quarry_proto::failpoint::{fires_on, injected};
 
 mod life;
 #[cfg(test)]
@@ -398,6 +399,9 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
     }
 
     fn on_raft_message(&mut self, m: RaftMessage) {
+        if fires_on("raft_isolate", self.store_id) {
+            return;
+        }
         let mut msg = RaftMsg::default();
         if let Err(e) = msg.merge_from_bytes(&m.message) {
             tracing::warn!("dropping a corrupt raft message: {e}");
@@ -489,13 +493,29 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
     // ------------------------------------------------------------ ready
 
     fn send(&mut self, region_id: u64, msgs: Vec<RaftMsg>) {
-        let Some(peer) = self.peers.get(&region_id) else {
+        let Some(peer) = self.peers.get_mut(&region_id) else {
             return;
         };
+        // A snapshot is reported sent as soon as it leaves: the leader
+        // then probes the follower with the entries after it. Unreported,
+        // raft-rs would wait for the follower to acknowledge it, forever
+        // if the message is lost or the follower stops while installing
+        // it (the leader sends nothing more to a peer awaiting a snapshot).
+        let snapshots_to: Vec<u64> = msgs
+            .iter()
+            .filter(|m| m.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot)
+            .map(|m| m.to)
+            .collect();
         let out: Vec<RaftMessage> = msgs
             .into_iter()
             .filter_map(|m| peer.to_raft_message(m))
             .collect();
+        for to in snapshots_to {
+            peer.report_snapshot_sent(to);
+        }
+        if fires_on("raft_isolate", self.store_id) {
+            return;
+        }
         for m in out {
             self.transport.send(m);
         }
@@ -574,7 +594,13 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             self.engine.write(&apply_wb, false)?;
         }
         if !raft_wb.is_empty() {
+            if fires_on("raft_before_persist", self.store_id) {
+                return Err(Error::Engine(injected("raft_before_persist")));
+            }
             self.engine.write(&raft_wb, true)?;
+            if fires_on("raft_after_persist", self.store_id) {
+                return Err(Error::Engine(injected("raft_after_persist")));
+            }
         }
 
         // After the persist: late apply, persisted messages, advance.

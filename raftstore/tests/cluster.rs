@@ -18,6 +18,12 @@ use quarry_raftstore::transport::Transport;
 use quarry_raftstore::{keys, Error};
 use tokio::sync::oneshot;
 
+#[cfg(feature = "failpoints")]
+#[path = "cluster/failpoints.rs"]
+mod failpoints;
+#[path = "cluster/linearizability.rs"]
+mod linearizability;
+
 type Queue = Arc<Mutex<Vec<RaftMessage>>>;
 
 struct MemTransport {
@@ -45,6 +51,12 @@ const TABLE: i64 = 7;
 
 impl Cluster {
     fn new(n: u64, cfg: RaftStoreConfig) -> Cluster {
+        Cluster::with_stores(&(1..=n).collect::<Vec<_>>(), cfg)
+    }
+
+    /// Stores with the ids given (tests that switch failpoints on for one
+    /// store id use ids no other test has).
+    fn with_stores(ids: &[u64], cfg: RaftStoreConfig) -> Cluster {
         let mut c = Cluster {
             stores: BTreeMap::new(),
             engines: BTreeMap::new(),
@@ -52,7 +64,7 @@ impl Cluster {
             filters: vec![],
             cfg,
         };
-        for id in 1..=n {
+        for &id in ids {
             c.engines.insert(id, Arc::new(MemEngine::new()));
             c.start(id);
         }

@@ -155,6 +155,9 @@ impl Playground {
             if let ["storage", n, "pid", pid, "addr", addr] = words.as_slice() {
                 let i: usize = n.trim_end_matches(':').parse::<usize>().unwrap() - 1;
                 self.stores[i] = (pid.parse().unwrap(), addr.to_string());
+                if let Some((_, url)) = line.rsplit_once(" status ") {
+                    self.status_urls[i] = url.to_string();
+                }
             }
             if line.starts_with(prefix) {
                 return line;

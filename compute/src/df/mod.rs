@@ -177,6 +177,12 @@ pub struct Snapshot {
     pub read_ts: u64,
 }
 
+/// When the query must be done: its statement's deadline
+/// (`session_settings.rs`), set in the query's session config like
+/// [`Snapshot`]; its region requests carry what is left of it.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline(pub std::time::Instant);
+
 /// The most build-side keys of a hash join (per join partition) that reach
 /// the probe side's regions as an IN list, by default (`join-key-list-max`);
 /// past it they go as a Bloom filter (`join_keys.rs`).
@@ -388,11 +394,15 @@ impl SqlSession {
     pub async fn run_at(&self, q: PlannedQuery, read_ts: u64) -> Result<QueryOutput> {
         let _hold = self.txns.hold_read(read_ts);
         let schema = q.schema();
-        q.ctx
-            .state_ref()
-            .write()
-            .config_mut()
-            .set_extension(Arc::new(Snapshot { read_ts }));
+        {
+            let state = q.ctx.state_ref();
+            let mut state = state.write();
+            let config = state.config_mut();
+            config.set_extension(Arc::new(Snapshot { read_ts }));
+            if let Some(at) = crate::session_settings::current_deadline() {
+                config.set_extension(Arc::new(Deadline(at)));
+            }
+        }
         let started = std::time::Instant::now();
         let df = q.ctx.execute_logical_plan(q.plan).await.map_err(from_df)?;
         let task = Arc::new(df.task_ctx());
@@ -470,6 +480,10 @@ pub fn from_df(e: DataFusionError) -> Error {
         )),
         DataFusionError::ArrowError(a, _) => match a.as_ref() {
             arrow::error::ArrowError::ArithmeticOverflow(_) => Error::Overflow(msg),
+            // Kernels such as abs() report overflow this way.
+            arrow::error::ArrowError::ComputeError(m) if m.contains("overflow") => {
+                Error::Overflow(msg)
+            }
             arrow::error::ArrowError::DivideByZero
             | arrow::error::ArrowError::CastError(_)
             | arrow::error::ArrowError::InvalidArgumentError(_)

@@ -700,7 +700,11 @@ impl ExecutionPlan for RegionScanExec {
             )));
         }
         let ranges = super::point_get::scan_ranges(&self.table, &self.dag);
-        let deadline = Instant::now() + self.ctx.timeout;
+        // The statement's deadline (absent: compute's query timeout).
+        let deadline = context
+            .session_config()
+            .get_extension::<super::Deadline>()
+            .map_or_else(|| Instant::now() + self.ctx.timeout, |d| d.0);
         let dispatcher = self.ctx.dispatcher.clone();
         let mut dag = self.dag.clone();
         // The query's snapshot (absent: the dispatcher takes a fresh one).

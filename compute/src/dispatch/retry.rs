@@ -211,15 +211,19 @@ impl Retry<'_> {
             // at one of them is stale (the election has not finished).
             let mut failed_stores: Vec<u64> = Vec::new();
             let mut unavailable_since: Option<Instant> = None;
+            // What the last try was answered, for the deadline's message.
+            let mut last: Option<String> = None;
             loop {
                 let now = Instant::now();
                 if now >= deadline {
                     return Err(Error::Deadline(format!(
-                        "{} deadline exceeded while waiting for region {} on store {} ({})",
+                        "{} deadline exceeded while waiting for region {} on store {} ({}){}",
                         self.cfg.what,
                         region.region.id,
                         region.store_id(),
-                        region.addr
+                        region.addr,
+                        last.map(|l| format!("; the last try was answered: {l}"))
+                            .unwrap_or_default()
                     )));
                 }
                 self.stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -230,6 +234,7 @@ impl Retry<'_> {
                         self.stats.retries.fetch_add(1, Ordering::Relaxed);
                         work.outcome_unknown();
                         let what = || format!("region {}: {msg}", region.region.id);
+                        last = Some(msg.to_string());
                         backoff.sleep(&what).await.map_err(unavailable)?;
                         continue;
                     }
@@ -286,6 +291,7 @@ impl Retry<'_> {
                 self.stats.retries.fetch_add(1, Ordering::Relaxed);
                 failures.region += 1;
                 let what = || format!("region {}: {}", region.region.id, re.message);
+                last = Some(re.message.clone());
                 if let Some(g) = self.cfg.give_up {
                     if failures.region > g.max_region_errors {
                         return Err(Error::Unavailable(format!(

@@ -612,8 +612,9 @@ fn sql_info() -> &'static SqlInfoData {
 /// The Flight service (for wiring into a tonic server).
 pub fn service(
     engine: Arc<QueryEngine>,
+    max_message_bytes: usize,
 ) -> arrow_flight::flight_service_server::FlightServiceServer<FlightSqlServer> {
     arrow_flight::flight_service_server::FlightServiceServer::new(FlightSqlServer::new(engine))
-        .max_decoding_message_size(quarry_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(quarry_proto::MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(max_message_bytes)
+        .max_encoding_message_size(max_message_bytes)
 }

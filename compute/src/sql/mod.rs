@@ -8,6 +8,7 @@
 
 mod convert;
 mod guard;
+pub mod settings;
 pub mod users;
 
 use quarry_proto::compute::LogicalExpr;
@@ -38,6 +39,8 @@ pub enum Statement {
     Rollback,
     /// `CREATE USER`, `ALTER USER`, `DROP USER`, `SHOW USERS`.
     User(users::UserStatement),
+    /// `SET`, `RESET` and `SHOW` of `statement_timeout`.
+    Setting(settings::SettingStatement),
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -263,6 +263,16 @@ mod tests {
             prop_assert!(start <= k1 && k1 < end);
         }
 
+        /// Garbage keys are errors, never panics.
+        #[test]
+        fn garbage_keys_are_errors_not_panics(bytes: Vec<u8>) {
+            let _ = decode_record_key(&bytes);
+            let _ = decode_i64(&bytes);
+            if let Ok((_, used)) = decode_bytes(&bytes) {
+                prop_assert!(used <= bytes.len());
+            }
+        }
+
         #[test]
         fn bytes_round_trip_and_sort(a: Vec<u8>, b: Vec<u8>) {
             let (mut ea, mut eb) = (Vec::new(), Vec::new());

@@ -278,6 +278,19 @@ impl Visibility {
 mod tests {
     use super::*;
     use crate::codec::key::{classify_key, pack_key, record_key, KeyKind};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Stored versions and locks that do not decode are errors, never
+        /// panics; and so are keys of every kind.
+        #[test]
+        fn garbage_versions_locks_and_keys_are_errors_not_panics(bytes: Vec<u8>) {
+            let _ = split_version_value(&bytes);
+            let _ = decode_lock(&bytes);
+            let _ = classify_key(&bytes);
+            let _ = row_key_of(&bytes);
+        }
+    }
 
     #[test]
     fn per_handle_order_is_bare_row_lock_pack_then_versions_newest_first() {

@@ -104,16 +104,16 @@ fn pretty(resp: &pb::CopResponse) -> String {
     pretty_format_batches(&batches(resp)).unwrap().to_string()
 }
 
-#[test]
-fn partial_aggregation_with_group_by_and_filter() {
-    // SELECT flag, COUNT(*), SUM(price), AVG(qty) WHERE ship < 1994-02-20 GROUP BY flag
+/// SELECT flag, COUNT(*), SUM(price), AVG(qty) WHERE ship < 1994-02-20
+/// GROUP BY flag
+fn aggregation_dag() -> DagRequest {
     let cond = Expr::compare(
         CmpOp::Lt,
         col(3),
         Expr::literal(ScalarValue::Utf8("1994-02-20".into())),
     )
     .unwrap();
-    let dag = DagRequest {
+    DagRequest {
         scan: Some(scan(&[1, 2, 3, 4])),
         selection: Some(Selection {
             conditions: vec![cond.to_proto().unwrap()],
@@ -136,8 +136,12 @@ fn partial_aggregation_with_group_by_and_filter() {
             ],
         }),
         ..Default::default()
-    };
-    let resp = handle(region(), &request(dag), &Stop::default(), 0);
+    }
+}
+
+#[test]
+fn partial_aggregation_with_group_by_and_filter() {
+    let resp = handle(region(), &request(aggregation_dag()), &Stop::default(), 0);
     // Rows h = 0..=49 pass; A gets h = 0,3,..,48 (17 rows), N 17, R 16.
     assert_eq!(
         pretty(&resp).lines().nth(1).unwrap(),
@@ -451,4 +455,90 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
     .unwrap();
     let b = RecordBatch::try_from_iter(["f", "s", "c"].into_iter().zip(cols)).unwrap();
     assert_eq!(totals(&[b]), totals(&batches(&whole)));
+}
+
+/// Request decoding under fuzzing: valid requests with bytes changed, cut
+/// or inserted, and plain garbage, decoded as the gRPC layer would and run
+/// over a region. Whatever decodes is answered (rows or an error inside
+/// the response), within its deadline, and never panics.
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+    use prost::Message;
+
+    /// Cases per property: 3000, or `QUARRY_FUZZ_CASES` for longer runs
+    /// (`docs/failure-tests.md`).
+    fn cases() -> u32 {
+        std::env::var("QUARRY_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3000)
+    }
+
+    fn seeds() -> Vec<Vec<u8>> {
+        let mut top_n = request(projection_dag(3));
+        top_n.max_response_bytes = 64;
+        [
+            request(aggregation_dag()),
+            request(projection_dag(0)),
+            top_n,
+        ]
+        .iter()
+        .map(|r| r.encode_to_vec())
+        .collect()
+    }
+
+    fn answer(bytes: &[u8]) {
+        if let Ok(req) = CopRequest::decode(bytes) {
+            let stop = Stop {
+                deadline: Some(Instant::now() + Duration::from_secs(5)),
+                cancelled: None,
+            };
+            let started = Instant::now();
+            let resp = handle(region(), &req, &stop, 0);
+            assert!(started.elapsed() < Duration::from_secs(10));
+            if let Some(e) = resp.other_error {
+                assert!(!e.message.is_empty());
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        #[test]
+        fn mutated_requests_are_answered_never_a_panic(
+            seed in 0usize..3,
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..4), 1..8),
+            cut in any::<prop::sample::Index>(),
+            truncate in any::<bool>(),
+        ) {
+            let mut bytes = seeds()[seed].clone();
+            for (at, byte, op) in edits {
+                if bytes.is_empty() {
+                    break;
+                }
+                let i = at.index(bytes.len());
+                match op {
+                    0 => bytes[i] = byte,
+                    1 => bytes[i] ^= 1 << (byte % 8),
+                    2 => bytes.insert(i, byte),
+                    _ => {
+                        bytes.remove(i);
+                    }
+                }
+            }
+            if truncate && !bytes.is_empty() {
+                bytes.truncate(cut.index(bytes.len()));
+            }
+            answer(&bytes);
+        }
+
+        #[test]
+        fn garbage_requests_are_answered_never_a_panic(
+            bytes in prop::collection::vec(any::<u8>(), 0..512),
+        ) {
+            answer(&bytes);
+        }
+    }
 }

@@ -373,6 +373,12 @@ impl Storage for RocksStorage<'_> {
         // Big sequential scans: read ahead, and keep one-off scans from
         // evicting the hot set.
         opts.set_readahead_size(2 << 20);
+        if quarry_proto::failpoint::fires("region_seek_error") {
+            return Err(quarry_coprocessor::Error::Internal(format!(
+                "RocksDB seek: {}",
+                quarry_proto::failpoint::injected("region_seek_error")
+            )));
+        }
         let mut it = self.snapshot.raw_iterator_cf_opt(self.cf, opts);
         it.seek(&start);
         self.iter = Some(it);

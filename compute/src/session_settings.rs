@@ -1,0 +1,125 @@
+//! Session settings (`SET statement_timeout`), and the deadline a
+//! statement runs under.
+//!
+//! SESSIONS: Flight SQL has no session id every client sends, so a
+//! session here is what every client does keep: its connection. ADBC, the
+//! JDBC driver, the client library and `quarry sql` each hold one HTTP/2
+//! connection per connection object, and the server knows it by the
+//! client's address (`auth::session_key`; with logins, the token too).
+//! A setting lasts while the connection is used: it is forgotten after
+//! [`IDLE`] without a statement, and when more than [`MAX_SESSIONS`]
+//! connections have settings the longest idle goes first. A client that
+//! pools connections may run a statement on another connection than the
+//! one it SET on, as with PostgreSQL behind a pooler.
+//!
+//! DEADLINES: a statement runs under its session's statement timeout, or
+//! compute's `query-timeout-ms`. [`with_deadline`] puts the deadline in
+//! the statement's task; the query planner copies it into the query's
+//! session config, and every region request carries what is left of it,
+//! so the stores stop their scans at the same moment.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::{plan_err, Result};
+
+/// A setting is forgotten after this long without a statement.
+pub const IDLE: Duration = Duration::from_secs(8 * 3600);
+/// The most sessions with settings kept.
+pub const MAX_SESSIONS: usize = 65_536;
+
+struct Entry {
+    statement_timeout: Duration,
+    last_used: Instant,
+}
+
+/// The settings of every session that changed one.
+pub struct SessionSettings {
+    default_timeout: Duration,
+    sessions: Mutex<HashMap<String, Entry>>,
+}
+
+impl SessionSettings {
+    pub fn new(default_timeout: Duration) -> Self {
+        SessionSettings {
+            default_timeout,
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// compute's `query-timeout-ms`.
+    pub fn default_timeout(&self) -> Duration {
+        self.default_timeout
+    }
+
+    /// The statement timeout of the request being served's session.
+    pub fn statement_timeout(&self) -> Duration {
+        let Some(key) = crate::auth::session_key() else {
+            return self.default_timeout;
+        };
+        let mut sessions = self.sessions.lock();
+        match sessions.get_mut(&key) {
+            Some(e) if e.last_used.elapsed() < IDLE => {
+                e.last_used = Instant::now();
+                e.statement_timeout
+            }
+            Some(_) => {
+                sessions.remove(&key);
+                self.default_timeout
+            }
+            None => self.default_timeout,
+        }
+    }
+
+    /// Sets the statement timeout of the request being served's session
+    /// (`None`: back to the default).
+    pub fn set_statement_timeout(&self, timeout: Option<Duration>) -> Result<()> {
+        let Some(key) = crate::auth::session_key() else {
+            return Err(plan_err!(
+                "SET needs a client connection to belong to, and this request has none"
+            ));
+        };
+        let mut sessions = self.sessions.lock();
+        let Some(timeout) = timeout else {
+            sessions.remove(&key);
+            return Ok(());
+        };
+        if !sessions.contains_key(&key) && sessions.len() >= MAX_SESSIONS {
+            sessions.retain(|_, e| e.last_used.elapsed() < IDLE);
+            if sessions.len() >= MAX_SESSIONS {
+                if let Some(oldest) = sessions
+                    .iter()
+                    .min_by_key(|(_, e)| e.last_used)
+                    .map(|(k, _)| k.clone())
+                {
+                    sessions.remove(&oldest);
+                }
+            }
+        }
+        sessions.insert(
+            key,
+            Entry {
+                statement_timeout: timeout,
+                last_used: Instant::now(),
+            },
+        );
+        Ok(())
+    }
+}
+
+tokio::task_local! {
+    static DEADLINE: Instant;
+}
+
+/// Runs `f` (a statement) with `deadline` in its task.
+pub async fn with_deadline<F: Future>(deadline: Instant, f: F) -> F::Output {
+    DEADLINE.scope(deadline, f).await
+}
+
+/// The deadline of the statement being run in this task, if any.
+pub fn current_deadline() -> Option<Instant> {
+    DEADLINE.try_with(|d| *d).ok()
+}

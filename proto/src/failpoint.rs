@@ -1,0 +1,132 @@
+//! Named fault-injection points (the [`fail`] crate, as TiKV uses it).
+//!
+//! A failpoint is a place in the code where a test can make the process
+//! misbehave on purpose: return an error it would get from a failing disk,
+//! panic as a crash would, sleep, or pause. Points are inert unless the
+//! `failpoints` cargo feature is on; without it [`hit`] is a constant
+//! `None` and the optimizer removes every point. With it, each point costs
+//! one read-locked map lookup when reached, and every point sits on a path
+//! run once per request or per store-loop round, never per row.
+//!
+//! Switching points on: a process built with the feature serves
+//! `PUT /fail/NAME` (body: the actions, in `fail`'s syntax, e.g. `return`,
+//! `2*return`, `panic`, `sleep(500)`, `50%return`), `DELETE /fail/NAME`
+//! and `GET /fail` on its status port, and reads `FAILPOINTS=NAME=ACTIONS;…`
+//! from its environment at start. In-process tests call [`fail::cfg`].
+//!
+//! A `return` action may carry an argument; every point here reads it as a
+//! comma-separated list of store ids the point is limited to
+//! (`return(2)`: only store 2), so in-process tests with several stores can
+//! hit one of them. Without an argument the point fires everywhere.
+//!
+//! THE POINTS (each has a test of what a user sees; `docs/failure-tests.md`)
+//!
+//! | name | where | a `return` does |
+//! |---|---|---|
+//! | `raft_before_persist` | store loop, before the round's raft log write | the write fails: the store stops |
+//! | `raft_after_persist` | store loop, after it, before messages go | the round fails: the store stops |
+//! | `apply_before` | before a batch of committed entries is applied | apply fails: the store stops |
+//! | `apply_read_error` | an INSERT's duplicate check during apply | a disk read error: the store stops |
+//! | `snapshot_generate` | the leader building a snapshot to send | snapshot temporarily unavailable: raft retries |
+//! | `snapshot_apply` | a follower installing a received snapshot | the install fails: the store stops |
+//! | `split_propose` | a store asked to split a region | the split is refused: the region stays whole |
+//! | `coprocessor_deadline` | a coprocessor task's stop check | the task's deadline has passed |
+//! | `coprocessor_slow_batch` | the same check, once per batch | nothing (use `sleep(ms)`: a slow scan) |
+//! | `read_pool_full` | admission of a coprocessor request | the store answers ServerIsBusy |
+//! | `region_seek_error` | a coprocessor scan's first seek | RocksDB fails the seek |
+//! | `meta_write` | a write to the meta region (catalog, ids, users) | the meta write fails |
+//! | `raft_isolate` | raft messages this store sends and receives | all are dropped: the store is cut off |
+
+/// Whether any point can fire in this build.
+pub const ENABLED: bool = cfg!(feature = "failpoints");
+
+/// Evaluates the point `name`: runs its sleep, pause or panic action, and
+/// answers `Some(argument)` when its action is `return` (with or without an
+/// argument), `None` when the point is off or its action was not `return`.
+#[inline(always)]
+pub fn hit(name: &str) -> Option<Option<String>> {
+    #[cfg(feature = "failpoints")]
+    {
+        fail::eval(name, |arg| arg)
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        let _ = name;
+        None
+    }
+}
+
+/// Whether the point `name` returns on store `store_id`: its action is
+/// `return`, and its argument, if any, lists this store.
+#[inline(always)]
+pub fn fires_on(name: &str, store_id: u64) -> bool {
+    match hit(name) {
+        None => false,
+        Some(None) => true,
+        Some(Some(stores)) => stores
+            .split(',')
+            .any(|s| s.trim().parse::<u64>() == Ok(store_id)),
+    }
+}
+
+/// Whether the point `name` returns (on any store).
+#[inline(always)]
+pub fn fires(name: &str) -> bool {
+    hit(name).is_some()
+}
+
+/// The error text of an injected fault: names the point, so a user or a
+/// test can tell an injected failure from a real one.
+pub fn injected(name: &str) -> String {
+    format!("injected fault at failpoint {name}")
+}
+
+/// Switches `name` to `actions` (`fail`'s syntax); an error names what did
+/// not parse. Without the feature: an error saying so.
+pub fn configure(name: &str, actions: &str) -> Result<(), String> {
+    #[cfg(feature = "failpoints")]
+    {
+        fail::cfg(name, actions)
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        let _ = (name, actions);
+        Err("this build has no failpoints (build with --features failpoints)".into())
+    }
+}
+
+/// Switches `name` off.
+pub fn remove(name: &str) {
+    #[cfg(feature = "failpoints")]
+    fail::remove(name);
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}
+
+/// Every point that is on, with its actions.
+pub fn list() -> Vec<(String, String)> {
+    #[cfg(feature = "failpoints")]
+    {
+        fail::list()
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        Vec::new()
+    }
+}
+
+/// Applies `FAILPOINTS=NAME=ACTIONS;…` (as `fail::FailScenario` reads it);
+/// an error names the entry that did not parse.
+pub fn configure_from_env() -> Result<(), String> {
+    let Ok(spec) = std::env::var("FAILPOINTS") else {
+        return Ok(());
+    };
+    for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, actions) = entry
+            .split_once('=')
+            .ok_or_else(|| format!("FAILPOINTS entry {entry:?} is not NAME=ACTIONS"))?;
+        configure(name.trim(), actions.trim())
+            .map_err(|e| format!("FAILPOINTS entry {entry:?}: {e}"))?;
+    }
+    Ok(())
+}

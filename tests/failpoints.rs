@@ -1,0 +1,576 @@
+//! Faults injected into real processes through their failpoints
+//! (`quarry_proto::failpoint`, switched on over each process's status port
+//! with `PUT /fail/NAME`), and what a user sees of each:
+//! * a store whose raft persist or apply fails stops (the cluster goes on,
+//!   every acknowledged row stays), and restarted it catches up;
+//! * a store cut off from its peers' raft messages loses its leaderships,
+//!   the others go on, and after the heal nothing acknowledged is missing;
+//! * coprocessor faults (a full read pool, a passed deadline, a failed
+//!   seek) are retried or answered with an error that names them;
+//! * a failed meta write fails its DDL cleanly and takes no name; a
+//!   refused split leaves the region whole and every answer unchanged.
+//!
+//! The snapshot points are tested in the in-process cluster
+//! (`raftstore/tests/cluster/failpoints.rs`).
+
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use quarry_client::Client;
+use quarry_proto::meta::admin_client::AdminClient;
+use quarry_proto::meta::{SplitRegionRequest, StatusResponse};
+
+/// `PUT /fail/NAME` with `actions` (or `DELETE` for `None`) on the status
+/// port at `url`; panics unless it answers 200.
+fn failpoint(url: &str, name: &str, actions: Option<&str>) {
+    let host = url.trim_start_matches("http://");
+    let mut s = TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (method, body) = match actions {
+        Some(a) => ("PUT", a),
+        None => ("DELETE", ""),
+    };
+    write!(
+        s,
+        "{method} /fail/{name} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{method} /fail/{name}: {text}"
+    );
+}
+
+/// Switches `name` on (or off) in every store.
+fn on_every_store(pg: &Playground, name: &str, actions: Option<&str>) {
+    for url in &pg.status_urls[..pg.stores.len()] {
+        failpoint(url, name, actions);
+    }
+}
+
+fn status(addrs: &[String]) -> Vec<StatusResponse> {
+    runtime().block_on(async {
+        let mut out = Vec::new();
+        for a in addrs {
+            if let Ok(s) = quarry::status::fetch(a).await {
+                out.push(s);
+            }
+        }
+        out
+    })
+}
+
+/// Waits until every store answers and has applied as far as each
+/// region's leader.
+fn wait_caught_up(pg: &Playground, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let all = status(&pg.store_addrs());
+        if all.len() == pg.stores.len() && !quarry::status::followers_behind(&all) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replicas did not catch up within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn wait_dead(pid: u32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if !process_alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Acknowledged and failed INSERT batches of table `acked`.
+#[derive(Default)]
+struct Writes {
+    acked: BTreeSet<i64>,
+    failed: BTreeSet<i64>,
+    /// When each batch was acknowledged.
+    acked_at: Vec<Instant>,
+    /// Each batch's start, time taken and error, for failure messages.
+    log: Vec<(Instant, Duration, Option<String>)>,
+}
+
+/// Inserts batches of 20 rows (id, id * 7 + 3) from `first_batch` on,
+/// each batch over all three regions of `acked` (one transaction), one
+/// every 20 ms or so, until `stop` is set, `max` batches or 90 s.
+fn writer(
+    compute: String,
+    first_batch: i64,
+    max: i64,
+    writes: Arc<Mutex<Writes>>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        runtime().block_on(async {
+            let mut c = Client::connect(&compute).await.unwrap();
+            let t0 = Instant::now();
+            for batch in first_batch..first_batch + max {
+                if stop.load(Ordering::SeqCst) || t0.elapsed() > Duration::from_secs(90) {
+                    break;
+                }
+                let ids: Vec<i64> = (0..20)
+                    .map(|i| (i % 3) * 100_000 + batch * 20 + i)
+                    .collect();
+                let values: Vec<String> = ids
+                    .iter()
+                    .map(|id| format!("({id}, {})", id * 7 + 3))
+                    .collect();
+                let sql = format!("INSERT INTO acked VALUES {}", values.join(", "));
+                let started = Instant::now();
+                let r = c.sql(&sql).await;
+                let ok = r.is_ok();
+                let mut w = writes.lock().unwrap();
+                w.log
+                    .push((started, started.elapsed(), r.err().map(|e| e.to_string())));
+                if ok {
+                    w.acked.extend(ids);
+                    w.acked_at.push(Instant::now());
+                } else {
+                    w.failed.extend(ids);
+                }
+                drop(w);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    })
+}
+
+/// Every acknowledged row is present with its value, and nothing is
+/// present that no INSERT wrote.
+fn check_rows(pg: &Playground, w: &Writes) {
+    let out = pg.ok("SELECT id, v FROM acked ORDER BY id");
+    let rows: BTreeMap<i64, i64> = out
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let (a, b) = l.split_once(',').unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect();
+    for id in &w.acked {
+        assert_eq!(rows.get(id), Some(&(id * 7 + 3)), "acknowledged row {id}");
+    }
+    for (id, v) in &rows {
+        assert!(
+            w.acked.contains(id) || w.failed.contains(id),
+            "row {id} was never written"
+        );
+        assert_eq!(*v, id * 7 + 3, "row {id}");
+    }
+}
+
+fn acked_table(pg: &Playground) {
+    pg.ok("CREATE TABLE acked (id BIGINT PRIMARY KEY, v BIGINT NOT NULL) WITH (split_handles = '100000,200000')");
+}
+
+#[test]
+fn a_store_whose_persist_or_apply_fails_stops_and_catches_up_after_a_restart() {
+    let _serial = SERIAL.lock();
+    let mut pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--tables",
+        "region",
+        "--restart-delay-ms",
+        "600000",
+    ]);
+    acked_table(&pg);
+    let writes: Arc<Mutex<Writes>> = Arc::default();
+    let points = [
+        "raft_before_persist",
+        "raft_after_persist",
+        "apply_before",
+        "apply_read_error",
+    ];
+    for (i, point) in points.iter().enumerate() {
+        let victim = i % 3;
+        let (pid, _) = pg.stores[victim];
+        failpoint(&pg.status_urls[victim], point, Some("return"));
+        // Writes go on while the store stops: they need two of three.
+        let stop = Arc::new(AtomicBool::new(false));
+        let w = writer(
+            pg.compute.clone(),
+            i as i64 * 1000,
+            40,
+            writes.clone(),
+            stop.clone(),
+        );
+        let died = wait_dead(pid, Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(1500));
+        stop.store(true, Ordering::SeqCst);
+        w.join().unwrap();
+        assert!(died, "{point}: store {} did not stop", victim + 1);
+        // Its log says why it stopped.
+        let n = victim + 1;
+        let log = pg.log_lines(&format!("injected fault at failpoint {point}"));
+        assert!(
+            log.contains(&format!("store-{n}: fatal: store {n} stopped")),
+            "{point}: the store's log names the fault:\n{log}"
+        );
+        // What was acknowledged is there while the store is down, and
+        // after it restarted and caught up.
+        check_rows(&pg, &writes.lock().unwrap());
+        pg.restart_children();
+        pg.wait_line(&format!("storage {}:", victim + 1), Duration::from_secs(60));
+        wait_caught_up(&pg, Duration::from_secs(60));
+        check_rows(&pg, &writes.lock().unwrap());
+    }
+    let w = writes.lock().unwrap();
+    assert!(
+        w.acked.len() >= w.failed.len(),
+        "most batches succeed while one store fails: {} acked, {} failed",
+        w.acked.len(),
+        w.failed.len()
+    );
+}
+
+#[test]
+fn a_leader_cut_off_from_its_peers_is_replaced_and_loses_nothing_after_the_heal() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--tables", "region"]);
+    acked_table(&pg);
+    let writes: Arc<Mutex<Writes>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = writer(pg.compute.clone(), 0, 2000, writes.clone(), stop.clone());
+    while writes.lock().unwrap().acked_at.len() < 3 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The store leading the most regions (the meta region among them,
+    // perhaps) loses every raft message in and out for 8 s.
+    let all = status(&pg.store_addrs());
+    let victim = all
+        .iter()
+        .max_by_key(|s| s.regions.iter().filter(|r| r.is_leader).count())
+        .unwrap()
+        .store_id as usize
+        - 1;
+    failpoint(&pg.status_urls[victim], "raft_isolate", Some("return"));
+    let cut = Instant::now();
+    std::thread::sleep(Duration::from_secs(8));
+    failpoint(&pg.status_urls[victim], "raft_isolate", None);
+    let healed = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::SeqCst);
+    w.join().unwrap();
+    let w = writes.lock().unwrap();
+    // The majority went on while the leader was cut off.
+    let during = w
+        .acked_at
+        .iter()
+        .filter(|t| **t > cut + Duration::from_secs(4) && **t < healed)
+        .count();
+    let log: Vec<String> = w
+        .log
+        .iter()
+        .map(|(t, took, e)| {
+            let at = t.saturating_duration_since(cut).as_secs_f64()
+                - cut.saturating_duration_since(*t).as_secs_f64();
+            format!("{at:+.2}s took {took:.2?}: {e:?}")
+        })
+        .collect();
+    assert!(
+        during > 0,
+        "no write was acknowledged while the leader was cut off (healed at +{:.1}s):\n{}",
+        healed.duration_since(cut).as_secs_f64(),
+        log.join("\n")
+    );
+    let longest = w
+        .log
+        .iter()
+        .map(|(_, took, _)| *took)
+        .max()
+        .unwrap_or_default();
+    eprintln!(
+        "cut off for {:.1}s: {during} batches acknowledged from 4 s after the cut to the heal, \
+         {} in all, {} failed; the longest took {longest:.2?}",
+        healed.duration_since(cut).as_secs_f64(),
+        w.acked_at.len(),
+        w.log.iter().filter(|(_, _, e)| e.is_some()).count()
+    );
+    // The cut-off store no longer leads what it led, and catches up.
+    wait_caught_up(&pg, Duration::from_secs(60));
+    check_rows(&pg, &w);
+    assert_eq!(
+        pg.ok("SELECT count(*) FROM acked"),
+        format!(
+            "count(*)\n{}\n",
+            pg.ok("SELECT id FROM acked").lines().count() - 1
+        )
+    );
+}
+
+#[test]
+fn coprocessor_faults_are_retried_or_answered_with_an_error_naming_them() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--tables",
+        "nation",
+        "--query-timeout-ms",
+        "4000",
+    ]);
+    let q = "SELECT count(*), sum(n_nationkey) FROM nation";
+    let want = "count(*),sum(nation.n_nationkey)\n25,300\n";
+    assert_eq!(pg.ok(q), want);
+
+    // A store busy twice: compute backs off and retries.
+    on_every_store(&pg, "read_pool_full", Some("2*return"));
+    assert_eq!(pg.ok(q), want);
+    // Busy for good: the query ends within its deadline, saying why.
+    on_every_store(&pg, "read_pool_full", Some("return"));
+    let t0 = Instant::now();
+    let e = pg.fails(q);
+    assert!(
+        e.contains("deadline exceeded") && e.contains("coprocessor requests pending"),
+        "{e}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    on_every_store(&pg, "read_pool_full", None);
+
+    // A task past its deadline.
+    on_every_store(&pg, "coprocessor_deadline", Some("return"));
+    let e = pg.fails(q);
+    assert!(e.contains("deadline"), "{e}");
+    on_every_store(&pg, "coprocessor_deadline", None);
+
+    // A disk error under a scan.
+    on_every_store(&pg, "region_seek_error", Some("return"));
+    let e = pg.fails(q);
+    assert!(
+        e.contains("injected fault at failpoint region_seek_error"),
+        "{e}"
+    );
+    on_every_store(&pg, "region_seek_error", None);
+
+    assert_eq!(pg.ok(q), want);
+}
+
+#[test]
+fn a_failed_meta_write_takes_no_name_and_a_refused_split_changes_no_answer() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01", "--tables", "nation"]);
+    on_every_store(&pg, "meta_write", Some("return"));
+    let e = pg.fails("CREATE TABLE t (id BIGINT PRIMARY KEY, v BIGINT)");
+    assert!(e.contains("injected fault at failpoint meta_write"), "{e}");
+    on_every_store(&pg, "meta_write", None);
+    assert!(!pg.ok("SHOW TABLES").contains("\nt\n"));
+    pg.ok("CREATE TABLE t (id BIGINT PRIMARY KEY, v BIGINT)");
+    pg.ok("INSERT INTO t VALUES (1, 10), (2, 20)");
+    assert_eq!(pg.ok("SELECT sum(v) FROM t"), "sum(t.v)\n30\n");
+
+    // Splitting nation's region: refused while split_propose is on, done
+    // after; the answer is the same throughout.
+    let q = "SELECT n_regionkey, count(*) FROM nation GROUP BY n_regionkey ORDER BY n_regionkey";
+    let want = pg.ok(q);
+    assert_eq!(want, "n_regionkey,count(*)\n0,5\n1,5\n2,5\n3,5\n4,5\n");
+    let split = |pg: &Playground| -> Result<(), String> {
+        let addrs = pg.store_addrs();
+        for s in status(&addrs) {
+            for r in s.regions.iter().filter(|r| r.is_leader) {
+                let region = r.region.clone().unwrap();
+                if region.id == 1 {
+                    continue;
+                }
+                let addr = addrs[s.store_id as usize - 1].clone();
+                return runtime().block_on(async move {
+                    let mut c = AdminClient::connect(format!("http://{addr}"))
+                        .await
+                        .unwrap();
+                    c.split_region(SplitRegionRequest {
+                        region_id: region.id,
+                        epoch: region.epoch,
+                        split_key: vec![],
+                    })
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.message().to_string())
+                });
+            }
+        }
+        Err("no region to split".into())
+    };
+    let regions = |pg: &Playground| -> usize {
+        status(&pg.store_addrs())
+            .iter()
+            .map(|s| s.regions.iter().filter(|r| r.is_leader).count())
+            .sum()
+    };
+    let before = regions(&pg);
+    on_every_store(&pg, "split_propose", Some("return"));
+    let e = split(&pg).unwrap_err();
+    assert!(
+        e.contains("injected fault at failpoint split_propose"),
+        "{e}"
+    );
+    assert_eq!(regions(&pg), before);
+    assert_eq!(pg.ok(q), want);
+    on_every_store(&pg, "split_propose", None);
+    split(&pg).unwrap();
+    // The new half elects its leader within moments.
+    let t0 = Instant::now();
+    while regions(&pg) < before + 1 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(regions(&pg), before + 1);
+    assert_eq!(pg.ok(q), want);
+}
+
+/// `quarry_coprocessor_running` summed over the stores' status `urls`.
+fn running_tasks(urls: &[String]) -> i64 {
+    urls.iter()
+        .map(|url| {
+            let host = url.trim_start_matches("http://");
+            let mut s = TcpStream::connect(host).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            write!(
+                s,
+                "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut page = String::new();
+            s.read_to_string(&mut page).unwrap();
+            page.lines()
+                .find_map(|l| l.strip_prefix("quarry_coprocessor_running ")?.parse().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// How long until no coprocessor task runs on any store (at most 10 s).
+fn until_no_task_runs(pg: &Playground) -> Duration {
+    let t0 = Instant::now();
+    let urls = &pg.status_urls[..pg.stores.len()];
+    while running_tasks(urls) > 0 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t0.elapsed()
+}
+
+/// Slow scans: every batch of every coprocessor task sleeps 100 ms, so a
+/// scan of lineitem at SF 0.01 takes seconds.
+fn slow_scans(pg: &Playground) {
+    on_every_store(pg, "coprocessor_slow_batch", Some("sleep(100)"));
+}
+
+/// Batches as CSV with a header.
+fn csv(batches: &[arrow::array::RecordBatch]) -> String {
+    let mut buf = Vec::new();
+    {
+        let mut w = arrow::csv::WriterBuilder::new()
+            .with_header(true)
+            .build(&mut buf);
+        for b in batches {
+            w.write(b).unwrap();
+        }
+    }
+    String::from_utf8(buf).unwrap()
+}
+
+async fn show_timeout(c: &mut Client) -> String {
+    csv(&c.sql("SHOW statement_timeout").await.unwrap())
+}
+
+const SLOW_QUERY: &str =
+    "SELECT l_returnflag, count(*), sum(l_quantity) FROM lineitem GROUP BY l_returnflag ORDER BY l_returnflag";
+
+#[test]
+fn a_sessions_statement_timeout_ends_its_query_and_the_scans_on_the_stores() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01", "--tables", "lineitem"]);
+    runtime().block_on(async {
+        let mut a = Client::connect(&pg.compute).await.unwrap();
+        let mut b = Client::connect(&pg.compute).await.unwrap();
+        let want = csv(&b.sql(SLOW_QUERY).await.unwrap());
+        slow_scans(&pg);
+        assert_eq!(show_timeout(&mut a).await, "statement_timeout\n1min\n");
+        a.sql("SET statement_timeout = '300ms'").await.unwrap();
+        assert_eq!(show_timeout(&mut a).await, "statement_timeout\n300ms\n");
+        // The other connection keeps the default.
+        assert_eq!(show_timeout(&mut b).await, "statement_timeout\n1min\n");
+
+        let t0 = Instant::now();
+        let e = a.sql(SLOW_QUERY).await.unwrap_err();
+        let took = t0.elapsed();
+        assert!(matches!(e, quarry_client::Error::Deadline(_)), "{e:?}");
+        assert!(e.to_string().contains("deadline"), "{e}");
+        assert!(took < Duration::from_millis(1500), "took {took:?}");
+        // The stores stopped scanning for it too.
+        let stopped = until_no_task_runs(&pg);
+        assert!(
+            stopped < Duration::from_secs(1),
+            "stores scanned on for {stopped:?}"
+        );
+
+        // The other session's query runs to the end; back to the default,
+        // so does this one's.
+        assert_eq!(csv(&b.sql(SLOW_QUERY).await.unwrap()), want);
+        a.sql("RESET statement_timeout").await.unwrap();
+        assert_eq!(show_timeout(&mut a).await, "statement_timeout\n1min\n");
+        let e = a.sql("SET statement_timeout = 'soon'").await.unwrap_err();
+        assert!(matches!(e, quarry_client::Error::InvalidInput(_)), "{e:?}");
+    });
+}
+
+#[test]
+fn a_cancelled_query_stops_its_scans_on_the_stores_within_a_second() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01", "--tables", "lineitem"]);
+    slow_scans(&pg);
+    let cancelled = runtime().block_on(async {
+        let mut c = Client::connect(&pg.compute).await.unwrap();
+        let query = c.sql(SLOW_QUERY);
+        tokio::pin!(query);
+        // Run it until the stores are scanning for it, then drop it: the
+        // client goes away as a cancelled statement or a killed client does.
+        let t0 = Instant::now();
+        loop {
+            tokio::select! {
+                r = &mut query => panic!("finished before it was cancelled: {:?}", r.map(|_| ())),
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+            let urls = pg.status_urls[..pg.stores.len()].to_vec();
+            if tokio::task::spawn_blocking(move || running_tasks(&urls))
+                .await
+                .unwrap()
+                > 0
+            {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "no scan started");
+        }
+        Instant::now()
+    });
+    let stopped = until_no_task_runs(&pg);
+    assert!(
+        stopped < Duration::from_secs(1),
+        "stores scanned on for {stopped:?} after the cancel at {cancelled:?}"
+    );
+    on_every_store(&pg, "coprocessor_slow_batch", None);
+    assert!(pg
+        .ok("SELECT count(*) FROM lineitem")
+        .starts_with("count(*)\n"));
+}
