@@ -10,8 +10,9 @@
 //! * With the `failpoints` feature (`quarry_proto::failpoint`):
 //!   `PUT /fail/NAME` with the actions as the body switches a failpoint
 //!   on, `DELETE /fail/NAME` off, `GET /fail` lists those on. Without the
-//!   feature these answer 404 like any other path. The status port binds
-//!   127.0.0.1 unless told otherwise; a build with failpoints is for tests.
+//!   feature, or when the status port is not on a loopback address (it
+//!   binds 127.0.0.1 unless told otherwise), these answer 404 like any
+//!   other path: no one off the machine can switch a fault on.
 //!
 //! Anything else is 404. The server binds before the process reports that
 //! it is listening, so the address it prints is already served.
@@ -45,8 +46,9 @@ pub async fn serve(addr: &str) -> Result<SocketAddr> {
                     continue;
                 }
             };
+            let loopback = local.ip().is_loopback();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(respond);
+                let service = hyper::service::service_fn(move |req| respond(req, loopback));
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
                     .await
@@ -59,7 +61,10 @@ pub async fn serve(addr: &str) -> Result<SocketAddr> {
     Ok(local)
 }
 
-async fn respond(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn respond(
+    req: Request<Incoming>,
+    loopback: bool,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
         let mut r = Response::new(Full::new(Bytes::from(body)));
         *r.status_mut() = status;
@@ -68,9 +73,16 @@ async fn respond(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infall
         }
         r
     };
-    if let Some(name) = req.uri().path().strip_prefix("/fail") {
-        if quarry_proto::failpoint::ENABLED {
-            let name = name.trim_start_matches('/').to_string();
+    let path = req.uri().path();
+    if quarry_proto::failpoint::ENABLED
+        && loopback
+        && (path == "/fail" || path.starts_with("/fail/"))
+    {
+        {
+            let name = path
+                .trim_start_matches("/fail")
+                .trim_start_matches('/')
+                .to_string();
             let (code, text) = failpoint_request(req, &name).await;
             return Ok(reply(code, "text/plain", text.into_bytes()));
         }

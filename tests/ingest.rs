@@ -8,14 +8,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{assert_csv_matches, signal, Playground, QUARRY, SERIAL};
+use common::{assert_csv_matches, http, signal, Playground, QUARRY, SERIAL};
 
 /// Lineitem's rows at SF 0.01.
 const LINEITEM_ROWS: u64 = 60175;
@@ -32,17 +30,7 @@ fn load_tpch(pg: &Playground, tables: &str, extra: &[&str]) -> Output {
 }
 
 fn metrics(url: &str) -> String {
-    let host = url.trim_start_matches("http://");
-    let mut s = TcpStream::connect(host).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text
+    http(url, "GET", "/metrics", "").1
 }
 
 fn sample(page: &str, name: &str) -> f64 {

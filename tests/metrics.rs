@@ -6,34 +6,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{Playground, SERIAL};
+use common::{http, Playground, SERIAL};
 
 /// GET `path` from `url` (`http://HOST:PORT`): (status code, body).
 fn get(url: &str, path: &str) -> (u16, String) {
-    let host = url.trim_start_matches("http://");
-    let mut s = TcpStream::connect(host).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (code, body)
+    http(url, "GET", path, "")
 }
 
 /// The value of the sample `name` (with its labels, as printed) in a

@@ -12,23 +12,11 @@ use common::*;
 use quarry::tpch;
 use quarry_client::Client;
 use quarry_proto::meta::admin_client::AdminClient;
-use quarry_proto::meta::{SplitRegionRequest, StatusResponse};
-
-fn status(addrs: &[String]) -> Vec<StatusResponse> {
-    runtime().block_on(async {
-        let mut out = Vec::new();
-        for a in addrs {
-            if let Ok(s) = quarry::status::fetch(a).await {
-                out.push(s);
-            }
-        }
-        out
-    })
-}
+use quarry_proto::meta::SplitRegionRequest;
 
 /// (store index, number of regions it leads), most leaders first.
 fn leaders(pg: &Playground) -> Vec<(usize, usize)> {
-    let mut v: Vec<(usize, usize)> = status(&pg.store_addrs())
+    let mut v: Vec<(usize, usize)> = statuses(&pg.store_addrs())
         .iter()
         .map(|s| {
             let n = s.regions.iter().filter(|r| r.is_leader).count();
@@ -37,23 +25,6 @@ fn leaders(pg: &Playground) -> Vec<(usize, usize)> {
         .collect();
     v.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     v
-}
-
-/// Waits until every store has applied as far as each region's leader.
-fn wait_caught_up(pg: &Playground, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let all = status(&pg.store_addrs());
-        let behind = all.len() < pg.stores.len() || quarry::status::followers_behind(&all);
-        if !behind {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "replicas did not catch up within {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn q1_q6_match(pg: &Playground) {
@@ -262,7 +233,7 @@ fn splits_during_a_query_loop_change_no_answer() {
     let _serial = SERIAL.lock();
     let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
     let addrs = pg.store_addrs();
-    let regions_before: usize = status(&addrs)
+    let regions_before: usize = statuses(&addrs)
         .iter()
         .map(|s| s.regions.iter().filter(|r| r.is_leader).count())
         .sum();
@@ -274,7 +245,7 @@ fn splits_during_a_query_loop_change_no_answer() {
         let addrs = addrs.clone();
         std::thread::spawn(move || {
             let (mut splits, mut refused) = (0, Vec::new());
-            for s in status(&addrs) {
+            for s in statuses(&addrs) {
                 for r in s.regions.iter().filter(|r| r.is_leader) {
                     let region = r.region.clone().unwrap();
                     if region.id == 1 {
@@ -323,7 +294,7 @@ fn splits_during_a_query_loop_change_no_answer() {
     // has elected one (it may still be electing when the splitter ends).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let regions_after: usize = status(&addrs)
+        let regions_after: usize = statuses(&addrs)
             .iter()
             .map(|s| s.regions.iter().filter(|r| r.is_leader).count())
             .sum();
@@ -364,7 +335,7 @@ fn a_store_down_past_the_timeout_has_its_replicas_recreated() {
         .collect();
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let all = status(&live);
+        let all = statuses(&live);
         // Region id → the stores of its peers, as its leader sees them.
         let regions: BTreeMap<u64, Vec<u64>> = all
             .iter()
@@ -420,7 +391,7 @@ fn timestamps(store: &str, count: u32) -> Result<u64, String> {
 
 /// The store index leading the meta region (region 1).
 fn meta_leader(pg: &Playground) -> Option<usize> {
-    status(&pg.store_addrs()).iter().find_map(|s| {
+    statuses(&pg.store_addrs()).iter().find_map(|s| {
         s.regions
             .iter()
             .any(|r| r.is_leader && r.region.as_ref().is_some_and(|g| g.id == 1))

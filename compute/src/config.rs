@@ -92,6 +92,11 @@ impl ComputeConfig {
                     .into(),
             ));
         }
+        if self.max_message_mb >= 4096 {
+            return Err(Error::InvalidInput(
+                "max-message-mb must be below 4096".into(),
+            ));
+        }
         if !matches!(self.encode.as_str(), "arrow" | "rows") {
             return Err(Error::InvalidInput(format!(
                 "encode must be 'arrow' or 'rows', got '{}'",

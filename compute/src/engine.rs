@@ -289,7 +289,8 @@ impl QueryEngine {
         match tokio::time::timeout(guard, session_settings::with_deadline(deadline, f)).await {
             Ok(r) => r,
             Err(_) => Err(Error::Deadline(format!(
-                "query exceeded its deadline of {} (statement_timeout)",
+                "query exceeded its deadline of {} (SET statement_timeout; the default is \
+                 compute.query-timeout-ms)",
                 sql::settings::show(timeout)
             ))),
         }

@@ -50,11 +50,6 @@ impl SessionSettings {
         }
     }
 
-    /// compute's `query-timeout-ms`.
-    pub fn default_timeout(&self) -> Duration {
-        self.default_timeout
-    }
-
     /// The statement timeout of the request being served's session.
     pub fn statement_timeout(&self) -> Duration {
         let Some(key) = crate::auth::session_key() else {

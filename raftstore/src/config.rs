@@ -135,9 +135,9 @@ impl StorageConfig {
                 "raftstore.gc-life-time-secs must be positive".into(),
             ));
         }
-        if self.max_message_mb == 0 {
+        if !(1..4096).contains(&self.max_message_mb) {
             return Err(Error::InvalidInput(
-                "max-message-mb must be positive".into(),
+                "max-message-mb must be between 1 and 4095".into(),
             ));
         }
         if self.max_pending_reads == 0 {

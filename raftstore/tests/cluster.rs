@@ -493,18 +493,20 @@ fn a_split_makes_two_regions_and_old_epochs_are_refused() {
     assert!(err.to_string().contains("not in region 10"), "{err}");
 }
 
-#[test]
-fn a_lagging_follower_catches_up_from_a_snapshot() {
+/// Region 10 on `ids`, with a short raft log so that a follower cut off
+/// for 40 writes needs a snapshot; its leader and a lagging follower that
+/// missed those writes (with the log truncated past it), still cut off.
+fn lagging(ids: [u64; 3]) -> (Cluster, u64, u64) {
     let cfg = RaftStoreConfig {
         compact_log_entries: 4,
         max_log_entries: 8,
         ..Default::default()
     };
-    let mut c = Cluster::new(3, cfg);
-    let r = c.region(10, &[1, 2, 3]);
+    let mut c = Cluster::with_stores(&ids, cfg);
+    let r = c.region(10, &ids);
     c.create(&r);
     let leader = c.wait_leader(10);
-    let lagging = if leader == 3 { 1 } else { 3 };
+    let lagging = *ids.iter().find(|&&s| s != leader).unwrap();
     c.isolate(lagging);
     for h in 0..40 {
         c.put(leader, 10, &[(h, "v")], Conflict::Overwrite).unwrap();
@@ -520,6 +522,12 @@ fn a_lagging_follower_catches_up_from_a_snapshot() {
         truncated > lagging_last,
         "the log was truncated past the follower ({truncated} > {lagging_last})"
     );
+    (c, leader, lagging)
+}
+
+#[test]
+fn a_lagging_follower_catches_up_from_a_snapshot() {
+    let (mut c, _, lagging) = lagging([1, 2, 3]);
     c.heal();
     c.ticks(30);
     for h in 0..40 {

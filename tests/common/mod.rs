@@ -467,3 +467,61 @@ pub fn status_text(pg: &Playground) -> String {
         .expect("run quarry status");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// An HTTP/1.1 request to a status port (`url` is `http://HOST:PORT`):
+/// (status code, body).
+pub fn http(url: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// The status of each store in `addrs` that answers.
+pub fn statuses(addrs: &[String]) -> Vec<quarry_proto::meta::StatusResponse> {
+    runtime().block_on(async {
+        let mut out = Vec::new();
+        for a in addrs {
+            if let Ok(s) = quarry::status::fetch(a).await {
+                out.push(s);
+            }
+        }
+        out
+    })
+}
+
+/// Waits until every store answers and has applied as far as each
+/// region's leader.
+pub fn wait_caught_up(pg: &Playground, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let all = statuses(&pg.store_addrs());
+        let behind = all.len() < pg.stores.len() || quarry::status::followers_behind(&all);
+        if !behind {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replicas did not catch up within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

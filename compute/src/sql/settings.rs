@@ -61,7 +61,9 @@ pub fn parse(text: &str) -> Option<Result<SettingStatement>> {
             let after = after.trim_start();
             let value = if let Some(v) = after.strip_prefix('=') {
                 v
-            } else if after.get(..2).is_some_and(|w| is(w, "to")) {
+            } else if after.get(..2).is_some_and(|w| is(w, "to"))
+                && after[2..].starts_with(|c: char| c.is_whitespace() || c == '\'')
+            {
                 &after[2..]
             } else {
                 return Some(Err(plan_err!(
@@ -118,11 +120,11 @@ fn timeout_value(v: &str) -> Result<Option<Duration>> {
 /// How SHOW statement_timeout prints `d` (PostgreSQL's style).
 pub fn show(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 3_600_000 == 0 {
+    if ms.is_multiple_of(3_600_000) {
         format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 {
+    } else if ms.is_multiple_of(60_000) {
         format!("{}min", ms / 60_000)
-    } else if ms % 1_000 == 0 {
+    } else if ms.is_multiple_of(1_000) {
         format!("{}s", ms / 1_000)
     } else {
         format!("{ms}ms")
@@ -172,6 +174,7 @@ mod tests {
             "SET statement_timeout = '25h'",
             "SET statement_timeout 5",
             "SET statement_timeout 日",
+            "SET statement_timeout TO5s",
         ] {
             let e = parse(bad).unwrap().unwrap_err().to_string();
             assert!(e.contains("statement_timeout"), "{bad}: {e}");

@@ -9,34 +9,6 @@
 
 use super::*;
 
-/// Region 10 on `ids`, with a short raft log so that a follower cut off
-/// for 40 writes needs a snapshot; its leader and a lagging follower that
-/// missed those writes (with the log truncated past it).
-fn lagging(ids: [u64; 3]) -> (Cluster, u64, u64) {
-    let cfg = RaftStoreConfig {
-        compact_log_entries: 4,
-        max_log_entries: 8,
-        ..Default::default()
-    };
-    let mut c = Cluster::with_stores(&ids, cfg);
-    let r = c.region(10, &ids);
-    c.create(&r);
-    let leader = c.wait_leader(10);
-    let lagging = *ids.iter().find(|&&s| s != leader).unwrap();
-    c.isolate(lagging);
-    for h in 0..40 {
-        c.put(leader, 10, &[(h, "v")], Conflict::Overwrite).unwrap();
-    }
-    c.ticks(20);
-    let truncated = c.stores[&leader]
-        .peer(10)
-        .unwrap()
-        .storage()
-        .truncated_index();
-    assert!(truncated > c.stores[&lagging].peer(10).unwrap().last_index());
-    (c, leader, lagging)
-}
-
 #[test]
 fn a_leader_that_cannot_build_a_snapshot_retries_until_it_can() {
     let (mut c, leader, lagging) = lagging([11, 12, 13]);

@@ -195,7 +195,7 @@ const KEY: i64 = 1;
 fn run(seed: u64) -> (Vec<Op>, usize) {
     let mut rng = Rng(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
     let (mut c, _) = three_with(RaftStoreConfig {
-        early_apply: seed % 2 == 0,
+        early_apply: seed.is_multiple_of(2),
         ..Default::default()
     });
     let mut clock = 0u64;
