@@ -36,6 +36,7 @@ pub async fn serve(addr: &str) -> Result<SocketAddr> {
         .await
         .with_context(|| format!("binding the status address {addr}"))?;
     let local = listener.local_addr()?;
+    let loopback = local.ip().is_loopback();
     tokio::spawn(async move {
         loop {
             let stream = match listener.accept().await {
@@ -46,7 +47,6 @@ pub async fn serve(addr: &str) -> Result<SocketAddr> {
                     continue;
                 }
             };
-            let loopback = local.ip().is_loopback();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| respond(req, loopback));
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
@@ -74,15 +74,12 @@ async fn respond(
         r
     };
     let path = req.uri().path();
-    if quarry_proto::failpoint::ENABLED
-        && loopback
-        && (path == "/fail" || path.starts_with("/fail/"))
-    {
+    if quarry_proto::failpoint::ENABLED && loopback {
+        if let Some(name) = path
+            .strip_prefix("/fail")
+            .filter(|rest| rest.is_empty() || rest.starts_with('/'))
         {
-            let name = path
-                .trim_start_matches("/fail")
-                .trim_start_matches('/')
-                .to_string();
+            let name = name.trim_start_matches('/').to_string();
             let (code, text) = failpoint_request(req, &name).await;
             return Ok(reply(code, "text/plain", text.into_bytes()));
         }

@@ -17,7 +17,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -116,15 +116,7 @@ fn writer(
 /// Every acknowledged row is present with its value, and nothing is
 /// present that no INSERT wrote.
 fn check_rows(pg: &Playground, w: &Writes) {
-    let out = pg.ok("SELECT id, v FROM acked ORDER BY id");
-    let rows: BTreeMap<i64, i64> = out
-        .lines()
-        .skip(1)
-        .map(|l| {
-            let (a, b) = l.split_once(',').unwrap();
-            (a.parse().unwrap(), b.parse().unwrap())
-        })
-        .collect();
+    let rows = acked_rows(pg);
     for id in &w.acked {
         assert_eq!(rows.get(id), Some(&(id * 7 + 3)), "acknowledged row {id}");
     }

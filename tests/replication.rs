@@ -91,15 +91,7 @@ fn killing_a_store_during_a_load_loses_no_acknowledged_row() {
     );
 
     let check = |pg: &Playground| {
-        let out = pg.ok("SELECT id, v FROM acked ORDER BY id");
-        let rows: BTreeMap<i64, i64> = out
-            .lines()
-            .skip(1)
-            .map(|l| {
-                let (a, b) = l.split_once(',').unwrap();
-                (a.parse().unwrap(), b.parse().unwrap())
-            })
-            .collect();
+        let rows = acked_rows(pg);
         for id in &acked {
             assert_eq!(rows.get(id), Some(&(id * 7 + 3)), "acknowledged row {id}");
         }
@@ -113,7 +105,7 @@ fn killing_a_store_during_a_load_loses_no_acknowledged_row() {
             ),
             (n, sum)
         );
-        out
+        rows
     };
     let before = check(&pg);
 

@@ -525,3 +525,16 @@ pub fn wait_caught_up(pg: &Playground, within: Duration) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The rows of table `acked (id, v)` by id: the table the tests of loads
+/// under faults write (each row `(id, id * 7 + 3)`).
+pub fn acked_rows(pg: &Playground) -> std::collections::BTreeMap<i64, i64> {
+    pg.ok("SELECT id, v FROM acked ORDER BY id")
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let (a, b) = l.split_once(',').unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect()
+}
