@@ -142,7 +142,7 @@ fn bad_input_gets_a_clear_error_and_exit_code_1() {
         ("SELEC 1", "SQL syntax error"),
         (
             "SELECT l_quantity / 0 FROM lineitem LIMIT 1",
-            "Divide by zero",
+            "division by zero",
         ),
     ];
     for (sql, want) in cases {

@@ -477,6 +477,80 @@ fn a_sessions_statement_timeout_ends_its_query_and_the_scans_on_the_stores() {
 }
 
 #[test]
+fn a_sessions_statement_timeout_bounds_its_writes_too() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[]);
+    pg.ok("CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT)");
+    pg.ok("CREATE TABLE wide (k BIGINT PRIMARY KEY, v BIGINT) WITH (split_handles = '10')");
+    runtime().block_on(async {
+        let mut a = Client::connect(&pg.compute).await.unwrap();
+        let mut b = Client::connect(&pg.compute).await.unwrap();
+        a.sql("SET statement_timeout = '300ms'").await.unwrap();
+        // Every store applies committed entries half a second late.
+        on_every_store(&pg, "apply_before", Some("sleep(500)"));
+
+        // One region: a one-phase write, whose prewrite is its commit. It
+        // ran out of time, but may still apply: the error says so.
+        let t0 = Instant::now();
+        let e = a.sql("INSERT INTO t VALUES (1, 1)").await.unwrap_err();
+        assert!(matches!(e, quarry_client::Error::Deadline(_)), "{e:?}");
+        assert!(e.to_string().contains("300ms"), "{e}");
+        assert!(
+            e.to_string().contains("may or may not have committed"),
+            "{e}"
+        );
+        // 300 ms, and the rollback's try, at most a few applies.
+        assert!(
+            t0.elapsed() < Duration::from_secs(4),
+            "took {:?}",
+            t0.elapsed()
+        );
+
+        // Two regions, two phases: the prewrite ran out of time and was
+        // rolled back, so nothing of it commits.
+        let e = a
+            .sql("INSERT INTO wide VALUES (1, 1), (20, 2)")
+            .await
+            .unwrap_err();
+        assert!(matches!(e, quarry_client::Error::Deadline(_)), "{e:?}");
+        assert!(e.to_string().contains("300ms"), "{e}");
+
+        // A session with the default timeout writes through the slow
+        // applies; UPDATE and DELETE are bounded the same way.
+        b.sql("INSERT INTO wide VALUES (2, 2), (30, 3)")
+            .await
+            .unwrap();
+        let e = a.sql("UPDATE wide SET v = v + 1").await.unwrap_err();
+        assert!(matches!(e, quarry_client::Error::Deadline(_)), "{e:?}");
+        let e = a.sql("DELETE FROM wide WHERE k = 2").await.unwrap_err();
+        assert!(matches!(e, quarry_client::Error::Deadline(_)), "{e:?}");
+
+        on_every_store(&pg, "apply_before", None);
+        // The two-phase write left nothing; the refused UPDATE and DELETE
+        // changed nothing (read past their locks' TTL).
+        assert_eq!(
+            csv(&b.sql("SELECT k, v FROM wide ORDER BY k").await.unwrap()),
+            "k,v\n2,2\n30,3\n"
+        );
+        // The one-phase write either committed or did not, whole.
+        let t = csv(&b
+            .sql("SELECT count(*) AS n, sum(v) AS s FROM t")
+            .await
+            .unwrap());
+        assert!(t == "n,s\n0,\n" || t == "n,s\n1,1\n", "{t}");
+        // Within its time, a write under the short timeout succeeds.
+        a.sql("INSERT INTO t VALUES (2, 2)").await.unwrap();
+        a.sql("UPDATE wide SET v = v + 1 WHERE k = 30")
+            .await
+            .unwrap();
+        assert_eq!(
+            csv(&b.sql("SELECT k, v FROM wide ORDER BY k").await.unwrap()),
+            "k,v\n2,2\n30,4\n"
+        );
+    });
+}
+
+#[test]
 fn a_cancelled_query_stops_its_scans_on_the_stores_within_a_second() {
     let _serial = SERIAL.lock();
     let pg = Playground::start(&["--stores", "3", "--sf", "0.01", "--tables", "lineitem"]);

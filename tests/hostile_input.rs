@@ -160,6 +160,46 @@ fn a_partial_sum_past_bigint_is_exact_when_the_total_fits() {
     assert_eq!(pg.ok("SELECT avg(v) > 9e18 AS a FROM big"), "a\ntrue\n");
 }
 
+#[test]
+fn division_by_zero_is_an_error_for_every_type_as_in_postgresql() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[]);
+    pg.ok("CREATE TABLE d (k BIGINT PRIMARY KEY, x DOUBLE, y DOUBLE, i BIGINT, m DECIMAL(10,2))");
+    pg.ok("INSERT INTO d VALUES (1, 1.0, 0.0, 0, 0.00), (2, 6.0, 3.0, 2, 2.00), (3, -1.0, NULL, NULL, NULL)");
+    // DOUBLE was IEEE (inf, NaN) before; every place a division can be.
+    for sql in [
+        "SELECT k, x / y FROM d",
+        "SELECT k, x % y FROM d",
+        "SELECT k FROM d WHERE x / y > 0",
+        "SELECT sum(x / y) FROM d",
+        "SELECT k FROM d GROUP BY k HAVING max(x) / min(y) > 0",
+        "SELECT a.k FROM d a JOIN d b ON a.k = b.k AND a.x / b.y > 0",
+        "SELECT CAST(1 AS DOUBLE) / 0",
+        "SELECT 1e0 / 0e0",
+        "SELECT k, x / -0.0e0 FROM d",
+        "SELECT k, 1 / i FROM d",
+        "SELECT k, 1 % i FROM d",
+        "SELECT k, 1.00 / m FROM d",
+        "SELECT (SELECT max(x) FROM d) / (SELECT min(y) FROM d)",
+    ] {
+        let err = pg.fails(sql);
+        assert!(err.contains("division by zero"), "{sql}: {err}");
+        assert!(!err.contains("internal"), "{sql}: {err}");
+    }
+    // Rows that divide by a non-zero or NULL divisor answer as before, the
+    // column keeps its name, and a guard keeps the zero from the division.
+    assert_eq!(
+        pg.ok("SELECT k, x / y, x % y FROM d WHERE k > 1 ORDER BY k"),
+        "k,d.x / d.y,d.x % d.y\n2,2,0\n3,,\n"
+    );
+    assert_eq!(
+        pg.ok("SELECT k, CASE WHEN y <> 0 THEN x / y END AS r FROM d ORDER BY k"),
+        "k,r\n1,\n2,2\n3,\n"
+    );
+    assert_eq!(pg.ok("SELECT sum(x / 2.0e0) AS s FROM d"), "s\n3\n");
+    assert!(!pg.stderr().contains("compute exited"), "{}", pg.stderr());
+}
+
 /// A FlightDescriptor as raw bytes: its `path` strings need not be UTF-8.
 #[derive(Clone, PartialEq, prost::Message)]
 struct RawDescriptor {

@@ -72,8 +72,12 @@ pub trait KvTransport: Send + Sync {
 }
 
 pub struct Cluster {
-    /// Store addresses to reach the Meta service through, in order.
+    /// Store addresses to reach the Meta service through.
     meta_addrs: Vec<String>,
+    /// The one of them that answered last: calls start there, so a store
+    /// that is down (or cut off, answering nothing) costs one call its
+    /// wait, not every call.
+    meta_first: std::sync::atomic::AtomicUsize,
     channels: Mutex<HashMap<String, Channel>>,
     meta_timeout: Duration,
 }
@@ -82,6 +86,7 @@ impl Cluster {
     pub fn new(meta_addrs: Vec<String>, meta_timeout: Duration) -> Self {
         Cluster {
             meta_addrs,
+            meta_first: std::sync::atomic::AtomicUsize::new(0),
             channels: Mutex::new(HashMap::new()),
             meta_timeout,
         }
@@ -155,8 +160,11 @@ impl Cluster {
             deadline,
         );
         let mut last = String::new();
+        let n = self.meta_addrs.len();
         loop {
-            for addr in &self.meta_addrs {
+            let first = self.meta_first.load(std::sync::atomic::Ordering::Relaxed);
+            for i in (0..n).map(|k| (first + k) % n) {
+                let addr = &self.meta_addrs[i];
                 let client = MetaClient::new(self.channel(addr)?)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -164,7 +172,11 @@ impl Cluster {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 let attempt = left.clamp(Duration::from_millis(100), max_attempt);
                 match tokio::time::timeout(attempt, call(client)).await {
-                    Ok(Ok(r)) => return Ok(r.into_inner()),
+                    Ok(Ok(r)) => {
+                        self.meta_first
+                            .store(i, std::sync::atomic::Ordering::Relaxed);
+                        return Ok(r.into_inner());
+                    }
                     Ok(Err(st)) => match st.code() {
                         tonic::Code::InvalidArgument => {
                             return Err(Error::InvalidInput(st.message().into()))

@@ -25,7 +25,7 @@
 //! shows. The rows a statement changes are held in compute's memory until
 //! the commit.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::{cast_with_options, CastOptions};
@@ -38,15 +38,13 @@ use quarry_proto::meta::{Layout, TableDef};
 
 use crate::engine::QueryEngine;
 use crate::session::OpenTxn;
+use crate::session_settings::write_deadline;
 use crate::sql::{Delete, Update};
 use crate::{plan_err, Error, Result};
 
 /// Times an autocommit UPDATE or DELETE runs before its write conflict
 /// reaches the user.
 pub const MAX_ATTEMPTS: u32 = 10;
-
-/// How long a statement's transaction may take to commit.
-const WRITE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A SQL identifier, quoted (column names are stored lower-cased or as
 /// quoted).
@@ -320,7 +318,7 @@ where
         if n > 0 {
             engine
                 .txns()
-                .write_at(start_ts, mutations, packed, Instant::now() + WRITE_DEADLINE)
+                .write_at(start_ts, mutations, packed, write_deadline())
                 .await?;
         }
         Ok(n)

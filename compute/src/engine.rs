@@ -283,6 +283,10 @@ impl QueryEngine {
     /// fail first, naming the store; this bound also covers what runs in
     /// compute.
     async fn within_deadline<T>(&self, f: impl Future<Output = Result<T>>) -> Result<T> {
+        // The read of an UPDATE or DELETE: bounded by its statement's.
+        if session_settings::current_deadline().is_some() {
+            return f.await;
+        }
         let timeout = self.settings.statement_timeout();
         let deadline = Instant::now() + timeout;
         let guard = timeout + (timeout / 4).min(Duration::from_secs(2));
@@ -293,6 +297,27 @@ impl QueryEngine {
                  compute.query-timeout-ms)",
                 sql::settings::show(timeout)
             ))),
+        }
+    }
+
+    /// Runs a write statement (INSERT, UPDATE, DELETE) under its session's
+    /// statement timeout: its reads and its transaction's region requests
+    /// carry the deadline ([`session_settings::write_deadline`]). Unlike a
+    /// query it is not cut off from outside at the deadline: a write
+    /// stopped between its prewrite and its commit would leave locks
+    /// behind, so it ends when a region request runs out of time and
+    /// rolls back what it locked (or, when the commit itself ran out, says
+    /// that its outcome is unknown: `txn.rs`).
+    async fn write_within_deadline<T>(&self, f: impl Future<Output = Result<T>>) -> Result<T> {
+        let timeout = self.settings.statement_timeout();
+        let deadline = Instant::now() + timeout;
+        match session_settings::with_deadline(deadline, f).await {
+            Err(e @ Error::Deadline(_)) => Err(e.with_context(&format!(
+                "the statement's timeout is {} (SET statement_timeout; the default is \
+                 compute.query-timeout-ms)",
+                sql::settings::show(timeout)
+            ))),
+            r => r,
         }
     }
 
@@ -527,19 +552,24 @@ impl QueryEngine {
             }
             Statement::Insert(ins) => {
                 let table = self.table(&ins.table).await?;
-                Prepared::Done(count_output(insert(self, &table, &ins, in_txn).await?)?)
+                let n = self
+                    .write_within_deadline(insert(self, &table, &ins, in_txn))
+                    .await?;
+                Prepared::Done(count_output(n)?)
             }
             Statement::Update(upd) => {
                 let table = self.table(&upd.table).await?;
-                Prepared::Done(count_output(
-                    dml::update(self, &table, &upd, in_txn).await?,
-                )?)
+                let n = self
+                    .write_within_deadline(dml::update(self, &table, &upd, in_txn))
+                    .await?;
+                Prepared::Done(count_output(n)?)
             }
             Statement::Delete(del) => {
                 let table = self.table(&del.table).await?;
-                Prepared::Done(count_output(
-                    dml::delete(self, &table, &del, in_txn).await?,
-                )?)
+                let n = self
+                    .write_within_deadline(dml::delete(self, &table, &del, in_txn))
+                    .await?;
+                Prepared::Done(count_output(n)?)
             }
             Statement::ShowTables => {
                 let mut names: Vec<String> = self

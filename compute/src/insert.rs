@@ -5,7 +5,6 @@
 //! every region, and readers see all of the statement's rows or none.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
 
 use arrow::datatypes::DataType;
 use quarry_coprocessor::codec::key::record_key;
@@ -143,7 +142,7 @@ pub async fn insert(
         .write(
             mutations,
             is_packed(table),
-            Instant::now() + Duration::from_secs(30),
+            crate::session_settings::write_deadline(),
         )
         .await?;
     Ok(n)

@@ -46,8 +46,6 @@ use crate::{Error, Result};
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// An open transaction unused this long is rolled back.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
-/// How long COMMIT, ROLLBACK and a statement's prewrite may take.
-const WRITE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The open transactions of a compute process.
 pub struct Sessions {
@@ -208,7 +206,7 @@ impl Sessions {
             })
             .clone();
         let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
-        let deadline = Instant::now() + WRITE_DEADLINE;
+        let deadline = crate::session_settings::write_deadline();
         // Noted before the prewrite: a failed one may have locked some.
         st.keys.extend(keys);
         let r = if want_rows {
@@ -295,7 +293,7 @@ impl Sessions {
             .filter(|k| *k != primary)
             .collect();
         keys.insert(0, primary);
-        let deadline = Instant::now() + WRITE_DEADLINE;
+        let deadline = Instant::now() + crate::session_settings::WRITE_DEADLINE;
         let writes = std::mem::take(&mut st.writes);
         if let Err(e) = self
             .prewrite_all(txn.start_ts, &keys[0], writes, deadline)

@@ -16,7 +16,12 @@
 //! compute's `query-timeout-ms`. [`with_deadline`] puts the deadline in
 //! the statement's task; the query planner copies it into the query's
 //! session config, and every region request carries what is left of it,
-//! so the stores stop their scans at the same moment.
+//! so the stores stop their scans at the same moment. A write statement
+//! (INSERT, UPDATE, DELETE) runs under the same deadline: its read, its
+//! prewrite and its commit's region requests carry it
+//! ([`write_deadline`]). COMMIT of an open transaction is not bounded by
+//! it (it has [`WRITE_DEADLINE`]): once its prewrite has begun, stopping
+//! half-way only leaves locks for readers to resolve.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -28,6 +33,9 @@ use crate::{plan_err, Result};
 
 /// A setting is forgotten after this long without a statement.
 pub const IDLE: Duration = Duration::from_secs(8 * 3600);
+/// How long a write runs when no statement deadline is set (COMMIT, the
+/// client library's writes).
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(30);
 /// The most sessions with settings kept.
 pub const MAX_SESSIONS: usize = 65_536;
 
@@ -117,4 +125,10 @@ pub async fn with_deadline<F: Future>(deadline: Instant, f: F) -> F::Output {
 /// The deadline of the statement being run in this task, if any.
 pub fn current_deadline() -> Option<Instant> {
     DEADLINE.try_with(|d| *d).ok()
+}
+
+/// The deadline a write's region requests carry: its statement's, or
+/// [`WRITE_DEADLINE`] from now.
+pub fn write_deadline() -> Instant {
+    current_deadline().unwrap_or_else(|| Instant::now() + WRITE_DEADLINE)
 }

@@ -37,6 +37,14 @@
 //! rolls back the lock, or, while the transaction still runs, waits a
 //! little; the scan then asks again.
 //!
+//! DEADLINES. Every step's region requests carry the statement's deadline
+//! (`session_settings::write_deadline`). A prewrite that runs out of time
+//! is rolled back and nothing of it commits, except a one-phase prewrite,
+//! which is a commit and may still apply: its error says the outcome is
+//! unknown (TiDB's "result undetermined"), as does a primary commit that
+//! ran out of time or lost its store. The primary's commit may run
+//! `COMMIT_GRACE` (5 s) past the deadline, since every row is locked by then.
+//!
 //! Retries of every step are idempotent: a prewrite that finds its own
 //! lock passes, a commit that finds its own version passes, so a step
 //! whose outcome was unknown (store restarted, leader changed) is simply
@@ -196,9 +204,14 @@ impl Txns {
         };
         if let Err(e) = self.run(prewrite, mutations, deadline).await {
             // Nothing committed: take back what was locked (a lock left
-            // behind would be rolled back by a reader after its TTL).
+            // behind would be rolled back by a reader after its TTL). A
+            // one-phase prewrite is its commit: one that ran out of time
+            // or lost its store may still apply, and then commits.
             self.rollback(start_ts, keys).await;
-            return Err(e);
+            return Err(match one_pc.is_some() {
+                true => outcome_unknown(e),
+                false => e,
+            });
         }
         if let Some(commit_ts) = one_pc.map(|c| *c.lock()).filter(|ts| *ts != 0) {
             return Ok(commit_ts);
@@ -300,8 +313,13 @@ impl Txns {
             start_ts,
             commit_ts,
         };
-        self.run(commit.clone(), as_mutations(keys), deadline)
-            .await?;
+        // Every row is locked: committing now is cheaper than leaving
+        // locks behind, so the primary's commit may run a little past a
+        // statement deadline that the prewrite used up.
+        let primary_deadline = deadline.max(Instant::now() + COMMIT_GRACE);
+        self.run(commit.clone(), as_mutations(keys), primary_deadline)
+            .await
+            .map_err(outcome_unknown)?;
         if !secondaries.is_empty() {
             // Committed already; a secondary left locked is a reader's to
             // commit, so this runs after the answer (as TiDB does) and its
@@ -442,13 +460,7 @@ impl Txns {
             deadline,
         };
         let stats = RetryStats::default();
-        self.layer(&stats)
-            .run(work, deadline)
-            .await
-            .map_err(|e| match e {
-                Error::Deadline(m) => Error::Unavailable(m),
-                other => other,
-            })
+        self.layer(&stats).run(work, deadline).await
     }
 }
 
@@ -466,6 +478,22 @@ fn ttl_from_now_ms(start_ts: u64, ttl: Duration) -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     now_ms.saturating_sub(start_ts >> 18) + ttl.as_millis() as u64
+}
+
+/// How long the primary's commit may run past the statement's deadline.
+const COMMIT_GRACE: Duration = Duration::from_secs(5);
+
+/// `e` from a request that commits (a one-phase prewrite, the primary's
+/// commit): when it ran out of time or lost its store the request may
+/// still apply, so the user must not take the error for a rollback (as
+/// TiDB's "result undetermined").
+fn outcome_unknown(e: Error) -> Error {
+    match e {
+        Error::Deadline(_) | Error::Unavailable(_) => {
+            e.with_context("the statement may or may not have committed: read its rows to know")
+        }
+        e => e,
+    }
 }
 
 fn as_mutations(keys: Vec<Vec<u8>>) -> Vec<Mutation> {

@@ -31,6 +31,7 @@
 //! overflow rules differ.
 
 pub mod aggregates;
+pub mod float_division;
 pub mod join_keys;
 pub mod point_get;
 pub mod pushdown;
@@ -221,6 +222,7 @@ impl SqlSession {
             .with_default_features()
             .build();
         aggregates::register(&mut state);
+        state.add_analyzer_rule(Arc::new(float_division::FloatDivisionByZero));
         let state = rules::install(state);
         SqlSession {
             base: state,
@@ -484,8 +486,11 @@ pub fn from_df(e: DataFusionError) -> Error {
             arrow::error::ArrowError::ComputeError(m) if m.contains("overflow") => {
                 Error::Overflow(msg)
             }
-            arrow::error::ArrowError::DivideByZero
-            | arrow::error::ArrowError::CastError(_)
+            // PostgreSQL's words, whichever kernel found it.
+            arrow::error::ArrowError::DivideByZero => {
+                Error::InvalidInput("division by zero".into())
+            }
+            arrow::error::ArrowError::CastError(_)
             | arrow::error::ArrowError::InvalidArgumentError(_)
             | arrow::error::ArrowError::ParseError(_) => Error::InvalidInput(msg),
             _ => Error::Internal(msg),
