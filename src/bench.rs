@@ -8,7 +8,8 @@
 //!
 //! `--compare` measures, in one run on one machine: the column layout, the
 //! row layout, rows instead of Arrow chunks on the wire (a second compute
-//! process started with `--encode rows`), and DuckDB in memory over the same
+//! process started with `--encode rows`), decimals as stored instead of
+//! narrowed on the wire (a third, `--encode arrow-decimal128`), and DuckDB in memory over the same
 //! generated rows when its Python package can be imported; then prints the
 //! ratios. Every setting's answers are checked against each other (an
 //! order-independent digest of the result) and, where known, DuckDB's.
@@ -297,6 +298,10 @@ pub struct CompareReport {
     pub duckdb_skipped: Option<String>,
 }
 
+/// The setting whose compute asks for decimals as stored (Decimal128), the
+/// baseline of narrow decimals on the wire.
+const DECIMAL128_WIRE: &str = "column, Decimal128 on wire";
+
 /// `bench tpch --compare`: every setting side by side in one run.
 pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
     if opts.addr.is_some() {
@@ -310,6 +315,12 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
         let rows_url = cluster
             .start_extra_compute("compute-rows", &["--encode".into(), "rows".into()])
             .await?;
+        let wide_url = cluster
+            .start_extra_compute(
+                "compute-decimal128",
+                &["--encode".into(), "arrow-decimal128".into()],
+            )
+            .await?;
         let mut loads = Vec::new();
         let mut queries = Vec::new();
         loads.push(load(&cluster, opts, Layout::Column).await?);
@@ -319,6 +330,7 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
                 &[
                     ("column", arrow_url.as_str()),
                     ("column, rows on the wire", rows_url.as_str()),
+                    (DECIMAL128_WIRE, wide_url.as_str()),
                 ],
                 opts,
             )
@@ -567,6 +579,9 @@ pub fn print_compare(r: &CompareReport) {
         }
         if let (Some(c), Some(w)) = (col, med(q, "column, rows on the wire")) {
             parts.push(format!("rows-on-wire/arrow {:.2}", w / c));
+        }
+        if let (Some(c), Some(w)) = (col, med(q, DECIMAL128_WIRE)) {
+            parts.push(format!("decimal128-on-wire/decimal64 {:.2}", w / c));
         }
         println!("{q}: {}", parts.join(", "));
     }

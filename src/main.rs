@@ -244,7 +244,8 @@ struct ComputeArgs {
     query_memory_limit_mb: Option<u64>,
     #[arg(long)]
     max_inflight_regions: Option<usize>,
-    /// How regions answer: arrow (column chunks) or rows (the baseline).
+    /// How regions answer: arrow (column chunks, narrow decimals),
+    /// arrow-decimal128 or rows (the baselines).
     #[arg(long)]
     encode: Option<String>,
     /// Bloom filters of hash joins' build keys to the probe side's regions.

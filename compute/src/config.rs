@@ -25,7 +25,10 @@ pub struct ComputeConfig {
     pub max_inflight_regions: usize,
     /// Bound on one region response (the store pages past it).
     pub max_response_bytes: u64,
-    /// `arrow` (column chunks) or `rows` (row-encoded, the baseline).
+    /// How region answers travel: `arrow` (column chunks, DECIMAL(p ≤ 18)
+    /// as Decimal64), `arrow-decimal128` (column chunks, decimals as
+    /// stored: the baseline of narrow decimals) or `rows` (row-encoded, the
+    /// baseline of chunks).
     pub encode: String,
     /// Hash joins send the probe side's regions a Bloom filter of their
     /// build keys when there are too many for an IN list (off: only the
@@ -97,9 +100,9 @@ impl ComputeConfig {
                 "max-message-mb must be below 4096".into(),
             ));
         }
-        if !matches!(self.encode.as_str(), "arrow" | "rows") {
+        if !matches!(self.encode.as_str(), "arrow" | "arrow-decimal128" | "rows") {
             return Err(Error::InvalidInput(format!(
-                "encode must be 'arrow' or 'rows', got '{}'",
+                "encode must be 'arrow', 'arrow-decimal128' or 'rows', got '{}'",
                 self.encode
             )));
         }

@@ -187,10 +187,10 @@ impl QueryEngine {
                 DispatchConfig {
                     concurrency: cfg.max_inflight_regions,
                     max_response_bytes: cfg.max_response_bytes,
-                    encode: if cfg.encode == "rows" {
-                        EncodeType::Rows
-                    } else {
-                        EncodeType::Arrow
+                    encode: match cfg.encode.as_str() {
+                        "rows" => EncodeType::Rows,
+                        "arrow-decimal128" => EncodeType::Arrow,
+                        _ => EncodeType::ArrowDecimal64,
                     },
                     ..Default::default()
                 },

@@ -255,9 +255,14 @@ fn run(
     stop: &Stop,
     summary: &mut ExecSummary,
 ) -> Result<Output> {
-    let schema = exec.schema();
+    let wire = match encode {
+        EncodeType::ArrowDecimal64 => crate::ipc::narrow_schema(&exec.schema()),
+        _ => exec.schema(),
+    };
     let mut ipc = match encode {
-        EncodeType::Arrow => Some(StreamWriter::try_new(Vec::new(), &schema)?),
+        EncodeType::Arrow | EncodeType::ArrowDecimal64 => {
+            Some(StreamWriter::try_new(Vec::new(), &wire)?)
+        }
         EncodeType::Rows => None,
     };
     let mut rows_out: Vec<u8> = Vec::new();
@@ -277,7 +282,7 @@ fn run(
         if batch.num_rows() > 0 {
             summary.output_rows += batch.num_rows() as u64;
             match &mut ipc {
-                Some(w) => w.write(&batch)?,
+                Some(w) => w.write(&crate::ipc::narrow(&batch, &wire)?)?,
                 None => encode_rows(batch.columns(), &mut rows_out)?,
             }
         }
@@ -378,10 +383,14 @@ pub fn handle_parts<S: Storage>(
             summary.num_batches += 1;
         }
         match encode {
-            EncodeType::Arrow => {
-                let mut w = StreamWriter::try_new(Vec::new(), &schema)?;
+            EncodeType::Arrow | EncodeType::ArrowDecimal64 => {
+                let wire = match encode {
+                    EncodeType::ArrowDecimal64 => crate::ipc::narrow_schema(&schema),
+                    _ => schema,
+                };
+                let mut w = StreamWriter::try_new(Vec::new(), &wire)?;
                 for b in &all {
-                    w.write(b)?;
+                    w.write(&crate::ipc::narrow(b, &wire)?)?;
                 }
                 w.finish()?;
                 Ok(w.into_inner()?)

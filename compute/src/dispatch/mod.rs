@@ -64,7 +64,7 @@ impl Default for DispatchConfig {
         DispatchConfig {
             concurrency: 32,
             max_response_bytes: 8 << 20,
-            encode: EncodeType::Arrow,
+            encode: EncodeType::ArrowDecimal64,
             backoff_base: Duration::from_millis(2),
             backoff_max: Duration::from_millis(500),
             unavailable_after: Duration::from_secs(10),
@@ -350,6 +350,11 @@ fn decode(
     match encode {
         // Zero-copy: the batches point into the response's bytes.
         EncodeType::Arrow => Ok(quarry_coprocessor::ipc::decode_shared(page)?),
+        // Decimal64 columns back to the Decimal128 the plan expects.
+        EncodeType::ArrowDecimal64 => Ok(quarry_coprocessor::ipc::decode_shared(page)?
+            .into_iter()
+            .map(quarry_coprocessor::ipc::widen)
+            .collect::<quarry_coprocessor::Result<Vec<_>>>()?),
         EncodeType::Rows => {
             let cols = quarry_coprocessor::codec::row::decode_rows(&page, row_types)?;
             let schema = Arc::new(Schema::new(
