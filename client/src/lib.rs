@@ -69,7 +69,8 @@ pub enum Error {
     /// A store or compute could not be reached; retrying later may work.
     #[error("{0}")]
     Unavailable(String),
-    /// The query ran out of time.
+    /// The statement ran out of time. For a write whose commit may still
+    /// apply, the message says its outcome is unknown.
     #[error("{0}")]
     Deadline(String),
     /// Another transaction wrote the same row first (snapshot isolation's

@@ -281,23 +281,39 @@ impl QueryEngine {
     /// Runs `f` (a query) under its session's statement timeout
     /// (`session_settings.rs`). Region requests carry the deadline and
     /// fail first, naming the store; this bound also covers what runs in
-    /// compute.
+    /// compute. The read of an UPDATE or DELETE runs under its statement's
+    /// deadline (and may be cut off: it has locked nothing yet).
     async fn within_deadline<T>(&self, f: impl Future<Output = Result<T>>) -> Result<T> {
-        // The read of an UPDATE or DELETE: bounded by its statement's.
-        if session_settings::current_deadline().is_some() {
-            return f.await;
-        }
-        let timeout = self.settings.statement_timeout();
-        let deadline = Instant::now() + timeout;
-        let guard = timeout + (timeout / 4).min(Duration::from_secs(2));
-        match tokio::time::timeout(guard, session_settings::with_deadline(deadline, f)).await {
+        let (deadline, timeout, nested) = match session_settings::current_deadline() {
+            Some(d) => (d, d.saturating_duration_since(Instant::now()), true),
+            None => {
+                let timeout = self.settings.statement_timeout();
+                (Instant::now() + timeout, timeout, false)
+            }
+        };
+        let guard = deadline + (timeout / 4).min(Duration::from_secs(2));
+        let run = async {
+            match nested {
+                true => f.await,
+                false => session_settings::with_deadline(deadline, f).await,
+            }
+        };
+        match tokio::time::timeout_at(guard.into(), run).await {
             Ok(r) => r,
             Err(_) => Err(Error::Deadline(format!(
-                "query exceeded its deadline of {} (SET statement_timeout; the default is \
-                 compute.query-timeout-ms)",
-                sql::settings::show(timeout)
+                "query exceeded its deadline; {}",
+                self.timeout_named()
             ))),
         }
+    }
+
+    /// What a deadline error adds: the timeout, and where it came from.
+    fn timeout_named(&self) -> String {
+        format!(
+            "the statement's timeout is {} (SET statement_timeout; the default is \
+             compute.query-timeout-ms)",
+            sql::settings::show(self.settings.statement_timeout())
+        )
     }
 
     /// Runs a write statement (INSERT, UPDATE, DELETE) under its session's
@@ -309,14 +325,16 @@ impl QueryEngine {
     /// rolls back what it locked (or, when the commit itself ran out, says
     /// that its outcome is unknown: `txn.rs`).
     async fn write_within_deadline<T>(&self, f: impl Future<Output = Result<T>>) -> Result<T> {
-        let timeout = self.settings.statement_timeout();
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + self.settings.statement_timeout();
         match session_settings::with_deadline(deadline, f).await {
-            Err(e @ Error::Deadline(_)) => Err(e.with_context(&format!(
-                "the statement's timeout is {} (SET statement_timeout; the default is \
-                 compute.query-timeout-ms)",
-                sql::settings::show(timeout)
-            ))),
+            // (A store or leader missing until the deadline reads as
+            // unavailable: the timeout is still what ended it.)
+            Err(e @ (Error::Deadline(_) | Error::Unavailable(_)))
+                if (matches!(e, Error::Deadline(_)) || Instant::now() >= deadline)
+                    && !e.to_string().contains("SET statement_timeout") =>
+            {
+                Err(e.with_context(&self.timeout_named()))
+            }
             r => r,
         }
     }
@@ -514,7 +532,10 @@ impl QueryEngine {
                 if let (Some(rows), Some(txn)) = (query.take_for_update()?, txn) {
                     let table = self.table(&rows.table).await?;
                     let points = match self.lock_returns_rows {
-                        true => dml::lock_points(self, &table, &rows, txn).await?,
+                        true => {
+                            self.write_within_deadline(dml::lock_points(self, &table, &rows, txn))
+                                .await?
+                        }
                         false => None,
                     };
                     match points {
@@ -527,7 +548,8 @@ impl QueryEngine {
                             }
                         }
                         None => {
-                            dml::lock(self, &table, &rows, txn).await?;
+                            self.write_within_deadline(dml::lock(self, &table, &rows, txn))
+                                .await?;
                         }
                     }
                 }

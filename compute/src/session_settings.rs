@@ -17,9 +17,9 @@
 //! the statement's task; the query planner copies it into the query's
 //! session config, and every region request carries what is left of it,
 //! so the stores stop their scans at the same moment. A write statement
-//! (INSERT, UPDATE, DELETE) runs under the same deadline: its read, its
-//! prewrite and its commit's region requests carry it
-//! ([`write_deadline`]). COMMIT of an open transaction is not bounded by
+//! (INSERT, UPDATE, DELETE, and the locks of SELECT … FOR UPDATE) runs
+//! under the same deadline: its read, its prewrite and its commit's region
+//! requests carry it ([`write_deadline`]). COMMIT of an open transaction is not bounded by
 //! it (it has [`WRITE_DEADLINE`]): once its prewrite has begun, stopping
 //! half-way only leaves locks for readers to resolve.
 
@@ -33,8 +33,9 @@ use crate::{plan_err, Result};
 
 /// A setting is forgotten after this long without a statement.
 pub const IDLE: Duration = Duration::from_secs(8 * 3600);
-/// How long a write runs when no statement deadline is set (COMMIT, the
-/// client library's writes).
+/// How long a write runs that no statement's timeout bounds: COMMIT of an
+/// open transaction, and the commit of its secondaries after a statement
+/// has its answer.
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(30);
 /// The most sessions with settings kept.
 pub const MAX_SESSIONS: usize = 65_536;

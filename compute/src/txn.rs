@@ -40,16 +40,20 @@
 //! DEADLINES. Every step's region requests carry the statement's deadline
 //! (`session_settings::write_deadline`). A prewrite that runs out of time
 //! is rolled back and nothing of it commits, except a one-phase prewrite,
-//! which is a commit and may still apply: its error says the outcome is
-//! unknown (TiDB's "result undetermined"), as does a primary commit that
-//! ran out of time or lost its store. The primary's commit may run
-//! `COMMIT_GRACE` (5 s) past the deadline, since every row is locked by then.
+//! which is a commit: one sent and not answered may still apply, so its
+//! error says the outcome is unknown (TiDB's "result undetermined"), as
+//! does an autocommit statement's primary commit that ran out of time or
+//! lost its store (COMMIT of an open transaction says so in its own
+//! words). The primary's commit may run `COMMIT_GRACE` (5 s) past the
+//! deadline, since every row is locked by then; the secondaries' commit,
+//! after the answer, gets 30 s of its own.
 //!
 //! Retries of every step are idempotent: a prewrite that finds its own
 //! lock passes, a commit that finds its own version passes, so a step
 //! whose outcome was unknown (store restarted, leader changed) is simply
 //! sent again through the shared region-retry layer.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -202,21 +206,20 @@ impl Txns {
             pessimistic: false,
             rows: None,
         };
-        if let Err(e) = self.run(prewrite, mutations, deadline).await {
+        if let Err((e, maybe_applied)) = self.run_tracked(prewrite, mutations, deadline).await {
             // Nothing committed: take back what was locked (a lock left
             // behind would be rolled back by a reader after its TTL). A
-            // one-phase prewrite is its commit: one that ran out of time
-            // or lost its store may still apply, and then commits.
+            // one-phase prewrite is its commit: one sent and not answered
+            // may still apply, and then commits.
             self.rollback(start_ts, keys).await;
-            return Err(match one_pc.is_some() {
-                true => outcome_unknown(e),
-                false => e,
-            });
+            return Err(if maybe_applied { undetermined(e) } else { e });
         }
         if let Some(commit_ts) = one_pc.map(|c| *c.lock()).filter(|ts| *ts != 0) {
             return Ok(commit_ts);
         }
-        self.commit(start_ts, keys, deadline).await
+        self.commit(start_ts, keys, deadline)
+            .await
+            .map_err(undetermined)
     }
 
     /// Locks `mutations` for the transaction `start_ts` whose primary key
@@ -318,13 +321,14 @@ impl Txns {
         // statement deadline that the prewrite used up.
         let primary_deadline = deadline.max(Instant::now() + COMMIT_GRACE);
         self.run(commit.clone(), as_mutations(keys), primary_deadline)
-            .await
-            .map_err(outcome_unknown)?;
+            .await?;
         if !secondaries.is_empty() {
             // Committed already; a secondary left locked is a reader's to
             // commit, so this runs after the answer (as TiDB does) and its
             // failing fails nothing.
+            // Its own deadline: the statement's may be spent.
             let txns = self.clone();
+            let deadline = Instant::now() + crate::session_settings::WRITE_DEADLINE;
             tokio::spawn(async move {
                 if let Err(e) = txns.run(commit, as_mutations(secondaries), deadline).await {
                     tracing::debug!("committing secondaries of {start_ts}: {e}");
@@ -453,14 +457,32 @@ impl Txns {
         mutations: Vec<Mutation>,
         deadline: Instant,
     ) -> Result<()> {
+        self.run_tracked(step, mutations, deadline)
+            .await
+            .map_err(|(e, _)| e)
+    }
+
+    /// [`Txns::run`], and on failure whether a one-phase prewrite (a
+    /// commit) was sent without an answer: it may still apply.
+    async fn run_tracked(
+        self: &Arc<Self>,
+        step: Step,
+        mutations: Vec<Mutation>,
+        deadline: Instant,
+    ) -> std::result::Result<(), (Error, bool)> {
+        let maybe_applied = Arc::new(AtomicBool::new(false));
         let work = StepWork {
             step,
             mutations,
             txns: self.clone(),
             deadline,
+            maybe_applied: maybe_applied.clone(),
         };
         let stats = RetryStats::default();
-        self.layer(&stats).run(work, deadline).await
+        self.layer(&stats)
+            .run(work, deadline)
+            .await
+            .map_err(|e| (e, maybe_applied.load(Ordering::Relaxed)))
     }
 }
 
@@ -483,11 +505,11 @@ fn ttl_from_now_ms(start_ts: u64, ttl: Duration) -> u64 {
 /// How long the primary's commit may run past the statement's deadline.
 const COMMIT_GRACE: Duration = Duration::from_secs(5);
 
-/// `e` from a request that commits (a one-phase prewrite, the primary's
-/// commit): when it ran out of time or lost its store the request may
-/// still apply, so the user must not take the error for a rollback (as
-/// TiDB's "result undetermined").
-fn outcome_unknown(e: Error) -> Error {
+/// `e` from a request that commits (a one-phase prewrite sent without an
+/// answer, the primary's commit): when it ran out of time or lost its
+/// store the request may still apply, so the user must not take the error
+/// for a rollback (TiDB's "result undetermined").
+fn undetermined(e: Error) -> Error {
     match e {
         Error::Deadline(_) | Error::Unavailable(_) => {
             e.with_context("the statement may or may not have committed: read its rows to know")
@@ -553,6 +575,8 @@ struct StepWork {
     mutations: Vec<Mutation>,
     txns: Arc<Txns>,
     deadline: Instant,
+    /// Set when a one-phase prewrite was sent and not answered.
+    maybe_applied: Arc<AtomicBool>,
 }
 
 impl RegionWork for StepWork {
@@ -561,6 +585,15 @@ impl RegionWork for StepWork {
         let mut end = self.mutations.last()?.key.clone();
         end.push(0);
         Some(KeyRange::new(start, end))
+    }
+
+    fn outcome_unknown(&mut self) {
+        if let Step::Prewrite {
+            one_pc: Some(_), ..
+        } = &self.step
+        {
+            self.maybe_applied.store(true, Ordering::Relaxed);
+        }
     }
 
     fn split(self, regions: Vec<Located>) -> Result<Vec<(Located, Self)>> {
@@ -580,6 +613,7 @@ impl RegionWork for StepWork {
                         mutations: mine,
                         txns: self.txns.clone(),
                         deadline: self.deadline,
+                        maybe_applied: self.maybe_applied.clone(),
                     },
                 ));
             }

@@ -20,13 +20,18 @@
 //! Caveats: a divisor that is a non-zero constant is simplified away, so
 //! `x / 2.0` costs nothing; a guarded division (`CASE WHEN y <> 0 THEN x / y
 //! END`) never sees the zero, since DataFusion evaluates a branch only on
-//! the rows it takes. `-0.0` is zero; a NaN divisor is not (the quotient is
-//! NaN, as in PostgreSQL).
+//! the rows it takes. An AND is not such a guard in compute: DataFusion
+//! evaluates both of its sides over a batch (unless the left is false
+//! everywhere in it), so `y <> 0 AND x / y > 1` may fail there, as it
+//! already could for BIGINT and DECIMAL; in a region scan's filter the
+//! coprocessor evaluates a conjunct only on the rows the earlier ones kept.
+//! Write the guard as a CASE. `-0.0` is zero; a NaN divisor is not (the
+//! quotient is NaN, as in PostgreSQL).
 
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, Float32Type, Float64Type};
+use arrow::datatypes::{DataType, Field, FieldRef, Float32Type, Float64Type};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::common::{DFSchema, DataFusionError, Result as DfResult, ScalarValue};
@@ -34,8 +39,8 @@ use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{
-    BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs,
-    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ReturnFieldArgs,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 
@@ -50,7 +55,13 @@ impl AnalyzerRule for FloatDivisionByZero {
         let udf = Arc::new(ScalarUDF::new_from_impl(NonZeroDivisor::new()));
         plan.transform_up_with_subqueries(|node| {
             let schema = merge_schema(&node.inputs());
-            node.map_expressions(|e| e.transform_up(|e| guard_divisor(e, &schema, &udf)))
+            let t =
+                node.map_expressions(|e| e.transform_up(|e| guard_divisor(e, &schema, &udf)))?;
+            // (As DataFusion's type coercion does after rewriting.)
+            match t.transformed {
+                true => t.map_data(|n| n.recompute_schema()),
+                false => Ok(t),
+            }
         })
         .data()
     }
@@ -149,6 +160,22 @@ impl ScalarUDFImpl for NonZeroDivisor {
 
     fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
         Ok(arg_types[0].clone())
+    }
+
+    /// Its argument's type and nullability.
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
+        let arg = &args.arg_fields[0];
+        Ok(Arc::new(Field::new(
+            self.name(),
+            arg.data_type().clone(),
+            arg.is_nullable(),
+        )))
+    }
+
+    /// NULL in, NULL out: `a / b > 0` still rejects a row whose `b` is NULL
+    /// (outer joins become inner ones as before).
+    fn is_strict(&self) -> bool {
+        true
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
