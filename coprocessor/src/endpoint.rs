@@ -255,10 +255,9 @@ fn run(
     stop: &Stop,
     summary: &mut ExecSummary,
 ) -> Result<Output> {
-    let wire = match encode {
-        EncodeType::ArrowDecimal64 => crate::ipc::narrow_schema(&exec.schema()),
-        _ => exec.schema(),
-    };
+    let schema = exec.schema();
+    let wire = crate::ipc::wire_schema(encode, schema.clone());
+    let narrowing = !Arc::ptr_eq(&wire, &schema);
     let mut ipc = match encode {
         EncodeType::Arrow | EncodeType::ArrowDecimal64 => {
             Some(StreamWriter::try_new(Vec::new(), &wire)?)
@@ -282,7 +281,8 @@ fn run(
         if batch.num_rows() > 0 {
             summary.output_rows += batch.num_rows() as u64;
             match &mut ipc {
-                Some(w) => w.write(&crate::ipc::narrow(&batch, &wire)?)?,
+                Some(w) if narrowing => w.write(&crate::ipc::narrow(&batch, &wire)?)?,
+                Some(w) => w.write(&batch)?,
                 None => encode_rows(batch.columns(), &mut rows_out)?,
             }
         }
@@ -384,13 +384,14 @@ pub fn handle_parts<S: Storage>(
         }
         match encode {
             EncodeType::Arrow | EncodeType::ArrowDecimal64 => {
-                let wire = match encode {
-                    EncodeType::ArrowDecimal64 => crate::ipc::narrow_schema(&schema),
-                    _ => schema,
-                };
+                let wire = crate::ipc::wire_schema(encode, schema.clone());
+                let narrowing = !Arc::ptr_eq(&wire, &schema);
                 let mut w = StreamWriter::try_new(Vec::new(), &wire)?;
                 for b in &all {
-                    w.write(&crate::ipc::narrow(b, &wire)?)?;
+                    match narrowing {
+                        true => w.write(&crate::ipc::narrow(b, &wire)?)?,
+                        false => w.write(b)?,
+                    }
                 }
                 w.finish()?;
                 Ok(w.into_inner()?)

@@ -19,6 +19,8 @@ use arrow::datatypes::{DataType, Decimal128Type, Decimal64Type, Field, Schema, S
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 
+use quarry_proto::coprocessor::EncodeType;
+
 use crate::{invalid_input, Result};
 
 /// Encodes `batches` as one IPC stream (schema, batches, end marker).
@@ -93,12 +95,19 @@ pub fn narrow_schema(schema: &SchemaRef) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
+/// The schema a response of `encode` travels under: `schema`, or with
+/// narrow decimals its [`narrow_schema`] (the same `Arc` when nothing
+/// narrows, so callers can tell with `Arc::ptr_eq`).
+pub fn wire_schema(encode: EncodeType, schema: SchemaRef) -> SchemaRef {
+    match encode {
+        EncodeType::ArrowDecimal64 => narrow_schema(&schema),
+        _ => schema,
+    }
+}
+
 /// `batch` with its DECIMAL(p ≤ 18) columns as Decimal64, under `wire`
 /// (its [`narrow_schema`]). Exact: such values are below 10^18.
 pub fn narrow(batch: &RecordBatch, wire: &SchemaRef) -> Result<RecordBatch> {
-    if Arc::ptr_eq(batch.schema_ref(), wire) || batch.schema_ref() == wire {
-        return Ok(batch.clone());
-    }
     let columns = batch
         .columns()
         .iter()

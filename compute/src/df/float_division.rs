@@ -77,28 +77,31 @@ fn is_float(t: &DataType) -> bool {
 
 /// `a / b` or `a % b` with a float `b` → `a / nonzero_divisor(b)`.
 fn guard_divisor(e: Expr, schema: &DFSchema, udf: &Arc<ScalarUDF>) -> DfResult<Transformed<Expr>> {
-    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
-        return Ok(Transformed::no(e));
-    };
-    let guarded =
-        matches!(&*right, Expr::ScalarFunction(f) if f.func.name() == NonZeroDivisor::NAME);
-    let float = matches!(right.get_type(schema), Ok(t) if is_float(&t));
-    if !matches!(op, Operator::Divide | Operator::Modulo) || guarded || !float {
-        return Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr {
+    match e {
+        Expr::BinaryExpr(BinaryExpr {
             left,
-            op,
+            op: op @ (Operator::Divide | Operator::Modulo),
             right,
-        })));
+        }) if needs_guard(&right, schema) => {
+            let right = Box::new(Expr::ScalarFunction(ScalarFunction::new_udf(
+                udf.clone(),
+                vec![*right],
+            )));
+            Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr {
+                left,
+                op,
+                right,
+            })))
+        }
+        e => Ok(Transformed::no(e)),
     }
-    let right = Box::new(Expr::ScalarFunction(ScalarFunction::new_udf(
-        udf.clone(),
-        vec![*right],
-    )));
-    Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr {
-        left,
-        op,
-        right,
-    })))
+}
+
+/// A float divisor not yet guarded (its type is asked only of divisors).
+fn needs_guard(divisor: &Expr, schema: &DFSchema) -> bool {
+    let guarded =
+        matches!(divisor, Expr::ScalarFunction(f) if f.func.name() == NonZeroDivisor::NAME);
+    !guarded && matches!(divisor.get_type(schema), Ok(t) if is_float(&t))
 }
 
 /// `nonzero_divisor(b)`: `b`, or the error "division by zero" when a
