@@ -244,6 +244,20 @@ async fn stores_busy(addrs: &[String]) -> bool {
     crate::status::followers_behind(&all)
 }
 
+/// Says so when a store is busy right after the timed queries (RocksDB
+/// work running or pending, or a follower behind): [`settle`] waited for a
+/// quiet cluster before them, but work that started during them would be
+/// in the timings.
+async fn warn_if_busy(cluster: &LocalCluster, whose: &str) {
+    if stores_busy(&cluster.store_addrs()).await {
+        eprintln!(
+            "warning: a store was busy (RocksDB flushes or compactions, or a \
+             follower catching up) at the end of {whose} timed queries: the \
+             timings may include that work"
+        );
+    }
+}
+
 /// The longest [`settle`] waits.
 const SETTLE_MAX: Duration = Duration::from_secs(15 * 60);
 
@@ -282,6 +296,7 @@ pub async fn bench_tpch(opts: &BenchOptions) -> Result<(Option<LoadSummary>, Vec
     let result = async {
         let summary = load(&cluster, opts, opts.layout).await?;
         let reports = run_queries(&cluster.compute_url(), setting, opts).await?;
+        warn_if_busy(&cluster, "these").await;
         Ok::<_, anyhow::Error>((Some(summary), reports))
     }
     .await;
@@ -336,8 +351,10 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
             )
             .await?,
         );
+        warn_if_busy(&cluster, "the column layout's").await;
         loads.push(load(&cluster, opts, Layout::Row).await?);
         queries.extend(run_queries(&cluster.compute_url(), "row", opts).await?);
+        warn_if_busy(&cluster, "the row layout's").await;
         let duckdb = duckdb_times(dir.path(), opts).await;
         let duckdb_skipped = match duckdb {
             Ok(d) => {
@@ -609,6 +626,55 @@ pub fn print_compare(r: &CompareReport) {
     if let Some(why) = &r.duckdb_skipped {
         println!("duckdb: not measured: {why}");
     }
+    print_targets(r);
+}
+
+/// The performance targets (issue 15) and where this run stands on each:
+/// one line per target, its measured ratio and whether it is met.
+fn print_targets(r: &CompareReport) {
+    let med = |q: &str, s: &str| {
+        r.queries
+            .iter()
+            .find(|x| x.query == q && x.setting == s)
+            .map(|x| x.median_ms)
+    };
+    let verdict = |ok: bool| if ok { "met" } else { "not met" };
+    println!("targets:");
+    for (q, limit) in [("q1", 0.25), ("q6", 0.5)] {
+        if let (Some(c), Some(d)) = (med(q, "column"), med(q, "duckdb")) {
+            let x = c / d;
+            println!(
+                "  {q} column/duckdb <= {limit}: {x:.2} ({})",
+                verdict(x <= limit)
+            );
+        }
+    }
+    for q in ["scan", "topn"] {
+        if let (Some(c), Some(w)) = (med(q, "column"), med(q, "column, rows on the wire")) {
+            let x = w / c;
+            println!(
+                "  {q} rows-on-wire/arrow >= 3: {x:.2} ({})",
+                verdict(x >= 3.0)
+            );
+        }
+    }
+    if let (Some(ms), Some(q)) = (med("q6", "row"), r.queries.iter().find(|x| x.query == "q6")) {
+        // Q6 scans every lineitem row; the cluster shares this machine's
+        // cores with everything else in the run.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let rows = Table::Lineitem.approx_rows(q.sf) as f64;
+        let per_core = rows / (ms / 1000.0) / cores;
+        println!(
+            "  row layout q6 >= 4 M rows/s per core: {:.2} M ({} cores; {})",
+            per_core / 1e6,
+            cores,
+            verdict(per_core >= 4e6)
+        );
+    }
+    println!(
+        "  SF 10 / SF 1 <= 11 and the 22 queries' geometric mean: not in this run \
+         (bench tpch --sf 10 and --sf 1 in one sitting; bench tpch --queries all)"
+    );
 }
 
 /// `quarry bench write`: the cost of replication, and what early apply

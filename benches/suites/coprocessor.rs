@@ -6,6 +6,7 @@ use quarry_coprocessor::codec::key::table_record_range;
 use quarry_coprocessor::codec::pack::{decode_columns, PackView};
 use quarry_coprocessor::codec::row::RowDecoder;
 use quarry_coprocessor::endpoint::{build_executors_with, handle};
+use quarry_coprocessor::simd;
 use quarry_coprocessor::storage::{MemStorage, Storage};
 use quarry_proto::coprocessor::{CopRequest, KeyRange};
 use quarry_proto::meta::Layout;
@@ -48,6 +49,7 @@ fn run_dag(
 }
 
 pub fn bench(c: &mut Criterion) {
+    eprintln!("coprocessor kernels: {}", simd::level_name());
     let (mut storage, rows) = region(0.01);
     let mut g = c.benchmark_group("coprocessor");
     g.throughput(Throughput::Elements(rows as u64));
@@ -111,10 +113,18 @@ pub fn bench(c: &mut Criterion) {
         if let Some(s) = dag.scan.as_mut() {
             s.layout = Layout::Column as i32;
         }
-        for fused in [true, false] {
-            let id = format!("{name}_{}", if fused { "fused" } else { "generic" });
+        // The fused executor with its kernels' AVX2 copies (where the CPU
+        // has AVX2) and with the baseline ones, side by side.
+        for (variant, fused, avx2) in [
+            ("fused", true, true),
+            ("fused_baseline_simd", true, false),
+            ("generic", false, true),
+        ] {
+            let id = format!("{name}_{variant}");
             g.bench_function(BenchmarkId::new("region_scan_partial_agg", id), |b| {
-                b.iter(|| std::hint::black_box(run_dag(&mut packs, &dag, fused)))
+                let was = simd::set_enabled(avx2);
+                b.iter(|| std::hint::black_box(run_dag(&mut packs, &dag, fused)));
+                simd::set_enabled(was);
             });
         }
     }

@@ -29,6 +29,8 @@
 //!   aggregates on a pack's stored integers in one pass.
 //! * [`endpoint`]: one request in, one response out, errors as data.
 //! * [`ipc`]: Arrow IPC stream encoding.
+//! * [`simd`]: the hot kernels compiled for the baseline and for AVX2,
+//!   picked per CPU at run time.
 //!
 //! TYPES are Arrow types; see [`types`] for the SQL mapping. Decimals are
 //! i128 unscaled values with checked arithmetic: an overflow is an
@@ -56,6 +58,7 @@ pub mod executor;
 pub mod expr;
 pub mod ipc;
 pub mod key_range;
+pub mod simd;
 pub mod storage;
 pub mod types;
 

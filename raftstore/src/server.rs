@@ -264,6 +264,11 @@ pub async fn run(
             stop,
         ));
 
+    tracing::info!(
+        store = cfg.store_id,
+        kernels = quarry_coprocessor::simd::level_name(),
+        "coprocessor kernels chosen for this CPU"
+    );
     if fresh && cfg.join.is_empty() {
         tracing::info!(store = cfg.store_id, "bootstrapping a new cluster");
         meta.bootstrap(me.clone()).await?;

@@ -11,6 +11,7 @@
 
 use crate::codec::pack::{IntView, Lane, WidthVisitor};
 use crate::expr::CmpOp;
+use crate::simd::kernel;
 
 /// A bitmap selecting rows `0..n`.
 pub fn all_rows(n: usize) -> Vec<u64> {
@@ -52,7 +53,9 @@ pub fn and_masks(n: usize, bits: &mut [u64], fill: impl Fn(usize, &mut [u8])) {
         let mut mask = 0u64;
         for (c, chunk) in bytes.chunks_exact(8).enumerate() {
             let x = u64::from_le_bytes(chunk.try_into().expect("8"));
-            // Gathers the low bit of each byte into the top byte.
+            // Gathers the low bit of each byte into the top byte. (Three
+            // shifts and ORs do the same and vectorize better on AVX2, but
+            // measured no faster there and slower on the baseline.)
             mask |= (x.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * c);
         }
         *word &= mask;
@@ -81,6 +84,14 @@ pub fn and_range_packed(v: &IntView<'_>, n: usize, bits: &mut [u64], lo: i64, hi
         a: a as u64,
         span: (b - a) as u64,
     })
+}
+
+kernel! {
+    /// [`and_range_packed`] for the baseline and for AVX2 (see
+    /// [`crate::simd`]), for callers outside a kernel of their own.
+    pub fn narrow_range(v: &IntView<'_>, n: usize, bits: &mut [u64], lo: i64, hi: i64) {
+        and_range_packed(v, n, bits, lo, hi)
+    }
 }
 
 /// [`and_range_packed`] in the stored frame: `a <= value − min <= a + span`.
@@ -207,14 +218,16 @@ mod tests {
                 (50, 40),
                 (1000, i64::MAX),
             ] {
-                let mut bits = all_rows(vals.len());
-                and_range_packed(&col, vals.len(), &mut bits, lo, hi);
-                let mut got = Vec::new();
-                indices(&bits, &mut got);
                 let want: Vec<u32> = (0..vals.len() as u32)
                     .filter(|i| (lo..=hi).contains(&vals[*i as usize]))
                     .collect();
-                assert_eq!(got, want, "spread {spread} range [{lo}, {hi}]");
+                crate::simd::for_each_level(|avx2| {
+                    let mut bits = all_rows(vals.len());
+                    narrow_range(&col, vals.len(), &mut bits, lo, hi);
+                    let mut got = Vec::new();
+                    indices(&bits, &mut got);
+                    assert_eq!(got, want, "spread {spread} range [{lo}, {hi}] avx2 {avx2}");
+                });
             }
         }
     }

@@ -29,7 +29,7 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
 
-use super::kernels::{all_rows, and_packed, and_range_packed, compare_range, indices, IntSet};
+use super::kernels::{all_rows, and_packed, compare_range, indices, narrow_range, IntSet};
 use super::{BatchExecutor, BatchResult, Chunk};
 use crate::codec::key::{row_keys_end, KeyKind, RECORD_KEY_LEN, ROWID_COLUMN_ID};
 use crate::codec::mvcc::{
@@ -528,9 +528,7 @@ impl ZoneFilter {
         for (id, lo, hi) in &self.bounds {
             match pack.column(*id)? {
                 ColumnView::Null => bits.fill(0),
-                ColumnView::Int(v) if !v.has_nulls() => {
-                    and_range_packed(&v, n, &mut bits, *lo, *hi)
-                }
+                ColumnView::Int(v) if !v.has_nulls() => narrow_range(&v, n, &mut bits, *lo, *hi),
                 _ => {}
             }
         }

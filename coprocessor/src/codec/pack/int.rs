@@ -9,11 +9,13 @@
 //! [`WidthVisitor`] the bytes typed as their [`Lane`] (`u8`, `u16`, `u32`
 //! or `u64`). A visitor's [`WidthVisitor::lanes`] is generic over the lane
 //! type, so each width is compiled into its own tight loop, which the
-//! compiler vectorizes at the stored width (32 lanes per 256-bit
-//! instruction for a 1-byte column); width 0, where every value is `min`
+//! compiler vectorizes at the stored width (32 lanes per 256-bit AVX2
+//! instruction for a 1-byte column, where the CPU has AVX2: see
+//! [`crate::simd`]); width 0, where every value is `min`
 //! and nothing is stored, is [`WidthVisitor::constant`].
 
 use super::view::bit;
+use crate::simd::kernel;
 
 /// A frame-of-reference integer column.
 #[derive(Debug, Clone, Copy)]
@@ -175,14 +177,9 @@ impl<'a> IntView<'a> {
     }
 
     /// Decodes every value into `out` (cleared first), widening in one
-    /// pass the compiler vectorizes.
+    /// pass the compiler vectorizes (for AVX2 where the CPU has it).
     pub fn decode_into(&self, out: &mut Vec<i64>) {
-        out.clear();
-        self.visit(DecodeAll {
-            min: self.min,
-            rows: self.rows,
-            out,
-        })
+        decode_all(self, out)
     }
 
     /// The values at rows `sel` into `out` (cleared first).
@@ -227,11 +224,26 @@ struct DecodeAll<'o> {
     out: &'o mut Vec<i64>,
 }
 
+kernel! {
+    /// [`IntView::decode_into`], for the baseline and for AVX2.
+    fn decode_all(v: &IntView<'_>, out: &mut Vec<i64>) {
+        out.clear();
+        out.reserve(v.rows);
+        v.visit(DecodeAll {
+            min: v.min,
+            rows: v.rows,
+            out,
+        })
+    }
+}
+
 impl WidthVisitor for DecodeAll<'_> {
     type Output = ();
+    #[inline(always)]
     fn constant(self) {
         self.out.resize(self.rows, self.min)
     }
+    #[inline(always)]
     fn lanes<L: Lane>(self, data: &[u8]) {
         let min = self.min;
         self.out.extend(L::iter(data).map(|x| widen(min, x)))

@@ -364,8 +364,18 @@ impl Core {
         let inputs = program_inputs(&plan.progs, src, rows, &sc.sel, &mut sc.decoded);
         let values: Vec<Val> = plan.progs.iter().map(|p| p.eval(&inputs)).collect();
         // 5. Accumulate per local slot, then fold into the groups.
-        let group_of = groups.slots_for(&plan.keys, &layout, src, &sc.slots.local_keys)?;
-        groups.add(plan, &group_of, &sc.slots.local, locals, &values, &bounds)?;
+        let of_keys = groups.slots_for(&plan.keys, &layout, src, &sc.slots.local_keys)?;
+        let group_of = sc.slots.group_per_slot(of_keys, locals);
+        let slots = &sc.slots;
+        groups.add(
+            plan,
+            &group_of,
+            &slots.local,
+            &slots.counts,
+            locals,
+            &values,
+            &bounds,
+        )?;
         Ok(())
     }
 }

@@ -121,30 +121,31 @@ impl Groups {
     }
 
     /// Adds a block's rows to the groups: `local` holds each row's local
-    /// slot, `group_of` each local group slot's group, `values` each
-    /// program's values over the rows and `bounds` their range.
+    /// slot, `counts` each slot's rows, `group_of` each local group slot's
+    /// group (a slot without rows has none), `values` each program's
+    /// values over the rows and `bounds` their range.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn add(
         &mut self,
         plan: &FusedPlan,
         group_of: &[u32],
         local: &[u32],
+        counts: &[i64],
         locals: Locals,
         values: &[Val<'_>],
         bounds: &[(i128, i128)],
     ) -> Result<()> {
         let Locals {
-            real,
-            total,
-            single,
-            rows,
+            real, single, rows, ..
         } = locals;
         // Counts.
         if single {
             self.counts[0] += rows as i64;
         } else {
-            let counts = count_by_slot(local, total);
             for (l, c) in counts.iter().take(real).enumerate() {
-                self.counts[group_of[l] as usize] += c;
+                if *c > 0 {
+                    self.counts[group_of[l] as usize] += c;
+                }
             }
         }
         // Sums, minimums, maximums: which programs need which.
@@ -164,16 +165,17 @@ impl Groups {
         for (p, val) in values.iter().enumerate() {
             let vals = val.values(rows);
             if need_sum[p] {
-                self.add_sums(p, &vals, bounds[p], group_of, local, locals)?;
+                self.add_sums(p, &vals, bounds[p], group_of, local, counts, locals)?;
             }
             if need_min[p] || need_max[p] {
-                self.add_extremes(p, &vals, group_of, local, locals);
+                self.add_extremes(p, &vals, group_of, local, counts, locals);
             }
         }
         Ok(())
     }
 
     /// Program `p`'s sums, in i64 per block when `max |value| × rows` fits.
+    #[allow(clippy::too_many_arguments)]
     fn add_sums(
         &mut self,
         p: usize,
@@ -181,6 +183,7 @@ impl Groups {
         (lo, hi): (i128, i128),
         group_of: &[u32],
         local: &[u32],
+        counts: &[i64],
         locals: Locals,
     ) -> Result<()> {
         let bound = lo.abs().max(hi.abs());
@@ -208,6 +211,9 @@ impl Groups {
             }
         }
         for (l, s) in sums.iter().take(locals.real).enumerate() {
+            if counts[l] == 0 {
+                continue;
+            }
             let g = &mut self.sums[p][group_of[l] as usize];
             *g = g
                 .checked_add(*s)
@@ -223,6 +229,7 @@ impl Groups {
         vals: &[i64],
         group_of: &[u32],
         local: &[u32],
+        counts: &[i64],
         locals: Locals,
     ) {
         let mut mins = vec![i64::MAX; locals.total];
@@ -237,7 +244,7 @@ impl Groups {
                 maxs[l] = maxs[l].max(*v);
             }
         }
-        for l in 0..locals.real {
+        for l in (0..locals.real).filter(|l| locals.single || counts[*l] > 0) {
             let g = group_of[l] as usize;
             self.mins[p][g] = self.mins[p][g].min(mins[l]);
             self.maxs[p][g] = self.maxs[p][g].max(maxs[l]);
@@ -325,51 +332,33 @@ impl Groups {
     }
 }
 
-/// Sums `vals` per slot (`slots[i]` < `nslots`). Four interleaved sets of
-/// sums, so consecutive rows of the same group do not wait on each other's
-/// store. The caller has bounded the sums to i64.
+/// Interleaved sets of per-slot sums in [`sum_by_slot`] and
+/// [`super::keys::count_by_slot`]: row `j` adds into set `j % WAYS`.
+/// Rows of the same group follow each other closely (TPC-H Q1 has four
+/// groups), and an add into a slot waits for the previous one's store;
+/// independent sets let those adds overlap. Eight sets were tried and
+/// were slower on Q1 (the set offsets no longer fit in registers).
+pub(super) const WAYS: usize = 4;
+
+/// Sums `vals` per slot (`slots[i]` < `nslots`), in [`WAYS`] interleaved
+/// sets. The caller has bounded the sums to i64.
 fn sum_by_slot(vals: &[i64], slots: &[u32], nslots: usize) -> Vec<i64> {
-    let mut acc = vec![0i64; 4 * nslots];
-    let (a, rest) = acc.split_at_mut(nslots);
-    let (b, rest) = rest.split_at_mut(nslots);
-    let (c, d) = rest.split_at_mut(nslots);
-    let mut vc = vals.chunks_exact(4);
-    let mut sc = slots.chunks_exact(4);
+    let mut acc = vec![0i64; WAYS * nslots];
+    let mut vc = vals.chunks_exact(WAYS);
+    let mut sc = slots.chunks_exact(WAYS);
     for (v, s) in (&mut vc).zip(&mut sc) {
-        a[s[0] as usize] = a[s[0] as usize].wrapping_add(v[0]);
-        b[s[1] as usize] = b[s[1] as usize].wrapping_add(v[1]);
-        c[s[2] as usize] = c[s[2] as usize].wrapping_add(v[2]);
-        d[s[3] as usize] = d[s[3] as usize].wrapping_add(v[3]);
+        for w in 0..WAYS {
+            debug_assert!((s[w] as usize) < nslots);
+            let i = w * nslots + s[w] as usize;
+            acc[i] = acc[i].wrapping_add(v[w]);
+        }
     }
     for (v, s) in vc.remainder().iter().zip(sc.remainder()) {
-        a[*s as usize] = a[*s as usize].wrapping_add(*v);
+        acc[*s as usize] = acc[*s as usize].wrapping_add(*v);
     }
     (0..nslots)
-        .map(|i| {
-            a[i].wrapping_add(b[i])
-                .wrapping_add(c[i])
-                .wrapping_add(d[i])
-        })
+        .map(|i| (0..WAYS).fold(0i64, |t, w| t.wrapping_add(acc[w * nslots + i])))
         .collect()
-}
-
-/// Rows per slot, four interleaved counters (see [`sum_by_slot`]).
-fn count_by_slot(slots: &[u32], nslots: usize) -> Vec<i64> {
-    let mut acc = vec![0i64; 4 * nslots];
-    let (a, rest) = acc.split_at_mut(nslots);
-    let (b, rest) = rest.split_at_mut(nslots);
-    let (c, d) = rest.split_at_mut(nslots);
-    let mut sc = slots.chunks_exact(4);
-    for s in &mut sc {
-        a[s[0] as usize] += 1;
-        b[s[1] as usize] += 1;
-        c[s[2] as usize] += 1;
-        d[s[3] as usize] += 1;
-    }
-    for s in sc.remainder() {
-        a[*s as usize] += 1;
-    }
-    (0..nslots).map(|i| a[i] + b[i] + c[i] + d[i]).collect()
 }
 
 /// An integer-stored column of SQL type `t` from i64 values.

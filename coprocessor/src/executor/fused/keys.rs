@@ -5,9 +5,15 @@
 //! string among the block's distinct ones, or value − min for an integer
 //! key of a narrow range. The codes combine, key by key times a stride,
 //! into one index into a lookup table of the block's combinations ([`KeyLayout`]);
-//! Q1's two flags make at most 3 × 2 slots. The table hands out *local*
-//! slots in order of first appearance ([`Slots::assign`]); the accumulation
-//! sums per local slot and folds each into its group once per block.
+//! Q1's two flags make at most 3 × 2 slots. For a table of up to
+//! `DIRECT_SLOTS` (256) combinations, that index *is* the row's local slot
+//! (no per-row lookup: the index loops and the mask of dropped rows
+//! vectorize); a larger table hands out local slots in order of first
+//! appearance ([`Slots::assign`]), so the accumulation's arrays stay as
+//! small as the block's distinct combinations. Either way the rows per
+//! slot are counted once, slots without rows are no group, and the
+//! accumulation sums per local slot and folds each into its group once per
+//! block.
 //!
 //! An integer key whose values spread wider than [`MAX_INT_KEY_SPAN`] in a
 //! block (a part or supplier key: TPC-H Q15, Q17, Q20) is coded like a
@@ -23,6 +29,7 @@ use super::core::{Early, Selected};
 use super::groups::KeyValue;
 use super::plan::KeyCol;
 use super::source::Source;
+use crate::simd::kernel;
 use crate::{internal, invalid_input, Result};
 
 /// Most slots a block's group lookup table may have.
@@ -201,9 +208,7 @@ impl<'a> KeyLayout<'a> {
                     (Source::Dict(d), _) => {
                         let codes = d.codes;
                         if rows.dense {
-                            for (x, c) in idx.iter_mut().zip(codes) {
-                                *x += *c as u32 * stride;
-                            }
+                            add_codes(idx, codes, stride);
                         } else {
                             for (x, i) in idx.iter_mut().zip(sel) {
                                 *x += codes[*i as usize] as u32 * stride;
@@ -294,7 +299,8 @@ fn int_codes(src: &Source<'_>, rows: Selected, sel: &[u32]) -> IntCodes {
 /// A block's rows by group: what the accumulation reads.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Locals {
-    /// Local slots that are groups: 0..real.
+    /// Local slots that may be groups: 0..real (a slot with no rows in
+    /// [`Slots::counts`] is none).
     pub(super) real: usize,
     /// Slots the accumulation loops index: the groups and, with a mask,
     /// one more for the rows it dropped.
@@ -305,27 +311,38 @@ pub(super) struct Locals {
     pub(super) rows: usize,
 }
 
+/// Lookup tables up to this many slots number a block's local slots by
+/// the lookup-table index itself: no table, no per-row lookup, and a
+/// slot-per-combination count array that stays in L1. Larger tables hand
+/// out slots in order of first appearance, so the accumulation's arrays
+/// are as small as the block's distinct combinations.
+const DIRECT_SLOTS: usize = 256;
+
 /// Scratch buffers for the rows' slots, reused across blocks.
 #[derive(Default)]
 pub(super) struct Slots {
     /// Each read row's lookup-table index.
     idx: Vec<u32>,
-    /// Each row's selection bit, when the filters left most rows (a mask).
-    keep: Vec<bool>,
     /// Lookup table: index → local slot (`u32::MAX`: not seen yet).
     lut: Vec<u32>,
     /// Each read row's local slot.
     pub(super) local: Vec<u32>,
-    /// Each local group slot's lookup-table index, in order of appearance.
+    /// The lookup-table index of each local slot with rows, in order of
+    /// slot.
     pub(super) local_keys: Vec<u32>,
+    /// Rows per local slot (the discard slot included).
+    pub(super) counts: Vec<i64>,
+    /// Local slots are lookup-table indexes ([`DIRECT_SLOTS`]): slots
+    /// without rows are not in `local_keys`.
+    direct: bool,
     /// An integer key's values.
     tmp: Vec<i64>,
 }
 
 impl Slots {
     /// Gives each row read (`rows`; `bits` and `sel` from the filters) a
-    /// local slot in `local`, a slot per distinct key combination, in
-    /// order of first appearance (`local_keys`).
+    /// local slot in `local`, with its rows counted in `counts`, and lists
+    /// the slots that have rows in `local_keys`.
     pub(super) fn assign(
         &mut self,
         layout: &KeyLayout<'_>,
@@ -335,52 +352,134 @@ impl Slots {
         bits: &[u64],
         sel: &[u32],
     ) -> Result<Locals, Early> {
-        if rows.masked {
-            self.keep.clear();
-            self.keep
-                .extend((0..rows.n).map(|j| (bits[j / 64] >> (j % 64)) & 1 != 0));
-        }
         self.local.clear();
         self.local_keys.clear();
-        // Local slots 0..real are groups; with a mask, slot `real` discards.
-        let real = if keys.is_empty() {
+        self.direct = false;
+        let masked = rows.masked as usize;
+        if keys.is_empty() {
+            // One group; with a mask, slot 1 discards.
             if rows.masked {
-                self.local.extend(self.keep.iter().map(|k| (!k) as u32));
+                self.local.resize(rows.n, 0);
+                discard_dropped(&mut self.local, bits, 1);
             }
-            1
+            self.counts = if rows.masked {
+                count_by_slot(&self.local, 2)
+            } else {
+                vec![rows.m as i64]
+            };
+            self.local_keys.push(0);
+            return Ok(Locals {
+                real: 1,
+                total: 1 + masked,
+                single: !rows.masked,
+                rows: rows.m,
+            });
+        }
+        layout.index_rows(keys, src, rows, sel, &mut self.idx, &mut self.tmp)?;
+        let real = if layout.total <= DIRECT_SLOTS {
+            // Each row's slot is its lookup-table index; the rows the
+            // filters dropped go to the slot after the table's.
+            std::mem::swap(&mut self.local, &mut self.idx);
+            if rows.masked {
+                discard_dropped(&mut self.local, bits, layout.total as u32);
+            }
+            self.direct = true;
+            layout.total
         } else {
-            layout.index_rows(keys, src, rows, sel, &mut self.idx, &mut self.tmp)?;
             self.lut.clear();
             self.lut.resize(layout.total, u32::MAX);
             self.local.reserve(rows.m);
+            let mut next = 0u32;
             for (j, x) in self.idx.iter().enumerate() {
-                if rows.masked && !self.keep[j] {
+                if rows.masked && (bits[j / 64] >> (j % 64)) & 1 == 0 {
                     self.local.push(u32::MAX);
                     continue;
                 }
                 let slot = &mut self.lut[*x as usize];
                 if *slot == u32::MAX {
-                    *slot = self.local_keys.len() as u32;
+                    *slot = next;
                     self.local_keys.push(*x);
+                    next += 1;
                 }
                 self.local.push(*slot);
             }
-            let real = self.local_keys.len();
             if rows.masked {
-                let discard = real as u32;
                 for l in &mut self.local {
                     if *l == u32::MAX {
-                        *l = discard;
+                        *l = next;
                     }
                 }
             }
-            real
+            next as usize
         };
+        self.counts = count_by_slot(&self.local, real + masked);
+        if self.direct {
+            self.local_keys
+                .extend((0..real as u32).filter(|k| self.counts[*k as usize] > 0));
+        }
         Ok(Locals {
             real,
-            total: real + rows.masked as usize,
-            single: keys.is_empty() && !rows.masked,
+            total: real + masked,
+            single: false,
             rows: rows.m,
         })
     }
+
+    /// The group of each local slot (`u32::MAX` for a slot without rows),
+    /// from the group of each slot in `local_keys`.
+    pub(super) fn group_per_slot(&self, of_keys: Vec<u32>, locals: Locals) -> Vec<u32> {
+        if !self.direct {
+            return of_keys;
+        }
+        let mut of_slot = vec![u32::MAX; locals.real];
+        for (k, g) in self.local_keys.iter().zip(of_keys) {
+            of_slot[*k as usize] = g;
+        }
+        of_slot
+    }
+}
+
+kernel! {
+    /// Sends each row the filters dropped (a clear bit in `bits`) to slot
+    /// `discard`; a select, not a branch, so the loop vectorizes.
+    fn discard_dropped(local: &mut [u32], bits: &[u64], discard: u32) {
+        for (chunk, w) in local.chunks_mut(64).zip(bits) {
+            if *w == u64::MAX {
+                continue;
+            }
+            for (i, l) in chunk.iter_mut().enumerate() {
+                let keep = (w >> i) & 1 != 0;
+                *l = if keep { *l } else { discard };
+            }
+        }
+    }
+}
+
+kernel! {
+    /// Adds each row's dictionary code × `stride` to its lookup-table index.
+    fn add_codes(idx: &mut [u32], codes: &[u8], stride: u32) {
+        for (x, c) in idx.iter_mut().zip(codes) {
+            *x += *c as u32 * stride;
+        }
+    }
+}
+
+/// Rows per slot, in [`super::groups::WAYS`] interleaved sets of counters
+/// (see there).
+pub(super) fn count_by_slot(slots: &[u32], nslots: usize) -> Vec<i64> {
+    const WAYS: usize = super::groups::WAYS;
+    let mut acc = vec![0i64; WAYS * nslots];
+    let mut sc = slots.chunks_exact(WAYS);
+    for s in &mut sc {
+        for w in 0..WAYS {
+            debug_assert!((s[w] as usize) < nslots);
+            acc[w * nslots + s[w] as usize] += 1;
+        }
+    }
+    for s in sc.remainder() {
+        acc[*s as usize] += 1;
+    }
+    (0..nslots)
+        .map(|i| (0..WAYS).map(|w| acc[w * nslots + i]).sum())
+        .collect()
 }

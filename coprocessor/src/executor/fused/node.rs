@@ -11,6 +11,7 @@ use arrow::datatypes::DataType;
 
 use crate::codec::pack::is_int_type;
 use crate::expr::{ArithOp, Expr, ScalarValue};
+use crate::simd::kernel;
 use crate::types::POW10;
 
 /// |value| must stay below this to be an i64 (and leave room to negate).
@@ -243,34 +244,36 @@ impl Val<'_> {
     }
 }
 
-/// One arithmetic node over whole vectors; generic over `f` so each
-/// operator gets its own (vectorized) loops.
-#[inline]
-fn binary<'a>(a: Val<'a>, b: Val<'a>, f: impl Fn(i64, i64) -> i64 + Copy) -> Val<'a> {
-    match (a, b) {
-        (Val::Const(x), Val::Const(y)) => Val::Const(f(x, y)),
-        (Val::Owned(mut v), Val::Const(y)) => {
-            v.iter_mut().for_each(|x| *x = f(*x, y));
-            Val::Owned(v)
-        }
-        (Val::Slice(s), Val::Const(y)) => Val::Owned(s.iter().map(|x| f(*x, y)).collect()),
-        (Val::Const(x), Val::Owned(mut v)) => {
-            v.iter_mut().for_each(|y| *y = f(x, *y));
-            Val::Owned(v)
-        }
-        (Val::Const(x), Val::Slice(s)) => Val::Owned(s.iter().map(|y| f(x, *y)).collect()),
-        (Val::Owned(mut v), b) => {
-            let b = b.values(v.len());
-            v.iter_mut().zip(b.iter()).for_each(|(x, y)| *x = f(*x, *y));
-            Val::Owned(v)
-        }
-        (a, Val::Owned(mut v)) => {
-            let a = a.values(v.len());
-            v.iter_mut().zip(a.iter()).for_each(|(y, x)| *y = f(*x, *y));
-            Val::Owned(v)
-        }
-        (Val::Slice(a), Val::Slice(b)) => {
-            Val::Owned(a.iter().zip(b).map(|(x, y)| f(*x, *y)).collect())
+kernel! {
+    /// One arithmetic node over whole vectors; generic over `f` so each
+    /// operator gets its own (vectorized) loops, for the baseline and for
+    /// AVX2 (see [`crate::simd`]).
+    fn binary<'a>(a: Val<'a>, b: Val<'a>, f: impl Fn(i64, i64) -> i64 + Copy) -> Val<'a> {
+        match (a, b) {
+            (Val::Const(x), Val::Const(y)) => Val::Const(f(x, y)),
+            (Val::Owned(mut v), Val::Const(y)) => {
+                v.iter_mut().for_each(|x| *x = f(*x, y));
+                Val::Owned(v)
+            }
+            (Val::Slice(s), Val::Const(y)) => Val::Owned(s.iter().map(|x| f(*x, y)).collect()),
+            (Val::Const(x), Val::Owned(mut v)) => {
+                v.iter_mut().for_each(|y| *y = f(x, *y));
+                Val::Owned(v)
+            }
+            (Val::Const(x), Val::Slice(s)) => Val::Owned(s.iter().map(|y| f(x, *y)).collect()),
+            (Val::Owned(mut v), b) => {
+                let b = b.values(v.len());
+                v.iter_mut().zip(b.iter()).for_each(|(x, y)| *x = f(*x, *y));
+                Val::Owned(v)
+            }
+            (a, Val::Owned(mut v)) => {
+                let a = a.values(v.len());
+                v.iter_mut().zip(a.iter()).for_each(|(y, x)| *y = f(*x, *y));
+                Val::Owned(v)
+            }
+            (Val::Slice(a), Val::Slice(b)) => {
+                Val::Owned(a.iter().zip(b).map(|(x, y)| f(*x, *y)).collect())
+            }
         }
     }
 }

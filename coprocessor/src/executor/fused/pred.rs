@@ -17,6 +17,7 @@ use crate::codec::pack::is_int_type;
 use crate::executor::kernels::{and_masks, compare_range, IntSet};
 use crate::expr::{Bloom, CmpOp, Expr, LogicOp, ScalarValue};
 use crate::internal;
+use crate::simd::kernel;
 use crate::types::POW10;
 
 /// One conjunct of a block filter, on the stored integers (or a string
@@ -285,7 +286,15 @@ impl Pred {
         n: usize,
         bits: &mut [u64],
     ) -> Result<(), Early> {
-        match self {
+        narrow(self, src, n, bits)
+    }
+}
+
+kernel! {
+    /// [`Pred::narrow`], with the filter loops it inlines, for the
+    /// baseline and for AVX2 (see [`crate::simd`]).
+    fn narrow(pred: &Pred, src: &[Source<'_>], n: usize, bits: &mut [u64]) -> Result<(), Early> {
+        match pred {
             Pred::StrIn { col, set, negated } => match &src[*col] {
                 Source::Dict(d) => {
                     let accept: Vec<u8> = (0..d.entries())

@@ -1,0 +1,180 @@
+//! Runtime-dispatched SIMD: the hot kernels compiled twice, once for the
+//! baseline x86-64 the binary targets (SSE2) and once for AVX2, and the
+//! AVX2 copy taken when the CPU has it.
+//!
+//! WHY AT RUN TIME. The release binary targets plain x86-64 so that it runs
+//! on any x86-64 machine; built that way, the compiler vectorizes the
+//! kernels with 16-byte SSE2 vectors only. Building with
+//! `-C target-cpu=native` would give 32-byte AVX2 vectors but a binary that
+//! faults on an older CPU. Like DuckDB and Velox, we keep one binary and
+//! pick per CPU: `kernel!` wraps a function so that its body, with
+//! everything it inlines, is compiled a second time under
+//! `#[target_feature(enable = "avx2,…")]`, and a call takes that copy when
+//! [`avx2`] says so. The bodies are plain Rust loops written for the
+//! vectorizer (no intrinsics), so both copies compute the same answer by
+//! construction, and the tests run both.
+//!
+//! WHAT IS WRAPPED. A dispatch costs a relaxed atomic load and a branch, so
+//! only functions that run over a whole block (4096 rows) are wrapped: the
+//! fused executor's filters ([`crate::executor::kernels`] through
+//! `Pred::narrow`), a pack column's widening to i64, the arithmetic of
+//! aggregate arguments and the group slots' dictionary-code and
+//! dropped-row loops. The accumulation's scatter into group slots is not
+//! wrapped: it does not vectorize. What they call must be
+//! `#[inline(always)]` (or a generic the compiler inlines) to share the
+//! AVX2 copy: a call to an ordinary function runs its baseline code.
+//!
+//! `QUARRY_SIMD=baseline` (or `off`) in a process's environment turns the
+//! AVX2 copies off (to compare, as the criterion benches do with
+//! [`set_enabled`]).
+//!
+//! The crate's only `unsafe` is here, in the macro: calling a `#[target_feature]`
+//! function is unsafe because running AVX2 instructions on a CPU without
+//! them is undefined; [`avx2`] is true only after
+//! `is_x86_feature_detected!` confirmed every feature enabled.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Not decided yet / baseline / AVX2.
+const UNKNOWN: u8 = 0;
+const BASELINE: u8 = 1;
+const AVX2: u8 = 2;
+
+static LEVEL: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// Whether the AVX2 copies run: the CPU has AVX2 (and the features that
+/// come with it on every AVX2 CPU: FMA, BMI1/2, LZCNT, POPCNT) and
+/// neither `QUARRY_SIMD=baseline` nor [`set_enabled`] turned them off.
+#[inline]
+pub fn avx2() -> bool {
+    match LEVEL.load(Ordering::Relaxed) {
+        AVX2 => true,
+        BASELINE => false,
+        _ => detect(),
+    }
+}
+
+#[cold]
+fn detect() -> bool {
+    let wanted = std::env::var("QUARRY_SIMD").map_or(true, |v| v != "baseline" && v != "off");
+    let level = if wanted && cpu_has_avx2() {
+        AVX2
+    } else {
+        BASELINE
+    };
+    // A `set_enabled` that ran meanwhile wins.
+    match LEVEL.compare_exchange(UNKNOWN, level, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => level == AVX2,
+        Err(set) => set == AVX2,
+    }
+}
+
+/// Turns the AVX2 copies on (where the CPU has AVX2) or off, for this
+/// process, and says whether they were on. Both compute the same answers;
+/// benches use it to time one against the other.
+pub fn set_enabled(on: bool) -> bool {
+    let was = avx2();
+    let level = if on && cpu_has_avx2() { AVX2 } else { BASELINE };
+    LEVEL.store(level, Ordering::Relaxed);
+    was
+}
+
+/// The kernels in use, for logs and bench reports.
+pub fn level_name() -> &'static str {
+    if avx2() {
+        "avx2"
+    } else {
+        "baseline (sse2)"
+    }
+}
+
+/// Whether this CPU runs the AVX2 copies' instructions.
+pub fn cpu_has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("bmi1")
+            && std::arch::is_x86_feature_detected!("bmi2")
+            && std::arch::is_x86_feature_detected!("lzcnt")
+            && std::arch::is_x86_feature_detected!("popcnt")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Defines a function whose body is compiled twice, for the baseline and
+/// for AVX2, and dispatched on [`avx2`] at each call (see the module
+/// docs). Takes a free function with plain `name: Type` arguments
+/// (`impl Trait` ones too) and lifetime parameters, no type parameters.
+macro_rules! kernel {
+    (
+        $(#[$attr:meta])*
+        $vis:vis fn $name:ident $(<$($lt:lifetime),+>)? ( $($arg:ident : $ty:ty),* $(,)? ) $(-> $ret:ty)? $body:block
+    ) => {
+        $(#[$attr])*
+        $vis fn $name $(<$($lt),+>)? ( $($arg : $ty),* ) $(-> $ret)? {
+            #[inline(always)]
+            fn body $(<$($lt),+>)? ( $($arg : $ty),* ) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+                fn avx2 $(<$($lt),+>)? ( $($arg : $ty),* ) $(-> $ret)? {
+                    body($($arg),*)
+                }
+                if $crate::simd::avx2() {
+                    // SAFETY: `simd::avx2` is true only on a CPU that has
+                    // every feature `avx2` is compiled with.
+                    #[allow(unsafe_code)]
+                    let out = unsafe { avx2($($arg),*) };
+                    return out;
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+
+pub(crate) use kernel;
+
+/// Runs `f` once with the AVX2 copies off and once with them on (where the
+/// CPU has AVX2), one test at a time: for tests that check both copies.
+#[cfg(test)]
+pub(crate) fn for_each_level(mut f: impl FnMut(bool)) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let was = avx2();
+    for on in [false, true] {
+        set_enabled(on);
+        f(on && cpu_has_avx2());
+    }
+    set_enabled(was);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    kernel! {
+        /// A loop the vectorizer widens: the same sums either way.
+        fn sum_of_products(a: &[i64], b: &[i64]) -> i64 {
+            a.iter().zip(b).map(|(x, y)| x.wrapping_mul(*y)).fold(0, i64::wrapping_add)
+        }
+    }
+
+    #[test]
+    fn both_copies_compute_the_same_answer() {
+        let a: Vec<i64> = (0..1000).map(|i| i * 7 - 300).collect();
+        let b: Vec<i64> = (0..1000).map(|i| 1000 - i * 3).collect();
+        let want: i64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        for_each_level(|on| {
+            assert_eq!(avx2(), on);
+            assert_eq!(level_name() == "avx2", on);
+            assert_eq!(sum_of_products(&a, &b), want);
+        });
+    }
+}
