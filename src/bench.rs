@@ -313,6 +313,16 @@ pub struct CompareReport {
     pub duckdb_skipped: Option<String>,
 }
 
+impl CompareReport {
+    /// The median time of query `q` under setting `s`, if it was timed.
+    fn median_ms(&self, q: &str, s: &str) -> Option<f64> {
+        self.queries
+            .iter()
+            .find(|x| x.query == q && x.setting == s)
+            .map(|x| x.median_ms)
+    }
+}
+
 /// The setting whose compute asks for decimals as stored (Decimal128), the
 /// baseline of narrow decimals on the wire.
 const DECIMAL128_WIRE: &str = "column, Decimal128 on wire";
@@ -573,12 +583,7 @@ pub fn print_compare(r: &CompareReport) {
             q.query, q.setting, q.min_ms, q.median_ms, q.rows, q.answer
         );
     }
-    let med = |q: &str, s: &str| {
-        r.queries
-            .iter()
-            .find(|x| x.query == q && x.setting == s)
-            .map(|x| x.median_ms)
-    };
+    let med = |q: &str, s: &str| r.median_ms(q, s);
     let mut names: Vec<&str> = Vec::new();
     for q in &r.queries {
         if !names.contains(&q.query.as_str()) {
@@ -632,12 +637,7 @@ pub fn print_compare(r: &CompareReport) {
 /// The performance targets (issue 15) and where this run stands on each:
 /// one line per target, its measured ratio and whether it is met.
 fn print_targets(r: &CompareReport) {
-    let med = |q: &str, s: &str| {
-        r.queries
-            .iter()
-            .find(|x| x.query == q && x.setting == s)
-            .map(|x| x.median_ms)
-    };
+    let med = |q: &str, s: &str| r.median_ms(q, s);
     let verdict = |ok: bool| if ok { "met" } else { "not met" };
     println!("targets:");
     for (q, limit) in [("q1", 0.25), ("q6", 0.5)] {

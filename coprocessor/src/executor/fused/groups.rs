@@ -135,17 +135,11 @@ impl Groups {
         values: &[Val<'_>],
         bounds: &[(i128, i128)],
     ) -> Result<()> {
-        let Locals {
-            real, single, rows, ..
-        } = locals;
+        let Locals { real, rows, .. } = locals;
         // Counts.
-        if single {
-            self.counts[0] += rows as i64;
-        } else {
-            for (l, c) in counts.iter().take(real).enumerate() {
-                if *c > 0 {
-                    self.counts[group_of[l] as usize] += c;
-                }
+        for (l, c) in counts.iter().take(real).enumerate() {
+            if *c > 0 {
+                self.counts[group_of[l] as usize] += c;
             }
         }
         // Sums, minimums, maximums: which programs need which.
@@ -244,7 +238,7 @@ impl Groups {
                 maxs[l] = maxs[l].max(*v);
             }
         }
-        for l in (0..locals.real).filter(|l| locals.single || counts[*l] > 0) {
+        for l in (0..locals.real).filter(|l| counts[*l] > 0) {
             let g = group_of[l] as usize;
             self.mins[p][g] = self.mins[p][g].min(mins[l]);
             self.maxs[p][g] = self.maxs[p][g].max(maxs[l]);
@@ -332,32 +326,32 @@ impl Groups {
     }
 }
 
-/// Interleaved sets of per-slot sums in [`sum_by_slot`] and
-/// [`super::keys::count_by_slot`]: row `j` adds into set `j % WAYS`.
-/// Rows of the same group follow each other closely (TPC-H Q1 has four
-/// groups), and an add into a slot waits for the previous one's store;
-/// independent sets let those adds overlap. Eight sets were tried and
-/// were slower on Q1 (the set offsets no longer fit in registers).
-pub(super) const WAYS: usize = 4;
-
-/// Sums `vals` per slot (`slots[i]` < `nslots`), in [`WAYS`] interleaved
-/// sets. The caller has bounded the sums to i64.
+/// Sums `vals` per slot (`slots[i]` < `nslots`). Four interleaved sets of
+/// sums, so consecutive rows of the same group do not wait on each other's
+/// store (eight sets were tried: slower on Q1, their offsets spilled to
+/// the stack). The caller has bounded the sums to i64.
 fn sum_by_slot(vals: &[i64], slots: &[u32], nslots: usize) -> Vec<i64> {
-    let mut acc = vec![0i64; WAYS * nslots];
-    let mut vc = vals.chunks_exact(WAYS);
-    let mut sc = slots.chunks_exact(WAYS);
+    let mut acc = vec![0i64; 4 * nslots];
+    let (a, rest) = acc.split_at_mut(nslots);
+    let (b, rest) = rest.split_at_mut(nslots);
+    let (c, d) = rest.split_at_mut(nslots);
+    let mut vc = vals.chunks_exact(4);
+    let mut sc = slots.chunks_exact(4);
     for (v, s) in (&mut vc).zip(&mut sc) {
-        for w in 0..WAYS {
-            debug_assert!((s[w] as usize) < nslots);
-            let i = w * nslots + s[w] as usize;
-            acc[i] = acc[i].wrapping_add(v[w]);
-        }
+        a[s[0] as usize] = a[s[0] as usize].wrapping_add(v[0]);
+        b[s[1] as usize] = b[s[1] as usize].wrapping_add(v[1]);
+        c[s[2] as usize] = c[s[2] as usize].wrapping_add(v[2]);
+        d[s[3] as usize] = d[s[3] as usize].wrapping_add(v[3]);
     }
     for (v, s) in vc.remainder().iter().zip(sc.remainder()) {
-        acc[*s as usize] = acc[*s as usize].wrapping_add(*v);
+        a[*s as usize] = a[*s as usize].wrapping_add(*v);
     }
     (0..nslots)
-        .map(|i| (0..WAYS).fold(0i64, |t, w| t.wrapping_add(acc[w * nslots + i])))
+        .map(|i| {
+            a[i].wrapping_add(b[i])
+                .wrapping_add(c[i])
+                .wrapping_add(d[i])
+        })
         .collect()
 }
 

@@ -367,7 +367,6 @@ impl Slots {
             } else {
                 vec![rows.m as i64]
             };
-            self.local_keys.push(0);
             return Ok(Locals {
                 real: 1,
                 total: 1 + masked,
@@ -464,22 +463,22 @@ kernel! {
     }
 }
 
-/// Rows per slot, in [`super::groups::WAYS`] interleaved sets of counters
-/// (see there).
+/// Rows per slot, four interleaved counters (see `sum_by_slot` in
+/// `groups.rs`).
 pub(super) fn count_by_slot(slots: &[u32], nslots: usize) -> Vec<i64> {
-    const WAYS: usize = super::groups::WAYS;
-    let mut acc = vec![0i64; WAYS * nslots];
-    let mut sc = slots.chunks_exact(WAYS);
+    let mut acc = vec![0i64; 4 * nslots];
+    let (a, rest) = acc.split_at_mut(nslots);
+    let (b, rest) = rest.split_at_mut(nslots);
+    let (c, d) = rest.split_at_mut(nslots);
+    let mut sc = slots.chunks_exact(4);
     for s in &mut sc {
-        for w in 0..WAYS {
-            debug_assert!((s[w] as usize) < nslots);
-            acc[w * nslots + s[w] as usize] += 1;
-        }
+        a[s[0] as usize] += 1;
+        b[s[1] as usize] += 1;
+        c[s[2] as usize] += 1;
+        d[s[3] as usize] += 1;
     }
     for s in sc.remainder() {
-        acc[*s as usize] += 1;
+        a[*s as usize] += 1;
     }
-    (0..nslots)
-        .map(|i| (0..WAYS).map(|w| acc[w * nslots + i]).sum())
-        .collect()
+    (0..nslots).map(|i| a[i] + b[i] + c[i] + d[i]).collect()
 }
