@@ -163,6 +163,20 @@ fn run_jdbc(jar: &std::path::Path, url: &str) -> BTreeMap<String, String> {
     sections(&out)
 }
 
+/// The JDBC program's transactions (BEGIN/COMMIT/ROLLBACK as statements,
+/// carried by the connection's cookie): the transaction reads its own
+/// insert and update, another connection sees neither, ROLLBACK leaves
+/// nothing, COMMIT publishes, and the connection is in autocommit again.
+fn check_jdbc_transactions(s: &BTreeMap<String, String>) {
+    let before = "n,s\n4,-2.25\n";
+    assert_eq!(section(s, "txn inside"), "n,s\n5,8.75\n");
+    assert_eq!(section(s, "txn other connection"), before);
+    assert_eq!(section(s, "after rollback"), before);
+    assert_eq!(section(s, "before commit other connection"), before);
+    assert_eq!(section(s, "after commit other connection"), "n,s\n5,8.75\n");
+    assert_eq!(section(s, "autocommit other connection"), "n,s\n6,8.75\n");
+}
+
 #[test]
 fn jdbc_runs_tpch_prepared_statements_inserts_and_metadata() {
     let jar = jdbc_jar();
@@ -180,6 +194,7 @@ fn jdbc_runs_tpch_prepared_statements_inserts_and_metadata() {
         section(&s, "inserted"),
         "id,name,amount\n1,it's,1.50\n2,b,2.25\n3,,-3.00\n4,,-3.00\n"
     );
+    check_jdbc_transactions(&s);
     assert_eq!(
         section(&s, "tables"),
         "TABLE_CAT,TABLE_SCHEM,TABLE_NAME,TABLE_TYPE\nquarry,public,t_jdbc,TABLE\n"
@@ -280,4 +295,5 @@ fn adbc_and_jdbc_log_in_over_tls() {
     let s = run_jdbc(&jar, &url);
     check_tpch_and_bound(&s);
     assert_eq!(section(&s, "prepared insert"), "count\n1\n");
+    check_jdbc_transactions(&s);
 }

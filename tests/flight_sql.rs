@@ -340,3 +340,116 @@ fn every_flight_sql_rpc_answers_its_one_status() {
         assert_ne!(code(garbage_ticket), Code::Ok);
     });
 }
+
+/// DoPut of the statement update `sql`, sending `cookie` as the `cookie`
+/// header: its count and the answer's `set-cookie` header.
+async fn put_sql(
+    c: &mut Client,
+    sql: &str,
+    cookie: Option<&str>,
+) -> Result<(i64, Option<String>), Status> {
+    let command = CommandStatementUpdate {
+        query: sql.into(),
+        transaction_id: None,
+    };
+    let data = vec![FlightData {
+        flight_descriptor: Some(cmd(&command)),
+        ..Default::default()
+    }];
+    let mut req = tonic::Request::new(futures::stream::iter(data));
+    if let Some(v) = cookie {
+        req.metadata_mut().insert("cookie", v.parse().unwrap());
+    }
+    let answer = c.do_put(req).await?;
+    let set = answer
+        .metadata()
+        .get("set-cookie")
+        .map(|v| v.to_str().unwrap().to_string());
+    let r = answer.into_inner().message().await?.expect("a PutResult");
+    let count = DoPutUpdateResult::decode(r.app_metadata)
+        .unwrap()
+        .record_count;
+    Ok((count, set))
+}
+
+/// The rows of `tc`, as a query sending `cookie` counts them.
+async fn count_tc(c: &mut Client, cookie: Option<&str>) -> i64 {
+    let q = CommandStatementQuery {
+        query: "SELECT count(*) AS n FROM tc".into(),
+        transaction_id: None,
+    };
+    let mut req = tonic::Request::new(cmd(&q));
+    if let Some(v) = cookie {
+        req.metadata_mut().insert("cookie", v.parse().unwrap());
+    }
+    let info = c.get_flight_info(req).await.unwrap().into_inner();
+    let batches = fetch(c, &info).await.unwrap();
+    strings(&batches[0], "n")[0].parse().unwrap()
+}
+
+/// The `name=value` of a `set-cookie` header that sets a transaction.
+fn txn_cookie(set: Option<String>) -> String {
+    let set = set.expect("a set-cookie header");
+    let pair = set.split(';').next().unwrap().to_string();
+    assert!(
+        pair.starts_with("quarry_txn=") && pair.len() == "quarry_txn=".len() + 16,
+        "{set}"
+    );
+    pair
+}
+
+/// Clients that send no transaction ids (the JDBC driver) run BEGIN,
+/// COMMIT and ROLLBACK as statements: the transaction rides in a cookie,
+/// and a cookie whose transaction is gone never lets a statement run
+/// outside it.
+#[test]
+fn statements_without_transaction_ids_run_in_the_cookies_transaction() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3"]);
+    pg.ok("CREATE TABLE tc (id BIGINT PRIMARY KEY, v BIGINT)");
+    runtime().block_on(async {
+        let mut c = FlightServiceClient::new(pg.compute_channel().await);
+        let (_, set) = put_sql(&mut c, "BEGIN", None).await.unwrap();
+        let first = txn_cookie(set);
+        let cookie = Some(first.as_str());
+        let (n, set) = put_sql(&mut c, "INSERT INTO tc VALUES (1, 10), (2, 20)", cookie)
+            .await
+            .unwrap();
+        assert_eq!((n, set), (2, None));
+        assert_eq!(count_tc(&mut c, cookie).await, 2, "reads its own writes");
+        assert_eq!(count_tc(&mut c, None).await, 0, "others do not see them");
+        let e = put_sql(&mut c, "BEGIN", cookie).await.unwrap_err();
+        assert!(e.message().contains("already open"), "{e}");
+        let (_, set) = put_sql(&mut c, "COMMIT", cookie).await.unwrap();
+        assert!(set.unwrap().contains("Max-Age=0"), "COMMIT expires it");
+        assert_eq!(count_tc(&mut c, None).await, 2);
+
+        // The cookie's transaction has ended: statements fail rather than
+        // commit on their own; ROLLBACK clears it; COMMIT says nothing was.
+        let e = put_sql(&mut c, "INSERT INTO tc VALUES (3, 30)", cookie)
+            .await
+            .unwrap_err();
+        assert!(e.message().contains("no open transaction"), "{e}");
+        let e = put_sql(&mut c, "COMMIT", cookie).await.unwrap_err();
+        assert!(e.message().contains("nothing was committed"), "{e}");
+        let (_, set) = put_sql(&mut c, "ROLLBACK", cookie).await.unwrap();
+        assert!(set.unwrap().contains("Max-Age=0"));
+        assert_eq!(count_tc(&mut c, None).await, 2);
+
+        // BEGIN over a stale cookie opens a new transaction; ROLLBACK
+        // undoes its writes.
+        let (_, set) = put_sql(&mut c, "BEGIN", cookie).await.unwrap();
+        let second = txn_cookie(set);
+        assert_ne!(second, first);
+        let cookie = Some(second.as_str());
+        put_sql(&mut c, "DELETE FROM tc WHERE id = 1", cookie)
+            .await
+            .unwrap();
+        assert_eq!(count_tc(&mut c, cookie).await, 1);
+        assert_eq!(count_tc(&mut c, None).await, 2);
+        put_sql(&mut c, "ROLLBACK", cookie).await.unwrap();
+        assert_eq!(count_tc(&mut c, None).await, 2);
+        // Without a cookie, COMMIT has nothing to end.
+        assert_eq!(put_sql(&mut c, "COMMIT", None).await.unwrap(), (0, None));
+    });
+}

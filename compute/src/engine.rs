@@ -43,6 +43,11 @@ pub struct QueryOutput {
 }
 
 impl QueryOutput {
+    /// The one-word answer of a statement that returns no rows (`BEGIN`).
+    pub fn word(word: &str) -> Result<QueryOutput> {
+        text_output("result", vec![word.into()])
+    }
+
     fn single(schema: SchemaRef, batch: RecordBatch) -> Self {
         QueryOutput {
             schema,
@@ -617,9 +622,10 @@ impl QueryEngine {
             Statement::Begin => {
                 return Err(plan_err!(
                     "BEGIN opens a transaction for a session, and this request has none: \
-                     over Flight SQL, call BeginTransaction (ADBC: autocommit=False; JDBC: \
-                     setAutoCommit(false)) and send its transaction id; the quarry client \
-                     and `quarry sql` run BEGIN themselves"
+                     over Flight SQL, call BeginTransaction (ADBC: autocommit=False) and send \
+                     its transaction id, or send BEGIN as a statement from a client that keeps \
+                     cookies (the JDBC driver does); the quarry client and `quarry sql` run \
+                     BEGIN themselves"
                 ))
             }
             Statement::Commit | Statement::Rollback => {

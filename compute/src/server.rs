@@ -43,6 +43,7 @@ pub async fn run(
         builder
             .layer(quarry_proto::status::layer::<tonic::body::Body>())
             .layer(engine.auth().layer())
+            .layer(flight::CookieLayer)
             .add_service(flight::service(engine, cfg.max_message_mb << 20))
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(listener).with_nodelay(Some(true)),

@@ -1,8 +1,9 @@
 // The Arrow Flight SQL JDBC driver (org.apache.arrow:flight-sql-jdbc-driver,
 // fetched by scripts/setup.sh with Maven) against Quarry, unchanged JDBC
 // code: TPC-H Q1 and Q6 as written, a PreparedStatement with bound
-// parameters, INSERTs (plain, prepared, and a batch), and DatabaseMetaData
-// (getTables, getColumns, getPrimaryKeys, getTableTypes).
+// parameters, INSERTs (plain, prepared, and a batch), a transaction rolled
+// back and one committed (BEGIN/COMMIT/ROLLBACK as statements), and
+// DatabaseMetaData (getTables, getColumns, getPrimaryKeys, getTableTypes).
 //
 // Usage: java -cp DRIVER_JAR JdbcFlightSql.java JDBC_URL Q1_FILE Q6_FILE
 // Prints sections ("== name", then CSV lines); tests/clients.rs checks them.
@@ -93,6 +94,29 @@ public class JdbcFlightSql {
       }
       try (Statement st = conn.createStatement()) {
         section("inserted", st.executeQuery("SELECT id, name, amount FROM t_jdbc ORDER BY id"));
+      }
+      // Transactions: the driver's commit() and rollback() are empty stubs,
+      // so BEGIN, COMMIT and ROLLBACK go as statements; the connection's
+      // cookie carries the transaction, and another connection has its own.
+      String totals = "SELECT count(*) AS n, sum(amount) AS s FROM t_jdbc";
+      try (Connection other = DriverManager.getConnection(args[0]);
+          Statement st = conn.createStatement();
+          Statement ot = other.createStatement()) {
+        st.execute("BEGIN");
+        st.executeUpdate("INSERT INTO t_jdbc VALUES (10, 'tx', 10.00)");
+        st.executeUpdate("UPDATE t_jdbc SET amount = amount + 1 WHERE id = 1");
+        section("txn inside", st.executeQuery(totals));
+        section("txn other connection", ot.executeQuery(totals));
+        st.execute("ROLLBACK");
+        section("after rollback", st.executeQuery(totals));
+        st.execute("BEGIN");
+        st.executeUpdate("INSERT INTO t_jdbc VALUES (11, 'tx', 11.00)");
+        section("before commit other connection", ot.executeQuery(totals));
+        st.execute("COMMIT");
+        section("after commit other connection", ot.executeQuery(totals));
+        // Back in autocommit: a statement commits on its own.
+        st.executeUpdate("INSERT INTO t_jdbc VALUES (12, 'auto', 0.00)");
+        section("autocommit other connection", ot.executeQuery(totals));
       }
       DatabaseMetaData md = conn.getMetaData();
       section(

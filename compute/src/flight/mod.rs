@@ -23,7 +23,9 @@
 //!   its id; statements carrying that `transaction_id` (queries, through
 //!   their ticket, updates, prepared statements through their handle) run
 //!   in it; `EndTransaction` commits or rolls it back. `GetSqlInfo` says
-//!   so, which is what ADBC's `autocommit=False` looks for.
+//!   so, which is what ADBC's `autocommit=False` looks for. Clients that
+//!   send no ids (the JDBC driver) run `BEGIN` … `COMMIT` as SQL instead:
+//!   the transaction rides in a cookie (`cookie.rs`).
 //! * The client library's typed requests arrive as SQL, like any client's.
 //! * `Handshake` logs in (`auth.rs`): Basic credentials for a bearer
 //!   token, which every other call then carries when compute has TLS.
@@ -70,10 +72,14 @@ use tonic::{Request, Response, Status};
 use crate::df::PlannedQuery;
 use crate::engine::{Prepared, QueryEngine, QueryOutput};
 use crate::session::{self, OpenTxn};
+use crate::sql::Statement;
 use crate::Error;
 
 mod catalog;
+mod cookie;
 mod prepared;
+
+pub use cookie::CookieLayer;
 
 pub struct FlightSqlServer {
     engine: Arc<QueryEngine>,
@@ -268,7 +274,7 @@ impl FlightSqlService for FlightSqlServer {
     ) -> Result<Response<FlightInfo>, Status> {
         let txn_id = cmd.transaction_id.unwrap_or_default().to_vec();
         let info = self
-            .statement_info(cmd.query, txn_id, request.into_inner())
+            .statement_info(cmd.query, &txn_id, request.into_inner())
             .await?;
         Ok(Response::new(info))
     }
@@ -280,7 +286,7 @@ impl FlightSqlService for FlightSqlServer {
     ) -> Result<Response<FlightInfo>, Status> {
         let (sql, txn_id) = prepared::query_text(&cmd.prepared_statement_handle)?;
         let info = self
-            .statement_info(sql, txn_id, request.into_inner())
+            .statement_info(sql, &txn_id, request.into_inner())
             .await?;
         Ok(Response::new(info))
     }
@@ -465,8 +471,13 @@ impl FlightSqlService for FlightSqlServer {
         cmd: CommandStatementUpdate,
         _request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let txn = self.txn(cmd.transaction_id.as_deref())?;
-        let out = self.engine.sql_in(&cmd.query, txn.as_ref()).await?;
+        let out = match self
+            .resolve(&cmd.query, cmd.transaction_id.as_deref())
+            .await?
+        {
+            Resolved::Run(txn) => self.engine.sql_in(&cmd.query, txn.as_ref()).await?,
+            Resolved::Done(out) => out,
+        };
         Ok(row_count(&out))
     }
 
@@ -528,17 +539,25 @@ impl FlightSqlService for FlightSqlServer {
 
 impl FlightSqlServer {
     /// GetFlightInfo of a statement's text, run in the transaction
-    /// `txn_id` names (none if empty): a query is planned and waits for
-    /// its DoGet; any other statement runs now and its result rides in
-    /// the ticket.
+    /// `txn_id` names (else the cookie's, else none; [`Self::resolve`]): a
+    /// query is planned and waits for its DoGet; any other statement runs
+    /// now and its result rides in the ticket.
     async fn statement_info(
         &self,
         sql: String,
-        txn_id: Vec<u8>,
+        txn_id: &[u8],
         desc: FlightDescriptor,
     ) -> Result<FlightInfo, Status> {
-        let txn = self.txn(Some(txn_id.as_slice()))?;
-        let (schema, t) = match self.engine.prepare_sql_in(&sql, txn.as_ref()).await? {
+        // The DoGet of a query runs in the transaction it was planned in.
+        let (prepared, txn_id) = match self.resolve(&sql, Some(txn_id)).await? {
+            Resolved::Run(txn) => (
+                self.engine.prepare_sql_in(&sql, txn.as_ref()).await?,
+                txn.map(|t| session::id_bytes(t.start_ts))
+                    .unwrap_or_default(),
+            ),
+            Resolved::Done(out) => (Prepared::Done(out), Vec::new()),
+        };
+        let (schema, t) = match prepared {
             Prepared::Query(q) => {
                 let schema = q.schema();
                 let plan_handle = self.plans.put(&sql, q);
@@ -572,6 +591,84 @@ impl FlightSqlServer {
             None | Some([]) => Ok(None),
             Some(id) => Ok(Some(self.engine.sessions().get(id)?)),
         }
+    }
+
+    /// Where the statement `sql` runs: in the transaction its request
+    /// names by id (`explicit`), else in the one its connection's cookie
+    /// names (`cookie.rs`), else on its own. Without an id, the cookie
+    /// session answers transaction control itself:
+    ///
+    /// * `BEGIN` opens a transaction and sets the cookie (one already open
+    ///   refuses it: the engine says "already open");
+    /// * `COMMIT` and `ROLLBACK` of the cookie's transaction run in it as
+    ///   any statement does, and expire the cookie;
+    /// * a cookie whose transaction is gone (ended, idle too long, begun
+    ///   on another compute process): `BEGIN` replaces it, `ROLLBACK`
+    ///   clears it, `COMMIT` clears it and fails (nothing was committed),
+    ///   and anything else fails naming the transaction, so no statement
+    ///   meant for a transaction ever runs outside it.
+    async fn resolve(&self, sql: &str, explicit: Option<&[u8]>) -> Result<Resolved, Status> {
+        if let Some(txn) = self.txn(explicit)? {
+            return Ok(Resolved::Run(Some(txn)));
+        }
+        let sessions = self.engine.sessions();
+        let control = transaction_control(sql);
+        let Some(id) = cookie::txn_id() else {
+            return match control {
+                Some(Statement::Begin) => self.begin_with_cookie().await,
+                // COMMIT and ROLLBACK: the engine says none is open.
+                _ => Ok(Resolved::Run(None)),
+            };
+        };
+        match (control, sessions.get(&id)) {
+            (Some(Statement::Commit | Statement::Rollback), Ok(txn)) => {
+                cookie::set_txn(None);
+                Ok(Resolved::Run(Some(txn)))
+            }
+            (_, Ok(txn)) => Ok(Resolved::Run(Some(txn))),
+            (Some(Statement::Begin), Err(_)) => self.begin_with_cookie().await,
+            (Some(Statement::Rollback), Err(_)) => {
+                cookie::set_txn(None);
+                Ok(Resolved::Done(QueryOutput::word("ROLLBACK")?))
+            }
+            (Some(_), Err(e)) => {
+                cookie::set_txn(None);
+                Err(Error::InvalidInput(format!("COMMIT: {e}; nothing was committed")).into())
+            }
+            (None, Err(e)) => Err(e.into()),
+        }
+    }
+
+    /// Opens a transaction for the cookie session.
+    async fn begin_with_cookie(&self) -> Result<Resolved, Status> {
+        let txn = self.engine.sessions().begin().await?;
+        cookie::set_txn(Some(&session::id_bytes(txn.start_ts)));
+        Ok(Resolved::Done(QueryOutput::word("BEGIN")?))
+    }
+}
+
+/// Where a statement runs ([`FlightSqlServer::resolve`]).
+enum Resolved {
+    /// Run by the engine, in this transaction or on its own.
+    Run(Option<Arc<OpenTxn>>),
+    /// Transaction control the cookie session answered.
+    Done(QueryOutput),
+}
+
+/// `BEGIN`, `COMMIT` or `ROLLBACK` (None for any other statement; only
+/// statements that start with one of their words are parsed).
+fn transaction_control(sql: &str) -> Option<Statement> {
+    const WORDS: [&str; 6] = ["begin", "start", "commit", "rollback", "end", "abort"];
+    let head = sql
+        .trim_start()
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()?;
+    if !WORDS.iter().any(|w| head.eq_ignore_ascii_case(w)) {
+        return None;
+    }
+    match crate::sql::parse(sql) {
+        Ok(s @ (Statement::Begin | Statement::Commit | Statement::Rollback)) => Some(s),
+        _ => None,
     }
 }
 

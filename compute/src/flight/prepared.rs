@@ -18,7 +18,9 @@
 //!    planning, ticket and DoGet); `DoPut(CommandPreparedStatementUpdate)`
 //!    carries its parameter rows in the same stream and runs the statement
 //!    once per row, all rows in one transaction (the client's, or one of
-//!    its own), and answers the summed count.
+//!    its own), and answers the summed count. Without a transaction id,
+//!    the connection's cookie transaction applies (`cookie.rs`); that is
+//!    how JDBC's `BEGIN` … `COMMIT` statements work.
 //! 4. `ClosePreparedStatement` has nothing to free.
 //!
 //! The handle ([`PreparedHandle`]: the numbered statement, its open
@@ -46,7 +48,7 @@ use prost::Message;
 use quarry_proto::compute::PreparedHandle;
 use tonic::Status;
 
-use super::{row_count, FlightSqlServer};
+use super::{row_count, FlightSqlServer, Resolved};
 use crate::params::{self, Numbered};
 use crate::Error;
 
@@ -180,10 +182,13 @@ pub(super) async fn update(
 ) -> Result<i64, Status> {
     let h = decode_handle(handle)?;
     let stmt = numbered(&h);
-    let txn = server.txn(Some(h.transaction_id.as_slice()))?;
     let rows = match read_rows(stream).await? {
         Some(rows) => Some(rows),
         None => bound_rows(&h)?,
+    };
+    let txn = match server.resolve(&stmt.sql, Some(&h.transaction_id)).await? {
+        Resolved::Run(txn) => txn,
+        Resolved::Done(_) => return Ok(0),
     };
     let engine = &server.engine;
     let Some(rows) = rows else {
