@@ -398,8 +398,9 @@ fn txn_cookie(set: Option<String>) -> String {
     pair
 }
 
-/// Clients that send no transaction ids (the JDBC driver) run BEGIN,
-/// COMMIT and ROLLBACK as statements: the transaction rides in a cookie,
+/// Clients that send no transaction ids but keep cookies (the JDBC driver)
+/// run BEGIN, COMMIT and ROLLBACK as statements: the transaction rides in
+/// a cookie; a client without a cookie jar cannot begin one it would lose,
 /// and a cookie whose transaction is gone never lets a statement run
 /// outside it.
 #[test]
@@ -409,8 +410,17 @@ fn statements_without_transaction_ids_run_in_the_cookies_transaction() {
     pg.ok("CREATE TABLE tc (id BIGINT PRIMARY KEY, v BIGINT)");
     runtime().block_on(async {
         let mut c = FlightServiceClient::new(pg.compute_channel().await);
-        let (_, set) = put_sql(&mut c, "BEGIN", None).await.unwrap();
-        let first = txn_cookie(set);
+        // No cookie jar: BEGIN is refused as before, and the answer offers
+        // the probe cookie.
+        let e = put_sql(&mut c, "BEGIN", None).await.unwrap_err();
+        assert!(e.message().contains("this request has none"), "{e}");
+        let (n, set) = put_sql(&mut c, "COMMIT", None).await.unwrap();
+        assert_eq!(n, 0);
+        assert!(set.unwrap().starts_with("quarry_jar=1"));
+
+        let jar = "quarry_jar=1";
+        let (_, set) = put_sql(&mut c, "BEGIN", Some(jar)).await.unwrap();
+        let first = format!("{jar}; {}", txn_cookie(set));
         let cookie = Some(first.as_str());
         let (n, set) = put_sql(&mut c, "INSERT INTO tc VALUES (1, 10), (2, 20)", cookie)
             .await
@@ -420,26 +430,28 @@ fn statements_without_transaction_ids_run_in_the_cookies_transaction() {
         assert_eq!(count_tc(&mut c, None).await, 0, "others do not see them");
         let e = put_sql(&mut c, "BEGIN", cookie).await.unwrap_err();
         assert!(e.message().contains("already open"), "{e}");
-        let (_, set) = put_sql(&mut c, "COMMIT", cookie).await.unwrap();
+        let (_, set) = put_sql(&mut c, "/* done */ COMMIT", cookie).await.unwrap();
         assert!(set.unwrap().contains("Max-Age=0"), "COMMIT expires it");
         assert_eq!(count_tc(&mut c, None).await, 2);
 
         // The cookie's transaction has ended: statements fail rather than
-        // commit on their own; ROLLBACK clears it; COMMIT says nothing was.
+        // commit on their own; COMMIT says it committed nothing; ROLLBACK
+        // clears the cookie.
         let e = put_sql(&mut c, "INSERT INTO tc VALUES (3, 30)", cookie)
             .await
             .unwrap_err();
         assert!(e.message().contains("no open transaction"), "{e}");
         let e = put_sql(&mut c, "COMMIT", cookie).await.unwrap_err();
-        assert!(e.message().contains("nothing was committed"), "{e}");
+        assert!(e.message().contains("committed nothing"), "{e}");
         let (_, set) = put_sql(&mut c, "ROLLBACK", cookie).await.unwrap();
         assert!(set.unwrap().contains("Max-Age=0"));
         assert_eq!(count_tc(&mut c, None).await, 2);
 
-        // BEGIN over a stale cookie opens a new transaction; ROLLBACK
-        // undoes its writes.
+        // BEGIN over a stale cookie opens a new transaction; a failed
+        // statement aborts it, and ROLLBACK still ends it and undoes its
+        // writes.
         let (_, set) = put_sql(&mut c, "BEGIN", cookie).await.unwrap();
-        let second = txn_cookie(set);
+        let second = format!("{jar}; {}", txn_cookie(set));
         assert_ne!(second, first);
         let cookie = Some(second.as_str());
         put_sql(&mut c, "DELETE FROM tc WHERE id = 1", cookie)
@@ -447,9 +459,16 @@ fn statements_without_transaction_ids_run_in_the_cookies_transaction() {
             .unwrap();
         assert_eq!(count_tc(&mut c, cookie).await, 1);
         assert_eq!(count_tc(&mut c, None).await, 2);
-        put_sql(&mut c, "ROLLBACK", cookie).await.unwrap();
+        let e = put_sql(&mut c, "INSERT INTO tc VALUES (2, 99)", cookie)
+            .await
+            .unwrap_err();
+        assert!(e.message().contains("duplicate"), "{e}");
+        let e = put_sql(&mut c, "INSERT INTO tc VALUES (5, 50)", cookie)
+            .await
+            .unwrap_err();
+        assert!(e.message().contains("rolled back"), "{e}");
+        let (_, set) = put_sql(&mut c, "ROLLBACK", cookie).await.unwrap();
+        assert!(set.unwrap().contains("Max-Age=0"));
         assert_eq!(count_tc(&mut c, None).await, 2);
-        // Without a cookie, COMMIT has nothing to end.
-        assert_eq!(put_sql(&mut c, "COMMIT", None).await.unwrap(), (0, None));
     });
 }

@@ -28,7 +28,8 @@
 //!
 //! Transactions live in one compute process, found by id: the Flight SQL
 //! `transaction_id` (`BeginTransaction`), which the client library and the
-//! shell hold for their session. A client must send a transaction's
+//! shell hold for their session, or the connection's `quarry_txn` cookie
+//! for clients that send `BEGIN` as SQL (`flight/cookie.rs`). A client must send a transaction's
 //! statements to the compute process that began it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -598,15 +598,18 @@ impl FlightSqlServer {
     /// names (`cookie.rs`), else on its own. Without an id, the cookie
     /// session answers transaction control itself:
     ///
-    /// * `BEGIN` opens a transaction and sets the cookie (one already open
-    ///   refuses it: the engine says "already open");
-    /// * `COMMIT` and `ROLLBACK` of the cookie's transaction run in it as
-    ///   any statement does, and expire the cookie;
+    /// * `BEGIN` opens a transaction and sets the cookie, for a client
+    ///   that keeps cookies (one without a jar gets the engine's error, as
+    ///   it always did: it would lose the transaction); with one already
+    ///   open the engine refuses it ("already open");
+    /// * `COMMIT` and `ROLLBACK` end the cookie's transaction, as
+    ///   `EndTransaction` does (so `ROLLBACK` ends one a failed statement
+    ///   aborted), and expire the cookie;
     /// * a cookie whose transaction is gone (ended, idle too long, begun
     ///   on another compute process): `BEGIN` replaces it, `ROLLBACK`
-    ///   clears it, `COMMIT` clears it and fails (nothing was committed),
-    ///   and anything else fails naming the transaction, so no statement
-    ///   meant for a transaction ever runs outside it.
+    ///   clears it, `COMMIT` clears it and fails, and anything else fails
+    ///   naming the transaction: a statement sent in a transaction never
+    ///   runs on its own.
     async fn resolve(&self, sql: &str, explicit: Option<&[u8]>) -> Result<Resolved, Status> {
         if let Some(txn) = self.txn(explicit)? {
             return Ok(Resolved::Run(Some(txn)));
@@ -615,28 +618,45 @@ impl FlightSqlServer {
         let control = transaction_control(sql);
         let Some(id) = cookie::txn_id() else {
             return match control {
-                Some(Statement::Begin) => self.begin_with_cookie().await,
-                // COMMIT and ROLLBACK: the engine says none is open.
+                Some(Statement::Begin) if cookie::has_jar() => self.begin_with_cookie().await,
+                // BEGIN without a cookie jar, COMMIT and ROLLBACK: the
+                // engine says why there is nothing to do.
                 _ => Ok(Resolved::Run(None)),
             };
         };
-        match (control, sessions.get(&id)) {
-            (Some(Statement::Commit | Statement::Rollback), Ok(txn)) => {
+        let word = match (control, sessions.get(&id)) {
+            (Some(Statement::Commit), Ok(txn)) => {
                 cookie::set_txn(None);
-                Ok(Resolved::Run(Some(txn)))
+                sessions.commit(&txn).await?;
+                "COMMIT"
             }
-            (_, Ok(txn)) => Ok(Resolved::Run(Some(txn))),
-            (Some(Statement::Begin), Err(_)) => self.begin_with_cookie().await,
+            (Some(Statement::Rollback), Ok(txn)) => {
+                cookie::set_txn(None);
+                sessions.rollback(&txn).await?;
+                "ROLLBACK"
+            }
+            (_, Ok(txn)) => return Ok(Resolved::Run(Some(txn))),
+            (Some(Statement::Begin), Err(_)) => return self.begin_with_cookie().await,
             (Some(Statement::Rollback), Err(_)) => {
                 cookie::set_txn(None);
-                Ok(Resolved::Done(QueryOutput::word("ROLLBACK")?))
+                "ROLLBACK"
             }
             (Some(_), Err(e)) => {
                 cookie::set_txn(None);
-                Err(Error::InvalidInput(format!("COMMIT: {e}; nothing was committed")).into())
+                return Err(Error::InvalidInput(format!(
+                    "COMMIT: {e}; this COMMIT committed nothing"
+                ))
+                .into());
             }
-            (None, Err(e)) => Err(e.into()),
-        }
+            (None, Err(e)) => {
+                return Err(Error::InvalidInput(format!(
+                    "{e}; this connection's statements run in that transaction until it \
+                     sends ROLLBACK (or BEGIN)"
+                ))
+                .into())
+            }
+        };
+        Ok(Resolved::Done(QueryOutput::word(word)?))
     }
 
     /// Opens a transaction for the cookie session.
@@ -656,11 +676,11 @@ enum Resolved {
 }
 
 /// `BEGIN`, `COMMIT` or `ROLLBACK` (None for any other statement; only
-/// statements that start with one of their words are parsed).
+/// statements whose first word, after comments, is one of theirs are
+/// parsed).
 fn transaction_control(sql: &str) -> Option<Statement> {
     const WORDS: [&str; 6] = ["begin", "start", "commit", "rollback", "end", "abort"];
-    let head = sql
-        .trim_start()
+    let head = skip_comments(sql)
         .split(|c: char| !c.is_ascii_alphabetic())
         .next()?;
     if !WORDS.iter().any(|w| head.eq_ignore_ascii_case(w)) {
@@ -669,6 +689,21 @@ fn transaction_control(sql: &str) -> Option<Statement> {
     match crate::sql::parse(sql) {
         Ok(s @ (Statement::Begin | Statement::Commit | Statement::Rollback)) => Some(s),
         _ => None,
+    }
+}
+
+/// `sql` after its leading whitespace and comments (`-- …` to the end of
+/// the line, `/* … */`).
+fn skip_comments(mut sql: &str) -> &str {
+    loop {
+        sql = sql.trim_start();
+        if let Some(rest) = sql.strip_prefix("--") {
+            sql = rest.split_once('\n').map_or("", |(_, after)| after);
+        } else if let Some(rest) = sql.strip_prefix("/*") {
+            sql = rest.split_once("*/").map_or("", |(_, after)| after);
+        } else {
+            return sql;
+        }
     }
 }
 
@@ -714,4 +749,30 @@ pub fn service(
     arrow_flight::flight_service_server::FlightServiceServer::new(FlightSqlServer::new(engine))
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transaction_control_is_found_past_comments_and_in_any_case() {
+        let is = |sql: &str, want: &str| {
+            let got = transaction_control(sql).map(|s| match s {
+                Statement::Begin => "BEGIN",
+                Statement::Commit => "COMMIT",
+                Statement::Rollback => "ROLLBACK",
+                _ => "other",
+            });
+            assert_eq!(got, (!want.is_empty()).then_some(want), "{sql}");
+        };
+        is("begin", "BEGIN");
+        is("  START TRANSACTION;", "BEGIN");
+        is("/* done */ COMMIT", "COMMIT");
+        is("-- undo it\n  Rollback", "ROLLBACK");
+        is("SELECT 1", "");
+        is("-- COMMIT\nSELECT 1", "");
+        is("/* COMMIT", "");
+        is("begin_date", "");
+    }
 }
