@@ -604,14 +604,16 @@ const PREFETCH_ROWS: usize = 64;
 /// cache line of the next rows' comments in one short loop lets those
 /// misses overlap, and the copies then hit the cache.
 fn for_each_prefetched<T>(
-    rows: impl Iterator<Item = T>,
+    mut rows: impl Iterator<Item = T>,
     text: impl Fn(&T) -> &[u8],
     mut f: impl FnMut(T) -> quarry_coprocessor::Result<()>,
 ) -> quarry_coprocessor::Result<()> {
-    let mut rows = rows.peekable();
     let mut chunk = Vec::with_capacity(PREFETCH_ROWS);
-    while rows.peek().is_some() {
+    loop {
         chunk.extend(rows.by_ref().take(PREFETCH_ROWS));
+        if chunk.is_empty() {
+            return Ok(());
+        }
         let mut touched = 0u8;
         for r in &chunk {
             let t = text(r);
@@ -624,7 +626,6 @@ fn for_each_prefetched<T>(
             f(r)?;
         }
     }
-    Ok(())
 }
 
 /// `v` formatted into `buf` (cleared first).

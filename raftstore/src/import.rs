@@ -45,6 +45,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use quarry_coprocessor::codec::key::hex;
 use quarry_proto::kv::SstMeta;
 use tokio::io::AsyncWriteExt;
 
@@ -100,8 +101,7 @@ impl SstImporter {
                 uuid.len()
             )));
         }
-        let name: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
-        Ok(self.dir.join(format!("{name}.sst")))
+        Ok(self.dir.join(format!("{}.sst", hex(uuid))))
     }
 
     /// Whether the file named by `uuid` was uploaded (and not yet deleted).

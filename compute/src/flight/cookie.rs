@@ -49,6 +49,7 @@ use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
+use quarry_coprocessor::codec::key::hex;
 
 /// The cookie's name (lower case: Java's cookie jar keys by lower case).
 pub const NAME: &str = "quarry_txn";
@@ -91,10 +92,6 @@ pub fn set_txn(id: Option<&[u8]>) {
         None => format!("{NAME}=; Max-Age=0; Path=/; HttpOnly"),
     };
     let _ = CALL.try_with(|c| *c.set.lock() = Some(value));
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The bytes of an even-length hex string (None if it is not one).

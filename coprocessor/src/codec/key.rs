@@ -237,7 +237,7 @@ pub fn pack_key(table_id: i64, first_handle: i64) -> Vec<u8> {
     k
 }
 
-/// Lower-case hex, for messages about keys.
+/// Lower-case hex of bytes (keys in messages, file names, cookies).
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
