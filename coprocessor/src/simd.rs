@@ -32,6 +32,15 @@
 //! function is unsafe because running AVX2 instructions on a CPU without
 //! them is undefined; [`avx2`] is true only after
 //! `is_x86_feature_detected!` confirmed every feature enabled.
+//!
+//! BYTES TO BITS. One instruction the vectorizer never emits from a plain
+//! loop is SSE2's byte movemask (`pmovmskb`: the top bit of each of 16
+//! bytes into an integer), which is what turns a filter's 0/1 bytes into
+//! its 64-row selection word ([`bitmask64`]). Written portably (a 64-bit
+//! multiply per 8 bytes) the AVX2 copy came out as emulated vector
+//! multiplies: 0.20 ns per row against 0.02–0.03 with the movemask. SSE2 is
+//! part of every x86-64 CPU, so this call needs no detection; the `unsafe`
+//! around it is only Rust's rule for `#[target_feature]` intrinsics.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -139,6 +148,39 @@ macro_rules! kernel {
 
 pub(crate) use kernel;
 
+/// The low bit of each of the 64 bytes (each 0 or 1) as a 64-bit word,
+/// byte `i` to bit `i`: four SSE2 byte movemasks on x86-64 (see the module
+/// docs), a multiply per 8 bytes elsewhere.
+#[inline(always)]
+pub fn bitmask64(bytes: &[u8; 64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_movemask_epi8, _mm_set_epi64x, _mm_slli_epi16};
+        let mut mask = 0u64;
+        for (k, sixteen) in bytes.chunks_exact(16).enumerate() {
+            let lo = i64::from_le_bytes(sixteen[..8].try_into().expect("8 bytes"));
+            let hi = i64::from_le_bytes(sixteen[8..].try_into().expect("8 bytes"));
+            // SAFETY: SSE2 is in every x86-64 CPU (the baseline the binary
+            // targets); the intrinsics take values, no pointers. The shift
+            // moves each byte's low bit to its top bit, which the movemask
+            // reads.
+            #[allow(unsafe_code)]
+            let bits = unsafe { _mm_movemask_epi8(_mm_slli_epi16::<7>(_mm_set_epi64x(hi, lo))) };
+            mask |= u64::from(bits as u16) << (16 * k);
+        }
+        mask
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut mask = 0u64;
+        for (c, chunk) in bytes.chunks_exact(8).enumerate() {
+            let x = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            mask |= (x.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * c);
+        }
+        mask
+    }
+}
+
 /// Runs `f` once with the AVX2 copies off and once with them on (where the
 /// CPU has AVX2), one test at a time: for tests that check both copies.
 #[cfg(test)]
@@ -163,6 +205,32 @@ mod tests {
         /// A loop the vectorizer widens: the same sums either way.
         fn sum_of_products(a: &[i64], b: &[i64]) -> i64 {
             a.iter().zip(b).map(|(x, y)| x.wrapping_mul(*y)).fold(0, i64::wrapping_add)
+        }
+    }
+
+    kernel! {
+        fn bitmask_in_a_kernel(bytes: &[u8; 64]) -> u64 {
+            bitmask64(bytes)
+        }
+    }
+
+    #[test]
+    fn bitmask_puts_byte_i_at_bit_i_in_both_copies() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..200 {
+            let mut bytes = [0u8; 64];
+            for b in bytes.iter_mut() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *b = match round {
+                    0 => 0,
+                    1 => 1,
+                    _ => (state & 1) as u8,
+                };
+            }
+            let want = (0..64).fold(0u64, |m, i| m | (u64::from(bytes[i]) << i));
+            for_each_level(|_| assert_eq!(bitmask_in_a_kernel(&bytes), want));
         }
     }
 

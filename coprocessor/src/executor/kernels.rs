@@ -6,12 +6,12 @@
 //! A selection is a bitmap of 64-row words. A filter narrows it one word at
 //! a time: a loop without bounds checks writes one 0/1 byte per row (the
 //! compiler turns it into vector compares), the bytes are packed into a
-//! word with one multiplication per 8 rows, and the word is ANDed in. Words
-//! already empty are skipped.
+//! word by SSE2's byte movemask ([`crate::simd::bitmask64`]), and the word
+//! is ANDed in. Words already empty are skipped.
 
 use crate::codec::pack::{IntView, Lane, WidthVisitor};
 use crate::expr::CmpOp;
-use crate::simd::kernel;
+use crate::simd::{bitmask64, kernel};
 
 /// A bitmap selecting rows `0..n`.
 pub fn all_rows(n: usize) -> Vec<u64> {
@@ -48,17 +48,11 @@ pub fn and_masks(n: usize, bits: &mut [u64], fill: impl Fn(usize, &mut [u8])) {
         }
         let base = w * 64;
         let len = (n - base).min(64);
-        bytes.fill(0);
-        fill(base, &mut bytes[..len]);
-        let mut mask = 0u64;
-        for (c, chunk) in bytes.chunks_exact(8).enumerate() {
-            let x = u64::from_le_bytes(chunk.try_into().expect("8"));
-            // Gathers the low bit of each byte into the top byte. (Three
-            // shifts and ORs do the same and vectorize better on AVX2, but
-            // measured no faster there and slower on the baseline.)
-            mask |= (x.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * c);
+        if len < 64 {
+            bytes.fill(0);
         }
-        *word &= mask;
+        fill(base, &mut bytes[..len]);
+        *word &= bitmask64(&bytes);
     }
 }
 
