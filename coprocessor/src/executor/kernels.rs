@@ -38,7 +38,9 @@ pub fn indices(bits: &[u64], out: &mut Vec<u32>) {
 /// Narrows the selection bitmap `bits` (rows `0..n`) by a filter, 64 rows
 /// at a time: `fill(base, bytes)` writes one 0/1 byte per row of the step
 /// (a loop the compiler vectorizes), the bytes are packed into a word and
-/// ANDed in. Words already empty are skipped.
+/// ANDed in. Words already empty are skipped. `fill` must write every byte
+/// of its slice: the buffer is reused, and only the last, partial word's
+/// is cleared first.
 #[inline(always)]
 pub fn and_masks(n: usize, bits: &mut [u64], fill: impl Fn(usize, &mut [u8])) {
     let mut bytes = [0u8; 64];
