@@ -11,7 +11,8 @@
 //! everything it inlines, is compiled a second time under
 //! `#[target_feature(enable = "avx2,…")]`, and a call takes that copy when
 //! [`avx2`] says so. The bodies are plain Rust loops written for the
-//! vectorizer (no intrinsics), so both copies compute the same answer by
+//! vectorizer (their one intrinsic is SSE2's, in [`bitmask64`], the same
+//! instruction in both copies), so both copies compute the same answer by
 //! construction, and the tests run both.
 //!
 //! WHAT IS WRAPPED. A dispatch costs a relaxed atomic load and a branch, so
@@ -28,10 +29,11 @@
 //! AVX2 copies off (to compare, as the criterion benches do with
 //! [`set_enabled`]).
 //!
-//! The crate's only `unsafe` is here, in the macro: calling a `#[target_feature]`
-//! function is unsafe because running AVX2 instructions on a CPU without
-//! them is undefined; [`avx2`] is true only after
-//! `is_x86_feature_detected!` confirmed every feature enabled.
+//! The crate's only `unsafe` is here. In the macro: calling a
+//! `#[target_feature]` function is unsafe because running AVX2 instructions
+//! on a CPU without them is undefined; [`avx2`] is true only after
+//! `is_x86_feature_detected!` confirmed every feature enabled. And in
+//! [`bitmask64`] (below).
 //!
 //! BYTES TO BITS. One instruction the vectorizer never emits from a plain
 //! loop is SSE2's byte movemask (`pmovmskb`: the top bit of each of 16
@@ -150,10 +152,11 @@ pub(crate) use kernel;
 
 /// The low bit of each of the 64 bytes (each 0 or 1) as a 64-bit word,
 /// byte `i` to bit `i`: four SSE2 byte movemasks on x86-64 (see the module
-/// docs), a multiply per 8 bytes elsewhere.
+/// docs), a multiply per 8 bytes elsewhere. (The movemask reads each
+/// byte's low bit whatever the byte; the multiply needs 0 or 1.)
 #[inline(always)]
 pub fn bitmask64(bytes: &[u8; 64]) -> u64 {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     {
         use std::arch::x86_64::{_mm_movemask_epi8, _mm_set_epi64x, _mm_slli_epi16};
         let mut mask = 0u64;
@@ -170,7 +173,7 @@ pub fn bitmask64(bytes: &[u8; 64]) -> u64 {
         }
         mask
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
     {
         let mut mask = 0u64;
         for (c, chunk) in bytes.chunks_exact(8).enumerate() {

@@ -6,7 +6,7 @@
 //! A selection is a bitmap of 64-row words. A filter narrows it one word at
 //! a time: a loop without bounds checks writes one 0/1 byte per row (the
 //! compiler turns it into vector compares), the bytes are packed into a
-//! word by SSE2's byte movemask ([`crate::simd::bitmask64`]), and the word
+//! word by SSE2's byte movemask on x86-64 ([`crate::simd::bitmask64`]), and the word
 //! is ANDed in. Words already empty are skipped.
 
 use crate::codec::pack::{IntView, Lane, WidthVisitor};
