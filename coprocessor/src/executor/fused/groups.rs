@@ -156,14 +156,49 @@ impl Groups {
                 AggState::Count => {}
             }
         }
-        for (p, val) in values.iter().enumerate() {
-            let vals = val.values(rows);
-            if need_sum[p] {
-                self.add_sums(p, &vals, bounds[p], group_of, local, counts, locals)?;
+        let vals: Vec<_> = values.iter().map(|v| v.values(rows)).collect();
+        // The sums that fit i64 over the block, all in one pass over the
+        // rows when there are slots (one slot read per row, a slot's sums
+        // side by side); the others one program at a time.
+        let together: Vec<usize> = (0..vals.len())
+            .filter(|p| need_sum[*p] && !locals.single && fits_i64(bounds[*p], rows))
+            .collect();
+        if together.len() > 1 {
+            let cols: Vec<&[i64]> = together.iter().map(|p| &vals[*p][..]).collect();
+            let sums = sums_by_slot_together(&cols, local, locals.total);
+            for (k, p) in together.iter().enumerate() {
+                let per_slot = sums.iter().skip(k).step_by(together.len());
+                self.fold_sums(*p, per_slot.map(|s| *s as i128), group_of, counts, locals)?;
+            }
+        }
+        for (p, vals) in vals.iter().enumerate() {
+            if need_sum[p] && !(together.len() > 1 && together.contains(&p)) {
+                self.add_sums(p, vals, bounds[p], group_of, local, counts, locals)?;
             }
             if need_min[p] || need_max[p] {
-                self.add_extremes(p, &vals, group_of, local, counts, locals);
+                self.add_extremes(p, vals, group_of, local, counts, locals);
             }
+        }
+        Ok(())
+    }
+
+    /// Adds each local slot's sum (`sums`, slot by slot) to its group's.
+    fn fold_sums(
+        &mut self,
+        p: usize,
+        sums: impl Iterator<Item = i128>,
+        group_of: &[u32],
+        counts: &[i64],
+        locals: Locals,
+    ) -> Result<()> {
+        for (l, s) in sums.take(locals.real).enumerate() {
+            if counts[l] == 0 {
+                continue;
+            }
+            let g = &mut self.sums[p][group_of[l] as usize];
+            *g = g
+                .checked_add(s)
+                .ok_or_else(|| overflow!("SUM overflowed"))?;
         }
         Ok(())
     }
@@ -180,8 +215,7 @@ impl Groups {
         counts: &[i64],
         locals: Locals,
     ) -> Result<()> {
-        let bound = lo.abs().max(hi.abs());
-        let fits_i64 = bound.saturating_mul(locals.rows as i128) <= I64_LIMIT;
+        let fits_i64 = fits_i64((lo, hi), locals.rows);
         if locals.single {
             let s: i128 = if fits_i64 {
                 vals.iter().copied().fold(0i64, i64::wrapping_add) as i128
@@ -204,16 +238,7 @@ impl Groups {
                 sums[*l as usize] += *v as i128;
             }
         }
-        for (l, s) in sums.iter().take(locals.real).enumerate() {
-            if counts[l] == 0 {
-                continue;
-            }
-            let g = &mut self.sums[p][group_of[l] as usize];
-            *g = g
-                .checked_add(*s)
-                .ok_or_else(|| overflow!("SUM overflowed"))?;
-        }
-        Ok(())
+        self.fold_sums(p, sums.into_iter(), group_of, counts, locals)
     }
 
     /// Program `p`'s minimums and maximums.
@@ -326,6 +351,59 @@ impl Groups {
     }
 }
 
+/// Whether `rows` values within `(lo, hi)` sum inside i64.
+fn fits_i64((lo, hi): (i128, i128), rows: usize) -> bool {
+    lo.abs().max(hi.abs()).saturating_mul(rows as i128) <= I64_LIMIT
+}
+
+/// [`sum_by_slot`] for several columns in one pass: each row's slot is
+/// read once and its values added to that slot's sums, which sit side by
+/// side (`out[slot × cols.len() + k]` for column `k`); two interleaved
+/// sets, even and odd rows. Up to eight columns, else one at a time.
+fn sums_by_slot_together(cols: &[&[i64]], slots: &[u32], nslots: usize) -> Vec<i64> {
+    match cols.len() {
+        2 => sums_n::<2>(cols, slots, nslots),
+        3 => sums_n::<3>(cols, slots, nslots),
+        4 => sums_n::<4>(cols, slots, nslots),
+        5 => sums_n::<5>(cols, slots, nslots),
+        6 => sums_n::<6>(cols, slots, nslots),
+        7 => sums_n::<7>(cols, slots, nslots),
+        8 => sums_n::<8>(cols, slots, nslots),
+        n => {
+            let each: Vec<Vec<i64>> = cols.iter().map(|c| sum_by_slot(c, slots, nslots)).collect();
+            (0..nslots * n).map(|i| each[i % n][i / n]).collect()
+        }
+    }
+}
+
+fn sums_n<const N: usize>(cols: &[&[i64]], slots: &[u32], nslots: usize) -> Vec<i64> {
+    let rows = slots.len();
+    let v: [&[i64]; N] = std::array::from_fn(|k| &cols[k][..rows]);
+    let mut even = vec![[0i64; N]; nslots];
+    let mut odd = vec![[0i64; N]; nslots];
+    for (j, pair) in slots.chunks_exact(2).enumerate() {
+        let i = 2 * j;
+        let a = &mut even[pair[0] as usize];
+        for k in 0..N {
+            a[k] = a[k].wrapping_add(v[k][i]);
+        }
+        let b = &mut odd[pair[1] as usize];
+        for k in 0..N {
+            b[k] = b[k].wrapping_add(v[k][i + 1]);
+        }
+    }
+    if rows % 2 == 1 {
+        let a = &mut even[slots[rows - 1] as usize];
+        for k in 0..N {
+            a[k] = a[k].wrapping_add(v[k][rows - 1]);
+        }
+    }
+    even.iter()
+        .zip(&odd)
+        .flat_map(|(a, b)| (0..N).map(move |k| a[k].wrapping_add(b[k])))
+        .collect()
+}
+
 /// Sums `vals` per slot (`slots[i]` < `nslots`). Four interleaved sets of
 /// sums, so consecutive rows of the same group do not wait on each other's
 /// store (eight sets were tried: slower on Q1, their offsets spilled to
@@ -367,4 +445,46 @@ fn int_array(t: &DataType, vals: impl Iterator<Item = Option<i64>>) -> Result<Ar
         ),
         other => return Err(internal!("fused integer column of type {other}")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_in_one_pass_match_one_column_at_a_time() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for ncols in 1..=10 {
+            for rows in [0, 1, 2, 7, 4096, 4097] {
+                let nslots = 1 + (next() % 9) as usize;
+                let slots: Vec<u32> = (0..rows).map(|_| (next() % nslots as u64) as u32).collect();
+                let cols: Vec<Vec<i64>> = (0..ncols)
+                    .map(|_| {
+                        (0..rows)
+                            .map(|_| (next() % 2_000_001) as i64 - 1_000_000)
+                            .collect()
+                    })
+                    .collect();
+                let refs: Vec<&[i64]> = cols.iter().map(|c| c.as_slice()).collect();
+                let together = sums_by_slot_together(&refs, &slots, nslots);
+                assert_eq!(together.len(), nslots * ncols);
+                for (k, c) in cols.iter().enumerate() {
+                    let one = sum_by_slot(c, &slots, nslots);
+                    for (s, want) in one.iter().enumerate() {
+                        assert_eq!(
+                            together[s * ncols + k],
+                            *want,
+                            "{ncols} columns, {rows} rows"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
