@@ -377,7 +377,10 @@ fn sums_by_slot_together(cols: &[&[i64]], slots: &[u32], nslots: usize) -> Vec<i
 }
 
 fn sums_n<const N: usize>(cols: &[&[i64]], slots: &[u32], nslots: usize) -> Vec<i64> {
-    let rows = slots.len();
+    // The rows every input has (they all have one per row read), as a zip
+    // of them would take.
+    let rows = cols.iter().fold(slots.len(), |n, c| n.min(c.len()));
+    let slots = &slots[..rows];
     let v: [&[i64]; N] = std::array::from_fn(|k| &cols[k][..rows]);
     let mut even = vec![[0i64; N]; nslots];
     let mut odd = vec![[0i64; N]; nslots];
