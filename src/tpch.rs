@@ -412,8 +412,7 @@ impl Table {
                                 (6, Decimal(s.s_acctbal.0 as i128)),
                                 (7, Bytes(s.s_comment.as_bytes())),
                             ],
-                        )?;
-                        Ok(())
+                        )
                     },
                 )?;
             }
@@ -434,8 +433,7 @@ impl Table {
                                 (7, Bytes(cu.c_mktsegment.as_bytes())),
                                 (8, Bytes(cu.c_comment.as_bytes())),
                             ],
-                        )?;
-                        Ok(())
+                        )
                     },
                 )?;
             }
@@ -457,8 +455,7 @@ impl Table {
                                 (8, Decimal(p.p_retailprice.0 as i128)),
                                 (9, Bytes(p.p_comment.as_bytes())),
                             ],
-                        )?;
-                        Ok(())
+                        )
                     },
                 )?;
             }
@@ -480,8 +477,7 @@ impl Table {
                                 (4, Decimal(ps.ps_supplycost.0 as i128)),
                                 (5, Bytes(ps.ps_comment.as_bytes())),
                             ],
-                        )?;
-                        Ok(())
+                        )
                     },
                 )?;
             }
@@ -503,8 +499,7 @@ impl Table {
                                 (8, Int(o.o_shippriority as i64)),
                                 (9, Bytes(o.o_comment.as_bytes())),
                             ],
-                        )?;
-                        Ok(())
+                        )
                     },
                 )?;
             }
@@ -533,8 +528,7 @@ impl Table {
                                 (15, Bytes(li.l_shipmode.as_bytes())),
                                 (16, Bytes(li.l_comment.as_bytes())),
                             ],
-                        )?;
-                        Ok(())
+                        )
                     },
                 )?;
             }

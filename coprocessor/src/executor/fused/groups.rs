@@ -160,10 +160,12 @@ impl Groups {
         // The sums that fit i64 over the block, all in one pass over the
         // rows when there are slots (one slot read per row, a slot's sums
         // side by side); the others one program at a time.
-        let together: Vec<usize> = (0..vals.len())
+        let mut together: Vec<usize> = (0..vals.len())
             .filter(|p| need_sum[*p] && !locals.single && fits_i64(bounds[*p], rows))
             .collect();
-        if together.len() > 1 {
+        if together.len() < 2 {
+            together.clear();
+        } else {
             let cols: Vec<&[i64]> = together.iter().map(|p| &vals[*p][..]).collect();
             let sums = sums_by_slot_together(&cols, local, locals.total);
             for (k, p) in together.iter().enumerate() {
@@ -172,7 +174,7 @@ impl Groups {
             }
         }
         for (p, vals) in vals.iter().enumerate() {
-            if need_sum[p] && !(together.len() > 1 && together.contains(&p)) {
+            if need_sum[p] && !together.contains(&p) {
                 self.add_sums(p, vals, bounds[p], group_of, local, counts, locals)?;
             }
             if need_min[p] || need_max[p] {
