@@ -105,6 +105,20 @@ pub(crate) fn get_compact(b: &[u8]) -> Result<i128> {
     })
 }
 
+/// An integer value's bytes (see [`get_compact`]) as i64; the 16-byte
+/// form only when its value fits.
+#[inline]
+pub(crate) fn get_compact_i64(b: &[u8]) -> Result<i64> {
+    Ok(match b.len() {
+        1 => b[0] as i8 as i64,
+        2 => i16::from_le_bytes([b[0], b[1]]) as i64,
+        4 => i32::from_le_bytes(b.try_into().expect("len 4")) as i64,
+        8 => i64::from_le_bytes(b.try_into().expect("len 8")),
+        _ => i64::try_from(get_compact(b)?)
+            .map_err(|_| invalid_input!("corrupt row value: integer past 64 bits"))?,
+    })
+}
+
 impl RowEncoder {
     pub fn new() -> Self {
         Self::default()
@@ -388,7 +402,12 @@ impl RowDecoder {
     /// Appends one row's requested columns to the builders.
     #[inline]
     pub fn decode(&mut self, value: &[u8]) -> Result<()> {
-        let row = RowView::new(value)?;
+        self.decode_view(&RowView::new(value)?)
+    }
+
+    /// [`RowDecoder::decode`] of a row whose header is already parsed.
+    #[inline]
+    pub fn decode_view(&mut self, row: &RowView<'_>) -> Result<()> {
         for (id, builder) in self.ids.iter().zip(self.builders.iter_mut()) {
             match row.get(*id)? {
                 Lookup::Value(v) => builder.append_bytes(v)?,

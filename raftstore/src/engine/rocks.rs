@@ -404,15 +404,16 @@ impl Storage for RocksStorage<'_> {
 
     fn current(&self) -> Option<(&[u8], &[u8])> {
         let it = self.iter.as_ref()?;
-        if self.first || !it.valid() {
+        if self.first {
             return None;
         }
-        let key = it.key()?;
-        let value = if self.key_only && !quarry_coprocessor::storage::is_lock_key(key) {
-            &[][..]
-        } else {
-            it.value().unwrap_or_default()
-        };
+        // One validity check for both slices (`key()` and `value()` check
+        // it again each, through the C API): this runs for every pair of a
+        // scan, several times.
+        let (key, value) = it.item()?;
+        if self.key_only && !quarry_coprocessor::storage::is_lock_key(key) {
+            return Some((key, &[][..]));
+        }
         Some((key, value))
     }
 

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
@@ -22,10 +22,10 @@ use super::keys::{KeyLayout, Slots};
 use super::node::{Node, Val};
 use super::plan::FusedPlan;
 use super::pred::{live, Pred};
-use super::source::{int_values, Source};
+use super::rows::RowBlock;
+use super::source::Source;
 use crate::aggregate::Aggregator;
 use crate::codec::pack::{decode_columns, is_int_type, ColumnView, PackView};
-use crate::codec::row::RowDecoder;
 use crate::executor::kernels::{all_rows, indices};
 use crate::executor::selection::{filter_chunk, order_conditions};
 use crate::executor::Chunk;
@@ -151,7 +151,8 @@ pub(super) struct Core {
     conditions: Vec<Expr>,
     fallback: Aggregator,
     fallback_used: bool,
-    decoder: RowDecoder,
+    /// The rows waiting to be run as a block.
+    rows: RowBlock,
     schema: SchemaRef,
     blocks_scanned: u64,
     blocks_skipped: u64,
@@ -166,6 +167,7 @@ impl Core {
         plan: FusedPlan,
         fallback: Aggregator,
     ) -> Result<Self> {
+        let rows = RowBlock::new(columns, &plan.used, ROW_BLOCK)?;
         Ok(Core {
             groups: Groups::new(plan.progs.len()),
             plan,
@@ -175,7 +177,7 @@ impl Core {
             schema: fallback.output_schema(),
             fallback,
             fallback_used: false,
-            decoder: RowDecoder::new(columns, ROW_BLOCK)?,
+            rows,
             blocks_scanned: 0,
             blocks_skipped: 0,
             blocks_fallback: 0,
@@ -194,8 +196,8 @@ impl Core {
 
     /// A delta row: decoded, and run as a block once there are enough.
     pub(super) fn row(&mut self, value: &[u8]) -> Result<()> {
-        self.decoder.decode(value)?;
-        if self.decoder.rows() >= ROW_BLOCK {
+        self.rows.decode(value)?;
+        if self.rows.rows() >= ROW_BLOCK {
             self.rows()?;
         }
         Ok(())
@@ -262,50 +264,27 @@ impl Core {
     /// The delta rows decoded so far, through the fused path or the
     /// generic one.
     fn rows(&mut self) -> Result<()> {
-        let n = self.decoder.rows();
+        let n = self.rows.rows();
         if n == 0 {
             return Ok(());
         }
-        let cols = self.decoder.finish()?;
-        // Integer columns as i64, checking for NULLs.
-        let mut ints: Vec<Option<(Vec<i64>, i64, i64)>> = Vec::with_capacity(cols.len());
-        let mut fusable = true;
-        for (i, c) in cols.iter().enumerate() {
-            if !self.plan.used[i] {
-                ints.push(None);
-                continue;
-            }
-            if c.null_count() > 0 {
-                fusable = false;
-                break;
-            }
-            if c.data_type() == &DataType::Utf8 {
-                ints.push(None);
-                continue;
-            }
-            match int_values(c.as_ref()) {
-                Some(v) => ints.push(Some(v)),
-                None => {
-                    fusable = false;
-                    break;
-                }
-            }
-        }
-        if fusable {
-            let sources: Vec<Source> = cols
-                .iter()
-                .enumerate()
-                .map(|(i, c)| match ints.get(i) {
-                    Some(Some((v, lo, hi))) => Source::Values(v, *lo, *hi),
-                    _ if self.plan.used[i] => Source::Strings(c.as_string::<i32>()),
-                    _ => Source::Unused,
-                })
-                .collect();
+        // Out of `self` while the block's sources borrow it.
+        let mut block = std::mem::replace(&mut self.rows, RowBlock::empty());
+        let result = self.run_rows(&mut block, n);
+        block.clear();
+        self.rows = block;
+        result
+    }
+
+    fn run_rows(&mut self, block: &mut RowBlock, n: usize) -> Result<()> {
+        let decoded = block.finish()?;
+        if let Some(sources) = block.sources(&decoded, &self.plan.used) {
             if self.block(&sources, n)? {
                 return Ok(());
             }
         }
         self.blocks_fallback += 1;
+        let cols = block.arrays(decoded)?;
         self.generic(cols, n)
     }
 
@@ -362,7 +341,11 @@ impl Core {
             .assign(&layout, &plan.keys, src, rows, &sc.bits, &sc.sel)?;
         // 4. The programs over the rows.
         let inputs = program_inputs(&plan.progs, src, rows, &sc.sel, &mut sc.decoded);
-        let values: Vec<Val> = plan.progs.iter().map(|p| p.eval(&inputs)).collect();
+        let mut values: Vec<Val> = Vec::with_capacity(plan.progs.len());
+        for p in &plan.progs {
+            let v = p.eval(&inputs, &values);
+            values.push(v);
+        }
         // 5. Accumulate per local slot, then fold into the groups.
         let of_keys = groups.slots_for(&plan.keys, &layout, src, &sc.slots.local_keys)?;
         let group_of = sc.slots.group_per_slot(of_keys, locals);

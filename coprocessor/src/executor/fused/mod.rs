@@ -49,6 +49,8 @@
 //!   integers, their zone-map verdict per block and their kernels;
 //! * `node.rs`: the arithmetic of aggregate arguments, its interval bounds
 //!   and its vectorized evaluation;
+//! * `rows.rs`: rows (row layout, delta, own writes) decoded into the
+//!   integers the kernels read;
 //! * `source.rs`: a block's columns as the kernels read them, packed or
 //!   decoded (the width-specialized loops themselves are in `kernels.rs`
 //!   and `codec/pack/int.rs`);
@@ -65,6 +67,7 @@ mod keys;
 mod node;
 mod plan;
 mod pred;
+mod rows;
 mod source;
 
 use arrow::array::RecordBatch;

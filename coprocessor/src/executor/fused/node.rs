@@ -34,6 +34,9 @@ enum Op {
     Sub(Box<Node>, Box<Node>),
     Mul(Box<Node>, Box<Node>),
     Neg(Box<Node>),
+    /// The value of an earlier program of the plan: a subtree two
+    /// programs share ([`Node::share`]), computed once per block.
+    Prog(usize),
 }
 
 fn decimal_limit(p: u8) -> i128 {
@@ -170,10 +173,36 @@ impl Node {
         }
     }
 
+    /// Replaces each subtree (below the root) equal to one of `earlier`,
+    /// the plan's programs before this one, by a reference to it: Q1's
+    /// `price × (1 − discount) × (1 + tax)` then multiplies the already
+    /// computed `price × (1 − discount)` of the program before it.
+    pub(super) fn share(&mut self, earlier: &[Node]) {
+        match &mut self.op {
+            Op::Add(a, b) | Op::Sub(a, b) | Op::Mul(a, b) => {
+                a.share_subtree(earlier);
+                b.share_subtree(earlier);
+            }
+            Op::Neg(a) => a.share_subtree(earlier),
+            Op::Col(_) | Op::Const(_) | Op::Prog(_) => {}
+        }
+    }
+
+    fn share_subtree(&mut self, earlier: &[Node]) {
+        if matches!(self.op, Op::Col(_) | Op::Const(_) | Op::Prog(_)) {
+            return;
+        }
+        match earlier.iter().position(|e| e == self) {
+            Some(j) => self.op = Op::Prog(j),
+            None => self.share(earlier),
+        }
+    }
+
+    /// The columns the node reads (not through an earlier program's value).
     pub(super) fn visit_columns(&self, f: &mut impl FnMut(usize)) {
         match &self.op {
             Op::Col(c) => f(*c),
-            Op::Const(_) => {}
+            Op::Const(_) | Op::Prog(_) => {}
             Op::Add(a, b) | Op::Sub(a, b) | Op::Mul(a, b) => {
                 a.visit_columns(f);
                 b.visit_columns(f);
@@ -182,30 +211,36 @@ impl Node {
         }
     }
 
-    /// The node's value range given each column's range; None if some node
-    /// may leave i64 or its precision.
-    pub(super) fn bounds(&self, cols: &[(i64, i64)]) -> Option<(i128, i128)> {
+    /// The node's value range given each column's range and the earlier
+    /// programs' (`progs`); None if some node may leave i64 or its
+    /// precision.
+    pub(super) fn bounds(
+        &self,
+        cols: &[(i64, i64)],
+        progs: &[(i128, i128)],
+    ) -> Option<(i128, i128)> {
         let (lo, hi) = match &self.op {
+            Op::Prog(j) => *progs.get(*j)?,
             Op::Col(c) => {
                 let (lo, hi) = cols[*c];
                 (lo as i128, hi as i128)
             }
             Op::Const(v) => (*v as i128, *v as i128),
             Op::Add(a, b) => {
-                let ((al, ah), (bl, bh)) = (a.bounds(cols)?, b.bounds(cols)?);
+                let ((al, ah), (bl, bh)) = (a.bounds(cols, progs)?, b.bounds(cols, progs)?);
                 (al + bl, ah + bh)
             }
             Op::Sub(a, b) => {
-                let ((al, ah), (bl, bh)) = (a.bounds(cols)?, b.bounds(cols)?);
+                let ((al, ah), (bl, bh)) = (a.bounds(cols, progs)?, b.bounds(cols, progs)?);
                 (al - bh, ah - bl)
             }
             Op::Mul(a, b) => {
-                let ((al, ah), (bl, bh)) = (a.bounds(cols)?, b.bounds(cols)?);
+                let ((al, ah), (bl, bh)) = (a.bounds(cols, progs)?, b.bounds(cols, progs)?);
                 let p = [al * bl, al * bh, ah * bl, ah * bh];
                 (*p.iter().min()?, *p.iter().max()?)
             }
             Op::Neg(a) => {
-                let (l, h) = a.bounds(cols)?;
+                let (l, h) = a.bounds(cols, progs)?;
                 (-h, -l)
             }
         };
@@ -214,15 +249,47 @@ impl Node {
     }
 
     /// Evaluates over `cols` (each column's values, all the same length
-    /// `n`). Bounds were checked, so wrapping arithmetic never wraps.
-    pub(super) fn eval<'a>(&self, cols: &[&'a [i64]]) -> Val<'a> {
+    /// `n`), `done` holding the earlier programs' values. Bounds were
+    /// checked, so wrapping arithmetic never wraps.
+    pub(super) fn eval<'a>(&self, cols: &[&'a [i64]], done: &[Val<'a>]) -> Val<'a> {
         match &self.op {
             Op::Col(c) => Val::Slice(cols[*c]),
             Op::Const(v) => Val::Const(*v),
-            Op::Add(a, b) => binary(a.eval(cols), b.eval(cols), i64::wrapping_add),
-            Op::Sub(a, b) => binary(a.eval(cols), b.eval(cols), i64::wrapping_sub),
-            Op::Mul(a, b) => binary(a.eval(cols), b.eval(cols), i64::wrapping_mul),
-            Op::Neg(a) => binary(Val::Const(0), a.eval(cols), i64::wrapping_sub),
+            // `share` leaves no reference at a root; a copy if one were.
+            Op::Prog(j) => match &done[*j] {
+                Val::Slice(s) => Val::Slice(s),
+                Val::Owned(v) => Val::Owned(v.clone()),
+                Val::Const(c) => Val::Const(*c),
+            },
+            Op::Add(a, b) => binary(
+                a.operand(cols, done),
+                b.operand(cols, done),
+                i64::wrapping_add,
+            ),
+            Op::Sub(a, b) => binary(
+                a.operand(cols, done),
+                b.operand(cols, done),
+                i64::wrapping_sub,
+            ),
+            Op::Mul(a, b) => binary(
+                a.operand(cols, done),
+                b.operand(cols, done),
+                i64::wrapping_mul,
+            ),
+            Op::Neg(a) => binary(Val::Const(0), a.operand(cols, done), i64::wrapping_sub),
+        }
+    }
+
+    /// The node's value as an operand: an earlier program's borrowed, not
+    /// copied.
+    fn operand<'s>(&self, cols: &[&'s [i64]], done: &'s [Val<'_>]) -> Val<'s> {
+        match &self.op {
+            Op::Prog(j) => match &done[*j] {
+                Val::Slice(s) => Val::Slice(s),
+                Val::Owned(v) => Val::Slice(v),
+                Val::Const(c) => Val::Const(*c),
+            },
+            _ => self.eval(cols, done),
         }
     }
 }
@@ -248,7 +315,7 @@ kernel! {
     /// One arithmetic node over whole vectors; generic over `f` so each
     /// operator gets its own (vectorized) loops, for the baseline and for
     /// AVX2 (see [`crate::simd`]).
-    fn binary<'a>(a: Val<'a>, b: Val<'a>, f: impl Fn(i64, i64) -> i64 + Copy) -> Val<'a> {
+    fn binary<'a, 'b>(a: Val<'a>, b: Val<'b>, f: impl Fn(i64, i64) -> i64 + Copy) -> Val<'static> {
         match (a, b) {
             (Val::Const(x), Val::Const(y)) => Val::Const(f(x, y)),
             (Val::Owned(mut v), Val::Const(y)) => {

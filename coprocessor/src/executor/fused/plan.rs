@@ -142,6 +142,11 @@ impl FusedPlan {
                 return None;
             }
         }
+        // A subtree equal to an earlier program is computed once.
+        for i in 1..progs.len() {
+            let (earlier, rest) = progs.split_at_mut(i);
+            rest[0].share(earlier);
+        }
         Some(FusedPlan {
             preds,
             keys,
@@ -155,6 +160,11 @@ impl FusedPlan {
     /// way).
     pub(super) fn prog_bounds(&self, src: &[Source<'_>]) -> Option<Vec<(i128, i128)>> {
         let ranges: Vec<(i64, i64)> = src.iter().map(|s| s.range().unwrap_or((0, 0))).collect();
-        self.progs.iter().map(|p| p.bounds(&ranges)).collect()
+        let mut out = Vec::with_capacity(self.progs.len());
+        for p in &self.progs {
+            let b = p.bounds(&ranges, &out)?;
+            out.push(b);
+        }
+        Some(out)
     }
 }

@@ -153,6 +153,13 @@ fn query(q6: bool) -> (Vec<Expr>, Vec<Expr>, Aggs) {
         Expr::arith(ArithOp::Minus, Expr::Literal(ScalarValue::Int64(1)), col(2)).unwrap(),
     )
     .unwrap();
+    // Q1's sum_charge: disc_price × (1 + x), sharing disc_price.
+    let charge = Expr::arith(
+        ArithOp::Multiply,
+        disc_price.clone(),
+        Expr::arith(ArithOp::Plus, Expr::Literal(ScalarValue::Int64(1)), col(2)).unwrap(),
+    )
+    .unwrap();
     let agg = |k: AggKind, e: Option<Expr>| {
         (
             AggregateFunction::new(k, e.as_ref().map(Expr::data_type)).unwrap(),
@@ -180,9 +187,26 @@ fn query(q6: bool) -> (Vec<Expr>, Vec<Expr>, Aggs) {
                 agg(AggKind::Max, Some(disc_price)),
                 agg(AggKind::Count, Some(col(2))),
                 agg(AggKind::CountStar, None),
+                agg(AggKind::Sum, Some(charge)),
             ],
         )
     }
+}
+
+/// Q1's charge program multiplies the disc_price program's values
+/// instead of computing them again.
+#[test]
+fn a_subtree_equal_to_an_earlier_program_is_computed_once() {
+    let (conds, keys, aggs) = query(false);
+    let plan = FusedPlan::compile(&columns(), &conds, &keys, &aggs).unwrap();
+    let progs: Vec<String> = plan.progs.iter().map(|p| format!("{p:?}")).collect();
+    let disc_price = progs.iter().position(|p| p.contains("Sub(")).unwrap();
+    let charge = progs.iter().position(|p| p.contains("Add(")).unwrap();
+    assert!(disc_price < charge, "{progs:#?}");
+    assert!(
+        progs[charge].contains(&format!("Prog({disc_price})")) && !progs[charge].contains("Sub("),
+        "{progs:#?}"
+    );
 }
 
 fn try_drain(exec: &mut dyn BatchExecutor) -> crate::Result<Vec<RecordBatch>> {
