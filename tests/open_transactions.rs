@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -191,8 +191,9 @@ fn a_transaction_reads_one_snapshot_while_one_phase_inserts_commit() {
     let count = "SELECT count(*) AS n FROM o";
     assert_eq!(run(&mut reader, count).unwrap(), "n\n1\n");
     let stop = Arc::new(AtomicBool::new(false));
+    let inserted = Arc::new(AtomicUsize::new(0));
     let writer = {
-        let (stop, compute) = (stop.clone(), pg.compute.clone());
+        let (stop, inserted, compute) = (stop.clone(), inserted.clone(), pg.compute.clone());
         std::thread::spawn(move || {
             runtime().block_on(async {
                 let mut c = Client::connect(&compute).await.unwrap();
@@ -202,14 +203,22 @@ fn a_transaction_reads_one_snapshot_while_one_phase_inserts_commit() {
                     c.sql(&format!("INSERT INTO o VALUES ({n}, {n})"))
                         .await
                         .unwrap();
+                    inserted.store(n, Ordering::SeqCst);
                 }
                 n
             })
         })
     };
-    // Every read of the transaction sees its snapshot: one row.
-    for _ in 0..20 {
+    // Every read of the transaction sees its snapshot: one row. At least
+    // 20 reads, and on until 5 inserts have committed among them (the
+    // reads alone may outrun the writer), for at most 2000 reads or 60 s.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut reads = 0;
+    while reads < 20
+        || (inserted.load(Ordering::SeqCst) < 5 && reads < 2000 && Instant::now() < deadline)
+    {
         assert_eq!(run(&mut reader, count).unwrap(), "n\n1\n");
+        reads += 1;
     }
     stop.store(true, Ordering::SeqCst);
     let n = writer.join().unwrap();

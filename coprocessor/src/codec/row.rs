@@ -105,18 +105,18 @@ pub(crate) fn get_compact(b: &[u8]) -> Result<i128> {
     })
 }
 
-/// An integer value's bytes (see [`get_compact`]) as i64; the 16-byte
-/// form only when its value fits.
+/// An integer value's bytes (see [`get_compact`]) as i64; None for a
+/// 16-byte value past i64 (the caller names the column's type in its
+/// error).
 #[inline]
-pub(crate) fn get_compact_i64(b: &[u8]) -> Result<i64> {
-    Ok(match b.len() {
+pub(crate) fn get_compact_i64(b: &[u8]) -> Result<Option<i64>> {
+    Ok(Some(match b.len() {
         1 => b[0] as i8 as i64,
         2 => i16::from_le_bytes([b[0], b[1]]) as i64,
         4 => i32::from_le_bytes(b.try_into().expect("len 4")) as i64,
         8 => i64::from_le_bytes(b.try_into().expect("len 8")),
-        _ => i64::try_from(get_compact(b)?)
-            .map_err(|_| invalid_input!("corrupt row value: integer past 64 bits"))?,
-    })
+        _ => return Ok(i64::try_from(get_compact(b)?).ok()),
+    }))
 }
 
 impl RowEncoder {

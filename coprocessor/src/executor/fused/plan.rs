@@ -142,10 +142,12 @@ impl FusedPlan {
                 return None;
             }
         }
-        // A subtree equal to an earlier program is computed once.
-        for i in 1..progs.len() {
-            let (earlier, rest) = progs.split_at_mut(i);
-            rest[0].share(earlier);
+        // A subtree equal to an earlier program is computed once. Compared
+        // with the programs as compiled, so a chain (A, A×B, A×B×C) shares
+        // at every step.
+        let compiled = progs.clone();
+        for (i, p) in progs.iter_mut().enumerate().skip(1) {
+            p.share(&compiled[..i]);
         }
         Some(FusedPlan {
             preds,

@@ -15,10 +15,12 @@
 //! [`RowBlock::arrays`] builds the Arrow arrays of every column from the
 //! same decoded values and NULL positions, so nothing is decoded twice.
 //!
-//! Values are checked as the builders check them: a DATE past i32 or a
-//! value of an unknown width is a corrupt row, an error. A 16-byte value
-//! that does not fit i64 is one too here, for the integer columns the
-//! plan reads (BIGINT, DATE, DECIMAL(p ≤ 18): none can hold such a value).
+//! Values are checked as the builders check them: a BIGINT past i64, a
+//! DATE past i32 or a value of an unknown width is a corrupt row, an
+//! error. So here is a DECIMAL(p ≤ 18) value past i64, which the builders
+//! took as an i128 (no such value passes an INSERT's precision check; the
+//! old path would have sent its block the generic way). A row that fails
+//! leaves nothing of itself in the block.
 
 use std::sync::Arc;
 
@@ -51,7 +53,7 @@ enum Place {
 struct IntColumn {
     id: i64,
     dt: DataType,
-    /// `dt` is DATE (values must fit i32); compared per value, so kept
+    /// `dt` is DATE (values must fit i32); tested per value, so kept
     /// apart from `dt`.
     date: bool,
     values: Vec<i64>,
@@ -110,18 +112,36 @@ impl RowBlock {
         self.rows
     }
 
-    /// Appends one row value.
+    /// Appends one row value; on an error, the block is as before it.
     #[inline]
     pub(super) fn decode(&mut self, value: &[u8]) -> Result<()> {
+        match self.decode_row(value) {
+            Ok(()) => {
+                self.rows += 1;
+                Ok(())
+            }
+            Err(e) => {
+                let rows = self.rows;
+                for c in &mut self.ints {
+                    c.values.truncate(rows);
+                    c.nulls.retain(|r| (*r as usize) < rows);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    #[inline]
+    fn decode_row(&mut self, value: &[u8]) -> Result<()> {
         let row = RowView::new(value)?;
         let r = self.rows as u32;
         for c in &mut self.ints {
             match row.get(c.id)? {
                 Lookup::Value(v) => {
-                    let x = get_compact_i64(v)?;
-                    if c.date && i32::try_from(x).is_err() {
-                        return Err(invalid_input!("corrupt row value: DATE out of range"));
-                    }
+                    let x = match get_compact_i64(v)? {
+                        Some(x) if !c.date || i32::try_from(x).is_ok() => x,
+                        _ => return Err(c.out_of_range()),
+                    };
                     c.values.push(x);
                 }
                 Lookup::Null | Lookup::Absent => {
@@ -130,9 +150,7 @@ impl RowBlock {
                 }
             }
         }
-        self.others.decode_view(&row)?;
-        self.rows += 1;
-        Ok(())
+        self.others.decode_view(&row)
     }
 
     /// Ends the block: the other columns' arrays. The integer values stay
@@ -197,6 +215,16 @@ impl RowBlock {
 }
 
 impl IntColumn {
+    /// The error for a value past the column type's range.
+    #[cold]
+    fn out_of_range(&self) -> crate::Error {
+        match &self.dt {
+            DataType::Int64 => invalid_input!("corrupt row value: BIGINT out of range"),
+            DataType::Date32 => invalid_input!("corrupt row value: DATE out of range"),
+            dt => invalid_input!("corrupt row value: {dt} value past 64 bits"),
+        }
+    }
+
     fn array(&self, rows: usize) -> Result<ArrayRef> {
         let nulls = (!self.nulls.is_empty()).then(|| {
             let mut valid = vec![true; rows];
@@ -313,5 +341,39 @@ mod tests {
             .unwrap();
         let e = block.decode(&v).unwrap_err().to_string();
         assert!(e.contains("DATE out of range"), "{e}");
+    }
+
+    /// A row that fails halfway (its second column) leaves nothing of
+    /// itself: the block's arrays still have one entry per counted row.
+    #[test]
+    fn a_failed_row_leaves_the_block_as_it_was() {
+        let columns = [(1, DataType::Int64), (2, DataType::Date32)];
+        let mut block = RowBlock::new(&columns, &[true, true], 4).unwrap();
+        let mut enc = RowEncoder::new();
+        let mut good = Vec::new();
+        enc.encode(&[(1, Datum::Null), (2, Datum::Date(7))], &mut good)
+            .unwrap();
+        let mut bad = Vec::new();
+        enc.encode(&[(1, Datum::Null), (2, Datum::Int(1 << 40))], &mut bad)
+            .unwrap();
+        block.decode(&good).unwrap();
+        assert!(block.decode(&bad).is_err());
+        block.decode(&good).unwrap();
+        let d = block.finish().unwrap();
+        let arrays = block.arrays(d).unwrap();
+        assert_eq!(block.rows(), 2);
+        assert!(arrays.iter().all(|a| a.len() == 2));
+        assert_eq!(arrays[0].null_count(), 2);
+    }
+
+    #[test]
+    fn a_bigint_past_64_bits_is_named_as_one() {
+        let mut block = RowBlock::new(&[(1, DataType::Int64)], &[true], 4).unwrap();
+        let mut v = Vec::new();
+        RowEncoder::new()
+            .encode(&[(1, Datum::Decimal(1 << 70))], &mut v)
+            .unwrap();
+        let e = block.decode(&v).unwrap_err().to_string();
+        assert!(e.contains("BIGINT out of range"), "{e}");
     }
 }
