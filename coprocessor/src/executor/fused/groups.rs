@@ -439,7 +439,7 @@ fn sum_by_slot(vals: &[i64], slots: &[u32], nslots: usize) -> Vec<i64> {
 }
 
 /// An integer-stored column of SQL type `t` from i64 values.
-fn int_array(t: &DataType, vals: impl Iterator<Item = Option<i64>>) -> Result<ArrayRef> {
+pub(super) fn int_array(t: &DataType, vals: impl Iterator<Item = Option<i64>>) -> Result<ArrayRef> {
     Ok(match t {
         DataType::Int64 => Arc::new(vals.collect::<Int64Array>()),
         DataType::Date32 => Arc::new(vals.map(|v| v.map(|x| x as i32)).collect::<Date32Array>()),

@@ -22,12 +22,10 @@
 //! old path would have sent its block the generic way). A row that fails
 //! leaves nothing of itself in the block.
 
-use std::sync::Arc;
-
-use arrow::array::{Array, ArrayRef, AsArray, Date32Array, Decimal128Array, Int64Array};
-use arrow::buffer::{BooleanBuffer, NullBuffer};
+use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::DataType;
 
+use super::groups::int_array;
 use super::source::Source;
 use crate::codec::pack::is_int_type;
 use crate::codec::row::{get_compact_i64, Lookup, RowDecoder, RowView};
@@ -205,7 +203,7 @@ impl RowBlock {
         self.place
             .iter()
             .map(|p| match *p {
-                Place::Int(k) => self.ints[k].array(self.rows),
+                Place::Int(k) => self.ints[k].array(),
                 Place::Other(_) => others
                     .next()
                     .ok_or_else(|| internal!("a decoded column is missing")),
@@ -225,27 +223,19 @@ impl IntColumn {
         }
     }
 
-    fn array(&self, rows: usize) -> Result<ArrayRef> {
-        let nulls = (!self.nulls.is_empty()).then(|| {
-            let mut valid = vec![true; rows];
-            for r in &self.nulls {
-                valid[*r as usize] = false;
-            }
-            NullBuffer::new(BooleanBuffer::from(valid))
-        });
-        Ok(match &self.dt {
-            DataType::Int64 => Arc::new(Int64Array::new(self.values.clone().into(), nulls)),
-            DataType::Date32 => Arc::new(Date32Array::new(
-                self.values.iter().map(|x| *x as i32).collect(),
-                nulls,
-            )),
-            DataType::Decimal128(p, s) => Arc::new(
-                Decimal128Array::new(self.values.iter().map(|x| *x as i128).collect(), nulls)
-                    .with_precision_and_scale(*p, *s)
-                    .map_err(|e| internal!("decimal type: {e}"))?,
-            ),
-            other => return Err(internal!("{other} decoded as an integer")),
-        })
+    /// The column as an Arrow array of its type, NULLs where they were.
+    fn array(&self) -> Result<ArrayRef> {
+        // `nulls` is ascending: rows are appended in order.
+        let mut nulls = self.nulls.iter().peekable();
+        int_array(
+            &self.dt,
+            self.values.iter().enumerate().map(|(r, v)| {
+                match nulls.next_if(|n| **n as usize == r) {
+                    Some(_) => None,
+                    None => Some(*v),
+                }
+            }),
+        )
     }
 }
 
