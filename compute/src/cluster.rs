@@ -10,9 +10,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::StreamExt;
 use parking_lot::Mutex;
 use quarry_proto::coprocessor::coprocessor_client::CoprocessorClient;
-use quarry_proto::coprocessor::{CopRequest, CopResponse};
+use quarry_proto::coprocessor::{BatchCopRequest, BatchCopResponse, CopRequest, CopResponse};
 use quarry_proto::kv::kv_client::KvClient;
 use quarry_proto::kv::{BatchPutRequest, BatchPutResponse};
 use quarry_proto::meta::meta_client::MetaClient;
@@ -51,7 +53,11 @@ pub trait Routes: Send + Sync {
     fn get_stores(&self) -> BoxFuture<'_, Result<Vec<Store>>>;
 }
 
-/// Sends one coprocessor request to a store.
+/// A batch's answers, one per task as the store finishes it.
+pub type BatchAnswers = BoxStream<'static, std::result::Result<BatchCopResponse, tonic::Status>>;
+
+/// Sends coprocessor requests to a store: one region's, or a batch of
+/// several regions' under one DAG.
 pub trait CopTransport: Send + Sync {
     fn coprocessor(
         &self,
@@ -59,6 +65,13 @@ pub trait CopTransport: Send + Sync {
         req: CopRequest,
         timeout: Duration,
     ) -> BoxFuture<'static, std::result::Result<CopResponse, tonic::Status>>;
+
+    fn batch_coprocessor(
+        &self,
+        addr: &str,
+        req: BatchCopRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'static, std::result::Result<BatchAnswers, tonic::Status>>;
 }
 
 /// Sends one batch of writes to a store.
@@ -362,6 +375,24 @@ impl CopTransport for Cluster {
             let mut r = tonic::Request::new(req);
             r.set_timeout(timeout);
             c.coprocessor(r).await.map(|r| r.into_inner())
+        })
+    }
+
+    fn batch_coprocessor(
+        &self,
+        addr: &str,
+        req: BatchCopRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'static, std::result::Result<BatchAnswers, tonic::Status>> {
+        let ch = self.channel(addr);
+        Box::pin(async move {
+            let ch = ch.map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+            let mut c = CoprocessorClient::new(ch)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let mut r = tonic::Request::new(req);
+            r.set_timeout(timeout);
+            Ok(c.batch_coprocessor(r).await?.into_inner().boxed())
         })
     }
 }

@@ -1,12 +1,25 @@
-//! Dispatch: one coprocessor request per region, many in flight, each with
-//! its own retries; pages handed to the query as they arrive.
+//! Dispatch: a scan's regions asked store by store, each region with its
+//! own retries; pages handed to the query as they arrive.
 //!
 //! ```text
 //!   ranges ─▶ ScanWork ─▶ retry::Retry (locate, split per region, bounded fan-out,
-//!                         region errors, backoff) ─▶ per region: CopRequest
-//!                                                      │ page ─▶ channel ─▶ decode ─▶ on_batch
-//!                                                      └ cut short: next page from `remaining`
+//!                         region errors, backoff)
+//!                           │ first attempt: one BatchCopRequest per store, its
+//!                           │   regions answered one by one as they finish
+//!                           │ later attempts: one CopRequest per region
+//!                           ▼
+//!                         per region: page ─▶ channel ─▶ decode ─▶ on_batch
+//!                                     └ cut short: next page from `remaining`
 //! ```
+//!
+//! The batch is TiFlash's batch coprocessor in its simplest form: the DAG
+//! is encoded, sent and decoded once per store instead of once per region,
+//! and a store answers over one stream. Nothing else changes: each
+//! region's answer still carries its own region error, lock or remaining
+//! ranges, and what follows it (a retry, a lock resolved, the next page) is
+//! that region's alone. A store that does not know the batched call (an
+//! older binary during an upgrade) answers `Unimplemented`, and its
+//! regions are asked one by one.
 //!
 //! Everything about failures — unreachable stores, NotLeader hints, busy
 //! stores, splits — is the [`retry`] layer's, shared with the writer
@@ -31,14 +44,17 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema};
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use parking_lot::Mutex;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
-use quarry_proto::coprocessor::{CopRequest, DagRequest, EncodeType, ExecSummary};
+use quarry_proto::coprocessor::{
+    BatchCopRequest, CopRequest, CopResponse, DagRequest, EncodeType, ExecSummary, RegionTask,
+};
 use tokio::sync::mpsc;
 
 use self::retry::{Attempt, GiveUp, RegionWork, Retry, RetryConfig, RetryStats, MAX_REGION_ERRORS};
-use crate::cluster::CopTransport;
+use crate::cluster::{BatchAnswers, CopTransport};
 use crate::region_cache::{Located, RegionCache};
 use crate::txn::Txns;
 use crate::{Error, Result};
@@ -168,6 +184,7 @@ impl Dispatcher {
             pages,
             txns: self.txns.clone(),
             deadline,
+            answered: None,
         };
         let retry_stats = Arc::new(RetryStats::default());
         let (cache, cfg, counters) = (self.cache.clone(), self.retry.clone(), retry_stats.clone());
@@ -394,6 +411,8 @@ struct ScanWork {
     pages: mpsc::Sender<Page>,
     txns: Option<Arc<Txns>>,
     deadline: Instant,
+    /// The answer of a batched first attempt, for the next `send` to read.
+    answered: Option<std::result::Result<CopResponse, tonic::Status>>,
 }
 
 impl RegionWork for ScanWork {
@@ -427,6 +446,7 @@ impl RegionWork for ScanWork {
                         pages: self.pages.clone(),
                         txns: self.txns.clone(),
                         deadline: self.deadline,
+                        answered: None,
                     };
                     (region, work)
                 })
@@ -440,19 +460,23 @@ impl RegionWork for ScanWork {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<Attempt>> {
         Box::pin(async move {
-            let req = CopRequest {
-                context: Some(region.context()),
-                ranges: self.ranges.iter().map(KeyRange::to_proto).collect(),
-                dag: Some((*self.dag).clone()),
-                encode_type: self.encode as i32,
-                max_response_bytes: self.max_response_bytes,
-                timeout_ms: timeout.as_millis().max(1) as u64,
+            let answer = match self.answered.take() {
+                Some(answer) => answer,
+                None => {
+                    let req = CopRequest {
+                        context: Some(region.context()),
+                        ranges: self.ranges.iter().map(KeyRange::to_proto).collect(),
+                        dag: Some((*self.dag).clone()),
+                        encode_type: self.encode as i32,
+                        max_response_bytes: self.max_response_bytes,
+                        timeout_ms: timeout.as_millis().max(1) as u64,
+                    };
+                    self.transport
+                        .coprocessor(&region.addr, req, timeout + CALL_GRACE)
+                        .await
+                }
             };
-            let resp = match self
-                .transport
-                .coprocessor(&region.addr, req, timeout + Duration::from_millis(200))
-                .await
-            {
+            let resp = match answer {
                 Ok(r) => r,
                 Err(st) => return Ok(Attempt::Unreachable(st)),
             };
@@ -496,6 +520,111 @@ impl RegionWork for ScanWork {
             self.ranges = resp.remaining.iter().map(KeyRange::from_proto).collect();
             Ok(Attempt::More)
         })
+    }
+
+    fn send_batch(
+        pieces: Vec<(Located, Self)>,
+        timeout: Duration,
+    ) -> BoxStream<'static, (Located, Self)> {
+        let Some((to, first)) = pieces.first() else {
+            return futures::stream::empty().boxed();
+        };
+        let req = BatchCopRequest {
+            tasks: pieces
+                .iter()
+                .map(|(region, w)| RegionTask {
+                    context: Some(region.context()),
+                    ranges: w.ranges.iter().map(KeyRange::to_proto).collect(),
+                })
+                .collect(),
+            dag: Some((*first.dag).clone()),
+            encode_type: first.encode as i32,
+            max_response_bytes: first.max_response_bytes,
+            timeout_ms: timeout.as_millis().max(1) as u64,
+        };
+        let call = first
+            .transport
+            .batch_coprocessor(&to.addr, req, timeout + CALL_GRACE);
+        let waiting = pieces.into_iter().map(Some).collect();
+        futures::stream::unfold(Batch::Calling(call, waiting), Batch::next).boxed()
+    }
+}
+
+/// How much longer than the store's own deadline a call may take: the
+/// store stops at its deadline and answers, which takes a moment to come.
+const CALL_GRACE: Duration = Duration::from_millis(200);
+
+/// A piece of a batch not answered yet (taken when its answer comes).
+type Waiting = Vec<Option<(Located, ScanWork)>>;
+
+/// A batched first attempt, handing its pieces back as their answers
+/// arrive (see [`ScanWork::send_batch`]).
+enum Batch {
+    Calling(
+        BoxFuture<'static, std::result::Result<BatchAnswers, tonic::Status>>,
+        Waiting,
+    ),
+    Reading(BatchAnswers, Waiting),
+    /// The call failed, or ended before answering every piece: the pieces
+    /// left take the failure as their answer (an unreachable store), or
+    /// none (a store without the batched call: they ask one by one).
+    Failed(
+        tonic::Status,
+        std::vec::IntoIter<Option<(Located, ScanWork)>>,
+    ),
+}
+
+impl Batch {
+    fn failed(st: tonic::Status, waiting: Waiting) -> Batch {
+        Batch::Failed(st, waiting.into_iter())
+    }
+
+    /// The next piece answered, and the batch to go on with.
+    async fn next(self) -> Option<((Located, ScanWork), Batch)> {
+        let mut state = self;
+        loop {
+            state = match state {
+                Batch::Calling(call, waiting) => match call.await {
+                    Ok(answers) => Batch::Reading(answers, waiting),
+                    Err(st) => Batch::failed(st, waiting),
+                },
+                Batch::Reading(mut answers, mut waiting) => match answers.next().await {
+                    Some(Ok(a)) => {
+                        let task = a.task;
+                        match waiting.get_mut(task as usize).and_then(Option::take) {
+                            Some((region, mut work)) => {
+                                work.answered = Some(a.response.ok_or_else(|| {
+                                    tonic::Status::internal(format!(
+                                        "the store's answer to task {task} of a batch holds no response"
+                                    ))
+                                }));
+                                return Some(((region, work), Batch::Reading(answers, waiting)));
+                            }
+                            None => Batch::failed(
+                                tonic::Status::internal(format!(
+                                    "the store answered task {task} of a batch, which it had answered or was never asked"
+                                )),
+                                waiting,
+                            ),
+                        }
+                    }
+                    Some(Err(st)) => Batch::failed(st, waiting),
+                    None => Batch::failed(
+                        tonic::Status::unavailable(
+                            "the store ended a batch before answering every region",
+                        ),
+                        waiting,
+                    ),
+                },
+                Batch::Failed(st, mut rest) => {
+                    let (region, mut work) = rest.find_map(|p| p)?;
+                    if st.code() != tonic::Code::Unimplemented {
+                        work.answered = Some(Err(st.clone()));
+                    }
+                    return Some(((region, work), Batch::Failed(st, rest)));
+                }
+            }
+        }
     }
 }
 

@@ -38,6 +38,13 @@
 //! so a store restart during a load is waited out. Either way nothing
 //! hangs: the deadline bounds every piece.
 //!
+//! A piece's first attempt may go out with its store's other pieces in one
+//! call ([`RegionWork::send_batch`], TiFlash's batch coprocessor: a scan
+//! asks each store once, not once per region). The store answers each
+//! piece on its own, and from there every piece goes through the loop
+//! above by itself: an answer that asks for a retry is retried for that
+//! region only, one request at a time.
+//!
 //! Some failures leave a write's outcome unknown (the store may have applied
 //! it before the answer was lost); the layer tells the work so through
 //! [`RegionWork::outcome_unknown`] before it retries.
@@ -46,6 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::meta::RegionError;
@@ -93,6 +101,20 @@ pub trait RegionWork: Send + Sized + 'static {
     /// An attempt may have been applied although it was not answered; the
     /// retry must tolerate finding its own effects.
     fn outcome_unknown(&mut self) {}
+
+    /// The first attempts of `pieces` (two or more, all bound for the same
+    /// store) in one call, where the work has a batched form, answering
+    /// within `timeout`. Each piece comes back as the store answers it,
+    /// holding the answer for its next [`RegionWork::send`] to read instead
+    /// of asking again. The default has no batched form: the pieces come
+    /// back as they went.
+    fn send_batch(
+        pieces: Vec<(Located, Self)>,
+        timeout: Duration,
+    ) -> BoxStream<'static, (Located, Self)> {
+        let _ = timeout;
+        futures::stream::iter(pieces).boxed()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -173,14 +195,20 @@ impl Retry<'_> {
             };
             let regions = self.cache.locate(&span.start, &span.end).await?;
             let pieces = work.split(regions)?;
-            futures::stream::iter(
-                pieces
-                    .into_iter()
-                    .map(|(region, w)| self.run_piece(region, w, deadline, failures)),
-            )
-            .buffer_unordered(concurrency.max(1))
-            .try_collect::<()>()
-            .await
+            let timeout = deadline.saturating_duration_since(Instant::now());
+            // A store's pieces go out together (at most `concurrency` to a
+            // call); a piece alone on its store goes out by itself.
+            let firsts = by_store(pieces, concurrency.max(1))
+                .into_iter()
+                .map(|group| match group.len() {
+                    1 => futures::stream::iter(group).boxed(),
+                    _ => W::send_batch(group, timeout),
+                });
+            futures::stream::select_all(firsts)
+                .map(|(region, w)| self.run_piece(region, w, deadline, failures))
+                .buffer_unordered(concurrency.max(1))
+                .try_collect::<()>()
+                .await
         })
     }
 
@@ -354,6 +382,25 @@ impl Retry<'_> {
             }
         })
     }
+}
+
+/// `pieces` grouped by the store they go to, in the order of their first
+/// piece, each group in the pieces' order and at most `most` long.
+fn by_store<W>(pieces: Vec<(Located, W)>, most: usize) -> Vec<Vec<(Located, W)>> {
+    let mut groups: Vec<Vec<(Located, W)>> = Vec::new();
+    let mut open: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (region, w) in pieces {
+        let at = match open.get(&region.addr) {
+            Some(&g) if groups[g].len() < most => g,
+            _ => {
+                groups.push(Vec::new());
+                open.insert(region.addr.clone(), groups.len() - 1);
+                groups.len() - 1
+            }
+        };
+        groups[at].push((region, w));
+    }
+    groups
 }
 
 /// A spent backoff budget while a store or leader is missing reads as the

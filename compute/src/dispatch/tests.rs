@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 use arrow::array::{AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use futures::future::BoxFuture;
+use futures::StreamExt;
 use parking_lot::Mutex;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{
-    other_error, CopRequest, CopResponse, DagRequest, KeyRange as PbRange, OtherError,
+    other_error, BatchCopRequest, BatchCopResponse, CopRequest, CopResponse, DagRequest,
+    KeyRange as PbRange, OtherError,
 };
 use quarry_proto::kv::{key_error, BatchPutRequest, BatchPutResponse, KeyError, KvPair};
 use quarry_proto::meta::{
@@ -21,7 +23,7 @@ use quarry_proto::meta::{
 };
 
 use super::{DispatchConfig, Dispatcher};
-use crate::cluster::{CopTransport, KvTransport, Routes};
+use crate::cluster::{BatchAnswers, CopTransport, KvTransport, Routes};
 use crate::kv_writer::KvWriter;
 use crate::region_cache::RegionCache;
 use crate::{Error, Result};
@@ -91,6 +93,25 @@ struct MockTransport {
     handler: Box<Handler>,
     asked: Mutex<HashMap<u64, usize>>,
     log: Mutex<Vec<(String, u64)>>,
+    /// Batched calls made, and single-region ones.
+    batches: Mutex<usize>,
+    singles: Mutex<usize>,
+    /// Answer batched calls `Unimplemented`, as a store that predates them.
+    no_batches: Mutex<bool>,
+}
+
+impl MockTransport {
+    /// One region's request through the handler, counted and logged.
+    fn answer(
+        &self,
+        addr: &str,
+        req: CopRequest,
+    ) -> std::result::Result<CopResponse, tonic::Status> {
+        let id = req.context.as_ref().unwrap().region_id;
+        let n = count(&self.asked, id);
+        self.log.lock().push((addr.to_string(), id));
+        (self.handler)(addr, &req, n)
+    }
 }
 
 fn ok(region_id: u64) -> CopResponse {
@@ -115,11 +136,45 @@ impl CopTransport for MockTransport {
         req: CopRequest,
         _timeout: Duration,
     ) -> BoxFuture<'static, std::result::Result<CopResponse, tonic::Status>> {
-        let id = req.context.as_ref().unwrap().region_id;
-        let n = count(&self.asked, id);
-        self.log.lock().push((addr.to_string(), id));
-        let r = (self.handler)(addr, &req, n);
+        *self.singles.lock() += 1;
+        let r = self.answer(addr, req);
         Box::pin(async move { r })
+    }
+
+    /// Each task through the handler, as `coprocessor` would; a store the
+    /// handler cannot reach fails the whole call.
+    fn batch_coprocessor(
+        &self,
+        addr: &str,
+        req: BatchCopRequest,
+        _timeout: Duration,
+    ) -> BoxFuture<'static, std::result::Result<BatchAnswers, tonic::Status>> {
+        if *self.no_batches.lock() {
+            return Box::pin(async { Err(tonic::Status::unimplemented("BatchCoprocessor")) });
+        }
+        *self.batches.lock() += 1;
+        let mut answers = Vec::new();
+        for (i, task) in req.tasks.into_iter().enumerate() {
+            let one = CopRequest {
+                context: task.context,
+                ranges: task.ranges,
+                dag: req.dag.clone(),
+                encode_type: req.encode_type,
+                max_response_bytes: req.max_response_bytes,
+                timeout_ms: req.timeout_ms,
+            };
+            answers.push(self.answer(addr, one).map(|r| BatchCopResponse {
+                task: i as u32,
+                response: Some(r),
+            }));
+        }
+        Box::pin(async move {
+            let answers = answers
+                .into_iter()
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            // Answered out of order, as a store may.
+            Ok(futures::stream::iter(answers.into_iter().rev().map(Ok)).boxed())
+        })
     }
 }
 
@@ -138,6 +193,9 @@ fn harness(regions: Vec<Region>, handler: Box<Handler>) -> Harness {
         handler,
         asked: Mutex::new(HashMap::new()),
         log: Mutex::new(vec![]),
+        batches: Mutex::new(0),
+        singles: Mutex::new(0),
+        no_batches: Mutex::new(false),
     });
     let cache = Arc::new(RegionCache::new(routes.clone()));
     let dispatcher = Dispatcher::new(
@@ -327,6 +385,90 @@ async fn busy_servers_are_retried_and_pages_are_followed() {
         }),
     );
     assert_eq!(run(&h).await.unwrap(), vec![1, 2, 3, 33]);
+}
+
+/// Regions 1, 2 and 4 on store 1, region 3 on store 2.
+fn two_stores() -> Vec<Region> {
+    vec![
+        region(1, "a", "e", 1, 1),
+        region(2, "e", "h", 1, 1),
+        region(3, "h", "p", 2, 1),
+        region(4, "p", "z", 1, 1),
+    ]
+}
+
+#[tokio::test]
+async fn a_stores_regions_go_in_one_call_and_are_retried_one_by_one() {
+    let h = harness(
+        two_stores(),
+        Box::new(|_, req, n| {
+            let id = req.context.as_ref().unwrap().region_id;
+            match (id, n) {
+                (2, 1) => Ok(CopResponse {
+                    region_error: Some(RegionError {
+                        message: "busy".into(),
+                        server_is_busy: Some(ServerIsBusy::default()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                (4, 1) => Ok(CopResponse {
+                    remaining: vec![PbRange {
+                        start: b"t".to_vec(),
+                        end: b"z".to_vec(),
+                    }],
+                    ..ok(4)
+                }),
+                (4, 2) => {
+                    assert_eq!(req.ranges[0].start, b"t".to_vec());
+                    Ok(ok(44))
+                }
+                _ => Ok(ok(id)),
+            }
+        }),
+    );
+    assert_eq!(run(&h).await.unwrap(), vec![1, 2, 3, 4, 44]);
+    // Store 1's three regions in one call; region 3 alone on store 2, the
+    // busy region's retry and the second page one by one.
+    assert_eq!(*h.transport.batches.lock(), 1);
+    assert_eq!(*h.transport.singles.lock(), 3);
+    let asked = h.transport.asked.lock().clone();
+    assert_eq!((asked[&1], asked[&2], asked[&3], asked[&4]), (1, 2, 1, 2));
+}
+
+#[tokio::test]
+async fn a_store_without_the_batched_call_is_asked_region_by_region() {
+    let h = harness(
+        two_stores(),
+        Box::new(|_, req, _| Ok(ok(req.context.as_ref().unwrap().region_id))),
+    );
+    *h.transport.no_batches.lock() = true;
+    assert_eq!(run(&h).await.unwrap(), vec![1, 2, 3, 4]);
+    assert_eq!(*h.transport.singles.lock(), 4);
+    assert!(h.transport.asked.lock().values().all(|n| *n == 1));
+}
+
+#[tokio::test]
+async fn a_dead_store_fails_its_batch_and_the_query_by_name() {
+    let h = harness(
+        two_stores(),
+        Box::new(|addr, req, _| {
+            if addr == "store1:1" {
+                return Err(tonic::Status::unavailable("connection refused"));
+            }
+            Ok(ok(req.context.as_ref().unwrap().region_id))
+        }),
+    );
+    let started = Instant::now();
+    let err = run(&h).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    match err {
+        Error::Unavailable(m) => {
+            assert!(m.contains("store 1 at store1:1 is unavailable"), "{m}");
+            assert!(m.contains("connection refused"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
