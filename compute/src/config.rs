@@ -21,7 +21,8 @@ pub struct ComputeConfig {
     pub stores: Vec<String>,
     /// A query fails with a deadline error after this long.
     pub query_timeout_ms: u64,
-    /// Region requests in flight per query.
+    /// Regions a query works on at once (and the most a store gets in
+    /// one batched call).
     pub max_inflight_regions: usize,
     /// Bound on one region response (the store pages past it).
     pub max_response_bytes: u64,

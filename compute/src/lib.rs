@@ -17,8 +17,9 @@
 //!    column-wise, never decoding a row.
 //! 4. [`region_cache::RegionCache`] maps the table's key range to regions
 //!    and the stores leading them.
-//! 5. [`dispatch::Dispatcher`] sends one coprocessor request per region,
-//!    many in flight, each retried on its own by the one region-retry layer
+//! 5. [`dispatch::Dispatcher`] asks each store for its regions in one
+//!    batched call, then each region on its own: many in flight, each
+//!    retried alone by the one region-retry layer
 //!    ([`dispatch::retry`], which INSERT's writer shares: backoff 2 ms →
 //!    500 ms with jitter; NotLeader → retry at the hint; EpochNotMatch →
 //!    install the new regions and re-split only that piece).

@@ -3,9 +3,9 @@
 //!
 //! A [`RegionScanExec`] carries one coprocessor DAG — scan, selection, and
 //! either a projection (+ limit) or a partial aggregation — and runs it over
-//! every region of its table through the [`Dispatcher`]: one request per
-//! region, bounded fan-out, per-region retries, pages streamed back as they
-//! arrive. DataFusion sees one partition of Arrow batches whose schema is
+//! every region of its table through the [`Dispatcher`]: one batched call
+//! per store, then per-region retries and pages, bounded fan-out, pages
+//! streamed back as they arrive. DataFusion sees one partition of Arrow batches whose schema is
 //! the node's: the table's projected columns, or exactly the schema of the
 //! Partial aggregation the node replaced (see `rules.rs`), so that
 //! DataFusion's Final aggregation merges the regions' states column-wise.

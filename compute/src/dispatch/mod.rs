@@ -61,7 +61,8 @@ use crate::{Error, Result};
 
 #[derive(Debug, Clone)]
 pub struct DispatchConfig {
-    /// Region requests in flight at once.
+    /// Regions worked on at once (and the most a store gets in one
+    /// batched call).
     pub concurrency: usize,
     /// Bound on one response's bytes (the store pages past it).
     pub max_response_bytes: u64,
