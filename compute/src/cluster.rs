@@ -359,6 +359,29 @@ impl Routes for Cluster {
     }
 }
 
+impl Cluster {
+    /// A coprocessor client for the store at `addr`, with the cluster's
+    /// message bound both ways.
+    fn cop_client(
+        &self,
+        addr: &str,
+    ) -> std::result::Result<CoprocessorClient<Channel>, tonic::Status> {
+        let ch = self
+            .channel(addr)
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+        Ok(CoprocessorClient::new(ch)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+}
+
+/// `req` with a gRPC deadline of `timeout`.
+fn with_timeout<T>(req: T, timeout: Duration) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(req);
+    r.set_timeout(timeout);
+    r
+}
+
 impl CopTransport for Cluster {
     fn coprocessor(
         &self,
@@ -366,15 +389,10 @@ impl CopTransport for Cluster {
         req: CopRequest,
         timeout: Duration,
     ) -> BoxFuture<'static, std::result::Result<CopResponse, tonic::Status>> {
-        let ch = self.channel(addr);
+        let client = self.cop_client(addr);
         Box::pin(async move {
-            let ch = ch.map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
-            let mut c = CoprocessorClient::new(ch)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            let mut r = tonic::Request::new(req);
-            r.set_timeout(timeout);
-            c.coprocessor(r).await.map(|r| r.into_inner())
+            let r = client?.coprocessor(with_timeout(req, timeout)).await?;
+            Ok(r.into_inner())
         })
     }
 
@@ -384,15 +402,12 @@ impl CopTransport for Cluster {
         req: BatchCopRequest,
         timeout: Duration,
     ) -> BoxFuture<'static, std::result::Result<BatchAnswers, tonic::Status>> {
-        let ch = self.channel(addr);
+        let client = self.cop_client(addr);
         Box::pin(async move {
-            let ch = ch.map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
-            let mut c = CoprocessorClient::new(ch)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            let mut r = tonic::Request::new(req);
-            r.set_timeout(timeout);
-            Ok(c.batch_coprocessor(r).await?.into_inner().boxed())
+            let r = client?
+                .batch_coprocessor(with_timeout(req, timeout))
+                .await?;
+            Ok(r.into_inner().boxed())
         })
     }
 }
@@ -407,9 +422,8 @@ impl KvTransport for Cluster {
         let client = self.kv(addr);
         Box::pin(async move {
             let mut c = client.map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
-            let mut r = tonic::Request::new(req);
-            r.set_timeout(timeout);
-            c.batch_put(r).await.map(|r| r.into_inner())
+            let r = c.batch_put(with_timeout(req, timeout)).await?;
+            Ok(r.into_inner())
         })
     }
 }

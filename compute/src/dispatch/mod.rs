@@ -6,7 +6,8 @@
 //!                         region errors, backoff)
 //!                           │ first attempt: one BatchCopRequest per store, its
 //!                           │   regions answered one by one as they finish
-//!                           │ later attempts: one CopRequest per region
+//!                           │ later attempts: one CopRequest per region (or a
+//!                           │   batch again, for a re-split piece's parts)
 //!                           ▼
 //!                         per region: page ─▶ channel ─▶ decode ─▶ on_batch
 //!                                     └ cut short: next page from `remaining`
@@ -523,6 +524,8 @@ impl RegionWork for ScanWork {
         })
     }
 
+    const BATCHES: bool = true;
+
     fn send_batch(
         pieces: Vec<(Located, Self)>,
         timeout: Duration,
@@ -547,12 +550,15 @@ impl RegionWork for ScanWork {
             .transport
             .batch_coprocessor(&to.addr, req, timeout + CALL_GRACE);
         let waiting = pieces.into_iter().map(Some).collect();
-        futures::stream::unfold(Batch::Calling(call, waiting), Batch::next).boxed()
+        // tonic's deadline covers the call's headers, not its stream.
+        let until = tokio::time::Instant::from_std(Instant::now() + timeout + CALL_GRACE);
+        futures::stream::unfold(Batch::Calling(call, waiting, until), Batch::next).boxed()
     }
 }
 
 /// How much longer than the store's own deadline a call may take: the
-/// store stops at its deadline and answers, which takes a moment to come.
+/// store stops a region at its deadline and answers, which takes a moment
+/// to come (a batch's stream is cut off at the same bound).
 const CALL_GRACE: Duration = Duration::from_millis(200);
 
 /// A piece of a batch not answered yet (taken when its answer comes).
@@ -564,8 +570,11 @@ enum Batch {
     Calling(
         BoxFuture<'static, std::result::Result<BatchAnswers, tonic::Status>>,
         Waiting,
+        tokio::time::Instant,
     ),
-    Reading(BatchAnswers, Waiting),
+    /// Answers come until the instant; past it, the pieces left are
+    /// answered "deadline exceeded".
+    Reading(BatchAnswers, Waiting, tokio::time::Instant),
     /// The call failed, or ended before answering every piece: the pieces
     /// left take the failure as their answer (an unreachable store), or
     /// none (a store without the batched call: they ask one by one).
@@ -573,6 +582,13 @@ enum Batch {
         tonic::Status,
         std::vec::IntoIter<Option<(Located, ScanWork)>>,
     ),
+}
+
+/// What the pieces of a batch that answered none of them in time are told.
+fn late() -> tonic::Status {
+    tonic::Status::deadline_exceeded(
+        "the store did not answer the region within the query's deadline",
+    )
 }
 
 impl Batch {
@@ -585,21 +601,29 @@ impl Batch {
         let mut state = self;
         loop {
             state = match state {
-                Batch::Calling(call, waiting) => match call.await {
-                    Ok(answers) => Batch::Reading(answers, waiting),
-                    Err(st) => Batch::failed(st, waiting),
-                },
-                Batch::Reading(mut answers, mut waiting) => match answers.next().await {
-                    Some(Ok(a)) => {
-                        let task = a.task;
-                        match waiting.get_mut(task as usize).and_then(Option::take) {
+                Batch::Calling(call, waiting, until) => {
+                    match tokio::time::timeout_at(until, call).await {
+                        Ok(Ok(answers)) => Batch::Reading(answers, waiting, until),
+                        Ok(Err(st)) => Batch::failed(st, waiting),
+                        Err(_) => Batch::failed(late(), waiting),
+                    }
+                }
+                Batch::Reading(mut answers, mut waiting, until) => {
+                    match tokio::time::timeout_at(until, answers.next())
+                        .await
+                        .unwrap_or_else(|_| Some(Err(late())))
+                    {
+                        Some(Ok(a)) => {
+                            let task = a.task;
+                            match waiting.get_mut(task as usize).and_then(Option::take) {
                             Some((region, mut work)) => {
                                 work.answered = Some(a.response.ok_or_else(|| {
                                     tonic::Status::internal(format!(
                                         "the store's answer to task {task} of a batch holds no response"
                                     ))
                                 }));
-                                return Some(((region, work), Batch::Reading(answers, waiting)));
+                                let rest = Batch::Reading(answers, waiting, until);
+                                return Some(((region, work), rest));
                             }
                             None => Batch::failed(
                                 tonic::Status::internal(format!(
@@ -608,15 +632,16 @@ impl Batch {
                                 waiting,
                             ),
                         }
-                    }
-                    Some(Err(st)) => Batch::failed(st, waiting),
-                    None => Batch::failed(
-                        tonic::Status::unavailable(
-                            "the store ended a batch before answering every region",
+                        }
+                        Some(Err(st)) => Batch::failed(st, waiting),
+                        None => Batch::failed(
+                            tonic::Status::unavailable(
+                                "the store ended a batch before answering every region",
+                            ),
+                            waiting,
                         ),
-                        waiting,
-                    ),
-                },
+                    }
+                }
                 Batch::Failed(st, mut rest) => {
                     let (region, mut work) = rest.find_map(|p| p)?;
                     if st.code() != tonic::Code::Unimplemented {

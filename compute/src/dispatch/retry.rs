@@ -43,7 +43,10 @@
 //! asks each store once, not once per region). The store answers each
 //! piece on its own, and from there every piece goes through the loop
 //! above by itself: an answer that asks for a retry is retried for that
-//! region only, one request at a time.
+//! region only (a re-split piece's parts may go out in one call again).
+//! A call goes out only when each of its pieces has a place among the
+//! `concurrency` in the fan-out, so its answers are read as they arrive
+//! and the stores never hold more of a query's work than before.
 //!
 //! Some failures leave a write's outcome unknown (the store may have applied
 //! it before the answer was lost); the layer tells the work so through
@@ -57,6 +60,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::meta::RegionError;
+use tokio::sync::Semaphore;
 
 use super::backoff::Backoff;
 use crate::region_cache::{Located, RegionCache};
@@ -101,6 +105,9 @@ pub trait RegionWork: Send + Sized + 'static {
     /// An attempt may have been applied although it was not answered; the
     /// retry must tolerate finding its own effects.
     fn outcome_unknown(&mut self) {}
+
+    /// Whether the work has a batched form ([`RegionWork::send_batch`]).
+    const BATCHES: bool = false;
 
     /// The first attempts of `pieces` (two or more, all bound for the same
     /// store) in one call, where the work has a batched form, answering
@@ -195,21 +202,64 @@ impl Retry<'_> {
             };
             let regions = self.cache.locate(&span.start, &span.end).await?;
             let pieces = work.split(regions)?;
-            let timeout = deadline.saturating_duration_since(Instant::now());
-            // A store's pieces go out together (at most `concurrency` to a
-            // call); a piece alone on its store goes out by itself.
-            let firsts = by_store(pieces, concurrency.max(1))
-                .into_iter()
-                .map(|group| match group.len() {
-                    1 => futures::stream::iter(group).boxed(),
-                    _ => W::send_batch(group, timeout),
-                });
-            futures::stream::select_all(firsts)
-                .map(|(region, w)| self.run_piece(region, w, deadline, failures))
+            if !W::BATCHES {
+                return futures::stream::iter(
+                    pieces
+                        .into_iter()
+                        .map(|(region, w)| self.run_piece(region, w, deadline, failures)),
+                )
                 .buffer_unordered(concurrency.max(1))
                 .try_collect::<()>()
-                .await
+                .await;
+            }
+            // A store's pieces go out together, at most `concurrency` to a
+            // call, and a call goes out only once each of its pieces has a
+            // place in the fan-out. Its answers are then taken as they come:
+            // an answer left unread would hold the connection's HTTP/2
+            // window, which every other call to that store shares (the
+            // next pages of this very scan among them).
+            let places = Semaphore::new(concurrency.clamp(1, Semaphore::MAX_PERMITS));
+            let groups = by_store(pieces, concurrency.max(1));
+            let groups = groups
+                .into_iter()
+                .map(|group| self.run_group(group, &places, deadline, failures));
+            futures::future::try_join_all(groups).await.map(|_| ())
         })
+    }
+
+    /// The pieces of one store: sent in one call once they all have
+    /// places, each run to its end as its answer comes, its place given
+    /// back then.
+    async fn run_group<W: RegionWork>(
+        &self,
+        group: Vec<(Located, W)>,
+        places: &Semaphore,
+        deadline: Instant,
+        failures: Failures,
+    ) -> Result<()> {
+        let n = u32::try_from(group.len())
+            .map_err(|_| Error::Internal("a store's batch is too large".into()))?;
+        let mut held = places
+            .acquire_many(n)
+            .await
+            .map_err(|_| Error::Internal("the region fan-out was closed".into()))?;
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let firsts = match group.len() {
+            1 => futures::stream::iter(group).boxed(),
+            _ => W::send_batch(group, timeout),
+        };
+        firsts
+            .map(|(region, w)| {
+                let place = held.split(1);
+                async move {
+                    let done = self.run_piece(region, w, deadline, failures).await;
+                    drop(place);
+                    done
+                }
+            })
+            .buffer_unordered(usize::MAX)
+            .try_collect::<()>()
+            .await
     }
 
     /// Re-locates a piece and runs its parts (all at once: the piece

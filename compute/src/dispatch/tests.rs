@@ -185,6 +185,11 @@ struct Harness {
 }
 
 fn harness(regions: Vec<Region>, handler: Box<Handler>) -> Harness {
+    harness_limited(regions, handler, DispatchConfig::default().concurrency)
+}
+
+/// [`harness`], with at most `concurrency` regions worked on at once.
+fn harness_limited(regions: Vec<Region>, handler: Box<Handler>, concurrency: usize) -> Harness {
     let routes = Arc::new(MockRoutes {
         regions: Mutex::new(regions),
         lookups: Mutex::new(0),
@@ -202,6 +207,7 @@ fn harness(regions: Vec<Region>, handler: Box<Handler>) -> Harness {
         cache,
         transport.clone(),
         DispatchConfig {
+            concurrency,
             backoff_base: Duration::from_millis(1),
             backoff_max: Duration::from_millis(4),
             ..Default::default()
@@ -354,36 +360,40 @@ async fn not_leader_with_a_hint_retries_there_at_once() {
     assert_eq!(h.transport.asked.lock()[&1], 3);
 }
 
-#[tokio::test]
-async fn busy_servers_are_retried_and_pages_are_followed() {
-    let h = harness(
-        three_regions(),
-        Box::new(|_, req, n| {
-            let id = req.context.as_ref().unwrap().region_id;
-            match (id, n) {
-                (2, 1) => Ok(CopResponse {
-                    region_error: Some(RegionError {
-                        message: "busy".into(),
-                        server_is_busy: Some(ServerIsBusy::default()),
-                        ..Default::default()
-                    }),
+/// Region `busy` answers "server is busy" the first time; region `paged`
+/// answers a first page that leaves [`rest_from`, z) to scan, whose
+/// second page holds `paged` × 11; every other answer is the region's id.
+fn busy_then_paged(busy: u64, paged: u64, rest_from: &'static str) -> Box<Handler> {
+    Box::new(move |_, req, n| {
+        let id = req.context.as_ref().unwrap().region_id;
+        match (id, n) {
+            (i, 1) if i == busy => Ok(CopResponse {
+                region_error: Some(RegionError {
+                    message: "busy".into(),
+                    server_is_busy: Some(ServerIsBusy::default()),
                     ..Default::default()
                 }),
-                (3, 1) => Ok(CopResponse {
-                    remaining: vec![PbRange {
-                        start: b"s".to_vec(),
-                        end: b"z".to_vec(),
-                    }],
-                    ..ok(3)
-                }),
-                (3, 2) => {
-                    assert_eq!(req.ranges[0].start, b"s".to_vec());
-                    Ok(ok(33))
-                }
-                _ => Ok(ok(id)),
+                ..Default::default()
+            }),
+            (i, 1) if i == paged => Ok(CopResponse {
+                remaining: vec![PbRange {
+                    start: rest_from.into(),
+                    end: b"z".to_vec(),
+                }],
+                ..ok(paged)
+            }),
+            (i, 2) if i == paged => {
+                assert_eq!(req.ranges[0].start, rest_from.as_bytes());
+                Ok(ok(paged * 11))
             }
-        }),
-    );
+            _ => Ok(ok(id)),
+        }
+    })
+}
+
+#[tokio::test]
+async fn busy_servers_are_retried_and_pages_are_followed() {
+    let h = harness(three_regions(), busy_then_paged(2, 3, "s"));
     assert_eq!(run(&h).await.unwrap(), vec![1, 2, 3, 33]);
 }
 
@@ -399,34 +409,7 @@ fn two_stores() -> Vec<Region> {
 
 #[tokio::test]
 async fn a_stores_regions_go_in_one_call_and_are_retried_one_by_one() {
-    let h = harness(
-        two_stores(),
-        Box::new(|_, req, n| {
-            let id = req.context.as_ref().unwrap().region_id;
-            match (id, n) {
-                (2, 1) => Ok(CopResponse {
-                    region_error: Some(RegionError {
-                        message: "busy".into(),
-                        server_is_busy: Some(ServerIsBusy::default()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
-                (4, 1) => Ok(CopResponse {
-                    remaining: vec![PbRange {
-                        start: b"t".to_vec(),
-                        end: b"z".to_vec(),
-                    }],
-                    ..ok(4)
-                }),
-                (4, 2) => {
-                    assert_eq!(req.ranges[0].start, b"t".to_vec());
-                    Ok(ok(44))
-                }
-                _ => Ok(ok(id)),
-            }
-        }),
-    );
+    let h = harness(two_stores(), busy_then_paged(2, 4, "t"));
     assert_eq!(run(&h).await.unwrap(), vec![1, 2, 3, 4, 44]);
     // Store 1's three regions in one call; region 3 alone on store 2, the
     // busy region's retry and the second page one by one.
@@ -446,6 +429,25 @@ async fn a_store_without_the_batched_call_is_asked_region_by_region() {
     assert_eq!(run(&h).await.unwrap(), vec![1, 2, 3, 4]);
     assert_eq!(*h.transport.singles.lock(), 4);
     assert!(h.transport.asked.lock().values().all(|n| *n == 1));
+    // Not taken for an unreachable store: no backoff, no new lookup.
+    assert_eq!(*h.routes.lookups.lock(), 1);
+}
+
+#[tokio::test]
+async fn a_store_gets_at_most_the_fan_out_in_one_call() {
+    let regions = ["a", "c", "e", "g", "i", "k", "z"]
+        .windows(2)
+        .enumerate()
+        .map(|(i, w)| region(i as u64 + 1, w[0], w[1], 1, 1))
+        .collect();
+    let h = harness_limited(
+        regions,
+        Box::new(|_, req, _| Ok(ok(req.context.as_ref().unwrap().region_id))),
+        2,
+    );
+    assert_eq!(run(&h).await.unwrap(), vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(*h.transport.batches.lock(), 3);
+    assert_eq!(*h.transport.singles.lock(), 0);
 }
 
 #[tokio::test]
@@ -462,6 +464,7 @@ async fn a_dead_store_fails_its_batch_and_the_query_by_name() {
     let started = Instant::now();
     let err = run(&h).await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(*h.transport.batches.lock(), 1);
     match err {
         Error::Unavailable(m) => {
             assert!(m.contains("store 1 at store1:1 is unavailable"), "{m}");

@@ -6,12 +6,15 @@
 //! A batch is compute's first attempt at a query's regions on this store
 //! (TiFlash's batch coprocessor): one call, one DAG to decode and ship,
 //! instead of one per region. Its tasks run through the same
-//! [`Node::coprocessor`] as single requests, at most [`BATCH_PARALLEL`] at
+//! [`Node::coprocessor`] as single requests, at most [`batch_parallel`] at
 //! a time, and each answer is streamed as soon as it is ready, so a slow
 //! region does not hold the others' answers back and at most that many
-//! finished pages wait for the stream to take them.
+//! finished pages wait for the stream to take them. The batch's deadline
+//! is fixed when it arrives: a task that starts late gets what is left of
+//! it, not a fresh one.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -22,9 +25,12 @@ use tonic::{Request, Response, Status};
 use crate::engine::Engine;
 use crate::node::Node;
 
-/// A batch's tasks running at once: enough to keep the read pool's
-/// threads busy, few enough to bound the pages waiting to be sent.
-pub const BATCH_PARALLEL: usize = 8;
+/// A batch's tasks running at once: at least the cores (the read pool's
+/// threads) and 8, enough to keep the pool busy, few enough to bound the
+/// pages waiting to be sent.
+pub fn batch_parallel() -> usize {
+    std::thread::available_parallelism().map_or(8, |n| n.get().max(8))
+}
 
 pub struct CoprocessorService<E: Engine> {
     node: Arc<Node<E>>,
@@ -56,9 +62,14 @@ impl<E: Engine> Coprocessor for CoprocessorService<E> {
             timeout_ms,
         } = req.into_inner();
         let node = self.node.clone();
+        let until = (timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms));
         let answers = futures::stream::iter(tasks.into_iter().enumerate())
             .map(move |(i, task)| {
                 let node = node.clone();
+                // What is left of the batch's deadline (0: none).
+                let timeout_ms = until.map_or(0, |u| {
+                    (u.saturating_duration_since(Instant::now()).as_millis() as u64).max(1)
+                });
                 let req = CopRequest {
                     context: task.context,
                     ranges: task.ranges,
@@ -74,7 +85,7 @@ impl<E: Engine> Coprocessor for CoprocessorService<E> {
                     })
                 }
             })
-            .buffer_unordered(BATCH_PARALLEL);
+            .buffer_unordered(batch_parallel());
         Ok(Response::new(answers.boxed()))
     }
 }
