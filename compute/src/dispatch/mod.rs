@@ -50,7 +50,8 @@ use futures::{Stream, StreamExt};
 use parking_lot::Mutex;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{
-    BatchCopRequest, CopRequest, CopResponse, DagRequest, EncodeType, ExecSummary, RegionTask,
+    BatchCopRequest, BatchCopResponse, CopRequest, CopResponse, DagRequest, EncodeType,
+    ExecSummary, RegionTask,
 };
 use tokio::sync::mpsc;
 
@@ -591,6 +592,30 @@ fn late() -> tonic::Status {
     )
 }
 
+/// The piece `a` answers, taken from `waiting` and holding its answer;
+/// an error when the store answered a task it had answered or was never
+/// asked (the batch is broken: the pieces left fail with it).
+fn take(
+    waiting: &mut Waiting,
+    a: BatchCopResponse,
+) -> std::result::Result<(Located, ScanWork), tonic::Status> {
+    let task = a.task;
+    let (region, mut work) = waiting
+        .get_mut(task as usize)
+        .and_then(Option::take)
+        .ok_or_else(|| {
+            tonic::Status::internal(format!(
+                "the store answered task {task} of a batch, which it had answered or was never asked"
+            ))
+        })?;
+    work.answered = Some(a.response.ok_or_else(|| {
+        tonic::Status::internal(format!(
+            "the store's answer to task {task} of a batch holds no response"
+        ))
+    }));
+    Ok((region, work))
+}
+
 impl Batch {
     fn failed(st: tonic::Status, waiting: Waiting) -> Batch {
         Batch::Failed(st, waiting.into_iter())
@@ -609,30 +634,16 @@ impl Batch {
                     }
                 }
                 Batch::Reading(mut answers, mut waiting, until) => {
-                    match tokio::time::timeout_at(until, answers.next())
+                    let next = tokio::time::timeout_at(until, answers.next())
                         .await
-                        .unwrap_or_else(|_| Some(Err(late())))
-                    {
-                        Some(Ok(a)) => {
-                            let task = a.task;
-                            match waiting.get_mut(task as usize).and_then(Option::take) {
-                            Some((region, mut work)) => {
-                                work.answered = Some(a.response.ok_or_else(|| {
-                                    tonic::Status::internal(format!(
-                                        "the store's answer to task {task} of a batch holds no response"
-                                    ))
-                                }));
-                                let rest = Batch::Reading(answers, waiting, until);
-                                return Some(((region, work), rest));
+                        .unwrap_or_else(|_| Some(Err(late())));
+                    match next {
+                        Some(Ok(a)) => match take(&mut waiting, a) {
+                            Ok(piece) => {
+                                return Some((piece, Batch::Reading(answers, waiting, until)))
                             }
-                            None => Batch::failed(
-                                tonic::Status::internal(format!(
-                                    "the store answered task {task} of a batch, which it had answered or was never asked"
-                                )),
-                                waiting,
-                            ),
-                        }
-                        }
+                            Err(st) => Batch::failed(st, waiting),
+                        },
                         Some(Err(st)) => Batch::failed(st, waiting),
                         None => Batch::failed(
                             tonic::Status::unavailable(

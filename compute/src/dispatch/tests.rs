@@ -421,10 +421,7 @@ async fn a_stores_regions_go_in_one_call_and_are_retried_one_by_one() {
 
 #[tokio::test]
 async fn a_store_without_the_batched_call_is_asked_region_by_region() {
-    let h = harness(
-        two_stores(),
-        Box::new(|_, req, _| Ok(ok(req.context.as_ref().unwrap().region_id))),
-    );
+    let h = harness(two_stores(), answers_ids());
     *h.transport.no_batches.lock() = true;
     assert_eq!(run(&h).await.unwrap(), vec![1, 2, 3, 4]);
     assert_eq!(*h.transport.singles.lock(), 4);
@@ -440,34 +437,37 @@ async fn a_store_gets_at_most_the_fan_out_in_one_call() {
         .enumerate()
         .map(|(i, w)| region(i as u64 + 1, w[0], w[1], 1, 1))
         .collect();
-    let h = harness_limited(
-        regions,
-        Box::new(|_, req, _| Ok(ok(req.context.as_ref().unwrap().region_id))),
-        2,
-    );
+    let h = harness_limited(regions, answers_ids(), 2);
     assert_eq!(run(&h).await.unwrap(), vec![1, 2, 3, 4, 5, 6]);
     assert_eq!(*h.transport.batches.lock(), 3);
     assert_eq!(*h.transport.singles.lock(), 0);
 }
 
-#[tokio::test]
-async fn a_dead_store_fails_its_batch_and_the_query_by_name() {
-    let h = harness(
-        two_stores(),
-        Box::new(|addr, req, _| {
-            if addr == "store1:1" {
-                return Err(tonic::Status::unavailable("connection refused"));
-            }
-            Ok(ok(req.context.as_ref().unwrap().region_id))
-        }),
-    );
+/// Every region answers its id.
+fn answers_ids() -> Box<Handler> {
+    Box::new(|_, req, _| Ok(ok(req.context.as_ref().unwrap().region_id)))
+}
+
+/// Every region answers its id, except those on the store at `dead`,
+/// which cannot be reached.
+fn store_down(dead: &'static str) -> Box<Handler> {
+    Box::new(move |addr, req, _| {
+        if addr == dead {
+            return Err(tonic::Status::unavailable("connection refused"));
+        }
+        Ok(ok(req.context.as_ref().unwrap().region_id))
+    })
+}
+
+/// Runs `h`'s query, which must fail within two seconds as unavailable,
+/// naming `store` (e.g. "store 2 at store2:1") and the transport's words.
+async fn fails_fast_naming(h: &Harness, store: &str) {
     let started = Instant::now();
-    let err = run(&h).await.unwrap_err();
+    let err = run(h).await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(*h.transport.batches.lock(), 1);
     match err {
         Error::Unavailable(m) => {
-            assert!(m.contains("store 1 at store1:1 is unavailable"), "{m}");
+            assert!(m.contains(&format!("{store} is unavailable")), "{m}");
             assert!(m.contains("connection refused"), "{m}");
         }
         other => panic!("{other:?}"),
@@ -475,26 +475,16 @@ async fn a_dead_store_fails_its_batch_and_the_query_by_name() {
 }
 
 #[tokio::test]
+async fn a_dead_store_fails_its_batch_and_the_query_by_name() {
+    let h = harness(two_stores(), store_down("store1:1"));
+    fails_fast_naming(&h, "store 1 at store1:1").await;
+    assert_eq!(*h.transport.batches.lock(), 1);
+}
+
+#[tokio::test]
 async fn a_dead_store_fails_the_query_quickly_and_by_name() {
-    let h = harness(
-        three_regions(),
-        Box::new(|addr, req, _| {
-            if addr == "store2:1" {
-                return Err(tonic::Status::unavailable("connection refused"));
-            }
-            Ok(ok(req.context.as_ref().unwrap().region_id))
-        }),
-    );
-    let started = Instant::now();
-    let err = run(&h).await.unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(2));
-    match err {
-        Error::Unavailable(m) => {
-            assert!(m.contains("store 2 at store2:1 is unavailable"), "{m}");
-            assert!(m.contains("connection refused"), "{m}");
-        }
-        other => panic!("{other:?}"),
-    }
+    let h = harness(three_regions(), store_down("store2:1"));
+    fails_fast_naming(&h, "store 2 at store2:1").await;
 }
 
 #[tokio::test]
