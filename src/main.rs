@@ -242,6 +242,9 @@ struct ComputeArgs {
     /// Each query's memory pool in MiB (0: unbounded).
     #[arg(long)]
     query_memory_limit_mb: Option<u64>,
+    /// Statements whose optimized plans are kept (0: none).
+    #[arg(long)]
+    plan_cache_entries: Option<usize>,
     #[arg(long)]
     max_inflight_regions: Option<usize>,
     /// How regions answer: arrow (column chunks, narrow decimals),
@@ -535,6 +538,9 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     }
     if let Some(v) = a.query_memory_limit_mb {
         cfg.query_memory_limit_mb = v;
+    }
+    if let Some(v) = a.plan_cache_entries {
+        cfg.plan_cache_entries = v;
     }
     if let Some(v) = a.max_inflight_regions {
         cfg.max_inflight_regions = v;

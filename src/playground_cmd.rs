@@ -61,6 +61,10 @@ pub struct PlaygroundArgs {
     /// unbounded).
     #[arg(long)]
     query_memory_limit_mb: Option<u64>,
+    /// Statements whose optimized plans the compute process keeps (0:
+    /// none).
+    #[arg(long)]
+    plan_cache_entries: Option<usize>,
     /// The compute process's slow-query threshold (default 300 ms).
     #[arg(long)]
     slow_query_ms: Option<u64>,
@@ -163,6 +167,10 @@ pub async fn run(a: PlaygroundArgs) -> Result<()> {
     if let Some(m) = a.query_memory_limit_mb {
         args.compute
             .extend(["--query-memory-limit-mb".to_string(), m.to_string()]);
+    }
+    if let Some(n) = a.plan_cache_entries {
+        args.compute
+            .extend(["--plan-cache-entries".to_string(), n.to_string()]);
     }
     let mut cluster = LocalCluster::start(&a.dir, a.stores, &args).await?;
     let result = async {

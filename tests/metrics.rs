@@ -113,3 +113,69 @@ fn every_process_serves_metrics_that_follow_the_work_and_slow_queries_are_logged
     assert!(slow.contains("region requests"), "{slow}");
     assert!(slow.contains("keys scanned"), "{slow}");
 }
+
+/// The plan cache (`compute/src/df/plan_cache.rs`): a statement that
+/// comes again (even spelled with other spacing and case) is planned from
+/// its kept plans and still reads the rows written since; a table dropped
+/// and created again under the same name, with another type, is planned
+/// again; `now()` is never kept.
+#[test]
+fn a_repeated_query_reuses_its_plan_until_its_table_changes() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "1", "--sf", "0.01", "--tables", "nation"]);
+    let compute_url = pg.status_urls.last().unwrap().clone();
+    let count = |result: &str| {
+        let (_, page) = get(&compute_url, "/metrics");
+        sample(
+            &page,
+            &format!("quarry_compute_plan_cache_total{{result=\"{result}\"}}"),
+        )
+    };
+    let value = |sql: &str| pg.ok(sql).lines().nth(1).unwrap_or_default().to_string();
+
+    pg.ok("CREATE TABLE t (a BIGINT PRIMARY KEY, b BIGINT)");
+    pg.ok("INSERT INTO t VALUES (1, 10), (2, 20)");
+    let q = "SELECT sum(b) AS s FROM t WHERE a > 0";
+    let misses = count("miss");
+    assert_eq!(value(q), "30");
+    assert_eq!(count("miss"), misses + 1.0);
+    // The table's statistics are part of what a plan was made against, and
+    // its first statement starts their analysis: once they are in, a plan
+    // is made with them and kept.
+    let warm = |want: &str| {
+        for _ in 0..50 {
+            let hits = count("hit");
+            assert_eq!(value(q), want);
+            if count("hit") > hits {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{q} was never planned from the cache");
+    };
+    warm("30");
+    let (hits, misses) = (count("hit"), count("miss"));
+    assert_eq!(value("select   sum(b) as s from t\n where a > 0"), "30");
+    assert_eq!((count("hit"), count("miss")), (hits + 1.0, misses));
+
+    // A kept plan reads the snapshot of its own run.
+    pg.ok("INSERT INTO t VALUES (3, 30)");
+    assert_eq!(value(q), "60");
+    assert_eq!((count("hit"), count("miss")), (hits + 2.0, misses));
+
+    // The same name, another table: planned again, with the new type.
+    pg.ok("DROP TABLE t");
+    pg.ok("CREATE TABLE t (a BIGINT PRIMARY KEY, b DECIMAL(10, 2))");
+    pg.ok("INSERT INTO t VALUES (1, 1.50), (2, 2.25)");
+    assert_eq!(value(q), "3.75");
+    assert_eq!((count("hit"), count("miss")), (hits + 2.0, misses + 1.0));
+    warm("3.75");
+
+    // now() is folded into a constant when optimized: never kept.
+    let uncacheable = count("uncacheable");
+    let first = value("SELECT CAST(now() AS VARCHAR) AS n");
+    std::thread::sleep(Duration::from_millis(5));
+    let second = value("SELECT CAST(now() AS VARCHAR) AS n");
+    assert_ne!(first, second, "now() gave the same moment twice");
+    assert_eq!(count("uncacheable"), uncacheable + 2.0);
+}

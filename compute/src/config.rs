@@ -51,6 +51,9 @@ pub struct ComputeConfig {
     /// Each query's memory pool in MiB (0: unbounded): joins, sorts and
     /// aggregations past it spill or fail with RESOURCE_EXHAUSTED.
     pub query_memory_limit_mb: u64,
+    /// Statements whose optimized plans are kept for their next run (0:
+    /// none; `df/plan_cache.rs`).
+    pub plan_cache_entries: usize,
     /// `[security]`: TLS for Flight SQL clients (who then log in with a
     /// password) and mutual TLS to the stores (`quarry_proto::security`).
     pub security: quarry_proto::security::SecurityConfig,
@@ -73,6 +76,7 @@ impl Default for ComputeConfig {
             max_statement_bytes: crate::sql::DEFAULT_MAX_STATEMENT_BYTES,
             max_message_mb: quarry_proto::MAX_MESSAGE_BYTES >> 20,
             query_memory_limit_mb: 4096,
+            plan_cache_entries: crate::df::plan_cache::DEFAULT_ENTRIES,
             security: Default::default(),
         }
     }

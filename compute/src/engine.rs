@@ -214,7 +214,8 @@ impl QueryEngine {
             txns.clone(),
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )
-        .with_memory_limit(cfg.query_memory_limit_mb as usize * (1 << 20));
+        .with_memory_limit(cfg.query_memory_limit_mb as usize * (1 << 20))
+        .with_plan_cache(cfg.plan_cache_entries);
         let auth = Arc::new(Auth::new(cluster.clone(), cfg.security.enabled()));
         Ok(QueryEngine {
             auth,

@@ -53,6 +53,17 @@ metric!(SLOW_STATEMENTS: IntCounter = register_int_counter!(
     "Statements at or over the slow-query threshold (each logged at WARN)"
 ));
 
+metric!(PLAN_CACHE: IntCounterVec = register_int_counter_vec!(
+    "quarry_compute_plan_cache_total",
+    "Queries planned, by what the plan cache gave: hit (its optimized plan was kept), miss (planned and kept), uncacheable (EXPLAIN, now() and other non-immutable functions, information_schema)",
+    &["result"]
+));
+
+/// Counts a query's plan-cache lookup (`df/plan_cache.rs`).
+pub fn plan_cache(lookup: crate::df::plan_cache::Lookup) {
+    PLAN_CACHE.with_label_values(&[lookup.label()]).inc();
+}
+
 metric!(LOGIN_FAILURES: IntCounter = register_int_counter!(
     "quarry_compute_login_failures_total",
     "Flight SQL logins refused (unknown user or wrong password)"

@@ -20,10 +20,13 @@
 //! (DataFusion's), and a rule hands storage what it can run near the data,
 //! whose partial aggregation states DataFusion's Final stage merges.
 //!
-//! Compute stays stateless: each statement gets a [`SessionContext`] whose
-//! catalog is the meta region's table list at that moment (one meta call),
-//! built from a base [`SessionState`](datafusion::execution::SessionState)
-//! made once per process.
+//! Compute keeps nothing an answer depends on: each statement gets a
+//! [`SessionContext`] whose catalog is the meta region's table list at that
+//! moment (one meta call), built from a base
+//! [`SessionState`](datafusion::execution::SessionState) made once per
+//! process. A statement seen before against the same catalog takes its
+//! optimized logical plan from the plan cache (`plan_cache.rs`) and goes
+//! straight to physical planning.
 //!
 //! Decimal literals stay decimals (`0.06 - 0.01` is DECIMAL, DataFusion's
 //! `parse_float_as_decimal`), and Quarry's own aggregate functions
@@ -33,6 +36,7 @@
 pub mod aggregates;
 pub mod float_division;
 pub mod join_keys;
+pub mod plan_cache;
 pub mod point_get;
 pub mod pushdown;
 pub mod region_scan;
@@ -64,6 +68,7 @@ use quarry_coprocessor::codec::key::ROWID_COLUMN_ID;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::{ColumnDef, FieldType, TableDef, TypeKind};
 
+use self::plan_cache::{Catalog, PlanCache, Plans};
 use self::region_scan::{RegionScanExec, ScanContext};
 use self::table::QuarryTable;
 use crate::cluster::Cluster;
@@ -127,8 +132,22 @@ impl ParsedQuery {
 pub struct PlannedQuery {
     ctx: SessionContext,
     plan: LogicalPlan,
-    /// The statement as planned (for the slow-query log).
+    /// The statement as planned (for the slow-query log, and the plan
+    /// cache's key).
     sql: String,
+    /// How the plan cache took part (`plan_cache.rs`).
+    cached: Cached,
+}
+
+/// A planned query and the plan cache.
+enum Cached {
+    /// Its optimized plan came from the cache.
+    Optimized(LogicalPlan),
+    /// Planned now, against this catalog: its optimized plan goes into
+    /// the cache.
+    Keep(Catalog),
+    /// Not for the cache (`plan_cache::cacheable`).
+    No,
 }
 
 impl PlannedQuery {
@@ -159,6 +178,8 @@ pub struct SqlSession {
     txns: Arc<crate::txn::Txns>,
     /// Table and column statistics for join planning (`stats.rs`).
     stats: Arc<stats::TableStats>,
+    /// Optimized plans of statements seen before (`plan_cache.rs`).
+    plans: PlanCache,
     /// Each query's memory pool, in bytes (0: unbounded): hash tables,
     /// sorts and aggregation state past it spill where they can and fail
     /// with RESOURCE_EXHAUSTED where they cannot, instead of the process
@@ -230,8 +251,20 @@ impl SqlSession {
             cluster,
             txns,
             stats: Arc::default(),
+            plans: PlanCache::new(plan_cache::DEFAULT_ENTRIES),
             memory_limit: 0,
         }
+    }
+
+    /// Keeps the optimized plans of up to `entries` statements (0: none).
+    pub fn with_plan_cache(mut self, entries: usize) -> Self {
+        self.plans = PlanCache::new(entries);
+        self
+    }
+
+    /// Statements whose plans are kept now.
+    pub fn cached_plans(&self) -> usize {
+        self.plans.len()
     }
 
     /// Gives each query a memory pool of `bytes` (0: unbounded).
@@ -242,7 +275,14 @@ impl SqlSession {
 
     /// A context whose catalog is `tables`.
     fn context_over(&self, tables: Vec<TableDef>) -> Result<SessionContext> {
+        Ok(self.catalog_over(tables)?.0)
+    }
+
+    /// [`SqlSession::context_over`], and what the plan cache checks its
+    /// entries against: the tables and their statistics.
+    fn catalog_over(&self, tables: Vec<TableDef>) -> Result<(SessionContext, Catalog)> {
         let schema = Arc::new(MemorySchemaProvider::new());
+        let mut catalog = Catalog::default();
         for def in tables {
             let name = def.name.clone();
             // (Statistics describe the table's own columns.)
@@ -251,12 +291,13 @@ impl SqlSession {
                 false => self.stats.get(&def, &self.scan),
                 true => None,
             };
+            catalog.add(&def, stats.as_ref().map(|s| Arc::as_ptr(s) as usize));
             let table = QuarryTable::new(def, self.scan.clone(), stats)?;
             schema
                 .register_table(name, Arc::new(table))
                 .map_err(from_df)?;
         }
-        self.context_with(schema)
+        Ok((self.context_with(schema)?, catalog))
     }
 
     /// `query` answered from `rows`, rows of `table` already in hand (a
@@ -350,14 +391,33 @@ impl SqlSession {
     async fn plan_over(&self, query: ParsedQuery, tables: Vec<TableDef>) -> Result<PlannedQuery> {
         let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
         names.sort();
-        let ctx = self.context_over(tables)?;
+        let (ctx, catalog) = self.catalog_over(tables)?;
         let sql = query.0.to_string();
+        if let Some(Plans { logical, optimized }) = self.plans.get(&sql, &catalog) {
+            crate::metrics::plan_cache(plan_cache::Lookup::Hit);
+            return Ok(PlannedQuery {
+                ctx,
+                plan: logical,
+                sql,
+                cached: Cached::Optimized(optimized),
+            });
+        }
         let plan = ctx
             .state()
             .statement_to_plan(query.0)
             .await
             .map_err(|e| unknown_table(e, &names))?;
-        Ok(PlannedQuery { ctx, plan, sql })
+        let (lookup, cached) = match plan_cache::cacheable(&plan) {
+            true => (plan_cache::Lookup::Miss, Cached::Keep(catalog)),
+            false => (plan_cache::Lookup::Uncacheable, Cached::No),
+        };
+        crate::metrics::plan_cache(lookup);
+        Ok(PlannedQuery {
+            ctx,
+            plan,
+            sql,
+            cached,
+        })
     }
 
     /// The types DataFusion infers for the placeholders `$1` … `$count`
@@ -406,9 +466,25 @@ impl SqlSession {
             }
         }
         let started = std::time::Instant::now();
-        let df = q.ctx.execute_logical_plan(q.plan).await.map_err(from_df)?;
-        let task = Arc::new(df.task_ctx());
-        let physical = df.create_physical_plan().await.map_err(from_df)?;
+        let (task, physical) = match q.cached {
+            Cached::No => {
+                let df = q.ctx.execute_logical_plan(q.plan).await.map_err(from_df)?;
+                let task = Arc::new(df.task_ctx());
+                (task, df.create_physical_plan().await.map_err(from_df)?)
+            }
+            Cached::Optimized(optimized) => physical_of(q.ctx.state(), &optimized).await?,
+            Cached::Keep(catalog) => {
+                let state = q.ctx.state();
+                let optimized = state.optimize(&q.plan).map_err(from_df)?;
+                let planned = physical_of(state, &optimized).await?;
+                let plans = Plans {
+                    logical: q.plan,
+                    optimized,
+                };
+                self.plans.put(&q.sql, catalog, plans);
+                planned
+            }
+        };
         let stream =
             datafusion::physical_plan::execute_stream(physical.clone(), task).map_err(from_df)?;
         let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(from_df)?;
@@ -426,6 +502,27 @@ impl SqlSession {
         let schema = batches.first().map_or(schema, |b| b.schema());
         Ok(QueryOutput { schema, batches })
     }
+}
+
+/// What `SessionState::create_physical_plan` does after optimizing: the
+/// physical plan of an optimized `plan`, and the task context to run it
+/// in.
+async fn physical_of(
+    state: datafusion::execution::SessionState,
+    plan: &LogicalPlan,
+) -> Result<(
+    Arc<datafusion::execution::TaskContext>,
+    Arc<dyn ExecutionPlan>,
+)> {
+    let physical = state
+        .query_planner()
+        .create_physical_plan(plan, &state)
+        .await
+        .map_err(from_df)?;
+    Ok((
+        Arc::new(datafusion::execution::TaskContext::from(&state)),
+        physical,
+    ))
 }
 
 /// The coprocessor DAGs of the region scans in `plan`, in plan order.

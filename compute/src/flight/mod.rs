@@ -83,14 +83,14 @@ pub use cookie::CookieLayer;
 
 pub struct FlightSqlServer {
     engine: Arc<QueryEngine>,
-    plans: PlanCache,
+    plans: PendingPlans,
 }
 
 impl FlightSqlServer {
     pub fn new(engine: Arc<QueryEngine>) -> Self {
         FlightSqlServer {
             engine,
-            plans: PlanCache::default(),
+            plans: PendingPlans::default(),
         }
     }
 }
@@ -102,18 +102,18 @@ const MAX_PLANS: usize = 256;
 
 /// Plans made by GetFlightInfo, waiting for their DoGet.
 #[derive(Default)]
-struct PlanCache {
-    inner: Mutex<PlanCacheInner>,
+struct PendingPlans {
+    inner: Mutex<PendingPlansInner>,
 }
 
 #[derive(Default)]
-struct PlanCacheInner {
+struct PendingPlansInner {
     next: u64,
     /// handle → (made at, the SQL, the plan)
     plans: HashMap<u64, (Instant, String, Box<PlannedQuery>)>,
 }
 
-impl PlanCache {
+impl PendingPlans {
     /// Keeps `plan` and returns its handle (never 0).
     fn put(&self, sql: &str, plan: Box<PlannedQuery>) -> u64 {
         let mut c = self.inner.lock();
