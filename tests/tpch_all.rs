@@ -3,7 +3,8 @@
 //! then again through compute processes that send joins' build keys to
 //! the regions only as Bloom filters, and not at all. Also that the
 //! planner's column statistics put Q18's semi join on the right side, and
-//! that Q20's join keys cut lineitem below its grouping.
+//! that Q20's join keys cut lineitem below its grouping, and that the 22
+//! planned from the plan cache answer the same.
 
 mod common;
 
@@ -77,6 +78,24 @@ fn all_22_tpch_queries_match_duckdb_at_sf_0_01() {
         2,
         "{plan}"
     );
+    // Planned again from the plan cache (a statement is kept the second
+    // time it is planned; the tables' statistics are in since Q18's wait):
+    // the same answers from reused optimized plans, whose physical plans,
+    // join filters and shared scans are made per run.
+    for _ in 0..2 {
+        let failures = mismatches(&pg.compute, &cases);
+        assert!(failures.is_empty(), "cached: {}", failures.join("\n"));
+    }
+    let (_, page) = http(pg.status_urls.last().unwrap(), "GET", "/metrics", "");
+    let hits: f64 = page
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("quarry_compute_plan_cache_total{result=\"hit\"} ")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0);
+    assert!(hits >= 20.0, "{hits} of 22 queries planned from the cache");
     // With every join's build keys sent as a Bloom filter (no IN lists)
     // and with none sent at all: the same answers.
     for args in [

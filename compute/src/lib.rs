@@ -36,9 +36,12 @@
 //!
 //! IMPLEMENTATION CAVEATS
 //!
-//! * Each statement reads the table list from meta (one call), and a
-//!   Flight query does so twice (GetFlightInfo plans, DoGet plans again):
-//!   compute keeps no state between calls.
+//! * Each statement reads the table list from meta (one call). A Flight
+//!   query's plan waits in memory from GetFlightInfo to its DoGet (any
+//!   other compute process plans the ticket's SQL again), and a statement
+//!   seen before against the same tables takes its optimized plan from
+//!   the plan cache (`df/plan_cache.rs`): caches, which no answer depends
+//!   on.
 //! * A store that is down costs the regions it led an election (about
 //!   1–2 s): requests go to other replicas meanwhile. A region with no
 //!   reachable leader for 10 s (a majority of its stores down) fails the

@@ -143,8 +143,8 @@ pub struct PlannedQuery {
 enum Cached {
     /// Its optimized plan came from the cache.
     Optimized(LogicalPlan),
-    /// Planned now, against this catalog: its optimized plan goes into
-    /// the cache.
+    /// Planned now, against this catalog: its optimized plan is offered
+    /// to the cache.
     Keep(Catalog),
     /// Not for the cache (`plan_cache::cacheable`).
     No,
@@ -358,7 +358,7 @@ impl SqlSession {
     /// Plans `query` against the cluster's tables now (one meta call).
     pub async fn plan(&self, query: ParsedQuery) -> Result<PlannedQuery> {
         let tables = self.cluster.list_tables().await?;
-        self.plan_over(query, tables).await
+        self.plan_over(query, tables, true).await
     }
 
     /// [`SqlSession::plan`], with `table` also showing each row's handle
@@ -385,21 +385,31 @@ impl SqlSession {
                 });
             }
         }
-        self.plan_over(query, tables).await
+        // (Not offered to the plan cache: these reads carry the literals of
+        // their UPDATE or DELETE, and rarely come again.)
+        self.plan_over(query, tables, false).await
     }
 
-    async fn plan_over(&self, query: ParsedQuery, tables: Vec<TableDef>) -> Result<PlannedQuery> {
+    /// Plans `query` over `tables`, from the plan cache's plans when it has
+    /// them and `cache` allows.
+    async fn plan_over(
+        &self,
+        query: ParsedQuery,
+        tables: Vec<TableDef>,
+        cache: bool,
+    ) -> Result<PlannedQuery> {
         let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
         names.sort();
         let (ctx, catalog) = self.catalog_over(tables)?;
         let sql = query.0.to_string();
-        if let Some(Plans { logical, optimized }) = self.plans.get(&sql, &catalog) {
+        let cache = cache && self.plans.enabled();
+        if let Some(kept) = cache.then(|| self.plans.get(&sql, &catalog)).flatten() {
             crate::metrics::plan_cache(plan_cache::Lookup::Hit);
             return Ok(PlannedQuery {
                 ctx,
-                plan: logical,
+                plan: kept.logical.clone(),
                 sql,
-                cached: Cached::Optimized(optimized),
+                cached: Cached::Optimized(kept.optimized.clone()),
             });
         }
         let plan = ctx
@@ -407,11 +417,17 @@ impl SqlSession {
             .statement_to_plan(query.0)
             .await
             .map_err(|e| unknown_table(e, &names))?;
-        let (lookup, cached) = match plan_cache::cacheable(&plan) {
-            true => (plan_cache::Lookup::Miss, Cached::Keep(catalog)),
-            false => (plan_cache::Lookup::Uncacheable, Cached::No),
+        let cached = match cache {
+            false => Cached::No,
+            true if self.plans.fits(&sql) && plan_cache::cacheable(&plan) => {
+                crate::metrics::plan_cache(plan_cache::Lookup::Miss);
+                Cached::Keep(catalog)
+            }
+            true => {
+                crate::metrics::plan_cache(plan_cache::Lookup::Uncacheable);
+                Cached::No
+            }
         };
-        crate::metrics::plan_cache(lookup);
         Ok(PlannedQuery {
             ctx,
             plan,
@@ -481,7 +497,7 @@ impl SqlSession {
                     logical: q.plan,
                     optimized,
                 };
-                self.plans.put(&q.sql, catalog, plans);
+                self.plans.put(&q.sql, &catalog, plans);
                 planned
             }
         };

@@ -16,13 +16,20 @@
 //! The key is the statement as DataFusion's parser prints it back (so
 //! spacing and case of keywords do not matter; bound parameters are in
 //! the text). An entry holds the plan as bound (its schema answers
-//! GetFlightInfo and the parameter types) and as optimized, and the
-//! catalog it was planned against ([`Catalog`]): every table definition
-//! of the statement's moment (one meta call per statement, as before) and
-//! the identity of each table's statistics. An entry is used only when
-//! the catalog now is byte-for-byte the same: a DROP and CREATE of a table
-//! under the same name, a new column or new statistics (which steer join
-//! order) plan again. Physical planning still runs per query: it is where
+//! GetFlightInfo and the parameter types) and as optimized, and what it
+//! was planned against ([`Catalog`]): the definition of each table the
+//! plan reads, from the table list of the statement's moment (one meta
+//! call per statement, as before), and the identity of that table's
+//! statistics. An entry is used only when each of those tables is
+//! byte-for-byte the same now: a DROP and CREATE of one of them under the
+//! same name, a new column or new statistics (which steer join order)
+//! plan again; a change to another table does not. (A table created since
+//! under a name the statement uses cannot change what it reads: its names
+//! all resolved when it was bound.)
+//!
+//! A statement is kept the second time it is planned, not the first, so
+//! statements that never come again (literals spliced into the text, the
+//! reads of UPDATE and DELETE) do not push out the ones that do. Physical planning still runs per query: it is where
 //! the region scans' DAGs, their snapshot and deadline, and the hash
 //! joins' dynamic filters are made, and an executed physical plan keeps
 //! state that must not be shared.
@@ -32,7 +39,8 @@
 //! plan with a placeholder; a plan calling a function that is not
 //! immutable — `now()`, `current_date` and `random()` are folded into
 //! constants by the optimizer, so their plans hold the moment they were
-//! made; and a statement longer than [`MAX_KEY_BYTES`].
+//! made; and a statement longer than [`MAX_KEY_BYTES`]. The reads of
+//! UPDATE and DELETE (`plan_with_rowid`) are not offered to the cache.
 //!
 //! The table sources inside a kept plan are the `QuarryTable`s of the
 //! context it was made in. They hold nothing per query (the snapshot and
@@ -42,7 +50,9 @@
 //!
 //! A full cache drops its least recently used entry.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
@@ -51,30 +61,58 @@ use parking_lot::Mutex;
 
 use super::table::QuarryTable;
 
-/// Statements longer than this are not kept (their keys and plans would
-/// crowd out the short ones that repeat).
-pub const MAX_KEY_BYTES: usize = 64 << 10;
+/// Statements longer than this are not kept (their keys and plans, long
+/// IN lists as a rule, would crowd out the short ones that repeat).
+pub const MAX_KEY_BYTES: usize = 8 << 10;
 
 /// The entries kept by default (`plan-cache-entries`).
 pub const DEFAULT_ENTRIES: usize = 256;
 
-/// What a plan was made against: the table definitions, encoded, and the
-/// identity of each table's statistics (see the module docs).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Catalog(Vec<u8>);
+/// The tables of a statement's moment, as the cache compares them: per
+/// table name, its definition (encoded) and the identity of its
+/// statistics (the address of the shared statistics, which a kept plan's
+/// table holds alive, so the address is not reused while the entry
+/// lives).
+#[derive(Debug, Clone, Default)]
+pub struct Catalog(HashMap<String, TableState>);
+
+/// One table as the cache compares it (see [`Catalog`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TableState {
+    def: Vec<u8>,
+    stats: Option<usize>,
+}
 
 impl Catalog {
-    /// Adds one table: its definition and its statistics' identity (the
-    /// address of the shared statistics, which a kept plan's table holds
-    /// alive, so the address is not reused while the entry lives).
+    /// Adds one table: its definition and its statistics' identity.
     pub fn add(&mut self, def: &quarry_proto::meta::TableDef, stats: Option<usize>) {
         use prost::Message;
-        let bytes = def.encode_to_vec();
-        self.0
-            .extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-        self.0.extend_from_slice(&bytes);
-        self.0
-            .extend_from_slice(&(stats.map_or(0, |p| p as u64)).to_le_bytes());
+        let state = TableState {
+            def: def.encode_to_vec(),
+            stats,
+        };
+        self.0.insert(def.name.clone(), state);
+    }
+
+    /// The part of the catalog `plan` reads: its tables' names and states
+    /// (None if it reads a table the catalog does not have).
+    fn of(&self, plan: &LogicalPlan) -> Option<Vec<(String, TableState)>> {
+        let mut names = HashSet::new();
+        let _ = plan.apply_with_subqueries(|node| {
+            if let LogicalPlan::TableScan(scan) = node {
+                names.insert(scan.table_name.table().to_string());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        names
+            .into_iter()
+            .map(|n| Some((n.clone(), self.0.get(&n)?.clone())))
+            .collect()
+    }
+
+    /// Whether each of `tables` is here, the same.
+    fn has(&self, tables: &[(String, TableState)]) -> bool {
+        tables.iter().all(|(n, t)| self.0.get(n) == Some(t))
     }
 }
 
@@ -89,8 +127,9 @@ pub struct Plans {
 }
 
 struct Entry {
-    catalog: Catalog,
-    plans: Plans,
+    /// The tables the plan reads, as they were.
+    tables: Vec<(String, TableState)>,
+    plans: Arc<Plans>,
     /// The cache's clock at the last use.
     used: u64,
 }
@@ -105,6 +144,10 @@ pub struct PlanCache {
 struct Inner {
     clock: u64,
     entries: HashMap<String, Entry>,
+    /// Hashes of statements planned once and not kept yet (cleared when
+    /// it reaches four times the capacity).
+    seen_once: HashSet<u64>,
+    hasher: RandomState,
 }
 
 /// What a statement's lookup found (`quarry_compute_plan_cache_total`).
@@ -112,9 +155,11 @@ struct Inner {
 pub enum Lookup {
     /// Its plans were kept: planned from them.
     Hit,
-    /// Planned now, and kept.
+    /// Not kept (or not against these tables): planned now, and offered
+    /// to the cache once optimized.
     Miss,
-    /// Planned now, and not for the cache ([`cacheable`]).
+    /// Planned now, and not for the cache ([`cacheable`], or longer than
+    /// [`MAX_KEY_BYTES`]).
     Uncacheable,
 }
 
@@ -137,29 +182,52 @@ impl PlanCache {
         }
     }
 
-    /// The plans kept for `sql` if they were made against `catalog`.
-    pub fn get(&self, sql: &str, catalog: &Catalog) -> Option<Plans> {
-        if self.capacity == 0 {
+    /// Whether statements are kept at all (`plan-cache-entries` > 0).
+    pub fn enabled(&self) -> bool {
+        self.capacity > 0
+    }
+
+    /// Whether `sql` is short enough to be kept.
+    pub fn fits(&self, sql: &str) -> bool {
+        self.enabled() && sql.len() <= MAX_KEY_BYTES
+    }
+
+    /// The plans kept for `sql` if the tables they read are the same in
+    /// `catalog`.
+    pub fn get(&self, sql: &str, catalog: &Catalog) -> Option<Arc<Plans>> {
+        if !self.fits(sql) {
             return None;
         }
         let mut inner = self.inner.lock();
         inner.clock += 1;
         let now = inner.clock;
         let entry = inner.entries.get_mut(sql)?;
-        if entry.catalog != *catalog {
+        if !catalog.has(&entry.tables) {
             return None;
         }
         entry.used = now;
         Some(entry.plans.clone())
     }
 
-    /// Keeps `plans` for `sql`, made against `catalog` (replacing what was
-    /// kept for it; dropping the least recently used entry when full).
-    pub fn put(&self, sql: &str, catalog: Catalog, plans: Plans) {
-        if self.capacity == 0 || sql.len() > MAX_KEY_BYTES {
-            return;
+    /// Offers `plans` for `sql`, made against `catalog`: kept from its
+    /// second offer on (replacing what was kept for it; dropping the
+    /// least recently used entry when full). True if kept.
+    pub fn put(&self, sql: &str, catalog: &Catalog, plans: Plans) -> bool {
+        if !self.fits(sql) {
+            return false;
         }
+        let Some(tables) = catalog.of(&plans.logical) else {
+            return false;
+        };
         let mut inner = self.inner.lock();
+        let hash = inner.hasher.hash_one(sql);
+        if !inner.entries.contains_key(sql) && inner.seen_once.insert(hash) {
+            if inner.seen_once.len() > 4 * self.capacity {
+                inner.seen_once.clear();
+            }
+            return false;
+        }
+        inner.seen_once.remove(&hash);
         inner.clock += 1;
         let used = inner.clock;
         if inner.entries.len() >= self.capacity && !inner.entries.contains_key(sql) {
@@ -175,11 +243,12 @@ impl PlanCache {
         inner.entries.insert(
             sql.to_string(),
             Entry {
-                catalog,
-                plans,
+                tables,
+                plans: Arc::new(plans),
                 used,
             },
         );
+        true
     }
 
     /// Statements kept now.
@@ -249,69 +318,99 @@ pub fn cacheable(plan: &LogicalPlan) -> bool {
 mod tests {
     use std::sync::Arc;
 
-    use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::{provider_as_source, MemTable};
+    use datafusion::logical_expr::LogicalPlanBuilder;
     use datafusion::prelude::{SessionConfig, SessionContext};
     use quarry_proto::meta::TableDef;
 
     use super::*;
 
-    fn empty() -> Plans {
-        let plan = LogicalPlan::EmptyRelation(EmptyRelation {
-            produce_one_row: false,
-            schema: Arc::new(datafusion::common::DFSchema::empty()),
-        });
+    /// Plans that scan `table`.
+    fn reading(table: &str) -> Plans {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+        let mem = MemTable::try_new(schema, vec![vec![]]).unwrap();
+        let plan = LogicalPlanBuilder::scan(table, provider_as_source(Arc::new(mem)), None)
+            .unwrap()
+            .build()
+            .unwrap();
         Plans {
             logical: plan.clone(),
             optimized: plan,
         }
     }
 
-    fn catalog(name: &str, stats: Option<usize>) -> Catalog {
+    /// A catalog of (name, table id, statistics identity).
+    fn catalog(tables: &[(&str, i64, Option<usize>)]) -> Catalog {
         let mut c = Catalog::default();
-        let def = TableDef {
-            id: 7,
-            name: name.into(),
-            ..Default::default()
-        };
-        c.add(&def, stats);
+        for (name, id, stats) in tables {
+            let def = TableDef {
+                id: *id,
+                name: name.to_string(),
+                ..Default::default()
+            };
+            c.add(&def, *stats);
+        }
         c
     }
 
+    /// Offers `plans` twice (a statement is kept from its second offer).
+    fn keep(cache: &PlanCache, sql: &str, c: &Catalog, plans: impl Fn() -> Plans) {
+        assert!(!cache.put(sql, c, plans()), "kept at its first offer");
+        assert!(cache.put(sql, c, plans()), "not kept at its second offer");
+    }
+
     #[test]
-    fn an_entry_is_used_only_against_the_catalog_it_was_planned_against() {
+    fn an_entry_is_used_only_while_the_tables_it_reads_are_the_same() {
         let cache = PlanCache::new(4);
-        cache.put("select 1", catalog("t", Some(1)), empty());
-        assert!(cache.get("select 1", &catalog("t", Some(1))).is_some());
-        assert!(cache.get("select 2", &catalog("t", Some(1))).is_none());
-        // Another table definition, or new statistics: plan again.
-        assert!(cache.get("select 1", &catalog("u", Some(1))).is_none());
-        assert!(cache.get("select 1", &catalog("t", Some(2))).is_none());
-        assert!(cache.get("select 1", &catalog("t", None)).is_none());
-        // The replanned statement replaces its entry.
-        cache.put("select 1", catalog("t", Some(2)), empty());
+        let now = catalog(&[("t", 7, Some(1)), ("u", 8, None)]);
+        keep(&cache, "select a from t", &now, || reading("t"));
+        assert!(cache.get("select a from t", &now).is_some());
+        assert!(cache.get("select a from u", &now).is_none());
+        // Another table changed: still used.
+        let other = catalog(&[("t", 7, Some(1)), ("u", 9, Some(3))]);
+        assert!(cache.get("select a from t", &other).is_some());
+        // The table dropped and created again, new statistics, or gone:
+        // planned again.
+        for then in [
+            catalog(&[("t", 10, Some(1)), ("u", 8, None)]),
+            catalog(&[("t", 7, Some(2)), ("u", 8, None)]),
+            catalog(&[("t", 7, None), ("u", 8, None)]),
+            catalog(&[("u", 8, None)]),
+        ] {
+            assert!(cache.get("select a from t", &then).is_none(), "{then:?}");
+        }
+        // A plan over a table the catalog lacks is not kept.
+        assert!(!cache.put("select a from v", &now, reading("v")));
+        assert!(!cache.put("select a from v", &now, reading("v")));
         assert_eq!(cache.len(), 1);
-        assert!(cache.get("select 1", &catalog("t", Some(2))).is_some());
     }
 
     #[test]
     fn a_full_cache_drops_the_least_recently_used_and_zero_keeps_nothing() {
         let cache = PlanCache::new(2);
-        let c = catalog("t", None);
-        cache.put("a", c.clone(), empty());
-        cache.put("b", c.clone(), empty());
+        let c = catalog(&[("t", 7, None)]);
+        keep(&cache, "a", &c, || reading("t"));
+        keep(&cache, "b", &c, || reading("t"));
         assert!(cache.get("a", &c).is_some());
-        cache.put("c", c.clone(), empty());
+        keep(&cache, "c", &c, || reading("t"));
         assert_eq!(cache.len(), 2);
         assert!(cache.get("a", &c).is_some(), "used last, kept");
         assert!(cache.get("b", &c).is_none(), "least recently used, dropped");
         assert!(cache.get("c", &c).is_some());
+        // A kept statement planned again replaces its entry at once.
+        assert!(cache.put("c", &c, reading("t")));
 
         let long = "x".repeat(MAX_KEY_BYTES + 1);
-        cache.put(&long, c.clone(), empty());
+        assert!(!cache.fits(&long));
+        assert!(!cache.put(&long, &c, reading("t")));
+        assert!(!cache.put(&long, &c, reading("t")));
         assert!(cache.get(&long, &c).is_none(), "too long to keep");
 
         let none = PlanCache::new(0);
-        none.put("a", c.clone(), empty());
+        assert!(!none.enabled());
+        assert!(!none.put("a", &c, reading("t")));
+        assert!(!none.put("a", &c, reading("t")));
         assert!(none.get("a", &c).is_none());
         assert!(none.is_empty());
     }
