@@ -262,11 +262,6 @@ impl SqlSession {
         self
     }
 
-    /// Statements whose plans are kept now.
-    pub fn cached_plans(&self) -> usize {
-        self.plans.len()
-    }
-
     /// Gives each query a memory pool of `bytes` (0: unbounded).
     pub fn with_memory_limit(mut self, bytes: usize) -> Self {
         self.memory_limit = bytes;
