@@ -76,6 +76,9 @@ pub(super) struct Scratch {
     bits: Vec<u64>,
     /// Per column: its values over the rows read, when a program reads it.
     decoded: Vec<Vec<i64>>,
+    /// The programs' vectors of earlier blocks, for the next block's
+    /// (a block's fresh 32 KB vectors cost malloc's bins and page faults).
+    values: Vec<Vec<i64>>,
     slots: Slots,
 }
 
@@ -343,7 +346,7 @@ impl Core {
         let inputs = program_inputs(&plan.progs, src, rows, &sc.sel, &mut sc.decoded);
         let mut values: Vec<Val> = Vec::with_capacity(plan.progs.len());
         for p in &plan.progs {
-            let v = p.eval(&inputs, &values);
+            let v = p.eval(&inputs, &values, &mut sc.values);
             values.push(v);
         }
         // 5. Accumulate per local slot, then fold into the groups.
@@ -359,6 +362,10 @@ impl Core {
             &values,
             &bounds,
         )?;
+        sc.values.extend(values.into_iter().filter_map(|v| match v {
+            Val::Owned(v) => Some(v),
+            _ => None,
+        }));
         Ok(())
     }
 }

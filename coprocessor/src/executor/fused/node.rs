@@ -249,9 +249,16 @@ impl Node {
     }
 
     /// Evaluates over `cols` (each column's values, all the same length
-    /// `n`), `done` holding the earlier programs' values. Bounds were
-    /// checked, so wrapping arithmetic never wraps.
-    pub(super) fn eval<'a>(&self, cols: &[&'a [i64]], done: &[Val<'a>]) -> Val<'a> {
+    /// `n`), `done` holding the earlier programs' values; a new vector is
+    /// taken from `pool` (the vectors of earlier blocks, handed back by
+    /// the caller). Bounds were checked, so wrapping arithmetic never
+    /// wraps.
+    pub(super) fn eval<'a>(
+        &self,
+        cols: &[&'a [i64]],
+        done: &[Val<'a>],
+        pool: &mut Vec<Vec<i64>>,
+    ) -> Val<'a> {
         match &self.op {
             Op::Col(c) => Val::Slice(cols[*c]),
             Op::Const(v) => Val::Const(*v),
@@ -262,34 +269,45 @@ impl Node {
                 Val::Const(c) => Val::Const(*c),
             },
             Op::Add(a, b) => binary(
-                a.operand(cols, done),
-                b.operand(cols, done),
+                a.operand(cols, done, pool),
+                b.operand(cols, done, pool),
                 i64::wrapping_add,
+                pool,
             ),
             Op::Sub(a, b) => binary(
-                a.operand(cols, done),
-                b.operand(cols, done),
+                a.operand(cols, done, pool),
+                b.operand(cols, done, pool),
                 i64::wrapping_sub,
+                pool,
             ),
             Op::Mul(a, b) => binary(
-                a.operand(cols, done),
-                b.operand(cols, done),
+                a.operand(cols, done, pool),
+                b.operand(cols, done, pool),
                 i64::wrapping_mul,
+                pool,
             ),
-            Op::Neg(a) => binary(Val::Const(0), a.operand(cols, done), i64::wrapping_sub),
+            Op::Neg(a) => {
+                let a = a.operand(cols, done, pool);
+                binary(Val::Const(0), a, i64::wrapping_sub, pool)
+            }
         }
     }
 
     /// The node's value as an operand: an earlier program's borrowed, not
     /// copied.
-    fn operand<'s>(&self, cols: &[&'s [i64]], done: &'s [Val<'_>]) -> Val<'s> {
+    fn operand<'s>(
+        &self,
+        cols: &[&'s [i64]],
+        done: &'s [Val<'_>],
+        pool: &mut Vec<Vec<i64>>,
+    ) -> Val<'s> {
         match &self.op {
             Op::Prog(j) => match &done[*j] {
                 Val::Slice(s) => Val::Slice(s),
                 Val::Owned(v) => Val::Slice(v),
                 Val::Const(c) => Val::Const(*c),
             },
-            _ => self.eval(cols, done),
+            _ => self.eval(cols, done, pool),
         }
     }
 }
@@ -315,19 +333,24 @@ kernel! {
     /// One arithmetic node over whole vectors; generic over `f` so each
     /// operator gets its own (vectorized) loops, for the baseline and for
     /// AVX2 (see [`crate::simd`]).
-    fn binary<'a, 'b>(a: Val<'a>, b: Val<'b>, f: impl Fn(i64, i64) -> i64 + Copy) -> Val<'static> {
+    fn binary<'a, 'b>(
+        a: Val<'a>,
+        b: Val<'b>,
+        f: impl Fn(i64, i64) -> i64 + Copy,
+        pool: &mut Vec<Vec<i64>>,
+    ) -> Val<'static> {
         match (a, b) {
             (Val::Const(x), Val::Const(y)) => Val::Const(f(x, y)),
             (Val::Owned(mut v), Val::Const(y)) => {
                 v.iter_mut().for_each(|x| *x = f(*x, y));
                 Val::Owned(v)
             }
-            (Val::Slice(s), Val::Const(y)) => Val::Owned(s.iter().map(|x| f(*x, y)).collect()),
+            (Val::Slice(s), Val::Const(y)) => Val::Owned(filled(pool, s.iter().map(|x| f(*x, y)))),
             (Val::Const(x), Val::Owned(mut v)) => {
                 v.iter_mut().for_each(|y| *y = f(x, *y));
                 Val::Owned(v)
             }
-            (Val::Const(x), Val::Slice(s)) => Val::Owned(s.iter().map(|y| f(x, *y)).collect()),
+            (Val::Const(x), Val::Slice(s)) => Val::Owned(filled(pool, s.iter().map(|y| f(x, *y)))),
             (Val::Owned(mut v), b) => {
                 let b = b.values(v.len());
                 v.iter_mut().zip(b.iter()).for_each(|(x, y)| *x = f(*x, *y));
@@ -339,8 +362,17 @@ kernel! {
                 Val::Owned(v)
             }
             (Val::Slice(a), Val::Slice(b)) => {
-                Val::Owned(a.iter().zip(b).map(|(x, y)| f(*x, *y)).collect())
+                Val::Owned(filled(pool, a.iter().zip(b).map(|(x, y)| f(*x, *y))))
             }
         }
     }
+}
+
+/// A vector from `pool` (or a new one) holding `values`.
+#[inline(always)]
+fn filled(pool: &mut Vec<Vec<i64>>, values: impl Iterator<Item = i64>) -> Vec<i64> {
+    let mut v = pool.pop().unwrap_or_default();
+    v.clear();
+    v.extend(values);
+    v
 }
