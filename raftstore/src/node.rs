@@ -164,6 +164,11 @@ impl<E: Engine> Node<E> {
         })
     }
 
+    /// Threads of the read pool, where coprocessor requests run.
+    pub fn read_pool_threads(&self) -> usize {
+        self.read_pool_threads
+    }
+
     pub fn engine(&self) -> &Arc<E> {
         &self.engine
     }

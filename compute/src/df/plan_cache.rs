@@ -263,9 +263,7 @@ impl PlanCache {
 
 /// Whether a statement's bound plan may be kept (see the module docs).
 pub fn cacheable(plan: &LogicalPlan) -> bool {
-    if matches!(plan, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_)) {
-        return false;
-    }
+    // (The walk starts at the root: an EXPLAIN there is refused below.)
     let mut ok = true;
     let _ = plan.apply_with_subqueries(|node| {
         if let LogicalPlan::TableScan(scan) = node {

@@ -7,7 +7,7 @@
 //! (TiFlash's batch coprocessor): one call, one DAG to decode and ship,
 //! instead of one per region. Its tasks run through the same
 //! [`Node::coprocessor`] as single requests, at most [`batch_parallel`] at
-//! a time, and each answer is streamed as soon as it is ready, so a slow
+//! a time (of the node's read pool), and each answer is streamed as soon as it is ready, so a slow
 //! region does not hold the others' answers back and at most that many
 //! finished pages wait for the stream to take them. The batch's deadline
 //! is fixed when it arrives: a task that starts late gets what is left of
@@ -25,11 +25,11 @@ use tonic::{Request, Response, Status};
 use crate::engine::Engine;
 use crate::node::Node;
 
-/// A batch's tasks running at once: at least the cores (the read pool's
-/// threads) and 8, enough to keep the pool busy, few enough to bound the
-/// pages waiting to be sent.
-pub fn batch_parallel() -> usize {
-    std::thread::available_parallelism().map_or(8, |n| n.get().max(8))
+/// A batch's tasks running at once on a read pool of `threads`: at least
+/// the pool's threads and 8, enough to keep the pool busy, few enough to
+/// bound the pages waiting to be sent.
+pub fn batch_parallel(threads: usize) -> usize {
+    threads.max(8)
 }
 
 pub struct CoprocessorService<E: Engine> {
@@ -62,6 +62,7 @@ impl<E: Engine> Coprocessor for CoprocessorService<E> {
             timeout_ms,
         } = req.into_inner();
         let node = self.node.clone();
+        let parallel = batch_parallel(node.read_pool_threads());
         let until = (timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms));
         let answers = futures::stream::iter(tasks.into_iter().enumerate())
             .map(move |(i, task)| {
@@ -85,7 +86,7 @@ impl<E: Engine> Coprocessor for CoprocessorService<E> {
                     })
                 }
             })
-            .buffer_unordered(batch_parallel());
+            .buffer_unordered(parallel);
         Ok(Response::new(answers.boxed()))
     }
 }
