@@ -1,6 +1,6 @@
 //! Runtime-dispatched SIMD: the hot kernels compiled twice, once for the
 //! baseline x86-64 the binary targets (SSE2) and once for AVX2, and the
-//! AVX2 copy taken when the CPU has it.
+//! AVX2 copy taken when the CPU has it; one kernel written for AVX-512.
 //!
 //! WHY AT RUN TIME. The release binary targets plain x86-64 so that it runs
 //! on any x86-64 machine; built that way, the compiler vectorizes the
@@ -25,15 +25,26 @@
 //! `#[inline(always)]` (or a generic the compiler inlines) to share the
 //! AVX2 copy: a call to an ordinary function runs its baseline code.
 //!
+//! AVX-512, WRITTEN OUT. One loop the vectorizer cannot widen is the
+//! scatter of each row's values into its group's sums. Where the CPU has
+//! AVX-512 (F and VL) and a block has at most [`MASKED_SLOTS_MAX`] groups,
+//! [`sums_in_slots`] keeps each group's sums in vector registers and adds
+//! 8 rows at a time under a mask (the rows whose slot is that group's),
+//! written with intrinsics; it says `None` elsewhere and the caller keeps
+//! its scalar loop. Levels: baseline < AVX2 < AVX-512 ([`Level`]).
+//!
 //! `QUARRY_SIMD=baseline` (or `off`) in a process's environment turns the
-//! AVX2 copies off (to compare, as the criterion benches do with
-//! [`set_enabled`]).
+//! AVX2 copies and the AVX-512 kernels off, `QUARRY_SIMD=avx2` the AVX-512
+//! kernels only (to compare, as the criterion benches do with
+//! [`set_level`]).
 //!
 //! The crate's only `unsafe` is here. In the macro: calling a
 //! `#[target_feature]` function is unsafe because running AVX2 instructions
 //! on a CPU without them is undefined; [`avx2`] is true only after
-//! `is_x86_feature_detected!` confirmed every feature enabled. And in
-//! [`bitmask64`] (below).
+//! `is_x86_feature_detected!` confirmed every feature enabled ([`avx512`]
+//! likewise for the AVX-512 kernels, whose unaligned loads are unsafe too:
+//! their bounds are asserted before the loop). And in [`bitmask64`]
+//! (below).
 //!
 //! BYTES TO BITS. One instruction the vectorizer never emits from a plain
 //! loop is SSE2's byte movemask (`pmovmskb`: the top bit of each of 16
@@ -46,56 +57,103 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-/// Not decided yet / baseline / AVX2.
+/// Which copies of the kernels run, lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// SSE2, every x86-64 CPU's.
+    Baseline,
+    /// The AVX2 copies of `kernel!` functions.
+    Avx2,
+    /// The AVX2 copies and the AVX-512 kernels ([`sums_in_slots`]).
+    Avx512,
+}
+
+/// Not decided yet; else a [`Level`] as `1 + level`.
 const UNKNOWN: u8 = 0;
-const BASELINE: u8 = 1;
-const AVX2: u8 = 2;
 
 static LEVEL: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+fn encode(level: Level) -> u8 {
+    1 + level as u8
+}
+
+/// The kernels in use: the best this CPU has, unless `QUARRY_SIMD`
+/// (`baseline`/`off`, or `avx2` to leave AVX-512 out) or [`set_level`]
+/// capped it.
+#[inline]
+pub fn level() -> Level {
+    match LEVEL.load(Ordering::Relaxed) {
+        1 => Level::Baseline,
+        2 => Level::Avx2,
+        3 => Level::Avx512,
+        _ => detect(),
+    }
+}
 
 /// Whether the AVX2 copies run: the CPU has AVX2 (and the features that
 /// come with it on every AVX2 CPU: FMA, BMI1/2, LZCNT, POPCNT) and
 /// neither `QUARRY_SIMD=baseline` nor [`set_enabled`] turned them off.
 #[inline]
 pub fn avx2() -> bool {
-    match LEVEL.load(Ordering::Relaxed) {
-        AVX2 => true,
-        BASELINE => false,
-        _ => detect(),
-    }
+    level() >= Level::Avx2
+}
+
+/// Whether the AVX-512 kernels run (AVX-512 F and VL, on top of
+/// [`avx2`]'s features).
+#[inline]
+pub fn avx512() -> bool {
+    level() == Level::Avx512
 }
 
 #[cold]
-fn detect() -> bool {
-    let wanted = std::env::var("QUARRY_SIMD").map_or(true, |v| v != "baseline" && v != "off");
-    let level = if wanted && cpu_has_avx2() {
-        AVX2
-    } else {
-        BASELINE
+fn detect() -> Level {
+    let cap = match std::env::var("QUARRY_SIMD").as_deref() {
+        Ok("baseline" | "off") => Level::Baseline,
+        Ok("avx2") => Level::Avx2,
+        _ => Level::Avx512,
     };
-    // A `set_enabled` that ran meanwhile wins.
-    match LEVEL.compare_exchange(UNKNOWN, level, Ordering::Relaxed, Ordering::Relaxed) {
-        Ok(_) => level == AVX2,
-        Err(set) => set == AVX2,
+    let level = cap.min(cpu_level());
+    // A `set_level` that ran meanwhile wins.
+    match LEVEL.compare_exchange(UNKNOWN, encode(level), Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => level,
+        Err(_) => self::level(),
     }
 }
 
-/// Turns the AVX2 copies on (where the CPU has AVX2) or off, for this
-/// process, and says whether they were on. Both compute the same answers;
-/// benches use it to time one against the other.
+/// Runs the kernels at `wanted` (or the best below it this CPU has), for
+/// this process, and says the level before. Every level computes the same
+/// answers; benches use it to time one against another.
+pub fn set_level(wanted: Level) -> Level {
+    let was = level();
+    LEVEL.store(encode(wanted.min(cpu_level())), Ordering::Relaxed);
+    was
+}
+
+/// Turns the SIMD copies on (the best this CPU has) or off, for this
+/// process, and says whether the AVX2 copies were on.
 pub fn set_enabled(on: bool) -> bool {
     let was = avx2();
-    let level = if on && cpu_has_avx2() { AVX2 } else { BASELINE };
-    LEVEL.store(level, Ordering::Relaxed);
+    set_level(if on { Level::Avx512 } else { Level::Baseline });
     was
 }
 
 /// The kernels in use, for logs and bench reports.
 pub fn level_name() -> &'static str {
-    if avx2() {
-        "avx2"
+    match level() {
+        Level::Avx512 => "avx512",
+        Level::Avx2 => "avx2",
+        Level::Baseline => "baseline (sse2)",
+    }
+}
+
+/// The best level this CPU runs.
+pub fn cpu_level() -> Level {
+    if !cpu_has_avx2() {
+        Level::Baseline
+    } else if cpu_has_avx512() {
+        Level::Avx512
     } else {
-        "baseline (sse2)"
+        Level::Avx2
     }
 }
 
@@ -109,6 +167,19 @@ pub fn cpu_has_avx2() -> bool {
             && std::arch::is_x86_feature_detected!("bmi2")
             && std::arch::is_x86_feature_detected!("lzcnt")
             && std::arch::is_x86_feature_detected!("popcnt")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU runs the AVX-512 kernels' instructions (F and VL).
+fn cpu_has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -184,20 +255,163 @@ pub fn bitmask64(bytes: &[u8; 64]) -> u64 {
     }
 }
 
-/// Runs `f` once with the AVX2 copies off and once with them on (where the
-/// CPU has AVX2), one test at a time: for tests that check both copies.
+/// Most slots [`sums_in_slots`] takes: its per-slot sums live in vector
+/// registers, one set per slot.
+pub const MASKED_SLOTS_MAX: usize = 8;
+
+/// Per slot in `ids` (distinct, each below `nslots`), per column, the
+/// wrapping sum of the column's values over the rows whose `slots` entry is
+/// that slot: `out[slot × cols.len() + k]` for column `k`, 0 for slots not
+/// in `ids` (their rows are skipped). Rows past the shortest input are not
+/// read. `None` unless the AVX-512 kernels run and `ids` has 1 to
+/// [`MASKED_SLOTS_MAX`] slots; the caller then sums another way.
+///
+/// WHY. A scatter of each row's values into its slot's sums costs a load,
+/// an add and a store per value, and rows of the same group wait on each
+/// other's store; with TPC-H Q1's four groups that was a quarter of a
+/// store's samples. Here each slot's sums sit in vector registers, 8 rows
+/// at a time: a compare of the 8 rows' slots with the slot gives a mask,
+/// and one masked add per column adds the rows that are its. The cost
+/// grows with the slots, so it is for blocks with few groups; a block's
+/// slots without rows (and the filters' discard slot) are left out.
+pub fn sums_in_slots(
+    cols: &[&[i64]],
+    slots: &[u32],
+    ids: &[u32],
+    nslots: usize,
+) -> Option<Vec<i64>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !avx512()
+            || ids.is_empty()
+            || ids.len() > MASKED_SLOTS_MAX
+            || ids.iter().any(|s| *s as usize >= nslots)
+        {
+            return None;
+        }
+        let rows = cols.iter().fold(slots.len(), |n, c| n.min(c.len()));
+        let slots = &slots[..rows];
+        let width = cols.len();
+        let mut out = vec![0i64; nslots * width];
+        // Columns per pass: as many as keep a sum per slot and column, the
+        // columns' 8 rows and the slots' ids in the 32 vector registers.
+        let per_pass = if ids.len() <= 4 { 4 } else { 2 };
+        for (pass, chunk) in cols.chunks(per_pass).enumerate() {
+            let first = pass * per_pass;
+            macro_rules! columns {
+                ($s:literal) => {
+                    match chunk.len() {
+                        1 => masked::sums::<$s, 1>(ids, chunk, slots, &mut out, width, first),
+                        2 => masked::sums::<$s, 2>(ids, chunk, slots, &mut out, width, first),
+                        3 => masked::sums::<$s, 3>(ids, chunk, slots, &mut out, width, first),
+                        _ => masked::sums::<$s, 4>(ids, chunk, slots, &mut out, width, first),
+                    }
+                };
+            }
+            // SAFETY: `avx512` is true only on a CPU that has every
+            // feature `masked::sums` is compiled with.
+            #[allow(unsafe_code)]
+            unsafe {
+                match ids.len() {
+                    1 => columns!(1),
+                    2 => columns!(2),
+                    3 => columns!(3),
+                    4 => columns!(4),
+                    5 => columns!(5),
+                    6 => columns!(6),
+                    7 => columns!(7),
+                    _ => columns!(8),
+                }
+            }
+        }
+        Some(out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (cols, slots, ids, nslots);
+        None
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod masked {
+    use std::arch::x86_64::{
+        __m256i, __m512i, _mm256_cmpeq_epu32_mask, _mm256_loadu_si256, _mm256_set1_epi32,
+        _mm512_loadu_si512, _mm512_mask_add_epi64, _mm512_reduce_add_epi64, _mm512_setzero_si512,
+    };
+
+    /// [`super::sums_in_slots`] for `S` slots (`ids`) and `C` columns
+    /// (`cols`, whose sums go to `out[slot × width + first + k]`); every
+    /// column at least as long as `slots`.
+    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt,avx512f,avx512vl")]
+    pub(super) fn sums<const S: usize, const C: usize>(
+        ids: &[u32],
+        cols: &[&[i64]],
+        slots: &[u32],
+        out: &mut [i64],
+        width: usize,
+        first: usize,
+    ) {
+        assert!(ids.len() == S && cols.len() == C);
+        assert!(cols.iter().all(|c| c.len() >= slots.len()));
+        let n = slots.len();
+        let mut id = [_mm256_set1_epi32(0); S];
+        for s in 0..S {
+            id[s] = _mm256_set1_epi32(ids[s] as i32);
+        }
+        let mut acc: [[__m512i; C]; S] = [[_mm512_setzero_si512(); C]; S];
+        let mut x: [__m512i; C] = [_mm512_setzero_si512(); C];
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: rows i..i + 8 are inside `slots` and, asserted
+            // above, inside every column; the loads are unaligned ones.
+            #[allow(unsafe_code)]
+            let row_slots = unsafe { _mm256_loadu_si256(slots.as_ptr().add(i).cast::<__m256i>()) };
+            for c in 0..C {
+                // SAFETY: as above.
+                #[allow(unsafe_code)]
+                let v = unsafe { _mm512_loadu_si512(cols[c].as_ptr().add(i).cast::<__m512i>()) };
+                x[c] = v;
+            }
+            for s in 0..S {
+                let mine = _mm256_cmpeq_epu32_mask(row_slots, id[s]);
+                for c in 0..C {
+                    acc[s][c] = _mm512_mask_add_epi64(acc[s][c], mine, acc[s][c], x[c]);
+                }
+            }
+            i += 8;
+        }
+        for s in 0..S {
+            let at = ids[s] as usize * width + first;
+            for c in 0..C {
+                let mut sum = _mm512_reduce_add_epi64(acc[s][c]);
+                for j in i..n {
+                    if slots[j] == ids[s] {
+                        sum = sum.wrapping_add(cols[c][j]);
+                    }
+                }
+                out[at + c] = sum;
+            }
+        }
+    }
+}
+
+/// Runs `f` at each level this CPU has (baseline, AVX2, AVX-512), one
+/// test at a time: for tests that check every copy.
 #[cfg(test)]
-pub(crate) fn for_each_level(mut f: impl FnMut(bool)) {
+pub(crate) fn for_each_level(mut f: impl FnMut(Level)) {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let was = avx2();
-    for on in [false, true] {
-        set_enabled(on);
-        f(on && cpu_has_avx2());
+    let was = level();
+    for l in [Level::Baseline, Level::Avx2, Level::Avx512] {
+        if l <= cpu_level() {
+            set_level(l);
+            f(l);
+        }
     }
-    set_enabled(was);
+    set_level(was);
 }
 
 #[cfg(test)]
@@ -242,9 +456,10 @@ mod tests {
         let a: Vec<i64> = (0..1000).map(|i| i * 7 - 300).collect();
         let b: Vec<i64> = (0..1000).map(|i| 1000 - i * 3).collect();
         let want: i64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        for_each_level(|on| {
-            assert_eq!(avx2(), on);
-            assert_eq!(level_name() == "avx2", on);
+        for_each_level(|l| {
+            assert_eq!(avx2(), l >= Level::Avx2);
+            assert_eq!(avx512(), l == Level::Avx512);
+            assert_eq!(level(), l);
             assert_eq!(sum_of_products(&a, &b), want);
         });
     }

@@ -217,12 +217,12 @@ mod tests {
                 let want: Vec<u32> = (0..vals.len() as u32)
                     .filter(|i| (lo..=hi).contains(&vals[*i as usize]))
                     .collect();
-                crate::simd::for_each_level(|avx2| {
+                crate::simd::for_each_level(|level| {
                     let mut bits = all_rows(vals.len());
                     narrow_range(&col, vals.len(), &mut bits, lo, hi);
                     let mut got = Vec::new();
                     indices(&bits, &mut got);
-                    assert_eq!(got, want, "spread {spread} range [{lo}, {hi}] avx2 {avx2}");
+                    assert_eq!(got, want, "spread {spread} range [{lo}, {hi}] {level:?}");
                 });
             }
         }

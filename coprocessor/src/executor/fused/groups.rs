@@ -167,7 +167,7 @@ impl Groups {
             together.clear();
         } else {
             let cols: Vec<&[i64]> = together.iter().map(|p| &vals[*p][..]).collect();
-            let sums = sums_by_slot_together(&cols, local, locals.total);
+            let sums = sums_by_slot_together(&cols, local, locals.total, &counts[..real]);
             for (k, p) in together.iter().enumerate() {
                 let per_slot = sums.iter().skip(k).step_by(together.len());
                 self.fold_sums(*p, per_slot.map(|s| *s as i128), group_of, counts, locals)?;
@@ -358,11 +358,31 @@ fn fits_i64((lo, hi): (i128, i128), rows: usize) -> bool {
     lo.abs().max(hi.abs()).saturating_mul(rows as i128) <= I64_LIMIT
 }
 
-/// [`sum_by_slot`] for several columns in one pass: each row's slot is
-/// read once and its values added to that slot's sums, which sit side by
-/// side (`out[slot × cols.len() + k]` for column `k`); two interleaved
-/// sets, even and odd rows. Up to eight columns, else one at a time.
-fn sums_by_slot_together(cols: &[&[i64]], slots: &[u32], nslots: usize) -> Vec<i64> {
+/// [`sum_by_slot`] for several columns in one pass, the sums side by side
+/// (`out[slot × cols.len() + k]` for column `k`), for the slots with rows
+/// in `counts` (the others' sums, and those of slots past `counts`, such as
+/// the filters' discard slot, may be left 0).
+///
+/// A block with few such slots takes the AVX-512 kernel where it runs
+/// ([`crate::simd::sums_in_slots`]: each slot's sums in registers, masked
+/// adds). Otherwise each row's slot is read once and its values added to
+/// that slot's sums; two interleaved sets, even and odd rows; up to eight
+/// columns, else one at a time.
+fn sums_by_slot_together(
+    cols: &[&[i64]],
+    slots: &[u32],
+    nslots: usize,
+    counts: &[i64],
+) -> Vec<i64> {
+    let with_rows = counts.iter().filter(|c| **c > 0).count();
+    if with_rows <= crate::simd::MASKED_SLOTS_MAX {
+        let ids: Vec<u32> = (0..counts.len() as u32)
+            .filter(|s| counts[*s as usize] > 0)
+            .collect();
+        if let Some(sums) = crate::simd::sums_in_slots(cols, slots, &ids, nslots) {
+            return sums;
+        }
+    }
     match cols.len() {
         2 => sums_n::<2>(cols, slots, nslots),
         3 => sums_n::<3>(cols, slots, nslots),
@@ -466,29 +486,49 @@ mod tests {
             x
         };
         for ncols in 1..=10 {
-            for rows in [0, 1, 2, 7, 4096, 4097] {
-                let nslots = 1 + (next() % 9) as usize;
-                let slots: Vec<u32> = (0..rows).map(|_| (next() % nslots as u64) as u32).collect();
+            for rows in [0, 1, 2, 7, 8, 9, 4096, 4097, 4103] {
+                // Up to twelve slots (past the AVX-512 kernel's eight),
+                // some without rows, and the last one, as the filters'
+                // discard slot, left out of `counts`.
+                let nslots = 1 + (next() % 12) as usize;
+                let empty = (next() % nslots as u64) as u32;
+                let slots: Vec<u32> = (0..rows)
+                    .map(|_| match (next() % nslots as u64) as u32 {
+                        s if s == empty && nslots > 1 => (s + 1) % nslots as u32,
+                        s => s,
+                    })
+                    .collect();
+                let big = next() % 3 == 0;
                 let cols: Vec<Vec<i64>> = (0..ncols)
                     .map(|_| {
                         (0..rows)
-                            .map(|_| (next() % 2_000_001) as i64 - 1_000_000)
+                            .map(|_| match big {
+                                // Sums that wrap: every copy must wrap alike.
+                                true => next() as i64,
+                                false => (next() % 2_000_001) as i64 - 1_000_000,
+                            })
                             .collect()
                     })
                     .collect();
                 let refs: Vec<&[i64]> = cols.iter().map(|c| c.as_slice()).collect();
-                let together = sums_by_slot_together(&refs, &slots, nslots);
-                assert_eq!(together.len(), nslots * ncols);
-                for (k, c) in cols.iter().enumerate() {
-                    let one = sum_by_slot(c, &slots, nslots);
-                    for (s, want) in one.iter().enumerate() {
-                        assert_eq!(
-                            together[s * ncols + k],
-                            *want,
-                            "{ncols} columns, {rows} rows"
-                        );
+                let counts = crate::executor::fused::keys::count_by_slot(&slots, nslots);
+                let real = nslots - usize::from(nslots > 1);
+                crate::simd::for_each_level(|level| {
+                    let together = sums_by_slot_together(&refs, &slots, nslots, &counts[..real]);
+                    assert_eq!(together.len(), nslots * ncols);
+                    for (k, c) in cols.iter().enumerate() {
+                        let one = sum_by_slot(c, &slots, nslots);
+                        for (s, want) in one.iter().enumerate().take(real) {
+                            if counts[s] > 0 {
+                                assert_eq!(
+                                    together[s * ncols + k],
+                                    *want,
+                                    "{ncols} columns, {rows} rows, {nslots} slots, {level:?}"
+                                );
+                            }
+                        }
                     }
-                }
+                });
             }
         }
     }

@@ -315,9 +315,9 @@ fn same_answer(rows: &[Row], pack_rows: usize, delta_every: usize, q6: bool) {
     let g = generic(store(rows, pack_rows, delta_every), &conds, &keys, &aggs).unwrap();
     let want = final_rows(&g, &keys, &aggs);
     // The fused kernels' baseline and AVX2 copies (see `crate::simd`).
-    crate::simd::for_each_level(|avx2| {
+    crate::simd::for_each_level(|level| {
         let (f, _) = fused(store(rows, pack_rows, delta_every), &conds, &keys, &aggs).unwrap();
-        assert_eq!(final_rows(&f, &keys, &aggs), want, "avx2: {avx2}");
+        assert_eq!(final_rows(&f, &keys, &aggs), want, "{level:?}");
     });
 }
 
@@ -748,10 +748,10 @@ fn wide_integer_group_keys_stay_on_the_fused_path() {
             let g = generic(store(&rows, 1000, 0), &conds, &keys, &aggs).unwrap();
             let g = final_rows(&g, &keys, &aggs);
             assert!(g.len() > 50, "{}", g.len());
-            crate::simd::for_each_level(|avx2| {
+            crate::simd::for_each_level(|level| {
                 let (f, summary) = fused(store(&rows, 1000, 0), &conds, &keys, &aggs).unwrap();
                 assert_eq!(summary.blocks_fallback, 0, "{conds:?} {summary:?}");
-                assert_eq!(final_rows(&f, &keys, &aggs), g, "{conds:?} avx2 {avx2}");
+                assert_eq!(final_rows(&f, &keys, &aggs), g, "{conds:?} {level:?}");
             });
         }
     }
