@@ -5,7 +5,8 @@
 //!   aggregation for TPC-H Q1 and Q6 over an in-memory region of real
 //!   lineitem rows (tpchgen, SF 0.01), row layout.
 //! * `column`: the same over packs (SF 0.1): decoding packs, and Q1/Q6
-//!   with the fused executor (its kernels' AVX2 copies and, as
+//!   with the fused executor (the best kernels the CPU has; as
+//!   `*_fused_avx2`, AVX2 at most, without the AVX-512 kernel; as
 //!   `*_fused_baseline_simd`, the baseline ones) and with the generic
 //!   executors.
 //! * `merge`: compute's part of Q1 (DataFusion's Final aggregation, sort)

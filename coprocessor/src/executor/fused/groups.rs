@@ -157,9 +157,9 @@ impl Groups {
             }
         }
         let vals: Vec<_> = values.iter().map(|v| v.values(rows)).collect();
-        // The sums that fit i64 over the block, all in one pass over the
-        // rows when there are slots (one slot read per row, a slot's sums
-        // side by side); the others one program at a time.
+        // The sums that fit i64 over the block, all together when there
+        // are slots (see `sums_by_slot_together`); the others one program
+        // at a time.
         let mut together: Vec<usize> = (0..vals.len())
             .filter(|p| need_sum[*p] && !locals.single && fits_i64(bounds[*p], rows))
             .collect();
@@ -375,6 +375,9 @@ fn sums_by_slot_together(
     counts: &[i64],
 ) -> Vec<i64> {
     let with_rows = counts.iter().filter(|c| **c > 0).count();
+    if with_rows == 0 {
+        return vec![0; nslots * cols.len()];
+    }
     if with_rows <= crate::simd::MASKED_SLOTS_MAX {
         let ids: Vec<u32> = (0..counts.len() as u32)
             .filter(|s| counts[*s as usize] > 0)

@@ -494,6 +494,7 @@ pub(super) fn count_by_slot(slots: &[u32], nslots: usize) -> Vec<i64> {
 /// [`count_by_slot`] for few slots: per slot, a pass that adds up
 /// `slot == s` (in u32 over at most 2^16 rows at a time, so it cannot wrap).
 fn count_each_slot(slots: &[u32], nslots: usize) -> Vec<i64> {
+    debug_assert!(slots.iter().all(|s| (*s as usize) < nslots));
     let mut out = vec![0i64; nslots];
     for chunk in slots.chunks(1 << 16) {
         for (s, n) in out.iter_mut().enumerate() {

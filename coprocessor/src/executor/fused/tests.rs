@@ -314,7 +314,7 @@ fn same_answer(rows: &[Row], pack_rows: usize, delta_every: usize, q6: bool) {
     let (conds, keys, aggs) = query(q6);
     let g = generic(store(rows, pack_rows, delta_every), &conds, &keys, &aggs).unwrap();
     let want = final_rows(&g, &keys, &aggs);
-    // The fused kernels' baseline and AVX2 copies (see `crate::simd`).
+    // The fused kernels at every SIMD level (see `crate::simd`).
     crate::simd::for_each_level(|level| {
         let (f, _) = fused(store(rows, pack_rows, delta_every), &conds, &keys, &aggs).unwrap();
         assert_eq!(final_rows(&f, &keys, &aggs), want, "{level:?}");
