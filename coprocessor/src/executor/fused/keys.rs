@@ -463,16 +463,12 @@ kernel! {
     }
 }
 
-/// Up to this many slots, [`count_by_slot`] counts slot by slot.
-const COUNT_EACH_MAX: usize = 16;
-
-/// Rows per slot: with few slots (Q1's six and a discard slot), one pass
-/// per slot over the block's slots, a compare-and-add the compiler
-/// vectorizes (0.3–0.6 µs a 4096-row block against 1.5 for the scatter);
-/// else four interleaved counters (see `sum_by_slot` in `groups.rs`).
+/// Rows per slot: with few slots (Q1's six and a discard slot), the
+/// AVX-512 kernel where it runs ([`crate::simd::counts_in_slots`]); else
+/// four interleaved counters (see `sum_by_slot` in `groups.rs`).
 pub(super) fn count_by_slot(slots: &[u32], nslots: usize) -> Vec<i64> {
-    if nslots <= COUNT_EACH_MAX {
-        return count_each_slot(slots, nslots);
+    if let Some(counts) = crate::simd::counts_in_slots(slots, nslots) {
+        return counts;
     }
     let mut acc = vec![0i64; 4 * nslots];
     let (a, rest) = acc.split_at_mut(nslots);
@@ -491,20 +487,6 @@ pub(super) fn count_by_slot(slots: &[u32], nslots: usize) -> Vec<i64> {
     (0..nslots).map(|i| a[i] + b[i] + c[i] + d[i]).collect()
 }
 
-/// [`count_by_slot`] for few slots: per slot, a pass that adds up
-/// `slot == s` (in u32 over at most 2^16 rows at a time, so it cannot wrap).
-fn count_each_slot(slots: &[u32], nslots: usize) -> Vec<i64> {
-    debug_assert!(slots.iter().all(|s| (*s as usize) < nslots));
-    let mut out = vec![0i64; nslots];
-    for chunk in slots.chunks(1 << 16) {
-        for (s, n) in out.iter_mut().enumerate() {
-            let s = s as u32;
-            *n += i64::from(chunk.iter().map(|x| u32::from(*x == s)).sum::<u32>());
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -512,7 +494,7 @@ mod tests {
     #[test]
     fn rows_per_slot_are_counted_alike_for_few_slots_and_many() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for nslots in 1..=(COUNT_EACH_MAX + 4) {
+        for nslots in 1..=(crate::simd::MASKED_COUNT_SLOTS_MAX + 4) {
             for rows in [0, 1, 63, 4096, 4097] {
                 let slots: Vec<u32> = (0..rows)
                     .map(|_| {
