@@ -15,12 +15,19 @@ use crate::simd::{bitmask64, kernel};
 
 /// A bitmap selecting rows `0..n`.
 pub fn all_rows(n: usize) -> Vec<u64> {
+    let mut bits = Vec::new();
+    all_rows_into(&mut bits, n);
+    bits
+}
+
+/// [`all_rows`] into `bits`, reusing its allocation.
+pub fn all_rows_into(bits: &mut Vec<u64>, n: usize) {
     let words = n.div_ceil(64);
-    let mut bits = vec![!0u64; words];
+    bits.clear();
+    bits.resize(words, !0u64);
     if !n.is_multiple_of(64) {
         bits[words - 1] = (1u64 << (n % 64)) - 1;
     }
-    bits
 }
 
 /// The selected row indices of a bitmap.

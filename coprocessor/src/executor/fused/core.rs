@@ -26,7 +26,7 @@ use super::rows::RowBlock;
 use super::source::Source;
 use crate::aggregate::Aggregator;
 use crate::codec::pack::{decode_columns, is_int_type, ColumnView, PackView};
-use crate::executor::kernels::{all_rows, indices};
+use crate::executor::kernels::{all_rows_into, indices};
 use crate::executor::selection::{filter_chunk, order_conditions};
 use crate::executor::Chunk;
 use crate::expr::Expr;
@@ -86,7 +86,7 @@ impl Scratch {
     /// Narrows the block's `n` rows by the `live` conjuncts (a bitmap, 64
     /// rows at a time, each filter skipping words already empty).
     fn select(&mut self, live: &[&Pred], src: &[Source<'_>], n: usize) -> Result<Selected, Early> {
-        self.bits = all_rows(n);
+        all_rows_into(&mut self.bits, n);
         for p in live {
             p.narrow(src, n, &mut self.bits)?;
             if self.bits.iter().all(|w| *w == 0) {

@@ -91,6 +91,9 @@ use pred::Pred;
 pub struct FusedAggExecutor<S: Storage> {
     scanner: KvScanner<S>,
     core: Core,
+    /// What a call answers before the last (built once: its empty
+    /// arrays cost an allocation per column).
+    empty: RecordBatch,
 }
 
 impl<S: Storage> FusedAggExecutor<S> {
@@ -107,9 +110,11 @@ impl<S: Storage> FusedAggExecutor<S> {
         plan: FusedPlan,
         fallback: Aggregator,
     ) -> Result<Self> {
+        let core = Core::new(columns, conditions, plan, fallback)?;
         Ok(FusedAggExecutor {
             scanner: KvScanner::new(storage, ranges, read_ts, false),
-            core: Core::new(columns, conditions, plan, fallback)?,
+            empty: RecordBatch::new_empty(core.schema()),
+            core,
         })
     }
 }
@@ -138,7 +143,7 @@ impl<S: Storage> BatchExecutor for FusedAggExecutor<S> {
         }
         if !self.scanner.is_drained() {
             return Ok(BatchResult {
-                chunk: Chunk::new(RecordBatch::new_empty(self.core.schema())),
+                chunk: Chunk::new(self.empty.clone()),
                 is_drained: false,
             });
         }
