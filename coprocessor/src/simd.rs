@@ -21,10 +21,10 @@
 //! `Pred::narrow`), a pack column's widening to i64, the arithmetic of
 //! aggregate arguments and the group slots' dictionary-code and
 //! dropped-row loops. The accumulation's scatter into group slots is not
-//! wrapped: it does not vectorize (with few slots it is replaced, below).
-//! What they call must be
-//! `#[inline(always)]` (or a generic the compiler inlines) to share the
-//! AVX2 copy: a call to an ordinary function runs its baseline code.
+//! wrapped: it does not vectorize (with few slots, on an AVX-512 CPU, it is
+//! replaced: below). What they call must be `#[inline(always)]` (or a
+//! generic the compiler inlines) to share the AVX2 copy: a call to an
+//! ordinary function runs its baseline code.
 //!
 //! AVX-512, WRITTEN OUT. One loop the vectorizer cannot widen is the
 //! scatter of each row's values into its group's sums. Where the CPU has
