@@ -511,6 +511,61 @@ mod tests {
     }
 
     #[test]
+    fn masked_sums_skip_unlisted_slots_and_refuse_what_they_cannot_take() {
+        // Slots 0..5, rows spread over all of them; 19 rows (two passes of
+        // 8 and a tail of 3), three columns.
+        let slots: Vec<u32> = (0..19).map(|i| (i * 7 % 5) as u32).collect();
+        let cols: Vec<Vec<i64>> = (0..3)
+            .map(|k| (0..19).map(|i| (i as i64 + 1) * (k + 1) * 1000).collect())
+            .collect();
+        let refs: Vec<&[i64]> = cols.iter().map(|c| c.as_slice()).collect();
+        let want = |slot: u32, k: usize| -> i64 {
+            (0..19)
+                .filter(|i| slots[*i] == slot)
+                .map(|i| cols[k][i])
+                .sum()
+        };
+        for_each_level(|l| {
+            let got = sums_in_slots(&refs, &slots, &[1, 3], 5);
+            if l < Level::Avx512 {
+                assert_eq!(got, None, "{l:?}");
+                return;
+            }
+            let got = got.expect("AVX-512 takes two slots");
+            for slot in 0..5u32 {
+                for k in 0..3 {
+                    let expected = if slot == 1 || slot == 3 {
+                        want(slot, k)
+                    } else {
+                        0
+                    };
+                    assert_eq!(
+                        got[slot as usize * 3 + k],
+                        expected,
+                        "slot {slot} column {k}"
+                    );
+                }
+            }
+            // A slot past `nslots`, none, or more than it keeps in
+            // registers: not taken.
+            assert_eq!(sums_in_slots(&refs, &slots, &[1, 5], 5), None);
+            assert_eq!(sums_in_slots(&refs, &slots, &[], 5), None);
+            let many: Vec<u32> = (0..MASKED_SLOTS_MAX as u32 + 1).collect();
+            assert_eq!(sums_in_slots(&refs, &slots, &many, 16), None);
+            // Counts: every slot below `nslots`, up to the most it takes.
+            let counts = counts_in_slots(&slots, 5).expect("five slots");
+            for (slot, n) in counts.iter().enumerate() {
+                assert_eq!(
+                    *n as usize,
+                    slots.iter().filter(|s| **s as usize == slot).count()
+                );
+            }
+            assert_eq!(counts_in_slots(&slots, MASKED_COUNT_SLOTS_MAX + 1), None);
+            assert_eq!(counts_in_slots(&slots, 0), None);
+        });
+    }
+
+    #[test]
     fn both_copies_compute_the_same_answer() {
         let a: Vec<i64> = (0..1000).map(|i| i * 7 - 300).collect();
         let b: Vec<i64> = (0..1000).map(|i| 1000 - i * 3).collect();
