@@ -28,11 +28,11 @@
 //! all resolved when it was bound.)
 //!
 //! A statement is kept the second time it is planned, not the first, so
-//! statements that never come again (literals spliced into the text, the
-//! reads of UPDATE and DELETE) do not push out the ones that do. Physical planning still runs per query: it is where
-//! the region scans' DAGs, their snapshot and deadline, and the hash
-//! joins' dynamic filters are made, and an executed physical plan keeps
-//! state that must not be shared.
+//! statements that never come again (literals spliced into the text) do
+//! not push out the ones that do. Physical planning still runs per query:
+//! it is where the region scans' DAGs, their snapshot and deadline, and
+//! the hash joins' dynamic filters are made, and an executed physical plan
+//! keeps state that must not be shared.
 //!
 //! What is never kept ([`cacheable`]): EXPLAIN; a plan reading anything
 //! but Quarry's tables (`information_schema`, rows a lock returned); a
