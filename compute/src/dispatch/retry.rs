@@ -172,6 +172,8 @@ pub struct RetryStats {
 struct Failures {
     store: u32,
     region: u32,
+    /// EpochNotMatch answers among `region`.
+    epoch: u32,
 }
 
 /// Runs region work through failures. Borrowed for one run.
@@ -418,6 +420,18 @@ impl Retry<'_> {
                     self.cache
                         .install_regions(enm.current_regions.clone())
                         .await?;
+                    // The store names only the region as it is now; the
+                    // part of the piece a split moved out of it is looked
+                    // up in meta, which learns of the split a moment after
+                    // the store applies it and may still route that part
+                    // to the old epoch. The first answer re-splits at once
+                    // (the usual case: meta knows); a second one means our
+                    // picture is still behind, so wait for meta to catch up
+                    // rather than spin through the give-up limit.
+                    failures.epoch += 1;
+                    if failures.epoch > 1 {
+                        backoff.sleep(&what).await.map_err(unavailable)?;
+                    }
                 } else if re.server_is_busy.is_some() || re.stale_command.is_some() {
                     work.outcome_unknown();
                     backoff.sleep(&what).await.map_err(unavailable)?;

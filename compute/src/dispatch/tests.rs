@@ -337,6 +337,54 @@ async fn epoch_not_match_re_splits_only_the_failed_task() {
     assert!(h.transport.log.lock().contains(&("store1:1".into(), 4)));
 }
 
+/// A store names only the region as it is after a split; meta learns of
+/// the split a moment later and until then routes the moved part to the
+/// old epoch. The retry layer must wait for meta, not spin through the
+/// give-up limit (it did: "gave up after 32 region errors").
+#[tokio::test]
+async fn a_split_meta_has_not_heard_of_yet_is_waited_out() {
+    let h = harness(
+        three_regions(),
+        Box::new(|_, req, _| {
+            let ctx = req.context.as_ref().unwrap();
+            let version = ctx.region_epoch.as_ref().map_or(0, |e| e.version);
+            if ctx.region_id == 2 && version == 1 {
+                return Ok(CopResponse {
+                    region_error: Some(RegionError {
+                        message: "epoch changed".into(),
+                        epoch_not_match: Some(EpochNotMatch {
+                            current_regions: vec![region(2, "h", "l", 2, 2)],
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+            }
+            Ok(ok(ctx.region_id))
+        }),
+    );
+    let routes = h.routes.clone();
+    let meta_catches_up = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        *routes.regions.lock() = vec![
+            region(1, "a", "h", 1, 1),
+            region(2, "h", "l", 2, 2),
+            region(4, "l", "p", 1, 2),
+            region(3, "p", "z", 3, 1),
+        ];
+    });
+    assert_eq!(run(&h).await.unwrap(), vec![1, 2, 3, 4]);
+    meta_catches_up.await.unwrap();
+    let stale_asks = h
+        .transport
+        .log
+        .lock()
+        .iter()
+        .filter(|(_, id)| *id == 2)
+        .count();
+    assert!(stale_asks < 32, "region 2 asked {stale_asks} times");
+}
+
 #[tokio::test]
 async fn not_leader_with_a_hint_retries_there_at_once() {
     let h = harness(
