@@ -13,7 +13,7 @@
 //!    tables most queries scan, get at least four per store.
 //! 2. Worker threads generate parts of the table with the `tpchgen` crate
 //!    (dbgen's data, part by part) and buffer them per region: in the
-//!    column layout (the default) as packs of 4096 rows built right here,
+//!    column layout (the default) as packs of `PACK_ROWS` rows built right here,
 //!    so the stores never re-encode them; in the row layout as one row-v2
 //!    value per row.
 //! 3. Full buffers go to the region by one of two write paths

@@ -293,7 +293,7 @@ enum LoadWhat {
         /// Drop the tables first if they exist.
         #[arg(long)]
         replace: bool,
-        /// Storage layout: column (packs of 4096 rows) or row.
+        /// Storage layout: column (packs of 32768 rows) or row.
         #[arg(long, value_enum, default_value_t = LayoutArg::Column)]
         layout: LayoutArg,
         /// sst: build SST files that every replica ingests; raft: write

@@ -37,7 +37,7 @@ pub fn region(sf: f64) -> (MemStorage, usize) {
     (s, n)
 }
 
-/// The same rows in the column layout: packs of 4096 rows, as the loader
+/// The same rows in the column layout: packs of `PACK_ROWS` rows, as the loader
 /// writes them. Returns the storage and the row count.
 pub fn column_region(sf: f64) -> (MemStorage, usize) {
     use quarry_coprocessor::codec::key::pack_key;

@@ -13,7 +13,7 @@
 //!
 //! * [`codec`]: memcomparable keys (`t{table}_r{handle}`), the row-v2
 //!   value format, which finds one column by binary search and decodes it
-//!   straight into an Arrow builder, and the column layout's packs (4096
+//!   straight into an Arrow builder, and the column layout's packs (32768
 //!   rows, each column stored on its own with a zone map).
 //! * [`key_range`]: half-open key ranges, the one home of "an empty end
 //!   means unbounded".

@@ -16,7 +16,7 @@
 //! construction, and the tests run both.
 //!
 //! WHAT IS WRAPPED. A dispatch costs a relaxed atomic load and a branch, so
-//! only functions that run over a whole block (4096 rows) are wrapped: the
+//! only functions that run over a whole block (a pack's rows) are wrapped: the
 //! fused executor's filters ([`crate::executor::kernels`] through
 //! `Pred::narrow`), a pack column's widening to i64, the arithmetic of
 //! aggregate arguments and the group slots' dictionary-code and

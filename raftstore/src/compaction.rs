@@ -2,8 +2,8 @@
 //!
 //! A column-layout table keeps its rows in packs (`coprocessor::codec::pack`)
 //! but takes fresh writes — `INSERT`s — as ordinary row-layout KVs, the
-//! *delta*, because rewriting a 4096-row pack per inserted row would cost
-//! far more than the row. Scans read packs and delta side by side; this
+//! *delta*, because rewriting a whole pack (up to `PACK_ROWS` rows) per
+//! inserted row would cost far more than the row. Scans read packs and delta side by side; this
 //! module folds the delta back into packs so scans stay on the fast path.
 //!
 //! HOW (TiFlash's delta merge, done the raft way)
@@ -75,8 +75,10 @@ pub fn value_hash(v: &[u8]) -> u64 {
     h
 }
 
-/// Most delta rows one compaction takes (the rest wait for the next round).
-pub const MAX_ROWS_PER_ROUND: usize = 16 * PACK_ROWS;
+/// Most delta rows one compaction takes (the rest wait for the next round):
+/// two packs' worth, so one round's proposal (new packs, plus the old
+/// packs it overlaps) stays a few MB.
+pub const MAX_ROWS_PER_ROUND: usize = 2 * PACK_ROWS;
 
 /// Row KVs written per region since its last compaction check.
 #[derive(Default)]
@@ -625,23 +627,27 @@ mod tests {
     #[test]
     fn delta_rows_merge_into_sorted_non_overlapping_packs() {
         let engine = Arc::new(MemEngine::new());
-        // Round 1: 5000 rows with even handles.
-        put_rows(&engine, (0..5000).map(|h| h * 2));
+        // Round 1: a pack and a quarter of rows with even handles.
+        let p = PACK_ROWS as i64;
+        let n = p + p / 4;
+        put_rows(&engine, (0..n).map(|h| h * 2));
         let (w, s) = plan(&engine);
         assert_eq!(
             (s.delta_rows, s.packs_replaced, s.packs_written),
-            (5000, 0, 2)
+            (n as usize, 0, 2)
         );
         apply(&engine, &w);
-        // Round 2: odd handles land inside the packs' ranges.
-        put_rows(&engine, [1, 3, 8001, 20_001]);
+        // Round 2: odd handles land inside the first pack, inside the
+        // second, and past the last.
+        let odd = [1i64, 3, 2 * p + 1, 2 * n + 1];
+        put_rows(&engine, odd);
         let (w, s) = plan(&engine);
         assert_eq!(s.delta_rows, 4);
-        assert_eq!(s.packs_replaced, 2, "both packs overlap [1, 20001]");
+        assert_eq!(s.packs_replaced, 2, "both packs overlap [1, {}]", 2 * n + 1);
         apply(&engine, &w);
         let got = contents(&engine);
-        let mut want: Vec<(i64, i64)> = (0..5000).map(|h| (h * 2, h * 20)).collect();
-        want.extend([1i64, 3, 8001, 20_001].map(|h| (h, h * 10)));
+        let mut want: Vec<(i64, i64)> = (0..n).map(|h| (h * 2, h * 20)).collect();
+        want.extend(odd.map(|h| (h, h * 10)));
         want.sort();
         assert_eq!(got, want);
         assert!(plan_compaction(engine.as_ref(), &region(), &table(), 0)

@@ -3,7 +3,7 @@
 //! ```text
 //! CF "default" (data, replicated, split into regions)
 //!   t{table_id:i64}_r{handle:i64}   a row (coprocessor/src/codec/key.rs)
-//!   t{table_id:i64}_r{first:i64}P   a pack of the column layout: up to 4096
+//!   t{table_id:i64}_r{first:i64}P   a pack of the column layout: up to 32768
 //!                                   rows from handle `first` on
 //!                                   (coprocessor/src/codec/pack/)
 //!   m...                            the meta region: catalog and directory
