@@ -13,9 +13,9 @@
 //!    tables most queries scan, get at least four per store.
 //! 2. Worker threads generate parts of the table with the `tpchgen` crate
 //!    (dbgen's data, part by part) and buffer them per region: in the
-//!    column layout (the default) as packs of `PACK_ROWS` rows built right here,
-//!    so the stores never re-encode them; in the row layout as one row-v2
-//!    value per row.
+//!    column layout (the default) as packs of up to `PACK_ROWS` rows built
+//!    right here, so the stores never re-encode them; in the row layout as
+//!    one row-v2 value per row.
 //! 3. Full buffers go to the region by one of two write paths
 //!    ([`WritePath`]): a big table's (16 MB, or a part's share of a region)
 //!    are sorted into an SST file that every replica's store receives and
@@ -533,7 +533,7 @@ async fn load_table(
                             let r = splits.partition_point(|s| *s <= h);
                             let b = &mut packs[r];
                             b.push_pairs(h, cols)?;
-                            if b.len() >= PACK_ROWS {
+                            if b.is_full() {
                                 let (first, v) = b.finish()?;
                                 sink.push(r, pack_key(table_id, first), v);
                             }

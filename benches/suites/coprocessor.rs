@@ -95,7 +95,7 @@ pub fn bench(c: &mut Criterion) {
     }
     g.finish();
 
-    // The column layout at SF 0.1 (147 packs), fused and generic.
+    // The column layout at SF 0.1 (19 packs of `PACK_ROWS`), fused and generic.
     let (mut packs, rows) = column_region(0.1);
     let mut g = c.benchmark_group("column");
     g.throughput(Throughput::Elements(rows as u64));

@@ -41,7 +41,7 @@ pub fn region(sf: f64) -> (MemStorage, usize) {
 /// writes them. Returns the storage and the row count.
 pub fn column_region(sf: f64) -> (MemStorage, usize) {
     use quarry_coprocessor::codec::key::pack_key;
-    use quarry_coprocessor::codec::pack::{PackBuilder, PACK_ROWS};
+    use quarry_coprocessor::codec::pack::PackBuilder;
     let mut s = MemStorage::new();
     let mut b = PackBuilder::new(&quarry::tpch::Table::Lineitem.columns()).expect("builder");
     let mut n = 0;
@@ -49,7 +49,7 @@ pub fn column_region(sf: f64) -> (MemStorage, usize) {
         .generate_part(sf, 1, 1, |h, cols| {
             b.push_pairs(h, cols)?;
             n += 1;
-            if b.len() >= PACK_ROWS {
+            if b.is_full() {
                 let (first, v) = b.finish()?;
                 s.put(pack_key(TABLE_ID, first), v);
             }

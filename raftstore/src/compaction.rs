@@ -3,8 +3,9 @@
 //! A column-layout table keeps its rows in packs (`coprocessor::codec::pack`)
 //! but takes fresh writes — `INSERT`s — as ordinary row-layout KVs, the
 //! *delta*, because rewriting a whole pack (up to `PACK_ROWS` rows) per
-//! inserted row would cost far more than the row. Scans read packs and delta side by side; this
-//! module folds the delta back into packs so scans stay on the fast path.
+//! inserted row would cost far more than the row. Scans read packs and
+//! delta side by side; this module folds the delta back into packs so
+//! scans stay on the fast path.
 //!
 //! HOW (TiFlash's delta merge, done the raft way)
 //!
@@ -76,8 +77,10 @@ pub fn value_hash(v: &[u8]) -> u64 {
 }
 
 /// Most delta rows one compaction takes (the rest wait for the next round):
-/// two packs' worth, so one round's proposal (new packs, plus the old
-/// packs it overlaps) stays a few MB.
+/// two packs' rows, as many as when packs held 4096. This bounds the delta
+/// side of a round only: the old packs between its lowest and highest
+/// folded handle are rewritten too, which for scattered changes can be
+/// most of the region's packs.
 pub const MAX_ROWS_PER_ROUND: usize = 2 * PACK_ROWS;
 
 /// Row KVs written per region since its last compaction check.
@@ -240,7 +243,7 @@ pub fn plan_compaction<E: Engine>(
             Fold::Row(v) => b.push_row_value(d.0, v).map_err(cop)?,
             Fold::Delete | Fold::Nothing => return Ok(()),
         }
-        if b.len() >= PACK_ROWS {
+        if b.is_full() {
             flush(b, puts)?;
         }
         Ok(())
@@ -262,7 +265,7 @@ pub fn plan_compaction<E: Engine>(
                 }
             }
             builder.push_pack_row(pack, i).map_err(cop)?;
-            if builder.len() >= PACK_ROWS {
+            if builder.is_full() {
                 flush(&mut builder, &mut puts)?;
             }
         }

@@ -56,7 +56,7 @@ use quarry_compute::region_cache::RegionCache;
 use quarry_compute::sql::{parse, Statement};
 use quarry_compute::txn::Txns;
 use quarry_coprocessor::codec::key::{pack_key, record_key};
-use quarry_coprocessor::codec::pack::{PackBuilder, PACK_ROWS};
+use quarry_coprocessor::codec::pack::PackBuilder;
 use quarry_coprocessor::codec::row::{array_datum, Datum, RowEncoder};
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::kv::{Mutation, Op};
@@ -605,7 +605,7 @@ impl Output {
             if self.created && self.packed {
                 let b = &mut self.packs[region];
                 b.push_pairs(h, &row)?;
-                if b.len() >= PACK_ROWS {
+                if b.is_full() {
                     let (first, v) = b.finish()?;
                     let key = pack_key(self.table_id, first);
                     self.sink_mut()?.push(region, key, v);

@@ -18,7 +18,8 @@
 //!                                   │                      ├─ NotLeader, no hint: back off, try another peer
 //!                                   │                      ├─ Unreachable: back off, try another peer
 //!                                   └── re-split this ─────┼─ EpochNotMatch: install the store's regions
-//!                                       piece only         └─ RegionNotFound / KeyNotInRegion: forget, back off
+//!                                       piece only         │    (from a piece's second one on, back off first)
+//!                                                          └─ RegionNotFound / KeyNotInRegion: forget, back off
 //! ```
 //!
 //! The work itself — what a request carries, how its answer is consumed,
@@ -430,7 +431,7 @@ impl Retry<'_> {
                     // rather than spin through the give-up limit.
                     failures.epoch += 1;
                     if failures.epoch > 1 {
-                        backoff.sleep(&what).await.map_err(unavailable)?;
+                        backoff.sleep(&what).await?;
                     }
                 } else if re.server_is_busy.is_some() || re.stale_command.is_some() {
                     work.outcome_unknown();

@@ -5,7 +5,7 @@
 use arrow::datatypes::DataType;
 
 use super::encode::pack_value;
-use super::{is_int_type, ColumnView, PackView, HANDLE_COLUMN_ID, PACK_ROWS};
+use super::{is_int_type, ColumnView, PackView, HANDLE_COLUMN_ID, PACK_MAX_BYTES, PACK_ROWS};
 use crate::codec::row::{get_compact, Datum, Lookup, RowView};
 use crate::{internal, invalid_input, Result};
 
@@ -149,6 +149,8 @@ impl ColumnBuilder {
 pub struct PackBuilder {
     handles: Vec<i64>,
     columns: Vec<ColumnBuilder>,
+    /// Bytes a row takes in the builder's buffers, strings' bytes aside.
+    fixed_row_bytes: usize,
 }
 
 impl PackBuilder {
@@ -161,17 +163,51 @@ impl PackBuilder {
                 "pack columns need distinct ids other than 0"
             ));
         }
+        let columns: Vec<ColumnBuilder> = columns
+            .iter()
+            .map(|(id, t)| ColumnBuilder::new(*id, t.clone()))
+            .collect::<Result<_>>()?;
+        let fixed_row_bytes = 8 + columns
+            .iter()
+            .map(|c| match c.values {
+                ColumnBuffer::Int(_) | ColumnBuffer::F64(_) => 9,
+                ColumnBuffer::I128(_) => 17,
+                ColumnBuffer::Bytes { .. } => 5,
+            })
+            .sum::<usize>();
         Ok(PackBuilder {
             handles: Vec::with_capacity(PACK_ROWS),
-            columns: columns
-                .iter()
-                .map(|(id, t)| ColumnBuilder::new(*id, t.clone()))
-                .collect::<Result<_>>()?,
+            columns,
+            fixed_row_bytes,
         })
     }
 
     pub fn len(&self) -> usize {
         self.handles.len()
+    }
+
+    /// Whether the pack should be finished now: it holds [`PACK_ROWS`]
+    /// rows, or its rows take [`PACK_MAX_BYTES`] in the builder (checked
+    /// every 64 rows), so wide rows make packs of fewer rows rather than
+    /// values past the limits a pack must stay under (a region's split
+    /// size, a response page, a gRPC message). Encoding only shrinks what
+    /// the builder holds, so the value is smaller still.
+    pub fn is_full(&self) -> bool {
+        let rows = self.handles.len();
+        rows >= PACK_ROWS || (rows % 64 == 0 && rows > 0 && self.buffered_bytes() >= PACK_MAX_BYTES)
+    }
+
+    /// Bytes the rows pushed so far take in the builder.
+    fn buffered_bytes(&self) -> usize {
+        let strings: usize = self
+            .columns
+            .iter()
+            .map(|c| match &c.values {
+                ColumnBuffer::Bytes { data, .. } => data.len(),
+                _ => 0,
+            })
+            .sum();
+        self.handles.len() * self.fixed_row_bytes + strings
     }
 
     pub fn is_empty(&self) -> bool {

@@ -90,6 +90,11 @@ pub use view::{ColumnView, DictView, PackView};
 /// take packs of any size, so data written with another value reads as it
 /// is.
 pub const PACK_ROWS: usize = 32768;
+/// Most bytes a pack's rows may take in a [`PackBuilder`] before it is
+/// finished with fewer than [`PACK_ROWS`] rows ([`PackBuilder::is_full`]):
+/// a row of more than 512 bytes makes smaller packs. A lineitem row takes
+/// about 180.
+pub const PACK_MAX_BYTES: usize = 16 << 20;
 /// The column id of the handles inside a pack.
 pub const HANDLE_COLUMN_ID: i64 = 0;
 

@@ -264,3 +264,34 @@ fn keys_say_what_they_hold() {
     assert!(record_key(7, 42) < pack_key(7, 42));
     assert!(pack_key(7, 42) < record_key(7, 43));
 }
+
+#[test]
+fn a_pack_is_full_at_its_rows_or_at_its_bytes_for_wide_rows() {
+    // Narrow rows: full at PACK_ROWS, not before.
+    let mut b = PackBuilder::new(&[(1, DataType::Int64)]).unwrap();
+    for h in 0..PACK_ROWS as i64 {
+        assert!(!b.is_full(), "full at {h} rows");
+        b.push(h, &[Datum::Int(h)]).unwrap();
+    }
+    assert!(b.is_full());
+    // Rows of 2 KB strings: full near PACK_MAX_BYTES, long before
+    // PACK_ROWS, and the finished value stays under the bound.
+    let text = "x".repeat(2048);
+    let mut b = PackBuilder::new(&[(1, DataType::Int64), (2, DataType::Utf8)]).unwrap();
+    let mut h = 0i64;
+    while !b.is_full() {
+        b.push(h, &[Datum::Int(h), Datum::Bytes(text.as_bytes())])
+            .unwrap();
+        h += 1;
+    }
+    let rows = h as usize;
+    assert!(rows < PACK_ROWS, "{rows} rows");
+    assert!(rows * 2048 >= PACK_MAX_BYTES - 64 * 2100, "{rows} rows");
+    let (_, value) = b.finish().unwrap();
+    assert!(
+        value.len() <= PACK_MAX_BYTES + 4096,
+        "{} bytes",
+        value.len()
+    );
+    assert_eq!(PackView::parse(&value).unwrap().rows(), rows);
+}

@@ -77,7 +77,8 @@ pub(super) struct Scratch {
     /// Per column: its values over the rows read, when a program reads it.
     decoded: Vec<Vec<i64>>,
     /// The programs' vectors of earlier blocks, for the next block's
-    /// (a block's fresh 32 KB vectors cost malloc's bins and page faults).
+    /// (a block's fresh vectors, 8 bytes a row, cost malloc's bins and page
+    /// faults).
     values: Vec<Vec<i64>>,
     slots: Slots,
 }

@@ -46,7 +46,7 @@ impl Source<'_> {
             // pass (which the prefetcher streams) beats a miss per row.
             Source::Packed(v) if sel.len() * 64 >= v.len() * v.width() && v.width() > 0 => {
                 // The whole column in a buffer kept per thread: a fresh
-                // 32 KB one per pack and column cost malloc's consolidation
+                // one (8 bytes a row) per pack and column cost malloc's consolidation
                 // of freed chunks, 2–3% of a store's Q6 samples.
                 WIDE.with_borrow_mut(|all| {
                     v.decode_into(all);

@@ -573,7 +573,7 @@ fn speed_probe() {
     let rows = tpch_like(600_000);
     for q6 in [true, false] {
         let (conds, keys, aggs) = query(q6);
-        let s = std::cell::RefCell::new(store(&rows, 4096, 0));
+        let s = std::cell::RefCell::new(store(&rows, crate::codec::pack::PACK_ROWS, 0));
         let best = |f: &dyn Fn()| {
             (0..100)
                 .map(|_| {
