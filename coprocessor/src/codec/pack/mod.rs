@@ -82,13 +82,15 @@ pub use view::{ColumnView, DictView, PackView};
 /// block iterator), the directory parsed, the zone maps decided, the
 /// fused steps' per-block set-up, and a fresh run of each read column for
 /// the hardware prefetcher. At 4096 rows those fixed costs were about a
-/// third of a store's CPU on TPC-H Q6; at 32768 they are an eighth of it
-/// (docs/performance.md, "Packs of 32768 rows"). Larger packs make zone
-/// maps coarser (a narrow key range reads up to a pack's rows) and a
-/// compaction that folds one changed row rewrites more bytes; TiFlash and
-/// ClickHouse use 8192-row units, DuckDB 122880-row row groups. Readers
-/// take packs of any size, so data written with another value reads as it
-/// is.
+/// third of a store's CPU on TPC-H Q6; at 32768 there are an eighth as
+/// many of them, and the stores' CPU per Q6 fell by about 40%
+/// (docs/performance.md, "Issue 15: packs of 32768 rows"). Larger packs
+/// make zone maps coarser (a narrow key range reads up to a pack's rows),
+/// a compaction that folds one changed row rewrites more bytes, and the
+/// fused steps' per-block bounds (group slots, dictionary entries) cover
+/// more rows; TiFlash and ClickHouse use 8192-row units, DuckDB
+/// 122880-row row groups. Readers take packs of any size, so data written
+/// with another value reads as it is.
 pub const PACK_ROWS: usize = 32768;
 /// Most bytes a pack's rows may take in a [`PackBuilder`] before it is
 /// finished with fewer than [`PACK_ROWS`] rows ([`PackBuilder::is_full`]):
