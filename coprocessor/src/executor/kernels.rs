@@ -31,15 +31,34 @@ pub fn all_rows_into(bits: &mut Vec<u64>, n: usize) {
 }
 
 /// The selected row indices of a bitmap.
+///
+/// Each word writes its first eight indices unconditionally and moves on by
+/// its count (simdjson's `flatten_bits`), so a sparse bitmap — Q6 keeps
+/// about one row in fifty — costs no mispredicted branch per word; a word
+/// with more than eight rows finishes in a loop. The slots written past a
+/// word's count are overwritten by the next word or cut off at the end.
 pub fn indices(bits: &[u64], out: &mut Vec<u32>) {
+    let total: usize = bits.iter().map(|w| w.count_ones() as usize).sum();
     out.clear();
-    for (w, word) in bits.iter().enumerate() {
-        let mut word = *word;
-        while word != 0 {
-            out.push((w * 64) as u32 + word.trailing_zeros());
-            word &= word - 1;
+    out.resize(total + 8, 0);
+    let mut at = 0;
+    for (w, &word) in bits.iter().enumerate() {
+        let base = (w * 64) as u32;
+        let count = word.count_ones() as usize;
+        let mut rest = word;
+        for slot in &mut out[at..at + 8] {
+            *slot = base + rest.trailing_zeros();
+            rest &= rest.wrapping_sub(1);
         }
+        let mut next = at + 8;
+        while rest != 0 {
+            out[next] = base + rest.trailing_zeros();
+            rest &= rest - 1;
+            next += 1;
+        }
+        at += count;
     }
+    out.truncate(total);
 }
 
 /// Narrows the selection bitmap `bits` (rows `0..n`) by a filter, 64 rows
@@ -200,6 +219,38 @@ mod tests {
     use crate::codec::pack::{ColumnView, PackBuilder, PackView};
     use crate::codec::row::Datum;
     use arrow::datatypes::DataType;
+
+    #[test]
+    fn indices_list_every_set_bit_in_order_at_every_density() {
+        let words = [
+            0u64,
+            1,
+            1 << 63,
+            0xff,
+            0x1ff,
+            !0,
+            0x8000_0000_0000_0001,
+            0xaaaa_aaaa_aaaa_aaaa,
+            0x0100_0000_0000_0000,
+        ];
+        // Every word alone, then every pair in both orders (a dense word
+        // after a sparse one and the other way round), then all of them.
+        let mut bitmaps: Vec<Vec<u64>> = vec![vec![], words.to_vec()];
+        for a in words {
+            bitmaps.push(vec![a]);
+            for b in words {
+                bitmaps.push(vec![a, b, 0, a]);
+            }
+        }
+        let mut got = vec![7, 7, 7];
+        for bits in bitmaps {
+            let want: Vec<u32> = (0..bits.len() as u32 * 64)
+                .filter(|i| bits[*i as usize / 64] >> (i % 64) & 1 == 1)
+                .collect();
+            indices(&bits, &mut got);
+            assert_eq!(got, want, "{bits:x?}");
+        }
+    }
 
     #[test]
     fn range_filters_agree_with_a_plain_loop_at_every_width() {

@@ -42,12 +42,15 @@ impl Source<'_> {
         buf.clear();
         match self {
             Source::Values(v, ..) => buf.extend(sel.iter().map(|i| v[*i as usize])),
-            // Past about one selected row per cache line, one sequential
-            // pass (which the prefetcher streams) beats a miss per row.
-            Source::Packed(v) if sel.len() * 64 >= v.len() * v.width() && v.width() > 0 => {
+            // Past about one selected row per cache line of what a whole
+            // pass reads and writes (the stored bytes and 8 a row into the
+            // buffer), one sequential pass (which the prefetcher streams)
+            // beats a miss per row.
+            Source::Packed(v) if sel.len() * 64 >= v.len() * (v.width() + 8) && v.width() > 0 => {
                 // The whole column in a buffer kept per thread: a fresh
-                // one (8 bytes a row) per pack and column cost malloc's consolidation
-                // of freed chunks, 2–3% of a store's Q6 samples.
+                // one (8 bytes a row) per pack and column cost malloc's
+                // consolidation of freed chunks, 2–3% of a store's Q6
+                // samples.
                 WIDE.with_borrow_mut(|all| {
                     v.decode_into(all);
                     buf.extend(sel.iter().map(|i| all[*i as usize]));
