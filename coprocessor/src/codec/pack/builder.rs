@@ -194,7 +194,8 @@ impl PackBuilder {
     /// the builder holds, so the value is smaller still.
     pub fn is_full(&self) -> bool {
         let rows = self.handles.len();
-        rows >= PACK_ROWS || (rows % 64 == 0 && rows > 0 && self.buffered_bytes() >= PACK_MAX_BYTES)
+        rows >= PACK_ROWS
+            || (rows.is_multiple_of(64) && rows > 0 && self.buffered_bytes() >= PACK_MAX_BYTES)
     }
 
     /// Bytes the rows pushed so far take in the builder.
