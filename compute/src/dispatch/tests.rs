@@ -236,15 +236,20 @@ fn region_1_led_by_store_3() -> RegionError {
     }
 }
 
-/// Region 2 split into 20 [h, l) and 4 [l, p).
-fn region_2_split() -> RegionError {
+/// A store's EpochNotMatch naming `current` as the regions now.
+fn epoch_changed(current: Vec<Region>) -> RegionError {
     RegionError {
         message: "split".into(),
         epoch_not_match: Some(EpochNotMatch {
-            current_regions: vec![region(20, "h", "l", 2, 2), region(4, "l", "p", 1, 2)],
+            current_regions: current,
         }),
         ..Default::default()
     }
+}
+
+/// Region 2 split into 20 [h, l) and 4 [l, p).
+fn region_2_split() -> RegionError {
+    epoch_changed(vec![region(20, "h", "l", 2, 2), region(4, "l", "p", 1, 2)])
 }
 
 /// Counts one more request for `region_id`; returns how many so far.
@@ -350,13 +355,7 @@ async fn a_split_meta_has_not_heard_of_yet_is_waited_out() {
             let version = ctx.region_epoch.as_ref().map_or(0, |e| e.version);
             if ctx.region_id == 2 && version == 1 {
                 return Ok(CopResponse {
-                    region_error: Some(RegionError {
-                        message: "epoch changed".into(),
-                        epoch_not_match: Some(EpochNotMatch {
-                            current_regions: vec![region(2, "h", "l", 2, 2)],
-                        }),
-                        ..Default::default()
-                    }),
+                    region_error: Some(epoch_changed(vec![region(2, "h", "l", 2, 2)])),
                     ..Default::default()
                 });
             }

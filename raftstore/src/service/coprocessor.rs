@@ -9,9 +9,9 @@
 //! [`Node::coprocessor`] as single requests, at most [`batch_parallel`] at
 //! a time (of the node's read pool), and each answer is streamed as soon
 //! as it is ready, so a slow region does not hold the others' answers back
-//! and at most that many finished pages wait for the stream to take them. The batch's deadline
-//! is fixed when it arrives: a task that starts late gets what is left of
-//! it, not a fresh one.
+//! and at most that many finished pages wait for the stream to take them.
+//! The batch's deadline is fixed when it arrives: a task that starts late
+//! gets what is left of it, not a fresh one.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -149,8 +149,6 @@ impl ColumnBuilder {
 pub struct PackBuilder {
     handles: Vec<i64>,
     columns: Vec<ColumnBuilder>,
-    /// Bytes a row takes in the builder's buffers, strings' bytes aside.
-    fixed_row_bytes: usize,
 }
 
 impl PackBuilder {
@@ -163,22 +161,12 @@ impl PackBuilder {
                 "pack columns need distinct ids other than 0"
             ));
         }
-        let columns: Vec<ColumnBuilder> = columns
-            .iter()
-            .map(|(id, t)| ColumnBuilder::new(*id, t.clone()))
-            .collect::<Result<_>>()?;
-        let fixed_row_bytes = 8 + columns
-            .iter()
-            .map(|c| match c.values {
-                ColumnBuffer::Int(_) | ColumnBuffer::F64(_) => 9,
-                ColumnBuffer::I128(_) => 17,
-                ColumnBuffer::Bytes { .. } => 5,
-            })
-            .sum::<usize>();
         Ok(PackBuilder {
             handles: Vec::with_capacity(PACK_ROWS),
-            columns,
-            fixed_row_bytes,
+            columns: columns
+                .iter()
+                .map(|(id, t)| ColumnBuilder::new(*id, t.clone()))
+                .collect::<Result<_>>()?,
         })
     }
 
@@ -198,17 +186,20 @@ impl PackBuilder {
             || (rows.is_multiple_of(64) && rows > 0 && self.buffered_bytes() >= PACK_MAX_BYTES)
     }
 
-    /// Bytes the rows pushed so far take in the builder.
+    /// Bytes the rows pushed so far take in the builder: per row a handle,
+    /// and per column its value (a string's offset and bytes) and validity.
     fn buffered_bytes(&self) -> usize {
-        let strings: usize = self
+        let rows = self.handles.len();
+        let columns: usize = self
             .columns
             .iter()
             .map(|c| match &c.values {
-                ColumnBuffer::Bytes { data, .. } => data.len(),
-                _ => 0,
+                ColumnBuffer::Int(_) | ColumnBuffer::F64(_) => 9 * rows,
+                ColumnBuffer::I128(_) => 17 * rows,
+                ColumnBuffer::Bytes { data, .. } => 5 * rows + data.len(),
             })
             .sum();
-        self.handles.len() * self.fixed_row_bytes + strings
+        8 * rows + columns
     }
 
     pub fn is_empty(&self) -> bool {
