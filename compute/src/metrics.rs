@@ -64,6 +64,16 @@ pub fn plan_cache(lookup: crate::df::plan_cache::Lookup) {
     PLAN_CACHE.with_label_values(&[lookup.label()]).inc();
 }
 
+metric!(PHYSICAL_PLANS_REUSED: IntCounter = register_int_counter!(
+    "quarry_compute_physical_plans_reused_total",
+    "Plan-cache hits run from a fresh copy of their kept physical plan instead of planning it again (plans without joins or shared scans)"
+));
+
+/// Counts a query run from its kept physical plan (`df/plan_cache.rs`).
+pub fn physical_plan_reused() {
+    PHYSICAL_PLANS_REUSED.inc();
+}
+
 metric!(LOGIN_FAILURES: IntCounter = register_int_counter!(
     "quarry_compute_login_failures_total",
     "Flight SQL logins refused (unknown user or wrong password)"

@@ -26,7 +26,8 @@
 //! [`SessionState`](datafusion::execution::SessionState) made once per
 //! process. A statement seen before against the same catalog takes its
 //! optimized logical plan from the plan cache (`plan_cache.rs`) and goes
-//! straight to physical planning.
+//! straight to physical planning, or, for a plan without joins, runs a
+//! fresh copy of its kept physical plan.
 //!
 //! Decimal literals stay decimals (`0.06 - 0.01` is DECIMAL, DataFusion's
 //! `parse_float_as_decimal`), and Quarry's own aggregate functions
@@ -59,6 +60,7 @@ use datafusion::common::DataFusionError;
 use datafusion::datasource::MemTable;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
@@ -141,8 +143,9 @@ pub struct PlannedQuery {
 
 /// A planned query and the plan cache.
 enum Cached {
-    /// Its optimized plan came from the cache.
-    Optimized(LogicalPlan),
+    /// Its optimized plan (and physical plan, if reusable) came from the
+    /// cache.
+    Optimized(Arc<Plans>),
     /// Planned now, against this catalog: its optimized plan is offered
     /// to the cache.
     Keep(Catalog),
@@ -404,7 +407,7 @@ impl SqlSession {
                 ctx,
                 plan: kept.logical.clone(),
                 sql,
-                cached: Cached::Optimized(kept.optimized.clone()),
+                cached: Cached::Optimized(kept),
             });
         }
         let plan = ctx
@@ -483,14 +486,33 @@ impl SqlSession {
                 let task = Arc::new(df.task_ctx());
                 (task, df.create_physical_plan().await.map_err(from_df)?)
             }
-            Cached::Optimized(optimized) => physical_of(q.ctx.state(), &optimized).await?,
+            Cached::Optimized(kept) => match &kept.physical {
+                // A fresh copy of the kept physical plan: no physical
+                // planning, which was most of a short query's planning.
+                Some(physical) => {
+                    let state = q.ctx.state();
+                    let physical = reset_plan_states(physical.clone()).map_err(from_df)?;
+                    crate::metrics::physical_plan_reused();
+                    (
+                        Arc::new(datafusion::execution::TaskContext::from(&state)),
+                        physical,
+                    )
+                }
+                None => physical_of(q.ctx.state(), &kept.optimized).await?,
+            },
             Cached::Keep(catalog) => {
                 let state = q.ctx.state();
                 let optimized = state.optimize(&q.plan).map_err(from_df)?;
                 let planned = physical_of(state, &optimized).await?;
+                // Kept as it is before this run touches it.
+                let physical = match plan_cache::reusable(&planned.1) {
+                    true => Some(reset_plan_states(planned.1.clone()).map_err(from_df)?),
+                    false => None,
+                };
                 let plans = Plans {
                     logical: q.plan,
                     optimized,
+                    physical,
                 };
                 self.plans.put(&q.sql, &catalog, plans);
                 planned

@@ -1,6 +1,7 @@
 //! Optimized logical plans kept per statement ([`PlanCache`]), so a query
 //! that comes again skips DataFusion's SQL binding and its logical
-//! optimizer.
+//! optimizer; and, for plans without joins, unions, window functions or
+//! subqueries, the physical plan too.
 //!
 //! WHY
 //!
@@ -29,10 +30,30 @@
 //!
 //! A statement is kept the second time it is planned, not the first, so
 //! statements that never come again (literals spliced into the text) do
-//! not push out the ones that do. Physical planning still runs per query:
-//! it is where the region scans' DAGs, their snapshot and deadline, and
-//! the hash joins' dynamic filters are made, and an executed physical plan
-//! keeps state that must not be shared.
+//! not push out the ones that do.
+//!
+//! PHYSICAL PLANS
+//!
+//! After the logical plans were kept, physical planning (DataFusion's
+//! initial plan and its physical optimizer rules) was the largest part of
+//! compute's Q6 profile, again before the first region request. An entry
+//! also keeps the physical plan, as made and before any run, when every
+//! operator in it can be run again ([`reusable`]): a hit runs a fresh copy
+//! (`reset_plan_states`: new operators with new metrics and run state,
+//! sharing only the immutable expressions). Nothing per query is inside
+//! it: a region scan reads its snapshot and deadline from the running
+//! query's session config when it executes, and the per-query memory pool
+//! is the task context's. Plans with joins are planned for each run: a
+//! hash join hands its build side's keys to the probe side's scans
+//! (dynamic filters, key lists), and scans sharing one run
+//! (`shared_scan.rs`) hold that run; a reset copy of those would run
+//! without its filters. `quarry_compute_physical_plans_reused_total`
+//! counts the runs from a kept physical plan.
+//!
+//! Only operators whose reset is complete may be in such a plan (the list
+//! in [`reusable`]): aggregations, projections, filters, sorts and top-k
+//! sorts, limits, repartitions, coalescing, empty and one-row sources.
+//! Joins, unions, window functions and subqueries are planned per run.
 //!
 //! What is never kept ([`cacheable`]): EXPLAIN; a plan reading anything
 //! but Quarry's tables (`information_schema`, rows a lock returned); a
@@ -57,8 +78,10 @@ use std::sync::Arc;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use datafusion::physical_plan::ExecutionPlan;
 use parking_lot::Mutex;
 
+use super::region_scan::RegionScanExec;
 use super::table::QuarryTable;
 
 /// Statements longer than this are not kept (their keys and plans, long
@@ -124,6 +147,10 @@ pub struct Plans {
     pub logical: LogicalPlan,
     /// As DataFusion's analyzer and optimizer left it.
     pub optimized: LogicalPlan,
+    /// Its physical plan, never run, when every operator in it can be run
+    /// again once its state is reset ([`reusable`]); else None, and each
+    /// run plans it.
+    pub physical: Option<Arc<dyn ExecutionPlan>>,
 }
 
 struct Entry {
@@ -261,6 +288,47 @@ impl PlanCache {
     }
 }
 
+/// Whether a physical plan can be kept and run again after
+/// `reset_plan_states`: only operators whose reset gives a fresh one
+/// (metrics, run state) and that take nothing from another run — no joins
+/// (their build sides feed the scans' dynamic filters and key lists), no
+/// scans sharing one run (`shared_scan.rs`), no subqueries run by an
+/// operator. Whatever else the plan holds, the next run plans it again.
+///
+/// (An `AggregateExec`'s copy shares its dynamic filter with the kept
+/// plan; Quarry turns aggregate dynamic filters off, `SqlSession::new`,
+/// so it has none. Turning them on would mean dropping it here.)
+pub fn reusable(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    const RESETTABLE: &[&str] = &[
+        "AggregateExec",
+        "ProjectionExec",
+        "FilterExec",
+        "CoalescePartitionsExec",
+        "CoalesceBatchesExec",
+        "SortExec",
+        "SortExec(TopK)",
+        "SortPreservingMergeExec",
+        "GlobalLimitExec",
+        "LocalLimitExec",
+        "RepartitionExec",
+        "CooperativeExec",
+        "EmptyExec",
+        "PlaceholderRowExec",
+    ];
+    let mut ok = true;
+    let _ = plan.apply(|node| {
+        ok = match node.downcast_ref::<RegionScanExec>() {
+            Some(scan) => !scan.has_run_state(),
+            None => RESETTABLE.contains(&node.name()),
+        };
+        Ok(match ok {
+            true => TreeNodeRecursion::Continue,
+            false => TreeNodeRecursion::Stop,
+        })
+    });
+    ok
+}
+
 /// Whether a statement's bound plan may be kept (see the module docs).
 pub fn cacheable(plan: &LogicalPlan) -> bool {
     // (The walk starts at the root: an EXPLAIN there is refused below.)
@@ -335,6 +403,7 @@ mod tests {
         Plans {
             logical: plan.clone(),
             optimized: plan,
+            physical: None,
         }
     }
 

@@ -319,6 +319,14 @@ impl RegionScanExec {
         &self.table
     }
 
+    /// Whether a run of this scan depends on other operators' runs: join
+    /// filters or build keys handed to it, or a run shared with identical
+    /// scans (a plan holding one is planned for each run:
+    /// `plan_cache::reusable`).
+    pub fn has_run_state(&self) -> bool {
+        self.dynamic.is_some() || !self.build_keys.is_empty() || self.shared.is_some()
+    }
+
     pub fn dag(&self) -> &DagRequest {
         &self.dag
     }
@@ -574,6 +582,9 @@ impl ExecutionPlan for RegionScanExec {
         let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
         scan.dynamic = None;
         scan.build_keys.clear();
+        // The same properties (same schema): the operators above see an
+        // unchanged child and are copied, not planned again.
+        scan.properties = self.properties.clone();
         Ok(Arc::new(scan))
     }
 
