@@ -196,6 +196,15 @@ fn a_repeated_query_reuses_its_plan_until_its_table_changes() {
         assert_eq!(sum(c.sql(q).await.unwrap()), 100);
     });
     assert_eq!(reused(), physical + 5.0);
+    // A top-k (ORDER BY … LIMIT) too, with its answer each time.
+    let top = "SELECT a, b FROM t ORDER BY b DESC LIMIT 2";
+    let rows = |sql: &str| pg.ok(sql).lines().skip(1).collect::<Vec<_>>().join(";");
+    for _ in 0..3 {
+        assert_eq!(rows(top), "4,40;3,30");
+    }
+    let physical = reused();
+    assert_eq!(rows(top), "4,40;3,30");
+    assert_eq!(reused(), physical + 1.0, "the top-k was planned again");
 
     // A join's plan is kept, but its physical plan is made for each run
     // (its build side feeds the scans' filters).
