@@ -40,7 +40,8 @@
 //! also keeps the physical plan, as made and before any run, when every
 //! operator in it can be run again ([`reusable`]): a hit runs a fresh copy
 //! (`reset_plan_states`: new operators with new metrics and run state,
-//! sharing only the immutable expressions). Nothing per query is inside
+//! sharing their expressions, and an aggregation's dynamic filter, which
+//! Quarry turns off: see [`reusable`]). Nothing per query is inside
 //! it: a region scan reads its snapshot and deadline from the running
 //! query's session config when it executes, and the per-query memory pool
 //! is the task context's. Plans with joins are planned for each run: a
