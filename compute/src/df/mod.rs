@@ -132,7 +132,10 @@ impl ParsedQuery {
 
 /// A query planned by DataFusion, ready to run.
 pub struct PlannedQuery {
-    ctx: SessionContext,
+    /// What it is planned and run in: None for a query that runs a copy
+    /// of its kept physical plan, which needs no catalog
+    /// ([`SqlSession::task_over`]).
+    ctx: Option<SessionContext>,
     plan: LogicalPlan,
     /// The statement as planned (for the slow-query log, and the plan
     /// cache's key).
@@ -273,29 +276,53 @@ impl SqlSession {
 
     /// A context whose catalog is `tables`.
     fn context_over(&self, tables: Vec<TableDef>) -> Result<SessionContext> {
-        Ok(self.catalog_over(tables)?.0)
+        let tables = self.with_stats(tables);
+        self.context_of(tables)
     }
 
-    /// [`SqlSession::context_over`], and what the plan cache checks its
-    /// entries against: the tables and their statistics.
-    fn catalog_over(&self, tables: Vec<TableDef>) -> Result<(SessionContext, Catalog)> {
-        let schema = Arc::new(MemorySchemaProvider::new());
+    /// Each of `tables` with its last statistics, if any.
+    fn with_stats(
+        &self,
+        tables: Vec<TableDef>,
+    ) -> Vec<(TableDef, Option<Arc<stats::TableStatistics>>)> {
+        tables
+            .into_iter()
+            .map(|def| {
+                // (Statistics describe the table's own columns.)
+                let with_rowid = def.columns.iter().any(|c| c.id == ROWID_COLUMN_ID);
+                let stats = match with_rowid {
+                    false => self.stats.get(&def, &self.scan),
+                    true => None,
+                };
+                (def, stats)
+            })
+            .collect()
+    }
+
+    /// What the plan cache checks its entries against: the tables and
+    /// the identity of their statistics.
+    fn catalog_of(tables: &[(TableDef, Option<Arc<stats::TableStatistics>>)]) -> Catalog {
         let mut catalog = Catalog::default();
-        for def in tables {
+        for (def, stats) in tables {
+            catalog.add(def, stats.as_ref().map(|s| Arc::as_ptr(s) as usize));
+        }
+        catalog
+    }
+
+    /// A context whose catalog is `tables`, with their statistics.
+    fn context_of(
+        &self,
+        tables: Vec<(TableDef, Option<Arc<stats::TableStatistics>>)>,
+    ) -> Result<SessionContext> {
+        let schema = Arc::new(MemorySchemaProvider::new());
+        for (def, stats) in tables {
             let name = def.name.clone();
-            // (Statistics describe the table's own columns.)
-            let with_rowid = def.columns.iter().any(|c| c.id == ROWID_COLUMN_ID);
-            let stats = match with_rowid {
-                false => self.stats.get(&def, &self.scan),
-                true => None,
-            };
-            catalog.add(&def, stats.as_ref().map(|s| Arc::as_ptr(s) as usize));
             let table = QuarryTable::new(def, self.scan.clone(), stats)?;
             schema
                 .register_table(name, Arc::new(table))
                 .map_err(from_df)?;
         }
-        Ok((self.context_with(schema)?, catalog))
+        self.context_with(schema)
     }
 
     /// `query` answered from `rows`, rows of `table` already in hand (a
@@ -342,15 +369,47 @@ impl SqlSession {
         catalogs.register_catalog("quarry".into(), catalog);
         let mut state =
             SessionStateBuilder::new_from_existing(self.base.clone()).with_catalog_list(catalogs);
-        if self.memory_limit > 0 {
-            // A pool per query: one query past its limit fails alone.
-            let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-                .with_memory_limit(self.memory_limit, 1.0)
-                .build_arc()
-                .map_err(from_df)?;
+        if let Some(runtime) = self.query_runtime()? {
             state = state.with_runtime_env(runtime);
         }
         Ok(SessionContext::new_with_state(state.build()))
+    }
+
+    /// A query's own runtime, with a memory pool of its own, when queries
+    /// have a memory limit: one query past its limit fails alone.
+    fn query_runtime(&self) -> Result<Option<Arc<datafusion::execution::runtime_env::RuntimeEnv>>> {
+        if self.memory_limit == 0 {
+            return Ok(None);
+        }
+        datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+            .with_memory_limit(self.memory_limit, 1.0)
+            .build_arc()
+            .map(Some)
+            .map_err(from_df)
+    }
+
+    /// The task context a copy of a kept physical plan runs in: the base
+    /// session's functions and options with `extensions` (the query's
+    /// snapshot and deadline), and the query's runtime. No catalog: the
+    /// plan's scans already hold their tables. (Building a catalog and a
+    /// session state for each statement was about a seventh of compute's
+    /// CPU for Q6: docs/performance.md.)
+    fn task_over(&self, config: SessionConfig) -> Result<Arc<datafusion::execution::TaskContext>> {
+        let base = &self.base;
+        let runtime = match self.query_runtime()? {
+            Some(runtime) => runtime,
+            None => base.runtime_env().clone(),
+        };
+        Ok(Arc::new(datafusion::execution::TaskContext::new(
+            None,
+            base.session_id().to_string(),
+            config,
+            base.scalar_functions().clone(),
+            base.higher_order_functions().clone(),
+            base.aggregate_functions().clone(),
+            base.window_functions().clone(),
+            runtime,
+        )))
     }
 
     /// Plans `query` against the cluster's tables now (one meta call).
@@ -398,11 +457,17 @@ impl SqlSession {
     ) -> Result<PlannedQuery> {
         let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
         names.sort();
-        let (ctx, catalog) = self.catalog_over(tables)?;
+        let tables = self.with_stats(tables);
+        let catalog = Self::catalog_of(&tables);
         let sql = query.0.to_string();
         let cache = cache && self.plans.enabled();
         if let Some(kept) = cache.then(|| self.plans.get(&sql, &catalog)).flatten() {
             crate::metrics::plan_cache(plan_cache::Lookup::Hit);
+            // A kept physical plan runs without a catalog.
+            let ctx = match kept.physical {
+                Some(_) => None,
+                None => Some(self.context_of(tables)?),
+            };
             return Ok(PlannedQuery {
                 ctx,
                 plan: kept.logical.clone(),
@@ -410,6 +475,7 @@ impl SqlSession {
                 cached: Cached::Optimized(kept),
             });
         }
+        let ctx = self.context_of(tables)?;
         let plan = ctx
             .state()
             .statement_to_plan(query.0)
@@ -427,7 +493,7 @@ impl SqlSession {
             }
         };
         Ok(PlannedQuery {
-            ctx,
+            ctx: Some(ctx),
             plan,
             sql,
             cached,
@@ -470,52 +536,52 @@ impl SqlSession {
     pub async fn run_at(&self, q: PlannedQuery, read_ts: u64) -> Result<QueryOutput> {
         let _hold = self.txns.hold_read(read_ts);
         let schema = q.schema();
-        {
-            let state = q.ctx.state_ref();
-            let mut state = state.write();
-            let config = state.config_mut();
-            config.set_extension(Arc::new(Snapshot { read_ts }));
-            if let Some(at) = crate::session_settings::current_deadline() {
-                config.set_extension(Arc::new(Deadline(at)));
-            }
-        }
         let started = std::time::Instant::now();
-        let (task, physical) = match q.cached {
-            Cached::No => {
-                let df = q.ctx.execute_logical_plan(q.plan).await.map_err(from_df)?;
-                let task = Arc::new(df.task_ctx());
-                (task, df.create_physical_plan().await.map_err(from_df)?)
+        let (task, physical) = match (q.ctx, q.cached) {
+            // A fresh copy of the kept physical plan: no physical
+            // planning, which was most of a short query's planning.
+            (None, Cached::Optimized(kept)) => {
+                let Some(physical) = &kept.physical else {
+                    return Err(Error::Internal(
+                        "a cached query without a context has no physical plan".into(),
+                    ));
+                };
+                let mut config = self.base.config().clone();
+                with_moment(&mut config, read_ts);
+                let physical = reset_plan_states(physical.clone()).map_err(from_df)?;
+                crate::metrics::physical_plan_reused();
+                (self.task_over(config)?, physical)
             }
-            Cached::Optimized(kept) => match &kept.physical {
-                // A fresh copy of the kept physical plan: no physical
-                // planning, which was most of a short query's planning.
-                Some(physical) => {
-                    let state = q.ctx.state();
-                    let physical = reset_plan_states(physical.clone()).map_err(from_df)?;
-                    crate::metrics::physical_plan_reused();
-                    (
-                        Arc::new(datafusion::execution::TaskContext::from(&state)),
-                        physical,
-                    )
+            (None, _) => {
+                return Err(Error::Internal("a planned query has no context".into()));
+            }
+            (Some(ctx), cached) => {
+                with_moment(ctx.state_ref().write().config_mut(), read_ts);
+                match cached {
+                    Cached::No => {
+                        let df = ctx.execute_logical_plan(q.plan).await.map_err(from_df)?;
+                        let task = Arc::new(df.task_ctx());
+                        (task, df.create_physical_plan().await.map_err(from_df)?)
+                    }
+                    Cached::Optimized(kept) => physical_of(ctx.state(), &kept.optimized).await?,
+                    Cached::Keep(catalog) => {
+                        let state = ctx.state();
+                        let optimized = state.optimize(&q.plan).map_err(from_df)?;
+                        let planned = physical_of(state, &optimized).await?;
+                        // Kept as it is before this run touches it.
+                        let physical = match plan_cache::reusable(&planned.1) {
+                            true => Some(reset_plan_states(planned.1.clone()).map_err(from_df)?),
+                            false => None,
+                        };
+                        let plans = Plans {
+                            logical: q.plan,
+                            optimized,
+                            physical,
+                        };
+                        self.plans.put(&q.sql, &catalog, plans);
+                        planned
+                    }
                 }
-                None => physical_of(q.ctx.state(), &kept.optimized).await?,
-            },
-            Cached::Keep(catalog) => {
-                let state = q.ctx.state();
-                let optimized = state.optimize(&q.plan).map_err(from_df)?;
-                let planned = physical_of(state, &optimized).await?;
-                // Kept as it is before this run touches it.
-                let physical = match plan_cache::reusable(&planned.1) {
-                    true => Some(reset_plan_states(planned.1.clone()).map_err(from_df)?),
-                    false => None,
-                };
-                let plans = Plans {
-                    logical: q.plan,
-                    optimized,
-                    physical,
-                };
-                self.plans.put(&q.sql, &catalog, plans);
-                planned
             }
         };
         let stream =
@@ -534,6 +600,15 @@ impl SqlSession {
         }
         let schema = batches.first().map_or(schema, |b| b.schema());
         Ok(QueryOutput { schema, batches })
+    }
+}
+
+/// Sets a query's moment in its session config: the snapshot every
+/// region scan reads at, and the statement's deadline, if any.
+fn with_moment(config: &mut SessionConfig, read_ts: u64) {
+    config.set_extension(Arc::new(Snapshot { read_ts }));
+    if let Some(at) = crate::session_settings::current_deadline() {
+        config.set_extension(Arc::new(Deadline(at)));
     }
 }
 
