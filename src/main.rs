@@ -777,20 +777,15 @@ async fn run(cli: Cli) -> Result<()> {
             // transaction; the first error stops the script and rolls back
             // a transaction it left open.
             for (i, stmt) in statements.iter().enumerate() {
-                let batches = match client.sql(stmt).await {
-                    Ok(b) => b,
-                    Err(e) => {
-                        if client.in_transaction() {
-                            let _ = client.rollback().await;
-                        }
-                        return Err(e.into());
-                    }
-                };
-                let mut out = std::io::stdout().lock();
                 if i > 0 && a.format == Format::Table {
-                    writeln!(out)?;
+                    writeln!(std::io::stdout().lock())?;
                 }
-                output::print(&mut out, &batches, a.format)?;
+                if let Err(e) = run_printed(&mut client, stmt, a.format).await {
+                    if client.in_transaction() {
+                        let _ = client.rollback().await;
+                    }
+                    return Err(e);
+                }
             }
             if client.in_transaction() {
                 client.rollback().await?;
@@ -802,6 +797,33 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench { what } => bench_cmd::run(what).await,
     }
+}
+
+/// Runs one statement of `quarry sql` and prints its answer. CSV and JSON
+/// lines print each batch as it arrives, so an export need not fit in
+/// memory (a failure partway prints the rows before it, then the error);
+/// a table aligns its columns over the whole answer.
+async fn run_printed(
+    client: &mut quarry_client::Client,
+    stmt: &str,
+    format: Format,
+) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    if format == Format::Table {
+        let batches = client.sql(stmt).await?;
+        return Ok(output::print(
+            &mut std::io::stdout().lock(),
+            &batches,
+            format,
+        )?);
+    }
+    let mut batches = client.sql_stream(stmt).await?;
+    let mut first = true;
+    while let Some(b) = batches.next().await {
+        output::print_batch(&mut std::io::stdout().lock(), &b?, format, first)?;
+        first = false;
+    }
+    Ok(())
 }
 
 fn main() {

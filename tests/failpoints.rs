@@ -476,6 +476,66 @@ fn a_sessions_statement_timeout_ends_its_query_and_the_scans_on_the_stores() {
     });
 }
 
+/// A streamed answer (a scan's rows go to the client as the regions
+/// answer, compute holds none of them whole) cut off partway by its
+/// deadline ends with the deadline's error after the rows already sent:
+/// the client never takes a shorter answer for the whole one, and the
+/// stores stop scanning.
+#[test]
+fn a_streamed_answer_cut_off_partway_ends_with_its_deadline_error() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01", "--tables", "lineitem"]);
+    runtime().block_on(async {
+        use futures::StreamExt;
+        let scan = "SELECT l_orderkey, l_linenumber FROM lineitem";
+        let mut c = Client::connect(&pg.compute).await.unwrap();
+        let all: usize = c
+            .sql(scan)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.num_rows())
+            .sum();
+        assert_eq!(all, 60175);
+        slow_scans(&pg);
+        c.sql("SET statement_timeout = '400ms'").await.unwrap();
+        let t0 = Instant::now();
+        let mut stream = c.sql_stream(scan).await.unwrap();
+        let (mut rows, mut batches) = (0, 0);
+        let e = loop {
+            match stream.next().await {
+                Some(Ok(b)) => (rows, batches) = (rows + b.num_rows(), batches + 1),
+                Some(Err(e)) => break e,
+                None => panic!("the answer ended without an error after {rows} of {all} rows"),
+            }
+        };
+        let took = t0.elapsed();
+        assert!(matches!(e, quarry_client::Error::Deadline(_)), "{e:?}");
+        assert!(e.to_string().contains("deadline"), "{e}");
+        assert!(
+            batches > 0 && rows < all,
+            "{rows} rows in {batches} batches before the error"
+        );
+        assert!(stream.next().await.is_none(), "nothing after the error");
+        assert!(took < Duration::from_millis(2000), "took {took:?}");
+        let stopped = until_no_task_runs(&pg);
+        assert!(
+            stopped < Duration::from_secs(1),
+            "stores scanned on for {stopped:?}"
+        );
+        // The connection goes on: the whole answer, once the scans are
+        // quick again.
+        on_every_store(&pg, "coprocessor_slow_batch", None);
+        c.sql("RESET statement_timeout").await.unwrap();
+        let mut stream = c.sql_stream(scan).await.unwrap();
+        let mut rows = 0;
+        while let Some(b) = stream.next().await {
+            rows += b.unwrap().num_rows();
+        }
+        assert_eq!(rows, all);
+    });
+}
+
 #[test]
 fn a_sessions_statement_timeout_bounds_its_writes_too() {
     let _serial = SERIAL.lock();

@@ -50,7 +50,8 @@ use arrow_flight::sql::{
 };
 use arrow_flight::{Action, FlightDescriptor, FlightInfo, HandshakeRequest};
 use base64::Engine as _;
-use futures::TryStreamExt;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -326,12 +327,25 @@ impl Client {
             };
             return status_batch(word);
         }
-        let cmd = CommandStatementQuery {
-            query: sql.to_string(),
-            transaction_id: self.txn.clone(),
-        };
-        let desc = FlightDescriptor::new_cmd(cmd.as_any().encode_to_vec());
+        let desc = self.query(sql);
         self.fetch(desc).await
+    }
+
+    /// [`Client::sql`], its answer streamed: the batches come as the
+    /// server sends them, so an answer larger than memory can be read
+    /// through. A failure partway (the statement's deadline, a store lost)
+    /// ends the stream with the error: the batches before it are not the
+    /// whole answer.
+    pub async fn sql_stream(
+        &mut self,
+        sql: &str,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        if SessionStatement::parse(sql).is_some() {
+            let batches = self.sql(sql).await?;
+            return Ok(futures::stream::iter(batches.into_iter().map(Ok)).boxed());
+        }
+        let desc = self.query(sql);
+        self.stream(desc).await
     }
 
     /// Opens a transaction: the session's statements read one snapshot
@@ -404,20 +418,37 @@ impl Client {
     }
 
     async fn fetch(&mut self, desc: FlightDescriptor) -> Result<Vec<RecordBatch>> {
+        self.stream(desc).await?.try_collect().await
+    }
+
+    /// The batches of the query `desc` names, from each of its endpoints
+    /// in turn, as they arrive.
+    async fn stream(
+        &mut self,
+        desc: FlightDescriptor,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         let info: FlightInfo = self.flight.get_flight_info(desc).await?.into_inner();
-        let mut out = Vec::new();
+        let mut streams = Vec::new();
         for ep in info.endpoint {
             let ticket = ep
                 .ticket
                 .ok_or_else(|| Error::Internal("endpoint without a ticket".into()))?;
             let stream = self.flight.do_get(ticket).await?.into_inner();
-            let batches: Vec<RecordBatch> =
+            let batches =
                 FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
-                    .try_collect()
-                    .await?;
-            out.extend(batches);
+                    .map_err(Error::from);
+            streams.push(batches);
         }
-        Ok(out)
+        Ok(futures::stream::iter(streams).flatten().boxed())
+    }
+
+    /// The descriptor of the query `sql`, in the session's transaction.
+    fn query(&self, sql: &str) -> FlightDescriptor {
+        let cmd = CommandStatementQuery {
+            query: sql.to_string(),
+            transaction_id: self.txn.clone(),
+        };
+        FlightDescriptor::new_cmd(cmd.as_any().encode_to_vec())
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::sql::parser::Statement as DfStatement;
+use futures::StreamExt;
 use quarry_coprocessor::types::{arrow_type, sql_name};
 use quarry_proto::coprocessor::EncodeType;
 use quarry_proto::meta::{CreateTableRequest, TableDef};
@@ -58,6 +59,13 @@ impl QueryOutput {
     pub fn num_rows(&self) -> usize {
         self.batches.iter().map(|b| b.num_rows()).sum()
     }
+}
+
+/// A query's answer as it is made ([`QueryEngine::stream_in`]): its
+/// schema, and its batches; an error ends them.
+pub struct QueryStream {
+    pub schema: SchemaRef,
+    pub batches: futures::stream::BoxStream<'static, Result<RecordBatch>>,
 }
 
 /// A statement ready to run: queries are planned (so their schema is known)
@@ -290,6 +298,15 @@ impl QueryEngine {
     /// compute. The read of an UPDATE or DELETE runs under its statement's
     /// deadline (and may be cut off: it has locked nothing yet).
     async fn within_deadline<T>(&self, f: impl Future<Output = Result<T>>) -> Result<T> {
+        let (deadline, guard, nested) = self.deadline_now();
+        self.within(deadline, guard, nested, f).await
+    }
+
+    /// The deadline of a query starting now (its statement's, when it
+    /// runs for one: `nested`), and the later moment compute cuts it off
+    /// at, so that region requests, which carry the deadline, fail first
+    /// and name their store.
+    fn deadline_now(&self) -> (Instant, Instant, bool) {
         let (deadline, timeout, nested) = match session_settings::current_deadline() {
             Some(d) => (d, d.saturating_duration_since(Instant::now()), true),
             None => {
@@ -298,6 +315,18 @@ impl QueryEngine {
             }
         };
         let guard = deadline + (timeout / 4).min(Duration::from_secs(2));
+        (deadline, guard, nested)
+    }
+
+    /// Runs `f` with `deadline` as its statement's, cut off at `guard`
+    /// ([`QueryEngine::deadline_now`]).
+    async fn within<T>(
+        &self,
+        deadline: Instant,
+        guard: Instant,
+        nested: bool,
+        f: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
         let run = async {
             match nested {
                 true => f.await,
@@ -306,11 +335,16 @@ impl QueryEngine {
         };
         match tokio::time::timeout_at(guard.into(), run).await {
             Ok(r) => r,
-            Err(_) => Err(Error::Deadline(format!(
-                "query exceeded its deadline; {}",
-                self.timeout_named()
-            ))),
+            Err(_) => Err(self.deadline_error()),
         }
+    }
+
+    /// What a query cut off at its deadline fails with.
+    fn deadline_error(&self) -> Error {
+        Error::Deadline(format!(
+            "query exceeded its deadline; {}",
+            self.timeout_named()
+        ))
     }
 
     /// What a deadline error adds: the timeout, and where it came from.
@@ -370,6 +404,91 @@ impl QueryEngine {
         let r = self.run_counted(q, txn).await;
         crate::metrics::observe("query", started.elapsed(), &r);
         r
+    }
+
+    /// [`QueryEngine::run_in`], its answer streamed: the batches come as
+    /// the plan makes them, so compute does not hold a large answer
+    /// whole. The first batch (or the query's end) comes before this
+    /// returns, within the statement's deadline, so a query that fails
+    /// before it answers anything fails here, as it would in `run_in`
+    /// (most failures: planning, stores down, an aggregation's). A
+    /// failure after that ends the stream with the error: the client has
+    /// part of the answer and then the error, never a shorter answer that
+    /// looks whole. The deadline also bounds the rest of the stream (a
+    /// client that stops reading holds the query's snapshot, so it is cut
+    /// off there too), and an error aborts the transaction, as in
+    /// `run_in`.
+    pub async fn stream_in(
+        &self,
+        q: PlannedQuery,
+        txn: Option<Arc<OpenTxn>>,
+    ) -> Result<QueryStream> {
+        let started = Instant::now();
+        let (deadline, guard, nested) = self.deadline_now();
+        let start = async {
+            let read_ts = match &txn {
+                Some(txn) => txn.start_ts,
+                // One snapshot for the whole query, taken as it starts.
+                None => self.txns.timestamp().await?,
+            };
+            let mut out = self.sql.stream_at(q, read_ts).await?;
+            let first = out.batches.next().await.transpose()?;
+            Ok((out, first))
+        };
+        let (out, first) = match self.within(deadline, guard, nested, start).await {
+            Ok(started) => started,
+            Err(e) => {
+                let e = match &txn {
+                    Some(txn) => self.sessions.fail(txn, e).await,
+                    None => e,
+                };
+                let r: Result<()> = Err(e);
+                crate::metrics::observe("query", started.elapsed(), &r);
+                return Err(r.unwrap_err());
+            }
+        };
+        let (schema, batches) = match first {
+            Some(first) => (
+                first.schema(),
+                futures::stream::once(async { Ok(first) })
+                    .chain(out.batches)
+                    .boxed(),
+            ),
+            // (A stream that has ended is not polled again.)
+            None => (out.schema, futures::stream::empty().boxed()),
+        };
+        let streaming = Streaming {
+            batches,
+            guard,
+            deadline_error: self.deadline_error(),
+            txn,
+            sessions: self.sessions.clone(),
+            started,
+            counted: false,
+        };
+        let batches = futures::stream::unfold(Some(streaming), |streaming| async move {
+            let mut st = streaming?;
+            let next = tokio::time::timeout_at(st.guard.into(), st.batches.next()).await;
+            match next.unwrap_or_else(|_| Some(Err(st.deadline_error.clone()))) {
+                Some(Ok(batch)) => Some((Ok(batch), Some(st))),
+                Some(Err(e)) => {
+                    let e = match &st.txn {
+                        Some(txn) => st.sessions.fail(txn, e).await,
+                        None => e,
+                    };
+                    st.count(Some(&e));
+                    Some((Err(e), None))
+                }
+                None => {
+                    st.count(None);
+                    None
+                }
+            }
+        });
+        Ok(QueryStream {
+            schema,
+            batches: batches.boxed(),
+        })
     }
 
     async fn run_counted(&self, q: PlannedQuery, txn: Option<&OpenTxn>) -> Result<QueryOutput> {
@@ -720,3 +839,34 @@ impl QueryEngine {
 
 #[cfg(test)]
 mod parse_fuzz;
+
+/// A streamed query's state between batches ([`QueryEngine::stream_in`]).
+struct Streaming {
+    batches: futures::stream::BoxStream<'static, Result<RecordBatch>>,
+    /// When compute cuts it off.
+    guard: Instant,
+    deadline_error: Error,
+    txn: Option<Arc<OpenTxn>>,
+    sessions: Arc<Sessions>,
+    started: Instant,
+    counted: bool,
+}
+
+impl Streaming {
+    /// Counts the query (once) in the statement metrics, with its error
+    /// if it failed.
+    fn count(&mut self, error: Option<&Error>) {
+        if !self.counted {
+            self.counted = true;
+            let r: Result<()> = error.map_or(Ok(()), |e| Err(e.clone()));
+            crate::metrics::observe("query", self.started.elapsed(), &r);
+        }
+    }
+}
+
+impl Drop for Streaming {
+    /// A query whose client stopped reading still counts (it did not fail).
+    fn drop(&mut self) {
+        self.count(None);
+    }
+}

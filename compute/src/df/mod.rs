@@ -65,7 +65,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use quarry_coprocessor::codec::key::ROWID_COLUMN_ID;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::{ColumnDef, FieldType, TableDef, TypeKind};
@@ -74,7 +74,7 @@ use self::plan_cache::{Catalog, PlanCache, Plans};
 use self::region_scan::{RegionScanExec, ScanContext};
 use self::table::QuarryTable;
 use crate::cluster::Cluster;
-use crate::engine::QueryOutput;
+use crate::engine::{QueryOutput, QueryStream};
 use crate::{Error, Result};
 
 /// A statement DataFusion plans (a query, or EXPLAIN of one), parsed once.
@@ -532,12 +532,32 @@ impl SqlSession {
         self.run_at(q, read_ts).await
     }
 
-    /// Runs `q` over the snapshot at `read_ts` (a transaction's start_ts).
+    /// Runs `q` over the snapshot at `read_ts` (a transaction's start_ts),
+    /// all of its answer gathered.
     pub async fn run_at(&self, q: PlannedQuery, read_ts: u64) -> Result<QueryOutput> {
-        let _hold = self.txns.hold_read(read_ts);
+        let out = self.stream_at(q, read_ts).await?;
+        let batches: Vec<RecordBatch> = out.batches.try_collect().await?;
+        let schema = batches.first().map_or(out.schema, |b| b.schema());
+        Ok(QueryOutput { schema, batches })
+    }
+
+    /// Starts `q` over the snapshot at `read_ts`: its batches come as the
+    /// plan makes them (an aggregation's at its end, a scan's as the
+    /// regions answer), so compute holds no more of a large answer than
+    /// its operators do. The snapshot stays held for GC (`gc_hold.rs`)
+    /// until the stream ends or is dropped; a query whose run is slow is
+    /// logged, with its measured plan, at its end.
+    pub async fn stream_at(&self, q: PlannedQuery, read_ts: u64) -> Result<QueryStream> {
+        let hold = self.txns.hold_read(read_ts);
         let schema = q.schema();
+        let PlannedQuery {
+            ctx,
+            plan,
+            sql,
+            cached,
+        } = q;
         let started = std::time::Instant::now();
-        let (task, physical) = match (q.ctx, q.cached) {
+        let (task, physical) = match (ctx, cached) {
             // A fresh copy of the kept physical plan: no physical
             // planning, which was most of a short query's planning.
             (None, Cached::Optimized(kept)) => {
@@ -559,14 +579,14 @@ impl SqlSession {
                 with_moment(ctx.state_ref().write().config_mut(), read_ts);
                 match cached {
                     Cached::No => {
-                        let df = ctx.execute_logical_plan(q.plan).await.map_err(from_df)?;
+                        let df = ctx.execute_logical_plan(plan).await.map_err(from_df)?;
                         let task = Arc::new(df.task_ctx());
                         (task, df.create_physical_plan().await.map_err(from_df)?)
                     }
                     Cached::Optimized(kept) => physical_of(ctx.state(), &kept.optimized).await?,
                     Cached::Keep(catalog) => {
                         let state = ctx.state();
-                        let optimized = state.optimize(&q.plan).map_err(from_df)?;
+                        let optimized = state.optimize(&plan).map_err(from_df)?;
                         let planned = physical_of(state, &optimized).await?;
                         // Kept as it is before this run touches it.
                         let physical = match plan_cache::reusable(&planned.1) {
@@ -574,11 +594,11 @@ impl SqlSession {
                             false => None,
                         };
                         let plans = Plans {
-                            logical: q.plan,
+                            logical: plan,
                             optimized,
                             physical,
                         };
-                        self.plans.put(&q.sql, &catalog, plans);
+                        self.plans.put(&sql, &catalog, plans);
                         planned
                     }
                 }
@@ -586,20 +606,55 @@ impl SqlSession {
         };
         let stream =
             datafusion::physical_plan::execute_stream(physical.clone(), task).map_err(from_df)?;
-        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(from_df)?;
-        let elapsed = started.elapsed();
+        let running = Running {
+            stream,
+            _hold: hold,
+            physical,
+            sql,
+            started,
+        };
+        let batches = futures::stream::unfold(Some(running), |running| async move {
+            let mut running = running?;
+            match running.stream.next().await {
+                Some(Ok(batch)) => Some((Ok(batch), Some(running))),
+                Some(Err(e)) => Some((Err(from_df(e)), None)),
+                None => {
+                    running.finish();
+                    None
+                }
+            }
+        });
+        Ok(QueryStream {
+            schema,
+            batches: batches.boxed(),
+        })
+    }
+}
+
+/// A query as it runs ([`SqlSession::stream_at`]).
+struct Running {
+    stream: datafusion::execution::SendableRecordBatchStream,
+    /// Its snapshot, held until it ends.
+    _hold: crate::gc_hold::ReadHold,
+    physical: Arc<dyn ExecutionPlan>,
+    sql: String,
+    started: std::time::Instant,
+}
+
+impl Running {
+    /// At its end: the slow-query log, with the plan and what each
+    /// operator measured (EXPLAIN ANALYZE's).
+    fn finish(&self) {
+        let elapsed = self.started.elapsed();
         if crate::metrics::is_slow(elapsed) {
-            // The plan with what each operator measured: EXPLAIN ANALYZE's.
             let detail =
                 datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
-                    physical.as_ref(),
+                    self.physical.as_ref(),
                 )
                 .indent(true)
                 .to_string();
-            crate::metrics::log_slow(&q.sql, elapsed, &detail);
+            crate::metrics::log_slow(&self.sql, elapsed, &detail);
         }
-        let schema = batches.first().map_or(schema, |b| b.schema());
-        Ok(QueryOutput { schema, batches })
     }
 }
 

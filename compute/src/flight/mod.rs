@@ -47,6 +47,7 @@ use parking_lot::Mutex;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
@@ -70,7 +71,7 @@ use quarry_proto::compute::{ticket, Ticket as QuarryTicket};
 use tonic::{Request, Response, Status};
 
 use crate::df::PlannedQuery;
-use crate::engine::{Prepared, QueryEngine, QueryOutput};
+use crate::engine::{Prepared, QueryEngine, QueryOutput, QueryStream};
 use crate::session::{self, OpenTxn};
 use crate::sql::Statement;
 use crate::Error;
@@ -184,6 +185,24 @@ fn stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> DoGetStream {
             .with_schema(schema)
             .build(batches)
             .map_err(|e| Status::internal(format!("encoding results: {e}"))),
+    )
+}
+
+/// A query's streamed answer as Flight data. An error after the first
+/// batch ends the stream with the error's own status (its code and
+/// message, as if it had failed before answering).
+fn query_stream(out: QueryStream) -> DoGetStream {
+    let batches = out
+        .batches
+        .map_err(|e| FlightError::Tonic(Box::new(Status::from(e))));
+    Box::pin(
+        FlightDataEncoderBuilder::new()
+            .with_schema(out.schema)
+            .build(batches)
+            .map_err(|e| match e {
+                FlightError::Tonic(status) => *status,
+                e => Status::internal(format!("encoding results: {e}")),
+            }),
     )
 }
 
@@ -452,18 +471,22 @@ impl FlightSqlService for FlightSqlServer {
             [] => None,
             id => self.txn(Some(id))?,
         };
-        let out = match t.kind.ok_or_else(|| bad_ticket("empty"))? {
+        let prepared = match t.kind.ok_or_else(|| bad_ticket("empty"))? {
             ticket::Kind::Sql(sql) => match self.plans.take(t.plan_handle, &sql) {
-                Some(plan) => self.engine.run_in(*plan, txn.as_deref()).await?,
-                None => self.engine.sql_in(&sql, txn.as_ref()).await?,
+                Some(plan) => Prepared::Query(plan),
+                None => self.engine.prepare_sql_in(&sql, txn.as_ref()).await?,
             },
             ticket::Kind::ResultIpc(bytes) => {
                 let (schema, batches) =
                     quarry_coprocessor::ipc::decode(&bytes).map_err(bad_ticket)?;
-                QueryOutput { schema, batches }
+                Prepared::Done(QueryOutput { schema, batches })
             }
         };
-        Ok(Response::new(output_stream(out)))
+        Ok(Response::new(match prepared {
+            // A query's answer streams as the plan makes it.
+            Prepared::Query(q) => query_stream(self.engine.stream_in(*q, txn).await?),
+            Prepared::Done(out) => output_stream(out),
+        }))
     }
 
     async fn do_put_statement_update(
