@@ -245,6 +245,10 @@ struct ComputeArgs {
     /// Statements whose optimized plans are kept (0: none).
     #[arg(long)]
     plan_cache_entries: Option<usize>,
+    /// Answers larger than this many MiB stream to the client; smaller
+    /// ones are gathered first (0: all stream).
+    #[arg(long)]
+    stream_results_after_mb: Option<usize>,
     #[arg(long)]
     max_inflight_regions: Option<usize>,
     /// How regions answer: arrow (column chunks, narrow decimals),
@@ -541,6 +545,9 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     }
     if let Some(v) = a.plan_cache_entries {
         cfg.plan_cache_entries = v;
+    }
+    if let Some(v) = a.stream_results_after_mb {
+        cfg.stream_results_after_mb = v;
     }
     if let Some(v) = a.max_inflight_regions {
         cfg.max_inflight_regions = v;

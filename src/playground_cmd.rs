@@ -65,6 +65,10 @@ pub struct PlaygroundArgs {
     /// none).
     #[arg(long)]
     plan_cache_entries: Option<usize>,
+    /// Answers larger than this many MiB stream from the compute process
+    /// (0: all stream).
+    #[arg(long)]
+    stream_results_after_mb: Option<usize>,
     /// The compute process's slow-query threshold (default 300 ms).
     #[arg(long)]
     slow_query_ms: Option<u64>,
@@ -171,6 +175,10 @@ pub async fn run(a: PlaygroundArgs) -> Result<()> {
     if let Some(n) = a.plan_cache_entries {
         args.compute
             .extend(["--plan-cache-entries".to_string(), n.to_string()]);
+    }
+    if let Some(n) = a.stream_results_after_mb {
+        args.compute
+            .extend(["--stream-results-after-mb".to_string(), n.to_string()]);
     }
     let mut cluster = LocalCluster::start(&a.dir, a.stores, &args).await?;
     let result = async {

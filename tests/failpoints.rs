@@ -477,14 +477,24 @@ fn a_sessions_statement_timeout_ends_its_query_and_the_scans_on_the_stores() {
 }
 
 /// A streamed answer (a scan's rows go to the client as the regions
-/// answer, compute holds none of them whole) cut off partway by its
+/// answer, compute holds none of them whole; here every answer streams,
+/// as one past `stream-results-after-mb` does) cut off partway by its
 /// deadline ends with the deadline's error after the rows already sent:
 /// the client never takes a shorter answer for the whole one, and the
 /// stores stop scanning.
 #[test]
 fn a_streamed_answer_cut_off_partway_ends_with_its_deadline_error() {
     let _serial = SERIAL.lock();
-    let pg = Playground::start(&["--stores", "3", "--sf", "0.01", "--tables", "lineitem"]);
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--tables",
+        "lineitem",
+        "--stream-results-after-mb",
+        "0",
+    ]);
     runtime().block_on(async {
         use futures::StreamExt;
         let scan = "SELECT l_orderkey, l_linenumber FROM lineitem";

@@ -54,6 +54,11 @@ pub struct ComputeConfig {
     /// Statements whose optimized plans are kept for their next run (0:
     /// none; `df/plan_cache.rs`).
     pub plan_cache_entries: usize,
+    /// A query's answer up to this many MiB is gathered before it is sent
+    /// (a query that fails sends nothing); a larger one streams, its
+    /// plan at most a few batches ahead of the client (0: every answer
+    /// streams from its first batch; `engine.rs`, `QueryEngine::stream_in`).
+    pub stream_results_after_mb: usize,
     /// `[security]`: TLS for Flight SQL clients (who then log in with a
     /// password) and mutual TLS to the stores (`quarry_proto::security`).
     pub security: quarry_proto::security::SecurityConfig,
@@ -77,6 +82,7 @@ impl Default for ComputeConfig {
             max_message_mb: quarry_proto::MAX_MESSAGE_BYTES >> 20,
             query_memory_limit_mb: 4096,
             plan_cache_entries: crate::df::plan_cache::DEFAULT_ENTRIES,
+            stream_results_after_mb: 64,
             security: Default::default(),
         }
     }

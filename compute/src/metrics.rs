@@ -3,8 +3,10 @@
 //! log.
 //!
 //! Statements are counted where they run, in [`crate::engine::QueryEngine`]:
-//! queries (planned by DataFusion, run over the regions) in `run_in`, every
-//! other statement (DDL, INSERT, UPDATE, DELETE, BEGIN …) in
+//! queries (planned by DataFusion, run over the regions) in `run_in` or,
+//! streamed, `stream_in` (a streamed query's time runs to its last batch
+//! handed to the read-ahead buffer, so a slow reader of a large answer
+//! adds to it), every other statement (DDL, INSERT, UPDATE, DELETE, BEGIN …) in
 //! `prepare_sql_in`. An error is counted by its category
 //! ([`crate::Error::kind`]), the categories a client acts on.
 //!
@@ -13,7 +15,7 @@
 //! its physical plan annotated with what each operator measured — the
 //! region scans' per-region task statistics (regions, keys and packs
 //! scanned and skipped, wait and process time), as EXPLAIN ANALYZE shows
-//! them (`df::SqlSession::run_at`). Other statements are logged with their
+//! them, when its run ends (`df::SqlSession::stream_at`). Other statements are logged with their
 //! SQL and time.
 
 use std::sync::atomic::{AtomicU64, Ordering};

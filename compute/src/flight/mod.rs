@@ -65,7 +65,7 @@ use arrow_flight::{
     Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest,
     HandshakeResponse, Ticket,
 };
-use futures::{Stream, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use quarry_proto::compute::{ticket, Ticket as QuarryTicket};
 use tonic::{Request, Response, Status};
@@ -179,17 +179,14 @@ fn flight_info(
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
 
 fn stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> DoGetStream {
-    let batches = futures::stream::iter(batches.into_iter().map(Ok));
-    Box::pin(
-        FlightDataEncoderBuilder::new()
-            .with_schema(schema)
-            .build(batches)
-            .map_err(|e| Status::internal(format!("encoding results: {e}"))),
-    )
+    query_stream(QueryStream {
+        schema,
+        batches: futures::stream::iter(batches.into_iter().map(Ok)).boxed(),
+    })
 }
 
-/// A query's streamed answer as Flight data. An error after the first
-/// batch ends the stream with the error's own status (its code and
+/// An answer as Flight data (schema first). An error partway through a
+/// streamed answer ends it with the error's own status (its code and
 /// message, as if it had failed before answering).
 fn query_stream(out: QueryStream) -> DoGetStream {
     let batches = out
