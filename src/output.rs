@@ -37,7 +37,7 @@ pub fn print(out: &mut dyn Write, batches: &[RecordBatch], format: Format) -> st
 
 /// Prints one batch of a result as CSV (the header line before the
 /// `first`) or JSON lines, so a result can be printed as it arrives.
-/// (A table's columns are aligned over the whole result: [`print`].)
+/// (A table's columns are aligned over the whole result: [`print()`].)
 pub fn print_batch(
     out: &mut dyn Write,
     b: &RecordBatch,

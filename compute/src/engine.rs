@@ -414,7 +414,7 @@ impl QueryEngine {
     /// the statement's deadline, so a query that fails before then (most
     /// failures: planning, stores down, an aggregation's, and any query
     /// with a smaller answer) fails here, as it would in `run_in`, having
-    /// sent nothing. A larger answer then streams ([`Streaming::run`]),
+    /// sent nothing. A larger answer then streams (`Streaming::run`),
     /// so compute does not hold it whole: a failure after that ends the
     /// stream with the error, and the client has part of the answer and
     /// then the error, never a shorter answer that looks whole. The
