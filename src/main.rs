@@ -808,14 +808,21 @@ async fn run(cli: Cli) -> Result<()> {
 
 /// Runs one statement of `quarry sql` and prints its answer. CSV and JSON
 /// lines print each batch as it arrives, so an export need not fit in
-/// memory (a failure partway prints the rows before it, then the error);
-/// a table aligns its columns over the whole answer.
+/// memory (a failure partway prints the rows before it, then the error),
+/// and a SET or RESET prints nothing; a table aligns its columns over the
+/// whole answer.
 async fn run_printed(
     client: &mut quarry_client::Client,
     stmt: &str,
     format: Format,
 ) -> anyhow::Result<()> {
     use futures::StreamExt;
+    let word = stmt.split_whitespace().next().unwrap_or_default();
+    if format != Format::Table && ["set", "reset"].contains(&word.to_ascii_lowercase().as_str()) {
+        // CSV and JSON hold only answers (an export's rows), not "SET".
+        client.sql(stmt).await?;
+        return Ok(());
+    }
     if format == Format::Table {
         let batches = client.sql(stmt).await?;
         return Ok(output::print(

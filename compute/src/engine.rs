@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::sql::parser::Statement as DfStatement;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use quarry_coprocessor::types::{arrow_type, sql_name};
 use quarry_proto::coprocessor::EncodeType;
 use quarry_proto::meta::{CreateTableRequest, TableDef};
@@ -237,7 +237,7 @@ impl QueryEngine {
             settings: SessionSettings::new(timeout),
             lock_returns_rows: cfg.lock_returns_rows,
             max_statement_bytes: cfg.max_statement_bytes,
-            stream_after_bytes: cfg.stream_results_after_mb << 20,
+            stream_after_bytes: cfg.stream_results_after_mb.saturating_mul(1 << 20),
         })
     }
 
@@ -483,14 +483,22 @@ impl QueryEngine {
         };
         let (tx, rx) = tokio::sync::mpsc::channel(READ_AHEAD);
         let failed = Arc::new(std::sync::OnceLock::new());
-        tokio::spawn(streaming.run(tx, failed.clone()));
-        // The batches sent, then the error that ended them, if one did.
-        let rest = futures::stream::unfold((rx, Some(failed)), |(mut rx, failed)| async move {
-            match rx.recv().await {
-                Some(batch) => Some((Ok(batch), (rx, failed))),
-                None => Some((Err(failed?.get()?.clone()), (rx, None))),
-            }
-        });
+        let task = tokio::spawn(streaming.run(tx, failed.clone()));
+        // The batches sent, then the error that ended them, if one did
+        // (the task's, or its panic: never a clean end it did not reach).
+        let rest =
+            futures::stream::unfold((rx, Some((failed, task))), |(mut rx, ended)| async move {
+                if let Some(batch) = rx.recv().await {
+                    return Some((Ok(batch), (rx, ended)));
+                }
+                let (failed, task) = ended?;
+                let error = match (failed.get(), task.await) {
+                    (Some(e), _) => e.clone(),
+                    (None, Ok(())) => return None,
+                    (None, Err(e)) => Error::Internal(format!("a query's task ended: {e}")),
+                };
+                Some((Err(error), (rx, None)))
+            });
         Ok(QueryStream {
             schema,
             batches: gathered.chain(rest).boxed(),
@@ -880,24 +888,34 @@ impl Streaming {
         failed: Arc<std::sync::OnceLock<Error>>,
     ) {
         let guard = tokio::time::Instant::from(self.guard);
-        let error = loop {
-            let next = tokio::select! {
-                _ = tx.closed() => break None,
-                next = tokio::time::timeout_at(guard, self.batches.next()) => next,
-            };
-            let batch = match next {
-                Ok(Some(Ok(batch))) => batch,
-                Ok(Some(Err(e))) => break Some(e),
-                Ok(None) => break None,
-                Err(_) => break Some(self.deadline_error.clone()),
-            };
-            match tokio::time::timeout_at(guard, tx.send(batch)).await {
-                Ok(Ok(())) => {}
-                // The client went away.
-                Ok(Err(_)) => break None,
-                Err(_) => break Some(self.deadline_error.clone()),
+        let deadline_error = self.deadline_error.clone();
+        let batches = &mut self.batches;
+        let run = async {
+            loop {
+                let next = tokio::select! {
+                    _ = tx.closed() => break None,
+                    next = tokio::time::timeout_at(guard, batches.next()) => next,
+                };
+                let batch = match next {
+                    Ok(Some(Ok(batch))) => batch,
+                    Ok(Some(Err(e))) => break Some(e),
+                    Ok(None) => break None,
+                    Err(_) => break Some(deadline_error.clone()),
+                };
+                match tokio::time::timeout_at(guard, tx.send(batch)).await {
+                    Ok(Ok(())) => {}
+                    // The client went away.
+                    Ok(Err(_)) => break None,
+                    Err(_) => break Some(deadline_error.clone()),
+                }
             }
         };
+        // A panic in the plan (DataFusion re-raises its workers' in the
+        // task polling it) fails the query like any error.
+        let error = std::panic::AssertUnwindSafe(run)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Some(Error::Internal("the query's plan panicked".into())));
         // The plan, its region calls and its snapshot go first.
         self.batches = futures::stream::empty().boxed();
         let Some(e) = error else {
