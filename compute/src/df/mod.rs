@@ -132,28 +132,39 @@ impl ParsedQuery {
 
 /// A query planned by DataFusion, ready to run.
 pub struct PlannedQuery {
-    /// What it is planned and run in: None for a query that runs a copy
-    /// of its kept physical plan, which needs no catalog
-    /// ([`SqlSession::task_over`]).
-    ctx: Option<SessionContext>,
     plan: LogicalPlan,
     /// The statement as planned (for the slow-query log, and the plan
     /// cache's key).
     sql: String,
-    /// How the plan cache took part (`plan_cache.rs`).
+    /// How the plan cache took part (`plan_cache.rs`), and the context
+    /// the rest of the planning runs in.
     cached: Cached,
 }
 
 /// A planned query and the plan cache.
 enum Cached {
-    /// Its optimized plan (and physical plan, if reusable) came from the
-    /// cache.
-    Optimized(Arc<Plans>),
+    /// Its physical plan came from the cache: a copy runs, with no
+    /// catalog or context ([`SqlSession::task_over`]).
+    Physical(Arc<dyn ExecutionPlan>),
+    /// Its optimized plan came from the cache; physical planning runs in
+    /// the context.
+    Optimized(SessionContext, Arc<Plans>),
     /// Planned now, against this catalog: its optimized plan is offered
     /// to the cache.
-    Keep(Catalog),
+    Keep(SessionContext, Catalog),
     /// Not for the cache (`plan_cache::cacheable`).
-    No,
+    No(SessionContext),
+}
+
+impl Cached {
+    /// The context the rest of the planning runs in (none for a kept
+    /// physical plan).
+    fn context(&self) -> Option<&SessionContext> {
+        match self {
+            Cached::Physical(_) => None,
+            Cached::Optimized(ctx, _) | Cached::Keep(ctx, _) | Cached::No(ctx) => Some(ctx),
+        }
+    }
 }
 
 impl PlannedQuery {
@@ -464,15 +475,14 @@ impl SqlSession {
         if let Some(kept) = cache.then(|| self.plans.get(&sql, &catalog)).flatten() {
             crate::metrics::plan_cache(plan_cache::Lookup::Hit);
             // A kept physical plan runs without a catalog.
-            let ctx = match kept.physical {
-                Some(_) => None,
-                None => Some(self.context_of(tables)?),
+            let cached = match &kept.physical {
+                Some(physical) => Cached::Physical(physical.clone()),
+                None => Cached::Optimized(self.context_of(tables)?, kept.clone()),
             };
             return Ok(PlannedQuery {
-                ctx,
                 plan: kept.logical.clone(),
                 sql,
-                cached: Cached::Optimized(kept),
+                cached,
             });
         }
         let ctx = self.context_of(tables)?;
@@ -482,22 +492,17 @@ impl SqlSession {
             .await
             .map_err(|e| unknown_table(e, &names))?;
         let cached = match cache {
-            false => Cached::No,
+            false => Cached::No(ctx),
             true if self.plans.fits(&sql) && plan_cache::cacheable(&plan) => {
                 crate::metrics::plan_cache(plan_cache::Lookup::Miss);
-                Cached::Keep(catalog)
+                Cached::Keep(ctx, catalog)
             }
             true => {
                 crate::metrics::plan_cache(plan_cache::Lookup::Uncacheable);
-                Cached::No
+                Cached::No(ctx)
             }
         };
-        Ok(PlannedQuery {
-            ctx: Some(ctx),
-            plan,
-            sql,
-            cached,
-        })
+        Ok(PlannedQuery { plan, sql, cached })
     }
 
     /// The types DataFusion infers for the placeholders `$1` … `$count`
@@ -550,58 +555,43 @@ impl SqlSession {
     pub async fn stream_at(&self, q: PlannedQuery, read_ts: u64) -> Result<QueryStream> {
         let hold = self.txns.hold_read(read_ts);
         let schema = q.schema();
-        let PlannedQuery {
-            ctx,
-            plan,
-            sql,
-            cached,
-        } = q;
+        let PlannedQuery { plan, sql, cached } = q;
         let started = std::time::Instant::now();
-        let (task, physical) = match (ctx, cached) {
+        if let Some(ctx) = cached.context() {
+            with_moment(ctx.state_ref().write().config_mut(), read_ts);
+        }
+        let (task, physical) = match cached {
             // A fresh copy of the kept physical plan: no physical
             // planning, which was most of a short query's planning.
-            (None, Cached::Optimized(kept)) => {
-                let Some(physical) = &kept.physical else {
-                    return Err(Error::Internal(
-                        "a cached query without a context has no physical plan".into(),
-                    ));
-                };
+            Cached::Physical(physical) => {
                 let mut config = self.base.config().clone();
                 with_moment(&mut config, read_ts);
-                let physical = reset_plan_states(physical.clone()).map_err(from_df)?;
+                let physical = reset_plan_states(physical).map_err(from_df)?;
                 crate::metrics::physical_plan_reused();
                 (self.task_over(config)?, physical)
             }
-            (None, _) => {
-                return Err(Error::Internal("a planned query has no context".into()));
+            Cached::No(ctx) => {
+                let df = ctx.execute_logical_plan(plan).await.map_err(from_df)?;
+                let task = Arc::new(df.task_ctx());
+                (task, df.create_physical_plan().await.map_err(from_df)?)
             }
-            (Some(ctx), cached) => {
-                with_moment(ctx.state_ref().write().config_mut(), read_ts);
-                match cached {
-                    Cached::No => {
-                        let df = ctx.execute_logical_plan(plan).await.map_err(from_df)?;
-                        let task = Arc::new(df.task_ctx());
-                        (task, df.create_physical_plan().await.map_err(from_df)?)
-                    }
-                    Cached::Optimized(kept) => physical_of(ctx.state(), &kept.optimized).await?,
-                    Cached::Keep(catalog) => {
-                        let state = ctx.state();
-                        let optimized = state.optimize(&plan).map_err(from_df)?;
-                        let planned = physical_of(state, &optimized).await?;
-                        // Kept as it is before this run touches it.
-                        let physical = match plan_cache::reusable(&planned.1) {
-                            true => Some(reset_plan_states(planned.1.clone()).map_err(from_df)?),
-                            false => None,
-                        };
-                        let plans = Plans {
-                            logical: plan,
-                            optimized,
-                            physical,
-                        };
-                        self.plans.put(&sql, &catalog, plans);
-                        planned
-                    }
-                }
+            Cached::Optimized(ctx, kept) => physical_of(ctx.state(), &kept.optimized).await?,
+            Cached::Keep(ctx, catalog) => {
+                let state = ctx.state();
+                let optimized = state.optimize(&plan).map_err(from_df)?;
+                let planned = physical_of(state, &optimized).await?;
+                // Kept as it is before this run touches it.
+                let physical = match plan_cache::reusable(&planned.1) {
+                    true => Some(reset_plan_states(planned.1.clone()).map_err(from_df)?),
+                    false => None,
+                };
+                let plans = Plans {
+                    logical: plan,
+                    optimized,
+                    physical,
+                };
+                self.plans.put(&sql, &catalog, plans);
+                planned
             }
         };
         let stream =

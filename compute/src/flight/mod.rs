@@ -480,7 +480,8 @@ impl FlightSqlService for FlightSqlServer {
             }
         };
         Ok(Response::new(match prepared {
-            // A query's answer streams as the plan makes it.
+            // A query's answer: gathered, or past
+            // stream-results-after-mb streamed (QueryEngine::stream_in).
             Prepared::Query(q) => query_stream(self.engine.stream_in(*q, txn).await?),
             Prepared::Done(out) => output_stream(out),
         }))
