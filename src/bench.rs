@@ -9,9 +9,13 @@
 //! `--compare` measures, in one run on one machine: the column layout, the
 //! row layout, rows instead of Arrow chunks on the wire (a second compute
 //! process started with `--encode rows`), decimals as stored instead of
-//! narrowed on the wire (a third, `--encode arrow-decimal128`), and DuckDB in memory over the same
-//! generated rows when its Python package can be imported; then prints the
-//! ratios. Every setting's answers are checked against each other (an
+//! narrowed on the wire (a third, `--encode arrow-decimal128`), and DuckDB
+//! in memory over the same generated rows when its Python package can be
+//! imported; then prints the ratios and a `targets:` block, issue 15's
+//! targets as measured. `--scale-to SF` then loads lineitem at that scale
+//! into a fresh cluster and times Q1 and Q6 there, for the scaling target;
+//! `--queries all` gives the 22 queries' geometric mean against DuckDB.
+//! Every setting's answers are checked against each other (an
 //! order-independent digest of the result) and, where known, DuckDB's.
 
 use std::hash::{Hash, Hasher};
@@ -304,6 +308,35 @@ pub async fn bench_tpch(opts: &BenchOptions) -> Result<(Option<LoadSummary>, Vec
     result
 }
 
+/// `--compare --scale-to SF`: Q1 and Q6 (those of `base`'s queries) on a
+/// fresh embedded cluster holding lineitem at `sf`, column layout, with
+/// `base`'s runs. Its own cluster, loaded and settled like any embedded
+/// bench, so the ratio against the compare run's SF 1 times is the
+/// one-sitting scaling the target names.
+pub async fn bench_scaled(base: &BenchOptions, sf: f64) -> Result<ScaledRun> {
+    let queries: Vec<String> = ["q1", "q6"]
+        .into_iter()
+        .filter(|q| base.queries.iter().any(|b| b == q))
+        .map(String::from)
+        .collect();
+    if queries.is_empty() {
+        bail!("--scale-to times Q1 and Q6; include q1 or q6 in --queries");
+    }
+    let opts = BenchOptions {
+        addr: None,
+        sf,
+        tables: vec![Table::Lineitem],
+        queries,
+        layout: Layout::Column,
+        ..base.clone()
+    };
+    let (load, queries) = bench_tpch(&opts).await?;
+    Ok(ScaledRun {
+        load: load.ok_or_else(|| anyhow!("the scaled run loaded nothing"))?,
+        queries,
+    })
+}
+
 /// What `--compare` measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CompareReport {
@@ -311,7 +344,22 @@ pub struct CompareReport {
     pub queries: Vec<QueryReport>,
     /// Why DuckDB was not measured, if it was not.
     pub duckdb_skipped: Option<String>,
+    /// Q1 and Q6 at a larger scale factor (`--scale-to`), if asked for.
+    pub scaled: Option<ScaledRun>,
 }
+
+/// Q1 and Q6 timed on a fresh embedded cluster at a larger scale factor,
+/// after a `--compare` run: the linear-scaling target's other half.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ScaledRun {
+    pub load: LoadSummary,
+    pub queries: Vec<QueryReport>,
+}
+
+/// The geometric mean of column ÷ DuckDB over the 22 TPC-H queries at SF 1
+/// before issue 15 (issue 10's final table, 2026-11-24, in
+/// `docs/performance.md`): the 22 queries must do no worse.
+const TPCH22_BEFORE_ISSUE_15: f64 = 1.59;
 
 impl CompareReport {
     /// The median time of query `q` under setting `s`, if it was timed.
@@ -320,6 +368,11 @@ impl CompareReport {
             .iter()
             .find(|x| x.query == q && x.setting == s)
             .map(|x| x.median_ms)
+    }
+
+    /// The scale factor the settings were compared at.
+    fn sf(&self) -> f64 {
+        self.loads.first().map_or(0.0, |l| l.sf)
     }
 }
 
@@ -377,6 +430,7 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
             loads,
             queries,
             duckdb_skipped,
+            scaled: None,
         })
     }
     .await;
@@ -562,7 +616,7 @@ fn write_tbl(table: Table, path: &Path, sf: f64) -> Result<()> {
 
 /// The `--compare` table: one line per query and setting, then ratios.
 pub fn print_compare(r: &CompareReport) {
-    for l in &r.loads {
+    for l in r.loads.iter().chain(r.scaled.iter().map(|s| &s.load)) {
         println!(
             "load {:>6}: {} rows at SF {} into {} regions in {:.1} s ({:.0} rows/s)",
             l.layout,
@@ -577,10 +631,17 @@ pub fn print_compare(r: &CompareReport) {
         "{:<6} {:<28} {:>10} {:>12} {:>9}  answer",
         "query", "setting", "min ms", "median ms", "rows"
     );
-    for q in &r.queries {
+    let scaled = r.scaled.iter().flat_map(|s| &s.queries);
+    for q in r.queries.iter().chain(scaled) {
+        // The scaled run's rows say their scale factor.
+        let setting = if q.sf == r.sf() {
+            q.setting.clone()
+        } else {
+            format!("{} at SF {}", q.setting, q.sf)
+        };
         println!(
             "{:<6} {:<28} {:>10.1} {:>12.1} {:>9}  {}",
-            q.query, q.setting, q.min_ms, q.median_ms, q.rows, q.answer
+            q.query, setting, q.min_ms, q.median_ms, q.rows, q.answer
         );
     }
     let med = |q: &str, s: &str| r.median_ms(q, s);
@@ -607,25 +668,10 @@ pub fn print_compare(r: &CompareReport) {
         }
         println!("{q}: {}", parts.join(", "));
     }
-    // Over the TPC-H queries timed on both: the geometric mean of the
-    // ratios and the worst one.
-    let ratios: Vec<(&str, f64)> = r
-        .queries
-        .iter()
-        .filter(|q| q.setting == "column" && q.query.starts_with('q'))
-        .filter_map(|q| Some((q.query.as_str(), q.median_ms / med(&q.query, "duckdb")?)))
-        .collect();
-    if ratios.len() > 1 {
-        let geo = (ratios.iter().map(|(_, x)| x.ln()).sum::<f64>() / ratios.len() as f64).exp();
-        let worst = ratios
-            .iter()
-            .copied()
-            .fold(("", 0.0), |a, b| if b.1 > a.1 { b } else { a });
+    if let Some(g) = tpch_geomean(r) {
         println!(
-            "column/duckdb over {} TPC-H queries: geometric mean {geo:.2}, worst {} {:.2}",
-            ratios.len(),
-            worst.0,
-            worst.1
+            "column/duckdb over {} TPC-H queries: geometric mean {:.2}, worst {} {:.2}",
+            g.queries, g.mean, g.worst.0, g.worst.1
         );
     }
     if let Some(why) = &r.duckdb_skipped {
@@ -652,8 +698,10 @@ fn print_targets(r: &CompareReport) {
     for q in ["scan", "topn"] {
         if let (Some(c), Some(w)) = (med(q, "column"), med(q, "column, rows on the wire")) {
             let x = w / c;
+            // Top-k runs in the regions, which send ten rows each.
+            let note = if q == "topn" { "; no rows travel" } else { "" };
             println!(
-                "  {q} rows-on-wire/arrow >= 3: {x:.2} ({})",
+                "  {q} rows-on-wire/arrow >= 3: {x:.2} ({}{note})",
                 verdict(x >= 3.0)
             );
         }
@@ -671,10 +719,71 @@ fn print_targets(r: &CompareReport) {
             verdict(per_core >= 4e6)
         );
     }
-    println!(
-        "  SF 10 / SF 1 <= 11 and the 22 queries' geometric mean: not in this run \
-         (bench tpch --sf 10 and --sf 1 in one sitting; bench tpch --queries all)"
-    );
+    let base = r.sf();
+    match &r.scaled {
+        Some(scaled) => {
+            // Linear scaling with a tenth to spare: 11× for SF 10 ÷ SF 1.
+            let limit = 1.1 * scaled.load.sf / base;
+            for q in ["q1", "q6"] {
+                let big = scaled.queries.iter().find(|x| x.query == q);
+                if let (Some(small), Some(big)) = (med(q, "column"), big) {
+                    let x = big.median_ms / small;
+                    println!(
+                        "  {q} SF {} / SF {base} <= {limit:.1}: {x:.1} ({})",
+                        scaled.load.sf,
+                        verdict(x <= limit)
+                    );
+                }
+            }
+        }
+        None => println!("  SF 10 / SF 1 <= 11: not in this run (--scale-to 10)"),
+    }
+    match tpch_geomean(r).filter(|g| g.queries == crate::answers::QUERIES.len()) {
+        Some(g) => println!(
+            "  {} TPC-H queries' column/duckdb geometric mean <= {TPCH22_BEFORE_ISSUE_15} \
+             (before issue 15): {:.2} ({})",
+            g.queries,
+            g.mean,
+            verdict(g.mean <= TPCH22_BEFORE_ISSUE_15)
+        ),
+        None => println!("  the 22 TPC-H queries' geometric mean: not in this run (--queries all)"),
+    }
+}
+
+/// Column ÷ DuckDB over the TPC-H queries a run timed on both.
+struct Geomean<'a> {
+    queries: usize,
+    mean: f64,
+    worst: (&'a str, f64),
+}
+
+/// The geometric mean of column ÷ DuckDB over the TPC-H queries `r` timed
+/// on both, and the worst ratio; none for fewer than two queries.
+fn tpch_geomean(r: &CompareReport) -> Option<Geomean<'_>> {
+    let ratios: Vec<(&str, f64)> = r
+        .queries
+        .iter()
+        .filter(|q| q.setting == "column" && q.query.starts_with('q'))
+        .filter_map(|q| {
+            Some((
+                q.query.as_str(),
+                q.median_ms / r.median_ms(&q.query, "duckdb")?,
+            ))
+        })
+        .collect();
+    if ratios.len() < 2 {
+        return None;
+    }
+    let mean = (ratios.iter().map(|(_, x)| x.ln()).sum::<f64>() / ratios.len() as f64).exp();
+    let worst = ratios
+        .iter()
+        .copied()
+        .fold(("", 0.0), |a, b| if b.1 > a.1 { b } else { a });
+    Some(Geomean {
+        queries: ratios.len(),
+        mean,
+        worst,
+    })
 }
 
 /// `quarry bench write`: the cost of replication, and what early apply
