@@ -546,6 +546,177 @@ fn a_streamed_answer_cut_off_partway_ends_with_its_deadline_error() {
     });
 }
 
+/// A value of compute's metrics (`name` with its labels, as printed), 0
+/// when absent.
+fn compute_metric(pg: &Playground, name: &str) -> f64 {
+    let url = &pg.status_urls[pg.stores.len()];
+    http(url, "GET", "/metrics", "")
+        .1
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+const QUERIES_RUN: &str = r#"quarry_compute_statements_total{kind="query"}"#;
+const DEADLINE_ERRORS: &str = r#"quarry_compute_statement_errors_total{kind="deadline"}"#;
+
+/// Waits (at most 5 s) for compute's count of queries run to reach `n`.
+fn until_queries_counted(pg: &Playground, n: f64) -> f64 {
+    let t0 = Instant::now();
+    loop {
+        let now = compute_metric(pg, QUERIES_RUN);
+        if now >= n || t0.elapsed() > Duration::from_secs(5) {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A client that drops a streamed answer partway (its HTTP/2 stream is
+/// reset) stops the query: the stores stop scanning, compute counts the
+/// query once, without an error, and the connection goes on.
+#[test]
+fn a_client_that_goes_away_mid_stream_stops_the_query() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--tables",
+        "lineitem",
+        "--stream-results-after-mb",
+        "0",
+    ]);
+    runtime().block_on(async {
+        use futures::StreamExt;
+        let mut c = Client::connect(&pg.compute).await.unwrap();
+        slow_scans(&pg);
+        let (queries, deadlines) = (
+            compute_metric(&pg, QUERIES_RUN),
+            compute_metric(&pg, DEADLINE_ERRORS),
+        );
+        let mut stream = c
+            .sql_stream("SELECT l_orderkey, l_linenumber FROM lineitem")
+            .await
+            .unwrap();
+        let first = stream.next().await.unwrap().unwrap();
+        assert!(first.num_rows() > 0);
+        assert!(running_tasks(&pg.status_urls[..pg.stores.len()]) > 0);
+        drop(stream);
+        let stopped = until_no_task_runs(&pg);
+        assert!(
+            stopped < Duration::from_secs(1),
+            "stores scanned on for {stopped:?} after the client went away"
+        );
+        assert_eq!(until_queries_counted(&pg, queries + 1.0), queries + 1.0);
+        assert_eq!(compute_metric(&pg, DEADLINE_ERRORS), deadlines);
+        on_every_store(&pg, "coprocessor_slow_batch", None);
+        let n = c.sql("SELECT count(*) FROM lineitem").await.unwrap();
+        assert_eq!(csv(&n), "count(*)\n60175\n");
+    });
+}
+
+/// A client that stops reading a streamed answer does not hold its query
+/// past the deadline: when it reads again it gets what was buffered (at
+/// most the read-ahead and the transport's buffers, far from the whole
+/// answer), then the deadline's error.
+#[test]
+fn a_client_that_stops_reading_gets_the_deadline_error_when_it_reads_again() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--tables",
+        "lineitem",
+        "--stream-results-after-mb",
+        "0",
+    ]);
+    // 40 copies of lineitem's 60,175 rows, about 100 MB on the wire, far
+    // more than compute's read-ahead and HTTP/2's and the sockets' buffers.
+    let copies = 40;
+    let one = "SELECT l_orderkey, l_linenumber, l_comment FROM lineitem";
+    let union = vec![one; copies].join(" UNION ALL ");
+    let all = 60175 * copies;
+    runtime().block_on(async {
+        use futures::StreamExt;
+        let mut c = Client::connect(&pg.compute).await.unwrap();
+        c.sql("SET statement_timeout = '1s'").await.unwrap();
+        let deadlines = compute_metric(&pg, DEADLINE_ERRORS);
+        let mut stream = c.sql_stream(&union).await.unwrap();
+        let mut rows = stream.next().await.unwrap().unwrap().num_rows();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        // By now compute has given the query up.
+        assert_eq!(compute_metric(&pg, DEADLINE_ERRORS), deadlines + 1.0);
+        let e = loop {
+            match stream.next().await {
+                Some(Ok(b)) => rows += b.num_rows(),
+                Some(Err(e)) => break e,
+                None => panic!("the answer ended without an error after {rows} of {all} rows"),
+            }
+        };
+        assert!(matches!(e, quarry_client::Error::Deadline(_)), "{e:?}");
+        assert!(e.to_string().contains("deadline"), "{e}");
+        assert!(rows < all / 2, "{rows} of {all} rows before the error");
+        assert!(stream.next().await.is_none(), "nothing after the error");
+        c.sql("RESET statement_timeout").await.unwrap();
+        let n = c.sql("SELECT count(*) FROM lineitem").await.unwrap();
+        assert_eq!(csv(&n), "count(*)\n60175\n");
+    });
+}
+
+/// A streamed answer that fails partway inside a transaction rolls the
+/// transaction back, as any failed statement in it does: COMMIT then says
+/// so and commits nothing.
+#[test]
+fn a_streamed_error_in_a_transaction_rolls_it_back() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--tables",
+        "lineitem",
+        "--stream-results-after-mb",
+        "0",
+    ]);
+    pg.ok("CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT)");
+    runtime().block_on(async {
+        use futures::StreamExt;
+        let mut c = Client::connect(&pg.compute).await.unwrap();
+        c.sql("SET statement_timeout = '400ms'").await.unwrap();
+        c.begin().await.unwrap();
+        c.sql("INSERT INTO t VALUES (1, 1)").await.unwrap();
+        slow_scans(&pg);
+        let mut stream = c
+            .sql_stream("SELECT l_orderkey, l_linenumber FROM lineitem")
+            .await
+            .unwrap();
+        let mut rows = 0;
+        let e = loop {
+            match stream.next().await {
+                Some(Ok(b)) => rows += b.num_rows(),
+                Some(Err(e)) => break e,
+                None => panic!("the answer ended without an error after {rows} rows"),
+            }
+        };
+        assert!(matches!(e, quarry_client::Error::Deadline(_)), "{e:?}");
+        assert!(e.to_string().contains("rolled back"), "{e}");
+        drop(stream);
+        on_every_store(&pg, "coprocessor_slow_batch", None);
+        let e = c.sql("SELECT count(*) FROM t").await.unwrap_err();
+        assert!(e.to_string().contains("rolled back after an error"), "{e}");
+        let e = c.commit().await.unwrap_err();
+        assert!(e.to_string().contains("nothing was committed"), "{e}");
+        assert!(e.to_string().contains("deadline"), "{e}");
+        let n = c.sql("SELECT count(*) FROM t").await.unwrap();
+        assert_eq!(csv(&n), "count(*)\n0\n");
+    });
+}
+
 #[test]
 fn a_sessions_statement_timeout_bounds_its_writes_too() {
     let _serial = SERIAL.lock();
