@@ -254,14 +254,31 @@ pub async fn run(what: BenchWhat) -> Result<()> {
                 layout: layout.layout(),
             };
             if compare {
+                if let Some(big) = scale_to {
+                    // Checked before the compare run, which takes minutes.
+                    if big.is_nan() || big <= sf {
+                        return Err(anyhow!("--scale-to {big} must be larger than --sf {sf}"));
+                    }
+                    if !opts.queries.iter().any(|q| q == "q1" || q == "q6") {
+                        return Err(anyhow!(
+                            "--scale-to times Q1 and Q6: include q1 or q6 in --queries"
+                        ));
+                    }
+                }
                 for extra in ["scan", "topn"] {
                     if !opts.queries.iter().any(|q| q == extra) {
                         opts.queries.push(extra.into());
                     }
                 }
                 let mut r = bench_compare(&opts).await?;
+                // A failed scaled run is reported with the compare run's
+                // numbers, not instead of them.
+                let mut scaled_failed = None;
                 if let Some(sf) = scale_to {
-                    r.scaled = Some(bench_scaled(&opts, sf).await?);
+                    match bench_scaled(&opts, sf).await {
+                        Ok(s) => r.scaled = Some(s),
+                        Err(e) => scaled_failed = Some(format!("the run at SF {sf} failed: {e:#}")),
+                    }
                 }
                 if json {
                     println!("{}", serde_json::to_string(&r)?);
@@ -276,7 +293,10 @@ pub async fn run(what: BenchWhat) -> Result<()> {
                 {
                     return Err(anyhow!("an answer did not match the expected one"));
                 }
-                return Ok(());
+                return match scaled_failed {
+                    Some(why) => Err(anyhow!(why)),
+                    None => Ok(()),
+                };
             }
             let (load, reports) = bench_tpch(&opts).await?;
             if json {

@@ -881,7 +881,9 @@ impl Streaming {
     /// GC hold or its region calls. The task ends when the plan does,
     /// when the client goes away, or at the deadline; an error ends it
     /// in `failed`, which the client's stream yields after the batches
-    /// already sent.
+    /// already sent. (Known gap: when a client drops a streamed answer
+    /// partway, the stores were seen scanning on to the end of the query,
+    /// so "goes away" is not yet observed to stop it; the deadline does.)
     async fn run(
         mut self,
         tx: tokio::sync::mpsc::Sender<RecordBatch>,
