@@ -881,9 +881,11 @@ impl Streaming {
     /// GC hold or its region calls. The task ends when the plan does,
     /// when the client goes away, or at the deadline; an error ends it
     /// in `failed`, which the client's stream yields after the batches
-    /// already sent. (Known gap: when a client drops a streamed answer
-    /// partway, the stores were seen scanning on to the end of the query,
-    /// so "goes away" is not yet observed to stop it; the deadline does.)
+    /// already sent. (Known gap, `docs/performance.md`: a client that
+    /// cancels its stream with an `RST_STREAM` ends this task at once, but
+    /// the stores' batch calls the dropped plan leaves were seen scanning
+    /// on for seconds, and a Rust (tonic) client that drops its stream was
+    /// not seen to end it at all; the deadline bounds both.)
     async fn run(
         mut self,
         tx: tokio::sync::mpsc::Sender<RecordBatch>,
