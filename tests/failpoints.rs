@@ -441,7 +441,7 @@ const SLOW_QUERY: &str =
 #[test]
 fn a_sessions_statement_timeout_ends_its_query_and_the_scans_on_the_stores() {
     let _serial = SERIAL.lock();
-    let pg = Playground::start(&["--stores", "3", "--sf", "0.01", "--tables", "lineitem"]);
+    let pg = Playground::start_lineitem(&[]);
     runtime().block_on(async {
         let mut a = Client::connect(&pg.compute).await.unwrap();
         let mut b = Client::connect(&pg.compute).await.unwrap();
@@ -476,19 +476,9 @@ fn a_sessions_statement_timeout_ends_its_query_and_the_scans_on_the_stores() {
     });
 }
 
-/// Lineitem at SF 0.01 (60,175 rows), every answer streamed (none
-/// gathered first).
+/// Lineitem at SF 0.01, every answer streamed (none gathered first).
 fn streaming_playground() -> Playground {
-    Playground::start(&[
-        "--stores",
-        "3",
-        "--sf",
-        "0.01",
-        "--tables",
-        "lineitem",
-        "--stream-results-after-mb",
-        "0",
-    ])
+    Playground::start_lineitem(&["--stream-results-after-mb", "0"])
 }
 
 /// Reads `stream` to its error: the rows before it, and the error; panics
@@ -749,7 +739,7 @@ fn a_sessions_statement_timeout_bounds_its_writes_too() {
 #[test]
 fn a_cancelled_query_stops_its_scans_on_the_stores_within_a_second() {
     let _serial = SERIAL.lock();
-    let pg = Playground::start(&["--stores", "3", "--sf", "0.01", "--tables", "lineitem"]);
+    let pg = Playground::start_lineitem(&[]);
     slow_scans(&pg);
     let cancelled = runtime().block_on(async {
         let mut c = Client::connect(&pg.compute).await.unwrap();

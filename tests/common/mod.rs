@@ -47,20 +47,18 @@ impl Playground {
         Self::start_in(tempfile::tempdir().expect("tempdir"), args)
     }
 
+    /// 3 stores and TPC-H lineitem at SF 0.01 (60,175 rows), with `more`
+    /// of the playground's flags.
+    pub fn start_lineitem(more: &[&str]) -> Playground {
+        let mut args = vec!["--stores", "3", "--sf", "0.01", "--tables", "lineitem"];
+        args.extend_from_slice(more);
+        Self::start(&args)
+    }
+
     /// A secure playground (`--secure`): 3 stores, TPC-H lineitem at SF
     /// 0.01, the superuser root with `password`.
     pub fn start_secure(password: &str) -> Playground {
-        Self::start(&[
-            "--stores",
-            "3",
-            "--sf",
-            "0.01",
-            "--tables",
-            "lineitem",
-            "--secure",
-            "--password",
-            password,
-        ])
+        Self::start_lineitem(&["--secure", "--password", password])
     }
 
     pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Playground {
