@@ -1,0 +1,500 @@
+//! `bench tpch --compare`: every setting side by side in one run, DuckDB
+//! over the same rows, and issue 15's targets as measured (the module
+//! docs of `bench` say what each setting is).
+
+use std::io::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use quarry_proto::meta::Layout;
+
+use super::{
+    bench_tpch, load, median, run_interleaved, run_queries, warn_if_busy, BenchOptions,
+    LoadSummary, QueryReport,
+};
+use crate::local::LocalCluster;
+use crate::tpch::{self, Table};
+
+/// `--compare --scale-to SF`: Q1 and Q6 (those of `base`'s queries) on a
+/// fresh embedded cluster holding lineitem at `sf`, column layout, with
+/// `base`'s runs. Its own cluster, loaded and settled like any embedded
+/// bench, so the ratio against the compare run's times is the one-sitting
+/// scaling the target names. (The compare run times its settings in turn
+/// on three compute processes, this one on one.)
+pub async fn bench_scaled(base: &BenchOptions, sf: f64) -> Result<ScaledRun> {
+    let queries: Vec<String> = ["q1", "q6"]
+        .into_iter()
+        .filter(|q| base.queries.iter().any(|b| b == q))
+        .map(String::from)
+        .collect();
+    if queries.is_empty() {
+        bail!("--scale-to times Q1 and Q6: include q1 or q6 in --queries");
+    }
+    let opts = BenchOptions {
+        addr: None,
+        sf,
+        tables: vec![Table::Lineitem],
+        queries,
+        layout: Layout::Column,
+        ..base.clone()
+    };
+    let (load, queries) = bench_tpch(&opts).await?;
+    Ok(ScaledRun {
+        load: load.ok_or_else(|| anyhow!("the scaled run loaded nothing"))?,
+        queries,
+    })
+}
+
+/// What `--compare` measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CompareReport {
+    pub loads: Vec<LoadSummary>,
+    pub queries: Vec<QueryReport>,
+    /// Why DuckDB was not measured, if it was not.
+    pub duckdb_skipped: Option<String>,
+    /// Q1 and Q6 at a larger scale factor (`--scale-to`), if asked for.
+    pub scaled: Option<ScaledRun>,
+}
+
+/// Q1 and Q6 timed on a fresh embedded cluster at a larger scale factor,
+/// after a `--compare` run: the linear-scaling target's other half.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ScaledRun {
+    pub load: LoadSummary,
+    pub queries: Vec<QueryReport>,
+}
+
+/// The geometric mean of column ÷ DuckDB over the 22 TPC-H queries at SF 1
+/// before issue 15 (issue 10's final table, 2026-11-24, in
+/// `docs/performance.md`): the 22 queries must do no worse.
+const TPCH22_BEFORE_ISSUE_15: f64 = 1.59;
+
+impl CompareReport {
+    /// The median time of query `q` under setting `s`, if it was timed.
+    fn median_ms(&self, q: &str, s: &str) -> Option<f64> {
+        self.queries
+            .iter()
+            .find(|x| x.query == q && x.setting == s)
+            .map(|x| x.median_ms)
+    }
+
+    /// The scale factor the settings were compared at.
+    fn sf(&self) -> f64 {
+        self.loads.first().map_or(0.0, |l| l.sf)
+    }
+}
+
+/// The setting whose compute asks for decimals as stored (Decimal128), the
+/// baseline of narrow decimals on the wire.
+const DECIMAL128_WIRE: &str = "column, Decimal128 on wire";
+
+/// `bench tpch --compare`: every setting side by side in one run.
+pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
+    if opts.addr.is_some() {
+        bail!("--compare starts its own cluster; leave out --addr");
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("quarry-compare-")
+        .tempdir()?;
+    let mut cluster = LocalCluster::start(dir.path(), opts.stores, &opts.cluster_args).await?;
+    let result = async {
+        let rows_url = cluster
+            .start_extra_compute("compute-rows", &["--encode".into(), "rows".into()])
+            .await?;
+        let wide_url = cluster
+            .start_extra_compute(
+                "compute-decimal128",
+                &["--encode".into(), "arrow-decimal128".into()],
+            )
+            .await?;
+        let mut loads = Vec::new();
+        let mut queries = Vec::new();
+        loads.push(load(&cluster, opts, Layout::Column).await?);
+        let arrow_url = cluster.compute_url();
+        queries.extend(
+            run_interleaved(
+                &[
+                    ("column", arrow_url.as_str()),
+                    ("column, rows on the wire", rows_url.as_str()),
+                    (DECIMAL128_WIRE, wide_url.as_str()),
+                ],
+                opts,
+            )
+            .await?,
+        );
+        warn_if_busy(&cluster, "the column layout's").await;
+        loads.push(load(&cluster, opts, Layout::Row).await?);
+        queries.extend(run_queries(&cluster.compute_url(), "row", opts).await?);
+        warn_if_busy(&cluster, "the row layout's").await;
+        let duckdb = duckdb_times(dir.path(), opts).await;
+        let duckdb_skipped = match duckdb {
+            Ok(d) => {
+                queries.extend(d);
+                None
+            }
+            Err(e) => Some(format!("{e:#}")),
+        };
+        Ok::<_, anyhow::Error>(CompareReport {
+            loads,
+            queries,
+            duckdb_skipped,
+            scaled: None,
+        })
+    }
+    .await;
+    cluster.stop().await;
+    let report = result?;
+    // Every Quarry setting must give the same answer.
+    for q in &opts.queries {
+        let mut ds = report
+            .queries
+            .iter()
+            .filter(|r| &r.query == q && r.setting != "duckdb");
+        if let Some(first) = ds.next() {
+            if let Some(other) = ds.find(|r| r.digest != first.digest || r.rows != first.rows) {
+                bail!(
+                    "{q}: setting '{}' answered differently from '{}'",
+                    other.setting,
+                    first.setting
+                );
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// The Python that has DuckDB: $QUARRY_PYTHON, the anchors' venv, or
+/// python3.
+fn duckdb_python() -> Result<String> {
+    let mut candidates = Vec::new();
+    if let Ok(p) = std::env::var("QUARRY_PYTHON") {
+        candidates.push(p);
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        let venv = Path::new(&home).join(".cache/quarry-anchors/venv/bin/python");
+        candidates.push(venv.to_string_lossy().into_owned());
+    }
+    candidates.push("python3".into());
+    for c in candidates {
+        let ok = std::process::Command::new(&c)
+            .args(["-c", "import duckdb"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Ok(c);
+        }
+    }
+    Err(anyhow!(
+        "no Python with the duckdb package (set QUARRY_PYTHON, or run ../shared/bench/anchors/run.sh once)"
+    ))
+}
+
+const DUCKDB_SCRIPT: &str = r#"
+import json, sys, time, duckdb
+threads, runs, tables, queries = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
+con = duckdb.connect()
+con.execute(f"SET threads={threads}")
+con.execute("SET enable_progress_bar=false")
+for name, t in tables.items():
+    con.execute(t["ddl"])
+    con.execute(f"COPY {name} FROM '{t['path']}' (DELIMITER '|', HEADER false)")
+def fetch(r):
+    return r.to_arrow_table() if hasattr(r, "to_arrow_table") else r.arrow()
+out = {}
+for name, sql in queries.items():
+    fetch(con.execute(sql))
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fetch(con.execute(sql))
+        times.append((time.perf_counter() - t) * 1e3)
+    out[name] = times
+print(json.dumps(out))
+"#;
+
+/// DuckDB in memory over the same rows (every table the bench loaded,
+/// written as `|`-separated text and created with Quarry's DDL), with as
+/// many threads as this machine has cores.
+async fn duckdb_times(dir: &Path, opts: &BenchOptions) -> Result<Vec<QueryReport>> {
+    let python = duckdb_python()?;
+    let sf = opts.sf;
+    let mut tables = serde_json::Map::new();
+    let mut paths = Vec::new();
+    for &t in &opts.tables {
+        let path = dir.join(format!("{}.tbl", t.name()));
+        let p = path.clone();
+        tokio::task::spawn_blocking(move || write_tbl(t, &p, sf)).await??;
+        tables.insert(
+            t.name().into(),
+            serde_json::json!({ "ddl": t.ddl(), "path": path.to_string_lossy() }),
+        );
+        paths.push(path);
+    }
+    let queries: serde_json::Map<String, serde_json::Value> = opts
+        .queries
+        .iter()
+        .filter_map(|q| tpch::query(q).map(|sql| (q.clone(), sql.into())))
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let out = tokio::time::timeout(
+        Duration::from_secs(1800),
+        tokio::process::Command::new(&python)
+            .args([
+                "-c",
+                DUCKDB_SCRIPT,
+                &threads.to_string(),
+                &opts.runs.max(1).to_string(),
+                &serde_json::Value::Object(tables).to_string(),
+                &serde_json::Value::Object(queries).to_string(),
+            ])
+            .output(),
+    )
+    .await
+    .map_err(|_| anyhow!("DuckDB did not finish within 30 minutes"))??;
+    for p in paths {
+        let _ = std::fs::remove_file(p);
+    }
+    if !out.status.success() {
+        bail!("DuckDB failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
+    let times: std::collections::HashMap<String, Vec<f64>> =
+        serde_json::from_str(last).context("reading DuckDB's times")?;
+    Ok(opts
+        .queries
+        .iter()
+        .filter_map(|q| {
+            let t = times.get(q)?.clone();
+            Some(QueryReport {
+                query: q.clone(),
+                setting: "duckdb".into(),
+                sf,
+                runs: t.len(),
+                min_ms: t.iter().copied().fold(f64::INFINITY, f64::min),
+                median_ms: median(t),
+                rows: 0,
+                answer: "reference".into(),
+                digest: 0,
+            })
+        })
+        .collect())
+}
+
+/// Writes `table` at `sf` as dbgen's `|`-separated text.
+fn write_tbl(table: Table, path: &Path, sf: f64) -> Result<()> {
+    use quarry_coprocessor::codec::row::Datum;
+    use quarry_coprocessor::types::{format_date, format_decimal};
+    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+    let mut line = String::with_capacity(256);
+    let mut err = None;
+    table.generate_part(sf, 1, 1, |_, cols| {
+        line.clear();
+        for (i, (_, d)) in cols.iter().enumerate() {
+            if i > 0 {
+                line.push('|');
+            }
+            match d {
+                Datum::Int(v) => line.push_str(&v.to_string()),
+                Datum::Decimal(v) => line.push_str(&format_decimal(*v, 2)),
+                Datum::Date(v) => line.push_str(&format_date(*v)),
+                Datum::Bytes(b) => line.push_str(&String::from_utf8_lossy(b)),
+                _ => {}
+            }
+        }
+        line.push('\n');
+        if let Err(e) = w.write_all(line.as_bytes()) {
+            err.get_or_insert(e);
+        }
+        Ok(())
+    })?;
+    if let Some(e) = err {
+        return Err(e.into());
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// The `--compare` table: one line per query and setting, then ratios.
+pub fn print_compare(r: &CompareReport) {
+    for l in r.loads.iter().chain(r.scaled.iter().map(|s| &s.load)) {
+        println!(
+            "load {:>6}: {} rows at SF {} into {} regions in {:.1} s ({:.0} rows/s)",
+            l.layout,
+            l.rows,
+            l.sf,
+            l.regions,
+            l.seconds,
+            l.rows as f64 / l.seconds
+        );
+    }
+    println!(
+        "{:<6} {:<28} {:>10} {:>12} {:>9}  answer",
+        "query", "setting", "min ms", "median ms", "rows"
+    );
+    let scaled = r.scaled.iter().flat_map(|s| &s.queries);
+    for q in r.queries.iter().chain(scaled) {
+        // The scaled run's rows say their scale factor.
+        let setting = if q.sf == r.sf() {
+            q.setting.clone()
+        } else {
+            format!("{} at SF {}", q.setting, q.sf)
+        };
+        println!(
+            "{:<6} {:<28} {:>10.1} {:>12.1} {:>9}  {}",
+            q.query, setting, q.min_ms, q.median_ms, q.rows, q.answer
+        );
+    }
+    let med = |q: &str, s: &str| r.median_ms(q, s);
+    let mut names: Vec<&str> = Vec::new();
+    for q in &r.queries {
+        if !names.contains(&q.query.as_str()) {
+            names.push(&q.query);
+        }
+    }
+    for q in names {
+        let col = med(q, "column");
+        let mut parts = Vec::new();
+        if let (Some(c), Some(d)) = (col, med(q, "duckdb")) {
+            parts.push(format!("column/duckdb {:.2}", c / d));
+        }
+        if let (Some(c), Some(rw)) = (col, med(q, "row")) {
+            parts.push(format!("row/column {:.2}", rw / c));
+        }
+        if let (Some(c), Some(w)) = (col, med(q, "column, rows on the wire")) {
+            parts.push(format!("rows-on-wire/arrow {:.2}", w / c));
+        }
+        if let (Some(c), Some(w)) = (col, med(q, DECIMAL128_WIRE)) {
+            parts.push(format!("decimal128-on-wire/decimal64 {:.2}", w / c));
+        }
+        println!("{q}: {}", parts.join(", "));
+    }
+    if let Some(g) = tpch_geomean(r) {
+        println!(
+            "column/duckdb over {} TPC-H queries: geometric mean {:.2}, worst {} {:.2}",
+            g.queries, g.mean, g.worst.0, g.worst.1
+        );
+    }
+    if let Some(why) = &r.duckdb_skipped {
+        println!("duckdb: not measured: {why}");
+    }
+    print_targets(r);
+}
+
+/// The performance targets (issue 15) and where this run stands on each:
+/// one line per target, its measured ratio and whether it is met.
+fn print_targets(r: &CompareReport) {
+    let med = |q: &str, s: &str| r.median_ms(q, s);
+    let verdict = |ok: bool| if ok { "met" } else { "not met" };
+    println!("targets:");
+    for (q, limit) in [("q1", 0.25), ("q6", 0.5)] {
+        if let (Some(c), Some(d)) = (med(q, "column"), med(q, "duckdb")) {
+            let x = c / d;
+            println!(
+                "  {q} column/duckdb <= {limit}: {x:.2} ({})",
+                verdict(x <= limit)
+            );
+        }
+    }
+    for q in ["scan", "topn"] {
+        if let (Some(c), Some(w)) = (med(q, "column"), med(q, "column, rows on the wire")) {
+            let x = w / c;
+            // Top-k runs in the regions: each sends its own ten rows.
+            let note = if q == "topn" {
+                "; it no longer measures the wire: each region sends its top ten"
+            } else {
+                ""
+            };
+            println!(
+                "  {q} rows-on-wire/arrow >= 3: {x:.2} ({}{note})",
+                verdict(x >= 3.0)
+            );
+        }
+    }
+    if let (Some(ms), Some(q)) = (med("q6", "row"), r.queries.iter().find(|x| x.query == "q6")) {
+        // Q6 scans every lineitem row; the cluster shares this machine's
+        // cores with everything else in the run.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let rows = Table::Lineitem.approx_rows(q.sf) as f64;
+        let per_core = rows / (ms / 1000.0) / cores;
+        println!(
+            "  row layout q6 >= 4 M rows/s per core: {:.2} M ({} cores; {})",
+            per_core / 1e6,
+            cores,
+            verdict(per_core >= 4e6)
+        );
+    }
+    let base = r.sf();
+    match &r.scaled {
+        Some(scaled) => {
+            // Linear scaling with a tenth to spare: 11× for SF 10 ÷ SF 1.
+            let limit = 1.1 * scaled.load.sf / base;
+            for q in ["q1", "q6"] {
+                let big = scaled.queries.iter().find(|x| x.query == q);
+                if let (Some(small), Some(big)) = (med(q, "column"), big) {
+                    let x = big.median_ms / small;
+                    println!(
+                        "  {q} SF {} / SF {base} <= {limit:.1}: {x:.1} ({})",
+                        scaled.load.sf,
+                        verdict(x <= limit)
+                    );
+                }
+            }
+        }
+        None => println!("  SF 10 / SF 1 <= 11: not in this run (--scale-to 10)"),
+    }
+    match tpch_geomean(r).filter(|g| g.queries == crate::answers::QUERIES.len()) {
+        Some(g) => println!(
+            "  {} TPC-H queries' column/duckdb geometric mean <= {TPCH22_BEFORE_ISSUE_15} \
+             (before issue 15, another sitting): {:.2} ({})",
+            g.queries,
+            g.mean,
+            verdict(g.mean <= TPCH22_BEFORE_ISSUE_15)
+        ),
+        None => println!("  the 22 TPC-H queries' geometric mean: not in this run (--queries all)"),
+    }
+}
+
+/// Column ÷ DuckDB over the TPC-H queries a run timed on both.
+struct Geomean<'a> {
+    queries: usize,
+    mean: f64,
+    worst: (&'a str, f64),
+}
+
+/// The geometric mean of column ÷ DuckDB over the TPC-H queries `r` timed
+/// on both, and the worst ratio; none for fewer than two queries.
+fn tpch_geomean(r: &CompareReport) -> Option<Geomean<'_>> {
+    let ratios: Vec<(&str, f64)> = r
+        .queries
+        .iter()
+        .filter(|q| q.setting == "column" && q.query.starts_with('q'))
+        .filter_map(|q| {
+            Some((
+                q.query.as_str(),
+                q.median_ms / r.median_ms(&q.query, "duckdb")?,
+            ))
+        })
+        .collect();
+    if ratios.len() < 2 {
+        return None;
+    }
+    let mean = (ratios.iter().map(|(_, x)| x.ln()).sum::<f64>() / ratios.len() as f64).exp();
+    let worst = ratios
+        .iter()
+        .copied()
+        .fold(("", 0.0), |a, b| if b.1 > a.1 { b } else { a });
+    Some(Geomean {
+        queries: ratios.len(),
+        mean,
+        worst,
+    })
+}
