@@ -72,6 +72,9 @@ enum Cmd {
         #[command(subcommand)]
         what: UserWhat,
     },
+    /// Run sqllogictest files (SQLite's format) against a compute
+    /// process and print each file's pass rate and failures.
+    Slt(SltArgs),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -409,6 +412,23 @@ struct SqlArgs {
     /// session (so `BEGIN; ...; COMMIT` is one transaction). Without it,
     /// an interactive shell (`\?` for its commands).
     sql: Option<String>,
+}
+
+#[derive(Args)]
+struct SltArgs {
+    /// Compute address, e.g. http://127.0.0.1:4000. Every file starts by
+    /// dropping all tables: point it at a scratch cluster.
+    #[arg(long)]
+    addr: String,
+    /// The most seconds one statement may take; past it the file stops.
+    #[arg(long, default_value_t = 60)]
+    timeout_secs: u64,
+    /// How many failures to print per file.
+    #[arg(long, default_value_t = 5)]
+    show: usize,
+    /// The .slt / .test files.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
 }
 
 fn init_logging(default: &str) {
@@ -803,7 +823,42 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Bench { what } => bench_cmd::run(what).await,
+        Cmd::Slt(a) => {
+            init_logging("warn");
+            run_slt(a).await
+        }
     }
+}
+
+/// `quarry slt`: each file's records, then the pass rate of them all.
+async fn run_slt(a: SltArgs) -> Result<()> {
+    let timeout = Duration::from_secs(a.timeout_secs);
+    let (mut run, mut passed) = (0usize, 0usize);
+    for path in &a.files {
+        let r = quarry::slt::run_file(&a.addr, path, timeout).await;
+        run += r.run;
+        passed += r.passed();
+        println!(
+            "{}: {}/{} passed in {:.1}s{}",
+            path.display(),
+            r.passed(),
+            r.run,
+            r.elapsed.as_secs_f64(),
+            r.fatal
+                .as_ref()
+                .map_or(String::new(), |f| format!(" (stopped: {f})"))
+        );
+        for f in r.failures.iter().take(a.show) {
+            println!("  {}", f.replace('\n', "\n    "));
+        }
+    }
+    let rate = if run == 0 {
+        0.0
+    } else {
+        100.0 * passed as f64 / run as f64
+    };
+    println!("total: {passed}/{run} records passed ({rate:.2}%)");
+    Ok(())
 }
 
 /// Runs one statement of `quarry sql` and prints its answer. CSV and JSON

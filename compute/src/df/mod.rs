@@ -35,8 +35,11 @@
 //! overflow rules differ.
 
 pub mod aggregates;
+pub mod decorrelate;
 pub mod float_division;
+pub mod functions;
 pub mod join_keys;
+pub mod output_names;
 pub mod plan_cache;
 pub mod point_get;
 pub mod pushdown;
@@ -139,6 +142,9 @@ pub struct PlannedQuery {
     /// How the plan cache took part (`plan_cache.rs`), and the context
     /// the rest of the planning runs in.
     cached: Cached,
+    /// The answer's schema where it is not the plan's: repeated output
+    /// names, restored (`output_names.rs`).
+    renamed: Option<arrow::datatypes::SchemaRef>,
 }
 
 /// A planned query and the plan cache.
@@ -168,8 +174,31 @@ impl Cached {
 }
 
 impl PlannedQuery {
+    /// The answer's schema, as announced to the client before the query
+    /// runs; every batch is relabelled to it ([`conform`]).
     pub fn schema(&self) -> arrow::datatypes::SchemaRef {
-        Arc::new(self.plan.schema().as_arrow().clone())
+        match &self.renamed {
+            Some(s) => s.clone(),
+            None => Arc::new(self.plan.schema().as_arrow().clone()),
+        }
+    }
+
+    /// Gives the answer's columns the `names` given (None: keep).
+    fn rename(&mut self, names: &[Option<String>]) {
+        let schema = self.plan.schema().as_arrow().clone();
+        let fields: Vec<arrow::datatypes::FieldRef> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| match names.get(i) {
+                Some(Some(n)) => Arc::new(f.as_ref().clone().with_name(n)),
+                _ => f.clone(),
+            })
+            .collect();
+        self.renamed = Some(Arc::new(arrow::datatypes::Schema::new_with_metadata(
+            fields,
+            schema.metadata().clone(),
+        )));
     }
 
     /// The types DataFusion inferred for the placeholders `$1` …
@@ -260,7 +289,9 @@ impl SqlSession {
             .with_default_features()
             .build();
         aggregates::register(&mut state);
+        functions::register(&mut state);
         state.add_analyzer_rule(Arc::new(float_division::FloatDivisionByZero));
+        decorrelate::install(&mut state);
         let state = rules::install(state);
         SqlSession {
             base: state,
@@ -426,7 +457,20 @@ impl SqlSession {
     /// Plans `query` against the cluster's tables now (one meta call).
     pub async fn plan(&self, query: ParsedQuery) -> Result<PlannedQuery> {
         let tables = self.cluster.list_tables().await?;
-        self.plan_over(query, tables, true).await
+        match self.plan_over(query.clone(), tables.clone(), true).await {
+            // Repeated output names: planned with unique ones, answered
+            // with the repeats (`output_names.rs`).
+            Err(e) if output_names::is_duplicate_name_error(&e) => {
+                let mut query = query;
+                let Some(names) = output_names::dedupe(&mut query.0) else {
+                    return self.plan_over(query, tables, true).await;
+                };
+                let mut planned = self.plan_over(query, tables, true).await?;
+                planned.rename(&names);
+                Ok(planned)
+            }
+            other => other,
+        }
     }
 
     /// [`SqlSession::plan`], with `table` also showing each row's handle
@@ -483,6 +527,7 @@ impl SqlSession {
                 plan: kept.logical.clone(),
                 sql,
                 cached,
+                renamed: None,
             });
         }
         let ctx = self.context_of(tables)?;
@@ -502,7 +547,12 @@ impl SqlSession {
                 Cached::No(ctx)
             }
         };
-        Ok(PlannedQuery { plan, sql, cached })
+        Ok(PlannedQuery {
+            plan,
+            sql,
+            cached,
+            renamed: None,
+        })
     }
 
     /// The types DataFusion infers for the placeholders `$1` … `$count`
@@ -555,7 +605,9 @@ impl SqlSession {
     pub async fn stream_at(&self, q: PlannedQuery, read_ts: u64) -> Result<QueryStream> {
         let hold = self.txns.hold_read(read_ts);
         let schema = q.schema();
-        let PlannedQuery { plan, sql, cached } = q;
+        let PlannedQuery {
+            plan, sql, cached, ..
+        } = q;
         let started = std::time::Instant::now();
         if let Some(ctx) = cached.context() {
             with_moment(ctx.state_ref().write().config_mut(), read_ts);
@@ -603,14 +655,18 @@ impl SqlSession {
             sql,
             started,
         };
-        let batches = futures::stream::unfold(Some(running), |running| async move {
-            let mut running = running?;
-            match running.stream.next().await {
-                Some(Ok(batch)) => Some((Ok(batch), Some(running))),
-                Some(Err(e)) => Some((Err(from_df(e)), None)),
-                None => {
-                    running.finish();
-                    None
+        let announced = schema.clone();
+        let batches = futures::stream::unfold(Some(running), move |running| {
+            let announced = announced.clone();
+            async move {
+                let mut running = running?;
+                match running.stream.next().await {
+                    Some(Ok(batch)) => Some((conform(batch, &announced), Some(running))),
+                    Some(Err(e)) => Some((Err(from_df(e)), None)),
+                    None => {
+                        running.finish();
+                        None
+                    }
                 }
             }
         });
@@ -619,6 +675,42 @@ impl SqlSession {
             batches: batches.boxed(),
         })
     }
+}
+
+/// `batch` with the schema announced for its query ([`PlannedQuery::schema`],
+/// the logical plan's, which GetFlightInfo sends before the plan runs).
+/// The physical plan may know more than the logical one did: a folded
+/// constant (`SELECT 36 + 25 * NULLIF(20, 9)`) is never NULL, and ADBC and
+/// JDBC refuse a stream whose schema differs from the announced one in
+/// anything, nullability included. So every batch is relabelled with the
+/// announced schema (a type that differs is cast); a NULL in a column
+/// announced NOT NULL is an internal error rather than a silent mismatch.
+pub fn conform(batch: RecordBatch, announced: &arrow::datatypes::SchemaRef) -> Result<RecordBatch> {
+    if Arc::ptr_eq(&batch.schema(), announced) || batch.schema().as_ref() == announced.as_ref() {
+        return Ok(batch);
+    }
+    if batch.num_columns() != announced.fields().len() {
+        return Err(Error::Internal(format!(
+            "a query announced {} columns and made {}",
+            announced.fields().len(),
+            batch.num_columns()
+        )));
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(announced.fields())
+        .map(|(c, f)| match c.data_type() == f.data_type() {
+            true => Ok(c.clone()),
+            false => arrow::compute::cast(c, f.data_type()),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        announced.clone(),
+        columns,
+        &options,
+    )?)
 }
 
 /// A query as it runs ([`SqlSession::stream_at`]).
