@@ -423,6 +423,11 @@ struct SltArgs {
     /// The most seconds one statement may take; past it the file stops.
     #[arg(long, default_value_t = 60)]
     timeout_secs: u64,
+    /// Answers of more values than this compare as an MD5 hash, until a
+    /// file's `hash-threshold` record says otherwise (SQLite's runner's
+    /// default, which its corpus assumes; 0: never).
+    #[arg(long, default_value_t = 8)]
+    hash_threshold: usize,
     /// How many failures to print per file.
     #[arg(long, default_value_t = 5)]
     show: usize,
@@ -832,10 +837,13 @@ async fn run(cli: Cli) -> Result<()> {
 
 /// `quarry slt`: each file's records, then the pass rate of them all.
 async fn run_slt(a: SltArgs) -> Result<()> {
-    let timeout = Duration::from_secs(a.timeout_secs);
+    let options = quarry::slt::RunOptions {
+        timeout: Duration::from_secs(a.timeout_secs),
+        hash_threshold: a.hash_threshold,
+    };
     let (mut run, mut passed) = (0usize, 0usize);
     for path in &a.files {
-        let r = quarry::slt::run_file(&a.addr, path, timeout).await;
+        let r = quarry::slt::run_file(&a.addr, path, options).await;
         run += r.run;
         passed += r.passed();
         println!(

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use arrow::array::{Array, ArrayRef, BooleanArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
 use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::{not_impl_err, DataFusionError, Result as DfResult, ScalarValue};
 use datafusion::execution::{FunctionRegistry, SessionState};
@@ -136,17 +136,26 @@ impl AggregateUDFImpl for QuarryAggregate {
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
-        if args.is_distinct {
-            return not_impl_err!(
-                "{}(DISTINCT …) together with other aggregates is not supported yet",
-                self.name().to_uppercase()
-            );
-        }
         let f = self.function(args.expr_fields[0].data_type())?;
+        if args.is_distinct {
+            return Ok(Box::new(Distinct {
+                function: f,
+                data_type: args.expr_fields[0].data_type().clone(),
+                values: Default::default(),
+            }));
+        }
         Ok(Box::new(SingleGroup(Groups::new(f)?)))
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
+        if args.is_distinct {
+            let item = Field::new_list_field(args.input_fields[0].data_type().clone(), true);
+            return Ok(vec![Arc::new(Field::new(
+                format!("{}[distinct]", args.name),
+                DataType::List(Arc::new(item)),
+                true,
+            ))]);
+        }
         let f = self.function(args.input_fields[0].data_type())?;
         let names: &[&str] = match self.kind {
             AggKind::Avg => &["sum", "count"],
@@ -177,6 +186,73 @@ impl AggregateUDFImpl for QuarryAggregate {
 
     fn order_sensitivity(&self) -> AggregateOrderSensitivity {
         AggregateOrderSensitivity::Insensitive
+    }
+}
+
+/// SUM or AVG of DISTINCT values beside other aggregates (alone, DataFusion
+/// turns it into a GROUP BY): the distinct values are kept, shipped
+/// between stages as a list, and summed by the coprocessor's accumulator
+/// at the end, so the result type and overflow rules are the plain
+/// aggregate's.
+#[derive(Debug)]
+struct Distinct {
+    function: AggregateFunction,
+    data_type: DataType,
+    values: std::collections::HashSet<ScalarValue>,
+}
+
+impl Distinct {
+    fn add(&mut self, values: &ArrayRef) -> DfResult<()> {
+        for i in 0..values.len() {
+            if values.is_valid(i) {
+                self.values.insert(ScalarValue::try_from_array(values, i)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn values(&self) -> DfResult<ArrayRef> {
+        match self.values.is_empty() {
+            true => Ok(arrow::array::new_empty_array(&self.data_type)),
+            false => ScalarValue::iter_to_array(self.values.iter().cloned()),
+        }
+    }
+}
+
+impl Accumulator for Distinct {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> DfResult<()> {
+        values.first().map_or(Ok(()), |v| self.add(v))
+    }
+
+    fn evaluate(&mut self) -> DfResult<ScalarValue> {
+        let mut acc = SingleGroup(Groups::new(self.function.clone())?);
+        acc.update_batch(&[self.values()?])?;
+        acc.evaluate()
+    }
+
+    fn size(&self) -> usize {
+        64 + self.values.iter().map(|v| v.size()).sum::<usize>()
+    }
+
+    fn state(&mut self) -> DfResult<Vec<ScalarValue>> {
+        let values: Vec<ScalarValue> = self.values.iter().cloned().collect();
+        Ok(vec![ScalarValue::List(ScalarValue::new_list_nullable(
+            &values,
+            &self.data_type,
+        ))])
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> DfResult<()> {
+        let Some(lists) = states.first() else {
+            return Ok(());
+        };
+        let lists = lists.as_list::<i32>();
+        for i in 0..lists.len() {
+            if lists.is_valid(i) {
+                self.add(&lists.value(i))?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -183,16 +183,24 @@ impl PlannedQuery {
         }
     }
 
-    /// Gives the answer's columns the `names` given (None: keep).
-    fn rename(&mut self, names: &[Option<String>]) {
+    /// Gives the answer's columns the names `names` says
+    /// (`output_names.rs`).
+    fn rename(&mut self, names: &[output_names::Restore]) {
+        use output_names::Restore;
         let schema = self.plan.schema().as_arrow().clone();
         let fields: Vec<arrow::datatypes::FieldRef> = schema
             .fields()
             .iter()
             .enumerate()
-            .map(|(i, f)| match names.get(i) {
-                Some(Some(n)) => Arc::new(f.as_ref().clone().with_name(n)),
-                _ => f.clone(),
+            .map(|(i, f)| {
+                let name = match names.get(i) {
+                    Some(Restore::Name(n)) => n.clone(),
+                    Some(Restore::FromPlan) => {
+                        named_in_plan(&self.plan, i).unwrap_or_else(|| f.name().clone())
+                    }
+                    _ => return f.clone(),
+                };
+                Arc::new(f.as_ref().clone().with_name(name))
             })
             .collect();
         self.renamed = Some(Arc::new(arrow::datatypes::Schema::new_with_metadata(
@@ -213,6 +221,31 @@ fn parameter_types(plan: &LogicalPlan, count: usize) -> Vec<Option<DataType>> {
     (1..=count)
         .map(|n| types.get(&format!("${n}")).cloned().flatten())
         .collect()
+}
+
+/// The name DataFusion gives the expression under the private alias of
+/// the outermost SELECT list's `i`th item: a column's own name, or the
+/// expression's.
+fn named_in_plan(plan: &LogicalPlan, i: usize) -> Option<String> {
+    let private = output_names::private_alias(i);
+    let mut found = None;
+    let _ = plan.apply(|node| {
+        if let LogicalPlan::Projection(p) = node {
+            for e in &p.expr {
+                if let datafusion::logical_expr::Expr::Alias(a) = e {
+                    if a.name == private {
+                        found = Some(match a.expr.as_ref() {
+                            datafusion::logical_expr::Expr::Column(c) => c.name.clone(),
+                            other => other.schema_name().to_string(),
+                        });
+                        return Ok(TreeNodeRecursion::Stop);
+                    }
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
 }
 
 /// Plans and runs SQL queries over the cluster's tables.
