@@ -302,10 +302,17 @@ async fn clean_slate(client: &mut Client) -> Result<()> {
     for b in &batches {
         let names = b.column(0).as_string::<i32>();
         for name in names.iter().flatten() {
-            client
+            // SHOW TABLES lists views too: DROP TABLE refuses them.
+            if client
                 .sql(&format!("DROP TABLE IF EXISTS \"{name}\""))
                 .await
-                .with_context(|| format!("dropping {name}"))?;
+                .is_err()
+            {
+                client
+                    .sql(&format!("DROP VIEW IF EXISTS \"{name}\""))
+                    .await
+                    .with_context(|| format!("dropping {name}"))?;
+            }
         }
     }
     Ok(())

@@ -226,12 +226,45 @@ impl Cluster {
     }
 
     pub async fn list_tables(&self) -> Result<Vec<TableDef>> {
+        Ok(self.catalog().await?.tables)
+    }
+
+    /// Every table and view, in one meta call.
+    pub async fn catalog(&self) -> Result<ListTablesResponse> {
+        self.meta("listing tables", |mut c| async move {
+            c.list_tables(ListTablesRequest {}).await
+        })
+        .await
+    }
+
+    /// Creates (or with `or_replace` replaces) a view; true if one was
+    /// replaced.
+    pub async fn create_view(&self, view: ViewDef, or_replace: bool) -> Result<bool> {
+        let req = CreateViewRequest {
+            view: Some(view),
+            or_replace,
+        };
         Ok(self
-            .meta("listing tables", |mut c| async move {
-                c.list_tables(ListTablesRequest {}).await
+            .meta_ddl("creating a view", |mut c| {
+                let r = req.clone();
+                async move { c.create_view(r).await }
             })
             .await?
-            .tables)
+            .replaced)
+    }
+
+    pub async fn drop_view(&self, name: &str, if_exists: bool) -> Result<bool> {
+        let req = DropViewRequest {
+            name: name.into(),
+            if_exists,
+        };
+        Ok(self
+            .meta_ddl("dropping a view", |mut c| {
+                let r = req.clone();
+                async move { c.drop_view(r).await }
+            })
+            .await?
+            .dropped)
     }
 
     /// Creates a table. Every try carries one request id, so a retry

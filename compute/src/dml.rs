@@ -25,6 +25,7 @@
 //! shows. The rows a statement changes are held in compute's memory until
 //! the commit.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
@@ -286,7 +287,7 @@ pub async fn update(
             let mut enc = RowEncoder::new();
             let mut mutations = Vec::with_capacity(out.num_rows());
             for b in &out.batches {
-                mutations.extend(encode_rows(table, types, b, &mut enc)?);
+                mutations.extend(encode_rows(table, types, b, &mut enc, Op::Put)?);
             }
             Ok(mutations)
         }
@@ -326,14 +327,132 @@ where
     .await
 }
 
-/// The rows of `batch` (the key, then every column's new value) as row
-/// puts, each value cast to its column's type and checked against it.
+/// `INSERT INTO table [(columns)] query`, in `txn` or on its own: the
+/// query runs at the statement's snapshot (so `INSERT INTO t SELECT * FROM
+/// t` reads the rows there were before it) and its rows are inserted as
+/// one transaction, each value cast to its column's type and checked as
+/// INSERT ... VALUES checks it; a row whose key exists fails the whole
+/// statement. Returns how many rows.
+pub async fn insert_select(
+    engine: &QueryEngine,
+    table: &TableDef,
+    columns: &[String],
+    query: &str,
+    txn: Option<&OpenTxn>,
+) -> Result<usize> {
+    let targets = crate::insert::target_positions(table, columns)?;
+    let types = crate::insert::column_types(table)?;
+    let handle_pos = table
+        .columns
+        .iter()
+        .position(|c| c.id == table.handle_column_id);
+    let rows_at = |start_ts: u64| {
+        let (targets, types) = (&targets, &types);
+        async move {
+            let out = engine.query_at(query, start_ts, table).await?;
+            let width = out.schema.fields().len();
+            if width != targets.len() {
+                return Err(plan_err!(
+                    "INSERT into {} names {} columns but its query gives {width}",
+                    table.name,
+                    targets.len()
+                ));
+            }
+            let rows = out.num_rows();
+            let mut handles = match handle_pos {
+                Some(_) => Vec::new(),
+                None if rows == 0 => Vec::new(),
+                None => {
+                    let first = engine
+                        .cluster
+                        .alloc_handles(table.id, rows as u64, 0)
+                        .await?;
+                    (0..rows as i64).map(|i| first + i).collect()
+                }
+            }
+            .into_iter();
+            let mut enc = RowEncoder::new();
+            let mut seen = std::collections::HashSet::new();
+            let mut mutations = Vec::with_capacity(rows);
+            for b in &out.batches {
+                // Every column of the table, in order; the ones not
+                // targeted are NULL.
+                let mut full: Vec<ArrayRef> = types
+                    .iter()
+                    .map(|(dt, ..)| arrow::array::new_null_array(dt, b.num_rows()))
+                    .collect();
+                for (i, &pos) in targets.iter().enumerate() {
+                    full[pos] = b.column(i).clone();
+                }
+                let keys: ArrayRef = match handle_pos {
+                    Some(p) => cast_with_options(
+                        &full[p],
+                        &DataType::Int64,
+                        &CastOptions {
+                            safe: false,
+                            ..Default::default()
+                        },
+                    )
+                    .map_err(|e| plan_err!("primary key {}: {e}", table.columns[p].name))?,
+                    None => Arc::new(arrow::array::Int64Array::from_iter_values(
+                        handles.by_ref().take(b.num_rows()),
+                    )),
+                };
+                let keys = keys.as_primitive::<Int64Type>();
+                for r in 0..keys.len() {
+                    if keys.is_null(r) {
+                        let p = handle_pos.unwrap_or_default();
+                        return Err(plan_err!(
+                            "column {} is NOT NULL but a row of the query gives it no value",
+                            table.columns[p].name
+                        ));
+                    }
+                    if !seen.insert(keys.value(r)) {
+                        return Err(plan_err!(
+                            "duplicate key: handle {} appears twice in this INSERT",
+                            keys.value(r)
+                        ));
+                    }
+                }
+                let mut columns = vec![Arc::new(keys.clone()) as ArrayRef];
+                columns.extend(full);
+                let batch = RecordBatch::try_new_with_options(
+                    rows_schema(table, types),
+                    columns,
+                    &arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
+                )?;
+                mutations.extend(encode_rows(table, types, &batch, &mut enc, Op::Insert)?);
+            }
+            Ok(mutations)
+        }
+    };
+    write(engine, table, txn, rows_at).await
+}
+
+/// The schema of [`encode_rows`]'s input for `table`: the handle, then
+/// every column as a nullable field of its type.
+fn rows_schema(table: &TableDef, types: &[(DataType, bool, u32)]) -> arrow::datatypes::SchemaRef {
+    let mut fields = vec![arrow::datatypes::Field::new("_key", DataType::Int64, false)];
+    for (c, (dt, ..)) in table.columns.iter().zip(types) {
+        fields.push(arrow::datatypes::Field::new(&c.name, dt.clone(), true));
+    }
+    Arc::new(arrow::datatypes::Schema::new(fields))
+}
+
+/// The rows of `batch` (the key, then every column's value) as row
+/// mutations of kind `op` (UPDATE's `Put`, INSERT's `Insert`), each value
+/// cast to its column's type and checked against it.
 fn encode_rows(
     table: &TableDef,
     types: &[(DataType, bool, u32)],
     batch: &RecordBatch,
     enc: &mut RowEncoder,
+    op: Op,
 ) -> Result<Vec<Mutation>> {
+    let (what, verb) = match op {
+        Op::Insert => ("value", "INSERT"),
+        _ => ("new value", "UPDATE"),
+    };
     let handles = batch
         .column(0)
         .as_primitive_opt::<Int64Type>()
@@ -351,7 +470,7 @@ fn encode_rows(
                 let out_of_range = matches!(e, arrow::error::ArrowError::ArithmeticOverflow(_))
                     || e.to_string().contains("too large")
                     || e.to_string().contains("overflow");
-                let what = format!("new value of column {} ", c.name);
+                let what = format!("{what} of column {} ", c.name);
                 if out_of_range {
                     Error::Overflow(format!("{what}is out of range for {}: {e}", sql_name(dt)))
                 } else {
@@ -371,7 +490,7 @@ fn encode_rows(
             match &d {
                 Datum::Null if !nullable => {
                     return Err(plan_err!(
-                        "column {} is NOT NULL: UPDATE cannot set it to NULL",
+                        "column {} is NOT NULL: {verb} cannot set it to NULL",
                         def.name
                     ))
                 }
@@ -379,7 +498,7 @@ fn encode_rows(
                     let s = String::from_utf8_lossy(b);
                     if s.chars().count() > *max_len as usize {
                         return Err(plan_err!(
-                            "new value of column {} is too long for VARCHAR({max_len}): '{s}'",
+                            "{what} of column {} is too long for VARCHAR({max_len}): '{s}'",
                             def.name
                         ));
                     }
@@ -391,7 +510,7 @@ fn encode_rows(
         let mut value = Vec::new();
         enc.encode(&datums, &mut value)?;
         out.push(Mutation {
-            op: Op::Put as i32,
+            op: op as i32,
             key: record_key(table.id, handles.value(r)),
             value,
         });

@@ -275,13 +275,13 @@ impl QueryEngine {
         if let Some(t) = self.cluster.get_table(name).await? {
             return Ok(t);
         }
-        let mut names: Vec<String> = self
-            .cluster
-            .list_tables()
-            .await?
-            .into_iter()
-            .map(|t| t.name)
-            .collect();
+        let catalog = self.cluster.catalog().await?;
+        if catalog.views.iter().any(|v| v.name == name) {
+            return Err(plan_err!(
+                "{name} is a view: INSERT, UPDATE, DELETE and DESCRIBE take tables"
+            ));
+        }
+        let mut names: Vec<String> = catalog.tables.into_iter().map(|t| t.name).collect();
         names.sort();
         Err(if names.is_empty() {
             plan_err!("unknown table '{name}': there are no tables yet")
@@ -577,9 +577,14 @@ impl QueryEngine {
                     "a transaction is already open; COMMIT or ROLLBACK it first"
                 ))
             }
-            Parsed::Statement(Statement::CreateTable(_) | Statement::DropTable { .. }) => {
+            Parsed::Statement(
+                Statement::CreateTable(_)
+                | Statement::DropTable { .. }
+                | Statement::CreateView(_)
+                | Statement::DropView { .. },
+            ) => {
                 return Err(plan_err!(
-                    "CREATE and DROP TABLE do not run inside a transaction; \
+                    "CREATE and DROP TABLE and VIEW do not run inside a transaction; \
                      COMMIT or ROLLBACK it first"
                 ))
             }
@@ -711,6 +716,19 @@ impl QueryEngine {
                     .into()],
                 )?)
             }
+            Statement::CreateView(v) => Prepared::Done(self.create_view(v).await?),
+            Statement::DropView { name, if_exists } => {
+                let dropped = self.cluster.drop_view(&name, if_exists).await?;
+                Prepared::Done(text_output(
+                    "result",
+                    vec![if dropped {
+                        "DROP VIEW"
+                    } else {
+                        "DROP VIEW (did not exist)"
+                    }
+                    .into()],
+                )?)
+            }
             Statement::Insert(ins) => {
                 let table = self.table(&ins.table).await?;
                 let n = self
@@ -733,12 +751,12 @@ impl QueryEngine {
                 Prepared::Done(count_output(n)?)
             }
             Statement::ShowTables => {
-                let mut names: Vec<String> = self
-                    .cluster
-                    .list_tables()
-                    .await?
+                let catalog = self.cluster.catalog().await?;
+                let mut names: Vec<String> = catalog
+                    .tables
                     .into_iter()
                     .map(|t| t.name)
+                    .chain(catalog.views.into_iter().map(|v| v.name))
                     .collect();
                 names.sort();
                 Prepared::Done(text_output("name", names)?)
@@ -795,6 +813,30 @@ impl QueryEngine {
             ],
         )?;
         Ok(QueryOutput::single(schema, batch))
+    }
+
+    /// CREATE VIEW: the query must plan over the tables and views there
+    /// are now (and give as many columns as the view names) before meta
+    /// stores it.
+    async fn create_view(&self, v: sql::CreateView) -> Result<QueryOutput> {
+        let catalog = self.cluster.catalog().await?;
+        if v.if_not_exists && catalog.views.iter().any(|x| x.name == v.name) {
+            return text_output("result", vec!["CREATE VIEW (exists)".into()]);
+        }
+        let def = quarry_proto::meta::ViewDef {
+            name: v.name,
+            sql: v.query,
+            columns: v.columns,
+        };
+        self.sql
+            .view_schema(&def, catalog.tables, &catalog.views)
+            .await?;
+        let replaced = self.cluster.create_view(def, v.or_replace).await?;
+        let word = match replaced {
+            true => "CREATE VIEW (replaced)",
+            false => "CREATE VIEW",
+        };
+        text_output("result", vec![word.into()])
     }
 
     async fn create_table(&self, ct: sql::CreateTable) -> Result<QueryOutput> {

@@ -125,6 +125,9 @@ pub async fn insert(
     ins: &Insert,
     txn: Option<&OpenTxn>,
 ) -> Result<usize> {
+    if let Some(query) = &ins.query {
+        return crate::dml::insert_select(engine, table, &ins.columns, query, txn).await;
+    }
     let mutations = mutations(engine, table, ins).await?;
     if mutations.is_empty() {
         return Ok(0);
@@ -148,16 +151,13 @@ pub async fn insert(
     Ok(n)
 }
 
-/// The rows of `ins`, checked and encoded as `Insert` mutations.
-async fn mutations(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Result<Vec<Mutation>> {
-    if ins.rows.is_empty() {
-        return Ok(vec![]);
-    }
-    // Target column positions in the table.
-    let targets: Vec<usize> = if ins.columns.is_empty() {
+/// The positions in `table` of the target columns `columns` of an
+/// INSERT (empty: every column, in table order), each at most once.
+pub(crate) fn target_positions(table: &TableDef, columns: &[String]) -> Result<Vec<usize>> {
+    let targets: Vec<usize> = if columns.is_empty() {
         (0..table.columns.len()).collect()
     } else {
-        ins.columns
+        columns
             .iter()
             .map(|name| {
                 table
@@ -183,6 +183,15 @@ async fn mutations(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Resu
             table.columns[*dup].name
         ));
     }
+    Ok(targets)
+}
+
+/// The rows of `ins`, checked and encoded as `Insert` mutations.
+async fn mutations(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Result<Vec<Mutation>> {
+    if ins.rows.is_empty() {
+        return Ok(vec![]);
+    }
+    let targets = target_positions(table, &ins.columns)?;
     let types = column_types(table)?;
     let handle_pos = table
         .columns

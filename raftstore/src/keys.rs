@@ -64,9 +64,17 @@ pub const TSO_LIMIT: &[u8] = b"mo";
 pub const DROPPED_REGION: &[u8] = b"mg";
 /// Users who may log in to compute, by name (`UserDef`).
 pub const USER: &[u8] = b"mu";
+/// Views, by name (`ViewDef`; `meta/views.rs`).
+pub const VIEW: &[u8] = b"mv";
 
 pub fn table_key(name: &str) -> Vec<u8> {
     let mut k = TABLE_BY_NAME.to_vec();
+    encode_bytes(&mut k, name.as_bytes());
+    k
+}
+
+pub fn view_key(name: &str) -> Vec<u8> {
+    let mut k = VIEW.to_vec();
     encode_bytes(&mut k, name.as_bytes());
     k
 }

@@ -67,6 +67,7 @@ use crate::{Error, Result};
 mod dropped;
 mod repair;
 mod users;
+mod views;
 pub use repair::REPAIR_CONCURRENCY;
 
 /// The first id handed out by the allocator (smaller ones are reserved).
@@ -524,6 +525,12 @@ impl<E: Engine> Meta<E> {
         let mut table = req
             .table
             .ok_or_else(|| Error::InvalidInput("CREATE TABLE without a table".into()))?;
+        if self.view_here(&table.name)?.is_some() {
+            return Err(Error::InvalidInput(format!(
+                "a view named {} exists; a table cannot take its name",
+                table.name
+            )));
+        }
         if let Some(existing) = self.get_table(&table.name).await? {
             let ours = !req.request_id.is_empty() && existing.created_by == req.request_id;
             if req.if_not_exists || ours {
@@ -695,6 +702,11 @@ impl<E: Engine> Meta<E> {
     pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<bool> {
         let _ddl = self.ddl.lock().await;
         let Some(table) = self.get_table(name).await? else {
+            if self.view_here(name)?.is_some() {
+                return Err(Error::InvalidInput(format!(
+                    "{name} is a view, not a table: use DROP VIEW"
+                )));
+            }
             if if_exists {
                 return Ok(false);
             }

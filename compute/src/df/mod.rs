@@ -49,6 +49,7 @@ pub mod selectivity;
 pub mod shared_scan;
 pub mod stats;
 pub mod table;
+pub mod views;
 
 use std::sync::Arc;
 
@@ -71,7 +72,7 @@ use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use futures::{StreamExt, TryStreamExt};
 use quarry_coprocessor::codec::key::ROWID_COLUMN_ID;
 use quarry_proto::coprocessor::DagRequest;
-use quarry_proto::meta::{ColumnDef, FieldType, TableDef, TypeKind};
+use quarry_proto::meta::{ColumnDef, FieldType, TableDef, TypeKind, ViewDef};
 
 use self::plan_cache::{Catalog, PlanCache, Plans};
 use self::region_scan::{RegionScanExec, ScanContext};
@@ -489,16 +490,20 @@ impl SqlSession {
 
     /// Plans `query` against the cluster's tables now (one meta call).
     pub async fn plan(&self, query: ParsedQuery) -> Result<PlannedQuery> {
-        let tables = self.cluster.list_tables().await?;
-        match self.plan_over(query.clone(), tables.clone(), true).await {
+        let catalog = self.cluster.catalog().await?;
+        let (tables, views) = (catalog.tables, catalog.views);
+        match self
+            .plan_over(query.clone(), tables.clone(), &views, true)
+            .await
+        {
             // Repeated output names: planned with unique ones, answered
             // with the repeats (`output_names.rs`).
             Err(e) if output_names::is_duplicate_name_error(&e) => {
                 let mut query = query;
                 let Some(names) = output_names::dedupe(&mut query.0) else {
-                    return self.plan_over(query, tables, true).await;
+                    return self.plan_over(query, tables, &views, true).await;
                 };
-                let mut planned = self.plan_over(query, tables, true).await?;
+                let mut planned = self.plan_over(query, tables, &views, true).await?;
                 planned.rename(&names);
                 Ok(planned)
             }
@@ -515,7 +520,8 @@ impl SqlSession {
         query: ParsedQuery,
         table: &TableDef,
     ) -> Result<PlannedQuery> {
-        let mut tables = self.cluster.list_tables().await?;
+        let catalog = self.cluster.catalog().await?;
+        let (mut tables, views) = (catalog.tables, catalog.views);
         let no_key = table.handle_column_id == 0;
         for t in tables.iter_mut().filter(|t| t.id == table.id && no_key) {
             if !t.columns.iter().any(|c| c.name == ROWID) {
@@ -532,7 +538,7 @@ impl SqlSession {
         }
         // (Not offered to the plan cache: these reads carry the literals of
         // their UPDATE or DELETE, and rarely come again.)
-        self.plan_over(query, tables, false).await
+        self.plan_over(query, tables, &views, false).await
     }
 
     /// Plans `query` over `tables`, from the plan cache's plans when it has
@@ -541,6 +547,7 @@ impl SqlSession {
         &self,
         query: ParsedQuery,
         tables: Vec<TableDef>,
+        views: &[ViewDef],
         cache: bool,
     ) -> Result<PlannedQuery> {
         let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
@@ -564,11 +571,15 @@ impl SqlSession {
             });
         }
         let ctx = self.context_of(tables)?;
+        // A plan over a view holds the view's plan inlined, which the
+        // cache cannot check: it is not kept.
+        let over_views = views::register_used(&ctx, &query.0, views).await?;
+        let cache = cache && !over_views;
         let plan = ctx
             .state()
             .statement_to_plan(query.0)
             .await
-            .map_err(|e| unknown_table(e, &names))?;
+            .map_err(|e| unknown_table(e, &names, views))?;
         let cached = match cache {
             false => Cached::No(ctx),
             true if self.plans.fits(&sql) && plan_cache::cacheable(&plan) => {
@@ -586,6 +597,42 @@ impl SqlSession {
             cached,
             renamed: None,
         })
+    }
+
+    /// The answer's schema of `view` among the cluster's `tables` and
+    /// other `views` (it replaces one of its name): the check CREATE VIEW
+    /// makes before the view is stored.
+    pub async fn view_schema(
+        &self,
+        view: &ViewDef,
+        tables: Vec<TableDef>,
+        views: &[ViewDef],
+    ) -> Result<arrow::datatypes::SchemaRef> {
+        let ctx = self.context_over(tables)?;
+        let mut others: Vec<ViewDef> = views
+            .iter()
+            .filter(|v| v.name != view.name)
+            .cloned()
+            .collect();
+        others.push(view.clone());
+        views::schema_of(&ctx, &view.name, &others).await
+    }
+
+    /// Each view's schema, or why it cannot be planned now (a table it
+    /// reads was dropped): the Flight SQL catalog lists them.
+    pub async fn view_schemas(
+        &self,
+    ) -> Result<Vec<(ViewDef, Result<arrow::datatypes::SchemaRef>)>> {
+        let catalog = self.cluster.catalog().await?;
+        let ctx = self.context_over(catalog.tables)?;
+        let mut out = Vec::new();
+        for v in &catalog.views {
+            out.push((
+                v.clone(),
+                views::schema_of(&ctx, &v.name, &catalog.views).await,
+            ));
+        }
+        Ok(out)
     }
 
     /// The types DataFusion infers for the placeholders `$1` … `$count`
@@ -817,17 +864,20 @@ pub fn region_dags(plan: &Arc<dyn ExecutionPlan>) -> Vec<DagRequest> {
 
 /// DataFusion's "table 'quarry.public.x' not found", in Quarry's words:
 /// the unknown name and the tables there are.
-fn unknown_table(e: DataFusionError, tables: &[String]) -> Error {
+fn unknown_table(e: DataFusionError, tables: &[String], views: &[ViewDef]) -> Error {
     if let DataFusionError::Plan(m) = e.find_root() {
         if let Some(name) = m
             .strip_prefix("table '")
             .and_then(|r| r.strip_suffix("' not found"))
         {
             let name = name.rsplit('.').next().unwrap_or(name);
-            return Error::InvalidInput(if tables.is_empty() {
+            let mut names: Vec<&str> = tables.iter().map(String::as_str).collect();
+            names.extend(views.iter().map(|v| v.name.as_str()));
+            names.sort();
+            return Error::InvalidInput(if names.is_empty() {
                 format!("unknown table '{name}': there are no tables yet")
             } else {
-                format!("unknown table '{name}'; tables are: {}", tables.join(", "))
+                format!("unknown table '{name}'; tables are: {}", names.join(", "))
             });
         }
     }

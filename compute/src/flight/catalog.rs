@@ -6,7 +6,7 @@
 //! DataFusion plans queries under (`df/mod.rs`), so a table a client finds
 //! here can be named as `quarry.public.t`, `public.t` or `t`. Tables are
 //! the meta region's list at the moment of the call (one meta call), of
-//! type `TABLE`; a table's primary key is its handle column, if it has
+//! type `TABLE` (views `VIEW`); a table's primary key is its handle column, if it has
 //! one. The answers are built with arrow-flight's builders, which also
 //! apply the commands' filters (`%` and `_` patterns, table types) and
 //! sort the rows as the protocol asks.
@@ -38,6 +38,8 @@ pub const CATALOG: &str = "quarry";
 pub const SCHEMA: &str = "public";
 /// The one table type.
 pub const TABLE_TYPE: &str = "TABLE";
+/// The table type of a view.
+pub const VIEW_TYPE: &str = "VIEW";
 
 fn built<E: std::fmt::Display>(r: Result<RecordBatch, E>) -> Result<RecordBatch, Status> {
     r.map_err(|e| Status::internal(format!("building a catalog answer: {e}")))
@@ -71,10 +73,20 @@ pub async fn tables(engine: &QueryEngine, cmd: CommandGetTables) -> Result<Recor
     let mut b: GetTablesBuilder = cmd.into_builder();
     let mut defs = engine.cluster.list_tables().await?;
     defs.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut rows: Vec<(String, &str, SchemaRef)> = Vec::new();
     for def in &defs {
-        let schema = table_schema(def)?;
-        b.append(CATALOG, SCHEMA, &def.name, TABLE_TYPE, &schema)
-            .map_err(|e| Status::internal(format!("encoding {}'s schema: {e}", def.name)))?;
+        rows.push((def.name.clone(), TABLE_TYPE, table_schema(def)?));
+    }
+    // A view whose query no longer plans (a table it reads was dropped)
+    // is listed without columns.
+    for (view, schema) in engine.sql_session().view_schemas().await? {
+        let schema = schema.unwrap_or_else(|_| Arc::new(Schema::empty()));
+        rows.push((view.name, VIEW_TYPE, schema));
+    }
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, kind, schema) in &rows {
+        b.append(CATALOG, SCHEMA, name, kind, schema)
+            .map_err(|e| Status::internal(format!("encoding {name}'s schema: {e}")))?;
     }
     built(b.build())
 }
@@ -86,6 +98,7 @@ pub fn table_types_schema(cmd: &CommandGetTableTypes) -> SchemaRef {
 pub fn table_types(cmd: CommandGetTableTypes) -> Result<RecordBatch, Status> {
     let mut b = cmd.into_builder();
     b.append(TABLE_TYPE);
+    b.append(VIEW_TYPE);
     built(b.build())
 }
 

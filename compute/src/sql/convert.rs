@@ -11,7 +11,7 @@ use quarry_proto::coprocessor::{literal::Value as LitValue, FuncKind, Literal};
 use quarry_proto::meta::{FieldType, Layout, TypeKind};
 use sqlparser::ast::{self, Expr as SqlExpr, SetExpr, Statement as SqlStatement, Value};
 
-use super::{ColumnSpec, CreateTable, Delete, Insert, Statement, Update};
+use super::{ColumnSpec, CreateTable, CreateView, Delete, Insert, Statement, Update};
 use crate::{plan_err, Result};
 
 /// Parses one SQL statement (within the default limits, `guard.rs`).
@@ -63,6 +63,21 @@ pub fn convert_statement(s: SqlStatement) -> Result<Statement> {
                 if_exists,
             })
         }
+        SqlStatement::Drop {
+            object_type: ast::ObjectType::View,
+            if_exists,
+            names,
+            ..
+        } => {
+            let [name] = names.as_slice() else {
+                return unsupported("dropping several views at once");
+            };
+            Ok(Statement::DropView {
+                name: object_name(name)?,
+                if_exists,
+            })
+        }
+        SqlStatement::CreateView(v) => Ok(Statement::CreateView(convert_create_view(v)?)),
         SqlStatement::Insert(ins) => Ok(Statement::Insert(convert_insert(ins)?)),
         SqlStatement::Update(u) => Ok(Statement::Update(convert_update(u)?)),
         SqlStatement::Delete(d) => Ok(Statement::Delete(convert_delete(d)?)),
@@ -578,6 +593,19 @@ fn convert_create(ct: ast::CreateTable) -> Result<CreateTable> {
     })
 }
 
+fn convert_create_view(v: ast::CreateView) -> Result<CreateView> {
+    if v.materialized || v.temporary || v.or_alter {
+        return unsupported("CREATE MATERIALIZED, TEMPORARY or OR ALTER VIEW");
+    }
+    Ok(CreateView {
+        name: object_name(&v.name)?,
+        columns: v.columns.iter().map(|c| ident(&c.name)).collect(),
+        query: v.query.to_string(),
+        or_replace: v.or_replace,
+        if_not_exists: v.if_not_exists,
+    })
+}
+
 fn convert_insert(ins: ast::Insert) -> Result<Insert> {
     let table = match &ins.table {
         ast::TableObject::TableName(n) => object_name(n)?,
@@ -592,10 +620,23 @@ fn convert_insert(ins: ast::Insert) -> Result<Insert> {
         .map(object_name)
         .collect::<Result<Vec<_>>>()?;
     let Some(source) = ins.source else {
-        return unsupported("INSERT without VALUES");
+        return unsupported("INSERT without VALUES or a query");
     };
-    let SetExpr::Values(values) = *source.body else {
-        return unsupported("INSERT ... SELECT (only VALUES are supported)");
+    let query = || Insert {
+        table: table.clone(),
+        columns: columns.clone(),
+        rows: vec![],
+        query: Some(source.to_string()),
+    };
+    // Constant rows take Quarry's own path (no planning); anything else
+    // is a query DataFusion answers.
+    let plain = source.with.is_none()
+        && source.order_by.is_none()
+        && source.limit_clause.is_none()
+        && source.fetch.is_none();
+    let values = match source.body.as_ref() {
+        SetExpr::Values(values) if plain => values,
+        _ => return Ok(query()),
     };
     let rows = values
         .rows
@@ -606,10 +647,32 @@ fn convert_insert(ins: ast::Insert) -> Result<Insert> {
                 .map(convert_expr)
                 .collect::<Result<Vec<_>>>()
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Insert {
-        table,
-        columns,
-        rows,
-    })
+        .collect::<Result<Vec<_>>>();
+    match rows {
+        Ok(rows) => Ok(Insert {
+            table,
+            columns,
+            rows,
+            query: None,
+        }),
+        // Rows of expressions Quarry does not fold, as a query: `SELECT …`
+        // for each row (a VALUES list with a subquery in it does not plan
+        // in DataFusion). A constant that is wrong (an invalid date) is
+        // the user's to fix.
+        Err(e) if !e.to_string().contains("unsupported") => Err(e),
+        Err(_) => {
+            let selects: Vec<String> = values
+                .rows
+                .iter()
+                .map(|r| {
+                    let items: Vec<String> = r.content.iter().map(|e| e.to_string()).collect();
+                    format!("SELECT {}", items.join(", "))
+                })
+                .collect();
+            Ok(Insert {
+                query: Some(selects.join(" UNION ALL ")),
+                ..query()
+            })
+        }
+    }
 }

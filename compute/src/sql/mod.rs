@@ -1,4 +1,5 @@
-//! The statements Quarry runs itself, parsed with `sqlparser`: DDL, INSERT,
+//! The statements Quarry runs itself, parsed with `sqlparser`: DDL (tables
+//! and views), INSERT,
 //! UPDATE, DELETE, SHOW TABLES and DESCRIBE. Queries (SELECT, WITH, EXPLAIN) are planned by
 //! DataFusion instead (`df/`).
 //!
@@ -23,6 +24,11 @@ pub use guard::{check_size, parse_df, parse_plain, DEFAULT_MAX_STATEMENT_BYTES, 
 pub enum Statement {
     CreateTable(CreateTable),
     DropTable {
+        name: String,
+        if_exists: bool,
+    },
+    CreateView(CreateView),
+    DropView {
         name: String,
         if_exists: bool,
     },
@@ -84,12 +90,30 @@ impl CreateTable {
     }
 }
 
+/// `CREATE [OR REPLACE] VIEW [IF NOT EXISTS] name [(columns)] AS query`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateView {
+    pub name: String,
+    /// Names for the query's columns (empty: the query's own).
+    pub columns: Vec<String>,
+    /// The query, as SQL text.
+    pub query: String,
+    pub or_replace: bool,
+    pub if_not_exists: bool,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Insert {
     pub table: String,
     /// Target columns in order; empty = all, in table order.
     pub columns: Vec<String>,
+    /// Constant rows (`VALUES` of constants), or none when `query` gives
+    /// the rows.
     pub rows: Vec<Vec<LogicalExpr>>,
+    /// `INSERT ... SELECT` (or `VALUES` of expressions that are not
+    /// constants): the query whose rows are inserted, as SQL text,
+    /// planned by DataFusion (`crate::dml::insert_select`).
+    pub query: Option<String>,
 }
 
 /// `UPDATE table SET col = expr, ... [WHERE cond]`. The expressions stay

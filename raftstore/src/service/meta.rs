@@ -187,9 +187,51 @@ impl<E: Engine> MetaRpc for MetaService<E> {
             |m, _| async move {
                 Ok(ListTablesResponse {
                     tables: m.tables().await?,
+                    views: m.views().await?,
                 })
             },
             |mut c, r| async move { c.list_tables(r).await },
+        )
+        .await
+    }
+
+    async fn create_view(
+        &self,
+        req: Request<CreateViewRequest>,
+    ) -> Result<Response<CreateViewResponse>, Status> {
+        self.route(
+            req,
+            DDL_FORWARD_TIMEOUT,
+            |m, r| {
+                finish_even_if_dropped(async move {
+                    let view = r
+                        .view
+                        .ok_or_else(|| Error::InvalidInput("CREATE VIEW without a view".into()))?;
+                    Ok(CreateViewResponse {
+                        replaced: m.create_view(view, r.or_replace).await?,
+                    })
+                })
+            },
+            |mut c, r| async move { c.create_view(r).await },
+        )
+        .await
+    }
+
+    async fn drop_view(
+        &self,
+        req: Request<DropViewRequest>,
+    ) -> Result<Response<DropViewResponse>, Status> {
+        self.route(
+            req,
+            DDL_FORWARD_TIMEOUT,
+            |m, r| {
+                finish_even_if_dropped(async move {
+                    Ok(DropViewResponse {
+                        dropped: m.drop_view(&r.name, r.if_exists).await?,
+                    })
+                })
+            },
+            |mut c, r| async move { c.drop_view(r).await },
         )
         .await
     }
