@@ -1,9 +1,10 @@
 //! Snapshot reads and statement transactions against real processes:
 //! what a query sees while multi-region INSERTs commit, what becomes of
 //! the locks a client leaves behind when it dies mid-commit, UPDATE and
-//! DELETE (of tables with and without a primary key), lost updates, the bank and YCSB workloads, point reads and
-//! one-phase commits. Open transactions (BEGIN … COMMIT) are in
-//! `open_transactions.rs`.
+//! DELETE (of tables with and without a primary key), lost updates, the
+//! bank and YCSB workloads, point reads, one-phase commits, and ALTER
+//! TABLE while writers and readers go on. Open transactions (BEGIN …
+//! COMMIT) are in `open_transactions.rs`.
 
 mod common;
 
@@ -777,4 +778,117 @@ fn a_single_region_write_commits_in_one_phase_above_every_read() {
         assert!(raw.commit(req).await.error.is_none());
         assert_eq!(pg.ok("SELECT id, v FROM c"), "id,v\n1,1\n");
     });
+}
+
+#[test]
+fn alter_table_is_online_for_concurrent_writers_and_readers() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3"]);
+    pg.ok("CREATE TABLE acct (id BIGINT PRIMARY KEY, v BIGINT NOT NULL) WITH (split_handles = '50000,100000,150000')");
+    const WRITERS: i64 = 2;
+    // Writers go on until the last ALTER is done (and at least this many
+    // rows each; at most 500).
+    const AT_LEAST: i64 = 20;
+    let compute = pg.compute.clone();
+    let (stop, altered) = (AtomicBool::new(false), AtomicBool::new(false));
+    let reads = AtomicUsize::new(0);
+    let (written, errors): (Vec<i64>, Vec<String>) = std::thread::scope(|s| {
+        // Writers insert one row a statement, over both regions, naming
+        // only the columns they know of; a reader counts all along.
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let (compute, altered) = (compute.clone(), &altered);
+                s.spawn(move || {
+                    runtime().block_on(async {
+                        let mut c = Client::connect(&compute).await.unwrap();
+                        let (mut ok, mut failed) = (Vec::new(), Vec::new());
+                        for i in 0..500 {
+                            if i >= AT_LEAST && altered.load(Ordering::Relaxed) {
+                                break;
+                            }
+                            let id = w * 100_000 + i;
+                            let sql = format!("INSERT INTO acct (id, v) VALUES ({id}, {i})");
+                            match c.sql(&sql).await {
+                                Ok(_) => ok.push(id),
+                                Err(e) => failed.push(format!("{sql}: {e}")),
+                            }
+                        }
+                        (ok, failed)
+                    })
+                })
+            })
+            .collect();
+        let reader = s.spawn(|| {
+            runtime().block_on(async {
+                let mut c = Client::connect(&compute).await.unwrap();
+                let (mut last, mut failed) = (0i64, Vec::new());
+                let deadline = Instant::now() + Duration::from_secs(120);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    match c.sql("SELECT count(*) AS n FROM acct").await {
+                        Ok(b) => {
+                            let n = b[0]
+                                .column(0)
+                                .as_any()
+                                .downcast_ref::<arrow::array::Int64Array>()
+                                .unwrap()
+                                .value(0);
+                            if n < last {
+                                failed.push(format!("count went back from {last} to {n}"));
+                            }
+                            last = n;
+                            reads.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => failed.push(format!("count: {e}")),
+                    }
+                }
+                failed
+            })
+        });
+        // Meanwhile the table changes shape four times.
+        let mut ddl = Vec::new();
+        for sql in [
+            "ALTER TABLE acct ADD COLUMN tag VARCHAR(8) DEFAULT 'old'",
+            "ALTER TABLE acct ADD COLUMN note VARCHAR(8)",
+            "ALTER TABLE acct RENAME COLUMN note TO memo",
+            "ALTER TABLE acct DROP COLUMN memo",
+        ] {
+            std::thread::sleep(Duration::from_millis(150));
+            ddl.push(pg.ok(sql));
+        }
+        altered.store(true, Ordering::Relaxed);
+        let (mut ok, mut failed) = (Vec::new(), Vec::new());
+        for w in writers {
+            let (o, f) = w.join().unwrap();
+            ok.extend(o);
+            failed.extend(f);
+        }
+        stop.store(true, Ordering::Relaxed);
+        failed.extend(reader.join().unwrap());
+        assert!(ddl.iter().all(|o| o.contains("ALTER TABLE")), "{ddl:?}");
+        (ok, failed)
+    });
+    // Nobody noticed: every write and read succeeded, every row is there,
+    // and every row, written before or after ADD COLUMN, reads its default.
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(reads.load(Ordering::Relaxed) > 0);
+    assert!(written.len() as i64 >= WRITERS * AT_LEAST);
+    let n = written.len();
+    assert_eq!(
+        pg.ok(
+            "SELECT count(*) AS n, count(tag) AS tagged, min(tag) AS t FROM acct WHERE tag = 'old'"
+        ),
+        format!("n,tagged,t\n{n},{n},old\n")
+    );
+    assert_eq!(
+        pg.ok("SELECT column_name FROM information_schema.columns WHERE table_name = 'acct' ORDER BY ordinal_position"),
+        "column_name\nid\nv\ntag\n"
+    );
+    let ids: Vec<String> = written.iter().map(|i| i.to_string()).collect();
+    assert_eq!(
+        pg.ok(&format!(
+            "SELECT count(*) AS n FROM acct WHERE id IN ({})",
+            ids.join(", ")
+        )),
+        format!("n\n{n}\n")
+    );
 }

@@ -237,6 +237,28 @@ impl Cluster {
         .await
     }
 
+    /// Replaces the table `name` by `table` if it is still `expected`
+    /// (encoded); returns the definition stored.
+    pub async fn alter_table(
+        &self,
+        name: &str,
+        table: TableDef,
+        expected: Vec<u8>,
+    ) -> Result<TableDef> {
+        let req = AlterTableRequest {
+            name: name.into(),
+            table: Some(table),
+            expected,
+        };
+        self.meta_ddl("altering a table", |mut c| {
+            let r = req.clone();
+            async move { c.alter_table(r).await }
+        })
+        .await?
+        .table
+        .ok_or_else(|| Error::Internal("ALTER TABLE answered no table".into()))
+    }
+
     /// Creates (or with `or_replace` replaces) a view; true if one was
     /// replaced.
     pub async fn create_view(&self, view: ViewDef, or_replace: bool) -> Result<bool> {

@@ -184,7 +184,12 @@ pub async fn lock_points(
         .iter()
         .map(|c| Ok((c.id, arrow_type(&c.field_type.unwrap_or_default())?)))
         .collect::<Result<_>>()?;
-    let mut decoder = RowDecoder::new(&columns, got.len())?;
+    let defaults = table
+        .columns
+        .iter()
+        .map(|c| c.has_default.then(|| c.default_value.clone()))
+        .collect();
+    let mut decoder = RowDecoder::new(&columns, got.len())?.with_defaults(defaults)?;
     for pair in &got {
         decoder.decode(&pair.value)?;
     }
@@ -342,12 +347,14 @@ pub async fn insert_select(
 ) -> Result<usize> {
     let targets = crate::insert::target_positions(table, columns)?;
     let types = crate::insert::column_types(table)?;
+    // A column the INSERT does not name gets its DEFAULT.
+    let defaults = crate::insert::column_defaults(table)?;
     let handle_pos = table
         .columns
         .iter()
         .position(|c| c.id == table.handle_column_id);
     let rows_at = |start_ts: u64| {
-        let (targets, types) = (&targets, &types);
+        let (targets, types, defaults) = (&targets, &types, &defaults);
         async move {
             let out = engine.query_at(query, start_ts, table).await?;
             let width = out.schema.fields().len();
@@ -379,8 +386,15 @@ pub async fn insert_select(
                 // targeted are NULL.
                 let mut full: Vec<ArrayRef> = types
                     .iter()
-                    .map(|(dt, ..)| arrow::array::new_null_array(dt, b.num_rows()))
-                    .collect();
+                    .zip(defaults)
+                    .map(|((dt, ..), d)| match d {
+                        Some(one) => {
+                            let idx = arrow::array::UInt32Array::from(vec![0u32; b.num_rows()]);
+                            arrow::compute::take(one.as_ref(), &idx, None)
+                        }
+                        None => Ok(arrow::array::new_null_array(dt, b.num_rows())),
+                    })
+                    .collect::<std::result::Result<_, _>>()?;
                 for (i, &pos) in targets.iter().enumerate() {
                     full[pos] = b.column(i).clone();
                 }

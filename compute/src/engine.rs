@@ -580,11 +580,12 @@ impl QueryEngine {
             Parsed::Statement(
                 Statement::CreateTable(_)
                 | Statement::DropTable { .. }
+                | Statement::AlterTable { .. }
                 | Statement::CreateView(_)
                 | Statement::DropView { .. },
             ) => {
                 return Err(plan_err!(
-                    "CREATE and DROP TABLE and VIEW do not run inside a transaction; \
+                    "CREATE, ALTER and DROP TABLE and VIEW do not run inside a transaction; \
                      COMMIT or ROLLBACK it first"
                 ))
             }
@@ -715,6 +716,9 @@ impl QueryEngine {
                     }
                     .into()],
                 )?)
+            }
+            Statement::AlterTable { name, ops } => {
+                Prepared::Done(crate::alter::alter_table(self, &name, &ops).await?)
             }
             Statement::CreateView(v) => Prepared::Done(self.create_view(v).await?),
             Statement::DropView { name, if_exists } => {

@@ -87,6 +87,58 @@ fn bind_constant(e: &LogicalExpr) -> Result<Expr> {
     })
 }
 
+/// A constant (a column's DEFAULT) cast to `t`, the type of column
+/// `col`, and checked as an INSERT value is; its row-codec encoding, or
+/// None for NULL.
+pub(crate) fn encoded_constant(
+    e: &LogicalExpr,
+    t: &DataType,
+    max_len: u32,
+    col: &str,
+) -> Result<Option<Vec<u8>>> {
+    let v = cast_value(constant(e)?, t, max_len, col)?;
+    Ok(quarry_coprocessor::codec::row::encode_value(&datum(&v)))
+}
+
+/// `value` cast to `t` (column `col`'s type), with VARCHAR's length checked.
+fn cast_value(value: ScalarValue, t: &DataType, max_len: u32, col: &str) -> Result<ScalarValue> {
+    let cast = Expr::cast(Expr::Literal(value), t.clone()).map_err(|e| match e {
+        quarry_coprocessor::Error::Overflow(m) => Error::Overflow(format!(
+            "value for column {col} is out of range for {}: {m}",
+            sql_name(t)
+        )),
+        other => plan_err!("value for column {col}: {other}"),
+    })?;
+    let Expr::Literal(v) = cast else {
+        return Err(Error::Internal("cast of a constant did not fold".into()));
+    };
+    if let (ScalarValue::Utf8(s), true) = (&v, max_len > 0) {
+        if s.chars().count() > max_len as usize {
+            return Err(plan_err!(
+                "value for column {col} is too long for VARCHAR({max_len}): '{s}'"
+            ));
+        }
+    }
+    Ok(v)
+}
+
+/// What each column of `table` is when an INSERT does not name it: its
+/// DEFAULT, else NULL, as arrays of one row.
+pub(crate) fn column_defaults(table: &TableDef) -> Result<Vec<Option<arrow::array::ArrayRef>>> {
+    let types = column_types(table)?;
+    table
+        .columns
+        .iter()
+        .zip(types)
+        .map(|(c, (t, ..))| match c.has_default {
+            true => quarry_coprocessor::codec::row::decode_value(&c.default_value, &t)
+                .map(Some)
+                .map_err(Error::from),
+            false => Ok(None),
+        })
+        .collect()
+}
+
 fn datum<'a>(v: &'a ScalarValue) -> Datum<'a> {
     match v {
         ScalarValue::Null(_) => Datum::Null,
@@ -193,6 +245,15 @@ async fn mutations(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Resu
     }
     let targets = target_positions(table, &ins.columns)?;
     let types = column_types(table)?;
+    // A column the INSERT does not name gets its DEFAULT.
+    let defaults: Vec<Option<ScalarValue>> = column_defaults(table)?
+        .into_iter()
+        .map(|d| {
+            d.map(|a| ScalarValue::from_array(a.as_ref(), 0))
+                .transpose()
+                .map_err(Error::from)
+        })
+        .collect::<Result<_>>()?;
     let handle_pos = table
         .columns
         .iter()
@@ -211,30 +272,13 @@ async fn mutations(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Resu
         }
         let mut row: Vec<ScalarValue> = types
             .iter()
-            .map(|(t, ..)| ScalarValue::Null(t.clone()))
+            .zip(&defaults)
+            .map(|((t, ..), d)| d.clone().unwrap_or_else(|| ScalarValue::Null(t.clone())))
             .collect();
         for (v, &pos) in values.iter().zip(&targets) {
             let (t, _, max_len) = &types[pos];
             let col = &table.columns[pos].name;
-            let value = constant(v)?;
-            let cast = Expr::cast(Expr::Literal(value), t.clone()).map_err(|e| match e {
-                quarry_coprocessor::Error::Overflow(m) => Error::Overflow(format!(
-                    "value for column {col} is out of range for {}: {m}",
-                    sql_name(t)
-                )),
-                other => plan_err!("value for column {col}: {other}"),
-            })?;
-            let Expr::Literal(v) = cast else {
-                return Err(Error::Internal("cast of a constant did not fold".into()));
-            };
-            if let (ScalarValue::Utf8(s), true) = (&v, *max_len > 0) {
-                if s.chars().count() > *max_len as usize {
-                    return Err(plan_err!(
-                        "value for column {col} is too long for VARCHAR({max_len}): '{s}'"
-                    ));
-                }
-            }
-            row[pos] = v;
+            row[pos] = cast_value(constant(v)?, t, *max_len, col)?;
         }
         for (pos, (_, nullable, _)) in types.iter().enumerate() {
             if !nullable && row[pos].is_null() {

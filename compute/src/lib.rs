@@ -30,7 +30,8 @@
 //!
 //! DDL, INSERT, UPDATE, DELETE, SHOW TABLES and DESCRIBE go through
 //! Quarry's own path ([`sql`]): CREATE TABLE asks the meta region to create
-//! pre-split regions; INSERT encodes rows ([`insert`]) and UPDATE/DELETE
+//! pre-split regions; ALTER TABLE ([`alter`]) and views
+//! ([`df::views`]) change the catalog only; INSERT encodes rows ([`insert`]) and UPDATE/DELETE
 //! find theirs with a snapshot query ([`dml`]), and each statement's rows
 //! are written as one transaction ([`txn`]).
 //!
@@ -50,6 +51,7 @@
 // Library and binary code handles failures; tests may unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod alter;
 pub mod auth;
 pub mod cluster;
 pub mod config;

@@ -116,6 +116,22 @@ pub fn build_executors_with<'a, S: Storage + 'a>(
             Ok((c.column_id, arrow_type(ft)?))
         })
         .collect::<Result<Vec<_>>>()?;
+    // Columns added with a DEFAULT after some rows were written: those
+    // rows read as the default (the row decoder fills it in). Packs never
+    // hold such a column (compute refuses the DEFAULT on a column table).
+    let defaults: Vec<Option<Vec<u8>>> = scan
+        .columns
+        .iter()
+        .map(|c| c.has_default.then(|| c.default_value.clone()))
+        .collect();
+    let has_defaults = defaults.iter().any(Option::is_some);
+    if has_defaults && layout != Layout::Row {
+        return Err(invalid_input!(
+            "table {}: a column DEFAULT filled in at read needs the row layout",
+            scan.table_id
+        ));
+    }
+    let allow_fused = allow_fused && !has_defaults;
     let input: Vec<DataType> = columns.iter().map(|(_, t)| t.clone()).collect();
     let conditions = match &dag.selection {
         Some(sel) => sel
@@ -195,9 +211,10 @@ pub fn build_executors_with<'a, S: Storage + 'a>(
     }
 
     let zone = ZoneFilter::from_conditions(&conditions, &columns);
-    let mut exec: Box<dyn BatchExecutor + 'a> = Box::new(TableScanExecutor::new(
-        storage, &columns, ranges, read_ts, key_only, zone,
-    )?);
+    let mut exec: Box<dyn BatchExecutor + 'a> = Box::new(
+        TableScanExecutor::new(storage, &columns, ranges, read_ts, key_only, zone)?
+            .with_defaults(defaults)?,
+    );
     if !conditions.is_empty() {
         exec = Box::new(SelectionExecutor::new(exec, conditions)?);
     }

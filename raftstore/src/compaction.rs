@@ -516,11 +516,13 @@ mod tests {
                     id: 1,
                     name: "a".into(),
                     field_type: Some(field_type(&DataType::Int64, true).unwrap()),
+                    ..Default::default()
                 },
                 ColumnDef {
                     id: 2,
                     name: "s".into(),
                     field_type: Some(field_type(&DataType::Utf8, true).unwrap()),
+                    ..Default::default()
                 },
             ],
             handle_column_id: 0,

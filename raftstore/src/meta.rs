@@ -64,10 +64,12 @@ use crate::node::Node;
 use crate::peers::{unreachable, PeerClients};
 use crate::{Error, Result};
 
+mod alter;
 mod dropped;
 mod repair;
 mod users;
 mod views;
+pub use alter::next_column_id;
 pub use repair::REPAIR_CONCURRENCY;
 
 /// The first id handed out by the allocator (smaller ones are reserved).
@@ -475,7 +477,7 @@ impl<E: Engine> Meta<E> {
         self.scan_all(keys::TABLE_BY_NAME)
     }
 
-    fn validate(t: &TableDef) -> Result<()> {
+    pub(crate) fn validate(t: &TableDef) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidInput(m));
         if t.name.is_empty() {
             return bad("a table needs a name".into());

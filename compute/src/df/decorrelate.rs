@@ -109,7 +109,7 @@ fn column(name: &str) -> Expr {
 /// The analyzer rule: unnests the subqueries DataFusion's plan checks
 /// (`check_subquery_expr`) would refuse, such as a correlated scalar
 /// subquery that is not an aggregate, and those its rules would get
-/// wrong or not unnest ([`datafusion_unnests`]).
+/// wrong or not unnest (`datafusion_unnests`).
 #[derive(Debug, Default)]
 pub struct DecorrelateRefused;
 

@@ -533,6 +533,7 @@ impl SqlSession {
                         nullable: false,
                         ..Default::default()
                     }),
+                    ..Default::default()
                 });
             }
         }

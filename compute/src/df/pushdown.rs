@@ -96,13 +96,21 @@ impl ColumnBinder {
             columns: self
                 .used
                 .iter()
-                .map(|&i| ColumnInfo {
-                    column_id: self.table.columns[i].id,
-                    field_type: self.table.columns[i].field_type,
-                })
+                .map(|&i| column_info(&self.table.columns[i]))
                 .collect(),
             layout: self.table.layout,
         }
+    }
+}
+
+/// How a scan reads column `c`: its id, its type, and what a row written
+/// before it was added reads as (its DEFAULT).
+pub fn column_info(c: &quarry_proto::meta::ColumnDef) -> ColumnInfo {
+    ColumnInfo {
+        column_id: c.id,
+        field_type: c.field_type,
+        has_default: c.has_default,
+        default_value: c.default_value.clone(),
     }
 }
 

@@ -237,10 +237,7 @@ pub async fn analyze(table: &TableDef, scan: &ScanContext) -> Result<TableStatis
             continue;
         };
         if per_column(&t).is_some() {
-            columns.push(ColumnInfo {
-                column_id: c.id,
-                field_type: c.field_type,
-            });
+            columns.push(super::pushdown::column_info(c));
             types.push(t);
         }
     }

@@ -11,7 +11,7 @@ use quarry_proto::coprocessor::{literal::Value as LitValue, FuncKind, Literal};
 use quarry_proto::meta::{FieldType, Layout, TypeKind};
 use sqlparser::ast::{self, Expr as SqlExpr, SetExpr, Statement as SqlStatement, Value};
 
-use super::{ColumnSpec, CreateTable, CreateView, Delete, Insert, Statement, Update};
+use super::{AlterOp, ColumnSpec, CreateTable, CreateView, Delete, Insert, Statement, Update};
 use crate::{plan_err, Result};
 
 /// Parses one SQL statement (within the default limits, `guard.rs`).
@@ -75,6 +75,19 @@ pub fn convert_statement(s: SqlStatement) -> Result<Statement> {
             Ok(Statement::DropView {
                 name: object_name(name)?,
                 if_exists,
+            })
+        }
+        SqlStatement::AlterTable(a) => {
+            if a.if_exists || a.only || a.location.is_some() || a.on_cluster.is_some() {
+                return unsupported("ALTER TABLE IF EXISTS / ONLY / SET LOCATION / ON CLUSTER");
+            }
+            Ok(Statement::AlterTable {
+                name: object_name(&a.name)?,
+                ops: a
+                    .operations
+                    .into_iter()
+                    .map(convert_alter)
+                    .collect::<Result<_>>()?,
             })
         }
         SqlStatement::CreateView(v) => Ok(Statement::CreateView(convert_create_view(v)?)),
@@ -591,6 +604,68 @@ fn convert_create(ct: ast::CreateTable) -> Result<CreateTable> {
         layout,
         split_handles,
     })
+}
+
+fn convert_alter(op: ast::AlterTableOperation) -> Result<AlterOp> {
+    use ast::AlterTableOperation as Op;
+    match op {
+        Op::AddColumn {
+            if_not_exists,
+            column_def,
+            column_position: None,
+            ..
+        } => {
+            let mut field_type = parse_type(&column_def.data_type)?;
+            let mut default = None;
+            for opt in &column_def.options {
+                match &opt.option {
+                    ast::ColumnOption::Null => field_type.nullable = true,
+                    ast::ColumnOption::NotNull => field_type.nullable = false,
+                    ast::ColumnOption::Default(e) => {
+                        default = Some((convert_expr(e)?, e.to_string()));
+                    }
+                    other => return unsupported(format!("ADD COLUMN with {other}")),
+                }
+            }
+            Ok(AlterOp::AddColumn {
+                column: ColumnSpec {
+                    name: ident(&column_def.name),
+                    field_type,
+                },
+                default,
+                if_not_exists,
+            })
+        }
+        Op::DropColumn {
+            column_names,
+            if_exists,
+            ..
+        } => {
+            let [name] = column_names.as_slice() else {
+                return unsupported("dropping several columns in one DROP COLUMN");
+            };
+            Ok(AlterOp::DropColumn {
+                name: ident(name),
+                if_exists,
+            })
+        }
+        Op::RenameColumn {
+            old_column_name,
+            new_column_name,
+        } => Ok(AlterOp::RenameColumn {
+            old: ident(&old_column_name),
+            new: ident(&new_column_name),
+        }),
+        Op::RenameTable {
+            table_name: ast::RenameTableNameKind::To(n) | ast::RenameTableNameKind::As(n),
+        } => Ok(AlterOp::RenameTable {
+            new: object_name(&n)?,
+        }),
+        other => unsupported(format!(
+            "ALTER TABLE {other} (Quarry alters tables by ADD COLUMN, DROP COLUMN, RENAME COLUMN \
+             and RENAME TO)"
+        )),
+    }
 }
 
 fn convert_create_view(v: ast::CreateView) -> Result<CreateView> {

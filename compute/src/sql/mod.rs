@@ -27,6 +27,11 @@ pub enum Statement {
         name: String,
         if_exists: bool,
     },
+    /// `ALTER TABLE name op, ...`, the operations in order.
+    AlterTable {
+        name: String,
+        ops: Vec<AlterOp>,
+    },
     CreateView(CreateView),
     DropView {
         name: String,
@@ -81,6 +86,7 @@ impl CreateTable {
                     id: i as i64 + 1,
                     name: c.name.clone(),
                     field_type: Some(c.field_type),
+                    ..Default::default()
                 })
                 .collect(),
             handle_column_id: self.primary_key.map_or(0, |i| i as i64 + 1),
@@ -88,6 +94,24 @@ impl CreateTable {
             ..Default::default()
         }
     }
+}
+
+/// One change of an ALTER TABLE.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AlterOp {
+    /// `ADD [COLUMN] [IF NOT EXISTS] name type [NULL | NOT NULL] [DEFAULT e]`.
+    AddColumn {
+        column: ColumnSpec,
+        /// The DEFAULT: a constant expression, and its text.
+        default: Option<(LogicalExpr, String)>,
+        if_not_exists: bool,
+    },
+    /// `DROP [COLUMN] [IF EXISTS] name`.
+    DropColumn { name: String, if_exists: bool },
+    /// `RENAME [COLUMN] old TO new`.
+    RenameColumn { old: String, new: String },
+    /// `RENAME TO new`.
+    RenameTable { new: String },
 }
 
 /// `CREATE [OR REPLACE] VIEW [IF NOT EXISTS] name [(columns)] AS query`.

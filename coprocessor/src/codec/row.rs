@@ -188,6 +188,29 @@ impl RowEncoder {
     }
 }
 
+/// One value's bytes as a row holds them (a column default's encoding,
+/// `ColumnDef.default_value`); None for NULL.
+pub fn encode_value(d: &Datum<'_>) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    match *d {
+        Datum::Null => return None,
+        Datum::Int(v) => put_compact(&mut out, v as i128),
+        Datum::Date(v) => put_compact(&mut out, v as i128),
+        Datum::Decimal(v) => put_compact(&mut out, v),
+        Datum::Float(v) => out.extend_from_slice(&v.to_le_bytes()),
+        Datum::Bytes(b) => out.extend_from_slice(b),
+        Datum::Bool(b) => out.push(b as u8),
+    }
+    Some(out)
+}
+
+/// A value encoded by [`encode_value`] as a one-row array of type `dt`.
+pub fn decode_value(bytes: &[u8], dt: &DataType) -> Result<ArrayRef> {
+    let mut b = Builder::new(dt, 1)?;
+    b.append_bytes(bytes)?;
+    b.finish()
+}
+
 /// Where a column is in a row.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Lookup<'a> {
@@ -377,6 +400,9 @@ pub struct RowDecoder {
     ids: Vec<i64>,
     builders: Vec<Builder>,
     types: Vec<DataType>,
+    /// Per column, what a row without it reads as ([`encode_value`]'s
+    /// bytes; None: NULL).
+    defaults: Vec<Option<Vec<u8>>>,
     rows: usize,
 }
 
@@ -390,8 +416,23 @@ impl RowDecoder {
                 .map(|(_, dt)| Builder::new(dt, capacity))
                 .collect::<Result<_>>()?,
             types: columns.iter().map(|(_, dt)| dt.clone()).collect(),
+            defaults: vec![None; columns.len()],
             rows: 0,
         })
+    }
+
+    /// What a row without each column reads as (a column added with a
+    /// DEFAULT after the row was written), in output order.
+    pub fn with_defaults(mut self, defaults: Vec<Option<Vec<u8>>>) -> Result<Self> {
+        if defaults.len() != self.ids.len() {
+            return Err(internal!(
+                "{} defaults for {} columns",
+                defaults.len(),
+                self.ids.len()
+            ));
+        }
+        self.defaults = defaults;
+        Ok(self)
     }
 
     /// Rows decoded since the last [`RowDecoder::finish`].
@@ -408,10 +449,15 @@ impl RowDecoder {
     /// [`RowDecoder::decode`] of a row whose header is already parsed.
     #[inline]
     pub fn decode_view(&mut self, row: &RowView<'_>) -> Result<()> {
-        for (id, builder) in self.ids.iter().zip(self.builders.iter_mut()) {
-            match row.get(*id)? {
-                Lookup::Value(v) => builder.append_bytes(v)?,
-                Lookup::Null | Lookup::Absent => builder.append_null(),
+        for ((id, builder), default) in self
+            .ids
+            .iter()
+            .zip(self.builders.iter_mut())
+            .zip(&self.defaults)
+        {
+            match (row.get(*id)?, default.as_deref()) {
+                (Lookup::Value(v), _) | (Lookup::Absent, Some(v)) => builder.append_bytes(v)?,
+                (Lookup::Null | Lookup::Absent, _) => builder.append_null(),
             }
         }
         self.rows += 1;
@@ -606,6 +652,32 @@ mod tests {
         assert_eq!(view.get(1).unwrap(), Lookup::Value(&[5]));
         assert_eq!(view.get(3).unwrap(), Lookup::Null);
         assert_eq!(view.get(2).unwrap(), Lookup::Absent);
+    }
+
+    #[test]
+    fn absent_columns_read_as_their_default_and_nulls_stay_null() {
+        let mut enc = RowEncoder::new();
+        let (mut old, mut new) = (Vec::new(), Vec::new());
+        enc.encode(&[(1, Datum::Int(7))], &mut old).unwrap();
+        enc.encode(&[(1, Datum::Int(8)), (2, Datum::Null)], &mut new)
+            .unwrap();
+        let default = encode_value(&Datum::Decimal(1250)).unwrap();
+        let dt = DataType::Decimal128(10, 2);
+        let mut dec = RowDecoder::new(&[(1, DataType::Int64), (2, dt.clone())], 2)
+            .unwrap()
+            .with_defaults(vec![None, Some(default.clone())])
+            .unwrap();
+        dec.decode(&old).unwrap();
+        dec.decode(&new).unwrap();
+        let cols = dec.finish().unwrap();
+        let v = cols[1].as_primitive::<arrow::datatypes::Decimal128Type>();
+        assert_eq!((v.value(0), v.is_null(1)), (1250, true));
+        let one = decode_value(&default, &dt).unwrap();
+        assert_eq!(
+            one.as_primitive::<arrow::datatypes::Decimal128Type>()
+                .value(0),
+            1250
+        );
     }
 
     #[test]

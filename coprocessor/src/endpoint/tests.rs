@@ -80,6 +80,7 @@ fn scan(cols: &[i64]) -> TableScan {
             .map(|&id| ColumnInfo {
                 column_id: id,
                 field_type: Some(field_type(&types()[id as usize - 1], true).unwrap()),
+                ..Default::default()
             })
             .collect(),
         layout: 0,

@@ -604,6 +604,23 @@ impl<S: Storage> TableScanExecutor<S> {
         })
     }
 
+    /// What a row without each column (in `columns` order) reads as:
+    /// [`RowDecoder::with_defaults`].
+    pub fn with_defaults(mut self, defaults: Vec<Option<Vec<u8>>>) -> Result<Self> {
+        if defaults.iter().all(Option::is_none) {
+            return Ok(self);
+        }
+        let stored: Vec<Option<Vec<u8>>> = self
+            .columns
+            .iter()
+            .zip(defaults)
+            .filter(|((id, _), _)| *id != ROWID_COLUMN_ID)
+            .map(|(_, d)| d)
+            .collect();
+        self.decoder = self.decoder.with_defaults(stored)?;
+        Ok(self)
+    }
+
     fn batch(&self, columns: Vec<arrow::array::ArrayRef>, rows: usize) -> Result<RecordBatch> {
         Ok(RecordBatch::try_new_with_options(
             self.schema.clone(),

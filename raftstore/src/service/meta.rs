@@ -195,6 +195,28 @@ impl<E: Engine> MetaRpc for MetaService<E> {
         .await
     }
 
+    async fn alter_table(
+        &self,
+        req: Request<AlterTableRequest>,
+    ) -> Result<Response<AlterTableResponse>, Status> {
+        self.route(
+            req,
+            DDL_FORWARD_TIMEOUT,
+            |m, r| {
+                finish_even_if_dropped(async move {
+                    let table = r
+                        .table
+                        .ok_or_else(|| Error::InvalidInput("ALTER TABLE without a table".into()))?;
+                    Ok(AlterTableResponse {
+                        table: Some(m.alter_table(&r.name, table, &r.expected).await?),
+                    })
+                })
+            },
+            |mut c, r| async move { c.alter_table(r).await },
+        )
+        .await
+    }
+
     async fn create_view(
         &self,
         req: Request<CreateViewRequest>,
