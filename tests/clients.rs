@@ -2,7 +2,8 @@
 //! driver from PyPI, installed into `$QUARRY_VENV` by `scripts/setup.sh`)
 //! and Java's Arrow Flight SQL JDBC driver (from Maven Central, at
 //! `$QUARRY_JDBC_JAR`) run their programs in `tests/clients/` unchanged
-//! against a playground.
+//! against a playground, and the constant queries of
+//! `tests/slt/constants.slt` with PostgreSQL's answers.
 
 mod common;
 
@@ -141,7 +142,30 @@ fn adbc_runs_tpch_bound_parameters_inserts_and_catalog_calls() {
         section(&s, "table_schema"),
         "field,type\nid,int64\nname,string\namount,decimal128(12, 2)\n"
     );
-    assert_eq!(section(&s, "table_types"), "type\nTABLE\n");
+    assert_eq!(section(&s, "table_types"), "type\nTABLE\nVIEW\n");
+    check_constants(&run_script(&pg, "adbc_slt.py", &[constants_slt()]));
+}
+
+/// `tests/slt/constants.slt`: a few hundred queries over constants only,
+/// with PostgreSQL's answers.
+fn constants_slt() -> PathBuf {
+    repo_path("tests/slt/constants.slt")
+}
+
+/// A client's run of `constants.slt` (`adbc_slt.py`, `JdbcSlt.java`):
+/// every query ran, with the schema GetFlightInfo announced (both
+/// drivers read the stream with it), and answered as PostgreSQL does.
+fn check_constants(out: &str) {
+    let s = sections(out);
+    let summary = section(&s, "summary");
+    let (run, failed) = summary
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_once(','))
+        .unwrap_or_else(|| panic!("no summary: {out}"));
+    let run: usize = run.parse().unwrap();
+    assert!(run >= 250, "only {run} queries in constants.slt");
+    assert_eq!(failed, "0", "{}", section(&s, "failures"));
 }
 
 /// Runs `tests/clients/JdbcFlightSql.java` with the driver's `jar`
@@ -209,7 +233,18 @@ fn jdbc_runs_tpch_prepared_statements_inserts_and_metadata() {
         section(&s, "primary keys"),
         "TABLE_NAME,COLUMN_NAME,KEY_SEQ\nt_jdbc,id,1\n"
     );
-    assert_eq!(section(&s, "table types"), "TABLE_TYPE\nTABLE\n");
+    assert_eq!(section(&s, "table types"), "TABLE_TYPE\nTABLE\nVIEW\n");
+    let out = output_of(
+        "JdbcSlt.java",
+        Command::new("java")
+            .arg("--add-opens=java.base/java.nio=ALL-UNNAMED")
+            .arg("-cp")
+            .arg(&jar)
+            .arg(repo_path("tests/clients/JdbcSlt.java"))
+            .arg(&url)
+            .arg(constants_slt()),
+    );
+    check_constants(&out);
 }
 
 #[test]

@@ -186,7 +186,7 @@ fn every_flight_sql_rpc_answers_its_one_status() {
         let all = get(&mut c, &CommandGetTables::default()).await.unwrap();
         assert_eq!(strings(&all[0], "table_name"), ["empty_one", "t"]);
         let b = get(&mut c, &CommandGetTableTypes {}).await.unwrap();
-        assert_eq!(strings(&b[0], "table_type"), ["TABLE"]);
+        assert_eq!(strings(&b[0], "table_type"), ["TABLE", "VIEW"]);
         let pk = CommandGetPrimaryKeys {
             table: "t".into(),
             ..Default::default()

@@ -178,10 +178,10 @@ impl PlannedQuery {
     /// The answer's schema, as announced to the client before the query
     /// runs; every batch is relabelled to it ([`conform`]).
     pub fn schema(&self) -> arrow::datatypes::SchemaRef {
-        match &self.renamed {
+        plain_types(match &self.renamed {
             Some(s) => s.clone(),
             None => Arc::new(self.plan.schema().as_arrow().clone()),
-        }
+        })
     }
 
     /// Gives the answer's columns the names `names` says
@@ -756,6 +756,39 @@ impl SqlSession {
             batches: batches.boxed(),
         })
     }
+}
+
+/// `schema` with its view types as the plain ones (Utf8View as Utf8,
+/// BinaryView as Binary). DataFusion plans `CAST(x AS VARCHAR)` and some
+/// string functions as views, which the Flight SQL JDBC driver cannot
+/// read ("Unsupported ArrowType Utf8View"); clients get plain strings,
+/// as they do from a table's columns ([`conform`] casts).
+fn plain_types(schema: arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
+    use arrow::datatypes::DataType;
+    let plain = |dt: &DataType| match dt {
+        DataType::Utf8View => Some(DataType::Utf8),
+        DataType::BinaryView => Some(DataType::Binary),
+        _ => None,
+    };
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| plain(f.data_type()).is_some())
+    {
+        return schema;
+    }
+    let fields: Vec<arrow::datatypes::FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match plain(f.data_type()) {
+            Some(dt) => Arc::new(f.as_ref().clone().with_data_type(dt)),
+            None => f.clone(),
+        })
+        .collect();
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
 }
 
 /// `batch` with the schema announced for its query ([`PlannedQuery::schema`],
