@@ -1,5 +1,5 @@
-//! UPDATE and DELETE: a snapshot query finds the rows, one transaction
-//! writes them.
+//! UPDATE, DELETE and INSERT … SELECT: a snapshot query finds the rows,
+//! one transaction writes them.
 //!
 //! HOW
 //!

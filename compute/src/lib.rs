@@ -30,10 +30,10 @@
 //!
 //! DDL, INSERT, UPDATE, DELETE, SHOW TABLES and DESCRIBE go through
 //! Quarry's own path ([`sql`]): CREATE TABLE asks the meta region to create
-//! pre-split regions; ALTER TABLE ([`alter`]) and views
-//! ([`df::views`]) change the catalog only; INSERT encodes rows ([`insert`]) and UPDATE/DELETE
-//! find theirs with a snapshot query ([`dml`]), and each statement's rows
-//! are written as one transaction ([`txn`]).
+//! pre-split regions; ALTER TABLE ([`alter`]) and views ([`df::views`])
+//! change the catalog only; INSERT encodes rows ([`insert`]), INSERT …
+//! SELECT and UPDATE/DELETE find theirs with a snapshot query ([`dml`]),
+//! and each statement's rows are written as one transaction ([`txn`]).
 //!
 //! IMPLEMENTATION CAVEATS
 //!
