@@ -119,6 +119,17 @@ const PUSHED_DOWN: &[(&str, &str)] = &[
         "substring_phone_country",
         "group by [substr(customer.c_phone",
     ),
+    // Below the joins a correlated subquery is unnested into, each side's
+    // filter stays in its regions, and the domain of correlated values is
+    // grouped in the regions of the orders that pass the outer filter.
+    (
+        "correlated_count_lt_lineitem",
+        "filter l_receiptdate > l_commitdate",
+    ),
+    (
+        "correlated_count_lt_lineitem",
+        "Date32(\"1995-04-01\"); partial aggregate [] group by",
+    ),
 ];
 
 /// The text of `EXPLAIN <sql>`'s plans.

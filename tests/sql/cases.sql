@@ -347,3 +347,30 @@ with recursive chain(k, total) as (
 )
 select count(*) as rounds, max(k) as last_key, max(total) as total
 from chain;
+
+-- name: correlated_count_lt_lineitem
+-- A count(*) correlated by an equality and an inequality with the outer
+-- row (DataFusion alone refuses it; decorrelate.rs unnests it): the
+-- filters on both tables still run in their regions below the joins.
+select o_orderpriority, count(*) as orders
+from orders o
+where o_orderdate >= date '1995-01-01' and o_orderdate < date '1995-04-01'
+  and (select count(*) from lineitem l
+       where l.l_orderkey = o.o_orderkey
+         and l.l_commitdate < l.l_receiptdate
+         and l.l_extendedprice * 4 > o.o_totalprice) > 1
+group by o_orderpriority
+order by o_orderpriority;
+
+-- name: correlated_rank_in_select_list_nested
+-- Correlated only by inequalities, in the SELECT list and in a nested
+-- EXISTS two levels down.
+select n1.n_name,
+       (select count(*) from nation n2
+        where n2.n_nationkey < n1.n_nationkey
+          and exists (select 1 from region r
+                      where r.r_regionkey = n2.n_regionkey
+                        and r.r_regionkey <> n1.n_regionkey)) as below_elsewhere
+from nation n1
+where n1.n_regionkey in (1, 3)
+order by n1.n_name;

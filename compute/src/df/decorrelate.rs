@@ -58,7 +58,10 @@
 //!
 //! * D is the outer input's distinct correlated values, so that input is
 //!   planned twice (DuckDB shares it through a "delim join"): its region
-//!   scans run twice.
+//!   scans run twice (Quarry's shared-scan rule runs the domain's
+//!   aggregating scans once). A WHERE clause's conjuncts without
+//!   subqueries filter first, so D holds only the values of rows that
+//!   pass them, and those filters reach D's region scans.
 //! * A correlation that survives to a join of both sides joins them on
 //!   `d IS NOT DISTINCT FROM d'` as well, a nested-loop join unless the
 //!   join has equality keys of its own.
@@ -355,6 +358,9 @@ fn unnest_node(node: LogicalPlan, which: Which) -> DfResult<Transformed<LogicalP
     if !wanted(&node, which) {
         return Ok(Transformed::no(node));
     }
+    if let Some(split) = plain_conjuncts_first(&node)? {
+        return unnest_node(split, which);
+    }
     match &node {
         LogicalPlan::Projection(_)
         | LogicalPlan::Filter(_)
@@ -398,6 +404,36 @@ fn unnest_node(node: LogicalPlan, which: Which) -> DfResult<Transformed<LogicalP
         other => other,
     };
     Ok(Transformed::yes(rebuilt))
+}
+
+/// A filter whose predicate ANDs conjuncts with subqueries and without,
+/// as the ones without filtering first (None if it is not one): the
+/// domain of the subqueries' correlated values is then taken from the
+/// rows that pass them (TPC-H-like `o_orderdate` ranges keep their
+/// pushdown into the domain's region scan) rather than from every row.
+fn plain_conjuncts_first(node: &LogicalPlan) -> DfResult<Option<LogicalPlan>> {
+    let LogicalPlan::Filter(f) = node else {
+        return Ok(None);
+    };
+    let has_subquery = |e: &Expr| e.exists(|e| Ok(is_subquery(e)));
+    let (mut plain, mut rest) = (Vec::new(), Vec::new());
+    for c in datafusion::logical_expr::utils::split_conjunction(&f.predicate) {
+        match has_subquery(c)? {
+            true => rest.push(c.clone()),
+            false => plain.push(c.clone()),
+        }
+    }
+    let (Some(plain), Some(rest)) = (
+        datafusion::logical_expr::utils::conjunction(plain),
+        datafusion::logical_expr::utils::conjunction(rest),
+    ) else {
+        return Ok(None);
+    };
+    let below = LogicalPlan::Filter(Filter::try_new(plain, f.input.clone())?);
+    Ok(Some(LogicalPlan::Filter(Filter::try_new(
+        rest,
+        Arc::new(below),
+    )?)))
 }
 
 /// `new` named as the `i`th expression of `node` was, where that name is
