@@ -812,6 +812,16 @@ fn alter_table_is_online_for_concurrent_writers_and_readers() {
                                 Ok(_) => ok.push(id),
                                 Err(e) => failed.push(format!("{sql}: {e}")),
                             }
+                            // UPDATEs rewrite whole rows: one that raced an
+                            // ALTER is refused rather than writing by a
+                            // stale definition.
+                            let sql =
+                                format!("UPDATE acct SET v = v + 1 WHERE id = {}", w * 100_000);
+                            if let Err(e) = c.sql(&sql).await {
+                                if !e.to_string().contains("altered while this statement ran") {
+                                    failed.push(format!("{sql}: {e}"));
+                                }
+                            }
                         }
                         (ok, failed)
                     })
@@ -824,7 +834,7 @@ fn alter_table_is_online_for_concurrent_writers_and_readers() {
                 let (mut last, mut failed) = (0i64, Vec::new());
                 let deadline = Instant::now() + Duration::from_secs(120);
                 while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    match c.sql("SELECT count(*) AS n FROM acct").await {
+                    match c.sql("SELECT count(*) AS n, sum(v) AS s FROM acct").await {
                         Ok(b) => {
                             let n = b[0]
                                 .column(0)

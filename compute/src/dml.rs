@@ -25,6 +25,7 @@
 //! shows. The rows a statement changes are held in compute's memory until
 //! the commit.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,8 +84,10 @@ fn where_clause(selection: &Option<String>) -> String {
 }
 
 /// Runs `attempt` with a fresh snapshot until it does not lose a write
-/// conflict, at most [`MAX_ATTEMPTS`] times.
-async fn autocommit<F, Fut>(mut attempt: F) -> Result<usize>
+/// conflict, at most [`MAX_ATTEMPTS`] times; not again once `final_`
+/// is set (the conflict is with an ALTER TABLE: running the statement
+/// again as it was planned would lose it again).
+async fn autocommit<F, Fut>(mut attempt: F, final_: &AtomicBool) -> Result<usize>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<usize>>,
@@ -94,7 +97,7 @@ where
     loop {
         tries += 1;
         match attempt().await {
-            Err(Error::Conflict(m)) if tries < MAX_ATTEMPTS => {
+            Err(Error::Conflict(m)) if tries < MAX_ATTEMPTS && !final_.load(Ordering::Relaxed) => {
                 tracing::debug!("statement lost a write conflict, retrying: {m}");
                 let jitter = rand_jitter(backoff);
                 tokio::time::sleep(backoff + jitter).await;
@@ -313,23 +316,55 @@ where
     Fut: std::future::Future<Output = Result<Vec<Mutation>>>,
 {
     let packed = crate::insert::is_packed(table);
+    let altered = AtomicBool::new(false);
+    let unchanged = || async {
+        let r = still_defined(engine, table).await;
+        altered.store(r.is_err(), Ordering::Relaxed);
+        r
+    };
     if let Some(txn) = txn {
         let mutations = rows_at(txn.start_ts).await?;
+        unchanged().await?;
         return engine.sessions().write(txn, mutations, packed).await;
     }
-    autocommit(|| async {
-        let start_ts = engine.txns().timestamp().await?;
-        let mutations = rows_at(start_ts).await?;
-        let n = mutations.len();
-        if n > 0 {
-            engine
-                .txns()
-                .write_at(start_ts, mutations, packed, write_deadline())
-                .await?;
-        }
-        Ok(n)
-    })
+    autocommit(
+        || async {
+            let start_ts = engine.txns().timestamp().await?;
+            let mutations = rows_at(start_ts).await?;
+            unchanged().await?;
+            let n = mutations.len();
+            if n > 0 {
+                engine
+                    .txns()
+                    .write_at(start_ts, mutations, packed, write_deadline())
+                    .await?;
+            }
+            Ok(n)
+        },
+        &altered,
+    )
     .await
+}
+
+/// Fails if `table`, as the statement read it, is no longer the table's
+/// definition. The statement's rows were found by a query that read the
+/// catalog again, and are encoded by `table`'s column ids: an ALTER
+/// TABLE in between (columns renamed, the table renamed and another made
+/// under its name) would write them into the wrong columns or table, and
+/// a column added in between would be missing from the rows an UPDATE
+/// rewrites, losing a value written to it since. Checked after the rows
+/// were found, which is after the snapshot was taken: an ALTER after the
+/// check is one whose new columns no row at the snapshot has, and a
+/// write to them commits after the snapshot, so it conflicts with this
+/// statement's (first committer wins).
+async fn still_defined(engine: &QueryEngine, table: &TableDef) -> Result<()> {
+    match engine.cluster.get_table(&table.name).await? {
+        Some(now) if &now == table => Ok(()),
+        _ => Err(Error::Conflict(format!(
+            "table {} was altered while this statement ran; nothing was written: run it again",
+            table.name
+        ))),
+    }
 }
 
 /// `INSERT INTO table [(columns)] query`, in `txn` or on its own: the

@@ -83,9 +83,24 @@ impl<E: Engine> Meta<E> {
     ) -> Result<TableDef> {
         let _ddl = self.ddl.lock().await;
         let region = self.leader().await?;
+        // The same change sent again (a retry after a timeout whose first
+        // try was applied) is done, not a conflict.
+        let done = |stored: &TableDef| {
+            let mut again = new.clone();
+            again.next_column_id = stored.next_column_id;
+            again == *stored
+        };
         let Some(old) = self.get_table(name).await? else {
+            if let Some(renamed) = self.get_table(&new.name).await? {
+                if done(&renamed) {
+                    return Ok(renamed);
+                }
+            }
             return Err(Error::InvalidInput(format!("table {name} does not exist")));
         };
+        if done(&old) {
+            return Ok(old);
+        }
         if old.encode_to_vec() != expected {
             return Err(Error::InvalidInput(format!(
                 "table {name} was changed by another statement meanwhile; run the ALTER again"
