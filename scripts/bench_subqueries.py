@@ -8,7 +8,7 @@ a seeded generator) into Quarry (INSERTs of 5000 rows) and into DuckDB
 (threads = 2), checks that both answer each query alike, and prints per
 query the median of --runs timed runs after one warm-up, and Quarry's
 time over DuckDB's. The queries are the shapes DataFusion does not unnest
-by itself and compute/src/df/decorrelate.rs does. Needs duckdb and
+by itself and compute/src/df/decorrelate/ does. Needs duckdb and
 adbc_driver_flightsql (pip) in the Python that runs it.
 """
 import argparse

@@ -350,7 +350,7 @@ from chain;
 
 -- name: correlated_count_lt_lineitem
 -- A count(*) correlated by an equality and an inequality with the outer
--- row (DataFusion alone refuses it; decorrelate.rs unnests it): the
+-- row (DataFusion alone refuses it; df/decorrelate/ unnests it): the
 -- filters on both tables still run in their regions below the joins.
 select o_orderpriority, count(*) as orders
 from orders o
