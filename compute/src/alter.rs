@@ -117,6 +117,14 @@ pub fn altered(old: &TableDef, ops: &[AlterOp]) -> Result<TableDef> {
                         t.name
                     ));
                 }
+                let id = t.columns[i].id;
+                if let Some(ix) = t.indexes.iter().find(|x| x.column_ids.contains(&id)) {
+                    return Err(plan_err!(
+                        "column {name} is read by index {}: DROP INDEX {} first",
+                        ix.name,
+                        ix.name
+                    ));
+                }
                 t.columns.remove(i);
             }
             AlterOp::RenameColumn { old: from, new: to } => {

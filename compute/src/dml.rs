@@ -32,7 +32,7 @@ use std::time::Duration;
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{DataType, Int64Type};
-use quarry_coprocessor::codec::key::record_key;
+use quarry_coprocessor::codec::key::{is_index_key, record_key};
 use quarry_coprocessor::codec::row::{array_datum, Datum, RowDecoder, RowEncoder};
 use quarry_coprocessor::types::{arrow_type, sql_name};
 use quarry_proto::kv::{Mutation, Op};
@@ -129,8 +129,10 @@ pub async fn delete(
     del: &Delete,
     txn: Option<&OpenTxn>,
 ) -> Result<usize> {
-    let sql = key_query(table, del)?;
-    let rows_at = |start_ts: u64| key_mutations(engine, table, &sql, start_ts, Op::Delete);
+    let rows_at = |start_ts: u64, table: TableDef| async move {
+        let sql = key_query(&table, del, true)?;
+        key_mutations(engine, &table, &sql, start_ts, Op::Delete).await
+    };
     write(engine, table, txn, rows_at).await
 }
 
@@ -143,8 +145,10 @@ pub async fn lock(
     rows: &Delete,
     txn: &OpenTxn,
 ) -> Result<usize> {
-    let sql = key_query(table, rows)?;
-    let rows_at = |start_ts: u64| key_mutations(engine, table, &sql, start_ts, Op::Lock);
+    let rows_at = |start_ts: u64, table: TableDef| async move {
+        let sql = key_query(&table, rows, false)?;
+        key_mutations(engine, &table, &sql, start_ts, Op::Lock).await
+    };
     write(engine, table, Some(txn), rows_at).await
 }
 
@@ -163,7 +167,7 @@ pub async fn lock_points(
     if table.layout != Layout::Row as i32 || table.handle_column_id == 0 {
         return Ok(None);
     }
-    let sql = key_query(table, rows)?;
+    let sql = key_query(table, rows, false)?;
     // Planned over this table alone: a selection that reads another one
     // (a subquery) fails here and takes the general way.
     let Ok(plan) = engine
@@ -200,14 +204,53 @@ pub async fn lock_points(
     Ok(Some(RecordBatch::try_new(schema, decoder.finish()?)?))
 }
 
-/// `SELECT pk AS _key FROM … WHERE …`: the keys of the rows `rows` picks.
-fn key_query(table: &TableDef, rows: &Delete) -> Result<String> {
+/// `SELECT pk AS _key FROM … WHERE …`: the keys of the rows `rows` picks;
+/// `with_indexed`: then the values of the columns the table's indexes
+/// read ([`indexed_items`]), whose entries a DELETE deletes.
+fn key_query(table: &TableDef, rows: &Delete, with_indexed: bool) -> Result<String> {
+    let extra = if with_indexed {
+        indexed_items(table)
+    } else {
+        String::new()
+    };
     Ok(format!(
-        "SELECT {} AS _key FROM {}{}",
+        "SELECT {} AS _key{extra} FROM {}{}",
         quote(key_column(table)?),
         rows.relation,
         where_clause(&rows.selection)
     ))
+}
+
+/// `, "c1" AS _old0, …`: the columns the table's indexes read (in
+/// `Maintainer::column_ids` order), as a statement's rows had them.
+fn indexed_items(table: &TableDef) -> String {
+    crate::index::Maintainer::new(table)
+        .column_ids()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, id)| {
+            let c = table.columns.iter().find(|c| c.id == *id)?;
+            Some(format!(", {} AS _old{i}", quote(&c.name)))
+        })
+        .collect()
+}
+
+/// The old indexed values of row `r` of `b`, whose columns from `first`
+/// on are [`indexed_items`]'s, by column id.
+fn old_values<'a>(
+    table: &TableDef,
+    b: &'a RecordBatch,
+    first: usize,
+    r: usize,
+) -> Result<Vec<(i64, Datum<'a>)>> {
+    let ids = crate::index::Maintainer::new(table).column_ids();
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let col = b.column(first + i);
+            Ok((*id, array_datum(col, col.data_type(), r)?))
+        })
+        .collect()
 }
 
 /// `op` on each row whose key `sql` ([`key_query`]) finds at `start_ts`.
@@ -220,12 +263,17 @@ async fn key_mutations(
 ) -> Result<Vec<Mutation>> {
     let out = engine.query_at(sql, start_ts, table).await?;
     let mut mutations = Vec::with_capacity(out.num_rows());
+    let mut maint = crate::index::Maintainer::new(table);
     for b in &out.batches {
         let handles = b
             .column(0)
             .as_primitive_opt::<Int64Type>()
             .ok_or_else(|| Error::Internal("the primary key did not come back as BIGINT".into()))?;
-        for h in handles.iter().flatten() {
+        for (r, h) in handles.iter().enumerate() {
+            let Some(h) = h else { continue };
+            if op == Op::Delete && !maint.is_empty() {
+                maint.change(h, Some(&old_values(table, b, 1, r)?), None)?;
+            }
             mutations.push(Mutation {
                 op: op as i32,
                 key: record_key(table.id, h),
@@ -233,6 +281,7 @@ async fn key_mutations(
             });
         }
     }
+    mutations.extend(maint.into_mutations());
     Ok(mutations)
 }
 
@@ -244,6 +293,29 @@ pub async fn update(
     upd: &Update,
     txn: Option<&OpenTxn>,
 ) -> Result<usize> {
+    update_query(table, upd)?;
+    let rows_at = |start_ts: u64, table: TableDef| async move {
+        let sql = update_query(&table, upd)?;
+        let types = crate::insert::column_types(&table)?;
+        let out = engine.query_at(&sql, start_ts, &table).await?;
+        let mut enc = RowEncoder::new();
+        let mut maint = crate::index::Maintainer::new(&table);
+        let mut mutations = Vec::with_capacity(out.num_rows());
+        for b in &out.batches {
+            // The old indexed values follow the key and the new values.
+            let old = Some(1 + table.columns.len());
+            let rows = encode_rows(&table, &types, b, &mut enc, Op::Put, &mut maint, old)?;
+            mutations.extend(rows);
+        }
+        mutations.extend(maint.into_mutations());
+        Ok(mutations)
+    };
+    write(engine, table, txn, rows_at).await
+}
+
+/// `SELECT key AS _key, <each column's new value> AS _new{i}, <indexed
+/// columns> AS _old{i} FROM … WHERE …`: the rows UPDATE `upd` changes.
+fn update_query(table: &TableDef, upd: &Update) -> Result<String> {
     let key = key_column(table)?;
     // What each column becomes: its SET expression, or itself.
     let mut values: Vec<String> = table.columns.iter().map(|c| quote(&c.name)).collect();
@@ -280,31 +352,21 @@ pub async fn update(
         values[pos] = format!("({expr})");
     }
     // Aliased: DataFusion wants distinct names (the key is a column too).
-    let sql = format!(
-        "SELECT {} AS _key, {} FROM {}{}",
+    Ok(format!(
+        "SELECT {} AS _key, {}{} FROM {}{}",
         quote(key),
         value_items(&values),
+        indexed_items(table),
         upd.relation,
         where_clause(&upd.selection)
-    );
-    let types = crate::insert::column_types(table)?;
-    let rows_at = |start_ts: u64| {
-        let (sql, types) = (&sql, &types);
-        async move {
-            let out = engine.query_at(sql, start_ts, table).await?;
-            let mut enc = RowEncoder::new();
-            let mut mutations = Vec::with_capacity(out.num_rows());
-            for b in &out.batches {
-                mutations.extend(encode_rows(table, types, b, &mut enc, Op::Put)?);
-            }
-            Ok(mutations)
-        }
-    };
-    write(engine, table, txn, rows_at).await
+    ))
 }
 
-/// Writes the rows `rows_at(start_ts)` finds: in `txn` at its snapshot,
-/// or as an autocommit transaction ([`autocommit`]); returns how many.
+/// Writes the rows `rows_at(start_ts, table)` finds: in `txn` at its
+/// snapshot, or as an autocommit transaction ([`autocommit`]); returns
+/// how many. `table` is the definition the statement was planned with;
+/// when only its indexes changed meanwhile (an index built or dropped),
+/// the rows are found again with the new definition.
 async fn write<F, Fut>(
     engine: &QueryEngine,
     table: &TableDef,
@@ -312,32 +374,69 @@ async fn write<F, Fut>(
     rows_at: F,
 ) -> Result<usize>
 where
-    F: Fn(u64) -> Fut,
+    F: Fn(u64, TableDef) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<Mutation>>>,
 {
     let packed = crate::insert::is_packed(table);
+    let def = parking_lot::Mutex::new(table.clone());
     let altered = AtomicBool::new(false);
-    let unchanged = || async {
-        let r = still_defined(engine, table).await;
-        altered.store(r.is_err(), Ordering::Relaxed);
-        r
+    // The definition the rows were found with, if it is still the table's.
+    let unchanged = |used: TableDef| {
+        let (def, altered) = (&def, &altered);
+        async move {
+            match still_defined(engine, &used).await {
+                Ok(None) => Ok(used),
+                Ok(Some(now)) => {
+                    *def.lock() = now;
+                    Err(Error::Conflict(format!(
+                        "the indexes of table {} changed while this statement ran",
+                        used.name
+                    )))
+                }
+                Err(e) => {
+                    altered.store(true, Ordering::Relaxed);
+                    Err(e)
+                }
+            }
+        }
     };
+    // Rows, not their index entries.
+    let rows_of = |m: &[Mutation]| m.iter().filter(|m| !is_index_key(&m.key)).count();
     if let Some(txn) = txn {
-        let mutations = rows_at(txn.start_ts).await?;
-        unchanged().await?;
-        return engine.sessions().write(txn, mutations, packed).await;
+        let mut tries = 0;
+        let (used, mutations) = loop {
+            tries += 1;
+            let used = def.lock().clone();
+            let mutations = rows_at(txn.start_ts, used.clone()).await?;
+            match unchanged(used).await {
+                Ok(used) => break (used, mutations),
+                Err(Error::Conflict(_))
+                    if tries < MAX_ATTEMPTS && !altered.load(Ordering::Relaxed) => {}
+                Err(e) => return Err(e),
+            }
+        };
+        let n = rows_of(&mutations);
+        return engine
+            .sessions()
+            .write(txn, &used, mutations)
+            .await
+            .map(|_| n)
+            .map_err(|e| crate::index::name_duplicate(e, &used));
     }
     autocommit(
         || async {
             let start_ts = engine.txns().timestamp().await?;
-            let mutations = rows_at(start_ts).await?;
-            unchanged().await?;
-            let n = mutations.len();
+            let used = def.lock().clone();
+            let mutations = rows_at(start_ts, used.clone()).await?;
+            let used = unchanged(used).await?;
+            let n = rows_of(&mutations);
             if n > 0 {
+                let check = crate::index::SchemaCheck::of(&used);
                 engine
                     .txns()
-                    .write_at(start_ts, mutations, packed, write_deadline())
-                    .await?;
+                    .write_checked(start_ts, mutations, packed, write_deadline(), Some(&check))
+                    .await
+                    .map_err(|e| crate::index::name_duplicate(e, &used))?;
             }
             Ok(n)
         },
@@ -357,9 +456,16 @@ where
 /// check is one whose new columns no row at the snapshot has, and a
 /// write to them commits after the snapshot, so it conflicts with this
 /// statement's (first committer wins).
-async fn still_defined(engine: &QueryEngine, table: &TableDef) -> Result<()> {
+///
+/// Only the indexes changed (an index build or drop moved on): Ok with
+/// the table's definition now, for the statement to find its rows again
+/// (their index entries differ; the rows do not).
+async fn still_defined(engine: &QueryEngine, table: &TableDef) -> Result<Option<TableDef>> {
+    // What the rows are encoded by (the id counters meta keeps may move).
+    let rows_part = |t: &TableDef| (t.id, t.columns.clone(), t.handle_column_id, t.layout);
     match engine.cluster.get_table(&table.name).await? {
-        Some(now) if &now == table => Ok(()),
+        Some(now) if &now == table => Ok(None),
+        Some(now) if rows_part(&now) == rows_part(table) => Ok(Some(now)),
         _ => Err(Error::Conflict(format!(
             "table {} was altered while this statement ran; nothing was written: run it again",
             table.name
@@ -388,9 +494,12 @@ pub async fn insert_select(
         .columns
         .iter()
         .position(|c| c.id == table.handle_column_id);
-    let rows_at = |start_ts: u64| {
+    // (Only the indexes may differ from `table` in the definition `now`:
+    // the columns, and so the targets and types, stay.)
+    let rows_at = |start_ts: u64, now: TableDef| {
         let (targets, types, defaults) = (&targets, &types, &defaults);
         async move {
+            let table = &now;
             let out = engine.query_at(query, start_ts, table).await?;
             let width = out.schema.fields().len();
             if width != targets.len() {
@@ -414,6 +523,7 @@ pub async fn insert_select(
             }
             .into_iter();
             let mut enc = RowEncoder::new();
+            let mut maint = crate::index::Maintainer::new(table);
             let mut seen = std::collections::HashSet::new();
             let mut mutations = Vec::with_capacity(rows);
             for b in &out.batches {
@@ -470,8 +580,17 @@ pub async fn insert_select(
                     columns,
                     &arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
                 )?;
-                mutations.extend(encode_rows(table, types, &batch, &mut enc, Op::Insert)?);
+                mutations.extend(encode_rows(
+                    table,
+                    types,
+                    &batch,
+                    &mut enc,
+                    Op::Insert,
+                    &mut maint,
+                    None,
+                )?);
             }
+            mutations.extend(maint.into_mutations());
             Ok(mutations)
         }
     };
@@ -490,13 +609,17 @@ fn rows_schema(table: &TableDef, types: &[(DataType, bool, u32)]) -> arrow::data
 
 /// The rows of `batch` (the key, then every column's value) as row
 /// mutations of kind `op` (UPDATE's `Put`, INSERT's `Insert`), each value
-/// cast to its column's type and checked against it.
+/// cast to its column's type and checked against it; their index
+/// entries go to `maint`, the old ones read from `batch`'s columns from
+/// `old` on when the rows replace rows ([`indexed_items`]).
 fn encode_rows(
     table: &TableDef,
     types: &[(DataType, bool, u32)],
     batch: &RecordBatch,
     enc: &mut RowEncoder,
     op: Op,
+    maint: &mut crate::index::Maintainer,
+    old: Option<usize>,
 ) -> Result<Vec<Mutation>> {
     let (what, verb) = match op {
         Op::Insert => ("value", "INSERT"),
@@ -555,6 +678,12 @@ fn encode_rows(
                 _ => {}
             }
             datums.push((def.id, d));
+        }
+        if !maint.is_empty() {
+            let before = old
+                .map(|first| old_values(table, batch, first, r))
+                .transpose()?;
+            maint.change(handles.value(r), before.as_deref(), Some(&datums))?;
         }
         let mut value = Vec::new();
         enc.encode(&datums, &mut value)?;

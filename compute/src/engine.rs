@@ -582,11 +582,13 @@ impl QueryEngine {
                 | Statement::DropTable { .. }
                 | Statement::AlterTable { .. }
                 | Statement::CreateView(_)
-                | Statement::DropView { .. },
+                | Statement::DropView { .. }
+                | Statement::CreateIndex(_)
+                | Statement::DropIndex { .. },
             ) => {
                 return Err(plan_err!(
-                    "CREATE, ALTER and DROP TABLE and VIEW do not run inside a transaction; \
-                     COMMIT or ROLLBACK it first"
+                    "CREATE, ALTER and DROP TABLE, VIEW and INDEX do not run inside a \
+                     transaction; COMMIT or ROLLBACK it first"
                 ))
             }
             Parsed::Statement(Statement::User(_)) => {
@@ -729,6 +731,30 @@ impl QueryEngine {
                         "DROP VIEW"
                     } else {
                         "DROP VIEW (did not exist)"
+                    }
+                    .into()],
+                )?)
+            }
+            Statement::CreateIndex(ci) => {
+                let made = crate::index::ddl::create_index(self, &ci).await?;
+                Prepared::Done(text_output(
+                    "result",
+                    vec![if made {
+                        "CREATE INDEX"
+                    } else {
+                        "CREATE INDEX (existed)"
+                    }
+                    .into()],
+                )?)
+            }
+            Statement::DropIndex { name, if_exists } => {
+                let dropped = crate::index::ddl::drop_index(self, &name, if_exists).await?;
+                Prepared::Done(text_output(
+                    "result",
+                    vec![if dropped {
+                        "DROP INDEX"
+                    } else {
+                        "DROP INDEX (did not exist)"
                     }
                     .into()],
                 )?)

@@ -180,26 +180,52 @@ pub async fn insert(
     if let Some(query) = &ins.query {
         return crate::dml::insert_select(engine, table, &ins.columns, query, txn).await;
     }
-    let mutations = mutations(engine, table, ins).await?;
+    let (mutations, n) = mutations(engine, table, ins).await?;
     if mutations.is_empty() {
         return Ok(0);
     }
     if let Some(txn) = txn {
         return engine
             .sessions()
-            .write(txn, mutations, is_packed(table))
-            .await;
+            .write(txn, table, mutations)
+            .await
+            .map(|_| n)
+            .map_err(|e| crate::index::name_duplicate(e, table));
     }
-    // One transaction: readers see all of the rows or none.
-    let n = mutations.len();
-    engine
-        .txns()
-        .write(
-            mutations,
-            is_packed(table),
-            crate::session_settings::write_deadline(),
-        )
-        .await?;
+    // One transaction: readers see all of the rows or none. The table's
+    // definition is checked once the snapshot is taken, so a write that
+    // missed an index build's first step commits below its backfill
+    // (`crate::index`); when an index build or drop moved on meanwhile,
+    // the rows are encoded again by the new definition and written again.
+    let txns = engine.txns();
+    let (mut table, mut mutations) = (table.clone(), mutations);
+    for attempt in 1.. {
+        let start_ts = txns.timestamp().await?;
+        let check = crate::index::SchemaCheck::of(&table);
+        let written = match check.verify(&engine.cluster).await {
+            Ok(()) => txns
+                .write_checked(
+                    start_ts,
+                    mutations.clone(),
+                    is_packed(&table),
+                    crate::session_settings::write_deadline(),
+                    Some(&check),
+                )
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(()) => break,
+            Err(Error::Conflict(m))
+                if m.contains("indexes of table") && attempt < crate::dml::MAX_ATTEMPTS =>
+            {
+                table = engine.table(&table.name).await?;
+                mutations = self::mutations(engine, &table, ins).await?.0;
+            }
+            Err(e) => return Err(crate::index::name_duplicate(e, &table)),
+        }
+    }
     Ok(n)
 }
 
@@ -238,10 +264,15 @@ pub(crate) fn target_positions(table: &TableDef, columns: &[String]) -> Result<V
     Ok(targets)
 }
 
-/// The rows of `ins`, checked and encoded as `Insert` mutations.
-async fn mutations(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Result<Vec<Mutation>> {
+/// The rows of `ins`, checked and encoded as `Insert` mutations, with
+/// their index entries' mutations; and how many rows.
+async fn mutations(
+    engine: &QueryEngine,
+    table: &TableDef,
+    ins: &Insert,
+) -> Result<(Vec<Mutation>, usize)> {
     if ins.rows.is_empty() {
-        return Ok(vec![]);
+        return Ok((vec![], 0));
     }
     let targets = target_positions(table, &ins.columns)?;
     let types = column_types(table)?;
@@ -317,6 +348,7 @@ async fn mutations(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Resu
     }
 
     let mut enc = RowEncoder::new();
+    let mut maint = crate::index::Maintainer::new(table);
     let mut mutations: Vec<Mutation> = Vec::with_capacity(rows.len());
     for (row, h) in rows.iter().zip(&handles) {
         let cols: Vec<(i64, Datum)> = table
@@ -325,6 +357,7 @@ async fn mutations(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Resu
             .zip(row)
             .map(|(c, v)| (c.id, datum(v)))
             .collect();
+        maint.change(*h, None, Some(&cols))?;
         let mut value = Vec::new();
         enc.encode(&cols, &mut value)?;
         mutations.push(Mutation {
@@ -333,5 +366,7 @@ async fn mutations(engine: &QueryEngine, table: &TableDef, ins: &Insert) -> Resu
             value,
         });
     }
-    Ok(mutations)
+    let n = mutations.len();
+    mutations.extend(maint.into_mutations());
+    Ok((mutations, n))
 }

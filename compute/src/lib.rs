@@ -62,6 +62,7 @@ pub mod engine;
 mod error;
 pub mod flight;
 pub mod gc_hold;
+pub mod index;
 pub mod insert;
 pub mod kv_writer;
 pub mod metrics;

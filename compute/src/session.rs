@@ -82,6 +82,9 @@ struct State {
     /// What the transaction writes, the last write of each key (and
     /// whether its table keeps packs): prewritten again at COMMIT.
     writes: BTreeMap<Vec<u8>, (Mutation, bool)>,
+    /// The tables written, as their writes were planned: checked at
+    /// COMMIT (`crate::index::SchemaCheck`).
+    tables: crate::index::SchemaCheck,
     /// Why the transaction was aborted, if it was.
     aborted: Option<String>,
     ended: bool,
@@ -139,15 +142,17 @@ impl Sessions {
         Ok(txn)
     }
 
-    /// Writes `mutations` in `txn` (locks them; see the module docs).
+    /// Writes `mutations` (rows of `table` and their index entries) in
+    /// `txn` (locks them; see the module docs).
     pub async fn write(
         &self,
         txn: &OpenTxn,
+        table: &quarry_proto::meta::TableDef,
         mutations: Vec<Mutation>,
-        packed: bool,
     ) -> Result<usize> {
         let n = mutations.len();
-        self.write_returning(txn, mutations, packed, false)
+        txn.state.lock().await.tables.add(table);
+        self.write_returning(txn, mutations, crate::insert::is_packed(table), false)
             .await
             .map(|_| n)
     }
@@ -296,6 +301,7 @@ impl Sessions {
         keys.insert(0, primary);
         let deadline = Instant::now() + crate::session_settings::WRITE_DEADLINE;
         let writes = std::mem::take(&mut st.writes);
+        let check = std::mem::take(&mut st.tables);
         if let Err(e) = self
             .prewrite_all(txn.start_ts, &keys[0], writes, deadline)
             .await
@@ -308,13 +314,17 @@ impl Sessions {
         // after it applied, so a failure rolls nothing back: readers settle
         // the locks from the primary.
         self.txns
-            .commit(txn.start_ts, keys, deadline)
+            .commit_checked(txn.start_ts, keys, deadline, Some(&check))
             .await
-            .map_err(|e| {
-                e.with_context(
+            .map_err(|e| match e {
+                // The indexes' check, before anything committed.
+                Error::Conflict(_) => {
+                    e.with_context("COMMIT failed; the transaction is rolled back")
+                }
+                e => e.with_context(
                     "COMMIT did not complete; if the primary's commit applied the \
                      transaction is committed, otherwise it will be rolled back",
-                )
+                ),
             })
     }
 

@@ -108,6 +108,9 @@ enum Step {
         /// Commit in one phase if every mutation lands in one region; the
         /// region's answer goes here.
         one_pc: Option<Arc<parking_lot::Mutex<u64>>>,
+        /// The highest commit_ts a one-phase commit may take (0: any;
+        /// `PrewriteRequest.max_one_pc_commit_ts`).
+        max_one_pc: u64,
         /// The locks' TTL, from start_ts ([`lock_ttl_ms`]).
         ttl_ms: u64,
         /// An open transaction's statement (`PrewriteRequest.pessimistic`).
@@ -148,6 +151,14 @@ impl Txns {
         }
     }
 
+    pub(crate) fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    pub(crate) fn cache(&self) -> &Arc<RegionCache> {
+        &self.cache
+    }
+
     /// A fresh timestamp from the oracle: above every one handed out
     /// before, so a read at it sees every transaction committed so far.
     pub async fn timestamp(&self) -> Result<u64> {
@@ -181,9 +192,26 @@ impl Txns {
     pub async fn write_at(
         self: &Arc<Self>,
         start_ts: u64,
+        mutations: Vec<Mutation>,
+        packed: bool,
+        deadline: Instant,
+    ) -> Result<u64> {
+        self.write_checked(start_ts, mutations, packed, deadline, None)
+            .await
+    }
+
+    /// [`Txns::write_at`] for a statement that planned its writes with
+    /// `check`'s definitions of the tables it writes: it commits only if
+    /// they are still the tables' definitions once its commit_ts is
+    /// taken, or in one phase no later than `check` allows
+    /// (`crate::index::SchemaCheck`).
+    pub async fn write_checked(
+        self: &Arc<Self>,
+        start_ts: u64,
         mut mutations: Vec<Mutation>,
         packed: bool,
         deadline: Instant,
+        check: Option<&crate::index::SchemaCheck>,
     ) -> Result<u64> {
         if mutations.is_empty() {
             return Err(Error::Internal(
@@ -195,13 +223,17 @@ impl Txns {
         let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
         // One phase when the table has no packs, or the statement only
         // inserts (`raftstore/src/txn.rs` says why).
-        let one_pc = (!packed || mutations.iter().all(|m| m.op == Op::Insert as i32))
-            .then(|| Arc::new(parking_lot::Mutex::new(0)));
+        // Not on a table with indexes, whose definition is checked at commit.
+        let max_one_pc = check.map_or(Some(0), |c| c.max_one_pc_commit_ts(start_ts));
+        let one_pc = ((!packed || mutations.iter().all(|m| m.op == Op::Insert as i32))
+            && max_one_pc.is_some())
+        .then(|| Arc::new(parking_lot::Mutex::new(0)));
         let prewrite = Step::Prewrite {
             primary: primary.clone(),
             start_ts,
             packed,
             one_pc: one_pc.clone(),
+            max_one_pc: max_one_pc.unwrap_or_default(),
             ttl_ms: lock_ttl_ms(start_ts),
             pessimistic: false,
             rows: None,
@@ -217,7 +249,7 @@ impl Txns {
         if let Some(commit_ts) = one_pc.map(|c| *c.lock()).filter(|ts| *ts != 0) {
             return Ok(commit_ts);
         }
-        self.commit(start_ts, keys, deadline)
+        self.commit_checked(start_ts, keys, deadline, check)
             .await
             .map_err(undetermined)
     }
@@ -291,6 +323,7 @@ impl Txns {
             start_ts,
             packed,
             one_pc: None,
+            max_one_pc: 0,
             ttl_ms: lock_ttl_ms(start_ts),
             pessimistic,
             rows,
@@ -304,14 +337,35 @@ impl Txns {
     pub async fn commit(
         self: &Arc<Self>,
         start_ts: u64,
+        keys: Vec<Vec<u8>>,
+        deadline: Instant,
+    ) -> Result<u64> {
+        self.commit_checked(start_ts, keys, deadline, None).await
+    }
+
+    /// [`Txns::commit`], once `check` finds the tables' definitions as
+    /// the transaction planned its writes with them (checked after
+    /// commit_ts is taken: an index build that starts later reads this
+    /// transaction's rows, `crate::index`); otherwise everything is rolled
+    /// back and the error says to run it again.
+    pub async fn commit_checked(
+        self: &Arc<Self>,
+        start_ts: u64,
         mut keys: Vec<Vec<u8>>,
         deadline: Instant,
+        check: Option<&crate::index::SchemaCheck>,
     ) -> Result<u64> {
         if keys.is_empty() {
             return Err(Error::Internal("a commit of no keys".into()));
         }
-        let secondaries = keys.split_off(1);
         let commit_ts = self.timestamp().await?;
+        if let Some(check) = check {
+            if let Err(e) = check.verify(&self.cluster).await {
+                self.rollback(start_ts, keys).await;
+                return Err(e);
+            }
+        }
+        let secondaries = keys.split_off(1);
         let commit = Step::Commit {
             start_ts,
             commit_ts,
@@ -652,6 +706,7 @@ impl RegionWork for StepWork {
                             start_ts,
                             packed,
                             one_pc,
+                            max_one_pc,
                             ttl_ms,
                             pessimistic,
                             rows,
@@ -666,6 +721,7 @@ impl RegionWork for StepWork {
                                     packed: *packed,
                                     try_one_pc: one_pc.is_some(),
                                     one_pc_commit_ts: 0,
+                                    max_one_pc_commit_ts: *max_one_pc,
                                     pessimistic: *pessimistic,
                                     return_values: rows.is_some(),
                                 })

@@ -162,7 +162,7 @@ pub fn plan_compaction<E: Engine>(
                     return false;
                 }
             },
-            KeyKind::Other => {}
+            KeyKind::Other | KeyKind::Index { .. } => {}
             kind => {
                 if let Err(e) = delta.add(kind, k, v) {
                     bad = Some(e.to_string());
@@ -394,7 +394,9 @@ impl DeltaRows {
         let handle = match kind {
             KeyKind::Row(h) | KeyKind::Lock(h) => h,
             KeyKind::Version { handle, .. } => handle,
-            KeyKind::Pack(_) | KeyKind::PackMark(_) | KeyKind::Other => return Ok(()),
+            KeyKind::Pack(_) | KeyKind::PackMark(_) | KeyKind::Other | KeyKind::Index { .. } => {
+                return Ok(())
+            }
         };
         if self.cur.as_ref().is_none_or(|c| c.handle != handle) {
             self.close();
@@ -488,6 +490,8 @@ pub fn split_point(key: &[u8], last_pack: Option<(i64, i64)>) -> Option<Vec<u8>>
                 }
             }
         }
+        // An index entry's lock and versions stay with it.
+        KeyKind::Index { base_len, .. } => Some(key[..base_len].to_vec()),
         KeyKind::Other => Some(key.to_vec()),
     }
 }

@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use parking_lot::Mutex;
 use prost::Message;
-use quarry_coprocessor::codec::key::{record_key, table_record_range};
+use quarry_coprocessor::codec::key::{record_key, table_data_range};
 use quarry_coprocessor::storage::KeyRangeRef;
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::kv::KvPair;
@@ -569,7 +569,9 @@ impl<E: Engine> Meta<E> {
         let table_id = first as i64;
         table.id = table_id;
 
-        let (start, end) = table_record_range(table_id);
+        // From `t{id}_i`: the first region holds the index entries too.
+        let (start, end) = table_data_range(table_id);
+        table.index_space = true;
         let mut bounds = vec![start];
         bounds.extend(splits.iter().map(|h| record_key(table_id, *h)));
         bounds.push(end);
@@ -714,7 +716,7 @@ impl<E: Engine> Meta<E> {
             }
             return Err(Error::InvalidInput(format!("table {name} does not exist")));
         };
-        let (start, end) = table_record_range(table.id);
+        let (start, end) = table_data_range(table.id);
         let regions = self.regions_in(&start, &end).await?;
         // One meta write, however many regions: the table and its regions
         // leave the catalog and the directory, and each region is queued
@@ -778,7 +780,7 @@ impl<E: Engine> Meta<E> {
     }
 
     async fn routes_for_table(&self, table_id: i64) -> Result<Vec<RegionRoute>> {
-        let (s, e) = table_record_range(table_id);
+        let (s, e) = table_data_range(table_id);
         self.routes(&s, &e).await
     }
 

@@ -824,7 +824,7 @@ impl<E: Engine> Node<E> {
             | KeyKind::PackMark(h)
             | KeyKind::Lock(h)
             | KeyKind::Version { handle: h, .. } => decode_i64(&key[1..9]).ok().map(|t| (t, h)),
-            KeyKind::Other => None,
+            KeyKind::Other | KeyKind::Index { .. } => None,
         };
         let mut first = None;
         let _ = self.engine.scan(Cf::Default, &start, &end, &mut |k, _| {

@@ -48,7 +48,7 @@
 //! never has both a bare row and data versions (`mvcc.rs` relies on it).
 
 use quarry_coprocessor::codec::key::{
-    classify_key, decode_record_key, hex, pack_mark_key, KeyKind, RECORD_KEY_LEN,
+    classify_key, decode_record_key, hex, pack_mark_key, IndexPart, KeyKind, RECORD_KEY_LEN,
 };
 use quarry_coprocessor::codec::mvcc::{
     decode_lock, encode_lock, lock_key, split_version_value, version_key, version_value, WriteKind,
@@ -80,12 +80,20 @@ pub fn key_error(code: Code, key: &[u8], message: String) -> Error {
     }))
 }
 
-/// How a message names a row key: its handle.
+/// How a message names a row key: its handle; an index entry's key:
+/// as one (compute names the index).
 pub fn describe(key: &[u8]) -> String {
     match classify_key(key) {
         KeyKind::Row(h) => format!("handle {h}"),
+        KeyKind::Index { .. } => format!("index entry {}", hex(key)),
         _ => format!("key {}", hex(key)),
     }
+}
+
+/// Whether `key` is a row's key (not an index entry's): only rows live in
+/// packs.
+fn is_row_key(key: &[u8]) -> bool {
+    matches!(classify_key(key), KeyKind::Row(_))
 }
 
 fn locked(lock: LockInfo) -> Error {
@@ -115,22 +123,28 @@ pub(crate) fn versions_in<E: Engine>(
 pub fn parse_versions(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<VersionRecord>> {
     let mut out = Vec::new();
     for (k, v) in pairs {
-        if let KeyKind::Version {
-            commit_ts, kind, ..
-        } = classify_key(&k)
-        {
-            let (start_ts, _) = split_version_value(&v)?;
-            out.push(VersionRecord {
-                commit_ts,
-                kind,
-                start_ts,
-            });
-        }
+        let (commit_ts, kind) = match classify_key(&k) {
+            KeyKind::Version {
+                commit_ts, kind, ..
+            }
+            | KeyKind::Index {
+                part: IndexPart::Version { commit_ts, kind },
+                ..
+            } => (commit_ts, kind),
+            _ => continue,
+        };
+        let (start_ts, _) = split_version_value(&v)?;
+        out.push(VersionRecord {
+            commit_ts,
+            kind,
+            start_ts,
+        });
     }
     Ok(out)
 }
 
-/// Checks a command's epoch and that its keys are this region's row keys.
+/// Checks a command's epoch and that its keys are this region's row keys
+/// or index entries' keys.
 fn check_keys<'k>(
     region: &Region,
     epoch: Option<&RegionEpoch>,
@@ -141,9 +155,16 @@ fn check_keys<'k>(
         return Err(Error::region(region::epoch_not_match(epoch, region)));
     }
     for k in keys {
-        if k.len() != RECORD_KEY_LEN || !matches!(classify_key(k), KeyKind::Row(_)) {
+        let entry = matches!(
+            classify_key(k),
+            KeyKind::Index {
+                base_len,
+                part: IndexPart::Bare,
+            } if base_len == k.len()
+        );
+        if !entry && (k.len() != RECORD_KEY_LEN || !is_row_key(k)) {
             return Err(Error::InvalidInput(format!(
-                "a transaction wrote {}, which is not a row key",
+                "a transaction wrote {}, which is not a row key or an index entry's",
                 hex(k)
             )));
         }
@@ -241,6 +262,7 @@ type Planned = (Vec<u8>, Option<Vec<u8>>);
 fn write_all<E: Engine>(ctx: &mut ApplyCtx<'_, E>, plan: Vec<Planned>) {
     for (k, v) in plan {
         if let (Some(_), KeyKind::Version { kind, .. }) = (&v, classify_key(&k)) {
+            // (Index entries' versions are not rows: they are not counted.)
             // Fresh rows: the column layout's compaction counts them.
             if kind.is_data() {
                 *ctx.delta_rows.entry(ctx.region_id).or_default() += 1;
@@ -273,7 +295,7 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, mut p: PrewriteRequest) -> Res
     for Mutation { op, key, value } in std::mem::take(&mut p.mutations) {
         let op = Op::try_from(op)
             .map_err(|_| Error::InvalidInput(format!("unknown mutation op {op}")))?;
-        if one_pc != 0 && p.packed && matches!(op, Op::Put | Op::Delete) {
+        if one_pc != 0 && p.packed && matches!(op, Op::Put | Op::Delete) && is_row_key(&key) {
             // Its version would hide a pack row, and only a lock keeps a
             // compaction planned meanwhile from folding the row unmarked.
             return Err(Error::InvalidInput(
@@ -428,7 +450,7 @@ fn pack_mark<E: Engine>(
     op: Op,
     key: &[u8],
 ) -> Result<Option<Planned>> {
-    if !p.packed || !matches!(op, Op::Put | Op::Delete) {
+    if !p.packed || !matches!(op, Op::Put | Op::Delete) || !is_row_key(key) {
         return Ok(None);
     }
     let Some((first, _)) = ctx.pack_covering(key)? else {
@@ -477,7 +499,7 @@ fn row_exists<E: Engine>(
     if let Some(v) = versions.iter().find(|v| v.kind.is_data()) {
         return Ok(v.kind == WriteKind::Put);
     }
-    if packed {
+    if packed && is_row_key(key) {
         ctx.has_row(key)
     } else {
         Ok(ctx.lookup(key)?.is_some())

@@ -292,6 +292,16 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
     let file_schema = schemas[0].0.clone();
 
     let existing = meta.get_table(&opts.table).await?;
+    if let Some(t) = existing.as_ref().filter(|t| !t.indexes.is_empty()) {
+        // Loads write rows around transactions, so no index entries.
+        let names: Vec<&str> = t.indexes.iter().map(|i| i.name.as_str()).collect();
+        bail!(
+            "table {} has indexes ({}): a load writes rows without their index entries; \
+             drop the indexes and create them again after the load",
+            t.name,
+            names.join(", ")
+        );
+    }
     let created = existing.is_none();
     let sst = created && opts.write_path.use_sst(file_bytes);
     let (table, splits) = match existing {

@@ -471,6 +471,11 @@ impl DisplayAs for RegionScanExec {
         if !self.build_keys.is_empty() {
             write!(f, ", join key filters: {}", self.build_keys.len())?;
         }
+        if let Some(a) =
+            crate::index::access::choose(&self.table, &self.dag, self.table_stats.as_deref())
+        {
+            write!(f, ", index lookup: {} ({})", a.index.name, a.shown)?;
+        }
         if let Some(run) = &self.shared {
             write!(f, ", one run shared by {} scans", run.scans)?;
         }
@@ -711,6 +716,9 @@ impl ExecutionPlan for RegionScanExec {
             )));
         }
         let ranges = super::point_get::scan_ranges(&self.table, &self.dag);
+        // A selective lookup through an index: its rows' ranges instead.
+        let access =
+            crate::index::access::choose(&self.table, &self.dag, self.table_stats.as_deref());
         // The statement's deadline (absent: compute's query timeout).
         let deadline = context
             .session_config()
@@ -771,9 +779,19 @@ impl ExecutionPlan for RegionScanExec {
                 shown.push(filter.shown);
             }
             *runtime_filter.lock() = shown;
+            let ranges = match (&access, dispatcher.txns()) {
+                (Some(a), Some(txns)) => {
+                    match crate::index::read::row_ranges(a, &mut dag, txns, deadline).await {
+                        Ok(Some(rows)) => rows,
+                        Ok(None) => ranges,
+                        Err(e) => return futures::stream::iter([Err(e)]).boxed(),
+                    }
+                }
+                _ => ranges,
+            };
             let scan = dispatcher.stream(&dag, ranges, row_types, deadline);
             *started.lock() = Some(scan.stats());
-            scan
+            scan.boxed()
         })
         .flatten();
         let last_run = self.last_run.clone();

@@ -161,6 +161,11 @@ impl Dispatcher {
         self
     }
 
+    /// The transactions scans resolve locks with (None in tests).
+    pub fn txns(&self) -> Option<&Arc<Txns>> {
+        self.txns.as_ref()
+    }
+
     pub fn config(&self) -> &DispatchConfig {
         &self.cfg
     }

@@ -44,6 +44,36 @@ fn object_name(n: &ast::ObjectName) -> Result<String> {
     }
 }
 
+/// `CREATE [UNIQUE] INDEX name ON table (col, …)`: plain columns,
+/// ascending, no partial or expression indexes.
+fn convert_create_index(ci: ast::CreateIndex) -> Result<super::CreateIndex> {
+    let Some(name) = &ci.name else {
+        return unsupported("CREATE INDEX without a name");
+    };
+    if ci.predicate.is_some() || !ci.include.is_empty() || ci.using.is_some() {
+        return unsupported("partial indexes, INCLUDE and USING in CREATE INDEX");
+    }
+    let mut columns = Vec::new();
+    for c in &ci.columns {
+        match (&c.column.expr, c.column.options.asc) {
+            (ast::Expr::Identifier(i), None | Some(true)) => columns.push(ident(i)),
+            _ => {
+                return unsupported(format!(
+                    "index column {}: only plain columns, ascending",
+                    c.column
+                ))
+            }
+        }
+    }
+    Ok(super::CreateIndex {
+        name: object_name(name)?,
+        table: object_name(&ci.table_name)?,
+        columns,
+        unique: ci.unique,
+        if_not_exists: ci.if_not_exists,
+    })
+}
+
 /// A parsed statement in Quarry's terms (DDL, writes, SHOW, DESCRIBE,
 /// transaction control).
 pub fn convert_statement(s: SqlStatement) -> Result<Statement> {
@@ -91,6 +121,21 @@ pub fn convert_statement(s: SqlStatement) -> Result<Statement> {
             })
         }
         SqlStatement::CreateView(v) => Ok(Statement::CreateView(convert_create_view(v)?)),
+        SqlStatement::CreateIndex(ci) => Ok(Statement::CreateIndex(convert_create_index(ci)?)),
+        SqlStatement::Drop {
+            object_type: ast::ObjectType::Index,
+            if_exists,
+            names,
+            ..
+        } => {
+            let [name] = names.as_slice() else {
+                return unsupported("dropping several indexes at once");
+            };
+            Ok(Statement::DropIndex {
+                name: object_name(name)?,
+                if_exists,
+            })
+        }
         SqlStatement::Insert(ins) => Ok(Statement::Insert(convert_insert(ins)?)),
         SqlStatement::Update(u) => Ok(Statement::Update(convert_update(u)?)),
         SqlStatement::Delete(d) => Ok(Statement::Delete(convert_delete(d)?)),

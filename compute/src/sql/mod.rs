@@ -37,6 +37,13 @@ pub enum Statement {
         name: String,
         if_exists: bool,
     },
+    /// `CREATE [UNIQUE] INDEX [IF NOT EXISTS] name ON table (columns)`.
+    CreateIndex(CreateIndex),
+    /// `DROP INDEX [IF EXISTS] name`.
+    DropIndex {
+        name: String,
+        if_exists: bool,
+    },
     Insert(Insert),
     Update(Update),
     Delete(Delete),
@@ -52,6 +59,15 @@ pub enum Statement {
     User(users::UserStatement),
     /// `SET`, `RESET` and `SHOW` of `statement_timeout`.
     Setting(settings::SettingStatement),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateIndex {
+    pub name: String,
+    pub table: String,
+    pub columns: Vec<String>,
+    pub unique: bool,
+    pub if_not_exists: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -9,7 +9,20 @@
 //! pack key:     t{table_id: i64}_r{first_handle: i64}P 20 bytes (column layout)
 //! lock, version: the row key + a suffix (see `mvcc.rs`)
 //! table range:  [t{table_id}_r, t{table_id}_s)
+//! index entry:  t{table_id}_i{bytes(index_id: i64, values…[, handle])}
 //! ```
+//!
+//! An index entry's key (TiDB's `t{t}_i{index}{values}`) sits in the
+//! table's key space just before its rows, so the table's first region
+//! holds its indexes until a split moves them out, and `DROP TABLE`
+//! removes them with the rows. Everything after `_i` is one group-encoded
+//! byte string (below): it is self-delimiting, so an entry's lock and
+//! versions are the same suffixes as a row's (`mvcc.rs`) and
+//! [`classify_key`] finds where the entry's own key ends. Inside it come
+//! the index id and the indexed values, each a flag byte (NULL sorts
+//! first) and its memcomparable bytes, then for a non-unique index (or a
+//! unique one over a NULL) the row's handle; a unique entry's value is
+//! the handle.
 //!
 //! A pack key is the row key of the pack's smallest handle plus a marker
 //! byte, so packs sort among the row keys of their table (just after the
@@ -39,6 +52,10 @@ pub const PACK_MARKER: u8 = b'P';
 pub const PACK_MARK_MARKER: u8 = b'M';
 /// Length of a pack key.
 pub const PACK_KEY_LEN: usize = RECORD_KEY_LEN + 1;
+/// Separates the table id from an index entry's encoded body.
+pub const INDEX_SEP: &[u8; 2] = b"_i";
+/// The bytes before an index entry's encoded body: `t{table}_i`.
+pub const INDEX_PREFIX_LEN: usize = 1 + 8 + 2;
 
 const SIGN_MASK: u64 = 0x8000_0000_0000_0000;
 
@@ -122,11 +139,22 @@ pub fn encode_bytes(buf: &mut Vec<u8>, data: &[u8]) {
     }
 }
 
+/// The length of the group-encoded byte string at the front of `input`
+/// (its groups up to the one with a pad), or None if it is cut short.
+pub fn encoded_bytes_len(input: &[u8]) -> Option<usize> {
+    let mut pos = 0;
+    loop {
+        let marker = *input.get(pos + GROUP)?;
+        pos += GROUP + 1;
+        if marker != MARKER {
+            return Some(pos);
+        }
+    }
+}
+
 /// Decodes one group-encoded byte string from the front of `input`; returns
-/// it and the number of input bytes consumed. Nothing reads names back out
-/// of keys yet: only the tests, to check [`encode_bytes`].
-#[cfg(test)]
-fn decode_bytes(input: &[u8]) -> Result<(Vec<u8>, usize)> {
+/// it and the number of input bytes consumed.
+pub fn decode_bytes(input: &[u8]) -> Result<(Vec<u8>, usize)> {
     let mut out = Vec::new();
     let mut pos = 0;
     loop {
@@ -170,13 +198,106 @@ pub enum KeyKind {
         commit_ts: u64,
         kind: super::mvcc::WriteKind,
     },
+    /// A key of an index entry (`t{t}_i…`): which part of the entry's
+    /// MVCC record it is; the entry's own key is the first `base_len`
+    /// bytes.
+    Index { base_len: usize, part: IndexPart },
     /// Anything else (not table data).
     Other,
+}
+
+/// What an index entry's key holds, as [`KeyKind::Index`] tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexPart {
+    /// The entry with no versions (never written so today; kept readable).
+    Bare,
+    /// A running transaction's lock on the entry.
+    Lock,
+    /// A committed version of the entry.
+    Version {
+        commit_ts: u64,
+        kind: super::mvcc::WriteKind,
+    },
+}
+
+/// Whether `key` is an index entry's key or one of its MVCC records.
+#[inline]
+pub fn is_index_key(key: &[u8]) -> bool {
+    key.len() > INDEX_PREFIX_LEN && key[0] == TABLE_PREFIX && &key[9..11] == INDEX_SEP
+}
+
+fn classify_index_key(key: &[u8]) -> KeyKind {
+    let Some(body) = encoded_bytes_len(&key[INDEX_PREFIX_LEN..]) else {
+        return KeyKind::Other;
+    };
+    let base_len = INDEX_PREFIX_LEN + body;
+    let part = match &key[base_len..] {
+        [] => IndexPart::Bare,
+        [m] if *m == super::mvcc::LOCK_MARKER => IndexPart::Lock,
+        [ts @ .., k] if ts.len() == 8 => match super::mvcc::WriteKind::from_byte(*k) {
+            Some(kind) => IndexPart::Version {
+                commit_ts: !u64::from_be_bytes(ts.try_into().expect("8 bytes")),
+                kind,
+            },
+            None => return KeyKind::Other,
+        },
+        _ => return KeyKind::Other,
+    };
+    KeyKind::Index { base_len, part }
+}
+
+/// The key a lock or version key belongs to: a row's key, or an index
+/// entry's; `key` itself when it is neither.
+pub fn base_key_of(key: &[u8]) -> &[u8] {
+    match classify_key(key) {
+        KeyKind::Index { base_len, .. } => &key[..base_len],
+        KeyKind::Row(_) | KeyKind::Lock(_) | KeyKind::Version { .. } => &key[..RECORD_KEY_LEN],
+        _ => key,
+    }
+}
+
+/// `t{table_id}_i` + the group encoding of `body` (the index id, the
+/// values, the handle: `codec::index::entry`).
+pub fn index_key(table_id: i64, body: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(INDEX_PREFIX_LEN + body.len() / 8 * 9 + 9);
+    k.push(TABLE_PREFIX);
+    k.extend_from_slice(&encode_i64(table_id));
+    k.extend_from_slice(INDEX_SEP);
+    encode_bytes(&mut k, body);
+    k
+}
+
+/// The unencoded body of an index entry's own key (inverse of
+/// [`index_key`]).
+pub fn index_key_body(key: &[u8]) -> Result<Vec<u8>> {
+    if !is_index_key(key) {
+        return Err(invalid_input!("not an index key: {}", hex(key)));
+    }
+    Ok(decode_bytes(&key[INDEX_PREFIX_LEN..])?.0)
+}
+
+/// `t{table_id}_i`: where a table's key range starts (its index entries,
+/// then its rows at `t{table_id}_r`).
+pub fn index_space_start(table_id: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(INDEX_PREFIX_LEN);
+    k.push(TABLE_PREFIX);
+    k.extend_from_slice(&encode_i64(table_id));
+    k.extend_from_slice(INDEX_SEP);
+    k
+}
+
+/// The key range of a table's regions: its index entries and its rows,
+/// `[t{id}_i, t{id}_s)`.
+pub fn table_data_range(table_id: i64) -> (Vec<u8>, Vec<u8>) {
+    (index_space_start(table_id), table_record_range(table_id).1)
 }
 
 /// Tells rows, packs, locks and versions apart without looking at values.
 #[inline]
 pub fn classify_key(key: &[u8]) -> KeyKind {
+    if is_index_key(key) {
+        return classify_index_key(key);
+    }
     match key.len() {
         RECORD_KEY_LEN => match decode_i64(&key[11..19]) {
             Ok(h) => KeyKind::Row(h),

@@ -265,7 +265,7 @@ impl Visibility {
                     Seen::Skip
                 }
             }
-            KeyKind::Other => {
+            KeyKind::Other | KeyKind::Index { .. } => {
                 return Err(invalid_input!(
                     "the scanned range holds a key that is not table data"
                 ))

@@ -32,6 +32,12 @@ pub fn next_column_id(t: &TableDef) -> i64 {
     t.next_column_id.max(past)
 }
 
+/// The id the next index of `t` takes.
+fn next_index_id(t: &TableDef) -> i64 {
+    let past = t.indexes.iter().map(|i| i.id).max().unwrap_or(0) + 1;
+    t.next_index_id.max(past)
+}
+
 /// Why `new` may not replace `old`, if it may not.
 fn check_change(old: &TableDef, new: &TableDef) -> Result<()> {
     let bad = |m: String| Err(Error::InvalidInput(m));
@@ -69,6 +75,38 @@ fn check_change(old: &TableDef, new: &TableDef) -> Result<()> {
             None => {}
         }
     }
+    if new.index_space != old.index_space {
+        return bad(format!("ALTER TABLE {}: the key layout stays", old.name));
+    }
+    let next = next_index_id(old);
+    for ix in &new.indexes {
+        let known = old.indexes.iter().find(|o| o.id == ix.id);
+        match known {
+            Some(o) if o.column_ids != ix.column_ids || o.unique != ix.unique => {
+                return bad(format!(
+                    "ALTER TABLE {}: index {} keeps its columns",
+                    old.name, o.name
+                ))
+            }
+            None if ix.id < next => {
+                return bad(format!(
+                    "ALTER TABLE {}: index id {} was used before",
+                    old.name, ix.id
+                ))
+            }
+            _ => {}
+        }
+        if let Some(c) = ix
+            .column_ids
+            .iter()
+            .find(|c| !new.columns.iter().any(|x| x.id == **c))
+        {
+            return bad(format!(
+                "ALTER TABLE {}: index {} reads column id {c}, which the table no longer has",
+                old.name, ix.name
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -88,6 +126,7 @@ impl<E: Engine> Meta<E> {
         let done = |stored: &TableDef| {
             let mut again = new.clone();
             again.next_column_id = stored.next_column_id;
+            again.next_index_id = stored.next_index_id;
             again == *stored
         };
         let Some(old) = self.get_table(name).await? else {
@@ -110,6 +149,7 @@ impl<E: Engine> Meta<E> {
         check_change(&old, &new)?;
         let mut new = new;
         new.next_column_id = next_column_id(&old).max(next_column_id(&new));
+        new.next_index_id = next_index_id(&old).max(next_index_id(&new));
         let mut deletes = vec![];
         if new.name != old.name {
             if self.get_table(&new.name).await?.is_some() || self.view_here(&new.name)?.is_some() {

@@ -166,9 +166,12 @@ impl<E: Engine> Peer<E> {
                 if self.one_pc_term == self.term() {
                     let keys = p.mutations.iter().map(|m| m.key.clone()).collect();
                     let (held, commit_ts) = cm.lock_keys(keys, p.start_ts);
-                    p.one_pc_commit_ts = commit_ts;
-                    done.one_pc_commit_ts = commit_ts;
-                    locks = Some(held);
+                    if p.max_one_pc_commit_ts == 0 || commit_ts <= p.max_one_pc_commit_ts {
+                        p.one_pc_commit_ts = commit_ts;
+                        done.one_pc_commit_ts = commit_ts;
+                        locks = Some(held);
+                    }
+                    // Otherwise `held` goes: two phases, as usual.
                 } else {
                     done.unsynced_term = Some(self.term());
                 }

@@ -1,0 +1,510 @@
+//! CREATE INDEX and DROP INDEX, online.
+//!
+//! CREATE INDEX (F1's states, `mod.rs` says why one lease suffices):
+//!
+//! 1. The index enters the table's definition as DELETE_ONLY. From here
+//!    every write to the table commits in two phases and checks the
+//!    table's indexes at commit.
+//! 2. Wait [`SCHEMA_LEASE`](super::SCHEMA_LEASE) by the timestamp oracle:
+//!    a write planned before step 1 has committed below that (its
+//!    one-phase commit_ts is capped) or fails its check.
+//! 3. WRITE_ONLY: every write now keeps the index's entries.
+//! 4. Backfill: the rows at a snapshot `b` taken after step 3, their
+//!    entries written in chunks, each a transaction that *started* at `b`:
+//!    an entry some writer touched after `b` is that writer's (it knew the
+//!    index) and is left as it is. Before a chunk is written its entries'
+//!    records are read; a lock is resolved first, an entry with a version
+//!    newer than `b` is passed over, and for a UNIQUE index an entry that
+//!    names another row fails the build if that row still holds the
+//!    values (two rows do), as TiDB's `ADD UNIQUE INDEX` fails. A chunk
+//!    that loses a race with a writer anyway (its prewrite conflicts) is
+//!    read and written again.
+//! 5. PUBLIC, with `public_ts` from the oracle after the last chunk
+//!    committed: readers may use it at snapshots from there on.
+//!
+//! A failure in 4 drops the index again (its partial entries stay, unread,
+//! until the table is dropped; index ids are never reused).
+//!
+//! DROP INDEX goes the other way: WRITE_ONLY (readers stop using it), a
+//! lease, DELETE_ONLY, a lease, gone. Its entries stay in the key space,
+//! unread (a range delete of them is left to do), until the table goes.
+
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use quarry_coprocessor::codec::index::{entry, entry_handle};
+use quarry_coprocessor::codec::key::{classify_key, IndexPart, KeyKind};
+use quarry_coprocessor::codec::mvcc::{decode_lock, split_version_value, WriteKind};
+use quarry_coprocessor::codec::row::{array_datum, Datum};
+use quarry_coprocessor::storage::KeyRange;
+use quarry_proto::kv::{KvPair, Mutation, Op};
+use quarry_proto::meta::{IndexDef, IndexState, TableDef};
+
+use crate::engine::QueryEngine;
+use crate::sql::CreateIndex;
+use crate::{plan_err, Error, Result};
+
+/// Entries per backfill transaction.
+const CHUNK: usize = 1024;
+/// Times a chunk is read and written again after losing a race.
+const CHUNK_ATTEMPTS: usize = 50;
+/// Times a state change is tried again over a concurrent ALTER.
+const STEP_ATTEMPTS: usize = 10;
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The id the next index of `t` takes.
+fn next_index_id(t: &TableDef) -> i64 {
+    let past = t.indexes.iter().map(|i| i.id).max().unwrap_or(0) + 1;
+    t.next_index_id.max(past)
+}
+
+/// Applies `change` to the stored definition of the table with id
+/// `table_id` (named `name` when last seen), as one meta write that
+/// succeeds only over the definition it was made from; returns the new
+/// definition.
+async fn step(
+    engine: &QueryEngine,
+    name: &str,
+    table_id: i64,
+    change: impl Fn(&mut TableDef) -> Result<()>,
+) -> Result<TableDef> {
+    let mut last = None;
+    for _ in 0..STEP_ATTEMPTS {
+        let Some(old) = engine.cluster.get_table(name).await? else {
+            return Err(plan_err!("table {name} does not exist"));
+        };
+        if old.id != table_id {
+            return Err(plan_err!("table {name} was dropped meanwhile"));
+        }
+        let mut new = old.clone();
+        change(&mut new)?;
+        match engine
+            .cluster
+            .alter_table(name, new, old.encode_to_vec())
+            .await
+        {
+            Ok(t) => return Ok(t),
+            Err(Error::InvalidInput(m)) if m.contains("changed by another statement") => {
+                last = Some(m);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::Conflict(last.unwrap_or_default()))
+}
+
+fn set_state(t: &mut TableDef, id: i64, state: IndexState, public_ts: u64) -> Result<()> {
+    let ix = t
+        .indexes
+        .iter_mut()
+        .find(|i| i.id == id)
+        .ok_or_else(|| plan_err!("the index was dropped meanwhile"))?;
+    ix.set_state(state);
+    ix.public_ts = public_ts;
+    Ok(())
+}
+
+/// Waits until the oracle is [`super::SCHEMA_LEASE`] past `since`.
+async fn wait_lease(engine: &QueryEngine, since: u64) -> Result<()> {
+    let until = since.saturating_add(super::lease_ts());
+    loop {
+        let now = engine.txns().timestamp().await?;
+        if now >= until {
+            return Ok(());
+        }
+        let ms = (until - now) >> 18;
+        tokio::time::sleep(Duration::from_millis(ms.max(1))).await;
+    }
+}
+
+/// `CREATE [UNIQUE] INDEX`: false when it existed (IF NOT EXISTS).
+pub async fn create_index(engine: &QueryEngine, ci: &CreateIndex) -> Result<bool> {
+    let tables = engine.cluster.list_tables().await?;
+    if let Some((t, _)) = super::find(&tables, &ci.name) {
+        if ci.if_not_exists {
+            return Ok(false);
+        }
+        return Err(plan_err!(
+            "index {} already exists (on table {})",
+            ci.name,
+            t.name
+        ));
+    }
+    let Some(table) = tables.iter().find(|t| t.name == ci.table) else {
+        return Err(plan_err!("table {} does not exist", ci.table));
+    };
+    if !table.index_space {
+        return Err(plan_err!(
+            "table {} was created before Quarry had indexes: its key range has no room \
+             for them; copy it into a new table (CREATE TABLE … then INSERT … SELECT)",
+            table.name
+        ));
+    }
+    let mut column_ids = Vec::new();
+    for c in &ci.columns {
+        let Some(col) = table.columns.iter().find(|x| &x.name == c) else {
+            let valid: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
+            return Err(plan_err!(
+                "unknown column '{c}' in table {}; valid columns are: {}",
+                table.name,
+                valid.join(", ")
+            ));
+        };
+        if column_ids.contains(&col.id) {
+            return Err(plan_err!("column {c} is listed twice"));
+        }
+        column_ids.push(col.id);
+    }
+    if column_ids.is_empty() {
+        return Err(plan_err!("an index needs at least one column"));
+    }
+    let id = next_index_id(table);
+    let def = IndexDef {
+        id,
+        name: ci.name.clone(),
+        column_ids,
+        unique: ci.unique,
+        state: IndexState::DeleteOnly as i32,
+        public_ts: 0,
+    };
+    let (name, table_id) = (table.name.clone(), table.id);
+    step(engine, &name, table_id, |t| {
+        if t.indexes.iter().any(|i| i.name == def.name) {
+            return Err(plan_err!("index {} already exists", def.name));
+        }
+        t.indexes.push(def.clone());
+        t.next_index_id = id + 1;
+        Ok(())
+    })
+    .await?;
+    tracing::info!(index = ci.name, table = name, "index build: delete-only");
+    let built = async {
+        let since = engine.txns().timestamp().await?;
+        wait_lease(engine, since).await?;
+        let table = step(engine, &name, table_id, |t| {
+            set_state(t, id, IndexState::WriteOnly, 0)
+        })
+        .await?;
+        tracing::info!(index = ci.name, "index build: write-only, backfilling");
+        let ix = table
+            .indexes
+            .iter()
+            .find(|i| i.id == id)
+            .cloned()
+            .ok_or_else(|| plan_err!("the index was dropped meanwhile"))?;
+        let written = backfill(engine, &table, &ix).await?;
+        let public_ts = engine.txns().timestamp().await?;
+        step(engine, &name, table_id, |t| {
+            set_state(t, id, IndexState::Public, public_ts)
+        })
+        .await?;
+        tracing::info!(index = ci.name, entries = written, "index build: public");
+        Ok::<_, Error>(())
+    }
+    .await;
+    if let Err(e) = built {
+        // Gone again; its partial entries are never read.
+        let _ = step(engine, &name, table_id, |t| {
+            t.indexes.retain(|i| i.id != id);
+            Ok(())
+        })
+        .await;
+        return Err(e.with_context(&format!(
+            "CREATE INDEX {} failed; the index is dropped",
+            ci.name
+        )));
+    }
+    Ok(true)
+}
+
+/// `DROP INDEX`: false when there was none (IF EXISTS).
+pub async fn drop_index(engine: &QueryEngine, name: &str, if_exists: bool) -> Result<bool> {
+    let tables = engine.cluster.list_tables().await?;
+    let Some((table, ix)) = super::find(&tables, name) else {
+        if if_exists {
+            return Ok(false);
+        }
+        return Err(plan_err!("index {name} does not exist"));
+    };
+    let (tname, table_id, id) = (table.name.clone(), table.id, ix.id);
+    if ix.state() == IndexState::Public {
+        step(engine, &tname, table_id, |t| {
+            set_state(t, id, IndexState::WriteOnly, 0)
+        })
+        .await?;
+        let since = engine.txns().timestamp().await?;
+        wait_lease(engine, since).await?;
+    }
+    step(engine, &tname, table_id, |t| {
+        set_state(t, id, IndexState::DeleteOnly, 0)
+    })
+    .await?;
+    let since = engine.txns().timestamp().await?;
+    wait_lease(engine, since).await?;
+    step(engine, &tname, table_id, |t| {
+        t.indexes.retain(|i| i.id != id);
+        Ok(())
+    })
+    .await?;
+    Ok(true)
+}
+
+/// One entry the backfill writes: its key, value and row.
+struct Pending {
+    key: Vec<u8>,
+    value: Vec<u8>,
+    handle: i64,
+}
+
+/// Writes the entries of every row of `table` at a fresh snapshot;
+/// returns how many entries were written.
+async fn backfill(engine: &QueryEngine, table: &TableDef, ix: &IndexDef) -> Result<usize> {
+    let txns = engine.txns();
+    let b = txns.timestamp().await?;
+    let _hold = txns.hold_read(b);
+    let key = key_column(table)?;
+    let mut items = String::new();
+    for id in &ix.column_ids {
+        let c = table
+            .columns
+            .iter()
+            .find(|c| c.id == *id)
+            .ok_or_else(|| plan_err!("an indexed column was dropped meanwhile"))?;
+        items.push_str(&format!(", {}", quote(&c.name)));
+    }
+    let sql = format!(
+        "SELECT {} AS _key{items} FROM {}",
+        quote(&key),
+        quote(&table.name)
+    );
+    let out = engine.query_at(&sql, b, table).await?;
+    let mut written = 0;
+    for batch in &out.batches {
+        let handles = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .ok_or_else(|| Error::Internal("the row key did not come back as BIGINT".into()))?;
+        let mut pending = Vec::with_capacity(batch.num_rows());
+        for r in 0..batch.num_rows() {
+            let values: Vec<Datum> = (1..batch.num_columns())
+                .map(|c| {
+                    let col = batch.column(c);
+                    array_datum(col, col.data_type(), r)
+                })
+                .collect::<quarry_coprocessor::Result<_>>()?;
+            let h = handles.value(r);
+            let (key, value) = entry(table.id, ix.id, ix.unique, &values, h);
+            pending.push(Pending {
+                key,
+                value,
+                handle: h,
+            });
+        }
+        pending.sort_by(|x, y| x.key.cmp(&y.key));
+        for w in pending.windows(2) {
+            if w[0].key == w[1].key {
+                return Err(super::duplicate(&ix.name)
+                    .with_context(&format!("rows {} and {}", w[0].handle, w[1].handle)));
+            }
+        }
+        for chunk in pending.chunks(CHUNK) {
+            written += write_chunk(engine, table, ix, chunk, b).await?;
+        }
+    }
+    Ok(written)
+}
+
+/// The column naming a row's handle in queries over `table`.
+fn key_column(table: &TableDef) -> Result<String> {
+    Ok(table
+        .columns
+        .iter()
+        .find(|c| c.id == table.handle_column_id && table.handle_column_id != 0)
+        .map_or(crate::df::ROWID.to_string(), |c| c.name.clone()))
+}
+
+/// What an entry's records say, for the backfill at `b`.
+#[derive(Default)]
+struct Seen {
+    /// A lock of another transaction.
+    lock: Option<quarry_proto::kv::LockInfo>,
+    /// A version committed after `b` (a writer's, or this backfill's own
+    /// earlier attempt), other than a rollback record.
+    newer: bool,
+    /// The newest data version at or before `b`: its value if a put.
+    visible: Option<Option<Vec<u8>>>,
+}
+
+fn seen_by_key(pairs: &[KvPair], b: u64) -> Result<std::collections::HashMap<Vec<u8>, Seen>> {
+    let mut out: std::collections::HashMap<Vec<u8>, Seen> = std::collections::HashMap::new();
+    for p in pairs {
+        let KeyKind::Index { base_len, part } = classify_key(&p.key) else {
+            continue;
+        };
+        let s = out.entry(p.key[..base_len].to_vec()).or_default();
+        match part {
+            IndexPart::Lock => {
+                let l = decode_lock(&p.value)?;
+                if l.start_ts != b {
+                    s.lock = Some(l);
+                }
+            }
+            IndexPart::Version { commit_ts, kind } => {
+                if commit_ts > b {
+                    s.newer |= kind != WriteKind::Rollback;
+                } else if kind.is_data() && s.visible.is_none() {
+                    let (_, v) = split_version_value(&p.value)?;
+                    s.visible = Some((kind == WriteKind::Put).then(|| v.to_vec()));
+                }
+            }
+            IndexPart::Bare => s.visible = Some(Some(p.value.clone())),
+        }
+    }
+    Ok(out)
+}
+
+/// Writes one chunk of entries (sorted by key) as a transaction that
+/// started at `b`; returns how many it wrote.
+async fn write_chunk(
+    engine: &QueryEngine,
+    table: &TableDef,
+    ix: &IndexDef,
+    chunk: &[Pending],
+    b: u64,
+) -> Result<usize> {
+    let txns = engine.txns();
+    let (Some(first), Some(last)) = (chunk.first(), chunk.last()) else {
+        return Ok(0);
+    };
+    let range = KeyRange::new(
+        first.key.clone(),
+        quarry_coprocessor::codec::key::row_keys_end(&last.key),
+    );
+    let mut last_err = None;
+    // Entries a writer took since the chunk's records were read (its
+    // prewrite conflicted on them): the writer's, as `newer` ones are.
+    let mut taken: std::collections::HashSet<Vec<u8>> = Default::default();
+    for _ in 0..CHUNK_ATTEMPTS {
+        let deadline = Instant::now() + crate::session_settings::WRITE_DEADLINE;
+        let pairs = super::read::raw_records(txns, range.clone(), deadline).await?;
+        let seen = seen_by_key(&pairs, b)?;
+        let locks: Vec<_> = seen.values().filter_map(|s| s.lock.clone()).collect();
+        if !locks.is_empty() {
+            for l in &locks {
+                txns.resolve(l, deadline).await?;
+            }
+            continue;
+        }
+        let mut mutations = Vec::new();
+        for p in chunk {
+            let s = seen.get(&p.key);
+            if s.is_some_and(|s| s.newer) || taken.contains(&p.key) {
+                // A writer's since b (it knew the index), or ours.
+                continue;
+            }
+            if let Some(Some(v)) = s.and_then(|s| s.visible.as_ref()) {
+                if ix.unique && !v.is_empty() && entry_handle(&p.key, v)? != p.handle {
+                    return Err(super::duplicate(&ix.name));
+                }
+                continue; // there already
+            }
+            mutations.push(Mutation {
+                op: Op::Put as i32,
+                key: p.key.clone(),
+                value: p.value.clone(),
+            });
+        }
+        // A unique entry a writer took after b: a duplicate if our row
+        // still holds the values.
+        if ix.unique {
+            for p in chunk {
+                let newer = seen.get(&p.key).is_some_and(|s| s.newer) || taken.contains(&p.key);
+                if newer && still_holds(engine, table, ix, p).await? {
+                    return Err(super::duplicate(&ix.name));
+                }
+            }
+        }
+        if mutations.is_empty() {
+            return Ok(0);
+        }
+        let n = mutations.len();
+        let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
+        let primary = keys[0].clone();
+        let r = async {
+            txns.prewrite(b, &primary, mutations, false, false, deadline)
+                .await?;
+            txns.commit(b, keys.clone(), deadline).await
+        }
+        .await;
+        match r {
+            Ok(_) => return Ok(n),
+            Err(e @ (Error::Conflict(_) | Error::Unavailable(_))) => {
+                txns.rollback(b, keys.clone()).await;
+                if let Some(k) = conflict_key(&e.to_string()).filter(|k| keys.contains(k)) {
+                    taken.insert(k);
+                }
+                last_err = Some(e);
+            }
+            Err(e) => {
+                txns.rollback(b, keys).await;
+                return Err(e);
+            }
+        }
+    }
+    Err(last_err.unwrap_or_else(|| Error::Conflict("the index backfill kept losing races".into())))
+}
+
+/// The entry a write conflict names (the stores' message says "write
+/// conflict on index entry HEX: …", `raftstore/src/txn.rs::describe`).
+fn conflict_key(message: &str) -> Option<Vec<u8>> {
+    let (_, rest) = message.split_once("write conflict on index entry ")?;
+    let hex: String = rest.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Whether the row of `p` holds, now, the values `p`'s entry was made
+/// from (read at a fresh snapshot).
+async fn still_holds(
+    engine: &QueryEngine,
+    table: &TableDef,
+    ix: &IndexDef,
+    p: &Pending,
+) -> Result<bool> {
+    let now = engine.txns().timestamp().await?;
+    let key = key_column(table)?;
+    let mut items = Vec::new();
+    for id in &ix.column_ids {
+        if let Some(c) = table.columns.iter().find(|c| c.id == *id) {
+            items.push(quote(&c.name));
+        }
+    }
+    let sql = format!(
+        "SELECT {} FROM {} WHERE {} = {}",
+        items.join(", "),
+        quote(&table.name),
+        quote(&key),
+        p.handle
+    );
+    let out = engine.query_at(&sql, now, table).await?;
+    for batch in &out.batches {
+        for r in 0..batch.num_rows() {
+            let values: Vec<Datum> = (0..batch.num_columns())
+                .map(|c| {
+                    let col = batch.column(c);
+                    array_datum(col, col.data_type(), r)
+                })
+                .collect::<quarry_coprocessor::Result<_>>()?;
+            if entry(table.id, ix.id, ix.unique, &values, p.handle).0 == p.key {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
