@@ -5,7 +5,7 @@ writers: Quarry over Python ADBC (Flight SQL), on TPC-H lineitem.
     scripts/bench_index.py grpc://127.0.0.1:PORT [--runs 21] [--writers 4]
 
 1. Times `WHERE l_partkey = X` (a full scan: no index yet), median of 5.
-2. Starts --writers clients that insert lineitem rows (and every tenth
+2. Starts --writers clients that insert lineitem rows (and every 25th
    round move one of their rows to another l_partkey with an UPDATE) and,
    meanwhile, runs CREATE INDEX lineitem_partkey ON lineitem (l_partkey),
    timing it.
@@ -58,7 +58,7 @@ def writer(uri, w, stop, stats):
             done += 1
         except Exception as e:  # noqa: BLE001 (counted, reported)
             errors.append("%s: %s" % (sql[:60], e))
-        if i % 10 == 9:
+        if i % 25 == 24:
             sql = "UPDATE lineitem SET l_partkey = %d WHERE l_orderkey = %d" % (
                 rng.randrange(1, 200_001),
                 okey - 5,

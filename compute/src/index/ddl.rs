@@ -31,13 +31,12 @@
 
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use quarry_coprocessor::codec::index::{entry, entry_handle};
-use quarry_coprocessor::codec::key::{classify_key, IndexPart, KeyKind};
-use quarry_coprocessor::codec::mvcc::{decode_lock, split_version_value, WriteKind};
 use quarry_coprocessor::codec::row::{array_datum, Datum};
 use quarry_coprocessor::storage::KeyRange;
-use quarry_proto::kv::{KvPair, Mutation, Op};
+use quarry_proto::kv::{Mutation, Op};
 use quarry_proto::meta::{IndexDef, IndexState, TableDef};
 
 use crate::engine::QueryEngine;
@@ -45,7 +44,9 @@ use crate::sql::CreateIndex;
 use crate::{plan_err, Error, Result};
 
 /// Entries per backfill transaction.
-const CHUNK: usize = 1024;
+const CHUNK: usize = 4096;
+/// Backfill transactions in flight at once.
+const CHUNKS_AT_ONCE: usize = 4;
 /// Times a chunk is read and written again after losing a race.
 const CHUNK_ATTEMPTS: usize = 50;
 /// Times a state change is tried again over a concurrent ALTER.
@@ -311,9 +312,15 @@ async fn backfill(engine: &QueryEngine, table: &TableDef, ix: &IndexDef) -> Resu
                     .with_context(&format!("rows {} and {}", w[0].handle, w[1].handle)));
             }
         }
+        let mut chunks = Vec::new();
         for chunk in pending.chunks(CHUNK) {
-            written += write_chunk(engine, table, ix, chunk, b).await?;
+            chunks.push(write_chunk(engine, table, ix, chunk, b));
         }
+        let counts: Vec<usize> = futures::stream::iter(chunks)
+            .buffer_unordered(CHUNKS_AT_ONCE)
+            .try_collect()
+            .await?;
+        written += counts.iter().sum::<usize>();
     }
     Ok(written)
 }
@@ -327,48 +334,13 @@ fn key_column(table: &TableDef) -> Result<String> {
         .map_or(crate::df::ROWID.to_string(), |c| c.name.clone()))
 }
 
-/// What an entry's records say, for the backfill at `b`.
-#[derive(Default)]
-struct Seen {
-    /// A lock of another transaction.
-    lock: Option<quarry_proto::kv::LockInfo>,
-    /// A version committed after `b` (a writer's, or this backfill's own
-    /// earlier attempt), other than a rollback record.
-    newer: bool,
-    /// The newest data version at or before `b`: its value if a put.
-    visible: Option<Option<Vec<u8>>>,
-}
-
-fn seen_by_key(pairs: &[KvPair], b: u64) -> Result<std::collections::HashMap<Vec<u8>, Seen>> {
-    let mut out: std::collections::HashMap<Vec<u8>, Seen> = std::collections::HashMap::new();
-    for p in pairs {
-        let KeyKind::Index { base_len, part } = classify_key(&p.key) else {
-            continue;
-        };
-        let s = out.entry(p.key[..base_len].to_vec()).or_default();
-        match part {
-            IndexPart::Lock => {
-                let l = decode_lock(&p.value)?;
-                if l.start_ts != b {
-                    s.lock = Some(l);
-                }
-            }
-            IndexPart::Version { commit_ts, kind } => {
-                if commit_ts > b {
-                    s.newer |= kind != WriteKind::Rollback;
-                } else if kind.is_data() && s.visible.is_none() {
-                    let (_, v) = split_version_value(&p.value)?;
-                    s.visible = Some((kind == WriteKind::Put).then(|| v.to_vec()));
-                }
-            }
-            IndexPart::Bare => s.visible = Some(Some(p.value.clone())),
-        }
-    }
-    Ok(out)
-}
-
 /// Writes one chunk of entries (sorted by key) as a transaction that
-/// started at `b`; returns how many it wrote.
+/// started at `b`; returns how many it wrote. The store's prewrite is the
+/// check: a version committed at or after `b` refuses a key (a writer's
+/// since the snapshot: it knew the index, its entry stands, the key is
+/// passed over), a lock is resolved first (`Txns`), and a UNIQUE entry
+/// is an INSERT that finds an existing entry (the same row's: passed
+/// over; another row's: a duplicate if our row still holds the values).
 async fn write_chunk(
     engine: &QueryEngine,
     table: &TableDef,
@@ -377,57 +349,25 @@ async fn write_chunk(
     b: u64,
 ) -> Result<usize> {
     let txns = engine.txns();
-    let (Some(first), Some(last)) = (chunk.first(), chunk.last()) else {
-        return Ok(0);
-    };
-    let range = KeyRange::new(
-        first.key.clone(),
-        quarry_coprocessor::codec::key::row_keys_end(&last.key),
-    );
     let mut last_err = None;
-    // Entries a writer took since the chunk's records were read (its
-    // prewrite conflicted on them): the writer's, as `newer` ones are.
-    let mut taken: std::collections::HashSet<Vec<u8>> = Default::default();
+    // Entries a writer took since `b`, or that are there already.
+    let mut skip: std::collections::HashSet<Vec<u8>> = Default::default();
     for _ in 0..CHUNK_ATTEMPTS {
         let deadline = Instant::now() + crate::session_settings::WRITE_DEADLINE;
-        let pairs = super::read::raw_records(txns, range.clone(), deadline).await?;
-        let seen = seen_by_key(&pairs, b)?;
-        let locks: Vec<_> = seen.values().filter_map(|s| s.lock.clone()).collect();
-        if !locks.is_empty() {
-            for l in &locks {
-                txns.resolve(l, deadline).await?;
-            }
-            continue;
-        }
-        let mut mutations = Vec::new();
-        for p in chunk {
-            let s = seen.get(&p.key);
-            if s.is_some_and(|s| s.newer) || taken.contains(&p.key) {
-                // A writer's since b (it knew the index), or ours.
-                continue;
-            }
-            if let Some(Some(v)) = s.and_then(|s| s.visible.as_ref()) {
-                if ix.unique && !v.is_empty() && entry_handle(&p.key, v)? != p.handle {
-                    return Err(super::duplicate(&ix.name));
-                }
-                continue; // there already
-            }
-            mutations.push(Mutation {
-                op: Op::Put as i32,
+        let mutations: Vec<Mutation> = chunk
+            .iter()
+            .filter(|p| !skip.contains(&p.key))
+            .map(|p| Mutation {
+                // A unique entry (no handle in its key) must be new.
+                op: if ix.unique && !p.value.is_empty() {
+                    Op::Insert as i32
+                } else {
+                    Op::Put as i32
+                },
                 key: p.key.clone(),
                 value: p.value.clone(),
-            });
-        }
-        // A unique entry a writer took after b: a duplicate if our row
-        // still holds the values.
-        if ix.unique {
-            for p in chunk {
-                let newer = seen.get(&p.key).is_some_and(|s| s.newer) || taken.contains(&p.key);
-                if newer && still_holds(engine, table, ix, p).await? {
-                    return Err(super::duplicate(&ix.name));
-                }
-            }
-        }
+            })
+            .collect();
         if mutations.is_empty() {
             return Ok(0);
         }
@@ -440,28 +380,68 @@ async fn write_chunk(
             txns.commit(b, keys.clone(), deadline).await
         }
         .await;
-        match r {
+        let e = match r {
             Ok(_) => return Ok(n),
-            Err(e @ (Error::Conflict(_) | Error::Unavailable(_))) => {
-                txns.rollback(b, keys.clone()).await;
-                if let Some(k) = conflict_key(&e.to_string()).filter(|k| keys.contains(k)) {
-                    taken.insert(k);
+            Err(e) => e,
+        };
+        txns.rollback(b, keys.clone()).await;
+        let message = e.to_string();
+        if let Some(k) = named_key(&message, "write conflict on index entry ") {
+            if keys.contains(&k) {
+                let p = chunk
+                    .iter()
+                    .find(|p| p.key == k)
+                    .expect("a key of the chunk");
+                if ix.unique
+                    && still_holds(engine, table, ix, p).await?
+                    && taken_by_other(engine, p).await?
+                {
+                    return Err(super::duplicate(&ix.name));
                 }
+                skip.insert(k);
                 last_err = Some(e);
+                continue;
             }
-            Err(e) => {
-                txns.rollback(b, keys).await;
-                return Err(e);
+        }
+        if let Some(k) = named_key(&message, "duplicate key: a row with index entry ") {
+            if let Some(p) = chunk.iter().find(|p| p.key == k) {
+                if taken_by_other(engine, p).await? && still_holds(engine, table, ix, p).await? {
+                    return Err(super::duplicate(&ix.name));
+                }
+                skip.insert(k);
+                last_err = Some(e);
+                continue;
             }
+        }
+        match e {
+            Error::Conflict(_) | Error::Unavailable(_) | Error::Deadline(_) => last_err = Some(e),
+            e => return Err(e),
         }
     }
     Err(last_err.unwrap_or_else(|| Error::Conflict("the index backfill kept losing races".into())))
 }
 
-/// The entry a write conflict names (the stores' message says "write
-/// conflict on index entry HEX: …", `raftstore/src/txn.rs::describe`).
-fn conflict_key(message: &str) -> Option<Vec<u8>> {
-    let (_, rest) = message.split_once("write conflict on index entry ")?;
+/// Whether `p`'s unique entry names another row now.
+async fn taken_by_other(engine: &QueryEngine, p: &Pending) -> Result<bool> {
+    let txns = engine.txns();
+    let now = txns.timestamp().await?;
+    let range = KeyRange::new(
+        p.key.clone(),
+        quarry_coprocessor::codec::key::row_keys_end(&p.key),
+    );
+    let deadline = Instant::now() + crate::session_settings::WRITE_DEADLINE;
+    for e in super::read::entries_at(txns, range, now, deadline).await? {
+        if e.key == p.key && !e.value.is_empty() && entry_handle(&e.key, &e.value)? != p.handle {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The entry a store's error names after `lead` (its messages say "…
+/// index entry HEX…", `raftstore/src/txn.rs::describe`).
+fn named_key(message: &str, lead: &str) -> Option<Vec<u8>> {
+    let (_, rest) = message.split_once(lead)?;
     let hex: String = rest.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
     (0..hex.len())
         .step_by(2)
