@@ -400,6 +400,21 @@ where
             }
         }
     };
+    // The rows, found by `used`: a query built from a definition that an
+    // ALTER has replaced may fail to plan (a column gone), and is then
+    // the ALTER's conflict.
+    let find = |start_ts: u64, used: TableDef| {
+        let (rows_at, unchanged) = (&rows_at, &unchanged);
+        async move {
+            match rows_at(start_ts, used.clone()).await {
+                Ok(m) => Ok(m),
+                Err(e) => match unchanged(used).await {
+                    Ok(_) => Err(e),
+                    Err(changed) => Err(changed),
+                },
+            }
+        }
+    };
     // Rows, not their index entries.
     let rows_of = |m: &[Mutation]| m.iter().filter(|m| !is_index_key(&m.key)).count();
     if let Some(txn) = txn {
@@ -407,7 +422,15 @@ where
         let (used, mutations) = loop {
             tries += 1;
             let used = def.lock().clone();
-            let mutations = rows_at(txn.start_ts, used.clone()).await?;
+            let mutations = match find(txn.start_ts, used.clone()).await {
+                Ok(m) => m,
+                Err(Error::Conflict(_))
+                    if tries < MAX_ATTEMPTS && !altered.load(Ordering::Relaxed) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e),
+            };
             match unchanged(used).await {
                 Ok(used) => break (used, mutations),
                 Err(Error::Conflict(_))
@@ -427,7 +450,7 @@ where
         || async {
             let start_ts = engine.txns().timestamp().await?;
             let used = def.lock().clone();
-            let mutations = rows_at(start_ts, used.clone()).await?;
+            let mutations = find(start_ts, used.clone()).await?;
             let used = unchanged(used).await?;
             let n = rows_of(&mutations);
             if n > 0 {

@@ -553,10 +553,12 @@ fn convert_create(ct: ast::CreateTable) -> Result<CreateTable> {
     let name = object_name(&ct.name)?;
     let mut columns = Vec::new();
     let mut primary_key = None;
+    let mut unique: Vec<Vec<usize>> = Vec::new();
     for c in &ct.columns {
         let mut field_type = parse_type(&c.data_type)?;
         for opt in &c.options {
             match &opt.option {
+                ast::ColumnOption::Unique(_) => unique.push(vec![columns.len()]),
                 ast::ColumnOption::Null => field_type.nullable = true,
                 ast::ColumnOption::NotNull => field_type.nullable = false,
                 ast::ColumnOption::PrimaryKey(_) => {
@@ -594,6 +596,21 @@ fn convert_create(ct: ast::CreateTable) -> Result<CreateTable> {
                     return unsupported("several PRIMARY KEY columns");
                 }
                 columns[idx].field_type.nullable = false;
+            }
+            ast::TableConstraint::Unique(u) => {
+                let mut cols = Vec::new();
+                for col in &u.columns {
+                    let col_name = match &col.column.expr {
+                        SqlExpr::Identifier(i) => ident(i),
+                        other => return unsupported(format!("UNIQUE on {other}")),
+                    };
+                    let idx = columns
+                        .iter()
+                        .position(|c| c.name == col_name)
+                        .ok_or_else(|| plan_err!("UNIQUE column {col_name} is not a column"))?;
+                    cols.push(idx);
+                }
+                unique.push(cols);
             }
             other => return unsupported(format!("constraint {other}")),
         }
@@ -648,6 +665,7 @@ fn convert_create(ct: ast::CreateTable) -> Result<CreateTable> {
         if_not_exists: ct.if_not_exists,
         layout,
         split_handles,
+        unique,
     })
 }
 

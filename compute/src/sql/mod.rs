@@ -85,6 +85,9 @@ pub struct CreateTable {
     pub if_not_exists: bool,
     pub layout: Layout,
     pub split_handles: Vec<i64>,
+    /// `UNIQUE` columns and constraints: each a list of indexes into
+    /// `columns`, made a UNIQUE index with the table.
+    pub unique: Vec<Vec<usize>>,
 }
 
 impl CreateTable {
@@ -107,6 +110,29 @@ impl CreateTable {
                 .collect(),
             handle_column_id: self.primary_key.map_or(0, |i| i as i64 + 1),
             layout: self.layout as i32,
+            // Made with the table, so complete from the start (no row
+            // predates them): PUBLIC, at every snapshot.
+            indexes: self
+                .unique
+                .iter()
+                .enumerate()
+                .map(|(i, cols)| {
+                    let names: Vec<&str> = cols
+                        .iter()
+                        .map(|c| self.columns[*c].name.as_str())
+                        .collect();
+                    quarry_proto::meta::IndexDef {
+                        id: i as i64 + 1,
+                        // PostgreSQL's name for it.
+                        name: format!("{}_{}_key", self.name, names.join("_")),
+                        column_ids: cols.iter().map(|c| *c as i64 + 1).collect(),
+                        unique: true,
+                        state: quarry_proto::meta::IndexState::Public as i32,
+                        public_ts: 0,
+                    }
+                })
+                .collect(),
+            next_index_id: self.unique.len() as i64 + 1,
             ..Default::default()
         }
     }
