@@ -388,6 +388,18 @@ async fn write_chunk(
         let message = e.to_string();
         if let Some(k) = named_key(&message, "write conflict on index entry ") {
             if keys.contains(&k) {
+                // Every entry a writer touched since `b`, not only the one
+                // named: one conflict a round would not keep up with busy
+                // writers.
+                let range = KeyRange::new(
+                    keys[0].clone(),
+                    quarry_coprocessor::codec::key::row_keys_end(&keys[keys.len() - 1]),
+                );
+                for newer in newer_than(txns, range, b, deadline).await? {
+                    if !ix.unique && keys.contains(&newer) {
+                        skip.insert(newer);
+                    }
+                }
                 let p = chunk
                     .iter()
                     .find(|p| p.key == k)
@@ -419,6 +431,30 @@ async fn write_chunk(
         }
     }
     Err(last_err.unwrap_or_else(|| Error::Conflict("the index backfill kept losing races".into())))
+}
+
+/// The entries in `range` with a version committed after `b` (a rollback
+/// record aside).
+async fn newer_than(
+    txns: &std::sync::Arc<crate::txn::Txns>,
+    range: KeyRange,
+    b: u64,
+    deadline: Instant,
+) -> Result<Vec<Vec<u8>>> {
+    use quarry_coprocessor::codec::key::{classify_key, IndexPart, KeyKind};
+    let mut out = Vec::new();
+    for p in super::read::raw_records(txns, range, deadline).await? {
+        if let KeyKind::Index {
+            base_len,
+            part: IndexPart::Version { commit_ts, kind },
+        } = classify_key(&p.key)
+        {
+            if commit_ts > b && kind != quarry_coprocessor::codec::mvcc::WriteKind::Rollback {
+                out.push(p.key[..base_len].to_vec());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Whether `p`'s unique entry names another row now.
