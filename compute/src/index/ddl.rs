@@ -374,14 +374,19 @@ async fn write_chunk(
         let n = mutations.len();
         let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
         let primary = keys[0].clone();
-        let r = async {
-            txns.prewrite(b, &primary, mutations, false, false, deadline)
-                .await?;
-            txns.commit(b, keys.clone(), deadline).await
-        }
-        .await;
-        let e = match r {
-            Ok(_) => return Ok(n),
+        let e = match txns
+            .prewrite(b, &primary, mutations, false, false, deadline)
+            .await
+        {
+            Ok(()) => match txns.commit(b, keys.clone(), deadline).await {
+                Ok(_) => return Ok(n),
+                // The primary's commit may have applied: nothing is
+                // rolled back; the next round finds its own records.
+                Err(e) => {
+                    last_err = Some(e);
+                    continue;
+                }
+            },
             Err(e) => e,
         };
         txns.rollback(b, keys.clone()).await;
