@@ -50,7 +50,7 @@ pub const MAX_ATTEMPTS: u32 = 10;
 
 /// A SQL identifier, quoted (column names are stored lower-cased or as
 /// quoted).
-fn quote(name: &str) -> String {
+pub(crate) fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
@@ -58,7 +58,7 @@ fn quote(name: &str) -> String {
 /// The column that names a row's key: the primary key, or for a table
 /// without one the row handle, `_rowid` (`df::ROWID`), which UPDATE's
 /// and DELETE's queries see (TiDB's `_tidb_rowid`).
-fn key_column(table: &TableDef) -> Result<&str> {
+pub(crate) fn key_column(table: &TableDef) -> Result<&str> {
     if let Some(c) = table
         .columns
         .iter()
@@ -236,14 +236,13 @@ fn indexed_items(table: &TableDef) -> String {
 }
 
 /// The old indexed values of row `r` of `b`, whose columns from `first`
-/// on are [`indexed_items`]'s, by column id.
+/// on are [`indexed_items`]'s (the columns `ids`), by column id.
 fn old_values<'a>(
-    table: &TableDef,
+    ids: &[i64],
     b: &'a RecordBatch,
     first: usize,
     r: usize,
 ) -> Result<Vec<(i64, Datum<'a>)>> {
-    let ids = crate::index::Maintainer::new(table).column_ids();
     ids.iter()
         .enumerate()
         .map(|(i, id)| {
@@ -264,6 +263,7 @@ async fn key_mutations(
     let out = engine.query_at(sql, start_ts, table).await?;
     let mut mutations = Vec::with_capacity(out.num_rows());
     let mut maint = crate::index::Maintainer::new(table);
+    let ids = maint.column_ids();
     for b in &out.batches {
         let handles = b
             .column(0)
@@ -272,7 +272,7 @@ async fn key_mutations(
         for (r, h) in handles.iter().enumerate() {
             let Some(h) = h else { continue };
             if op == Op::Delete && !maint.is_empty() {
-                maint.change(h, Some(&old_values(table, b, 1, r)?), None)?;
+                maint.change(h, Some(&old_values(&ids, b, 1, r)?), None)?;
             }
             mutations.push(Mutation {
                 op: op as i32,
@@ -674,6 +674,7 @@ fn encode_rows(
             })
         })
         .collect::<Result<_>>()?;
+    let ids = maint.column_ids();
     let mut out = Vec::with_capacity(batch.num_rows());
     for r in 0..batch.num_rows() {
         if handles.is_null(r) {
@@ -704,7 +705,7 @@ fn encode_rows(
         }
         if !maint.is_empty() {
             let before = old
-                .map(|first| old_values(table, batch, first, r))
+                .map(|first| old_values(&ids, batch, first, r))
                 .transpose()?;
             maint.change(handles.value(r), before.as_deref(), Some(&datums))?;
         }

@@ -39,6 +39,7 @@ use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::kv::{Mutation, Op};
 use quarry_proto::meta::{IndexDef, IndexState, TableDef};
 
+use crate::dml::{key_column, quote};
 use crate::engine::QueryEngine;
 use crate::sql::CreateIndex;
 use crate::{plan_err, Error, Result};
@@ -51,10 +52,6 @@ const CHUNKS_AT_ONCE: usize = 4;
 const CHUNK_ATTEMPTS: usize = 50;
 /// Times a state change is tried again over a concurrent ALTER.
 const STEP_ATTEMPTS: usize = 10;
-
-fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
 
 /// The id the next index of `t` takes.
 fn next_index_id(t: &TableDef) -> i64 {
@@ -266,7 +263,7 @@ async fn backfill(engine: &QueryEngine, table: &TableDef, ix: &IndexDef) -> Resu
     let txns = engine.txns();
     let b = txns.timestamp().await?;
     let _hold = txns.hold_read(b);
-    let key = key_column(table)?;
+    let key = key_column(table)?.to_string();
     let mut items = String::new();
     for id in &ix.column_ids {
         let c = table
@@ -323,15 +320,6 @@ async fn backfill(engine: &QueryEngine, table: &TableDef, ix: &IndexDef) -> Resu
         written += counts.iter().sum::<usize>();
     }
     Ok(written)
-}
-
-/// The column naming a row's handle in queries over `table`.
-fn key_column(table: &TableDef) -> Result<String> {
-    Ok(table
-        .columns
-        .iter()
-        .find(|c| c.id == table.handle_column_id && table.handle_column_id != 0)
-        .map_or(crate::df::ROWID.to_string(), |c| c.name.clone()))
 }
 
 /// Writes one chunk of entries (sorted by key) as a transaction that
@@ -499,7 +487,7 @@ async fn still_holds(
     p: &Pending,
 ) -> Result<bool> {
     let now = engine.txns().timestamp().await?;
-    let key = key_column(table)?;
+    let key = key_column(table)?.to_string();
     let mut items = Vec::new();
     for id in &ix.column_ids {
         if let Some(c) = table.columns.iter().find(|c| c.id == *id) {
