@@ -177,6 +177,9 @@ pub struct StatementShape {
     /// One field per parameter, `$1` …, typed as DataFusion infers it from
     /// the statement (VARCHAR where it cannot tell; any value binds).
     pub parameters: SchemaRef,
+    /// The plan of a query without placeholders (or `FOR UPDATE`), which
+    /// its first execution may run instead of planning it again.
+    pub plan: Option<Box<PlannedQuery>>,
 }
 
 fn text_output(column: &str, values: Vec<String>) -> Result<QueryOutput> {
@@ -433,12 +436,11 @@ impl QueryEngine {
         let (deadline, guard, nested) = self.deadline_now();
         let gather = self.stream_after_bytes;
         let start = async {
-            let read_ts = match &txn {
-                Some(txn) => txn.start_ts,
+            let mut out = match &txn {
+                Some(txn) => self.sql.stream_at(q, txn.start_ts).await?,
                 // One snapshot for the whole query, taken as it starts.
-                None => self.txns.timestamp().await?,
+                None => self.sql.stream_fresh(q).await?,
             };
-            let mut out = self.sql.stream_at(q, read_ts).await?;
             // At least the first batch, and up to the limit.
             let (mut gathered, mut bytes) = (Vec::new(), 0);
             while let Some(batch) = out.batches.next().await.transpose()? {
@@ -619,6 +621,7 @@ impl QueryEngine {
             return Ok(StatementShape {
                 dataset,
                 parameters: Arc::new(Schema::empty()),
+                plan: None,
             });
         }
         if let Some(user) = sql::users::parse(&stmt.sql) {
@@ -629,15 +632,22 @@ impl QueryEngine {
             return Ok(StatementShape {
                 dataset,
                 parameters: Arc::new(Schema::empty()),
+                plan: None,
             });
         }
         let parsed = parse_one(&stmt.sql, self.max_statement_bytes)?;
+        let mut plan = None;
         let (dataset, types) = match df::is_query(&parsed) {
             true => {
                 let mut query = df::ParsedQuery::from(parsed);
-                query.take_for_update()?;
+                let locks = query.take_for_update()?.is_some();
                 let planned = self.sql.plan(query).await?;
-                (planned.schema(), planned.parameter_types(stmt.count))
+                let shape = (planned.schema(), planned.parameter_types(stmt.count));
+                // What `prepare` would plan for its first execution.
+                if stmt.count == 0 && !locks {
+                    plan = Some(Box::new(planned));
+                }
+                shape
             }
             false => {
                 // Placeholders are not values Quarry's own statements
@@ -667,6 +677,7 @@ impl QueryEngine {
         Ok(StatementShape {
             dataset,
             parameters: Arc::new(Schema::new(fields)),
+            plan,
         })
     }
 

@@ -163,17 +163,6 @@ enum Cached {
     No(SessionContext),
 }
 
-impl Cached {
-    /// The context the rest of the planning runs in (none for a kept
-    /// physical plan).
-    fn context(&self) -> Option<&SessionContext> {
-        match self {
-            Cached::Physical(_) => None,
-            Cached::Optimized(ctx, _) | Cached::Keep(ctx, _) | Cached::No(ctx) => Some(ctx),
-        }
-    }
-}
-
 impl PlannedQuery {
     /// The answer's schema, as announced to the client before the query
     /// runs; every batch is relabelled to it ([`conform`]).
@@ -470,6 +459,21 @@ impl SqlSession {
     /// plan's scans already hold their tables. (Building a catalog and a
     /// session state for each statement was about a seventh of compute's
     /// CPU for Q6: docs/performance.md.)
+    /// `task` with the query's snapshot (and deadline) in its config,
+    /// where its region scans read them as they start.
+    fn at_snapshot(
+        &self,
+        task: Arc<datafusion::execution::TaskContext>,
+        read_ts: u64,
+    ) -> Result<Arc<datafusion::execution::TaskContext>> {
+        let mut config = task.session_config().clone();
+        with_moment(&mut config, read_ts);
+        match Arc::try_unwrap(task) {
+            Ok(task) => Ok(Arc::new(task.with_session_config(config))),
+            Err(_) => self.task_over(config),
+        }
+    }
+
     fn task_over(&self, config: SessionConfig) -> Result<Arc<datafusion::execution::TaskContext>> {
         let base = &self.base;
         let runtime = match self.query_runtime()? {
@@ -663,15 +667,18 @@ impl SqlSession {
     }
 
     pub async fn run(&self, q: PlannedQuery) -> Result<QueryOutput> {
-        // One snapshot for the whole query, taken as it starts to run.
-        let read_ts = self.txns.timestamp().await?;
-        self.run_at(q, read_ts).await
+        let out = self.stream_fresh(q).await?;
+        Self::gather(out).await
     }
 
     /// Runs `q` over the snapshot at `read_ts` (a transaction's start_ts),
     /// all of its answer gathered.
     pub async fn run_at(&self, q: PlannedQuery, read_ts: u64) -> Result<QueryOutput> {
         let out = self.stream_at(q, read_ts).await?;
+        Self::gather(out).await
+    }
+
+    async fn gather(out: QueryStream) -> Result<QueryOutput> {
         let batches: Vec<RecordBatch> = out.batches.try_collect().await?;
         let schema = batches.first().map_or(out.schema, |b| b.schema());
         Ok(QueryOutput { schema, batches })
@@ -684,21 +691,39 @@ impl SqlSession {
     /// until the stream ends or is dropped; a query whose run is slow is
     /// logged, with its measured plan, at its end.
     pub async fn stream_at(&self, q: PlannedQuery, read_ts: u64) -> Result<QueryStream> {
-        let hold = self.txns.hold_read(read_ts);
+        self.stream_when(q, futures::future::ready(Ok(read_ts)))
+            .await
+    }
+
+    /// [`Self::stream_at`] a snapshot taken now: one for the whole query,
+    /// taken as it starts to run. The timestamp's round trip to the
+    /// oracle overlaps the query's physical planning, which does not need
+    /// it (only the scans read it, as they start).
+    pub async fn stream_fresh(&self, q: PlannedQuery) -> Result<QueryStream> {
+        let txns = self.txns.clone();
+        let ts = tokio::spawn(async move { txns.timestamp().await });
+        self.stream_when(q, async move {
+            ts.await
+                .map_err(|e| Error::Internal(format!("taking a timestamp: {e}")))?
+        })
+        .await
+    }
+
+    async fn stream_when(
+        &self,
+        q: PlannedQuery,
+        read_ts: impl std::future::Future<Output = Result<u64>>,
+    ) -> Result<QueryStream> {
         let schema = q.schema();
         let PlannedQuery {
             plan, sql, cached, ..
         } = q;
         let started = std::time::Instant::now();
-        if let Some(ctx) = cached.context() {
-            with_moment(ctx.state_ref().write().config_mut(), read_ts);
-        }
         let (task, physical) = match cached {
             // A fresh copy of the kept physical plan: no physical
             // planning, which was most of a short query's planning.
             Cached::Physical(physical) => {
-                let mut config = self.base.config().clone();
-                with_moment(&mut config, read_ts);
+                let config = self.base.config().clone();
                 let physical = reset_plan_states(physical).map_err(from_df)?;
                 crate::metrics::physical_plan_reused();
                 (self.task_over(config)?, physical)
@@ -727,6 +752,9 @@ impl SqlSession {
                 planned
             }
         };
+        let read_ts = read_ts.await?;
+        let hold = self.txns.hold_read(read_ts);
+        let task = self.at_snapshot(task, read_ts)?;
         let stream =
             datafusion::physical_plan::execute_stream(physical.clone(), task).map_err(from_df)?;
         let running = Running {

@@ -290,7 +290,7 @@ impl FlightSqlService for FlightSqlServer {
     ) -> Result<Response<FlightInfo>, Status> {
         let txn_id = cmd.transaction_id.unwrap_or_default().to_vec();
         let info = self
-            .statement_info(cmd.query, &txn_id, request.into_inner())
+            .statement_info(cmd.query, &txn_id, 0, request.into_inner())
             .await?;
         Ok(Response::new(info))
     }
@@ -300,9 +300,9 @@ impl FlightSqlService for FlightSqlServer {
         cmd: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let (sql, txn_id) = prepared::query_text(&cmd.prepared_statement_handle)?;
+        let (sql, txn_id, plan_handle) = prepared::query_text(&cmd.prepared_statement_handle)?;
         let info = self
-            .statement_info(sql, &txn_id, request.into_inner())
+            .statement_info(sql, &txn_id, plan_handle, request.into_inner())
             .await?;
         Ok(Response::new(info))
     }
@@ -562,15 +562,25 @@ impl FlightSqlServer {
     /// GetFlightInfo of a statement's text, run in the transaction
     /// `txn_id` names (else the cookie's, else none; [`Self::resolve`]): a
     /// query is planned and waits for its DoGet; any other statement runs
-    /// now and its result rides in the ticket.
+    /// now and its result rides in the ticket. An autocommit query runs
+    /// the plan kept under `plan_handle` (0: none) if this process still
+    /// holds it for `sql` (a prepared statement's, `prepared::create`).
     async fn statement_info(
         &self,
         sql: String,
         txn_id: &[u8],
+        plan_handle: u64,
         desc: FlightDescriptor,
     ) -> Result<FlightInfo, Status> {
         // The DoGet of a query runs in the transaction it was planned in.
         let (prepared, txn_id) = match self.resolve(&sql, Some(txn_id)).await? {
+            Resolved::Run(None) if plan_handle != 0 => {
+                let prepared = match self.plans.take(plan_handle, &sql) {
+                    Some(plan) => Prepared::Query(plan),
+                    None => self.engine.prepare_sql_in(&sql, None).await?,
+                };
+                (prepared, Vec::new())
+            }
             Resolved::Run(txn) => (
                 self.engine.prepare_sql_in(&sql, txn.as_ref()).await?,
                 txn.map(|t| session::id_bytes(t.start_ts))

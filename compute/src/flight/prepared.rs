@@ -85,11 +85,19 @@ pub(super) async fn create(
     server.txn(req.transaction_id.as_deref())?;
     let stmt = params::number(&req.query, server.engine.max_statement_bytes())?;
     let shape = server.engine.shape(&stmt).await?;
+    let transaction_id = req.transaction_id.unwrap_or_default().to_vec();
+    // Kept for the first execution of an autocommit query (the one ADBC
+    // runs right after preparing it), which then skips planning.
+    let plan_handle = match shape.plan {
+        Some(plan) if transaction_id.is_empty() => server.plans.put(&stmt.sql, plan),
+        _ => 0,
+    };
     let handle = PreparedHandle {
         sql: stmt.sql,
         parameter_count: stmt.count as u32,
-        transaction_id: req.transaction_id.unwrap_or_default().to_vec(),
+        transaction_id,
         parameters_ipc: Vec::new(),
+        plan_handle,
     };
     Ok(ActionCreatePreparedStatementResult {
         prepared_statement_handle: handle.encode_to_vec().into(),
@@ -154,8 +162,9 @@ pub(super) async fn bind_query(
 }
 
 /// The text a prepared query runs: its statement with the one row of
-/// values bound to it, and its transaction's id.
-pub(super) fn query_text(handle: &[u8]) -> Result<(String, Vec<u8>), Status> {
+/// values bound to it, its transaction's id and the handle of the plan
+/// made when it was prepared (which a bound text never matches).
+pub(super) fn query_text(handle: &[u8]) -> Result<(String, Vec<u8>, u64), Status> {
     let h = decode_handle(handle)?;
     let stmt = numbered(&h);
     let sql = match (stmt.count, bound_rows(&h)?) {
@@ -169,7 +178,7 @@ pub(super) fn query_text(handle: &[u8]) -> Result<(String, Vec<u8>), Status> {
             )))
         }
     };
-    Ok((sql, h.transaction_id))
+    Ok((sql, h.transaction_id, h.plan_handle))
 }
 
 /// DoPut(CommandPreparedStatementUpdate): runs the statement once per
