@@ -293,3 +293,76 @@ fn a_csv_file_loads_into_an_existing_table_by_column_name_and_errors_name_the_pr
         "0"
     );
 }
+
+#[test]
+fn a_load_into_a_table_with_indexes_writes_their_entries_and_a_unique_one_refuses_duplicates() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3"]);
+    pg.ok("CREATE TABLE people (id BIGINT PRIMARY KEY, team BIGINT, email VARCHAR(40))");
+    pg.ok("CREATE INDEX people_team ON people (team)");
+    pg.ok("CREATE UNIQUE INDEX people_email ON people (email)");
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("people.csv");
+    // Team i % 50 (NULL every 97th row), email e{i}@x.
+    let mut text = String::from("id,team,email\n");
+    for i in 1..=3000 {
+        let team = if i % 97 == 0 {
+            String::new()
+        } else {
+            (i % 50).to_string()
+        };
+        text.push_str(&format!("{i},{team},e{i}@x\n"));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let out = succeeded(&load(
+        &pg,
+        "csv",
+        "people",
+        &[&csv],
+        &["--batch-rows", "1000"],
+    ));
+    assert!(out.contains("loaded 3000 rows"), "{out}");
+    // The lookups go through the entries the load wrote: what the index
+    // finds is what a full scan (`+ 0`, which no index answers) finds.
+    let plan = pg.ok("EXPLAIN SELECT count(*) FROM people WHERE team = 7");
+    assert!(plan.contains("index lookup: people_team"), "{plan}");
+    let by_scan = |v: i64| {
+        (1..=3000i64)
+            .filter(|i| i % 97 != 0 && i % 50 == v)
+            .count()
+            .to_string()
+    };
+    for v in [0, 7, 49] {
+        assert_eq!(
+            pg.ok(&format!("SELECT count(*) FROM people WHERE team = {v}"))
+                .lines()
+                .nth(1)
+                .unwrap(),
+            by_scan(v),
+            "team = {v}"
+        );
+    }
+    let email = pg.ok("EXPLAIN SELECT id FROM people WHERE email = 'e2024@x'");
+    assert!(email.contains("index lookup: people_email"), "{email}");
+    assert_eq!(
+        pg.ok("SELECT id FROM people WHERE email = 'e2024@x'")
+            .lines()
+            .nth(1)
+            .unwrap(),
+        "2024"
+    );
+    // New keys with an email the table has: the unique index refuses the
+    // batch by name, and nothing of it is kept.
+    let dup = dir.path().join("dup.csv");
+    std::fs::write(&dup, "id,team,email\n5001,1,new@x\n5002,1,e17@x\n").unwrap();
+    let e = failed(&load(&pg, "csv", "people", &[&dup], &["--quiet"]));
+    assert!(e.contains("people_email"), "{e}");
+    assert!(e.contains("0 rows were committed to people"), "{e}");
+    assert_eq!(
+        pg.ok("SELECT count(*) FROM people WHERE id > 5000")
+            .lines()
+            .nth(1)
+            .unwrap(),
+        "0"
+    );
+}

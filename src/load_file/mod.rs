@@ -20,9 +20,13 @@
 //!   regions' leaders (`load.rs`'s `write_batches` and [`WritePath`]). Rows get implicit handles reserved
 //!   from the meta region, so INSERTs during the load cannot collide.
 //! * **An existing table**: every batch is one transaction of `Insert`
-//!   mutations (`quarry_compute::txn::Txns::write`), as an INSERT would
-//!   be: a duplicate primary key fails it by name, concurrent readers see
-//!   whole batches or nothing, and the rows committed before a failure are
+//!   mutations (`quarry_compute::txn::Txns::write_checked`), as an INSERT
+//!   would be: with its rows' index entries (`quarry_compute::index::Maintainer`,
+//!   a UNIQUE index's duplicate fails it by the index's name), checked at
+//!   commit against the table's indexes as the load found them (an index
+//!   built or dropped meanwhile fails the batch: load the rest again); a
+//!   duplicate primary key fails it by name, concurrent readers see whole
+//!   batches or nothing, and the rows committed before a failure are
 //!   reported.
 //!
 //! At the end a checksum ([`Checksum`]: the row count and, per column, the
@@ -292,16 +296,6 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
     let file_schema = schemas[0].0.clone();
 
     let existing = meta.get_table(&opts.table).await?;
-    if let Some(t) = existing.as_ref().filter(|t| !t.indexes.is_empty()) {
-        // Loads write rows around transactions, so no index entries.
-        let names: Vec<&str> = t.indexes.iter().map(|i| i.name.as_str()).collect();
-        bail!(
-            "table {} has indexes ({}): a load writes rows without their index entries; \
-             drop the indexes and create them again after the load",
-            t.name,
-            names.join(", ")
-        );
-    }
     let created = existing.is_none();
     let sst = created && opts.write_path.use_sst(file_bytes);
     let (table, splits) = match existing {
@@ -336,7 +330,7 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
     let progress = Progress::new(opts.progress, known_rows);
 
     let (kv_tx, kv_rx) = mpsc::channel(4);
-    let (txn_tx, mut txn_rx) = mpsc::channel::<Vec<Mutation>>(2);
+    let (txn_tx, mut txn_rx) = mpsc::channel::<RowBatch>(2);
     let handle = tokio::runtime::Handle::current();
     let reader = {
         let (opts, conform, meta, read_bytes, rows_done, progress) = (
@@ -380,12 +374,14 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
     ));
     let packed = quarry_compute::insert::is_packed(&table);
     let committed = Arc::new(AtomicU64::new(0));
+    // The table's indexes as this load writes their entries.
+    let check = quarry_compute::index::SchemaCheck::of(&table);
     let txn_writer = {
-        let (txns, committed) = (txns.clone(), committed.clone());
+        let (txns, committed, table) = (txns.clone(), committed.clone(), table.clone());
         async move {
             let mut running = tokio::task::JoinSet::new();
             let mut error = None;
-            while let Some(mutations) = txn_rx.recv().await {
+            while let Some(RowBatch { rows, mutations }) = txn_rx.recv().await {
                 while running.len() >= 2 {
                     if let Some(r) = running.join_next().await {
                         if let Err(e) = r.map_err(anyhow::Error::from).and_then(|r| r) {
@@ -396,12 +392,15 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
                 if error.is_some() {
                     break;
                 }
-                let (txns, committed) = (txns.clone(), committed.clone());
+                let (txns, committed, check) = (txns.clone(), committed.clone(), check.clone());
+                let table = table.clone();
                 running.spawn(async move {
-                    let n = mutations.len() as u64;
-                    txns.write(mutations, packed, Instant::now() + Duration::from_secs(60))
-                        .await?;
-                    committed.fetch_add(n, Ordering::Relaxed);
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    let start_ts = txns.timestamp().await?;
+                    txns.write_checked(start_ts, mutations, packed, deadline, Some(&check))
+                        .await
+                        .map_err(|e| quarry_compute::index::name_duplicate(e, &table))?;
+                    committed.fetch_add(rows, Ordering::Relaxed);
                     anyhow::Ok(())
                 });
             }
@@ -513,6 +512,13 @@ async fn create_table(
     Ok((table, splits))
 }
 
+/// One transaction's worth of rows for an existing table: their and their
+/// index entries' mutations.
+struct RowBatch {
+    rows: u64,
+    mutations: Vec<Mutation>,
+}
+
 /// Encodes conformed batches for one of the two writers.
 struct Output {
     created: bool,
@@ -523,7 +529,9 @@ struct Output {
     packs: Vec<PackBuilder>,
     splits: Vec<i64>,
     sink: Option<Sink>,
-    txn_tx: Option<mpsc::Sender<Vec<Mutation>>>,
+    txn_tx: Option<mpsc::Sender<RowBatch>>,
+    /// The existing table's definition, for its index entries.
+    table: TableDef,
     encoder: RowEncoder,
     packed: bool,
 }
@@ -535,7 +543,7 @@ impl Output {
         sst: bool,
         splits: Vec<i64>,
         kv_tx: mpsc::Sender<(usize, Vec<quarry_proto::kv::KvPair>)>,
-        txn_tx: mpsc::Sender<Vec<Mutation>>,
+        txn_tx: mpsc::Sender<RowBatch>,
     ) -> Result<Self> {
         let columns: Vec<(i64, DataType)> = table
             .columns
@@ -568,6 +576,7 @@ impl Output {
                 Sink::new(regions, kv_tx, batch_bytes, Arc::default())
             }),
             txn_tx: (!created).then_some(txn_tx),
+            table: table.clone(),
             encoder: RowEncoder::default(),
             packed,
         })
@@ -606,6 +615,7 @@ impl Output {
         let types = &conform.types;
         let mut row: Vec<(i64, Datum)> = Vec::with_capacity(types.len());
         let mut mutations = Vec::new();
+        let mut entries = quarry_compute::index::Maintainer::new(&self.table);
         for (r, &h) in handles.iter().enumerate() {
             row.clear();
             for ((id, a), t) in self.column_ids.iter().zip(arrays).zip(types) {
@@ -633,13 +643,18 @@ impl Output {
                     key,
                     value,
                 });
+                if !entries.is_empty() {
+                    entries.change(h, None, Some(&row))?;
+                }
             }
         }
         if let Some(e) = self.sink.as_mut().and_then(|s| s.failed.take()) {
             return Err(e);
         }
         if let Some(tx) = &self.txn_tx {
-            if !mutations.is_empty() && tx.blocking_send(mutations).is_err() {
+            let rows = mutations.len() as u64;
+            mutations.extend(entries.into_mutations());
+            if rows > 0 && tx.blocking_send(RowBatch { rows, mutations }).is_err() {
                 bail!("the writer stopped");
             }
         }

@@ -13,9 +13,9 @@
 //! WHO KEEPS THEM. Every writer derives its entries' mutations from its
 //! rows' in one place, [`Maintainer`]: an INSERT puts the new row's
 //! entries, a DELETE deletes the old row's, an UPDATE does both when the
-//! indexed values change. Bulk loads (`quarry load`) go around
-//! transactions and write no entries: a load into a table with an index
-//! is refused (create the index after the load).
+//! indexed values change. `quarry load` into an existing table writes
+//! each batch as one such transaction, entries included; a load that
+//! creates its table writes around transactions, before any index exists.
 //!
 //! ONLINE BUILD (`ddl.rs`). F1's protocol as TiDB runs it: the index goes
 //! DELETE_ONLY → WRITE_ONLY → (backfill) → PUBLIC, one meta write each.
