@@ -365,4 +365,10 @@ fn a_load_into_a_table_with_indexes_writes_their_entries_and_a_unique_one_refuse
             .unwrap(),
         "0"
     );
+    // A key twice in one batch is named as the key, not as an index's
+    // duplicate entry.
+    let twice = dir.path().join("twice.csv");
+    std::fs::write(&twice, "id,team,email\n6001,1,a@x\n6001,2,b@x\n").unwrap();
+    let e = failed(&load(&pg, "csv", "people", &[&twice], &["--quiet"]));
+    assert!(e.contains("primary key 6001 appears twice"), "{e}");
 }

@@ -377,7 +377,8 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
     // The table's indexes as this load writes their entries.
     let check = quarry_compute::index::SchemaCheck::of(&table);
     let txn_writer = {
-        let (txns, committed, table) = (txns.clone(), committed.clone(), table.clone());
+        let (txns, committed, table, meta) =
+            (txns.clone(), committed.clone(), table.clone(), meta.clone());
         async move {
             let mut running = tokio::task::JoinSet::new();
             let mut error = None;
@@ -393,10 +394,14 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
                     break;
                 }
                 let (txns, committed, check) = (txns.clone(), committed.clone(), check.clone());
-                let table = table.clone();
+                let (table, meta) = (table.clone(), meta.clone());
                 running.spawn(async move {
                     let deadline = Instant::now() + Duration::from_secs(60);
+                    // Checked once the snapshot is taken, as an INSERT's
+                    // is: a batch that missed an index build's first step
+                    // commits below its backfill (`quarry_compute::index`).
                     let start_ts = txns.timestamp().await?;
+                    check.verify(&meta).await?;
                     txns.write_checked(start_ts, mutations, packed, deadline, Some(&check))
                         .await
                         .map_err(|e| quarry_compute::index::name_duplicate(e, &table))?;
@@ -612,6 +617,12 @@ impl Output {
     ) -> Result<()> {
         let n = arrays.first().map_or(0, |a| a.len());
         let handles = self.handles(rt, meta, arrays, n)?;
+        if self.handle_pos.is_some() {
+            let mut seen = std::collections::HashSet::with_capacity(n);
+            if let Some(h) = handles.iter().find(|h| !seen.insert(**h)) {
+                bail!("duplicate key: primary key {h} appears twice in one batch of the file");
+            }
+        }
         let types = &conform.types;
         let mut row: Vec<(i64, Datum)> = Vec::with_capacity(types.len());
         let mut mutations = Vec::new();

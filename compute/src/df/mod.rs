@@ -453,12 +453,6 @@ impl SqlSession {
             .map_err(from_df)
     }
 
-    /// The task context a copy of a kept physical plan runs in: the base
-    /// session's functions and options with `extensions` (the query's
-    /// snapshot and deadline), and the query's runtime. No catalog: the
-    /// plan's scans already hold their tables. (Building a catalog and a
-    /// session state for each statement was about a seventh of compute's
-    /// CPU for Q6: docs/performance.md.)
     /// `task` with the query's snapshot (and deadline) in its config,
     /// where its region scans read them as they start.
     fn at_snapshot(
@@ -474,6 +468,12 @@ impl SqlSession {
         }
     }
 
+    /// The task context a copy of a kept physical plan runs in: the base
+    /// session's functions and options with `extensions` (the query's
+    /// snapshot and deadline), and the query's runtime. No catalog: the
+    /// plan's scans already hold their tables. (Building a catalog and a
+    /// session state for each statement was about a seventh of compute's
+    /// CPU for Q6: docs/performance.md.)
     fn task_over(&self, config: SessionConfig) -> Result<Arc<datafusion::execution::TaskContext>> {
         let base = &self.base;
         let runtime = match self.query_runtime()? {
@@ -700,8 +700,16 @@ impl SqlSession {
     /// oracle overlaps the query's physical planning, which does not need
     /// it (only the scans read it, as they start).
     pub async fn stream_fresh(&self, q: PlannedQuery) -> Result<QueryStream> {
+        /// Stops the request when the query is dropped before it is used.
+        struct AbortOnDrop(tokio::task::AbortHandle);
+        impl Drop for AbortOnDrop {
+            fn drop(&mut self) {
+                self.0.abort();
+            }
+        }
         let txns = self.txns.clone();
         let ts = tokio::spawn(async move { txns.timestamp().await });
+        let _abort = AbortOnDrop(ts.abort_handle());
         self.stream_when(q, async move {
             ts.await
                 .map_err(|e| Error::Internal(format!("taking a timestamp: {e}")))?

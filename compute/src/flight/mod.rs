@@ -138,9 +138,15 @@ impl PendingPlans {
 
     /// Takes the plan kept under `handle` for `sql`, if it is still here.
     fn take(&self, handle: u64, sql: &str) -> Option<Box<PlannedQuery>> {
+        self.take_younger(handle, sql, PLAN_TTL)
+    }
+
+    /// [`Self::take`] a plan made less than `age` ago (an older one is
+    /// dropped).
+    fn take_younger(&self, handle: u64, sql: &str, age: Duration) -> Option<Box<PlannedQuery>> {
         let mut c = self.inner.lock();
         match c.plans.get(&handle) {
-            Some((made, kept, _)) if kept == sql && made.elapsed() < PLAN_TTL => {
+            Some((made, kept, _)) if kept == sql && made.elapsed() < age.min(PLAN_TTL) => {
                 c.plans.remove(&handle).map(|(.., plan)| plan)
             }
             _ => None,
@@ -575,7 +581,12 @@ impl FlightSqlServer {
         // The DoGet of a query runs in the transaction it was planned in.
         let (prepared, txn_id) = match self.resolve(&sql, Some(txn_id)).await? {
             Resolved::Run(None) if plan_handle != 0 => {
-                let prepared = match self.plans.take(plan_handle, &sql) {
+                // Younger than one schema lease, so no more than one index
+                // step behind (`crate::index`); else planned again.
+                let kept = self
+                    .plans
+                    .take_younger(plan_handle, &sql, crate::index::SCHEMA_LEASE);
+                let prepared = match kept {
                     Some(plan) => Prepared::Query(plan),
                     None => self.engine.prepare_sql_in(&sql, None).await?,
                 };

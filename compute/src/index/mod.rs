@@ -14,8 +14,9 @@
 //! rows' in one place, [`Maintainer`]: an INSERT puts the new row's
 //! entries, a DELETE deletes the old row's, an UPDATE does both when the
 //! indexed values change. `quarry load` into an existing table writes
-//! each batch as one such transaction, entries included; a load that
-//! creates its table writes around transactions, before any index exists.
+//! each batch as one such transaction, entries included, checked as an
+//! INSERT's. A load that creates its table writes around transactions:
+//! an index created on that table while the load runs misses its rows.
 //!
 //! ONLINE BUILD (`ddl.rs`). F1's protocol as TiDB runs it: the index goes
 //! DELETE_ONLY → WRITE_ONLY → (backfill) → PUBLIC, one meta write each.
