@@ -340,8 +340,7 @@ async fn mutations(
             (0..rows.len() as i64).map(|i| first + i).collect()
         }
     };
-    let mut unique = HashSet::new();
-    if let Some(h) = handles.iter().find(|h| !unique.insert(**h)) {
+    if let Some(h) = repeated_handle(&handles) {
         return Err(plan_err!(
             "duplicate key: handle {h} appears twice in this INSERT"
         ));
@@ -369,4 +368,10 @@ async fn mutations(
     let n = mutations.len();
     mutations.extend(maint.into_mutations());
     Ok((mutations, n))
+}
+
+/// The first handle of `handles` that an earlier one repeats, if any.
+pub fn repeated_handle(handles: &[i64]) -> Option<i64> {
+    let mut seen = HashSet::with_capacity(handles.len());
+    handles.iter().copied().find(|h| !seen.insert(*h))
 }

@@ -527,7 +527,6 @@ struct RowBatch {
 /// Encodes conformed batches for one of the two writers.
 struct Output {
     created: bool,
-    table_id: i64,
     /// Position of the primary key column, if the table has one.
     handle_pos: Option<usize>,
     column_ids: Vec<i64>,
@@ -566,7 +565,6 @@ impl Output {
         };
         Ok(Output {
             created,
-            table_id: table.id,
             handle_pos: table
                 .columns
                 .iter()
@@ -602,7 +600,7 @@ impl Output {
                 a.values().to_vec()
             }
             None => {
-                let first = rt.block_on(meta.alloc_handles(self.table_id, n as u64, 0))?;
+                let first = rt.block_on(meta.alloc_handles(self.table.id, n as u64, 0))?;
                 (first..first + n as i64).collect()
             }
         })
@@ -618,8 +616,7 @@ impl Output {
         let n = arrays.first().map_or(0, |a| a.len());
         let handles = self.handles(rt, meta, arrays, n)?;
         if self.handle_pos.is_some() {
-            let mut seen = std::collections::HashSet::with_capacity(n);
-            if let Some(h) = handles.iter().find(|h| !seen.insert(**h)) {
+            if let Some(h) = quarry_compute::insert::repeated_handle(&handles) {
                 bail!("duplicate key: primary key {h} appears twice in one batch of the file");
             }
         }
@@ -638,14 +635,14 @@ impl Output {
                 b.push_pairs(h, &row)?;
                 if b.is_full() {
                     let (first, v) = b.finish()?;
-                    let key = pack_key(self.table_id, first);
+                    let key = pack_key(self.table.id, first);
                     self.sink_mut()?.push(region, key, v);
                 }
                 continue;
             }
             let mut value = Vec::new();
             self.encoder.encode(&row, &mut value)?;
-            let key = record_key(self.table_id, h);
+            let key = record_key(self.table.id, h);
             if self.created {
                 self.sink_mut()?.push(region, key, value);
             } else {
@@ -684,7 +681,7 @@ impl Output {
         for (r, b) in packs.iter_mut().enumerate() {
             if !b.is_empty() {
                 let (first, v) = b.finish()?;
-                let key = pack_key(self.table_id, first);
+                let key = pack_key(self.table.id, first);
                 self.sink_mut()?.push(r, key, v);
             }
         }
