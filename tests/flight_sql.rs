@@ -472,3 +472,92 @@ fn statements_without_transaction_ids_run_in_the_cookies_transaction() {
         assert_eq!(count_tc(&mut c, None).await, 2);
     });
 }
+
+/// Compute processes keep the catalog between statements
+/// (`compute/src/catalog_cache.rs`). A DDL made through one is seen by
+/// the next statement sent to another, and a query planned over a kept
+/// catalog that a DDL elsewhere changed before its snapshot never reads
+/// with the old definitions: it is planned again, or, when its announced
+/// columns changed, fails with a conflict to run it again.
+#[test]
+fn a_compute_process_sees_ddl_made_through_another_and_checks_plans_at_their_snapshot() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "1"]);
+    let other = pg.extra_compute(&[]);
+    let sql_at = |addr: &str, sql: &str| {
+        let out = std::process::Command::new(QUARRY)
+            .args(["sql", "--addr", addr, "--format", "csv", sql])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    pg.ok("CREATE TABLE kc (a BIGINT PRIMARY KEY, b BIGINT)");
+    pg.ok("INSERT INTO kc VALUES (1, 10), (2, 20)");
+    let (ok, out, err) = sql_at(&other.url, "SELECT * FROM kc ORDER BY a");
+    assert!(ok, "{err}");
+    assert_eq!(out, "a,b\n1,10\n2,20\n");
+
+    // The other process kept the catalog; each DDL here shows there at
+    // once: a new column, a new table, a dropped one, a replaced view.
+    pg.ok("ALTER TABLE kc ADD COLUMN c BIGINT DEFAULT 7");
+    let (ok, out, err) = sql_at(&other.url, "SELECT * FROM kc ORDER BY a");
+    assert!(ok, "{err}");
+    assert_eq!(out, "a,b,c\n1,10,7\n2,20,7\n");
+    pg.ok("CREATE TABLE kc2 (x BIGINT)");
+    let (ok, out, err) = sql_at(&other.url, "SELECT count(*) AS n FROM kc2");
+    assert!(ok, "{err}");
+    assert_eq!(out, "n\n0\n");
+    pg.ok("DROP TABLE kc2");
+    let (ok, _, err) = sql_at(&other.url, "SELECT count(*) AS n FROM kc2");
+    assert!(!ok && err.contains("kc2"), "{err}");
+    pg.ok("CREATE VIEW kv AS SELECT a FROM kc");
+    let (ok, out, err) = sql_at(&other.url, "SELECT * FROM kv ORDER BY a");
+    assert!(ok, "{err}");
+    assert_eq!(out, "a\n1\n2\n");
+    pg.ok("CREATE OR REPLACE VIEW kv AS SELECT a, b FROM kc");
+    let (ok, out, err) = sql_at(&other.url, "SELECT * FROM kv ORDER BY a");
+    assert!(ok, "{err}");
+    assert_eq!(out, "a,b\n1,10\n2,20\n");
+
+    runtime().block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(other.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut c = FlightServiceClient::new(channel);
+        let query = |q: &str| CommandStatementQuery {
+            query: q.into(),
+            transaction_id: None,
+        };
+        // Planned there (GetFlightInfo), then a DDL here, then run there
+        // (DoGet). Its columns did not change: planned again, it reads
+        // the row written after the DDL.
+        let narrow = info(&mut c, &query("SELECT a, b FROM kc ORDER BY a"))
+            .await
+            .unwrap();
+        pg.ok("ALTER TABLE kc ADD COLUMN d BIGINT");
+        pg.ok("INSERT INTO kc (a, b) VALUES (3, 30)");
+        let batches = fetch(&mut c, &narrow).await.unwrap();
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 3);
+        // Its columns changed (SELECT * over a dropped column): it must
+        // not answer with the columns it announced, nor with others.
+        let wide = info(&mut c, &query("SELECT * FROM kc ORDER BY a"))
+            .await
+            .unwrap();
+        pg.ok("ALTER TABLE kc DROP COLUMN d");
+        let e = fetch(&mut c, &wide).await.unwrap_err();
+        assert_eq!(e.code(), Code::Aborted, "{e}");
+        assert!(e.message().contains("run it again"), "{e}");
+        // And run again, it answers with the new columns.
+        let again = get(&mut c, &query("SELECT * FROM kc ORDER BY a"))
+            .await
+            .unwrap();
+        assert_eq!(again[0].num_columns(), 3);
+    });
+}

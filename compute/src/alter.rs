@@ -17,6 +17,10 @@
 //!   key and the last column cannot be dropped.
 //! * **RENAME COLUMN** and **RENAME TO** change names only.
 //!
+//! Each ALTER returns a quarter of a second after its write: how long
+//! other compute processes may still plan over the definition it replaced
+//! before they check it (`catalog_cache.rs`).
+//!
 //! CAVEATS: a DEFAULT other than NULL on a column-layout table is refused
 //! (its packs would need the default filled in by the pack readers and by
 //! compaction; add the column without one). A DEFAULT is a constant, not
@@ -39,6 +43,9 @@ pub async fn alter_table(engine: &QueryEngine, name: &str, ops: &[AlterOp]) -> R
         .cluster
         .alter_table(name, new, old.encode_to_vec())
         .await?;
+    // Other compute processes' kept catalogs lapse before it returns, so a
+    // query sent after it announces the new columns (`catalog_cache.rs`).
+    tokio::time::sleep(crate::catalog_cache::DDL_SETTLE).await;
     QueryOutput::word("ALTER TABLE")
 }
 

@@ -93,6 +93,8 @@ pub struct Cluster {
     meta_first: std::sync::atomic::AtomicUsize,
     channels: Mutex<HashMap<String, Channel>>,
     meta_timeout: Duration,
+    /// The catalog kept between statements (`catalog_cache.rs`).
+    catalogs: crate::catalog_cache::CatalogCache,
 }
 
 impl Cluster {
@@ -102,6 +104,7 @@ impl Cluster {
             meta_first: std::sync::atomic::AtomicUsize::new(0),
             channels: Mutex::new(HashMap::new()),
             meta_timeout,
+            catalogs: Default::default(),
         }
     }
 
@@ -152,7 +155,11 @@ impl Cluster {
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let timeout = self.meta_timeout.max(DDL_TIMEOUT);
-        self.meta_within(what, timeout, DDL_ATTEMPT, call).await
+        let out = self.meta_within(what, timeout, DDL_ATTEMPT, call).await;
+        // Whether it answered or not, a definition may have changed: this
+        // process's next statement reads the catalog afresh.
+        self.catalogs.forget();
+        out
     }
 
     async fn meta_within<T, F, Fut>(
@@ -229,12 +236,38 @@ impl Cluster {
         Ok(self.catalog().await?.tables)
     }
 
-    /// Every table and view, in one meta call.
+    /// Every table and view, in one meta call (kept for
+    /// [`Cluster::kept_catalog`]).
     pub async fn catalog(&self) -> Result<ListTablesResponse> {
-        self.meta("listing tables", |mut c| async move {
-            c.list_tables(ListTablesRequest {}).await
-        })
-        .await
+        let generation = self.catalogs.generation();
+        let catalog = self
+            .meta("listing tables", |mut c| async move {
+                c.list_tables(ListTablesRequest {}).await
+            })
+            .await?;
+        self.catalogs
+            .keep(generation, std::sync::Arc::new(catalog.clone()));
+        Ok(catalog)
+    }
+
+    /// The catalog kept from an earlier call, or a fresh one
+    /// (`catalog_cache.rs` says how a caller checks it); and whether it
+    /// was read or confirmed within `catalog_cache::CONFIRMED_FOR`.
+    pub async fn kept_catalog(&self) -> Result<(std::sync::Arc<ListTablesResponse>, bool)> {
+        match self.catalogs.get() {
+            Some(kept) => Ok(kept),
+            None => Ok((std::sync::Arc::new(self.catalog().await?), true)),
+        }
+    }
+
+    /// The catalog's version is `version` now (a timestamp said so).
+    pub fn confirm_catalog(&self, version: u64) {
+        self.catalogs.confirm(version);
+    }
+
+    /// Drops the kept catalog: a query found it out of date.
+    pub fn forget_catalog(&self) {
+        self.catalogs.forget();
     }
 
     /// Replaces the table `name` by `table` if it is still `expected`

@@ -641,7 +641,9 @@ impl QueryEngine {
             true => {
                 let mut query = df::ParsedQuery::from(parsed);
                 let locks = query.take_for_update()?.is_some();
-                let planned = self.sql.plan(query).await?;
+                // Kept for an autocommit first execution only
+                // (`FlightSqlServer::statement_info`), which checks it.
+                let planned = self.sql.plan_kept(query).await?;
                 let shape = (planned.schema(), planned.parameter_types(stmt.count));
                 // What `prepare` would plan for its first execution.
                 if stmt.count == 0 && !locks {
@@ -711,7 +713,12 @@ impl QueryEngine {
                         }
                     }
                 }
-                return Ok(Prepared::Query(Box::new(self.sql.plan(query).await?)));
+                let planned = match txn {
+                    // Checked against its snapshot's catalog as it runs.
+                    None => self.sql.plan_kept(query).await?,
+                    Some(_) => self.sql.plan(query).await?,
+                };
+                return Ok(Prepared::Query(Box::new(planned)));
             }
             Parsed::Statement(stmt) => stmt,
         };
@@ -873,6 +880,11 @@ impl QueryEngine {
             .view_schema(&def, catalog.tables, &catalog.views)
             .await?;
         let replaced = self.cluster.create_view(def, v.or_replace).await?;
+        if replaced {
+            // Other compute processes' kept catalogs lapse first
+            // (`catalog_cache.rs`).
+            tokio::time::sleep(crate::catalog_cache::DDL_SETTLE).await;
+        }
         let word = match replaced {
             true => "CREATE VIEW (replaced)",
             false => "CREATE VIEW",

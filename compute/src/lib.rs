@@ -53,6 +53,7 @@
 
 pub mod alter;
 pub mod auth;
+pub mod catalog_cache;
 pub mod cluster;
 pub mod config;
 pub mod df;

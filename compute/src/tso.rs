@@ -11,6 +11,10 @@
 //! Freshness is kept: a caller's timestamp comes from a request sent after
 //! the caller asked, so it is above every timestamp handed out (and every
 //! commit made) before the caller asked — a read at it sees them all.
+//!
+//! Each answer also carries the catalog's version as of its timestamps
+//! ([`Stamp`]): a query planned over a kept catalog checks it there, at
+//! no extra round trip (`catalog_cache.rs`).
 
 use std::sync::Arc;
 
@@ -21,10 +25,17 @@ use tokio::sync::oneshot;
 use crate::cluster::Cluster;
 use crate::{Error, Result};
 
+/// A timestamp and the catalog's version read after it was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub ts: u64,
+    pub catalog_version: u64,
+}
+
 /// Callers waiting for a timestamp, and whether a task is serving them.
 #[derive(Default)]
 struct Queue {
-    waiting: Vec<oneshot::Sender<Result<u64>>>,
+    waiting: Vec<oneshot::Sender<Result<Stamp>>>,
     serving: bool,
 }
 
@@ -45,6 +56,11 @@ impl Tso {
     /// A fresh timestamp: above every timestamp handed out before this
     /// call.
     pub async fn get(self: &Arc<Self>) -> Result<u64> {
+        Ok(self.stamp().await?.ts)
+    }
+
+    /// [`Tso::get`] with the catalog's version as of the timestamp.
+    pub async fn stamp(self: &Arc<Self>) -> Result<Stamp> {
         let (tx, rx) = oneshot::channel();
         let start_serving = {
             let mut q = self.queue.lock();
@@ -91,7 +107,10 @@ impl Tso {
             match got {
                 Ok(r) => {
                     for (i, tx) in batch.into_iter().enumerate() {
-                        let _ = tx.send(Ok(r.first + i as u64));
+                        let _ = tx.send(Ok(Stamp {
+                            ts: r.first + i as u64,
+                            catalog_version: r.catalog_version,
+                        }));
                     }
                 }
                 Err(e) => {

@@ -165,6 +165,11 @@ impl Txns {
         self.tso.get().await
     }
 
+    /// [`Txns::timestamp`] with the catalog's version as of it.
+    pub async fn stamp(&self) -> Result<crate::tso::Stamp> {
+        self.tso.stamp().await
+    }
+
     /// Keeps the versions a read at `read_ts` needs until the hold is
     /// dropped (`gc_hold.rs`).
     pub fn hold_read(&self, read_ts: u64) -> ReadHold {

@@ -66,6 +66,11 @@ pub const DROPPED_REGION: &[u8] = b"mg";
 pub const USER: &[u8] = b"mu";
 /// Views, by name (`ViewDef`; `meta/views.rs`).
 pub const VIEW: &[u8] = b"mv";
+/// The catalog's version: a token (u64, big-endian) that every write to a
+/// table's or view's definition replaces, in the same write
+/// (`Meta::propose`). Compute processes keep the catalog and check it
+/// against this (`compute/src/catalog_cache.rs`).
+pub const CATALOG_VERSION: &[u8] = b"mc";
 
 pub fn table_key(name: &str) -> Vec<u8> {
     let mut k = TABLE_BY_NAME.to_vec();

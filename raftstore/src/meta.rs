@@ -266,6 +266,14 @@ impl<E: Engine> Meta<E> {
                 "meta_write",
             )));
         }
+        let mut puts = puts;
+        let defines = |k: &[u8]| k.starts_with(keys::TABLE_BY_NAME) || k.starts_with(keys::VIEW);
+        if puts.iter().any(|(k, _)| defines(k)) || deletes.iter().any(|k| defines(k)) {
+            // A new token, not a count: writes that do not hold the DDL
+            // lock need no read-modify-write to change it.
+            let token = fastrand::u64(1..);
+            puts.push((keys::CATALOG_VERSION.to_vec(), token.to_be_bytes().to_vec()));
+        }
         self.node
             .write(
                 region.id,
@@ -475,6 +483,21 @@ impl<E: Engine> Meta<E> {
     pub async fn tables(&self) -> Result<Vec<TableDef>> {
         self.leader().await?;
         self.scan_all(keys::TABLE_BY_NAME)
+    }
+
+    /// The catalog's version ([`keys::CATALOG_VERSION`]; 0 before any
+    /// table or view was defined). Read before the definitions it
+    /// versions, so a version never claims a newer catalog than the one
+    /// read with it.
+    pub fn catalog_version(&self) -> Result<u64> {
+        match self.node.engine().get(Cf::Default, keys::CATALOG_VERSION)? {
+            Some(v) => {
+                Ok(u64::from_be_bytes(v.as_slice().try_into().map_err(
+                    |_| Error::Internal("corrupt catalog version".into()),
+                )?))
+            }
+            None => Ok(0),
+        }
     }
 
     pub(crate) fn validate(t: &TableDef) -> Result<()> {

@@ -134,6 +134,16 @@ impl ParsedQuery {
     }
 }
 
+/// Stops a spawned request (a timestamp's) when what waits for it is
+/// dropped first.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A query planned by DataFusion, ready to run.
 pub struct PlannedQuery {
     plan: LogicalPlan,
@@ -146,6 +156,17 @@ pub struct PlannedQuery {
     /// The answer's schema where it is not the plan's: repeated output
     /// names, restored (`output_names.rs`).
     renamed: Option<arrow::datatypes::SchemaRef>,
+    /// Planned over a kept catalog: what to check it by when the query's
+    /// timestamp comes, and to plan again from (`catalog_cache.rs`).
+    check: Option<CatalogCheck>,
+}
+
+/// How a query planned over a kept catalog is checked.
+struct CatalogCheck {
+    /// The version of the catalog it was planned over.
+    version: u64,
+    /// The query, to plan again over a fresh catalog.
+    query: ParsedQuery,
 }
 
 /// A planned query and the plan cache.
@@ -495,9 +516,71 @@ impl SqlSession {
     /// Plans `query` against the cluster's tables now (one meta call).
     pub async fn plan(&self, query: ParsedQuery) -> Result<PlannedQuery> {
         let catalog = self.cluster.catalog().await?;
-        let (tables, views) = (catalog.tables, catalog.views);
+        self.plan_in(query, catalog.tables, &catalog.views).await
+    }
+
+    /// Plans an autocommit query over the catalog this process keeps,
+    /// without a meta call; [`SqlSession::stream_fresh`] checks it
+    /// against the catalog of the query's snapshot (`catalog_cache.rs`).
+    /// A query that fails to plan over a kept catalog is planned again
+    /// over a fresh one before the error is believed.
+    ///
+    /// A kept catalog not confirmed within `CONFIRMED_FOR` is checked
+    /// while the query is planned, by the catalog version of a timestamp
+    /// asked for as planning starts: a query sent after a DDL on another
+    /// compute process returned announces the columns of the new
+    /// definitions, not of the kept ones.
+    pub async fn plan_kept(&self, query: ParsedQuery) -> Result<PlannedQuery> {
+        let (catalog, recent) = self.cluster.kept_catalog().await?;
+        let check = |mut planned: PlannedQuery, version: u64| {
+            planned.check = Some(CatalogCheck {
+                version,
+                query: query.clone(),
+            });
+            planned
+        };
+        if recent {
+            let planned = self
+                .plan_in(query.clone(), catalog.tables.clone(), &catalog.views)
+                .await?;
+            return Ok(check(planned, catalog.catalog_version));
+        }
+        let txns = self.txns.clone();
+        let stamp = tokio::spawn(async move { txns.stamp().await });
+        let _abort = AbortOnDrop(stamp.abort_handle());
+        tokio::task::yield_now().await; // (see `stream_fresh`)
+        let planned = self
+            .plan_in(query.clone(), catalog.tables.clone(), &catalog.views)
+            .await;
+        let now = stamp
+            .await
+            .map_err(|e| Error::Internal(format!("taking a timestamp: {e}")))??
+            .catalog_version;
+        match planned {
+            Ok(planned) if now == catalog.catalog_version => {
+                self.cluster.confirm_catalog(now);
+                Ok(check(planned, catalog.catalog_version))
+            }
+            // Out of date, or an error that may be the kept catalog's.
+            _ => {
+                let catalog = self.cluster.catalog().await?;
+                let planned = self
+                    .plan_in(query.clone(), catalog.tables, &catalog.views)
+                    .await?;
+                Ok(check(planned, catalog.catalog_version))
+            }
+        }
+    }
+
+    /// Plans `query` over `tables` and `views`.
+    async fn plan_in(
+        &self,
+        query: ParsedQuery,
+        tables: Vec<TableDef>,
+        views: &[ViewDef],
+    ) -> Result<PlannedQuery> {
         match self
-            .plan_over(query.clone(), tables.clone(), &views, true)
+            .plan_over(query.clone(), tables.clone(), views, true)
             .await
         {
             // Repeated output names: planned with unique ones, answered
@@ -505,9 +588,9 @@ impl SqlSession {
             Err(e) if output_names::is_duplicate_name_error(&e) => {
                 let mut query = query;
                 let Some(names) = output_names::dedupe(&mut query.0) else {
-                    return self.plan_over(query, tables, &views, true).await;
+                    return self.plan_over(query, tables, views, true).await;
                 };
-                let mut planned = self.plan_over(query, tables, &views, true).await?;
+                let mut planned = self.plan_over(query, tables, views, true).await?;
                 planned.rename(&names);
                 Ok(planned)
             }
@@ -573,6 +656,7 @@ impl SqlSession {
                 sql,
                 cached,
                 renamed: None,
+                check: None,
             });
         }
         let ctx = self.context_of(tables)?;
@@ -601,6 +685,7 @@ impl SqlSession {
             sql,
             cached,
             renamed: None,
+            check: None,
         })
     }
 
@@ -699,22 +784,57 @@ impl SqlSession {
     /// taken as it starts to run. The timestamp's round trip to the
     /// oracle overlaps the query's physical planning, which does not need
     /// it (only the scans read it, as they start).
-    pub async fn stream_fresh(&self, q: PlannedQuery) -> Result<QueryStream> {
-        /// Stops the request when the query is dropped before it is used.
-        struct AbortOnDrop(tokio::task::AbortHandle);
-        impl Drop for AbortOnDrop {
-            fn drop(&mut self) {
-                self.0.abort();
-            }
+    ///
+    /// A query planned over a kept catalog ([`SqlSession::plan_kept`])
+    /// runs only if the timestamp's catalog version is the one it was
+    /// planned at; else it is planned again over a fresh catalog and runs
+    /// at a fresh timestamp, provided its answer's columns stay those
+    /// announced (`catalog_cache.rs`).
+    pub async fn stream_fresh(&self, mut q: PlannedQuery) -> Result<QueryStream> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let check = q.check.take();
+        let planned_at = check.as_ref().map(|c| c.version);
+        let announced = q.schema();
+        let txns = self.txns.clone();
+        let stamp = tokio::spawn(async move { txns.stamp().await });
+        let _abort = AbortOnDrop(stamp.abort_handle());
+        // Let the request go out before physical planning holds this
+        // thread: a task spawned here waits in this worker's next-task
+        // slot, which no other worker takes, until this one yields.
+        tokio::task::yield_now().await;
+        let stale = AtomicBool::new(false);
+        let out = self
+            .stream_when(q, async {
+                let stamp = stamp
+                    .await
+                    .map_err(|e| Error::Internal(format!("taking a timestamp: {e}")))??;
+                match planned_at {
+                    Some(v) if v != stamp.catalog_version => {
+                        stale.store(true, Ordering::Relaxed);
+                        return Err(Error::Conflict("the catalog changed".into()));
+                    }
+                    Some(v) => self.cluster.confirm_catalog(v),
+                    None => {}
+                }
+                Ok(stamp.ts)
+            })
+            .await;
+        let Some(check) = check.filter(|_| stale.load(Ordering::Relaxed)) else {
+            return out;
+        };
+        drop(out);
+        self.cluster.forget_catalog();
+        let again = self.plan(check.query).await?;
+        if again.schema() != announced {
+            return Err(Error::Conflict(
+                "the definition of a table or view this query reads changed while it was \
+                 being planned (DDL on another compute process): nothing was read; run it again"
+                    .into(),
+            ));
         }
         let txns = self.txns.clone();
-        let ts = tokio::spawn(async move { txns.timestamp().await });
-        let _abort = AbortOnDrop(ts.abort_handle());
-        self.stream_when(q, async move {
-            ts.await
-                .map_err(|e| Error::Internal(format!("taking a timestamp: {e}")))?
-        })
-        .await
+        self.stream_when(again, async move { txns.timestamp().await })
+            .await
     }
 
     async fn stream_when(

@@ -22,8 +22,11 @@
 //! DELETE_ONLY → WRITE_ONLY → (backfill) → PUBLIC, one meta write each.
 //! F1 leases the schema to each server and waits out the lease between
 //! steps, so no two servers are more than one step apart. Quarry's compute
-//! processes read the catalog per statement instead, and a write to a
-//! table with an index checks at commit, after its commit_ts is taken,
+//! processes read the catalog per write statement instead (a query plans
+//! over a kept catalog checked against its snapshot's catalog version,
+//! `catalog_cache.rs`, so it reads the index states of its snapshot), and
+//! a write to a table with an index checks at commit, after its commit_ts
+//! is taken,
 //! that the table's indexes are still in the states it planned with
 //! ([`SchemaCheck`]); a change fails the statement (an autocommit one
 //! runs again with the new definition). So a write that commits without

@@ -370,9 +370,6 @@ impl Storage for RocksStorage<'_> {
         if !end.is_empty() {
             opts.set_iterate_upper_bound(end);
         }
-        // Big sequential scans: read ahead, and keep one-off scans from
-        // evicting the hot set.
-        opts.set_readahead_size(2 << 20);
         if quarry_proto::failpoint::fires("region_seek_error") {
             return Err(quarry_coprocessor::Error::Internal(format!(
                 "RocksDB seek: {}",

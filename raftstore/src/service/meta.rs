@@ -185,9 +185,12 @@ impl<E: Engine> MetaRpc for MetaService<E> {
             req,
             FORWARD_TIMEOUT,
             |m, _| async move {
+                m.leader().await?;
+                let catalog_version = m.catalog_version()?;
                 Ok(ListTablesResponse {
                     tables: m.tables().await?,
                     views: m.views().await?,
+                    catalog_version,
                 })
             },
             |mut c, r| async move { c.list_tables(r).await },
@@ -396,8 +399,10 @@ impl<E: Engine> MetaRpc for MetaService<E> {
             req,
             FORWARD_TIMEOUT,
             |m, r| async move {
+                let first = m.get_timestamps(r.count).await?;
                 Ok(GetTimestampsResponse {
-                    first: m.get_timestamps(r.count).await?,
+                    first,
+                    catalog_version: m.catalog_version()?,
                 })
             },
             |mut c, r| async move { c.get_timestamps(r).await },
