@@ -77,6 +77,17 @@ pub const CONFIRMED_FOR: Duration = Duration::from_millis(50);
 /// that confirmed a catalog to have been on its way.
 pub const DDL_SETTLE: Duration = Duration::from_millis(250);
 
+/// How far a catalog handed to a planner can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Read from the meta leader for this statement.
+    Read,
+    /// Kept, and read or confirmed within [`CONFIRMED_FOR`].
+    Confirmed,
+    /// Kept, and not confirmed since: to be checked.
+    Unconfirmed,
+}
+
 /// A process's kept catalog.
 #[derive(Default)]
 pub struct CatalogCache {

@@ -251,12 +251,18 @@ impl Cluster {
     }
 
     /// The catalog kept from an earlier call, or a fresh one
-    /// (`catalog_cache.rs` says how a caller checks it); and whether it
-    /// was read or confirmed within `catalog_cache::CONFIRMED_FOR`.
-    pub async fn kept_catalog(&self) -> Result<(std::sync::Arc<ListTablesResponse>, bool)> {
+    /// (`catalog_cache.rs` says how a caller checks it), and how fresh.
+    pub async fn kept_catalog(
+        &self,
+    ) -> Result<(
+        std::sync::Arc<ListTablesResponse>,
+        crate::catalog_cache::Freshness,
+    )> {
+        use crate::catalog_cache::Freshness;
         match self.catalogs.get() {
-            Some(kept) => Ok(kept),
-            None => Ok((std::sync::Arc::new(self.catalog().await?), true)),
+            Some((kept, true)) => Ok((kept, Freshness::Confirmed)),
+            Some((kept, false)) => Ok((kept, Freshness::Unconfirmed)),
+            None => Ok((std::sync::Arc::new(self.catalog().await?), Freshness::Read)),
         }
     }
 

@@ -531,7 +531,8 @@ impl SqlSession {
     /// compute process returned announces the columns of the new
     /// definitions, not of the kept ones.
     pub async fn plan_kept(&self, query: ParsedQuery) -> Result<PlannedQuery> {
-        let (catalog, recent) = self.cluster.kept_catalog().await?;
+        use crate::catalog_cache::Freshness;
+        let (catalog, freshness) = self.cluster.kept_catalog().await?;
         let check = |mut planned: PlannedQuery, version: u64| {
             planned.check = Some(CatalogCheck {
                 version,
@@ -539,37 +540,39 @@ impl SqlSession {
             });
             planned
         };
-        if recent {
-            let planned = self
-                .plan_in(query.clone(), catalog.tables.clone(), &catalog.views)
-                .await?;
+        let plan_kept = || self.plan_in(query.clone(), catalog.tables.clone(), &catalog.views);
+        let kept = match freshness {
+            // Just read: its errors are the query's.
+            Freshness::Read => return Ok(check(plan_kept().await?, catalog.catalog_version)),
+            Freshness::Confirmed => plan_kept().await.ok(),
+            Freshness::Unconfirmed => {
+                let txns = self.txns.clone();
+                let stamp = tokio::spawn(async move { txns.stamp().await });
+                let _abort = AbortOnDrop(stamp.abort_handle());
+                tokio::task::yield_now().await; // (see `stream_fresh`)
+                let planned = plan_kept().await;
+                let now = stamp
+                    .await
+                    .map_err(|e| Error::Internal(format!("taking a timestamp: {e}")))??
+                    .catalog_version;
+                match planned {
+                    Ok(planned) if now == catalog.catalog_version => {
+                        self.cluster.confirm_catalog(now);
+                        Some(planned)
+                    }
+                    _ => None,
+                }
+            }
+        };
+        if let Some(planned) = kept {
             return Ok(check(planned, catalog.catalog_version));
         }
-        let txns = self.txns.clone();
-        let stamp = tokio::spawn(async move { txns.stamp().await });
-        let _abort = AbortOnDrop(stamp.abort_handle());
-        tokio::task::yield_now().await; // (see `stream_fresh`)
+        // Out of date, or an error that may be the kept catalog's.
+        let catalog = self.cluster.catalog().await?;
         let planned = self
-            .plan_in(query.clone(), catalog.tables.clone(), &catalog.views)
-            .await;
-        let now = stamp
-            .await
-            .map_err(|e| Error::Internal(format!("taking a timestamp: {e}")))??
-            .catalog_version;
-        match planned {
-            Ok(planned) if now == catalog.catalog_version => {
-                self.cluster.confirm_catalog(now);
-                Ok(check(planned, catalog.catalog_version))
-            }
-            // Out of date, or an error that may be the kept catalog's.
-            _ => {
-                let catalog = self.cluster.catalog().await?;
-                let planned = self
-                    .plan_in(query.clone(), catalog.tables, &catalog.views)
-                    .await?;
-                Ok(check(planned, catalog.catalog_version))
-            }
-        }
+            .plan_in(query.clone(), catalog.tables, &catalog.views)
+            .await?;
+        Ok(check(planned, catalog.catalog_version))
     }
 
     /// Plans `query` over `tables` and `views`.
