@@ -34,8 +34,9 @@
 //!   which is more than reading the catalog per statement gave (that read
 //!   came before the snapshot, and a DDL could land between).
 //! - Equal versions confirm the kept catalog, as of the moment the
-//!   answer arrived: under steady traffic every query confirms it for
-//!   the next.
+//!   timestamp was asked for (not when its answer was handled, which can
+//!   be after a long planning): under steady traffic every query confirms
+//!   it for the next.
 //! - Different versions (a DDL landed since the catalog was kept) drop
 //!   the kept catalog and plan the query again over a fresh one with a
 //!   fresh snapshot, as a statement planned before did. If the answer's
@@ -47,8 +48,13 @@
 //!   columns, return [`DDL_SETTLE`] after their write, longer than a
 //!   confirmation lasts, so a query sent after such a statement returned
 //!   finds every kept catalog unconfirmed and checks it before it
-//!   announces anything. (Whatever the timing, a stale plan never reads:
-//!   the snapshot's version check stops it.)
+//!   announces anything. DROP TABLE and DROP VIEW wait as long, so a
+//!   CREATE of the same name with other columns comes after every
+//!   confirmation of the old definition has lapsed (a catalog confirmed
+//!   since the DROP lacks the name: the query fails to plan over it and
+//!   is planned over a fresh one). (Whatever the timing, a stale plan
+//!   never reads: the snapshot's version check stops it, and the plan
+//!   made again after a stale one is checked the same way.)
 //! - A statement this process runs that changes definitions drops the
 //!   kept catalog when it returns (`Cluster::meta_ddl`), so a session sees
 //!   its own DDL at once, whether or not the version check would have.
@@ -72,9 +78,10 @@ use quarry_proto::meta::ListTablesResponse;
 /// version, is used without a check before planning.
 pub const CONFIRMED_FOR: Duration = Duration::from_millis(50);
 
-/// How long ALTER TABLE and CREATE OR REPLACE VIEW wait after their write
-/// before they return: past [`CONFIRMED_FOR`], with room for the answer
-/// that confirmed a catalog to have been on its way.
+/// How long ALTER TABLE, CREATE OR REPLACE VIEW, DROP TABLE and DROP VIEW
+/// wait after their write before they return: past [`CONFIRMED_FOR`],
+/// with room for a timestamp asked for just before the write to have
+/// been answered just after it.
 pub const DDL_SETTLE: Duration = Duration::from_millis(250);
 
 /// How far a catalog handed to a planner can be trusted.
@@ -113,15 +120,18 @@ impl CatalogCache {
         k.catalog.clone().map(|c| (c, recent))
     }
 
-    /// Records that the catalog's version is `version` now: the kept
-    /// catalog, if it has that version, is confirmed.
-    pub fn confirm(&self, version: u64) {
+    /// Records that the catalog's version was `version` when a request
+    /// sent at `asked` was answered: the kept catalog, if it has that
+    /// version, is confirmed as of `asked` (not of the answer's handling,
+    /// which may come much later: after a query's planning).
+    pub fn confirm(&self, version: u64, asked: Instant) {
         let mut k = self.inner.lock();
         if k.catalog
             .as_ref()
             .is_some_and(|c| c.catalog_version == version)
+            && k.confirmed.is_none_or(|c| c < asked)
         {
-            k.confirmed = Some(Instant::now());
+            k.confirmed = Some(asked);
         }
     }
 
@@ -131,14 +141,16 @@ impl CatalogCache {
         self.inner.lock().generation
     }
 
-    /// Keeps `catalog`, read from the meta leader after
-    /// [`CatalogCache::generation`] answered `generation`, unless a
-    /// definition changed here since.
-    pub fn keep(&self, generation: u64, catalog: Arc<ListTablesResponse>) {
+    /// Keeps `catalog`, read from the meta leader by a request sent at
+    /// `asked`, after [`CatalogCache::generation`] answered `generation`,
+    /// unless a definition changed here since, or what is kept was
+    /// confirmed by a later request (two reads answered out of order: the
+    /// versions are tokens, not counters, so only the times order them).
+    pub fn keep(&self, generation: u64, catalog: Arc<ListTablesResponse>, asked: Instant) {
         let mut k = self.inner.lock();
-        if k.generation == generation {
+        if k.generation == generation && k.confirmed.is_none_or(|c| c <= asked) {
             k.catalog = Some(catalog);
-            k.confirmed = Some(Instant::now());
+            k.confirmed = Some(asked);
         }
     }
 
@@ -167,7 +179,8 @@ mod tests {
         let c = CatalogCache::default();
         assert!(c.get().is_none());
         let g = c.generation();
-        c.keep(g, catalog(7));
+        let asked = Instant::now();
+        c.keep(g, catalog(7), asked);
         let (kept, recent) = c.get().unwrap();
         assert_eq!(kept.catalog_version, 7);
         assert!(recent, "a catalog just read is confirmed");
@@ -175,21 +188,31 @@ mod tests {
         let before = c.generation();
         c.forget();
         assert!(c.get().is_none());
-        c.keep(before, catalog(8));
+        c.keep(before, catalog(8), Instant::now());
         assert!(c.get().is_none(), "a stale read must not come back");
-        c.keep(c.generation(), catalog(9));
+        let later = Instant::now();
+        c.keep(c.generation(), catalog(9), later);
+        assert_eq!(c.get().unwrap().0.catalog_version, 9);
+        // A read sent earlier and answered later does not replace it.
+        c.keep(c.generation(), catalog(10), asked);
         assert_eq!(c.get().unwrap().0.catalog_version, 9);
     }
 
     #[test]
     fn a_confirmation_lapses_and_only_its_own_version_renews_it() {
         let c = CatalogCache::default();
-        c.keep(c.generation(), catalog(3));
+        c.keep(c.generation(), catalog(3), Instant::now());
+        let asked = Instant::now();
         std::thread::sleep(CONFIRMED_FOR + Duration::from_millis(10));
         assert!(!c.get().unwrap().1, "confirmed too long ago");
-        c.confirm(4);
+        c.confirm(3, asked);
+        assert!(
+            !c.get().unwrap().1,
+            "an answer to a request sent too long ago confirms nothing"
+        );
+        c.confirm(4, Instant::now());
         assert!(!c.get().unwrap().1, "another version confirms nothing");
-        c.confirm(3);
+        c.confirm(3, Instant::now());
         assert!(c.get().unwrap().1);
         assert!(DDL_SETTLE > CONFIRMED_FOR);
     }

@@ -240,13 +240,14 @@ impl Cluster {
     /// [`Cluster::kept_catalog`]).
     pub async fn catalog(&self) -> Result<ListTablesResponse> {
         let generation = self.catalogs.generation();
+        let asked = std::time::Instant::now();
         let catalog = self
             .meta("listing tables", |mut c| async move {
                 c.list_tables(ListTablesRequest {}).await
             })
             .await?;
         self.catalogs
-            .keep(generation, std::sync::Arc::new(catalog.clone()));
+            .keep(generation, std::sync::Arc::new(catalog.clone()), asked);
         Ok(catalog)
     }
 
@@ -266,9 +267,10 @@ impl Cluster {
         }
     }
 
-    /// The catalog's version is `version` now (a timestamp said so).
-    pub fn confirm_catalog(&self, version: u64) {
-        self.catalogs.confirm(version);
+    /// The catalog's version was `version` when a timestamp asked for at
+    /// `asked` was taken.
+    pub fn confirm_catalog(&self, version: u64, asked: std::time::Instant) {
+        self.catalogs.confirm(version, asked);
     }
 
     /// Drops the kept catalog: a query found it out of date.

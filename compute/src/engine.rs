@@ -1,9 +1,10 @@
 //! The query engine: statements in, Arrow record batches out.
 //!
 //! One [`QueryEngine`] per compute process, shared by every client
-//! connection. It holds no table state of its own: each statement looks its
-//! table up in the meta region, and region routes are cached and corrected
-//! by region errors.
+//! connection. It holds no table state an answer depends on: writes look
+//! their table up in the meta region per statement, queries plan over a
+//! kept catalog that their snapshot checks (`catalog_cache.rs`), and region
+//! routes are cached and corrected by region errors.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -727,6 +728,12 @@ impl QueryEngine {
             Statement::CreateTable(ct) => Prepared::Done(self.create_table(ct).await?),
             Statement::DropTable { name, if_exists } => {
                 let dropped = self.cluster.drop_table(&name, if_exists).await?;
+                if dropped {
+                    // A CREATE of the name comes after other compute
+                    // processes' confirmations of it lapse
+                    // (`catalog_cache.rs`).
+                    tokio::time::sleep(crate::catalog_cache::DDL_SETTLE).await;
+                }
                 Prepared::Done(text_output(
                     "result",
                     vec![if dropped {
@@ -743,6 +750,10 @@ impl QueryEngine {
             Statement::CreateView(v) => Prepared::Done(self.create_view(v).await?),
             Statement::DropView { name, if_exists } => {
                 let dropped = self.cluster.drop_view(&name, if_exists).await?;
+                if dropped {
+                    // (As DROP TABLE.)
+                    tokio::time::sleep(crate::catalog_cache::DDL_SETTLE).await;
+                }
                 Prepared::Done(text_output(
                     "result",
                     vec![if dropped {

@@ -6,7 +6,10 @@
 //! 1. A client sends SQL over Arrow Flight SQL ([`flight`]); the client
 //!    library's typed requests arrive as the SQL they render.
 //! 2. Queries (SELECT, WITH, EXPLAIN) go to DataFusion ([`df`]): each
-//!    statement gets a catalog of the meta region's tables, and DataFusion
+//!    autocommit query plans over the catalog this process keeps, checked
+//!    against its snapshot's catalog version (`catalog_cache.rs`; writes,
+//!    DDL and statements in transactions read the meta region's table
+//!    list per statement), and DataFusion
 //!    parses, binds, decorrelates subqueries, orders joins and plans.
 //! 3. Each Quarry table is a [`df::table::QuarryTable`]: the filters the
 //!    coprocessor can evaluate, the projection and any limit become one
@@ -37,12 +40,14 @@
 //!
 //! IMPLEMENTATION CAVEATS
 //!
-//! * Each statement reads the table list from meta (one call). A Flight
+//! * An autocommit query plans over a kept catalog, checked by the
+//!   catalog version its snapshot timestamp carries (`catalog_cache.rs`);
+//!   other statements read the table list from meta (one call). A Flight
 //!   query's plan waits in memory from GetFlightInfo to its DoGet (any
 //!   other compute process plans the ticket's SQL again), and a statement
-//!   seen before against the same tables takes its optimized plan from
-//!   the plan cache (`df/plan_cache.rs`): caches, which no answer depends
-//!   on.
+//!   (or a query shape, its constants taken out: `df/literal_shape.rs`)
+//!   seen before against the same tables takes its plans from the plan
+//!   cache (`df/plan_cache.rs`): caches, which no answer depends on.
 //! * A store that is down costs the regions it led an election (about
 //!   1–2 s): requests go to other replicas meanwhile. A region with no
 //!   reachable leader for 10 s (a majority of its stores down) fails the

@@ -14,6 +14,9 @@
 //!     mh{table_id:i64}                a table's next implicit handle
 //!     mo                              the timestamp oracle's persisted
 //!                                     high-water mark (TSO_LIMIT)
+//!     mv{name:bytes}                  ViewDef of a view, by name
+//!     mc                              the catalog version: a token every
+//!                                     write to an mt or mv key replaces
 //!
 //! CF "raft" (local to this store, never replicated)
 //!   \x01s                           StoreIdent: which store this data dir is

@@ -21,13 +21,17 @@
 //! whose partial aggregation states DataFusion's Final stage merges.
 //!
 //! Compute keeps nothing an answer depends on: each statement gets a
-//! [`SessionContext`] whose catalog is the meta region's table list at that
-//! moment (one meta call), built from a base
+//! [`SessionContext`] whose catalog is the meta region's table list (read
+//! for the statement, or kept and checked against the query's snapshot:
+//! `catalog_cache.rs`), built from a base
 //! [`SessionState`](datafusion::execution::SessionState) made once per
 //! process. A statement seen before against the same catalog takes its
 //! optimized logical plan from the plan cache (`plan_cache.rs`) and goes
 //! straight to physical planning, or, for a plan without joins, runs a
-//! fresh copy of its kept physical plan.
+//! fresh copy of its kept physical plan. A query whose WHERE constants
+//! are all that differ from one seen before shares its shape's plan
+//! (`literal_shape.rs`): its values reach the region scans as they start
+//! (`late_filters.rs`).
 //!
 //! Decimal literals stay decimals (`0.06 - 0.01` is DECIMAL, DataFusion's
 //! `parse_float_as_decimal`), and Quarry's own aggregate functions
@@ -39,6 +43,8 @@ pub mod decorrelate;
 pub mod float_division;
 pub mod functions;
 pub mod join_keys;
+pub mod late_filters;
+pub mod literal_shape;
 pub mod output_names;
 pub mod plan_cache;
 pub mod point_get;
@@ -159,6 +165,9 @@ pub struct PlannedQuery {
     /// Planned over a kept catalog: what to check it by when the query's
     /// timestamp comes, and to plan again from (`catalog_cache.rs`).
     check: Option<CatalogCheck>,
+    /// The values of a query shape's placeholders (`literal_shape.rs`),
+    /// which its region scans read when they start.
+    params: Option<Arc<Vec<datafusion::common::ScalarValue>>>,
 }
 
 /// How a query planned over a kept catalog is checked.
@@ -547,6 +556,7 @@ impl SqlSession {
             Freshness::Confirmed => plan_kept().await.ok(),
             Freshness::Unconfirmed => {
                 let txns = self.txns.clone();
+                let asked = std::time::Instant::now();
                 let stamp = tokio::spawn(async move { txns.stamp().await });
                 let _abort = AbortOnDrop(stamp.abort_handle());
                 tokio::task::yield_now().await; // (see `stream_fresh`)
@@ -557,7 +567,7 @@ impl SqlSession {
                     .catalog_version;
                 match planned {
                     Ok(planned) if now == catalog.catalog_version => {
-                        self.cluster.confirm_catalog(now);
+                        self.cluster.confirm_catalog(now, asked);
                         Some(planned)
                     }
                     _ => None,
@@ -647,6 +657,12 @@ impl SqlSession {
         let catalog = Self::catalog_of(&tables);
         let sql = query.0.to_string();
         let cache = cache && self.plans.enabled();
+        // Its shape's plan, if one serves (`literal_shape.rs`).
+        if let Some(shape) = cache.then(|| literal_shape::shape_of(&query.0)).flatten() {
+            if let Some(planned) = self.plan_shape(shape, &tables, &catalog, &sql).await {
+                return Ok(planned);
+            }
+        }
         if let Some(kept) = cache.then(|| self.plans.get(&sql, &catalog)).flatten() {
             crate::metrics::plan_cache(plan_cache::Lookup::Hit);
             // A kept physical plan runs without a catalog.
@@ -660,6 +676,7 @@ impl SqlSession {
                 cached,
                 renamed: None,
                 check: None,
+                params: None,
             });
         }
         let ctx = self.context_of(tables)?;
@@ -689,7 +706,78 @@ impl SqlSession {
             cached,
             renamed: None,
             check: None,
+            params: None,
         })
+    }
+
+    /// A query shape's plan (`literal_shape.rs`): the kept one, or planned
+    /// now and offered to the cache. None when a shape's plan cannot serve
+    /// the statement (a value's type is not its placeholder's, or a
+    /// placeholder would be outside a region scan, or the plan is not one
+    /// to run again): the statement is then planned with its literals, and
+    /// a failed shape is remembered so that it is tried once.
+    async fn plan_shape(
+        &self,
+        shape: literal_shape::Shape,
+        tables: &[(TableDef, Option<Arc<stats::TableStatistics>>)],
+        catalog: &Catalog,
+        sql: &str,
+    ) -> Option<PlannedQuery> {
+        let types: Vec<DataType> = shape.values.iter().map(|v| v.data_type()).collect();
+        let serve = |logical: LogicalPlan, physical: Arc<dyn ExecutionPlan>| PlannedQuery {
+            plan: logical,
+            sql: sql.to_string(),
+            cached: Cached::Physical(physical),
+            renamed: None,
+            check: None,
+            params: Some(Arc::new(shape.values.clone())),
+        };
+        if let Some(kept) = self.plans.get(&shape.key, catalog) {
+            let physical = kept
+                .physical
+                .clone()
+                .filter(|_| kept.param_types == types)?;
+            crate::metrics::plan_cache(plan_cache::Lookup::Hit);
+            return Some(serve(kept.logical.clone(), physical));
+        }
+        let state = self.context_of(tables.to_vec()).ok()?.state();
+        let logical = state
+            .statement_to_plan(shape.statement.clone())
+            .await
+            .ok()?;
+        let inferred = parameter_types(&logical, types.len());
+        let typed = inferred
+            .iter()
+            .zip(&types)
+            .all(|(i, t)| i.as_ref() == Some(t));
+        let mut optimized = logical.clone();
+        let mut physical = None;
+        if typed && plan_cache::shape_cacheable(&logical) {
+            if let Ok(o) = state.optimize(&logical) {
+                // DataFusion's physical planner refuses a placeholder
+                // anywhere but in a region scan's filters.
+                physical = physical_of(state, &o)
+                    .await
+                    .ok()
+                    .map(|(_, p)| p)
+                    .filter(plan_cache::reusable);
+                optimized = o;
+            }
+        }
+        let kept = match &physical {
+            Some(p) => Some(reset_plan_states(p.clone()).ok()?),
+            None => None,
+        };
+        let plans = Plans {
+            logical: logical.clone(),
+            optimized,
+            physical: kept,
+            param_types: types,
+        };
+        self.plans.put(&shape.key, catalog, plans);
+        let physical = physical?;
+        crate::metrics::plan_cache(plan_cache::Lookup::Miss);
+        Some(serve(logical, physical))
     }
 
     /// The answer's schema of `view` among the cluster's `tables` and
@@ -799,6 +887,7 @@ impl SqlSession {
         let planned_at = check.as_ref().map(|c| c.version);
         let announced = q.schema();
         let txns = self.txns.clone();
+        let asked = std::time::Instant::now();
         let stamp = tokio::spawn(async move { txns.stamp().await });
         let _abort = AbortOnDrop(stamp.abort_handle());
         // Let the request go out before physical planning holds this
@@ -816,7 +905,7 @@ impl SqlSession {
                         stale.store(true, Ordering::Relaxed);
                         return Err(Error::Conflict("the catalog changed".into()));
                     }
-                    Some(v) => self.cluster.confirm_catalog(v),
+                    Some(v) => self.cluster.confirm_catalog(v, asked),
                     None => {}
                 }
                 Ok(stamp.ts)
@@ -827,17 +916,34 @@ impl SqlSession {
         };
         drop(out);
         self.cluster.forget_catalog();
-        let again = self.plan(check.query).await?;
-        if again.schema() != announced {
-            return Err(Error::Conflict(
+        // Planned again over a fresh catalog, and checked the same way:
+        // its snapshot's version must be the one of the catalog it was
+        // planned over (a DDL landing between the two fails the query
+        // rather than run a plan older than its snapshot).
+        let catalog = self.cluster.catalog().await?;
+        let again = self
+            .plan_in(check.query, catalog.tables, &catalog.views)
+            .await?;
+        let changed = || {
+            Error::Conflict(
                 "the definition of a table or view this query reads changed while it was \
                  being planned (DDL on another compute process): nothing was read; run it again"
                     .into(),
-            ));
+            )
+        };
+        if again.schema() != announced {
+            return Err(changed());
         }
         let txns = self.txns.clone();
-        self.stream_when(again, async move { txns.timestamp().await })
-            .await
+        let version = catalog.catalog_version;
+        self.stream_when(again, async move {
+            let stamp = txns.stamp().await?;
+            match stamp.catalog_version == version {
+                true => Ok(stamp.ts),
+                false => Err(changed()),
+            }
+        })
+        .await
     }
 
     async fn stream_when(
@@ -847,14 +953,21 @@ impl SqlSession {
     ) -> Result<QueryStream> {
         let schema = q.schema();
         let PlannedQuery {
-            plan, sql, cached, ..
+            plan,
+            sql,
+            cached,
+            params,
+            ..
         } = q;
         let started = std::time::Instant::now();
         let (task, physical) = match cached {
             // A fresh copy of the kept physical plan: no physical
             // planning, which was most of a short query's planning.
             Cached::Physical(physical) => {
-                let config = self.base.config().clone();
+                let mut config = self.base.config().clone();
+                if let Some(values) = params {
+                    config.set_extension(Arc::new(late_filters::QueryParams(values)));
+                }
                 let physical = reset_plan_states(physical).map_err(from_df)?;
                 crate::metrics::physical_plan_reused();
                 (self.task_over(config)?, physical)
@@ -878,6 +991,7 @@ impl SqlSession {
                     logical: plan,
                     optimized,
                     physical,
+                    param_types: Vec::new(),
                 };
                 self.plans.put(&sql, &catalog, plans);
                 planned

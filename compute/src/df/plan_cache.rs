@@ -19,8 +19,8 @@
 //! the text). An entry holds the plan as bound (its schema answers
 //! GetFlightInfo and the parameter types) and as optimized, and what it
 //! was planned against ([`Catalog`]): the definition of each table the
-//! plan reads, from the table list of the statement's moment (one meta
-//! call per statement, as before), and the identity of that table's
+//! plan reads, from the table list the statement was planned over (read
+//! or kept: `catalog_cache.rs`), and the identity of that table's
 //! statistics. An entry is used only when each of those tables is
 //! byte-for-byte the same now: a DROP and CREATE of one of them under the
 //! same name, a new column or new statistics (which steer join order)
@@ -76,6 +76,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
+use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
@@ -152,6 +153,10 @@ pub struct Plans {
     /// again once its state is reset ([`reusable`]); else None, and each
     /// run plans it.
     pub physical: Option<Arc<dyn ExecutionPlan>>,
+    /// A query shape's (`literal_shape.rs`): the types of `$1 … $n`, which
+    /// a run's values must have. (A shape kept without a physical plan
+    /// is one planned with its literals instead.)
+    pub param_types: Vec<DataType>,
 }
 
 struct Entry {
@@ -332,6 +337,16 @@ pub fn reusable(plan: &Arc<dyn ExecutionPlan>) -> bool {
 
 /// Whether a statement's bound plan may be kept (see the module docs).
 pub fn cacheable(plan: &LogicalPlan) -> bool {
+    kept_with(plan, false)
+}
+
+/// Whether a query shape's bound plan may be kept: as [`cacheable`], but
+/// with the placeholders the shape put in (`literal_shape.rs`).
+pub fn shape_cacheable(plan: &LogicalPlan) -> bool {
+    kept_with(plan, true)
+}
+
+fn kept_with(plan: &LogicalPlan, placeholders: bool) -> bool {
     // (The walk starts at the root: an EXPLAIN there is refused below.)
     let mut ok = true;
     let _ = plan.apply_with_subqueries(|node| {
@@ -358,7 +373,7 @@ pub fn cacheable(plan: &LogicalPlan) -> bool {
             let _ = node.apply_expressions(|e| {
                 e.apply(|e| {
                     let fixed = match e {
-                        Expr::Placeholder(_) => false,
+                        Expr::Placeholder(_) => placeholders,
                         Expr::ScalarFunction(f) => {
                             f.func.signature().volatility == Volatility::Immutable
                         }
@@ -405,6 +420,7 @@ mod tests {
             logical: plan.clone(),
             optimized: plan,
             physical: None,
+            param_types: Vec::new(),
         }
     }
 

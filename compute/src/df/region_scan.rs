@@ -49,6 +49,7 @@ use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::TableDef;
 
 use super::join_keys::BuildKeys;
+use super::late_filters::{LateFilters, QueryParams};
 use super::pushdown;
 use super::selectivity::{selectivity, DEFAULT_SELECTIVITY};
 use super::shared_scan::SharedRun;
@@ -108,6 +109,8 @@ pub struct RegionScanExec {
     /// The run this scan shares with identical scans of the plan, if any
     /// (`shared_scan.rs`).
     shared: Option<Arc<SharedRun>>,
+    /// Filters whose constants each run brings (`late_filters.rs`).
+    late: Option<Arc<LateFilters>>,
 }
 
 /// The dynamic filters (a join's, filled in at run time) inside `e`.
@@ -312,7 +315,18 @@ impl RegionScanExec {
             table_stats: None,
             build_keys: Vec::new(),
             shared: None,
+            late: None,
         }
+    }
+
+    /// Whether its filters' constants come with each run.
+    pub fn has_late_filters(&self) -> bool {
+        self.late.is_some()
+    }
+
+    /// Filters whose constants each run brings (`late_filters.rs`).
+    pub fn set_late_filters(&mut self, late: LateFilters) {
+        self.late = Some(Arc::new(late));
     }
 
     pub fn table(&self) -> &TableDef {
@@ -364,6 +378,7 @@ impl RegionScanExec {
         scan.dynamic = self.dynamic.clone();
         scan.table_stats = self.table_stats.clone();
         scan.build_keys = self.build_keys.clone();
+        scan.late = self.late.clone();
         scan
     }
 
@@ -715,17 +730,28 @@ impl ExecutionPlan for RegionScanExec {
                 "RegionScanExec has one partition, asked for {partition}"
             )));
         }
-        let ranges = super::point_get::scan_ranges(&self.table, &self.dag);
+        let mut dag = self.dag.clone();
+        // A shape's scan: its filters with this run's values.
+        if let Some(late) = &self.late {
+            let params = context
+                .session_config()
+                .get_extension::<QueryParams>()
+                .ok_or_else(|| {
+                    DataFusionError::Internal(
+                        "a region scan with placeholders ran without their values".into(),
+                    )
+                })?;
+            late.bind(&mut dag, &params.0).map_err(external)?;
+        }
+        let ranges = super::point_get::scan_ranges(&self.table, &dag);
         // A selective lookup through an index: its rows' ranges instead.
-        let access =
-            crate::index::access::choose(&self.table, &self.dag, self.table_stats.as_deref());
+        let access = crate::index::access::choose(&self.table, &dag, self.table_stats.as_deref());
         // The statement's deadline (absent: compute's query timeout).
         let deadline = context
             .session_config()
             .get_extension::<super::Deadline>()
             .map_or_else(|| Instant::now() + self.ctx.timeout, |d| d.0);
         let dispatcher = self.ctx.dispatcher.clone();
-        let mut dag = self.dag.clone();
         // The query's snapshot (absent: the dispatcher takes a fresh one).
         if let Some(s) = context.session_config().get_extension::<super::Snapshot>() {
             dag.read_ts = s.read_ts;

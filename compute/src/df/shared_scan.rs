@@ -105,7 +105,9 @@ impl PhysicalOptimizerRule for ShareIdenticalScans {
         let mut groups: Vec<(i64, DagRequest, usize, usize)> = Vec::new();
         plan.apply(|node| {
             if let Some(scan) = node.downcast_ref::<RegionScanExec>() {
-                if scan.dag().aggregation.is_some() {
+                // (A scan whose constants come with each run has only
+                // placeholders' defaults in its DAG: never shared.)
+                if scan.dag().aggregation.is_some() && !scan.has_late_filters() {
                     let (table, dag) = (scan.table().id, scan.dag());
                     let i = match groups.iter().position(|g| g.0 == table && &g.1 == dag) {
                         Some(i) => i,
@@ -134,6 +136,9 @@ impl PhysicalOptimizerRule for ShareIdenticalScans {
                 return Ok(Transformed::no(node));
             };
             let (table, dag) = (scan.table().id, scan.dag());
+            if scan.has_late_filters() {
+                return Ok(Transformed::no(node));
+            }
             match groups.iter().position(|g| g.0 == table && &g.1 == dag) {
                 Some(i) => Ok(Transformed::yes(Arc::new(scan.sharing(runs[i].clone())))),
                 None => Ok(Transformed::no(node)),

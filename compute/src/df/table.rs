@@ -28,6 +28,7 @@ use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::{DagRequest, Projection, Selection};
 use quarry_proto::meta::TableDef;
 
+use super::late_filters::{has_placeholders, with_defaults, LateFilters};
 use super::pushdown::{self, ColumnBinder};
 use super::region_scan::{external, RegionScanExec, ScanContext};
 use super::stats::TableStatistics;
@@ -97,8 +98,19 @@ impl QuarryTable {
         }
         let mut conditions = Vec::new();
         let mut shown = Vec::new();
+        // Filters with a shape's placeholders: translated with type
+        // defaults now, with the run's values when it starts
+        // (`late_filters.rs`).
+        let mut late = Vec::new();
         for f in filters {
-            let c = pushdown::logical(f, &mut binder).ok_or_else(|| {
+            let translated = match has_placeholders(f) {
+                false => pushdown::logical(f, &mut binder),
+                true => {
+                    late.push((conditions.len(), f.clone()));
+                    with_defaults(f).and_then(|d| pushdown::logical(&d, &mut binder))
+                }
+            };
+            let c = translated.ok_or_else(|| {
                 crate::Error::Internal(format!("filter {f} was accepted but cannot be pushed"))
             })?;
             conditions.push(c.to_proto()?);
@@ -150,6 +162,9 @@ impl QuarryTable {
             storage.join("; "),
         );
         scan.set_table_stats(self.stats.clone());
+        if !late.is_empty() {
+            scan.set_late_filters(LateFilters::new(late, binder));
+        }
         Ok(scan)
     }
 }
@@ -172,7 +187,12 @@ impl TableProvider for QuarryTable {
             .iter()
             .map(|f| {
                 let mut binder = ColumnBinder::new(&self.def);
-                match pushdown::logical(f, &mut binder) {
+                // A shape's placeholder: as a constant of its type would be.
+                let translated = match has_placeholders(f) {
+                    false => pushdown::logical(f, &mut binder),
+                    true => with_defaults(f).and_then(|d| pushdown::logical(&d, &mut binder)),
+                };
+                match translated {
                     Some(e) if e.data_type() == DataType::Boolean => {
                         TableProviderFilterPushDown::Exact
                     }

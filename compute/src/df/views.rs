@@ -1,8 +1,9 @@
 //! Views: a stored query planned where a statement names it.
 //!
 //! A view is a name and the SQL of its query, kept in the meta region
-//! (`raftstore/src/meta/views.rs`) and listed with the tables in the one
-//! meta call each statement makes for its catalog. The views a statement
+//! (`raftstore/src/meta/views.rs`) and listed with the tables in the
+//! catalog a statement plans over (read from meta, or kept and checked:
+//! `catalog_cache.rs`). The views a statement
 //! reads ([`register_used`]: its table references, found by DataFusion's
 //! resolver) are planned into its context as DataFusion `ViewTable`s,
 //! views they read first, so the statement's plan holds the views' plans
