@@ -22,7 +22,9 @@
 //! `c BETWEEN 1 AND 9`, under AND, OR and parentheses. Nothing in the
 //! SELECT list (a constant there names its column), GROUP BY, ORDER BY
 //! (positions) or LIMIT; nothing in a subquery, a CTE, a set operation or
-//! a statement that already has placeholders or locks rows. Decimal
+//! a statement that already has placeholders. (A FOR UPDATE's read comes
+//! here without its clause, taken off before planning: its rows are
+//! locked apart from the plan.) Nothing over a view. Decimal
 //! literals stay in the text (their precision and scale are part of their
 //! type, and of the comparison's), as do dates and negative numbers.
 //!
@@ -45,7 +47,8 @@
 //!   scans: `plan_cache::reusable`).
 //!
 //! A shape that fails any of these is remembered as one to plan with its
-//! literals, so the attempt is made once per shape and catalog.
+//! literals, so the attempt is made once per shape, catalog and types of
+//! values (`s = 5` failing does not keep `s = 'x'` from its shape).
 //!
 //! What is lost against a literal plan: constant folding across values
 //! (`c = 1 AND c = 2` is not seen to be empty) and estimates made from the

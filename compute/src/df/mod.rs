@@ -659,7 +659,7 @@ impl SqlSession {
         let cache = cache && self.plans.enabled();
         // Its shape's plan, if one serves (`literal_shape.rs`).
         if let Some(shape) = cache.then(|| literal_shape::shape_of(&query.0)).flatten() {
-            if let Some(planned) = self.plan_shape(shape, &tables, &catalog, &sql).await {
+            if let Some(planned) = self.plan_shape(shape, &tables, &catalog, views, &sql).await {
                 return Ok(planned);
             }
         }
@@ -721,6 +721,7 @@ impl SqlSession {
         shape: literal_shape::Shape,
         tables: &[(TableDef, Option<Arc<stats::TableStatistics>>)],
         catalog: &Catalog,
+        views: &[ViewDef],
         sql: &str,
     ) -> Option<PlannedQuery> {
         let types: Vec<DataType> = shape.values.iter().map(|v| v.data_type()).collect();
@@ -732,13 +733,25 @@ impl SqlSession {
             check: None,
             params: Some(Arc::new(shape.values.clone())),
         };
-        if let Some(kept) = self.plans.get(&shape.key, catalog) {
-            let physical = kept
-                .physical
-                .clone()
-                .filter(|_| kept.param_types == types)?;
-            crate::metrics::plan_cache(plan_cache::Lookup::Hit);
-            return Some(serve(kept.logical.clone(), physical));
+        // (A view's plan is inlined where it is read: such a shape is not
+        // kept, as such a statement is not.)
+        let lower = sql.to_lowercase();
+        if !self.plans.fits(&shape.key)
+            || views.iter().any(|v| lower.contains(&v.name.to_lowercase()))
+        {
+            return None;
+        }
+        match self.plans.get(&shape.key, catalog) {
+            // Kept for values of these types: its plan, or, if it failed
+            // its checks, none (planned with the literals).
+            Some(kept) if kept.param_types == types => {
+                let physical = kept.physical.clone()?;
+                crate::metrics::plan_cache(plan_cache::Lookup::Hit);
+                return Some(serve(kept.logical.clone(), physical));
+            }
+            // Values of other types (`s = 5` came first, `s = 'x'` now):
+            // planned for these.
+            _ => {}
         }
         let state = self.context_of(tables.to_vec()).ok()?.state();
         let logical = state
