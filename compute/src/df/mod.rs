@@ -183,6 +183,10 @@ enum Cached {
     /// Its physical plan came from the cache: a copy runs, with no
     /// catalog or context ([`SqlSession::task_over`]).
     Physical(Arc<dyn ExecutionPlan>),
+    /// Its physical plan was made now, and never ran (a query shape's
+    /// first, `literal_shape.rs`): it runs as it is, like a kept one,
+    /// without a context.
+    Planned(Arc<dyn ExecutionPlan>),
     /// Its optimized plan came from the cache; physical planning runs in
     /// the context.
     Optimized(SessionContext, Arc<Plans>),
@@ -725,10 +729,10 @@ impl SqlSession {
         sql: &str,
     ) -> Option<PlannedQuery> {
         let types: Vec<DataType> = shape.values.iter().map(|v| v.data_type()).collect();
-        let serve = |logical: LogicalPlan, physical: Arc<dyn ExecutionPlan>| PlannedQuery {
+        let serve = |logical: LogicalPlan, cached: Cached| PlannedQuery {
             plan: logical,
             sql: sql.to_string(),
-            cached: Cached::Physical(physical),
+            cached,
             renamed: None,
             check: None,
             params: Some(Arc::new(shape.values.clone())),
@@ -747,7 +751,7 @@ impl SqlSession {
             Some(kept) if kept.param_types == types => {
                 let physical = kept.physical.clone()?;
                 crate::metrics::plan_cache(plan_cache::Lookup::Hit);
-                return Some(serve(kept.logical.clone(), physical));
+                return Some(serve(kept.logical.clone(), Cached::Physical(physical)));
             }
             // Values of other types (`s = 5` came first, `s = 'x'` now):
             // planned for these.
@@ -790,7 +794,7 @@ impl SqlSession {
         self.plans.put(&shape.key, catalog, plans);
         let physical = physical?;
         crate::metrics::plan_cache(plan_cache::Lookup::Miss);
-        Some(serve(logical, physical))
+        Some(serve(logical, Cached::Planned(physical)))
     }
 
     /// The answer's schema of `view` among the cluster's `tables` and
@@ -973,16 +977,22 @@ impl SqlSession {
             ..
         } = q;
         let started = std::time::Instant::now();
+        let reused = matches!(cached, Cached::Physical(_));
         let (task, physical) = match cached {
             // A fresh copy of the kept physical plan: no physical
             // planning, which was most of a short query's planning.
-            Cached::Physical(physical) => {
+            Cached::Physical(physical) | Cached::Planned(physical) => {
                 let mut config = self.base.config().clone();
                 if let Some(values) = params {
                     config.set_extension(Arc::new(late_filters::QueryParams(values)));
                 }
-                let physical = reset_plan_states(physical).map_err(from_df)?;
-                crate::metrics::physical_plan_reused();
+                let physical = match reused {
+                    true => {
+                        crate::metrics::physical_plan_reused();
+                        reset_plan_states(physical).map_err(from_df)?
+                    }
+                    false => physical,
+                };
                 (self.task_over(config)?, physical)
             }
             Cached::No(ctx) => {
