@@ -77,6 +77,18 @@ pub fn with_defaults(e: &LExpr) -> Option<LExpr> {
     replaced(e, |_, t| ScalarValue::new_default(t).ok())
 }
 
+/// A filter as planned: translated as it is, or, with placeholders, with
+/// their types' defaults ([`with_defaults`]).
+pub fn translate_planned(
+    f: &LExpr,
+    binder: &mut ColumnBinder,
+) -> Option<quarry_coprocessor::expr::Expr> {
+    match has_placeholders(f) {
+        false => pushdown::logical(f, binder),
+        true => with_defaults(f).and_then(|d| pushdown::logical(&d, binder)),
+    }
+}
+
 /// `e` with `$k` replaced by `values[k - 1]`, which must have the
 /// placeholder's type.
 fn with_values(e: &LExpr, values: &[ScalarValue]) -> Option<LExpr> {

@@ -3,7 +3,7 @@
 //! DataFusion offers the table its filters, projection and limit; the table
 //! answers with a [`RegionScanExec`] that runs them in the regions:
 //!
-//! * filters that [`pushdown::logical`] translates are `Exact`: storage
+//! * filters that [`pushdown::logical`](super::pushdown::logical) translates are `Exact`: storage
 //!   evaluates them and DataFusion keeps no copy; the rest are
 //!   `Unsupported` and DataFusion filters above the scan;
 //! * the projection becomes the scan's columns (plus the filters' columns,
@@ -28,8 +28,8 @@ use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::{DagRequest, Projection, Selection};
 use quarry_proto::meta::TableDef;
 
-use super::late_filters::{has_placeholders, with_defaults, LateFilters};
-use super::pushdown::{self, ColumnBinder};
+use super::late_filters::{has_placeholders, translate_planned, LateFilters};
+use super::pushdown::ColumnBinder;
 use super::region_scan::{external, RegionScanExec, ScanContext};
 use super::stats::TableStatistics;
 use crate::Result;
@@ -103,14 +103,10 @@ impl QuarryTable {
         // (`late_filters.rs`).
         let mut late = Vec::new();
         for f in filters {
-            let translated = match has_placeholders(f) {
-                false => pushdown::logical(f, &mut binder),
-                true => {
-                    late.push((conditions.len(), f.clone()));
-                    with_defaults(f).and_then(|d| pushdown::logical(&d, &mut binder))
-                }
-            };
-            let c = translated.ok_or_else(|| {
+            if has_placeholders(f) {
+                late.push((conditions.len(), f.clone()));
+            }
+            let c = translate_planned(f, &mut binder).ok_or_else(|| {
                 crate::Error::Internal(format!("filter {f} was accepted but cannot be pushed"))
             })?;
             conditions.push(c.to_proto()?);
@@ -188,11 +184,7 @@ impl TableProvider for QuarryTable {
             .map(|f| {
                 let mut binder = ColumnBinder::new(&self.def);
                 // A shape's placeholder: as a constant of its type would be.
-                let translated = match has_placeholders(f) {
-                    false => pushdown::logical(f, &mut binder),
-                    true => with_defaults(f).and_then(|d| pushdown::logical(&d, &mut binder)),
-                };
-                match translated {
+                match translate_planned(f, &mut binder) {
                     Some(e) if e.data_type() == DataType::Boolean => {
                         TableProviderFilterPushDown::Exact
                     }
