@@ -26,6 +26,13 @@ use quarry_compute::config::ComputeConfig;
 use quarry_raftstore::config::StorageConfig;
 use tokio::signal::unix::{signal, SignalKind};
 
+/// mimalloc rather than glibc's malloc: the coprocessor builds and drops
+/// executors, batches and IPC buffers per region read on many threads,
+/// where glibc's allocator spent a tenth of a read thread's time
+/// (`docs/performance.md`, "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod bench_cmd;
 mod playground_cmd;
 use bench_cmd::BenchWhat;

@@ -6,7 +6,8 @@
 //! * a store cut off from its peers' raft messages loses its leaderships,
 //!   the others go on, and after the heal nothing acknowledged is missing;
 //! * coprocessor faults (a full read pool, a passed deadline, a failed
-//!   seek) are retried or answered with an error that names them;
+//!   seek) are retried or answered with an error that names them, for
+//!   scans and for an index lookup's single-row reads alike;
 //! * a failed meta write fails its DDL cleanly and takes no name; a
 //!   refused split leaves the region whole and every answer unchanged.
 //!
@@ -315,6 +316,53 @@ fn coprocessor_faults_are_retried_or_answered_with_an_error_naming_them() {
     );
     on_every_store(&pg, "region_seek_error", None);
 
+    assert_eq!(pg.ok(q), want);
+}
+
+/// An index lookup reads single rows in many regions, which each store
+/// reads as one group (`raftstore/src/node/coprocessor.rs`): a store that
+/// refuses some of a group's rows fails only those, which compute asks for
+/// again, and the answer stays exact.
+#[test]
+fn an_index_lookup_whose_rows_a_store_refuses_in_part_is_retried_and_stays_exact() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--query-timeout-ms", "4000"]);
+    pg.ok(
+        "CREATE TABLE acct (id BIGINT PRIMARY KEY, k BIGINT, v BIGINT) \
+         WITH (split_handles = '100,200,300,400,500,600,700,800,900')",
+    );
+    let values: Vec<String> = (0..1000)
+        .map(|i| format!("({i}, {}, {})", i % 50, i * 3))
+        .collect();
+    pg.ok(&format!("INSERT INTO acct VALUES {}", values.join(", ")));
+    let q = "SELECT count(*) AS n, sum(v) AS s FROM acct WHERE k = 7";
+    // Rows 7, 57, …, 957: two in each of the ten regions.
+    let want = "n,s\n20,28920\n";
+    assert_eq!(pg.ok(q), want);
+    pg.ok("CREATE INDEX acct_k ON acct (k)");
+    let plan = pg.ok(&format!("EXPLAIN ANALYZE {q}"));
+    assert!(plan.contains("index lookup: acct_k (k = 7)"), "{plan}");
+    assert!(plan.contains("ran: 10 region requests, 0 retries"), "{plan}");
+    assert_eq!(pg.ok(q), want);
+
+    // Each store refuses its first two rows' regions: those are asked for
+    // again, the others' answers kept.
+    on_every_store(&pg, "read_pool_full", Some("2*return"));
+    let plan = pg.ok(&format!("EXPLAIN ANALYZE {q}"));
+    assert!(plan.contains("index lookup: acct_k"), "{plan}");
+    assert!(!plan.contains(" 0 retries"), "{plan}");
+    on_every_store(&pg, "read_pool_full", Some("2*return"));
+    assert_eq!(pg.ok(q), want);
+    on_every_store(&pg, "read_pool_full", None);
+
+    // A failed read under the lookup is the query's error.
+    on_every_store(&pg, "region_seek_error", Some("return"));
+    let e = pg.fails(q);
+    assert!(
+        e.contains("injected fault at failpoint region_seek_error"),
+        "{e}"
+    );
+    on_every_store(&pg, "region_seek_error", None);
     assert_eq!(pg.ok(q), want);
 }
 

@@ -113,6 +113,7 @@ pub mod peer;
 pub mod peer_storage;
 pub mod peers;
 pub mod pessimistic;
+pub mod read_pool;
 pub mod region;
 pub mod server;
 pub mod service;

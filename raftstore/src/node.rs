@@ -13,12 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use quarry_coprocessor::codec::key::{classify_key, KeyKind};
-use quarry_coprocessor::codec::key::{decode_i64, hex, record_key, row_keys_end};
+use quarry_coprocessor::codec::key::row_keys_end;
 use quarry_coprocessor::codec::mvcc::WriteKind;
-use quarry_coprocessor::endpoint;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
-use quarry_proto::coprocessor::{other_error, CopRequest, CopResponse, OtherError};
+use quarry_proto::coprocessor::{other_error, CopResponse, OtherError};
 use quarry_proto::kv::{key_error, Context, KvPair, PrewriteRequest, RollbackRequest};
 use quarry_proto::meta::{
     Peer as PeerMeta, Region, RegionError, StatusResponse, Store as StoreInfo,
@@ -32,10 +30,14 @@ use crate::grpc_transport::StoreResolver;
 use crate::import::SstImporter;
 use crate::local_read::LocalReader;
 use crate::peer::propose::TxnDone;
+use crate::read_pool::ReadPool;
 use crate::store::StoreMsg;
 use crate::{keys, pessimistic, region, Error, Result};
 
+mod coprocessor;
 mod ingest;
+
+pub use coprocessor::POINTS_PER_JOB;
 
 /// What became of a transaction, by its primary key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +64,7 @@ pub struct Node<E: Engine> {
     pub store_id: u64,
     engine: Arc<E>,
     router: Mutex<Sender<StoreMsg>>,
-    read_pool: rayon::ThreadPool,
-    read_pool_threads: usize,
+    read_pool: ReadPool,
     pending_reads: Arc<AtomicUsize>,
     max_pending_reads: usize,
     pub resolver: Arc<StoreResolver>,
@@ -140,17 +141,12 @@ impl<E: Engine> Node<E> {
         resolver: Arc<StoreResolver>,
         shared: Shared,
     ) -> Result<Self> {
-        let read_pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(read_pool_threads)
-            .thread_name(|i| format!("cop-{i}"))
-            .build()
-            .map_err(|e| Error::Internal(format!("read pool: {e}")))?;
+        let read_pool = ReadPool::new(read_pool_threads, "cop")?;
         Ok(Node {
             store_id,
             engine,
             router: Mutex::new(router),
             read_pool,
-            read_pool_threads,
             pending_reads: Arc::new(AtomicUsize::new(0)),
             max_pending_reads,
             resolver,
@@ -166,7 +162,7 @@ impl<E: Engine> Node<E> {
 
     /// Threads of the read pool, where coprocessor requests run.
     pub fn read_pool_threads(&self) -> usize {
-        self.read_pool_threads
+        self.read_pool.threads()
     }
 
     pub fn engine(&self) -> &Arc<E> {
@@ -793,181 +789,5 @@ impl<E: Engine> Node<E> {
                 limit == 0 || out.len() < limit
             })?;
         Ok(out)
-    }
-
-    // ------------------------------------------------------------ coprocessor
-
-    /// Cuts an aggregation over a big region into parts of about
-    /// [`SUBRANGE_BYTES`] (at most one per read thread), at evenly spaced
-    /// handles between the region's first and last keys, so that the
-    /// region is scanned on several threads. One part (no cut) otherwise.
-    fn split_parts(&self, bounds: &KeyRange, req: &CopRequest) -> Vec<Vec<KeyRange>> {
-        let ranges: Vec<KeyRange> = req.ranges.iter().map(KeyRange::from_proto).collect();
-        let aggregating = req.dag.as_ref().is_some_and(|d| d.aggregation.is_some());
-        if self.read_pool_threads < 2 || ranges.len() != 1 || !aggregating {
-            return vec![ranges];
-        }
-        let Some(KeyRange { start, end }) = ranges[0].intersect(bounds) else {
-            return vec![ranges];
-        };
-        if end.is_empty() {
-            return vec![ranges];
-        }
-        let size = self.engine.approximate_size(&start, &end);
-        let k = (size / SUBRANGE_BYTES).min(self.read_pool_threads as u64) as i64;
-        if k < 2 {
-            return vec![ranges];
-        }
-        let handle_of = |key: &[u8]| match classify_key(key) {
-            KeyKind::Row(h)
-            | KeyKind::Pack(h)
-            | KeyKind::PackMark(h)
-            | KeyKind::Lock(h)
-            | KeyKind::Version { handle: h, .. } => decode_i64(&key[1..9]).ok().map(|t| (t, h)),
-            KeyKind::Other | KeyKind::Index { .. } => None,
-        };
-        let mut first = None;
-        let _ = self.engine.scan(Cf::Default, &start, &end, &mut |k, _| {
-            first = handle_of(k);
-            false
-        });
-        // The last key below `end`: `end` itself may exist (another region).
-        let last = match handle_of(&end) {
-            Some((t, h)) => Some((t, h)),
-            None => self
-                .engine
-                .seek_prev(Cf::Default, &end, &start)
-                .ok()
-                .flatten()
-                .and_then(|(k, _)| handle_of(&k))
-                .map(|(t, h)| (t, h.saturating_add(1))),
-        };
-        let (Some((table, lo)), Some((t2, hi))) = (first, last) else {
-            return vec![ranges];
-        };
-        if table != t2 || (hi as i128 - lo as i128) < 2 * k as i128 {
-            return vec![ranges];
-        }
-        let mut cuts = vec![start];
-        for i in 1..k {
-            let h = (lo as i128 + (hi as i128 - lo as i128) * i as i128 / k as i128) as i64;
-            cuts.push(record_key(table, h));
-        }
-        cuts.push(end);
-        cuts.windows(2)
-            .filter(|w| w[0] < w[1])
-            .map(|w| vec![KeyRange::new(w[0].clone(), w[1].clone())])
-            .collect()
-    }
-
-    /// Runs a coprocessor request: leadership confirmed through the store
-    /// loop, then the DAG on the read pool over a RocksDB snapshot. Never
-    /// fails: errors come back inside the response. Counted in
-    /// [`crate::metrics`].
-    pub async fn coprocessor(&self, req: CopRequest) -> CopResponse {
-        let resp = self.run_coprocessor(req).await;
-        crate::metrics::observe_coprocessor(&resp);
-        resp
-    }
-
-    async fn run_coprocessor(&self, req: CopRequest) -> CopResponse {
-        let received = Instant::now();
-        let region_error = |e: RegionError| CopResponse {
-            region_error: Some(e),
-            ..Default::default()
-        };
-        let ctx = match Self::context(req.context.as_ref()) {
-            Ok(c) => *c,
-            Err(e) => {
-                return CopResponse {
-                    other_error: Some(OtherError {
-                        code: other_error::Code::InvalidInput as i32,
-                        message: e.to_string(),
-                    }),
-                    ..Default::default()
-                }
-            }
-        };
-        let r = match self.read_check(ctx.region_id, ctx.region_epoch).await {
-            Ok(r) => r,
-            Err(Error::Region(e)) => return region_error(*e),
-            Err(e) => {
-                return CopResponse {
-                    other_error: Some(OtherError {
-                        code: other_error::Code::Internal as i32,
-                        message: e.to_string(),
-                    }),
-                    ..Default::default()
-                }
-            }
-        };
-        for kr in &req.ranges {
-            if !region::contains_range(&r, &kr.start, &kr.end) {
-                tracing::debug!(
-                    region = r.id,
-                    start = hex(&kr.start),
-                    "range outside the region"
-                );
-                return region_error(region::epoch_not_match(ctx.region_epoch.as_ref(), &r));
-            }
-        }
-        let read_ts = req.dag.as_ref().map_or(0, |d| d.read_ts);
-        if read_ts != 0 && read_ts < self.oldest_readable_ts() {
-            return self.too_old(read_ts);
-        }
-        if read_ts != 0 {
-            // Before the snapshot: a one-phase commit picks its timestamp
-            // above this read, or this read waits for it to apply.
-            let ranges: Vec<KeyRange> = req.ranges.iter().map(KeyRange::from_proto).collect();
-            let until = received + READ_CHECK_TIMEOUT;
-            if !self.concurrency.read_at(read_ts, &ranges, until).await {
-                return region_error(region::server_is_busy(format!(
-                    "a one-phase commit on region {} has not applied within {:?}",
-                    r.id, READ_CHECK_TIMEOUT
-                )));
-            }
-        }
-        let pending = self.pending_reads.fetch_add(1, Ordering::SeqCst);
-        let _release = PendingGuard(self.pending_reads.clone());
-        if pending >= self.max_pending_reads || fires_on("read_pool_full", self.store_id) {
-            return region_error(region::server_is_busy(format!(
-                "{pending} coprocessor requests pending on store {}",
-                self.store_id
-            )));
-        }
-        // Dropped with this future when compute drops the call (its query
-        // failed, was cancelled or timed out): the task stops at its next
-        // batch instead of scanning on for no one.
-        let cancel = CancelOnDrop::default();
-        let stop = endpoint::Stop {
-            deadline: (req.timeout_ms > 0)
-                .then(|| received + Duration::from_millis(req.timeout_ms)),
-            cancelled: Some(cancel.0.clone()),
-        };
-        let engine = self.engine.clone();
-        let bounds = KeyRange::new(r.start_key, r.end_key);
-        let parts = self.split_parts(&bounds, &req);
-        let (tx, rx) = oneshot::channel();
-        let (concurrency, too_old) = (self.concurrency.clone(), self.too_old(read_ts));
-        self.read_pool.spawn(move || {
-            let _running = crate::metrics::CopRunning::start();
-            let wait_ns = received.elapsed().as_nanos() as u64;
-            let resp = engine.with_snapshot_source(&bounds, |make| {
-                // A compaction that applied between the check above and
-                // this snapshot may have folded what the read needs.
-                if read_ts != 0 && read_ts <= concurrency.folded() {
-                    return too_old;
-                }
-                endpoint::handle_parts(make, parts, &req, &stop, wait_ns)
-            });
-            let _ = tx.send(resp);
-        });
-        rx.await.unwrap_or_else(|_| CopResponse {
-            other_error: Some(OtherError {
-                code: other_error::Code::Internal as i32,
-                message: "coprocessor worker stopped without an answer".into(),
-            }),
-            ..Default::default()
-        })
     }
 }

@@ -342,6 +342,12 @@ pub fn row_keys_end(row_key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// Whether `[start, end)` holds one row's keys only (`start` a row key,
+/// `end` its [`row_keys_end`]): what a point read by handle asks for.
+pub fn is_row_point(start: &[u8], end: &[u8]) -> bool {
+    matches!(classify_key(start), KeyKind::Row(_)) && end == row_keys_end(start).as_slice()
+}
+
 /// `t{table_id}_r{first_handle}M`: the mark of that pack.
 pub fn pack_mark_key(table_id: i64, first_handle: i64) -> Vec<u8> {
     let mut k = Vec::with_capacity(PACK_KEY_LEN);
@@ -404,6 +410,18 @@ mod tests {
             prop_assert_eq!(da, a);
             prop_assert_eq!(used, ea.len());
         }
+    }
+
+    #[test]
+    fn a_point_range_is_one_rows_keys_and_nothing_wider() {
+        let k = record_key(7, 42);
+        assert!(is_row_point(&k, &row_keys_end(&k)));
+        // Two rows, a table's whole range, a pack key: not points.
+        assert!(!is_row_point(&k, &record_key(7, 44)));
+        let (start, end) = table_record_range(7);
+        assert!(!is_row_point(&start, &end));
+        let p = pack_key(7, 42);
+        assert!(!is_row_point(&p, &row_keys_end(&p)));
     }
 
     #[test]

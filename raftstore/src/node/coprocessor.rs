@@ -1,0 +1,335 @@
+//! A store's coprocessor reads: checks, then the DAG on the read pool.
+//!
+//! A read is checked on the gRPC thread (the region's leadership under
+//! its lease, the ranges inside the region, the snapshot not too old, no
+//! one-phase commit below it still applying, the pool not full) and then
+//! run on the read pool over a RocksDB snapshot. A request never fails:
+//! region and execution errors ride in its response.
+//!
+//! POINT GROUPS. An index lookup asks each store for a few rows in many
+//! regions (30 rows of a part key at SF 1 sit in about 14 regions). Run as
+//! one pool job per region, such a batch costs more in hand-offs than in
+//! reading: every region is a trip to a pool thread and back, a wake-up
+//! of the gRPC task and a frame of its own, and the regions' jobs queue
+//! behind one another on the pool's few threads. So the batch service
+//! ([`crate::service::coprocessor`]) gathers the tasks that read only
+//! single rows into groups of at most [`POINTS_PER_JOB`] rows, and a group
+//! is checked task by task and then read in ONE pool job, its answers
+//! handed back together (TiKV's batch point get, which reads a batch of
+//! keys in one task instead of one per key). Each task keeps its own
+//! checks and its own answer, so a moved region fails only its own task.
+//! Scans and aggregations over key ranges stay one job per region, cut
+//! into parts for several threads when the region is big.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use quarry_coprocessor::codec::key::{classify_key, decode_i64, hex, record_key, KeyKind};
+use quarry_coprocessor::endpoint;
+use quarry_coprocessor::storage::KeyRange;
+use quarry_proto::coprocessor::{other_error, CopRequest, CopResponse, OtherError};
+use quarry_proto::failpoint::fires_on;
+use quarry_proto::meta::{Region, RegionError};
+use tokio::sync::oneshot;
+
+use super::{CancelOnDrop, Node, PendingGuard, READ_CHECK_TIMEOUT, SUBRANGE_BYTES};
+use crate::engine::{Cf, Engine};
+use crate::{region, Error};
+
+/// The most single-row ranges one pool job reads for a point group.
+pub const POINTS_PER_JOB: usize = 64;
+
+/// A check's verdict: on, or the request's answer already (boxed: an
+/// answer is large).
+type Verdict<T> = std::result::Result<T, Box<CopResponse>>;
+
+/// A request that passed its checks: what its pool job needs.
+struct Checked {
+    req: CopRequest,
+    region: Region,
+    read_ts: u64,
+}
+
+fn other(code: other_error::Code, message: String) -> CopResponse {
+    CopResponse {
+        other_error: Some(OtherError {
+            code: code as i32,
+            message,
+        }),
+        ..Default::default()
+    }
+}
+
+fn region_error(e: RegionError) -> Box<CopResponse> {
+    Box::new(CopResponse {
+        region_error: Some(e),
+        ..Default::default()
+    })
+}
+
+impl<E: Engine> Node<E> {
+    /// Cuts an aggregation over a big region into parts of about
+    /// [`SUBRANGE_BYTES`] (at most one per read thread), at evenly spaced
+    /// handles between the region's first and last keys, so that the
+    /// region is scanned on several threads. One part (no cut) otherwise.
+    fn split_parts(&self, bounds: &KeyRange, req: &CopRequest) -> Vec<Vec<KeyRange>> {
+        let ranges: Vec<KeyRange> = req.ranges.iter().map(KeyRange::from_proto).collect();
+        let aggregating = req.dag.as_ref().is_some_and(|d| d.aggregation.is_some());
+        if self.read_pool.threads() < 2 || ranges.len() != 1 || !aggregating {
+            return vec![ranges];
+        }
+        let Some(KeyRange { start, end }) = ranges[0].intersect(bounds) else {
+            return vec![ranges];
+        };
+        if end.is_empty() {
+            return vec![ranges];
+        }
+        let size = self.engine.approximate_size(&start, &end);
+        let k = (size / SUBRANGE_BYTES).min(self.read_pool.threads() as u64) as i64;
+        if k < 2 {
+            return vec![ranges];
+        }
+        let handle_of = |key: &[u8]| match classify_key(key) {
+            KeyKind::Row(h)
+            | KeyKind::Pack(h)
+            | KeyKind::PackMark(h)
+            | KeyKind::Lock(h)
+            | KeyKind::Version { handle: h, .. } => decode_i64(&key[1..9]).ok().map(|t| (t, h)),
+            KeyKind::Other | KeyKind::Index { .. } => None,
+        };
+        let mut first = None;
+        let _ = self.engine.scan(Cf::Default, &start, &end, &mut |k, _| {
+            first = handle_of(k);
+            false
+        });
+        // The last key below `end`: `end` itself may exist (another region).
+        let last = match handle_of(&end) {
+            Some((t, h)) => Some((t, h)),
+            None => self
+                .engine
+                .seek_prev(Cf::Default, &end, &start)
+                .ok()
+                .flatten()
+                .and_then(|(k, _)| handle_of(&k))
+                .map(|(t, h)| (t, h.saturating_add(1))),
+        };
+        let (Some((table, lo)), Some((t2, hi))) = (first, last) else {
+            return vec![ranges];
+        };
+        if table != t2 || (hi as i128 - lo as i128) < 2 * k as i128 {
+            return vec![ranges];
+        }
+        let mut cuts = vec![start];
+        for i in 1..k {
+            let h = (lo as i128 + (hi as i128 - lo as i128) * i as i128 / k as i128) as i64;
+            cuts.push(record_key(table, h));
+        }
+        cuts.push(end);
+        cuts.windows(2)
+            .filter(|w| w[0] < w[1])
+            .map(|w| vec![KeyRange::new(w[0].clone(), w[1].clone())])
+            .collect()
+    }
+
+    /// Runs a coprocessor request: leadership confirmed through the store
+    /// loop, then the DAG on the read pool over a RocksDB snapshot. Never
+    /// fails: errors come back inside the response. Counted in
+    /// [`crate::metrics`].
+    pub async fn coprocessor(&self, req: CopRequest) -> CopResponse {
+        let received = Instant::now();
+        let checked = match self.check_read(req, received).await {
+            Ok(c) => c,
+            Err(resp) => return observed(*resp),
+        };
+        let _pending = match self.admit() {
+            Ok(g) => g,
+            Err(resp) => return observed(*resp),
+        };
+        // Dropped with this future when compute drops the call (its query
+        // failed, was cancelled or timed out): the task stops at its next
+        // batch instead of scanning on for no one.
+        let cancel = CancelOnDrop::default();
+        let bounds = KeyRange::new(
+            checked.region.start_key.clone(),
+            checked.region.end_key.clone(),
+        );
+        let parts = self.split_parts(&bounds, &checked.req);
+        let job = self.read_job(checked, parts, received, &cancel);
+        let resp = self.on_read_pool(move || vec![job()]).await.pop();
+        observed(resp.unwrap_or_else(no_answer))
+    }
+
+    /// Runs requests that each read a few single rows (a point group, see
+    /// the module docs): each checked as [`Node::coprocessor`] checks, then
+    /// all read one after another in one pool job. The answers are in the
+    /// requests' order.
+    pub async fn coprocessor_points(&self, reqs: Vec<CopRequest>) -> Vec<CopResponse> {
+        let received = Instant::now();
+        let checks =
+            futures::future::join_all(reqs.into_iter().map(|r| self.check_read(r, received))).await;
+        let mut answers: Vec<Option<CopResponse>> = Vec::with_capacity(checks.len());
+        let mut jobs = Vec::new();
+        let mut guards = Vec::new();
+        let cancel = CancelOnDrop::default();
+        for (i, c) in checks.into_iter().enumerate() {
+            let admitted = c.and_then(|c| self.admit().map(|g| (c, g)));
+            match admitted {
+                Ok((c, guard)) => {
+                    guards.push(guard);
+                    let ranges = c.req.ranges.iter().map(KeyRange::from_proto).collect();
+                    jobs.push((i, self.read_job(c, vec![ranges], received, &cancel)));
+                    answers.push(None);
+                }
+                Err(resp) => answers.push(Some(*resp)),
+            }
+        }
+        if !jobs.is_empty() {
+            let read = self
+                .on_read_pool(move || jobs.into_iter().map(|(i, job)| (i, job())).collect())
+                .await;
+            for (i, resp) in read {
+                answers[i] = Some(resp);
+            }
+        }
+        drop(guards);
+        answers
+            .into_iter()
+            .map(|a| observed(a.unwrap_or_else(no_answer)))
+            .collect()
+    }
+
+    /// The checks before a read, on the caller's thread: the region's
+    /// leadership, the ranges inside it, the snapshot still readable and
+    /// no one-phase commit below it still applying.
+    async fn check_read(&self, req: CopRequest, received: Instant) -> Verdict<Checked> {
+        let ctx = match Self::context(req.context.as_ref()) {
+            Ok(c) => *c,
+            Err(e) => {
+                return Err(Box::new(other(
+                    other_error::Code::InvalidInput,
+                    e.to_string(),
+                )))
+            }
+        };
+        let r = match self.read_check(ctx.region_id, ctx.region_epoch).await {
+            Ok(r) => r,
+            Err(Error::Region(e)) => return Err(region_error(*e)),
+            Err(e) => return Err(Box::new(other(other_error::Code::Internal, e.to_string()))),
+        };
+        for kr in &req.ranges {
+            if !region::contains_range(&r, &kr.start, &kr.end) {
+                tracing::debug!(
+                    region = r.id,
+                    start = hex(&kr.start),
+                    "range outside the region"
+                );
+                return Err(region_error(region::epoch_not_match(
+                    ctx.region_epoch.as_ref(),
+                    &r,
+                )));
+            }
+        }
+        let read_ts = req.dag.as_ref().map_or(0, |d| d.read_ts);
+        if read_ts != 0 && read_ts < self.oldest_readable_ts() {
+            return Err(Box::new(self.too_old(read_ts)));
+        }
+        if read_ts != 0 {
+            // Before the snapshot: a one-phase commit picks its timestamp
+            // above this read, or this read waits for it to apply.
+            let ranges: Vec<KeyRange> = req.ranges.iter().map(KeyRange::from_proto).collect();
+            let until = received + READ_CHECK_TIMEOUT;
+            if !self.concurrency.read_at(read_ts, &ranges, until).await {
+                return Err(region_error(region::server_is_busy(format!(
+                    "a one-phase commit on region {} has not applied within {:?}",
+                    r.id, READ_CHECK_TIMEOUT
+                ))));
+            }
+        }
+        Ok(Checked {
+            req,
+            region: r,
+            read_ts,
+        })
+    }
+
+    /// A place among the pending reads, or "server is busy" when the pool
+    /// has as many as it takes.
+    fn admit(&self) -> Verdict<PendingGuard> {
+        let pending = self.pending_reads.fetch_add(1, Ordering::SeqCst);
+        let guard = PendingGuard(self.pending_reads.clone());
+        if pending >= self.max_pending_reads || fires_on("read_pool_full", self.store_id) {
+            return Err(region_error(region::server_is_busy(format!(
+                "{pending} coprocessor requests pending on store {}",
+                self.store_id
+            ))));
+        }
+        Ok(guard)
+    }
+
+    /// The read of a checked request, to run on the read pool: its DAG
+    /// over a snapshot of its region, in `parts` (see
+    /// [`Node::split_parts`]), stopped at its deadline or when `cancel` is
+    /// dropped.
+    fn read_job(
+        &self,
+        c: Checked,
+        parts: Vec<Vec<KeyRange>>,
+        received: Instant,
+        cancel: &CancelOnDrop,
+    ) -> impl FnOnce() -> CopResponse + Send + 'static {
+        let stop = endpoint::Stop {
+            deadline: (c.req.timeout_ms > 0)
+                .then(|| received + Duration::from_millis(c.req.timeout_ms)),
+            cancelled: Some(cancel.0.clone()),
+        };
+        let engine = self.engine.clone();
+        let concurrency = self.concurrency.clone();
+        let too_old = self.too_old(c.read_ts);
+        let bounds = KeyRange::new(c.region.start_key, c.region.end_key);
+        let (req, read_ts) = (c.req, c.read_ts);
+        // Parts of one read run on the pool's rayon threads.
+        let parts_pool = (parts.len() > 1).then(|| self.read_pool.parts().clone());
+        move || {
+            let _running = crate::metrics::CopRunning::start();
+            let wait_ns = received.elapsed().as_nanos() as u64;
+            engine.with_snapshot_source(&bounds, |make| {
+                // A compaction that applied between the check and this
+                // snapshot may have folded what the read needs.
+                if read_ts != 0 && read_ts <= concurrency.folded() {
+                    return too_old;
+                }
+                let read = || endpoint::handle_parts(make, parts, &req, &stop, wait_ns);
+                match &parts_pool {
+                    Some(pool) => pool.install(read),
+                    None => read(),
+                }
+            })
+        }
+    }
+
+    /// Runs `job` on the read pool and waits for what it returns.
+    async fn on_read_pool<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> Vec<T> + Send + 'static,
+    ) -> Vec<T> {
+        let (tx, rx) = oneshot::channel();
+        self.read_pool.spawn(move || {
+            let _ = tx.send(job());
+        });
+        rx.await.unwrap_or_default()
+    }
+}
+
+/// A request's answer, counted in [`crate::metrics`].
+fn observed(resp: CopResponse) -> CopResponse {
+    crate::metrics::observe_coprocessor(&resp);
+    resp
+}
+
+/// The answer of a read whose pool job ended without one.
+fn no_answer() -> CopResponse {
+    other(
+        other_error::Code::Internal,
+        "coprocessor worker stopped without an answer".into(),
+    )
+}
