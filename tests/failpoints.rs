@@ -342,7 +342,10 @@ fn an_index_lookup_whose_rows_a_store_refuses_in_part_is_retried_and_stays_exact
     pg.ok("CREATE INDEX acct_k ON acct (k)");
     let plan = pg.ok(&format!("EXPLAIN ANALYZE {q}"));
     assert!(plan.contains("index lookup: acct_k (k = 7)"), "{plan}");
-    assert!(plan.contains("ran: 10 region requests, 0 retries"), "{plan}");
+    assert!(
+        plan.contains("ran: 10 region requests, 0 retries"),
+        "{plan}"
+    );
     assert_eq!(pg.ok(q), want);
 
     // Each store refuses its first two rows' regions: those are asked for

@@ -6,17 +6,15 @@
 //! kept catalog that their snapshot checks (`catalog_cache.rs`), and region
 //! routes are cached and corrected by region errors.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::sql::parser::Statement as DfStatement;
-use futures::{FutureExt, StreamExt};
-use quarry_coprocessor::types::{arrow_type, sql_name};
+use futures::StreamExt;
 use quarry_proto::coprocessor::EncodeType;
-use quarry_proto::meta::{CreateTableRequest, TableDef};
+use quarry_proto::meta::TableDef;
 
 use crate::auth::Auth;
 use crate::cluster::Cluster;
@@ -30,7 +28,7 @@ use crate::kv_writer::KvWriter;
 use crate::params;
 use crate::region_cache::RegionCache;
 use crate::session::{OpenTxn, Sessions};
-use crate::session_settings::{self, SessionSettings};
+use crate::session_settings::SessionSettings;
 use crate::sql::settings::SettingStatement;
 use crate::sql::users::UserStatement;
 use crate::sql::{self, Statement};
@@ -297,93 +295,6 @@ impl QueryEngine {
     /// Runs a query DataFusion planned, within the statement timeout.
     pub async fn run(&self, q: PlannedQuery) -> Result<QueryOutput> {
         self.within_deadline(self.sql.run(q)).await
-    }
-
-    /// Runs `f` (a query) under its session's statement timeout
-    /// (`session_settings.rs`). Region requests carry the deadline and
-    /// fail first, naming the store; this bound also covers what runs in
-    /// compute. The read of an UPDATE or DELETE runs under its statement's
-    /// deadline (and may be cut off: it has locked nothing yet).
-    async fn within_deadline<T>(&self, f: impl Future<Output = Result<T>>) -> Result<T> {
-        let (deadline, guard, nested) = self.deadline_now();
-        self.within(deadline, guard, nested, f).await
-    }
-
-    /// The deadline of a query starting now (its statement's, when it
-    /// runs for one: `nested`), and the later moment compute cuts it off
-    /// at, so that region requests, which carry the deadline, fail first
-    /// and name their store.
-    fn deadline_now(&self) -> (Instant, Instant, bool) {
-        let (deadline, timeout, nested) = match session_settings::current_deadline() {
-            Some(d) => (d, d.saturating_duration_since(Instant::now()), true),
-            None => {
-                let timeout = self.settings.statement_timeout();
-                (Instant::now() + timeout, timeout, false)
-            }
-        };
-        let guard = deadline + (timeout / 4).min(Duration::from_secs(2));
-        (deadline, guard, nested)
-    }
-
-    /// Runs `f` with `deadline` as its statement's, cut off at `guard`
-    /// ([`QueryEngine::deadline_now`]).
-    async fn within<T>(
-        &self,
-        deadline: Instant,
-        guard: Instant,
-        nested: bool,
-        f: impl Future<Output = Result<T>>,
-    ) -> Result<T> {
-        let run = async {
-            match nested {
-                true => f.await,
-                false => session_settings::with_deadline(deadline, f).await,
-            }
-        };
-        match tokio::time::timeout_at(guard.into(), run).await {
-            Ok(r) => r,
-            Err(_) => Err(self.deadline_error()),
-        }
-    }
-
-    /// What a query cut off at its deadline fails with.
-    fn deadline_error(&self) -> Error {
-        Error::Deadline(format!(
-            "query exceeded its deadline; {}",
-            self.timeout_named()
-        ))
-    }
-
-    /// What a deadline error adds: the timeout, and where it came from.
-    fn timeout_named(&self) -> String {
-        format!(
-            "the statement's timeout is {} (SET statement_timeout; the default is \
-             compute.query-timeout-ms)",
-            sql::settings::show(self.settings.statement_timeout())
-        )
-    }
-
-    /// Runs a write statement (INSERT, UPDATE, DELETE) under its session's
-    /// statement timeout: its reads and its transaction's region requests
-    /// carry the deadline ([`session_settings::write_deadline`]). Unlike a
-    /// query it is not cut off from outside at the deadline: a write
-    /// stopped between its prewrite and its commit would leave locks
-    /// behind, so it ends when a region request runs out of time and
-    /// rolls back what it locked (or, when the commit itself ran out, says
-    /// that its outcome is unknown: `txn.rs`).
-    async fn write_within_deadline<T>(&self, f: impl Future<Output = Result<T>>) -> Result<T> {
-        let deadline = Instant::now() + self.settings.statement_timeout();
-        match session_settings::with_deadline(deadline, f).await {
-            // (A store or leader missing until the deadline reads as
-            // unavailable: the timeout is still what ended it.)
-            Err(e @ (Error::Deadline(_) | Error::Unavailable(_)))
-                if (matches!(e, Error::Deadline(_)) || Instant::now() >= deadline)
-                    && !e.to_string().contains("SET statement_timeout") =>
-            {
-                Err(e.with_context(&self.timeout_named()))
-            }
-            r => r,
-        }
     }
 
     /// Runs a query (SELECT) of UPDATE or DELETE over the snapshot at
@@ -849,212 +760,13 @@ impl QueryEngine {
             }
         })
     }
-
-    /// CREATE/ALTER/DROP USER answer a word, SHOW USERS the users.
-    async fn user_statement(&self, stmt: UserStatement) -> Result<QueryOutput> {
-        let word = match &stmt {
-            UserStatement::Create { .. } => "CREATE USER",
-            UserStatement::Alter { .. } => "ALTER USER",
-            UserStatement::Drop { .. } => "DROP USER",
-            UserStatement::Show => "",
-        };
-        let users = self.auth.execute(stmt).await?;
-        if !word.is_empty() {
-            return text_output("result", vec![word.into()]);
-        }
-        let schema = users_schema();
-        let (names, superusers): (Vec<String>, Vec<bool>) = users.into_iter().unzip();
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(StringArray::from(names)) as ArrayRef,
-                Arc::new(arrow::array::BooleanArray::from(superusers)) as ArrayRef,
-            ],
-        )?;
-        Ok(QueryOutput::single(schema, batch))
-    }
-
-    /// CREATE VIEW: the query must plan over the tables and views there
-    /// are now (and give as many columns as the view names) before meta
-    /// stores it.
-    async fn create_view(&self, v: sql::CreateView) -> Result<QueryOutput> {
-        let catalog = self.cluster.catalog().await?;
-        if v.if_not_exists && catalog.views.iter().any(|x| x.name == v.name) {
-            return text_output("result", vec!["CREATE VIEW (exists)".into()]);
-        }
-        let def = quarry_proto::meta::ViewDef {
-            name: v.name,
-            sql: v.query,
-            columns: v.columns,
-        };
-        self.sql
-            .view_schema(&def, catalog.tables, &catalog.views)
-            .await?;
-        let replaced = self.cluster.create_view(def, v.or_replace).await?;
-        if replaced {
-            // Other compute processes' kept catalogs lapse first
-            // (`catalog_cache.rs`).
-            tokio::time::sleep(crate::catalog_cache::DDL_SETTLE).await;
-        }
-        let word = match replaced {
-            true => "CREATE VIEW (replaced)",
-            false => "CREATE VIEW",
-        };
-        text_output("result", vec![word.into()])
-    }
-
-    async fn create_table(&self, ct: sql::CreateTable) -> Result<QueryOutput> {
-        let table = ct.table_def();
-        let resp = self
-            .cluster
-            .create_table(CreateTableRequest {
-                table: Some(table),
-                split_handles: ct.split_handles,
-                if_not_exists: ct.if_not_exists,
-                ..Default::default()
-            })
-            .await?;
-        text_output(
-            "result",
-            vec![if resp.already_existed {
-                format!("CREATE TABLE (table {} already existed)", ct.name)
-            } else {
-                format!("CREATE TABLE ({} regions)", resp.regions.len())
-            }],
-        )
-    }
-
-    async fn describe(&self, name: &str) -> Result<QueryOutput> {
-        let t = self.table(name).await?;
-        let schema = describe_schema();
-        let mut cols: [Vec<String>; 4] = Default::default();
-        for c in &t.columns {
-            let ft = c.field_type.unwrap_or_default();
-            cols[0].push(c.name.clone());
-            let mut ty = sql_name(&arrow_type(&ft)?);
-            if ft.max_len > 0 {
-                ty = format!("{ty}({})", ft.max_len);
-            }
-            cols[1].push(ty);
-            cols[2].push(if ft.nullable { "YES" } else { "NO" }.into());
-            cols[3].push(
-                if c.id == t.handle_column_id {
-                    "PRI"
-                } else {
-                    ""
-                }
-                .into(),
-            );
-        }
-        let arrays: Vec<ArrayRef> = cols
-            .into_iter()
-            .map(|v| Arc::new(StringArray::from(v)) as ArrayRef)
-            .collect();
-        Ok(QueryOutput::single(
-            schema.clone(),
-            RecordBatch::try_new(schema, arrays)?,
-        ))
-    }
 }
+
+mod deadline;
+mod statements;
+mod streaming;
+
+use streaming::{Streaming, READ_AHEAD};
 
 #[cfg(test)]
 mod parse_fuzz;
-
-/// How many batches a streamed query's plan runs ahead of its client
-/// ([`Streaming::run`]): a few MB of a scan's rows.
-const READ_AHEAD: usize = 32;
-
-/// A streamed query's state between batches ([`QueryEngine::stream_in`]).
-struct Streaming {
-    batches: futures::stream::BoxStream<'static, Result<RecordBatch>>,
-    /// When compute cuts it off.
-    guard: Instant,
-    deadline_error: Error,
-    txn: Option<Arc<OpenTxn>>,
-    sessions: Arc<Sessions>,
-    started: Instant,
-    counted: bool,
-}
-
-impl Streaming {
-    /// Runs the plan ahead of the client by up to [`READ_AHEAD`] batches,
-    /// in a task of its own, so the stores' pages are read as they come
-    /// rather than each when the client asks for the next batch (paced
-    /// by the client, the scans stall on HTTP/2 flow control and cost the
-    /// stores more CPU). The deadline bounds the plan and the client's
-    /// reading alike: a client that stops reading past it (hyper then
-    /// stops polling the answer) does not keep the plan, its snapshot's
-    /// GC hold or its region calls. The task ends when the plan does,
-    /// when the client goes away, or at the deadline; an error ends it
-    /// in `failed`, which the client's stream yields after the batches
-    /// already sent. (Known gap, `docs/performance.md`: a client that
-    /// cancels its stream with an `RST_STREAM` ends this task at once, but
-    /// the stores' batch calls the dropped plan leaves were seen scanning
-    /// on for seconds, and a Rust (tonic) client that drops its stream was
-    /// not seen to end it at all; the deadline bounds both.)
-    async fn run(
-        mut self,
-        tx: tokio::sync::mpsc::Sender<RecordBatch>,
-        failed: Arc<std::sync::OnceLock<Error>>,
-    ) {
-        let guard = tokio::time::Instant::from(self.guard);
-        let deadline_error = self.deadline_error.clone();
-        let batches = &mut self.batches;
-        let run = async {
-            loop {
-                let next = tokio::select! {
-                    _ = tx.closed() => break None,
-                    next = tokio::time::timeout_at(guard, batches.next()) => next,
-                };
-                let batch = match next {
-                    Ok(Some(Ok(batch))) => batch,
-                    Ok(Some(Err(e))) => break Some(e),
-                    Ok(None) => break None,
-                    Err(_) => break Some(deadline_error.clone()),
-                };
-                match tokio::time::timeout_at(guard, tx.send(batch)).await {
-                    Ok(Ok(())) => {}
-                    // The client went away.
-                    Ok(Err(_)) => break None,
-                    Err(_) => break Some(deadline_error.clone()),
-                }
-            }
-        };
-        // A panic in the plan (DataFusion re-raises its workers' in the
-        // task polling it) fails the query like any error.
-        let error = std::panic::AssertUnwindSafe(run)
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|_| Some(Error::Internal("the query's plan panicked".into())));
-        // The plan, its region calls and its snapshot go first.
-        self.batches = futures::stream::empty().boxed();
-        let Some(e) = error else {
-            self.count(None);
-            return;
-        };
-        let e = match &self.txn {
-            Some(txn) => self.sessions.fail(txn, e).await,
-            None => e,
-        };
-        self.count(Some(&e));
-        let _ = failed.set(e);
-    }
-
-    /// Counts the query (once) in the statement metrics, with its error
-    /// if it failed.
-    fn count(&mut self, error: Option<&Error>) {
-        if !self.counted {
-            self.counted = true;
-            let r: Result<()> = error.map_or(Ok(()), |e| Err(e.clone()));
-            crate::metrics::observe("query", self.started.elapsed(), &r);
-        }
-    }
-}
-
-impl Drop for Streaming {
-    /// A query whose task ended otherwise (the runtime shutting down)
-    /// still counts.
-    fn drop(&mut self) {
-        self.count(None);
-    }
-}

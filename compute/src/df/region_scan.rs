@@ -11,7 +11,7 @@
 //! DataFusion's Final aggregation merges the regions' states column-wise.
 //!
 //! Errors keep their category: a Quarry error travels inside
-//! `DataFusionError::External` and is unwrapped at the top (`df/mod.rs`).
+//! `DataFusionError::External` and is unwrapped at the top (`df/errors.rs`).
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,0 +1,83 @@
+//! DataFusion's errors in Quarry's categories and words.
+
+use datafusion::common::DataFusionError;
+use quarry_proto::meta::ViewDef;
+
+use crate::Error;
+
+/// DataFusion's "table 'quarry.public.x' not found", in Quarry's words:
+/// the unknown name and the tables there are.
+pub(super) fn unknown_table(e: DataFusionError, tables: &[String], views: &[ViewDef]) -> Error {
+    if let DataFusionError::Plan(m) = e.find_root() {
+        if let Some(name) = m
+            .strip_prefix("table '")
+            .and_then(|r| r.strip_suffix("' not found"))
+        {
+            let name = name.rsplit('.').next().unwrap_or(name);
+            let mut names: Vec<&str> = tables.iter().map(String::as_str).collect();
+            names.extend(views.iter().map(|v| v.name.as_str()));
+            names.sort();
+            return Error::InvalidInput(if names.is_empty() {
+                format!("unknown table '{name}': there are no tables yet")
+            } else {
+                format!("unknown table '{name}'; tables are: {}", names.join(", "))
+            });
+        }
+    }
+    from_df(e)
+}
+
+/// A DataFusion error as Quarry's, by what the caller does next: Quarry's
+/// own errors (from the regions) come back as they were; planning errors
+/// are the user's to fix.
+pub fn from_df(e: DataFusionError) -> Error {
+    if let Some(q) = quarry_error(&e) {
+        return q;
+    }
+    let root = e.find_root();
+    if let Some(q) = quarry_error(root) {
+        return q;
+    }
+    let msg = e.strip_backtrace();
+    match root {
+        DataFusionError::Plan(_)
+        | DataFusionError::SchemaError(..)
+        | DataFusionError::SQL(..)
+        | DataFusionError::NotImplemented(_)
+        | DataFusionError::Configuration(_) => Error::InvalidInput(msg),
+        DataFusionError::ResourcesExhausted(_) => Error::ResourceExhausted(format!(
+            "{msg} (past the query's memory limit, compute.query-memory-limit-mb)"
+        )),
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            arrow::error::ArrowError::ArithmeticOverflow(_) => Error::Overflow(msg),
+            // Kernels such as abs() report overflow this way.
+            arrow::error::ArrowError::ComputeError(m) if m.contains("overflow") => {
+                Error::Overflow(msg)
+            }
+            // PostgreSQL's words, whichever kernel found it.
+            arrow::error::ArrowError::DivideByZero => {
+                Error::InvalidInput("division by zero".into())
+            }
+            arrow::error::ArrowError::CastError(_)
+            | arrow::error::ArrowError::InvalidArgumentError(_)
+            | arrow::error::ArrowError::ParseError(_) => Error::InvalidInput(msg),
+            _ => Error::Internal(msg),
+        },
+        DataFusionError::Execution(m) if m.contains("overflow") => Error::Overflow(msg),
+        DataFusionError::Execution(_) => Error::InvalidInput(msg),
+        _ => Error::Internal(msg),
+    }
+}
+
+fn quarry_error(e: &DataFusionError) -> Option<Error> {
+    match e {
+        DataFusionError::External(b) => b.downcast_ref::<Error>().cloned(),
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            arrow::error::ArrowError::ExternalError(b) => b.downcast_ref::<Error>().cloned(),
+            _ => None,
+        },
+        DataFusionError::Shared(s) => quarry_error(s),
+        DataFusionError::Context(_, inner) => quarry_error(inner),
+        _ => None,
+    }
+}
