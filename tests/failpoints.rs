@@ -46,6 +46,14 @@ fn on_every_store(pg: &Playground, name: &str, actions: Option<&str>) {
     }
 }
 
+/// The error `q` fails with while failpoint `name` fires on every store.
+fn error_while(pg: &Playground, name: &str, q: &str) -> String {
+    on_every_store(pg, name, Some("return"));
+    let e = pg.fails(q);
+    on_every_store(pg, name, None);
+    e
+}
+
 fn wait_dead(pid: u32, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
@@ -302,19 +310,15 @@ fn coprocessor_faults_are_retried_or_answered_with_an_error_naming_them() {
     on_every_store(&pg, "read_pool_full", None);
 
     // A task past its deadline.
-    on_every_store(&pg, "coprocessor_deadline", Some("return"));
-    let e = pg.fails(q);
+    let e = error_while(&pg, "coprocessor_deadline", q);
     assert!(e.contains("deadline"), "{e}");
-    on_every_store(&pg, "coprocessor_deadline", None);
 
     // A disk error under a scan.
-    on_every_store(&pg, "region_seek_error", Some("return"));
-    let e = pg.fails(q);
+    let e = error_while(&pg, "region_seek_error", q);
     assert!(
         e.contains("injected fault at failpoint region_seek_error"),
         "{e}"
     );
-    on_every_store(&pg, "region_seek_error", None);
 
     assert_eq!(pg.ok(q), want);
 }
@@ -359,13 +363,11 @@ fn an_index_lookup_whose_rows_a_store_refuses_in_part_is_retried_and_stays_exact
     on_every_store(&pg, "read_pool_full", None);
 
     // A failed read under the lookup is the query's error.
-    on_every_store(&pg, "region_seek_error", Some("return"));
-    let e = pg.fails(q);
+    let e = error_while(&pg, "region_seek_error", q);
     assert!(
         e.contains("injected fault at failpoint region_seek_error"),
         "{e}"
     );
-    on_every_store(&pg, "region_seek_error", None);
     assert_eq!(pg.ok(q), want);
 }
 

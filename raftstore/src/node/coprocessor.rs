@@ -149,12 +149,7 @@ impl<E: Engine> Node<E> {
         // failed, was cancelled or timed out): the task stops at its next
         // batch instead of scanning on for no one.
         let cancel = CancelOnDrop::default();
-        let bounds = KeyRange::new(
-            checked.region.start_key.clone(),
-            checked.region.end_key.clone(),
-        );
-        let parts = self.split_parts(&bounds, &checked.req);
-        let job = self.read_job(checked, parts, received, &cancel);
+        let job = self.read_job(checked, true, received, &cancel);
         let resp = self.on_read_pool(move || vec![job()]).await.pop();
         observed(resp.unwrap_or_else(no_answer))
     }
@@ -176,8 +171,7 @@ impl<E: Engine> Node<E> {
             match admitted {
                 Ok((c, guard)) => {
                     guards.push(guard);
-                    let ranges = c.req.ranges.iter().map(KeyRange::from_proto).collect();
-                    jobs.push((i, self.read_job(c, vec![ranges], received, &cancel)));
+                    jobs.push((i, self.read_job(c, false, received, &cancel)));
                     answers.push(None);
                 }
                 Err(resp) => answers.push(Some(*resp)),
@@ -267,13 +261,13 @@ impl<E: Engine> Node<E> {
     }
 
     /// The read of a checked request, to run on the read pool: its DAG
-    /// over a snapshot of its region, in `parts` (see
-    /// [`Node::split_parts`]), stopped at its deadline or when `cancel` is
-    /// dropped.
+    /// over a snapshot of its region, cut into parts when `may_split` and
+    /// the region is big ([`Node::split_parts`]), stopped at its deadline
+    /// or when `cancel` is dropped.
     fn read_job(
         &self,
         c: Checked,
-        parts: Vec<Vec<KeyRange>>,
+        may_split: bool,
         received: Instant,
         cancel: &CancelOnDrop,
     ) -> impl FnOnce() -> CopResponse + Send + 'static {
@@ -286,6 +280,10 @@ impl<E: Engine> Node<E> {
         let concurrency = self.concurrency.clone();
         let too_old = self.too_old(c.read_ts);
         let bounds = KeyRange::new(c.region.start_key, c.region.end_key);
+        let parts = match may_split {
+            true => self.split_parts(&bounds, &c.req),
+            false => vec![c.req.ranges.iter().map(KeyRange::from_proto).collect()],
+        };
         let (req, read_ts) = (c.req, c.read_ts);
         // Parts of one read run on the pool's rayon threads.
         let parts_pool = (parts.len() > 1).then(|| self.read_pool.parts().clone());
