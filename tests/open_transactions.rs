@@ -180,6 +180,37 @@ fn write_skew_is_allowed_but_a_lost_update_is_not() {
     assert_eq!(pg.ok("SELECT on_call FROM d WHERE id = 1"), "on_call\n10\n");
 }
 
+/// Issue 45's report, as a new user met it: a transaction that begins
+/// right after another connection's autocommit write (a one-phase commit,
+/// whose commit_ts the store picks: the oracle may hand the same timestamp
+/// out next) must see that write and may update the row without a
+/// conflict. Before the fix, about one step in two failed with "write
+/// conflict on handle 1: another transaction committed it at T after this
+/// one started at T", the same T on both sides.
+#[test]
+fn a_transaction_begun_right_after_a_one_phase_commit_sees_it_and_may_overwrite_it() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3"]);
+    pg.ok("CREATE TABLE s (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)");
+    pg.ok("INSERT INTO s VALUES (1, 0)");
+    let (mut a, mut b) = (client(&pg), client(&pg));
+    for step in 1..=40i64 {
+        run(&mut b, "DELETE FROM s WHERE id = 1").unwrap();
+        run(&mut b, &format!("INSERT INTO s VALUES (1, {})", step * 10)).unwrap();
+        run(&mut a, "BEGIN").unwrap();
+        let updated = run(&mut a, "UPDATE s SET v = v + 1 WHERE id = 1");
+        let updated = updated.unwrap_or_else(|e| panic!("step {step}: {e}"));
+        assert_eq!(updated, "count\n1\n", "step {step}");
+        assert_eq!(
+            run(&mut a, "SELECT v FROM s WHERE id = 1").unwrap(),
+            format!("v\n{}\n", step * 10 + 1),
+            "step {step}: the transaction did not see the insert before it"
+        );
+        run(&mut a, "COMMIT").unwrap();
+    }
+    assert_eq!(pg.ok("SELECT v FROM s"), "v\n401\n");
+}
+
 #[test]
 fn a_transaction_reads_one_snapshot_while_one_phase_inserts_commit() {
     let _serial = SERIAL.lock();

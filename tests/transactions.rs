@@ -722,13 +722,13 @@ fn a_single_region_write_commits_in_one_phase_above_every_read() {
         // A leader syncs max_ts with the oracle (in the background) before
         // its first one-phase commit; until then a prewrite locks as usual.
         let mut h = 0;
-        loop {
+        let one_pc_at = loop {
             let start_ts = raw.ts().await;
             let r = raw.prewrite(write(o, Op::Insert, h, start_ts)).await;
             assert!(r.error.is_none(), "{:?}", r.error);
             if r.one_pc_commit_ts != 0 {
                 assert!(r.one_pc_commit_ts > start_ts);
-                break;
+                break r.one_pc_commit_ts;
             }
             let commit_ts = raw.ts().await;
             let r = raw.commit(commit(o, h, start_ts, commit_ts)).await;
@@ -736,10 +736,36 @@ fn a_single_region_write_commits_in_one_phase_above_every_read() {
             h += 1;
             assert!(h < 50, "no write committed in one phase");
             tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        };
         // Committed, nothing left to commit: the next read sees it.
         let n = h + 1;
         assert_eq!(pg.ok("SELECT count(*) AS n FROM o"), format!("n\n{n}\n"));
+        // Its commit_ts was the store's pick, one above a timestamp the
+        // oracle handed out: the oracle's next one may equal it, and a
+        // transaction starting there sees the row (commit_ts <= read_ts),
+        // so writing it is no conflict (issue 45: it was refused as one).
+        let later = raw.ts().await;
+        assert!(
+            later >= one_pc_at,
+            "the oracle handed out {later} after a commit at {one_pc_at}"
+        );
+        let mut over = write(o, Op::Put, h, one_pc_at);
+        over.try_one_pc = false;
+        let r = raw.prewrite(over).await;
+        assert!(
+            r.error.is_none(),
+            "a write starting at the commit_ts was refused: {:?}",
+            r.error
+        );
+        let commit_ts = raw.ts().await;
+        let r = raw.commit(commit(o, h, one_pc_at, commit_ts)).await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        // One newer than the start still is.
+        let mut stale = write(o, Op::Put, h, commit_ts - 1);
+        stale.try_one_pc = false;
+        let r = raw.prewrite(stale).await;
+        let err = r.error.expect("a write older than the row's commit passed");
+        assert!(err.message.contains("write conflict"), "{err:?}");
 
         // A read raises the store's max_ts: a one-phase commit that started
         // before the read commits above it, so the read's snapshot, which

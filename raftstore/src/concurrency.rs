@@ -24,8 +24,12 @@
 //!   without it). A new leader applies the entry before it serves reads.
 //!
 //! commit_ts is not from the oracle, but it is at most one above a
-//! timestamp the oracle handed out, so every timestamp taken after the
-//! commit returned is at or above it: a later read sees the write.
+//! timestamp the oracle handed out (max_ts only ever holds oracle
+//! timestamps: reads' and the sync after a leader change), so every
+//! timestamp taken after the commit returned is at or above it: a later
+//! read sees the write. It may EQUAL the next one the oracle hands out; a
+//! version at a transaction's start_ts is in its snapshot, so a prewrite
+//! at that start_ts is no write conflict (`txn.rs`, TiKV's rule).
 //!
 //! PIPELINED PESSIMISTIC LOCKS (`pessimistic.rs`) are answered before
 //! raft replicates them; until they apply, their keys are registered here

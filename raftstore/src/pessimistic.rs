@@ -153,7 +153,7 @@ pub fn check_free<E: Engine>(engine: &E, p: &PrewriteRequest) -> Result<Option<V
         let unusual = state
             .versions
             .iter()
-            .any(|v| v.start_ts == p.start_ts || v.commit_ts >= p.start_ts);
+            .any(|v| v.start_ts == p.start_ts || v.commit_ts > p.start_ts);
         if unusual {
             return Ok(None);
         }

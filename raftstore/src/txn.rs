@@ -8,8 +8,9 @@
 //!
 //! * **Prewrite** (start_ts, primary, mutations): for each key, a lock of
 //!   another transaction refuses it (`LOCKED`, with the lock, so the client
-//!   can resolve it); a data version committed at or after start_ts refuses
-//!   it (`WRITE_CONFLICT`: snapshot isolation's first committer wins); an
+//!   can resolve it); a data version committed after start_ts refuses it
+//!   (`WRITE_CONFLICT`: snapshot isolation's first committer wins; one
+//!   committed at start_ts is in the transaction's snapshot); an
 //!   INSERT whose row exists refuses it (`ALREADY_EXISTS`). Otherwise the
 //!   key gets a lock holding the value. A retried prewrite finds its own
 //!   lock (or its own commit) and passes. The whole command is refused or
@@ -341,9 +342,13 @@ fn prewrite<E: Engine>(ctx: &mut ApplyCtx<'_, E>, mut p: PrewriteRequest) -> Res
             }
             continue; // a retry after the commit: done already
         }
+        // A version committed AT start_ts is in this transaction's snapshot
+        // (reads see commit_ts <= read_ts), so it is no conflict: only a
+        // newer one is (TiKV's rule). A one-phase commit_ts may equal the
+        // next timestamp the oracle hands out (`concurrency.rs`).
         if let Some(newer) = versions
             .iter()
-            .find(|v| v.commit_ts >= p.start_ts && v.kind != WriteKind::Rollback)
+            .find(|v| v.commit_ts > p.start_ts && v.kind != WriteKind::Rollback)
         {
             return Err(Error::Key(Box::new(KeyError {
                 code: Code::WriteConflict as i32,
