@@ -50,6 +50,26 @@ pub struct Worker<E: Engine> {
     compact_delta_rows: u64,
 }
 
+/// How long a store keeps retrying the report of a split it made.
+const SPLIT_REPORT_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Tells meta a split's two regions (the `split_report` failpoint fails it).
+async fn report_split<E: Engine>(
+    meta: &MetaService<E>,
+    store_id: u64,
+    regions: Vec<Region>,
+) -> Result<()> {
+    if quarry_proto::failpoint::fires_on("split_report", store_id) {
+        return Err(Error::Unavailable(quarry_proto::failpoint::injected(
+            "split_report",
+        )));
+    }
+    meta.report_regions(Request::new(ReportRegionsRequest { regions }))
+        .await
+        .map(|_| ())
+        .map_err(status_err)
+}
+
 fn status_err(s: tonic::Status) -> Error {
     match s.code() {
         tonic::Code::InvalidArgument => Error::InvalidInput(s.message().into()),
@@ -328,23 +348,38 @@ impl<E: Engine> Worker<E> {
             new_peer_ids: (1..=n).map(|i| first + i).collect(),
         };
         let (left, right) = self.node.split(region_id, region.epoch, split).await?;
-        if let Err(e) = self
-            .meta
-            .report_regions(Request::new(ReportRegionsRequest {
-                regions: vec![left.clone(), right.clone()],
-            }))
-            .await
-        {
+        let regions = vec![left.clone(), right.clone()];
+        if let Err(e) = report_split(&self.meta, self.me.id, regions.clone()).await {
             // Compute learns the region's new range from EpochNotMatch,
             // but meta routes the part that moved out to the old epoch
-            // until the regions are reported again; nothing retries the
-            // report yet (a known gap: queries over that part back off
-            // and give up).
+            // until the regions are reported: retried in the background
+            // (meta keeps the newer epoch, so a late report is harmless).
             tracing::warn!(
                 region = region_id,
-                "reporting a split to meta: {}",
-                e.message()
+                "reporting a split to meta: {e}; retrying in the background"
             );
+            let (meta, store) = (self.meta.clone(), self.me.id);
+            tokio::spawn(async move {
+                let t0 = std::time::Instant::now();
+                let mut wait = std::time::Duration::from_millis(200);
+                loop {
+                    tokio::time::sleep(wait).await;
+                    match report_split(&meta, store, regions.clone()).await {
+                        Ok(()) => {
+                            tracing::info!(region = region_id, "split reported to meta");
+                            return;
+                        }
+                        Err(e) if t0.elapsed() > SPLIT_REPORT_RETRY_FOR => {
+                            tracing::error!(
+                                region = region_id,
+                                "gave up reporting a split to meta: {e}"
+                            );
+                            return;
+                        }
+                        Err(_) => wait = (wait * 2).min(std::time::Duration::from_secs(5)),
+                    }
+                }
+            });
         }
         Ok((left, right))
     }
