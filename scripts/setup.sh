@@ -15,6 +15,8 @@ command -v curl >/dev/null 2>&1 || need+=(curl ca-certificates)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
+# Go builds the chaos runs' Porcupine checker (tools/porcupine).
+command -v go >/dev/null 2>&1 || need+=(golang-go)
 # libclang: a libclang.so that bindgen can load (libclang-cpp.so, which some
 # images carry alone, is not one).
 # (`ls` of several patterns fails when any one matches nothing, and

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine if needed, then checks formatting, lints and
-# docs (no rustdoc warnings) and runs every test (unit, property and the
+# docs (no rustdoc warnings), the Go checker of tools/porcupine, and runs
+# every test (unit, property and the
 # multi-process integration tests) in the release profile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 source scripts/env.sh
 cargo fmt --all -- --check
+# The chaos runs' Porcupine checker (Go): formatted, vetted, its own tests.
+(cd tools/porcupine && test -z "$(gofmt -l .)" && go vet ./... && go test ./...)
 cargo clippy --release --workspace --all-targets --locked --features "$QUARRY_FEATURES" -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --release --workspace --no-deps --locked --features "$QUARRY_FEATURES"
 # Every test binary prints its own "test result" line; the last line here

@@ -10,6 +10,7 @@
 pub mod answers;
 pub mod bank;
 pub mod bench;
+pub mod chaos;
 pub mod load;
 pub mod load_file;
 pub mod local;

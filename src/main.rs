@@ -82,6 +82,10 @@ enum Cmd {
     /// Run sqllogictest files (SQLite's format) against a compute
     /// process and print each file's pass rate and failures.
     Slt(SltArgs),
+    /// Run a workload under faults and check its history with Porcupine
+    /// (Jepsen's method): registers, list appends or pessimistic locks;
+    /// kill, pause, partition, clock skew, leader transfers and splits.
+    Chaos(quarry::chaos::ChaosOptions),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -835,6 +839,19 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Bench { what } => bench_cmd::run(what).await,
+        Cmd::Chaos(opts) => {
+            init_logging("warn");
+            let r = quarry::chaos::run(&opts).await?;
+            if opts.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", quarry::chaos::format(&r));
+            }
+            if !r.passed {
+                anyhow::bail!("the chaos run failed its checks (history in {})", r.out);
+            }
+            Ok(())
+        }
         Cmd::Slt(a) => {
             init_logging("warn");
             run_slt(a).await

@@ -14,7 +14,8 @@
 //! and `GET /fail` on its status port, and reads `FAILPOINTS=NAME=ACTIONS;…`
 //! from its environment at start. In-process tests call [`fail::cfg`].
 //!
-//! A `return` action may carry an argument; every point here reads it as a
+//! A `return` action may carry an argument; every point here but
+//! `clock_skew` and `stale_read` (which read a number of ms) reads it as a
 //! comma-separated list of store ids the point is limited to
 //! (`return(2)`: only store 2), so in-process tests with several stores can
 //! hit one of them. Without an argument the point fires everywhere.
@@ -36,6 +37,9 @@
 //! | `region_seek_error` | a coprocessor scan's first seek | RocksDB fails the seek |
 //! | `meta_write` | a write to the meta region (catalog, ids, users) | the meta write fails |
 //! | `raft_isolate` | raft messages this store sends and receives | all are dropped: the store is cut off |
+//! | `split_report` | a store telling meta the regions of a split it made | the report fails (retried in the background) |
+//! | `clock_skew` | a store's wall clock ([`wall_clock_ms`]: the oracle, GC) | `return(MS)`: the clock is MS ms ahead (or behind, negative) |
+//! | `stale_read` | compute's timestamp for a query's reads | `return(MS)`: queries read MS ms in the past (a broken build for `quarry chaos` to catch) |
 
 /// Whether any point can fire in this build.
 pub const ENABLED: bool = cfg!(feature = "failpoints");
@@ -73,6 +77,25 @@ pub fn fires_on(name: &str, store_id: u64) -> bool {
 #[inline(always)]
 pub fn fires(name: &str) -> bool {
     hit(name).is_some()
+}
+
+/// A point whose `return(N)` carries a number rather than store ids (N
+/// when it returns with one that parses, else None).
+#[inline(always)]
+pub fn number(name: &str) -> Option<i64> {
+    hit(name).flatten().and_then(|a| a.trim().parse().ok())
+}
+
+/// The wall clock in ms since the Unix epoch, moved by `clock_skew`'s
+/// `return(MS)` (a test's skewed clock: MS may be negative).
+pub fn wall_clock_ms() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    match number("clock_skew") {
+        Some(skew) => now.saturating_add_signed(skew),
+        None => now,
+    }
 }
 
 /// The error text of an injected fault: names the point, so a user or a

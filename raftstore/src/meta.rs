@@ -329,9 +329,9 @@ impl<E: Engine> Meta<E> {
             ),
             None => 0,
         };
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        // The wall clock (skewed by the `clock_skew` failpoint in tests:
+        // `next_timestamps` keeps the oracle monotonic through any jump).
+        let now_ms = quarry_proto::failpoint::wall_clock_ms();
         let (first, next, persist) = next_timestamps(*tso, persisted, now_ms, count as u64);
         if let Some(mark) = persist {
             self.propose(

@@ -247,10 +247,7 @@ impl<E: Engine> Node<E> {
 
     /// The timestamp of the wall time `ago` before now (physical << 18).
     fn ts_ago(ago_ms: u64) -> u64 {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
+        let now_ms = quarry_proto::failpoint::wall_clock_ms();
         now_ms.saturating_sub(ago_ms) << 18
     }
 

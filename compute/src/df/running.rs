@@ -87,7 +87,12 @@ impl SqlSession {
                     Some(v) => self.cluster.confirm_catalog(v, asked),
                     None => {}
                 }
-                Ok(stamp.ts)
+                // A broken build on purpose, for the chaos checker's test:
+                // reads this many ms in the past.
+                match quarry_proto::failpoint::number("stale_read") {
+                    Some(ms) => Ok(stamp.ts.saturating_sub((ms.max(0) as u64) << 18)),
+                    None => Ok(stamp.ts),
+                }
             })
             .await;
         let Some(check) = check.filter(|_| stale.load(Ordering::Relaxed)) else {

@@ -1,0 +1,142 @@
+//! `quarry chaos` end to end: each workload's history under faults is
+//! checked by Porcupine and must be linearizable, recover after every heal
+//! and keep every acknowledged append; and a build that reads at a stale
+//! timestamp (a test-only failpoint) must be caught, which shows the
+//! checker can fail. Each run starts its own cluster of real processes.
+//!
+//! The checker is a Go program (`tools/porcupine`); Go must be on the
+//! machine (`.ci/run` has it). Longer runs over more seeds are in
+//! `docs/reliability.md`, with the commands that repeat them.
+
+mod common;
+
+use common::SERIAL;
+
+/// Runs `quarry chaos ARGS --json`; its report and whether it passed.
+fn chaos(args: &[&str]) -> (serde_json::Value, bool) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_quarry"))
+        .arg("chaos")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("running quarry chaos");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("no report ({e}): stdout {stdout}\nstderr {stderr}");
+    });
+    (report, out.status.success())
+}
+
+fn count(report: &serde_json::Value, what: &str) -> u64 {
+    report["ops"][what].as_u64().unwrap_or(0)
+}
+
+/// A passing run: Porcupine's Ok, faults applied, operations of each kind
+/// acknowledged, nothing stuck or lost.
+fn assert_passed(report: &serde_json::Value, passed: bool, kinds: &[&str]) {
+    let text = serde_json::to_string_pretty(report).unwrap();
+    assert!(passed, "{text}");
+    assert_eq!(report["verdict"], "Ok", "{text}");
+    assert_eq!(report["stuck"], 0, "{text}");
+    assert!(report["lost"].as_array().unwrap().is_empty(), "{text}");
+    assert!(
+        report["not_recovered"].as_array().unwrap().is_empty(),
+        "{text}"
+    );
+    assert!(report["faults"].as_array().unwrap().len() >= 2, "{text}");
+    for k in kinds {
+        assert!(
+            count(report, &format!("{k} ok")) >= 5,
+            "few {k}s acknowledged: {text}"
+        );
+    }
+}
+
+#[test]
+fn register_histories_under_kills_and_pauses_are_linearizable() {
+    let _serial = SERIAL.lock();
+    let (r, ok) = chaos(&[
+        "--workload",
+        "register",
+        "--nemesis",
+        "kill,pause",
+        "--seconds",
+        "45",
+        "--seed",
+        "1",
+    ]);
+    assert_passed(&r, ok, &["read", "write", "cas"]);
+}
+
+#[test]
+fn append_histories_under_partitions_skew_transfers_and_splits_are_linearizable() {
+    let _serial = SERIAL.lock();
+    let (r, ok) = chaos(&[
+        "--workload",
+        "append",
+        "--nemesis",
+        "partition,skew,transfer,split",
+        "--seconds",
+        "45",
+        "--seed",
+        "2",
+    ]);
+    assert_passed(&r, ok, &["append", "read-group"]);
+}
+
+#[test]
+fn pessimistic_read_modify_writes_under_kills_and_partitions_are_linearizable() {
+    let _serial = SERIAL.lock();
+    let (r, ok) = chaos(&[
+        "--workload",
+        "locks",
+        "--nemesis",
+        "kill,partition",
+        "--seconds",
+        "45",
+        "--seed",
+        "3",
+    ]);
+    assert_passed(&r, ok, &["rmw", "read"]);
+}
+
+#[test]
+fn all_workloads_under_every_fault_are_linearizable() {
+    let _serial = SERIAL.lock();
+    let (r, ok) = chaos(&[
+        "--workload",
+        "all",
+        "--nemesis",
+        "all",
+        "--seconds",
+        "60",
+        "--seed",
+        "4",
+        "--clients",
+        "9",
+    ]);
+    assert_passed(&r, ok, &["read", "append", "rmw"]);
+}
+
+#[test]
+fn a_build_that_reads_a_stale_snapshot_is_caught_by_the_checker() {
+    let _serial = SERIAL.lock();
+    let (r, ok) = chaos(&[
+        "--workload",
+        "register",
+        "--seconds",
+        "12",
+        "--seed",
+        "5",
+        "--stale-reads-ms",
+        "1000",
+    ]);
+    let text = serde_json::to_string_pretty(&r).unwrap();
+    assert!(!ok, "a stale build passed: {text}");
+    assert_eq!(r["verdict"], "Illegal", "{text}");
+    let views = r["views"].as_array().unwrap();
+    assert!(!views.is_empty(), "{text}");
+    let view = std::fs::read_to_string(views[0].as_str().unwrap()).unwrap();
+    assert!(view.contains("read k"), "the HTML view names no read");
+}
