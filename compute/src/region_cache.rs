@@ -112,23 +112,9 @@ impl RegionCache {
         Some(out)
     }
 
-    /// Caches `l`, dropping the entries it overlaps, unless one of them is
-    /// newer: a region's epoch version grows with each split, so a cached
-    /// region that overlaps `l` with a higher version descends from a
-    /// split `l` predates (meta's directory may lag behind a split that
-    /// a store already reported to us through EpochNotMatch). Then `l` is
-    /// stale and not cached (as TiKV's client does); the lookup finds the
-    /// gap and asks again. Returns whether it was cached.
-    fn insert(&self, l: Located) -> bool {
+    fn insert(&self, l: Located) {
         let mut map = self.by_start.write();
         let (s, e) = (l.region.start_key.clone(), l.region.end_key.clone());
-        let version = |r: &Region| r.epoch.map_or(0, |e| e.version);
-        let newer_cached = map
-            .values()
-            .any(|v| overlaps(&v.region, &s, &e) && version(&v.region) > version(&l.region));
-        if newer_cached {
-            return false;
-        }
         let stale: Vec<Vec<u8>> = map
             .iter()
             .filter(|(_, v)| overlaps(&v.region, &s, &e))
@@ -138,7 +124,6 @@ impl RegionCache {
             map.remove(&k);
         }
         map.insert(s, l);
-        true
     }
 
     fn install_route(&self, r: RegionRoute) -> Result<Located> {
@@ -274,66 +259,5 @@ impl RegionCache {
             .get(&store_id)
             .cloned()
             .ok_or_else(|| Error::Unavailable(format!("store {store_id} is not registered")))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use futures::future::BoxFuture;
-    use quarry_proto::meta::RegionEpoch;
-
-    struct NoRoutes;
-    impl Routes for NoRoutes {
-        fn get_regions<'a>(
-            &'a self,
-            _: &'a [u8],
-            _: &'a [u8],
-        ) -> BoxFuture<'a, Result<Vec<RegionRoute>>> {
-            Box::pin(async { Ok(vec![]) })
-        }
-        fn get_stores(&self) -> BoxFuture<'_, Result<Vec<Store>>> {
-            Box::pin(async { Ok(vec![]) })
-        }
-    }
-
-    fn located(id: u64, start: &[u8], end: &[u8], version: u64) -> Located {
-        let peer = Peer {
-            id: id * 10,
-            store_id: 1,
-        };
-        Located {
-            region: Region {
-                id,
-                start_key: start.to_vec(),
-                end_key: end.to_vec(),
-                epoch: Some(RegionEpoch {
-                    conf_ver: 1,
-                    version,
-                }),
-                peers: vec![peer],
-            },
-            leader: peer,
-            addr: "store-1".into(),
-        }
-    }
-
-    #[test]
-    fn a_stale_route_does_not_replace_the_regions_of_a_newer_split() {
-        let cache = RegionCache::new(Arc::new(NoRoutes));
-        // The split's halves, learned from a store (EpochNotMatch).
-        assert!(cache.insert(located(2, b"a", b"m", 2)));
-        assert!(cache.insert(located(3, b"m", b"z", 2)));
-        // Meta's directory still has the region before the split.
-        assert!(!cache.insert(located(2, b"a", b"z", 1)));
-        let hit = cache.cached(b"a", b"z").expect("both halves stay cached");
-        assert_eq!(
-            hit.iter().map(|l| l.region.id).collect::<Vec<_>>(),
-            vec![2, 3]
-        );
-        // A newer route (a later split of the left half) replaces them.
-        assert!(cache.insert(located(4, b"a", b"f", 3)));
-        assert!(cache.cached(b"a", b"m").is_none(), "f..m is a gap now");
-        assert_eq!(cache.cached(b"a", b"e").unwrap()[0].region.id, 4);
     }
 }

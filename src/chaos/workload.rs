@@ -370,29 +370,38 @@ async fn locks_op(c: &mut Client, sh: &Shared, rng: &mut Rng, process: u64) -> O
     finish(sh, op, outcome, error)
 }
 
+/// Reads every list of `op.group` (autocommit).
+async fn read_group(c: &mut Client, sh: &Shared, mut op: Op) -> Op {
+    let (lo, hi) = (
+        op.group * GROUP_SIZE,
+        op.group * GROUP_SIZE + GROUP_SIZE - 1,
+    );
+    let sql = format!("SELECT k, v FROM {APPEND_TABLE} WHERE k BETWEEN {lo} AND {hi}");
+    let r = c.sql(&sql).await.map_err(|e| e.to_string());
+    match r.and_then(|b| lists(&b)) {
+        Ok(l) if l.len() == GROUP_SIZE as usize => {
+            op.reads = l;
+            finish(sh, op, Outcome::Ok, None)
+        }
+        Ok(l) => finish(
+            sh,
+            op,
+            Outcome::Fail,
+            Some(format!("read {} of the group's {GROUP_SIZE} rows", l.len())),
+        ),
+        Err(e) => finish(sh, op, Outcome::Fail, Some(e)),
+    }
+}
+
 /// An append transaction over 3–5 keys of a random group, or a read of a
 /// whole group.
 async fn append_op(c: &mut Client, sh: &Shared, rng: &mut Rng, process: u64) -> Op {
     let group = rng.below(GROUPS as u64) as i64;
-    let (lo, hi) = (group * GROUP_SIZE, group * GROUP_SIZE + GROUP_SIZE - 1);
+    let lo = group * GROUP_SIZE;
     if rng.below(10) < 4 {
         let mut op = Op::new(process, "read-group", sh.history.now());
         op.group = group;
-        let sql = format!("SELECT k, v FROM {APPEND_TABLE} WHERE k BETWEEN {lo} AND {hi}");
-        let r = c.sql(&sql).await.map_err(|e| e.to_string());
-        return match r.and_then(|b| lists(&b)) {
-            Ok(l) if l.len() == GROUP_SIZE as usize => {
-                op.reads = l;
-                finish(sh, op, Outcome::Ok, None)
-            }
-            Ok(l) => finish(
-                sh,
-                op,
-                Outcome::Fail,
-                Some(format!("read {} of the group's {GROUP_SIZE} rows", l.len())),
-            ),
-            Err(e) => finish(sh, op, Outcome::Fail, Some(e)),
-        };
+        return read_group(c, sh, op).await;
     }
     let n = 3 + rng.below(GROUP_SIZE as u64 - 2) as usize;
     let mut keys: BTreeSet<i64> = BTreeSet::new();
@@ -524,24 +533,9 @@ pub async fn final_reads(sh: &Shared, workload: Workload, within: Duration) -> V
                     op.key = id;
                     read_register(cl, sh, op).await
                 } else {
-                    let (lo, hi) = (id * GROUP_SIZE, id * GROUP_SIZE + GROUP_SIZE - 1);
                     let mut op = Op::new(process, "read-group", sh.history.now());
                     op.group = id;
-                    let sql =
-                        format!("SELECT k, v FROM {APPEND_TABLE} WHERE k BETWEEN {lo} AND {hi}");
-                    match cl
-                        .sql(&sql)
-                        .await
-                        .map_err(|e| e.to_string())
-                        .and_then(|b| lists(&b))
-                    {
-                        Ok(l) if l.len() == GROUP_SIZE as usize => {
-                            op.reads = l;
-                            finish(sh, op, Outcome::Ok, None)
-                        }
-                        Ok(l) => finish(sh, op, Outcome::Fail, Some(format!("{} rows", l.len()))),
-                        Err(e) => finish(sh, op, Outcome::Fail, Some(e)),
-                    }
+                    read_group(cl, sh, op).await
                 };
                 let ok = op.outcome == Outcome::Ok;
                 sh.history.record(op);
