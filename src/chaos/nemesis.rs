@@ -93,22 +93,6 @@ fn signal(pid: u32, sig: Signal) {
     let _ = kill(Pid::from_raw(pid as i32), sig);
 }
 
-/// The index of the store leading the meta region, if one says so.
-async fn meta_leader(cluster: &LocalCluster) -> Option<usize> {
-    for (i, addr) in cluster.store_addrs().iter().enumerate() {
-        if let Ok(s) = crate::status::fetch(addr).await {
-            let leads = s
-                .regions
-                .iter()
-                .any(|r| r.is_leader && r.region.as_ref().is_some_and(|g| g.id == 1));
-            if leads {
-                return Some(i);
-            }
-        }
-    }
-    None
-}
-
 /// (store index, region) of every region leader the stores report.
 async fn leaders(cluster: &LocalCluster) -> Vec<(usize, quarry_proto::meta::RegionStatus)> {
     let mut out = Vec::new();
@@ -123,6 +107,15 @@ async fn leaders(cluster: &LocalCluster) -> Vec<(usize, quarry_proto::meta::Regi
         }
     }
     out
+}
+
+/// The index of the store leading the meta region, if one says so.
+async fn meta_leader(cluster: &LocalCluster) -> Option<usize> {
+    leaders(cluster)
+        .await
+        .into_iter()
+        .find(|(_, r)| r.region.as_ref().is_some_and(|g| g.id == 1))
+        .map(|(i, _)| i)
 }
 
 fn between(rng: &mut Rng, lo: f64, hi: f64) -> Duration {

@@ -190,17 +190,10 @@ fn lists(batches: &[RecordBatch]) -> Result<BTreeMap<String, Vec<i64>>, String> 
     let keys = ints(batches, 0)?;
     let mut values = Vec::new();
     for b in batches {
-        let col = b.column(1);
-        let text: Vec<String> = if let Some(a) = col.as_string_opt::<i32>() {
-            (0..a.len()).map(|i| a.value(i).to_string()).collect()
-        } else if let Some(a) = col.as_string_view_opt() {
-            (0..a.len()).map(|i| a.value(i).to_string()).collect()
-        } else if let Some(a) = col.as_string_opt::<i64>() {
-            (0..a.len()).map(|i| a.value(i).to_string()).collect()
-        } else {
-            return Err(format!("v is {}, not text", col.data_type()));
-        };
-        values.extend(text);
+        let col = arrow::compute::cast(b.column(1), &arrow::datatypes::DataType::Utf8)
+            .map_err(|e| format!("v is not text: {e}"))?;
+        let text = col.as_string::<i32>();
+        values.extend((0..text.len()).map(|i| text.value(i).to_string()));
     }
     for (k, v) in keys.into_iter().zip(values) {
         let list = v
