@@ -17,6 +17,8 @@ command -v java >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 # Go builds the chaos runs' Porcupine checker (tools/porcupine).
 command -v go >/dev/null 2>&1 || need+=(golang-go)
+# psql for the PostgreSQL front end's tests (tests/postgres.rs).
+command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 # libclang: a libclang.so that bindgen can load (libclang-cpp.so, which some
 # images carry alone, is not one).
 # (`ls` of several patterns fails when any one matches nothing, and
@@ -51,6 +53,11 @@ if ! "$QUARRY_VENV/bin/python" -c 'import adbc_driver_flightsql.dbapi, pyarrow' 
   python3 -m venv "$QUARRY_VENV"
   "$QUARRY_VENV/bin/pip" install -q "adbc_driver_flightsql==1.13.0" "pyarrow==26.0.1"
 fi
+# PostgreSQL clients for tests/postgres.rs.
+if ! "$QUARRY_VENV/bin/python" -c 'import psycopg, asyncpg, sqlalchemy' >/dev/null 2>&1; then
+  echo "installing psycopg, asyncpg and SQLAlchemy into $QUARRY_VENV"
+  "$QUARRY_VENV/bin/pip" install -q "psycopg[binary]==3.2.10" "asyncpg==0.32.0" "sqlalchemy==2.1.9"
+fi
 
 # The JDBC driver for the client tests: one shaded jar, fetched by Maven
 # into its local repository (~/.m2), where env.sh points.
@@ -58,4 +65,11 @@ if [[ ! -f $QUARRY_JDBC_JAR ]]; then
   echo "fetching the Arrow Flight SQL JDBC driver $QUARRY_JDBC_VERSION with Maven"
   mvn -q -B dependency:get -Dtransitive=false \
     "-Dartifact=org.apache.arrow:flight-sql-jdbc-driver:$QUARRY_JDBC_VERSION"
+fi
+
+# PostgreSQL's JDBC driver (pgjdbc) for tests/postgres.rs.
+if [[ ! -f $QUARRY_PGJDBC_JAR ]]; then
+  echo "fetching pgjdbc $QUARRY_PGJDBC_VERSION with Maven"
+  mvn -q -B dependency:get -Dtransitive=false \
+    "-Dartifact=org.postgresql:postgresql:$QUARRY_PGJDBC_VERSION"
 fi

@@ -28,6 +28,8 @@ pub struct Proc {
     pub addr: String,
     /// Its status port's URL (`http://HOST:PORT`: `/metrics`), if any.
     pub status: Option<String>,
+    /// A compute process's PostgreSQL address (`HOST:PORT`), if it serves one.
+    pub postgres: Option<String>,
 }
 
 pub struct LocalCluster {
@@ -96,17 +98,21 @@ pub async fn spawn(exe: &Path, name: &str, args: &[String], log: &Path) -> Resul
     let pid = child.id().ok_or_else(|| anyhow!("{name} exited at once"))?;
     let stdout = child.stdout.take().expect("stdout is piped");
     let mut lines = BufReader::new(stdout).lines();
-    let (addr, status) = tokio::time::timeout(START_TIMEOUT, async {
+    let (addr, status, postgres) = tokio::time::timeout(START_TIMEOUT, async {
         while let Some(line) = lines.next_line().await? {
-            // "... listening on ADDR[ status URL]"
+            // "... listening on ADDR[ status URL][ postgres ADDR]"
             if let Some((_, rest)) = line.split_once("listening on ") {
                 let mut words = rest.split_whitespace();
                 let addr = words.next().unwrap_or_default().to_string();
-                let status = match (words.next(), words.next()) {
-                    (Some("status"), Some(url)) => Some(url.to_string()),
-                    _ => None,
-                };
-                return Ok((addr, status));
+                let (mut status, mut postgres) = (None, None);
+                while let (Some(key), Some(value)) = (words.next(), words.next()) {
+                    match key {
+                        "status" => status = Some(value.to_string()),
+                        "postgres" => postgres = Some(value.to_string()),
+                        _ => {}
+                    }
+                }
+                return Ok((addr, status, postgres));
             }
         }
         Err(anyhow!("{name} exited before it was ready"))
@@ -123,6 +129,7 @@ pub async fn spawn(exe: &Path, name: &str, args: &[String], log: &Path) -> Resul
         pid,
         addr,
         status,
+        postgres,
     })
 }
 
@@ -204,6 +211,9 @@ impl LocalCluster {
         }
         if let Some(c) = &self.compute {
             text.push_str(&format!("compute {}\n", c.addr));
+            if let Some(pg) = &c.postgres {
+                text.push_str(&format!("compute-postgres {pg}\n"));
+            }
         }
         std::fs::write(self.addresses_file(), text).context("saving child addresses")
     }
@@ -256,10 +266,15 @@ impl LocalCluster {
         let addr = self
             .previous_addr("compute")
             .unwrap_or_else(|| "127.0.0.1:0".into());
+        let pg_addr = self
+            .previous_addr("compute-postgres")
+            .unwrap_or_else(|| "127.0.0.1:0".into());
         let mut args = vec![
             "compute".to_string(),
             "--addr".into(),
             addr,
+            "--pg-addr".into(),
+            pg_addr,
             "--stores".into(),
             self.store_addrs().join(","),
             "--status-addr".into(),

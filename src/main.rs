@@ -241,6 +241,9 @@ struct ComputeArgs {
     config: Option<PathBuf>,
     #[arg(long)]
     addr: Option<String>,
+    /// Address to serve PostgreSQL's wire protocol on (port 0 picks one).
+    #[arg(long)]
+    pg_addr: Option<String>,
     /// HTTP status address (/metrics, /health); port 0 picks a free one.
     #[arg(long)]
     status_addr: Option<String>,
@@ -606,12 +609,16 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     if let Some(v) = a.slow_query_ms {
         cfg.slow_query_ms = v;
     }
+    if let Some(v) = a.pg_addr {
+        cfg.pg_addr = v;
+    }
     a.security.apply(&mut cfg.security);
     let status = status_suffix(&cfg.status_addr).await?;
     quarry_compute::server::run(
         cfg,
-        |addr| {
-            println!("compute listening on {addr}{status}");
+        |addr, pg| {
+            let pg = pg.map(|a| format!(" postgres {a}")).unwrap_or_default();
+            println!("compute listening on {addr}{status}{pg}");
             let _ = std::io::stdout().flush();
         },
         shutdown_signal(a.exit_with_parent),

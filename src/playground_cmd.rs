@@ -191,6 +191,13 @@ pub async fn run(a: PlaygroundArgs) -> Result<()> {
             .as_ref()
             .ok_or_else(|| anyhow!("no compute process"))?;
         print_compute(&mut out, c, &cluster.compute_url())?;
+        if let Some(pg) = &c.postgres {
+            let ssl = if a.secure { "?sslmode=require" } else { "" };
+            writeln!(
+                out,
+                "postgres: addr {pg} (psql \"postgresql://root@{pg}/quarry{ssl}\")"
+            )?;
+        }
         if let Some(certs) = &certs {
             let password = a.password.as_deref().unwrap_or_default();
             quarry::secure::put_user(

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use quarry_compute::cluster::Cluster;
-use quarry_proto::meta::{PutUserMode, UserDef};
+use quarry_proto::meta::PutUserMode;
 use quarry_proto::security::SecurityConfig;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -135,17 +135,8 @@ pub async fn put_user(
     mode: PutUserMode,
 ) -> Result<()> {
     let cluster = Cluster::new(stores.to_vec(), Duration::from_secs(10));
-    let hash = quarry_compute::auth::hash_off_thread(password.to_string()).await?;
-    cluster
-        .put_user(
-            UserDef {
-                name: name.to_string(),
-                password_hash: hash,
-                superuser,
-            },
-            mode,
-        )
-        .await?;
+    let user = quarry_compute::auth::user_def(name, password.to_string(), superuser).await?;
+    cluster.put_user(user, mode).await?;
     Ok(())
 }
 

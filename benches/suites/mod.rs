@@ -83,7 +83,7 @@ pub fn physical_plan(sql: &str) -> Arc<dyn ExecutionPlan> {
         join_bloom_filters: true,
         join_key_list_max: quarry_compute::df::MAX_JOIN_KEYS_PUSHED,
     };
-    let session = SqlSession::new(scan, cluster, txns, 2);
+    let session = SqlSession::new(scan, cluster, txns, 2).expect("a session");
     tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime")

@@ -102,6 +102,30 @@ struct Login {
 struct Scope {
     login: Option<Login>,
     peer: Option<std::net::SocketAddr>,
+    /// The session's own key, where the front end has sessions of its
+    /// own (a PostgreSQL connection); else the peer (and token) stand
+    /// for it.
+    session: Option<String>,
+}
+
+/// Runs `f` as a request of `caller` (None: no logins) from `peer`, in
+/// the session `session` (a PostgreSQL connection's id: its settings are
+/// kept under it).
+pub async fn in_scope<F: std::future::Future>(
+    caller: Option<Caller>,
+    session: String,
+    peer: std::net::SocketAddr,
+    f: F,
+) -> F::Output {
+    let scope = Scope {
+        login: caller.map(|caller| Login {
+            caller,
+            token: session.clone(),
+        }),
+        peer: Some(peer),
+        session: Some(session),
+    };
+    SCOPE.scope(scope, f).await
 }
 
 tokio::task_local! {
@@ -132,6 +156,9 @@ fn current_token() -> Option<String> {
 pub fn session_key() -> Option<String> {
     SCOPE
         .try_with(|s| {
+            if let Some(session) = &s.session {
+                return Some(session.clone());
+            }
             let peer = s.peer?;
             Some(match &s.login {
                 Some(l) => format!("{peer}/{}", l.token),
@@ -190,6 +217,69 @@ pub fn hash_password(password: &str) -> Result<String> {
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
         .map_err(|e| Error::Internal(format!("hashing a password: {e}")))
+}
+
+/// The SCRAM iteration count of the verifiers Quarry makes (PostgreSQL's
+/// default).
+pub const SCRAM_ITERATIONS: usize = 4096;
+
+/// PostgreSQL's SCRAM-SHA-256 verifier of `password`, as `pg_authid`
+/// keeps it: `SCRAM-SHA-256$<iterations>:<salt>:<StoredKey>:<ServerKey>`
+/// (base64). It proves a password without holding it: PostgreSQL
+/// clients log in against it (`pg/startup.rs`).
+pub fn scram_verifier(password: &str) -> String {
+    use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramSecret};
+    let mut salt = [0u8; 16];
+    OsRng.fill_bytes(&mut salt);
+    let salted = gen_salted_password(password, &salt, SCRAM_ITERATIONS);
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    match ScramSecret::verifier_from_salted_password(salt.to_vec(), salted, SCRAM_ITERATIONS) {
+        ScramSecret::Verifier {
+            salt,
+            iterations,
+            stored_key,
+            server_key,
+        } => format!(
+            "SCRAM-SHA-256${iterations}:{}:{}:{}",
+            b64(&salt),
+            b64(&stored_key),
+            b64(&server_key)
+        ),
+        ScramSecret::SaltedPassword { .. } => String::new(),
+    }
+}
+
+/// The verifier [`scram_verifier`] wrote, for a SCRAM exchange (None if
+/// `text` is not one: empty for users made before verifiers were kept).
+pub fn parse_scram_verifier(text: &str) -> Option<pgwire::api::auth::sasl::scram::ScramSecret> {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.decode(s).ok();
+    let rest = text.strip_prefix("SCRAM-SHA-256$")?;
+    let (iterations, keys) = rest.split_once(':')?;
+    let mut parts = keys.split(':');
+    let (salt, stored, server) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(pgwire::api::auth::sasl::scram::ScramSecret::Verifier {
+        salt: b64(salt)?,
+        iterations: iterations.parse().ok()?,
+        stored_key: b64(stored)?,
+        server_key: b64(server)?,
+    })
+}
+
+/// A user's definition with `password`'s Argon2 hash (Flight SQL logins)
+/// and SCRAM verifier (PostgreSQL logins), made on a blocking thread
+/// (both take tens of milliseconds).
+pub async fn user_def(name: &str, password: String, superuser: bool) -> Result<UserDef> {
+    let name = name.to_string();
+    tokio::task::spawn_blocking(move || {
+        Ok(UserDef {
+            password_hash: hash_password(&password)?,
+            scram_verifier: scram_verifier(&password),
+            name,
+            superuser,
+        })
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("hashing a password: {e}")))?
 }
 
 /// Whether `password` matches the PHC string `hash`.
@@ -394,11 +484,7 @@ impl Auth {
                 if !superuser {
                     return denied("create users");
                 }
-                let user = UserDef {
-                    name: name.clone(),
-                    password_hash: hash_off_thread(password.0).await?,
-                    superuser: false,
-                };
+                let user = user_def(&name, password.0, false).await?;
                 match self.cluster.put_user(user, PutUserMode::Create).await {
                     Err(Error::InvalidInput(m))
                         if if_not_exists && m.contains("already exists") => {}
@@ -421,7 +507,9 @@ impl Auth {
                         false => Err(Error::InvalidInput(format!("user {name} does not exist"))),
                     };
                 };
-                user.password_hash = hash_off_thread(password.0).await?;
+                let made = user_def(&name, password.0, user.superuser).await?;
+                user.password_hash = made.password_hash;
+                user.scram_verifier = made.scram_verifier;
                 let hash = user.password_hash.clone();
                 self.cluster.put_user(user, PutUserMode::Alter).await?;
                 // Sessions that logged in with the old password end; the
@@ -527,7 +615,11 @@ where
         Box::pin(async move {
             let peer = peer_of(&req);
             if !auth.required || req.uri().path() == HANDSHAKE_PATH {
-                let scope = Scope { login: None, peer };
+                let scope = Scope {
+                    login: None,
+                    peer,
+                    session: None,
+                };
                 return SCOPE.scope(scope, inner.call(req)).await;
             }
             let header = req
@@ -539,6 +631,7 @@ where
                     let scope = Scope {
                         login: Some(login),
                         peer,
+                        session: None,
                     };
                     SCOPE.scope(scope, inner.call(req)).await
                 }

@@ -10,6 +10,9 @@ use crate::{Error, Result};
 pub struct ComputeConfig {
     /// Address to serve Arrow Flight SQL on (`127.0.0.1:0` picks a port).
     pub addr: String,
+    /// Address to serve PostgreSQL's wire protocol on (`127.0.0.1:0`
+    /// picks a port; empty: none). TLS and logins as for Flight SQL.
+    pub pg_addr: String,
     /// HTTP status port: Prometheus `/metrics` and `/health` (empty: none;
     /// port 0 picks a free one). Served by the `quarry` binary.
     pub status_addr: String,
@@ -68,6 +71,7 @@ impl Default for ComputeConfig {
     fn default() -> Self {
         ComputeConfig {
             addr: "127.0.0.1:4000".into(),
+            pg_addr: String::new(),
             status_addr: "127.0.0.1:10080".into(),
             slow_query_ms: 300,
             stores: vec![],

@@ -225,7 +225,7 @@ impl QueryEngine {
             cluster.clone(),
             txns.clone(),
             std::thread::available_parallelism().map_or(2, |n| n.get()),
-        )
+        )?
         .with_memory_limit(cfg.query_memory_limit_mb as usize * (1 << 20))
         .with_plan_cache(cfg.plan_cache_entries);
         let auth = Arc::new(Auth::new(cluster.clone(), cfg.security.enabled()));
@@ -246,6 +246,12 @@ impl QueryEngine {
     /// Logins: who may use this process (`auth.rs`).
     pub fn auth(&self) -> &Arc<Auth> {
         &self.auth
+    }
+
+    /// Forgets the settings of the session `key` (a PostgreSQL
+    /// connection that ended or ran DISCARD ALL).
+    pub fn forget_session(&self, key: &str) {
+        self.settings.forget(key);
     }
 
     /// The longest statement text accepted (compute.max-statement-bytes).

@@ -3,7 +3,8 @@
 //!
 //! LIFE OF A QUERY
 //!
-//! 1. A client sends SQL over Arrow Flight SQL ([`flight`]); the client
+//! 1. A client sends SQL over Arrow Flight SQL ([`flight`]) or PostgreSQL's
+//!    wire protocol ([`pg`], the same engine calls); the client
 //!    library's typed requests arrive as the SQL they render.
 //! 2. Queries (SELECT, WITH, EXPLAIN) go to DataFusion ([`df`]): each
 //!    autocommit query plans over the catalog this process keeps, checked
@@ -73,6 +74,7 @@ pub mod insert;
 pub mod kv_writer;
 pub mod metrics;
 pub mod params;
+pub mod pg;
 pub mod region_cache;
 pub mod server;
 pub mod session;

@@ -1,5 +1,5 @@
-//! Starting and stopping a compute process: bind, serve Flight SQL until
-//! `shutdown`, then drain. With `[security]`, Flight SQL is served over
+//! Starting and stopping a compute process: bind, serve Flight SQL (and
+//! PostgreSQL's protocol, with `pg-addr`) until `shutdown`, then drain. With `[security]`, Flight SQL is served over
 //! TLS, every call but the handshake needs a login (`auth.rs`), and the
 //! stores are called with this process's certificate.
 
@@ -16,9 +16,11 @@ use crate::{flight, Error, Result};
 
 pub async fn run(
     cfg: ComputeConfig,
-    ready: impl FnOnce(SocketAddr),
+    ready: impl FnOnce(SocketAddr, Option<SocketAddr>),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    use futures::FutureExt;
+    let shutdown = shutdown.shared();
     let tls = cfg.security.load().map_err(Error::InvalidInput)?;
     if let Some(tls) = &tls {
         quarry_proto::security::install_client(tls.client());
@@ -32,6 +34,33 @@ pub async fn run(
         .map_err(|e| Error::Internal(e.to_string()))?;
     quarry_proto::security::check_bind(local, tls.is_some(), cfg.security.insecure)
         .map_err(Error::InvalidInput)?;
+    // PostgreSQL clients, on their own port when asked for.
+    let mut pg_local = None;
+    if !cfg.pg_addr.is_empty() {
+        let pg_tls = match &tls {
+            Some(_) => Some(crate::pg::PgTls::load(
+                &cfg.security.cert_path,
+                &cfg.security.key_path,
+            )?),
+            None => None,
+        };
+        let pg_listener = TcpListener::bind(&cfg.pg_addr).await.map_err(|e| {
+            Error::InvalidInput(format!("cannot listen on {} (pg-addr): {e}", cfg.pg_addr))
+        })?;
+        let bound = pg_listener
+            .local_addr()
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        quarry_proto::security::check_bind(bound, tls.is_some(), cfg.security.insecure)
+            .map_err(|e| Error::InvalidInput(format!("pg-addr: {e}")))?;
+        pg_local = Some(bound);
+        let engine = engine.clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::pg::serve(pg_listener, engine, pg_tls, stop).await {
+                tracing::error!("postgres listener: {e}");
+            }
+        });
+    }
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &tls {
         // Clients prove who they are with a password, not a certificate.
@@ -50,7 +79,7 @@ pub async fn run(
                 shutdown,
             ),
     );
-    ready(local);
+    ready(local, pg_local);
     serving
         .await
         .map_err(|e| Error::Internal(format!("server task: {e}")))?

@@ -78,6 +78,12 @@ impl SessionSettings {
         }
     }
 
+    /// Forgets the settings of the session `key` (a connection that
+    /// ended).
+    pub fn forget(&self, key: &str) {
+        self.sessions.lock().remove(key);
+    }
+
     /// Sets the statement timeout of the request being served's session
     /// (`None`: back to the default).
     pub fn set_statement_timeout(&self, timeout: Option<Duration>) -> Result<()> {

@@ -40,6 +40,8 @@ pub struct Playground {
     pub ca: Option<String>,
     /// root's password (`--password`), for `sql`.
     pub password: Option<String>,
+    /// Compute's PostgreSQL address (`HOST:PORT`, its `postgres:` line).
+    pub postgres: String,
 }
 
 impl Playground {
@@ -93,6 +95,7 @@ impl Playground {
         let mut compute_pid = 0;
         let mut status_urls = Vec::new();
         let mut ca = None;
+        let mut postgres = String::new();
         let password = args
             .iter()
             .position(|a| *a == "--password")
@@ -119,6 +122,7 @@ impl Playground {
                     compute = addr.to_string();
                 }
                 ["ca", path] => ca = Some(path.to_string()),
+                ["postgres:", "addr", addr, ..] => postgres = addr.to_string(),
                 ["ready"] => break,
                 _ => panic!("unexpected playground line: {line}"),
             }
@@ -134,6 +138,7 @@ impl Playground {
             status_urls,
             ca,
             password,
+            postgres,
         }
     }
 

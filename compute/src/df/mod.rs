@@ -46,6 +46,7 @@ pub mod join_keys;
 pub mod late_filters;
 pub mod literal_shape;
 pub mod output_names;
+pub mod pg_catalog;
 pub mod plan_cache;
 pub mod point_get;
 pub mod pushdown;
@@ -292,6 +293,9 @@ pub struct SqlSession {
     /// with RESOURCE_EXHAUSTED where they cannot, instead of the process
     /// growing until the kernel kills it.
     memory_limit: usize,
+    /// PostgreSQL's catalog, beside `public` in every context
+    /// (`pg_catalog.rs`).
+    pg_catalog: Arc<pg_catalog::PgCatalogSchema>,
 }
 
 /// The name UPDATE and DELETE give a row's handle in a table without a
@@ -323,7 +327,7 @@ impl SqlSession {
         cluster: Arc<Cluster>,
         txns: Arc<crate::txn::Txns>,
         target_partitions: usize,
-    ) -> Self {
+    ) -> Result<Self> {
         let mut config = SessionConfig::new()
             .with_information_schema(true)
             .with_target_partitions(target_partitions.max(1))
@@ -354,7 +358,8 @@ impl SqlSession {
         state.add_analyzer_rule(Arc::new(float_division::FloatDivisionByZero));
         decorrelate::install(&mut state);
         let state = rules::install(state);
-        SqlSession {
+        let (state, pg_catalog) = pg_catalog::install(state, cluster.clone())?;
+        Ok(SqlSession {
             base: state,
             scan,
             cluster,
@@ -362,7 +367,8 @@ impl SqlSession {
             stats: Arc::default(),
             plans: PlanCache::new(plan_cache::DEFAULT_ENTRIES),
             memory_limit: 0,
-        }
+            pg_catalog,
+        })
     }
 
     /// Keeps the optimized plans of up to `entries` statements (0: none).
@@ -468,6 +474,9 @@ impl SqlSession {
     fn context_with(&self, schema: Arc<MemorySchemaProvider>) -> Result<SessionContext> {
         let catalog = Arc::new(MemoryCatalogProvider::new());
         catalog.register_schema("public", schema).map_err(from_df)?;
+        catalog
+            .register_schema("pg_catalog", self.pg_catalog.clone())
+            .map_err(from_df)?;
         let catalogs = Arc::new(MemoryCatalogProviderList::new());
         catalogs.register_catalog("quarry".into(), catalog);
         let mut state =

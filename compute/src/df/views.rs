@@ -44,7 +44,8 @@ fn public(ctx: &SessionContext) -> Result<Arc<dyn SchemaProvider>> {
         .ok_or_else(|| Error::Internal("a context without quarry.public".into()))
 }
 
-/// The names `stmt` reads, and whether it reads `information_schema`.
+/// The names `stmt` reads, and whether it reads `information_schema`
+/// or `pg_catalog`.
 fn references(ctx: &SessionContext, stmt: &DfStatement) -> Result<(Vec<String>, bool)> {
     let refs = ctx
         .state()
@@ -52,7 +53,7 @@ fn references(ctx: &SessionContext, stmt: &DfStatement) -> Result<(Vec<String>, 
         .map_err(from_df)?;
     let info = refs
         .iter()
-        .any(|r| r.schema() == Some("information_schema"));
+        .any(|r| super::pg_catalog::is_catalog_schema(r.schema()));
     Ok((refs.iter().map(|r| r.table().to_string()).collect(), info))
 }
 

@@ -1,0 +1,333 @@
+//! The query protocols: simple Query and extended Parse/Bind/Describe/
+//! Execute/Sync, over [`PgSession::run`].
+//!
+//! pgwire drives the messages; this module decides what each statement
+//! is and answers it. Parse works out what a statement takes and answers
+//! (`QueryEngine::shape`: the query planned, its result columns and the
+//! parameter types DataFusion infers, each given the client's OID where
+//! it gave one), so Describe of a statement or a portal needs no second
+//! look; Execute binds the parameters as literals (`decode.rs`,
+//! `crate::params`) and runs the statement as a simple Query would.
+//!
+//! Transaction state is the session's: after each Query and Execute the
+//! connection's status is set from it, so ReadyForQuery says idle, in a
+//! transaction, or failed, whatever pgwire inferred. A cancel request
+//! (pgwire's `ConnectionManager`) drops the running statement's future,
+//! which stops its region scans (`engine/streaming.rs`), and the client
+//! gets 57014; in a transaction the transaction fails.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use arrow::datatypes::{Schema, SchemaRef};
+use async_trait::async_trait;
+use futures::future::{select, Either};
+use futures::{Sink, SinkExt};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{
+    send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler,
+    SimpleQueryHandler,
+};
+use pgwire::api::results::{FieldFormat, FieldInfo, Response};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionHandle, PgWireConnectionState, Type};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::response::EmptyQueryResponse;
+use pgwire::messages::simplequery::Query;
+use pgwire::messages::PgWireBackendMessage;
+
+use super::session::PgSession;
+use super::sqlstate::{pg_error, to_pg};
+use super::{decode, encode, statement};
+use crate::params::{self, Numbered};
+
+/// A parsed statement of the extended protocol.
+#[derive(Clone, Debug)]
+pub struct PgStatement {
+    /// The text as the client sent it.
+    sql: String,
+    /// Rewritten for DataFusion (`statement::rewrite`), placeholders
+    /// numbered.
+    numbered: Numbered,
+    /// Each parameter's type: the client's, or the inferred one.
+    params: Vec<Type>,
+    /// The result's columns (None: no rows, a command tag).
+    result: Option<SchemaRef>,
+}
+
+/// The session a connection's startup made.
+pub fn session_of(client: &impl ClientInfo) -> PgWireResult<Arc<PgSession>> {
+    client
+        .session_extensions()
+        .get::<Arc<PgSession>>()
+        .map(|s| (*s).clone())
+        .ok_or_else(|| pg_error("08P01", "the connection has no session: log in first"))
+}
+
+/// Waits for the statement `f` or a cancel request, whichever is first.
+async fn cancellable<F, T>(client: &impl ClientInfo, f: F) -> PgWireResult<T>
+where
+    F: std::future::Future<Output = PgWireResult<T>>,
+{
+    let handle = client.session_extensions().get::<Arc<ConnectionHandle>>();
+    let Some(handle) = handle else {
+        return f.await;
+    };
+    let cancel = handle.start_query().await;
+    futures::pin_mut!(f);
+    match select(f, cancel).await {
+        Either::Left((r, _)) => r,
+        // A cancel request fired (a replaced sender only errs).
+        Either::Right((Ok(()), _)) => Err(PgWireError::QueryCanceled),
+        Either::Right((Err(_), f)) => f.await,
+    }
+}
+
+/// The format of result column `i` under `format` (text past the codes
+/// given).
+fn format_of(format: &Format, i: usize) -> FieldFormat {
+    match format {
+        Format::Individual(codes) if i >= codes.len() => FieldFormat::Text,
+        f => f.format_for(i),
+    }
+}
+
+pub struct Handler;
+
+#[async_trait]
+impl SimpleQueryHandler for Handler {
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        let session = session_of(client)?;
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let statements = statement::split(&query.query);
+        if statements.is_empty() {
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
+        }
+        for sql in statements {
+            let text = |_| FieldFormat::Text;
+            let r = cancellable(client, session.run(sql, &text)).await;
+            let sent = match r {
+                Ok(Response::Query(results)) => send_query_response(client, results, true).await,
+                Ok(
+                    Response::Execution(tag)
+                    | Response::TransactionStart(tag)
+                    | Response::TransactionEnd(tag),
+                ) => send_execution_response(client, tag).await,
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = sent {
+                return Err(failed(client, &session, e).await);
+            }
+        }
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        let status = session.status();
+        client.set_transaction_status(status);
+        send_ready_for_query(client, status).await
+    }
+
+    async fn do_query<C>(&self, _client: &mut C, _query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // on_query answers every Query itself.
+        Err(pg_error("XX000", "internal error: do_query is not used"))
+    }
+}
+
+/// A statement failed with `e`: the session notes it (a transaction
+/// fails), and the connection's status is set so that pgwire's error
+/// path (ErrorResponse, then ReadyForQuery) reports it: idle outside a
+/// transaction (a failed COMMIT ended it), failed inside one.
+async fn failed<C: ClientInfo>(client: &mut C, session: &PgSession, e: PgWireError) -> PgWireError {
+    if matches!(e, PgWireError::QueryCanceled) {
+        session
+            .statement_failed("canceling statement due to user request")
+            .await;
+    } else if session.txn().is_some() {
+        session.statement_failed(&e.to_string()).await;
+    }
+    use pgwire::messages::response::TransactionStatus;
+    client.set_transaction_status(match session.txn() {
+        Some(_) => TransactionStatus::Transaction,
+        None => TransactionStatus::Idle,
+    });
+    client.set_state(PgWireConnectionState::ReadyForQuery);
+    e
+}
+
+#[async_trait]
+impl QueryParser for Handler {
+    type Statement = PgStatement;
+
+    async fn parse_sql<C>(
+        &self,
+        client: &C,
+        sql: &str,
+        types: &[Option<Type>],
+    ) -> PgWireResult<Option<PgStatement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let session = session_of(client)?;
+        let sql = sql.trim().trim_end_matches(';').to_string();
+        if let Some(stmt) = statement::session_statement(&sql) {
+            let result = match stmt.map_err(to_pg)? {
+                statement::SessionStatement::Show(name) => {
+                    Some(Arc::new(Schema::new(vec![arrow::datatypes::Field::new(
+                        name,
+                        arrow::datatypes::DataType::Utf8,
+                        false,
+                    )])))
+                }
+                statement::SessionStatement::ShowAll => Some(Arc::new(Schema::new(vec![
+                    arrow::datatypes::Field::new("name", arrow::datatypes::DataType::Utf8, false),
+                    arrow::datatypes::Field::new(
+                        "setting",
+                        arrow::datatypes::DataType::Utf8,
+                        false,
+                    ),
+                ]))),
+                _ => None,
+            };
+            return Ok(Some(PgStatement {
+                numbered: Numbered {
+                    sql: sql.clone(),
+                    count: 0,
+                },
+                sql,
+                params: vec![],
+                result,
+            }));
+        }
+        let engine = session.engine().clone();
+        let text = statement::rewrite(&sql);
+        let shaped = session
+            .scoped(async {
+                let numbered = params::number(&text, engine.max_statement_bytes())?;
+                let shape = engine.shape(&numbered).await?;
+                Ok::<_, crate::Error>((numbered, shape))
+            })
+            .await;
+        let (numbered, shape) = match shaped {
+            Ok(s) => s,
+            Err(e) => {
+                // As in PostgreSQL, an error at Parse fails the transaction.
+                session.statement_failed(&e.to_string()).await;
+                return Err(to_pg(e));
+            }
+        };
+        let params = (0..numbered.count)
+            .map(|i| match types.get(i).cloned().flatten() {
+                Some(t) if t != Type::UNKNOWN => t,
+                _ => shape
+                    .parameters
+                    .fields()
+                    .get(i)
+                    .map_or(Type::TEXT, |f| encode::pg_type(f.data_type()).0),
+            })
+            .collect();
+        let result = match shape.dataset.fields().is_empty() {
+            true => None,
+            false => Some(shape.dataset),
+        };
+        Ok(Some(PgStatement {
+            sql,
+            numbered,
+            params,
+            result,
+        }))
+    }
+
+    fn get_parameter_types(&self, stmt: &PgStatement) -> PgWireResult<Vec<Type>> {
+        Ok(stmt.params.clone())
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &PgStatement,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        Ok(match &stmt.result {
+            None => vec![],
+            Some(schema) => encode::fields(schema, |i| {
+                column_format.map_or(FieldFormat::Text, |f| format_of(f, i))
+            }),
+        })
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Handler {
+    type Statement = PgStatement;
+    type QueryParser = Handler;
+
+    fn query_parser(&self) -> Arc<Handler> {
+        Arc::new(Handler)
+    }
+
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = session_of(client)?;
+        match self._on_execute(client, message).await {
+            Ok(()) => {
+                client.set_transaction_status(session.status());
+                Ok(())
+            }
+            Err(e) => Err(failed(client, &session, e).await),
+        }
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<PgStatement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = session_of(client)?;
+        let stmt = &portal.statement.statement;
+        let sql = match stmt.numbered.count {
+            0 if portal.parameters.is_empty() => stmt.sql.clone(),
+            _ => {
+                let row = decode::row(&portal.parameters, &stmt.params, |i| {
+                    portal.parameter_format.is_binary(i)
+                })
+                .map_err(to_pg)?;
+                params::bind(&stmt.numbered, &row, 0).map_err(to_pg)?
+            }
+        };
+        let format = portal.result_column_format.clone();
+        let format = move |i: usize| format_of(&format, i);
+        // (Cancellation: pgwire's _on_execute waits on it around this.)
+        session.run(&sql, &format).await
+    }
+}

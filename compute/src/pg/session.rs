@@ -1,0 +1,572 @@
+//! One PostgreSQL connection's session: who logged in, its open
+//! transaction, its settings, and running one statement in it.
+//!
+//! A connection is a session, as in PostgreSQL: its transaction and its
+//! settings belong to it alone and end with it. Statements run through
+//! the same engine calls Flight SQL's do (`QueryEngine::prepare_sql_in`,
+//! `stream_in`), inside the same per-request scope (`auth::in_scope`):
+//! the caller, and the session key `session_settings.rs` keeps a
+//! session's `statement_timeout` under — here the connection's own id,
+//! which no other connection shares.
+//!
+//! TRANSACTIONS. `BEGIN` opens a Quarry transaction (`crate::session`):
+//! snapshot isolation, pessimistic locks as statements write. A statement
+//! that fails inside it aborts it (the engine rolls its locks back), and
+//! the session is then *failed*: every statement but `COMMIT` and
+//! `ROLLBACK` gets 25P02 until one of them ends it, and `COMMIT` of a
+//! failed transaction rolls it back and says `ROLLBACK`, as PostgreSQL
+//! does. ReadyForQuery carries the state: idle, in a transaction, failed.
+//! A connection that closes with a transaction open rolls it back.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use futures::StreamExt;
+use parking_lot::Mutex;
+use pgwire::api::results::{FieldFormat, QueryResponse, Response, Tag};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::response::TransactionStatus;
+
+use super::encode;
+use super::sqlstate::{pg_error, to_pg};
+use super::statement::{self, Outcome, SessionStatement};
+use crate::auth::Caller;
+use crate::engine::{Prepared, QueryEngine, QueryOutput};
+use crate::session::OpenTxn;
+use crate::Error;
+
+/// The PostgreSQL version Quarry speaks as: clients (SQLAlchemy, JDBC,
+/// Grafana) read it to choose their dialect's features.
+pub const SERVER_VERSION: &str = "16.6";
+pub const SERVER_VERSION_NUM: &str = "160006";
+
+/// The settings a session may read and change, with their defaults.
+/// Others are refused by name (42704), as PostgreSQL refuses unknown ones.
+fn defaults() -> BTreeMap<&'static str, String> {
+    [
+        ("application_name", ""),
+        ("bytea_output", "hex"),
+        ("client_encoding", "UTF8"),
+        ("client_min_messages", "notice"),
+        ("datestyle", "ISO, MDY"),
+        ("default_transaction_isolation", "repeatable read"),
+        ("default_transaction_read_only", "off"),
+        ("extra_float_digits", "1"),
+        ("idle_in_transaction_session_timeout", "0"),
+        ("integer_datetimes", "on"),
+        ("intervalstyle", "postgres"),
+        ("is_superuser", "off"),
+        ("lc_collate", "C"),
+        ("lc_ctype", "C"),
+        ("lock_timeout", "0"),
+        ("max_identifier_length", "63"),
+        ("search_path", "\"$user\", public"),
+        ("server_encoding", "UTF8"),
+        ("server_version", SERVER_VERSION),
+        ("server_version_num", SERVER_VERSION_NUM),
+        ("standard_conforming_strings", "on"),
+        ("synchronous_commit", "on"),
+        ("timezone", "UTC"),
+        ("transaction_isolation", "repeatable read"),
+        ("transaction_read_only", "off"),
+        ("jit", "off"),
+        ("row_security", "on"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_string()))
+    .collect()
+}
+
+/// Settings PostgreSQL reports but does not let a session change.
+const READ_ONLY: [&str; 8] = [
+    "integer_datetimes",
+    "is_superuser",
+    "lc_collate",
+    "lc_ctype",
+    "max_identifier_length",
+    "server_encoding",
+    "server_version",
+    "server_version_num",
+];
+
+/// Checks a value a session sets where Quarry only has one behaviour.
+fn check_value(name: &str, value: &str) -> PgWireResult<()> {
+    let v = value.to_ascii_lowercase();
+    let ok = match name {
+        "client_encoding" => matches!(v.as_str(), "utf8" | "utf-8" | "unicode"),
+        "datestyle" => v.split(',').any(|p| p.trim() == "iso"),
+        "intervalstyle" => v == "postgres",
+        "bytea_output" => v == "hex",
+        "standard_conforming_strings" => v == "on",
+        "default_transaction_isolation" | "transaction_isolation" => v != "serializable",
+        "transaction_read_only" | "default_transaction_read_only" => v == "off",
+        _ => true,
+    };
+    match ok {
+        true => Ok(()),
+        false => Err(pg_error(
+            "0A000",
+            format!("unsupported: {name} = '{value}'; Quarry answers only its default here"),
+        )),
+    }
+}
+
+/// One connection's session.
+pub struct PgSession {
+    engine: Arc<QueryEngine>,
+    /// Who logged in (None without logins: trusted).
+    caller: Option<Caller>,
+    /// This connection's id: the key of its settings in the engine.
+    id: String,
+    peer: SocketAddr,
+    txn: Mutex<Option<Arc<OpenTxn>>>,
+    /// The open transaction failed: only COMMIT or ROLLBACK run.
+    failed: AtomicBool,
+    /// Settings changed by SET (names in lower case).
+    settings: Mutex<BTreeMap<String, String>>,
+    /// The open transaction's savepoints, oldest first, each with the
+    /// count of writes before it.
+    savepoints: Mutex<Vec<(String, u64)>>,
+    /// Write statements run in the open transaction.
+    writes: std::sync::atomic::AtomicU64,
+}
+
+impl PgSession {
+    pub fn new(
+        engine: Arc<QueryEngine>,
+        caller: Option<Caller>,
+        peer: SocketAddr,
+        startup: &std::collections::HashMap<String, String>,
+    ) -> Self {
+        let mut settings = BTreeMap::new();
+        // Startup parameters are settings, as in PostgreSQL.
+        for (k, v) in startup {
+            let k = k.to_ascii_lowercase();
+            if defaults().contains_key(k.as_str()) && !READ_ONLY.contains(&k.as_str()) {
+                settings.insert(k, v.clone());
+            }
+        }
+        PgSession {
+            engine,
+            caller,
+            id: format!("pg-{:016x}", fastrand::u64(..)),
+            peer,
+            txn: Mutex::new(None),
+            failed: AtomicBool::new(false),
+            settings: Mutex::new(settings),
+            savepoints: Mutex::new(Vec::new()),
+            writes: Default::default(),
+        }
+    }
+
+    pub fn engine(&self) -> &Arc<QueryEngine> {
+        &self.engine
+    }
+
+    /// Runs `f` as a request of this session (its caller and its key).
+    pub async fn scoped<F: std::future::Future>(&self, f: F) -> F::Output {
+        crate::auth::in_scope(self.caller.clone(), self.id.clone(), self.peer, f).await
+    }
+
+    /// What ReadyForQuery says.
+    pub fn status(&self) -> TransactionStatus {
+        match (
+            self.txn.lock().is_some(),
+            self.failed.load(Ordering::Relaxed),
+        ) {
+            (false, _) => TransactionStatus::Idle,
+            (true, false) => TransactionStatus::Transaction,
+            (true, true) => TransactionStatus::Error,
+        }
+    }
+
+    /// The open transaction, if any.
+    pub fn txn(&self) -> Option<Arc<OpenTxn>> {
+        self.txn.lock().clone()
+    }
+
+    /// Notes that a statement failed (or was cancelled): an open
+    /// transaction is aborted, and the session failed until it ends.
+    pub async fn statement_failed(&self, why: &str) {
+        if let Some(txn) = self.txn() {
+            self.failed.store(true, Ordering::Relaxed);
+            let _ = self
+                .engine
+                .sessions()
+                .fail(&txn, Error::InvalidInput(why.to_string()))
+                .await;
+        }
+    }
+
+    /// Runs one statement (parameters already bound), its columns in
+    /// `format(i)`.
+    pub async fn run(
+        &self,
+        sql: &str,
+        format: &(dyn Fn(usize) -> FieldFormat + Sync),
+    ) -> PgWireResult<Response> {
+        if let Some(stmt) = statement::session_statement(sql) {
+            let stmt = stmt.map_err(to_pg)?;
+            return self.session_statement(stmt, format).await;
+        }
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(pg_error(
+                "25P02",
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let txn = self.txn();
+        let text = statement::rewrite(sql);
+        let r = self
+            .scoped(async {
+                match self.engine.prepare_sql_in(&text, txn.as_ref()).await? {
+                    Prepared::Query(q) => Ok(Ok(self.engine.stream_in(*q, txn.clone()).await?)),
+                    Prepared::Done(out) => Ok(Err(out)),
+                }
+            })
+            .await;
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                if txn.is_some() {
+                    // The engine has rolled it back.
+                    self.failed.store(true, Ordering::Relaxed);
+                }
+                return Err(to_pg(e));
+            }
+        };
+        match r {
+            Ok(stream) => {
+                let fields = Arc::new(encode::fields(&stream.schema, format));
+                let row_fields = fields.clone();
+                let rows = stream
+                    .batches
+                    .map(
+                        move |b| match b.and_then(|b| encode::rows(&b, &row_fields)) {
+                            Ok(rows) => futures::stream::iter(rows.into_iter().map(Ok)).boxed(),
+                            Err(e) => futures::stream::iter([Err(to_pg(e))]).boxed(),
+                        },
+                    )
+                    .flatten();
+                Ok(Response::Query(QueryResponse::new(fields, rows)))
+            }
+            Err(out) => Ok(match statement::outcome(sql) {
+                Outcome::Count(word) if txn.is_some() => {
+                    self.writes.fetch_add(1, Ordering::Relaxed);
+                    count_response(word, &out)
+                }
+                Outcome::Rows => rows_response(out, format).map_err(to_pg)?,
+                Outcome::Count(word) => count_response(word, &out),
+                Outcome::Tag(t) => Response::Execution(Tag::new(&t)),
+            }),
+        }
+    }
+
+    async fn session_statement(
+        &self,
+        stmt: SessionStatement,
+        format: &(dyn Fn(usize) -> FieldFormat + Sync),
+    ) -> PgWireResult<Response> {
+        use SessionStatement as S;
+        let sessions = self.engine.sessions().clone();
+        if self.failed.load(Ordering::Relaxed)
+            && !matches!(stmt, S::Commit | S::Rollback | S::RollbackTo(_))
+        {
+            return Err(pg_error(
+                "25P02",
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let tag = |t: &str| Ok(Response::Execution(Tag::new(t)));
+        match stmt {
+            S::Begin => {
+                if self.txn().is_some() {
+                    // PostgreSQL warns and goes on.
+                    return tag("BEGIN");
+                }
+                let txn = self
+                    .scoped(async { sessions.begin().await })
+                    .await
+                    .map_err(to_pg)?;
+                *self.txn.lock() = Some(txn);
+                self.failed.store(false, Ordering::Relaxed);
+                self.savepoints.lock().clear();
+                self.writes.store(0, Ordering::Relaxed);
+                Ok(Response::TransactionStart(Tag::new("BEGIN")))
+            }
+            S::Commit | S::Rollback => {
+                let Some(txn) = self.txn.lock().take() else {
+                    // PostgreSQL warns "there is no transaction in progress".
+                    return tag(if stmt == S::Commit {
+                        "COMMIT"
+                    } else {
+                        "ROLLBACK"
+                    });
+                };
+                let failed = self.failed.swap(false, Ordering::Relaxed);
+                if stmt == S::Rollback || failed {
+                    let _ = sessions.rollback(&txn).await;
+                    return Ok(Response::TransactionEnd(Tag::new("ROLLBACK")));
+                }
+                sessions.commit(&txn).await.map_err(to_pg)?;
+                Ok(Response::TransactionEnd(Tag::new("COMMIT")))
+            }
+            S::SetTransaction => tag("SET"),
+            S::Set(name, value) => {
+                let name = canonical(&name);
+                if !defaults().contains_key(name.as_str()) {
+                    return Err(unknown_setting(&name));
+                }
+                if READ_ONLY.contains(&name.as_str()) {
+                    return Err(pg_error(
+                        "55P02",
+                        format!("parameter \"{name}\" cannot be changed"),
+                    ));
+                }
+                match value {
+                    Some(v) => {
+                        check_value(&name, &v)?;
+                        self.settings.lock().insert(name, v);
+                    }
+                    None => {
+                        self.settings.lock().remove(&name);
+                    }
+                }
+                tag("SET")
+            }
+            S::Reset(name) => {
+                let name = canonical(&name);
+                if !defaults().contains_key(name.as_str()) {
+                    return Err(unknown_setting(&name));
+                }
+                self.settings.lock().remove(&name);
+                tag("RESET")
+            }
+            S::ResetAll => {
+                self.settings.lock().clear();
+                tag("RESET")
+            }
+            S::Discard => {
+                if self.txn().is_some() {
+                    return Err(pg_error(
+                        "25001",
+                        "DISCARD ALL cannot run inside a transaction block",
+                    ));
+                }
+                self.settings.lock().clear();
+                self.engine.forget_session(&self.id);
+                tag("DISCARD ALL")
+            }
+            S::Deallocate => tag("DEALLOCATE"),
+            S::Savepoint(name) => {
+                if self.txn().is_none() {
+                    return Err(no_block("SAVEPOINT"));
+                }
+                let writes = self.writes.load(Ordering::Relaxed);
+                self.savepoints.lock().push((name, writes));
+                tag("SAVEPOINT")
+            }
+            S::Release(name) => {
+                if self.txn().is_none() {
+                    return Err(no_block("RELEASE SAVEPOINT"));
+                }
+                let mut sps = self.savepoints.lock();
+                let at = sps
+                    .iter()
+                    .rposition(|(n, _)| *n == name)
+                    .ok_or_else(|| no_savepoint(&name))?;
+                sps.truncate(at);
+                tag("RELEASE")
+            }
+            S::RollbackTo(name) => {
+                if self.txn().is_none() {
+                    return Err(no_block("ROLLBACK TO SAVEPOINT"));
+                }
+                let at = {
+                    let sps = self.savepoints.lock();
+                    sps.iter()
+                        .rposition(|(n, _)| *n == name)
+                        .map(|i| (i, sps[i].1))
+                };
+                let (at, writes) = at.ok_or_else(|| no_savepoint(&name))?;
+                // Quarry undoes a transaction whole: back to a savepoint
+                // only where there is nothing to undo.
+                if self.failed.load(Ordering::Relaxed) {
+                    return Err(pg_error(
+                        "0A000",
+                        "unsupported: ROLLBACK TO SAVEPOINT after an error: Quarry has rolled \
+                         the whole transaction back; end it with ROLLBACK",
+                    ));
+                }
+                if self.writes.load(Ordering::Relaxed) != writes {
+                    return Err(pg_error(
+                        "0A000",
+                        "unsupported: ROLLBACK TO SAVEPOINT over writes made after the \
+                         savepoint: Quarry rolls back a transaction whole; ROLLBACK it",
+                    ));
+                }
+                self.savepoints.lock().truncate(at + 1);
+                tag("ROLLBACK")
+            }
+            S::Show(name) => {
+                let name = canonical(&name);
+                let value = self.setting(&name).ok_or_else(|| unknown_setting(&name))?;
+                let out = text_columns(&[&name], vec![vec![value]]).map_err(to_pg)?;
+                rows_response(out, format).map_err(to_pg)
+            }
+            S::ShowAll => {
+                let names: Vec<&str> = defaults().keys().copied().collect();
+                let values = names
+                    .iter()
+                    .map(|n| self.setting(n).unwrap_or_default())
+                    .collect();
+                let names = names.into_iter().map(String::from).collect();
+                let out = text_columns(&["name", "setting"], vec![names, values]).map_err(to_pg)?;
+                rows_response(out, format).map_err(to_pg)
+            }
+        }
+    }
+
+    /// A setting's value for this session.
+    fn setting(&self, name: &str) -> Option<String> {
+        if name == "is_superuser" {
+            let su = self.caller.as_ref().is_none_or(|c| c.superuser);
+            return Some(if su { "on" } else { "off" }.into());
+        }
+        if let Some(v) = self.settings.lock().get(name) {
+            return Some(v.clone());
+        }
+        defaults().get(name).cloned()
+    }
+
+    /// The session's parameters a client hears at startup (ParameterStatus).
+    pub fn reported(&self) -> Vec<(String, String)> {
+        [
+            ("server_version", "server_version"),
+            ("server_encoding", "server_encoding"),
+            ("client_encoding", "client_encoding"),
+            ("DateStyle", "datestyle"),
+            ("IntervalStyle", "intervalstyle"),
+            ("TimeZone", "timezone"),
+            ("integer_datetimes", "integer_datetimes"),
+            ("standard_conforming_strings", "standard_conforming_strings"),
+            ("is_superuser", "is_superuser"),
+            ("application_name", "application_name"),
+            (
+                "default_transaction_read_only",
+                "default_transaction_read_only",
+            ),
+            ("in_hot_standby", "in_hot_standby"),
+            ("search_path", "search_path"),
+        ]
+        .into_iter()
+        .map(|(reported, name)| {
+            let value = match name {
+                "in_hot_standby" => "off".to_string(),
+                n => self.setting(n).unwrap_or_default(),
+            };
+            (reported.to_string(), value)
+        })
+        .collect()
+    }
+}
+
+/// The connection has ended (its extensions are dropped with it): an
+/// open transaction is rolled back, and the session's settings in the
+/// engine are forgotten.
+impl Drop for PgSession {
+    fn drop(&mut self) {
+        self.engine.forget_session(&self.id);
+        let txn = self.txn.lock().take();
+        if let (Some(txn), Ok(rt)) = (txn, tokio::runtime::Handle::try_current()) {
+            let sessions = self.engine.sessions().clone();
+            rt.spawn(async move {
+                let _ = sessions.rollback(&txn).await;
+            });
+        }
+    }
+}
+
+/// A setting's name as kept: lower case; `TimeZone` and `DateStyle` as
+/// any case.
+fn canonical(name: &str) -> String {
+    name.trim_matches('"').to_ascii_lowercase()
+}
+
+fn no_block(what: &str) -> PgWireError {
+    pg_error(
+        "25P01",
+        format!("{what} can only be used in transaction blocks"),
+    )
+}
+
+fn no_savepoint(name: &str) -> PgWireError {
+    pg_error("3B001", format!("savepoint \"{name}\" does not exist"))
+}
+
+fn unknown_setting(name: &str) -> PgWireError {
+    pg_error(
+        "42704",
+        format!("unrecognized configuration parameter \"{name}\""),
+    )
+}
+
+/// A small answer of text columns.
+fn text_columns(names: &[&str], columns: Vec<Vec<String>>) -> crate::Result<QueryOutput> {
+    let schema: SchemaRef = Arc::new(Schema::new(
+        names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, false))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays: Vec<ArrayRef> = columns
+        .into_iter()
+        .map(|c| Arc::new(StringArray::from(c)) as ArrayRef)
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), arrays)?;
+    Ok(QueryOutput {
+        schema,
+        batches: vec![batch],
+    })
+}
+
+/// An answer in hand as rows.
+fn rows_response(
+    out: QueryOutput,
+    format: &(dyn Fn(usize) -> FieldFormat + Sync),
+) -> crate::Result<Response> {
+    let fields = Arc::new(encode::fields(&out.schema, format));
+    let mut rows = Vec::new();
+    for b in &out.batches {
+        rows.extend(encode::rows(b, &fields)?.into_iter().map(Ok));
+    }
+    Ok(Response::Query(QueryResponse::new(
+        fields,
+        futures::stream::iter(rows),
+    )))
+}
+
+/// `INSERT 0 n`, `UPDATE n`, `DELETE n`.
+fn count_response(word: &str, out: &QueryOutput) -> Response {
+    let n = row_count(out);
+    Response::Execution(match word {
+        "INSERT" => Tag::new("INSERT").with_oid(0).with_rows(n),
+        w => Tag::new(w).with_rows(n),
+    })
+}
+
+/// The row count a write answers (its `count` column).
+fn row_count(out: &QueryOutput) -> usize {
+    out.batches
+        .first()
+        .and_then(|b| {
+            b.column_by_name("count")
+                .and_then(|c| c.as_any().downcast_ref::<arrow::array::Int64Array>())
+                .map(|a| a.value(0).max(0) as usize)
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,549 @@
+//! What the PostgreSQL front end does with a statement's text before the
+//! engine sees it: splitting a simple Query into its statements,
+//! answering the session's own statements (transaction control, `SET`,
+//! `SHOW`, `RESET`, `DISCARD`), rewriting what PostgreSQL tools send
+//! into SQL DataFusion plans, and the CommandComplete tag of each.
+//!
+//! Transaction control and settings are the session's (`session.rs`):
+//! they never reach the engine, except `statement_timeout`, which the
+//! engine keeps for every front end (`crate::sql::settings`).
+//!
+//! Tools' catalog queries are written for PostgreSQL's parser: schema-
+//! qualified functions (`pg_catalog.pg_get_userbyid(…)`), `::regclass`
+//! casts, `OPERATOR(pg_catalog.~)`, `COLLATE pg_catalog.default`.
+//! `datafusion-pg-catalog`'s parser rewrites them; a statement is
+//! rewritten only when it reads `pg_catalog` or `information_schema`, or
+//! uses such syntax, so ordinary queries reach the engine as they were
+//! typed (same text, same plan cache entry, same errors).
+
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+
+use crate::{plan_err, Error, Result};
+
+/// The statements of a simple Query's text, split at top-level
+/// semicolons (not inside quotes, dollar quotes, identifiers or
+/// comments); empty ones are dropped.
+pub fn split(text: &str) -> Vec<&str> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    while i < b.len() {
+        match b[i] {
+            b'\'' | b'"' => {
+                let q = b[i];
+                i += 1;
+                while i < b.len() {
+                    if b[i] == q {
+                        // A doubled quote stays inside.
+                        if b.get(i + 1) == Some(&q) {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
+                    i += 1;
+                }
+                i += 2;
+            }
+            b'$' => {
+                // $tag$ … $tag$ (a placeholder $1 has no closing $).
+                let tag_end = b[i + 1..]
+                    .iter()
+                    .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+                    .map(|p| i + 1 + p);
+                match tag_end {
+                    Some(e)
+                        if b[e] == b'$' && !b[i + 1..e].first().is_some_and(u8::is_ascii_digit) =>
+                    {
+                        let tag = &text[i..=e];
+                        match text[e + 1..].find(tag) {
+                            Some(p) => i = e + 1 + p + tag.len(),
+                            None => i = b.len(),
+                        }
+                    }
+                    _ => i += 1,
+                }
+            }
+            b';' => {
+                out.push(&text[start..i]);
+                i += 1;
+                start = i;
+            }
+            _ => i += 1,
+        }
+    }
+    out.push(&text[start.min(text.len())..]);
+    out.into_iter()
+        .filter(|s| !strip_comments(s).trim().is_empty())
+        .collect()
+}
+
+/// `sql` without its leading whitespace and comments.
+pub fn strip_comments(mut sql: &str) -> &str {
+    loop {
+        sql = sql.trim_start();
+        if let Some(rest) = sql.strip_prefix("--") {
+            sql = rest.split_once('\n').map_or("", |(_, after)| after);
+        } else if let Some(rest) = sql.strip_prefix("/*") {
+            sql = rest.split_once("*/").map_or("", |(_, after)| after);
+        } else {
+            return sql;
+        }
+    }
+}
+
+/// The isolation levels a transaction may ask for. Quarry runs every
+/// transaction at snapshot isolation, which PostgreSQL calls REPEATABLE
+/// READ; a weaker level asked for gets it too (the standard allows a
+/// stronger one), SERIALIZABLE is refused rather than pretended.
+fn check_isolation(words: &[String]) -> Result<()> {
+    let Some(at) = words.iter().position(|w| w == "isolation") else {
+        return Ok(());
+    };
+    let level = words.get(at + 2..).unwrap_or_default();
+    match level.first().map(String::as_str) {
+        Some("serializable") => Err(Error::InvalidInput(
+            "unsupported: SERIALIZABLE; Quarry runs transactions at snapshot isolation, \
+             which PostgreSQL calls REPEATABLE READ"
+                .into(),
+        )),
+        Some("repeatable") | Some("read") => Ok(()),
+        _ => Err(plan_err!(
+            "syntax error: expected an isolation level after ISOLATION LEVEL"
+        )),
+    }
+}
+
+/// A statement the session answers itself.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionStatement {
+    Begin,
+    Commit,
+    Rollback,
+    /// `SET name = value` (`None`: `SET name TO DEFAULT`).
+    Set(String, Option<String>),
+    /// `SET TRANSACTION …` and `SET SESSION CHARACTERISTICS …`: the
+    /// level is checked, nothing changes.
+    SetTransaction,
+    Reset(String),
+    ResetAll,
+    Show(String),
+    ShowAll,
+    /// `DISCARD ALL`: the settings back to their defaults.
+    Discard,
+    /// `DEALLOCATE …`: SQL-level prepared statements, of which there are
+    /// none (protocol-level ones live in the connection).
+    Deallocate,
+    /// `SAVEPOINT name`.
+    Savepoint(String),
+    /// `RELEASE [SAVEPOINT] name`.
+    Release(String),
+    /// `ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name`.
+    RollbackTo(String),
+}
+
+/// Words of `sql` (lower case, quotes kept), without comments and a
+/// trailing semicolon.
+fn words(sql: &str) -> Vec<String> {
+    strip_comments(sql)
+        .trim()
+        .trim_end_matches(';')
+        .split_whitespace()
+        .map(|w| w.to_ascii_lowercase())
+        .collect()
+}
+
+/// A setting's value as written: quotes taken off.
+fn unquote(v: &str) -> String {
+    let v = v.trim();
+    if v.len() >= 2 && v.starts_with('\'') && v.ends_with('\'') {
+        return v[1..v.len() - 1].replace("''", "'");
+    }
+    v.to_string()
+}
+
+/// The session statement `sql` is, if it is one (an error when it is
+/// one, malformed or refused); None for the engine's statements.
+pub fn session_statement(sql: &str) -> Option<Result<SessionStatement>> {
+    use SessionStatement as S;
+    let w = words(sql);
+    let first = w.first()?.as_str();
+    let rest = &w[1..];
+    let statement = match first {
+        "begin" | "start" => {
+            if first == "start" && rest.first().map(String::as_str) != Some("transaction") {
+                return None;
+            }
+            check_isolation(rest).map(|()| S::Begin)
+        }
+        "commit" | "end" => Ok(S::Commit),
+        "rollback" | "abort" => match rest.iter().position(|w| w == "to") {
+            Some(at) => savepoint_name(&rest[at + 1..]).map(S::RollbackTo),
+            None => Ok(S::Rollback),
+        },
+        "savepoint" => savepoint_name(rest).map(S::Savepoint),
+        "release" => savepoint_name(rest).map(S::Release),
+        "discard" => Ok(S::Discard),
+        "deallocate" => Ok(S::Deallocate),
+        "show" => match rest {
+            [name] if name == "all" => Ok(S::ShowAll),
+            [t, i, l] if t == "transaction" && i == "isolation" && l == "level" => {
+                Ok(S::Show("transaction_isolation".into()))
+            }
+            // Quarry's own: SHOW TABLES, SHOW USERS, SHOW statement_timeout.
+            [name] if matches!(name.as_str(), "tables" | "users" | "statement_timeout") => {
+                return None
+            }
+            [name] => Ok(S::Show(name.trim_matches('"').to_string())),
+            _ => return None,
+        },
+        "reset" => match rest {
+            [name] if name == "all" => Ok(S::ResetAll),
+            [name] if name == "statement_timeout" => return None,
+            [name] => Ok(S::Reset(name.trim_matches('"').to_string())),
+            _ => Err(plan_err!(
+                "syntax error: RESET takes one setting's name, or ALL"
+            )),
+        },
+        "set" => set_statement(sql, rest)?,
+        _ => return None,
+    };
+    Some(statement)
+}
+
+/// The name in `[SAVEPOINT] name`.
+fn savepoint_name(words: &[String]) -> Result<String> {
+    match words {
+        [kw, name] if kw == "savepoint" => Ok(name.trim_matches('"').to_string()),
+        [name] => Ok(name.trim_matches('"').to_string()),
+        _ => Err(plan_err!("syntax error: expected a savepoint's name")),
+    }
+}
+
+/// `SET …` (None for `SET statement_timeout`, the engine's).
+fn set_statement(sql: &str, rest: &[String]) -> Option<Result<SessionStatement>> {
+    use SessionStatement as S;
+    let mut rest = rest;
+    if let Some(w) = rest.first() {
+        if w == "session" && rest.get(1).is_some_and(|c| c == "characteristics") {
+            return Some(check_isolation(rest).map(|()| S::SetTransaction));
+        }
+        if w == "session" || w == "local" {
+            rest = &rest[1..];
+        }
+    }
+    let name = rest.first()?.clone();
+    if name == "transaction" {
+        return Some(check_isolation(rest).map(|()| S::SetTransaction));
+    }
+    if name == "time" && rest.get(1).is_some_and(|z| z == "zone") {
+        let value = original_tail(sql, "zone").map(|v| unquote(&v));
+        return Some(Ok(S::Set(
+            "timezone".into(),
+            value
+                .filter(|v| !v.eq_ignore_ascii_case("default") && !v.eq_ignore_ascii_case("local")),
+        )));
+    }
+    if name == "names" {
+        let value = original_tail(sql, "names").map(|v| unquote(&v));
+        return Some(Ok(S::Set("client_encoding".into(), value)));
+    }
+    // name = value | name TO value, possibly without spaces around '='.
+    let (name, value) = match name.split_once('=') {
+        Some((n, v)) => (n.to_string(), Some(v.to_string())),
+        None => (name, None),
+    };
+    if name == "statement_timeout" {
+        return None;
+    }
+    let text = strip_comments(sql).trim().trim_end_matches(';');
+    // The value as typed (case kept): after the first '=' or ' to '.
+    let lower = text.to_ascii_lowercase();
+    let after = match (lower.find('='), value) {
+        (Some(eq), _) => Some(text[eq + 1..].trim().to_string()),
+        (None, _) => lower
+            .find(" to ")
+            .map(|at| text[at + 4..].trim().to_string()),
+    };
+    let Some(after) = after.filter(|v| !v.is_empty()) else {
+        return Some(Err(plan_err!(
+            "syntax error: SET {name} needs = or TO and a value"
+        )));
+    };
+    let value = match after.eq_ignore_ascii_case("default") {
+        true => None,
+        false => Some(after.split(',').map(unquote).collect::<Vec<_>>().join(", ")),
+    };
+    Some(Ok(S::Set(name.trim_matches('"').to_string(), value)))
+}
+
+/// The original text of `sql` after the word `word` (case kept).
+fn original_tail(sql: &str, word: &str) -> Option<String> {
+    let text = strip_comments(sql).trim().trim_end_matches(';');
+    let lower = text.to_ascii_lowercase();
+    let at = lower.find(word)?;
+    Some(text[at + word.len()..].trim().to_string())
+}
+
+/// How a statement the engine ran is reported.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Rows, then `SELECT n`.
+    Rows,
+    /// `INSERT 0 n`, `UPDATE n`, `DELETE n`: the count the engine answered.
+    Count(&'static str),
+    /// A tag alone: `CREATE TABLE`, `DROP VIEW`, `SET`.
+    Tag(String),
+}
+
+/// The outcome of an engine statement, by its first words.
+pub fn outcome(sql: &str) -> Outcome {
+    let w = words(sql);
+    let word = |i: usize| w.get(i).map(String::as_str).unwrap_or_default();
+    match word(0) {
+        "insert" => Outcome::Count("INSERT"),
+        "update" => Outcome::Count("UPDATE"),
+        "delete" => Outcome::Count("DELETE"),
+        "create" | "drop" | "alter" => {
+            let mut object = word(1);
+            // CREATE [UNIQUE] INDEX, CREATE OR REPLACE VIEW, CREATE EXTERNAL TABLE.
+            if object == "unique" || object == "external" {
+                object = word(2);
+            }
+            if object == "or" {
+                object = word(3);
+            }
+            // PostgreSQL reports users as roles.
+            let object = match object {
+                "user" => "role",
+                o => o,
+            };
+            Outcome::Tag(format!("{} {}", word(0), object).to_ascii_uppercase())
+        }
+        "set" | "reset" => Outcome::Tag("SET".into()),
+        _ => Outcome::Rows,
+    }
+}
+
+/// True if `sql` needs PostgreSQL's catalog rewriting (it reads the
+/// catalogs, or uses syntax only PostgreSQL's parser takes).
+fn needs_rewrite(sql: &str) -> bool {
+    let lower = sql.to_ascii_lowercase();
+    [
+        "pg_",
+        "information_schema",
+        "::reg",
+        "operator(",
+        "collate",
+        "current_user",
+        "current_catalog",
+        "current_schema",
+        "version()",
+        "array[",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+}
+
+/// `sql` as DataFusion plans it: rewritten by `datafusion-pg-catalog`
+/// where it needs to be ([`needs_rewrite`]); as typed otherwise, or when
+/// the rewriter cannot parse it (the engine then names the error).
+pub fn rewrite(sql: &str) -> String {
+    static PARSER: std::sync::OnceLock<PostgresCompatibilityParser> = std::sync::OnceLock::new();
+    if !needs_rewrite(sql) {
+        return sql.to_string();
+    }
+    let parser = PARSER.get_or_init(PostgresCompatibilityParser::new);
+    let sql_in = regproc_literals(sql);
+    match parser.parse(&sql_in) {
+        Ok(mut stmts) if stmts.len() == 1 => {
+            let stmt = stmts.pop().expect("one");
+            // Only queries: Quarry's own statements keep their words.
+            match stmt {
+                datafusion::sql::sqlparser::ast::Statement::Query(_) => stmt.to_string(),
+                _ => sql.to_string(),
+            }
+        }
+        _ => sql.to_string(),
+    }
+}
+
+/// `sql` with each `'name'::regproc` written as the function's name,
+/// `'name'`: `pg_catalog` keeps functions (`pg_type.typinput`) by name
+/// where PostgreSQL keeps their OIDs (pgjdbc compares them). Text that
+/// does not parse, or has no such cast, is returned as it was.
+fn regproc_literals(sql: &str) -> std::borrow::Cow<'_, str> {
+    use datafusion::sql::sqlparser::ast::{visit_expressions_mut, DataType, Expr, Value};
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    if !sql.to_ascii_lowercase().contains("::regproc") {
+        return sql.into();
+    }
+    let Ok(mut stmts) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
+        return sql.into();
+    };
+    for stmt in &mut stmts {
+        let _ = visit_expressions_mut(stmt, |e| {
+            if let Expr::Cast {
+                data_type: DataType::Custom(name, _),
+                expr,
+                ..
+            } = e
+            {
+                let literal = match expr.as_ref() {
+                    Expr::Value(v) => match &v.value {
+                        Value::SingleQuotedString(s) => Some(s.clone()),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                if let (true, Some(f)) = (name.to_string().eq_ignore_ascii_case("regproc"), literal)
+                {
+                    let f = f.strip_prefix("pg_catalog.").unwrap_or(&f).to_string();
+                    *e = Expr::value(Value::SingleQuotedString(f));
+                }
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+    }
+    stmts
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
+        .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use SessionStatement as S;
+
+    #[test]
+    fn statements_split_at_semicolons_outside_quotes_and_comments() {
+        assert_eq!(split("SELECT 1; SELECT 2;"), ["SELECT 1", " SELECT 2"]);
+        assert_eq!(split("SELECT ';' ; -- a; b\n"), ["SELECT ';' "]);
+        assert_eq!(split("SELECT \"a;b\" FROM t"), ["SELECT \"a;b\" FROM t"]);
+        assert_eq!(
+            split("SELECT $$a;b$$; SELECT $1"),
+            ["SELECT $$a;b$$", " SELECT $1"]
+        );
+        assert_eq!(
+            split("/* x; */ SELECT 'it''s;'"),
+            ["/* x; */ SELECT 'it''s;'"]
+        );
+        assert!(split(" ; ;").is_empty());
+    }
+
+    #[test]
+    fn the_session_answers_transaction_control_and_settings() {
+        let s = |sql: &str| session_statement(sql).map(|r| r.map_err(|e| e.to_string()));
+        assert_eq!(s("BEGIN"), Some(Ok(S::Begin)));
+        assert_eq!(
+            s("start transaction isolation level repeatable read"),
+            Some(Ok(S::Begin))
+        );
+        assert!(s("BEGIN ISOLATION LEVEL SERIALIZABLE")
+            .unwrap()
+            .unwrap_err()
+            .contains("snapshot isolation"));
+        assert_eq!(s("end;"), Some(Ok(S::Commit)));
+        assert_eq!(s("ABORT"), Some(Ok(S::Rollback)));
+        assert_eq!(
+            s("ROLLBACK TO SAVEPOINT a"),
+            Some(Ok(S::RollbackTo("a".into())))
+        );
+        assert_eq!(s("release sp_1"), Some(Ok(S::Release("sp_1".into()))));
+        assert_eq!(s("SAVEPOINT \"x\""), Some(Ok(S::Savepoint("x".into()))));
+        assert_eq!(
+            s("SET application_name = 'psql'"),
+            Some(Ok(S::Set("application_name".into(), Some("psql".into()))))
+        );
+        assert_eq!(
+            s("set extra_float_digits to 3"),
+            Some(Ok(S::Set("extra_float_digits".into(), Some("3".into()))))
+        );
+        assert_eq!(
+            s("SET DateStyle=ISO"),
+            Some(Ok(S::Set("datestyle".into(), Some("ISO".into()))))
+        );
+        assert_eq!(
+            s("SET search_path TO public, pg_catalog"),
+            Some(Ok(S::Set(
+                "search_path".into(),
+                Some("public, pg_catalog".into())
+            )))
+        );
+        assert_eq!(
+            s("SET TIME ZONE 'UTC'"),
+            Some(Ok(S::Set("timezone".into(), Some("UTC".into()))))
+        );
+        assert_eq!(
+            s("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+            Some(Ok(S::SetTransaction))
+        );
+        assert_eq!(
+            s("SHOW TRANSACTION ISOLATION LEVEL"),
+            Some(Ok(S::Show("transaction_isolation".into())))
+        );
+        assert_eq!(
+            s("show server_version"),
+            Some(Ok(S::Show("server_version".into())))
+        );
+        assert_eq!(s("RESET ALL"), Some(Ok(S::ResetAll)));
+        // The engine's.
+        assert_eq!(s("SET statement_timeout = 100"), None);
+        assert_eq!(s("SHOW TABLES"), None);
+        assert_eq!(s("SELECT 1"), None);
+        assert_eq!(s("START"), None);
+    }
+
+    #[test]
+    fn engine_statements_are_tagged_as_postgresql_tags_them() {
+        assert_eq!(
+            outcome("insert into t values (1)"),
+            Outcome::Count("INSERT")
+        );
+        assert_eq!(
+            outcome("CREATE TABLE t (a INT)"),
+            Outcome::Tag("CREATE TABLE".into())
+        );
+        assert_eq!(
+            outcome("create unique index i on t (a)"),
+            Outcome::Tag("CREATE INDEX".into())
+        );
+        assert_eq!(
+            outcome("CREATE OR REPLACE VIEW v AS SELECT 1"),
+            Outcome::Tag("CREATE VIEW".into())
+        );
+        assert_eq!(
+            outcome("CREATE USER u PASSWORD 'p'"),
+            Outcome::Tag("CREATE ROLE".into())
+        );
+        assert_eq!(outcome(" -- x\nSELECT 1"), Outcome::Rows);
+        assert_eq!(outcome("SHOW TABLES"), Outcome::Rows);
+    }
+
+    #[test]
+    fn only_catalog_queries_are_rewritten() {
+        let q = "select  sum(x) from t";
+        assert_eq!(rewrite(q), q);
+        let r = rewrite("SELECT pg_catalog.pg_get_userbyid(c.relowner) FROM pg_catalog.pg_class c");
+        assert!(!r.contains("pg_catalog.pg_get_userbyid"), "{r}");
+        let r =
+            regproc_literals("SELECT typinput='pg_catalog.array_in'::regproc AS a FROM pg_type");
+        assert_eq!(r, "SELECT typinput = 'array_in' AS a FROM pg_type");
+    }
+}

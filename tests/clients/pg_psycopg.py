@@ -1,0 +1,198 @@
+"""psycopg 3 (from PyPI) against Quarry's PostgreSQL listener, unchanged
+client code: TPC-H Q1 and Q6 in text and binary cursors, server-side
+prepared statements with parameters, pipeline mode, autocommit on and
+off, transactions and their errors, a cancelled query, and the SQLSTATE
+of each kind of error.
+
+Usage: pg_psycopg.py CONNINFO Q1_FILE Q6_FILE
+Prints sections ("== name", then CSV lines); tests/postgres.rs checks them.
+"""
+import datetime
+import decimal
+import sys
+import threading
+import time
+
+import psycopg
+
+conninfo, q1_file, q6_file = sys.argv[1:4]
+
+
+def show(value):
+    if value is None:
+        return ""
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def section(name, cur):
+    print("==", name)
+    print(",".join(d.name for d in cur.description))
+    for row in cur.fetchall():
+        print(",".join(show(v) for v in row))
+
+
+def error_of(conn, sql, params=None):
+    """The SQLSTATE and message of a statement that must fail."""
+    try:
+        conn.execute(sql, params)
+    except psycopg.Error as e:
+        return e.sqlstate, str(e).splitlines()[0]
+    raise AssertionError(f"{sql} did not fail")
+
+
+conn = psycopg.connect(conninfo, autocommit=True)
+print("== server")
+print("version,server_version")
+print(f"{conn.info.server_version},{conn.execute('SHOW server_version').fetchone()[0]}")
+
+# TPC-H through text (the default) and binary cursors.
+for name, path in (("q1", q1_file), ("q6", q6_file)):
+    with open(path) as f:
+        sql = f.read()
+    section(name, conn.execute(sql))
+    with conn.cursor(binary=True) as cur:
+        cur.execute(sql)
+        section(name + " binary", cur)
+
+# Parameters: psycopg sends them with the extended protocol; prepare=True
+# makes a named server-side statement, run three times.
+for flag in ("R", "A", "N"):
+    cur = conn.execute(
+        "SELECT count(*) AS n FROM lineitem WHERE l_shipdate <= %s AND l_returnflag = %s",
+        (datetime.date(1998, 9, 2), flag),
+        prepare=True,
+    )
+    section(f"bound {flag}", cur)
+
+# Every type, both ways: the types a table keeps, and the others as
+# expressions.
+conn.execute(
+    "CREATE TABLE pg_types (id BIGINT PRIMARY KEY, f DOUBLE, d DECIMAL(12,2), t VARCHAR, dt DATE)"
+)
+cur = conn.execute(
+    "INSERT INTO pg_types VALUES (%s, %s, %s, %s, %s)",
+    (1, 2.5, decimal.Decimal("-12.34"), "it's", datetime.date(1998, 12, 1)),
+)
+print("== insert tag")
+print("rowcount,statusmessage")
+print(f"{cur.rowcount},{cur.statusmessage}")
+conn.execute("INSERT INTO pg_types (id) VALUES (2)")
+computed = (
+    "SELECT CAST(-7 AS INT) AS i, CAST(3 AS SMALLINT) AS s, CAST(0.25 AS REAL) AS r,"
+    " TIMESTAMP '2020-01-02 03:04:05.6' AS ts, CAST(NULL AS INT) AS n,"
+    " CAST(1e20 AS DOUBLE) AS big, 1 < 2 AS b"
+)
+for binary in (False, True):
+    suffix = " binary" if binary else ""
+    for name, sql in (("types", "SELECT * FROM pg_types ORDER BY id"), ("computed", computed)):
+        with conn.cursor(binary=binary) as cur:
+            cur.execute(sql)
+            section(name + suffix, cur)
+            print("== " + name + " oids" + suffix)
+            print("name,oid")
+            for d in cur.description:
+                print(f"{d.name},{d.type_code}")
+
+cur = conn.execute("UPDATE pg_types SET f = f + 1 WHERE id = %s", (1,))
+print("== update tag")
+print("rowcount,statusmessage")
+print(f"{cur.rowcount},{cur.statusmessage}")
+
+# Pipeline mode: several statements before one Sync.
+with conn.pipeline():
+    c1 = conn.execute("SELECT 1 AS a")
+    c2 = conn.execute("SELECT %s::BIGINT + 1 AS b", (41,))
+    c3 = conn.execute("SELECT 'x' AS c")
+print("== pipeline")
+print("a,b,c")
+print(f"{c1.fetchone()[0]},{c2.fetchone()[0]},{c3.fetchone()[0]}")
+
+# Transactions: autocommit off, another connection does not see the
+# uncommitted row, rollback leaves nothing, commit publishes.
+other = psycopg.connect(conninfo, autocommit=True)
+tx = psycopg.connect(conninfo)
+tx.execute("INSERT INTO pg_types (id, t) VALUES (10, 'in txn')")
+seen_inside = tx.execute("SELECT count(*) FROM pg_types WHERE id = 10").fetchone()[0]
+seen_outside = other.execute("SELECT count(*) FROM pg_types WHERE id = 10").fetchone()[0]
+status_in = tx.info.transaction_status.name
+tx.rollback()
+after_rollback = other.execute("SELECT count(*) FROM pg_types WHERE id = 10").fetchone()[0]
+tx.execute("INSERT INTO pg_types (id, t) VALUES (11, 'committed')")
+tx.commit()
+after_commit = other.execute("SELECT count(*) FROM pg_types WHERE id = 11").fetchone()[0]
+print("== transaction")
+print("inside,outside,status,after_rollback,after_commit,status_after")
+print(f"{seen_inside},{seen_outside},{status_in},{after_rollback},{after_commit},"
+      f"{tx.info.transaction_status.name}")
+
+# An error inside a transaction: the rest fail with 25P02 until ROLLBACK.
+tx.execute("SELECT 1")
+first = error_of(tx, "SELECT * FROM no_such_table")
+status_failed = tx.info.transaction_status.name
+second = error_of(tx, "SELECT 1")
+tx.rollback()
+print("== failed transaction")
+print("first,status,second,after_rollback")
+print(f"{first[0]},{status_failed},{second[0]},{tx.execute('SELECT 7').fetchone()[0]}")
+tx.rollback()
+
+# Write conflict: b's UPDATE waits for a's lock on the row; once a
+# commits, b learns its snapshot is stale (40001, retry), as under
+# PostgreSQL's REPEATABLE READ.
+a = psycopg.connect(conninfo)
+b = psycopg.connect(conninfo)
+b.execute("SELECT 1")  # b's snapshot is taken
+a.execute("UPDATE pg_types SET f = 100 WHERE id = 2")
+conflict = []
+waiter = threading.Thread(
+    target=lambda: conflict.append(error_of(b, "UPDATE pg_types SET f = 200 WHERE id = 2")))
+waiter.start()
+time.sleep(1)
+a.commit()
+waiter.join()
+b.rollback()
+print("== conflict")
+print("sqlstate,value")
+print(f"{conflict[0][0]},{other.execute('SELECT f FROM pg_types WHERE id = 2').fetchone()[0]}")
+
+# SQLSTATEs of the user's errors.
+print("== errors")
+print("case,sqlstate")
+for case, sql in (
+    ("syntax", "SELEC 1"),
+    ("unknown table", "SELECT * FROM nope"),
+    ("unknown column", "SELECT nope FROM pg_types"),
+    ("division by zero", "SELECT 1 / 0"),
+    ("overflow", "INSERT INTO pg_types (id, d) VALUES (5, 99999999999.99)"),
+    ("unknown setting", "SHOW no_such_setting"),
+):
+    print(f"{case},{error_of(conn, sql)[0]}")
+
+# Cancel: a long query, cancelled from another thread, fails with 57014
+# and the connection goes on.
+slow = psycopg.connect(conninfo, autocommit=True)
+timer = threading.Timer(0.5, slow.cancel)
+timer.start()
+started = time.monotonic()
+try:
+    slow.execute(
+        "SELECT count(*) FROM lineitem a, lineitem b WHERE a.l_orderkey + b.l_orderkey < 0"
+    ).fetchall()
+    cancel_state = "finished"
+except psycopg.Error as e:
+    cancel_state = e.sqlstate
+took = time.monotonic() - started
+print("== cancel")
+print("sqlstate,within_30s,after")
+print(f"{cancel_state},{took < 30},{slow.execute('SELECT 1').fetchone()[0]}")
+
+# Settings are the connection's own.
+conn.execute("SET application_name = 'one'")
+print("== settings")
+print("this,other")
+print(f"{conn.execute('SHOW application_name').fetchone()[0]},"
+      f"{other.execute('SHOW application_name').fetchone()[0]}")

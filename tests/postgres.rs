@@ -1,0 +1,416 @@
+//! PostgreSQL's wire protocol, through real PostgreSQL clients against a
+//! playground's compute process: psql (the Debian package), psycopg 3,
+//! asyncpg and SQLAlchemy (from PyPI, in `$QUARRY_VENV`; `scripts/setup.sh`
+//! installs them). Answers are checked against DuckDB's TPC-H answers and
+//! against what PostgreSQL itself answers (type OIDs, command tags,
+//! SQLSTATEs).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::*;
+
+fn repo_path(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The venv's Python with psycopg, asyncpg and SQLAlchemy, or a failure
+/// that says how to get them.
+fn python() -> PathBuf {
+    let venv = std::env::var_os("QUARRY_VENV")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/quarry-venv")))
+        .expect("neither QUARRY_VENV nor HOME is set");
+    let python = venv.join("bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", "import psycopg, asyncpg, sqlalchemy"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{} cannot import psycopg, asyncpg and sqlalchemy: run scripts/setup.sh",
+        python.display()
+    );
+    python
+}
+
+/// An output's sections ("== name" lines, then CSV).
+fn sections(out: &str) -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in out.lines() {
+        if let Some(name) = line.strip_prefix("== ") {
+            map.extend(current.take());
+            current = Some((name.to_string(), String::new()));
+        } else if let Some((_, text)) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    map.extend(current);
+    map
+}
+
+fn section<'a>(s: &'a BTreeMap<String, String>, name: &str) -> &'a str {
+    s.get(name)
+        .unwrap_or_else(|| panic!("no section {name} in {s:#?}"))
+}
+
+/// psql's output and status for `args` (and `stdin`, its script with
+/// `-f -`), against `addr` as root.
+fn psql(addr: &str, stdin: &str, args: &[&str]) -> (bool, String, String) {
+    use std::io::Write;
+    let (host, port) = addr.rsplit_once(':').expect("HOST:PORT");
+    let mut child = Command::new("psql")
+        .args(["-X", "-h", host, "-p", port, "-U", "root", "-d", "quarry"])
+        .args(args)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("psql (the postgresql-client package) must be installed");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// psql's output of a script that must succeed (`-v ON_ERROR_STOP=1`).
+fn psql_ok(addr: &str, args: &[&str]) -> String {
+    let mut all = vec!["-v", "ON_ERROR_STOP=1"];
+    all.extend_from_slice(args);
+    let (ok, out, err) = psql(addr, "", &all);
+    assert!(ok, "psql {args:?} failed:\n{out}\n{err}");
+    out
+}
+
+fn q(name: &str) -> String {
+    repo_path(&format!("tests/tpch/queries/{name}.sql"))
+        .display()
+        .to_string()
+}
+
+#[test]
+fn psql_lists_describes_answers_tpch_and_runs_transactions() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    let addr = pg.postgres.clone();
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+
+    // \l, \dt and \d: the catalog queries psql 15 sends.
+    let list = psql_ok(&addr, &["-c", "\\l"]);
+    assert!(list.contains("quarry"), "{list}");
+    let tables = psql_ok(&addr, &["-c", "\\dt"]);
+    for t in ["lineitem", "orders", "customer", "nation"] {
+        assert!(tables.contains(t), "\\dt lacks {t}:\n{tables}");
+    }
+    let described = psql_ok(&addr, &["-c", "\\d lineitem"]);
+    for col in ["l_orderkey", "l_extendedprice", "l_shipdate", "l_comment"] {
+        assert!(
+            described.contains(col),
+            "\\d lineitem lacks {col}:\n{described}"
+        );
+    }
+
+    // TPC-H Q1 and Q6 as DuckDB answers them (unaligned, comma-separated).
+    for name in ["q1", "q6"] {
+        let out = psql_ok(
+            &addr,
+            &["-A", "-F", ",", "-P", "footer=off", "-f", &q(name)],
+        );
+        let (want, _) = quarry::answers::answer(name, 0.01).unwrap();
+        assert_csv_matches(&out, want);
+    }
+
+    // A transaction: its rows are its own until COMMIT; ROLLBACK drops them.
+    let script = "CREATE TABLE psql_t (id BIGINT PRIMARY KEY, v VARCHAR);\n\
+                  BEGIN;\n\
+                  INSERT INTO psql_t VALUES (1, 'one'), (2, 'two');\n\
+                  SELECT count(*) AS inside FROM psql_t;\n\
+                  ROLLBACK;\n\
+                  SELECT count(*) AS after_rollback FROM psql_t;\n\
+                  BEGIN;\n\
+                  INSERT INTO psql_t VALUES (3, 'three');\n\
+                  UPDATE psql_t SET v = 'THREE' WHERE id = 3;\n\
+                  COMMIT;\n\
+                  SELECT id, v FROM psql_t;\n";
+    let (ok, out, err) = psql(
+        &addr,
+        script,
+        &["-v", "ON_ERROR_STOP=1", "-A", "-F", ",", "-f", "-"],
+    );
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("INSERT 0 2"), "{out}");
+    assert!(out.contains("inside\n2\n"), "{out}");
+    assert!(out.contains("after_rollback\n0\n"), "{out}");
+    assert!(out.contains("UPDATE 1"), "{out}");
+    assert!(out.ends_with("id,v\n3,THREE\n(1 row)\n"), "{out}");
+
+    // An error in a transaction block: 25P02 until ROLLBACK; the SQLSTATEs
+    // of the user's errors, as psql shows them (VERBOSITY verbose).
+    let script = "\\set VERBOSITY verbose\n\
+                  BEGIN;\n\
+                  SELECT * FROM no_such_table;\n\
+                  SELECT 1;\n\
+                  ROLLBACK;\n\
+                  SELECT 1 / 0;\n\
+                  SELEC 1;\n\
+                  SELECT sum(x) FROM (VALUES (9223372036854775807), (1)) t(x);\n";
+    let (_, out, err) = psql(&addr, script, &["-f", "-"]);
+    for code in ["42P01", "25P02", "22012", "42601", "22003"] {
+        assert!(
+            err.contains(&format!("ERROR:  {code}")),
+            "no {code} in:\n{out}\n{err}"
+        );
+    }
+}
+
+#[test]
+fn psycopg_asyncpg_and_sqlalchemy_run_unchanged() {
+    let python = python();
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    let (host, port) = pg.postgres.rsplit_once(':').unwrap();
+    let conninfo = format!("host={host} port={port} user=root dbname=quarry");
+    let out = Command::new(&python)
+        .arg(repo_path("tests/clients/pg_psycopg.py"))
+        .args([&conninfo, &q("q1"), &q("q6")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "pg_psycopg.py failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = sections(&text);
+    assert_eq!(
+        section(&s, "server"),
+        "version,server_version\n160006,16.6\n"
+    );
+    for name in ["q1", "q6"] {
+        let (want, _) = quarry::answers::answer(name, 0.01).unwrap();
+        assert_csv_matches(section(&s, name), want);
+        assert_csv_matches(section(&s, &format!("{name} binary")), want);
+    }
+    // Q1's count_order of R rows is the bound count for R.
+    let (q1, _) = quarry::answers::answer("q1", 0.01).unwrap();
+    let returned: i64 = q1
+        .lines()
+        .filter(|l| l.starts_with("R,"))
+        .map(|l| l.rsplit(',').next().unwrap().parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(section(&s, "bound R"), format!("n\n{returned}\n"));
+    assert_eq!(
+        section(&s, "insert tag"),
+        "rowcount,statusmessage\n1,INSERT 0 1\n"
+    );
+    assert_eq!(
+        section(&s, "update tag"),
+        "rowcount,statusmessage\n1,UPDATE 1\n"
+    );
+    // Text and binary give the same values, typed by PostgreSQL's OIDs:
+    // int8 20, float8 701, numeric 1700, text 25, date 1082, int4 23,
+    // int2 21, float4 700, timestamp 1114, bool 16.
+    for suffix in ["", " binary"] {
+        assert_eq!(
+            section(&s, &format!("types{suffix}")),
+            "id,f,d,t,dt\n1,2.5,-12.34,it's,1998-12-01\n2,,,,\n"
+        );
+        assert_eq!(
+            section(&s, &format!("types oids{suffix}")),
+            "name,oid\nid,20\nf,701\nd,1700\nt,25\ndt,1082\n"
+        );
+        assert_eq!(
+            section(&s, &format!("computed{suffix}")),
+            "i,s,r,ts,n,big,b\n-7,3,0.25,2020-01-02 03:04:05.600000,,1e+20,True\n"
+        );
+        assert_eq!(
+            section(&s, &format!("computed oids{suffix}")),
+            "name,oid\ni,23\ns,21\nr,700\nts,1114\nn,23\nbig,701\nb,16\n"
+        );
+    }
+    assert_eq!(section(&s, "pipeline"), "a,b,c\n1,42,x\n");
+    assert_eq!(
+        section(&s, "transaction"),
+        "inside,outside,status,after_rollback,after_commit,status_after\n1,0,INTRANS,0,1,IDLE\n"
+    );
+    assert_eq!(
+        section(&s, "failed transaction"),
+        "first,status,second,after_rollback\n42P01,INERROR,25P02,7\n"
+    );
+    assert_eq!(section(&s, "conflict"), "sqlstate,value\n40001,100.0\n");
+    assert_eq!(
+        section(&s, "errors"),
+        "case,sqlstate\nsyntax,42601\nunknown table,42P01\nunknown column,42703\n\
+         division by zero,22012\noverflow,22003\nunknown setting,42704\n"
+    );
+    assert_eq!(
+        section(&s, "cancel"),
+        "sqlstate,within_30s,after\n57014,True,1\n"
+    );
+    assert_eq!(section(&s, "settings"), "this,other\none,\n");
+
+    let out = Command::new(&python)
+        .arg(repo_path("tests/clients/pg_asyncpg.py"))
+        .args([host, port, &q("q6")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "pg_asyncpg.py failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = sections(&text);
+    let (want, _) = quarry::answers::answer("q6", 0.01).unwrap();
+    assert_csv_matches(section(&s, "q6"), want);
+    assert_eq!(
+        section(&s, "prepared parameter types"),
+        "type\nnumeric\ndate\n"
+    );
+    assert_eq!(section(&s, "insert status"), "status\nINSERT 0 1\n");
+    assert_eq!(
+        section(&s, "types"),
+        "id,d,f,t,dt\n1,-1.250,0.5,é,2000-02-29\n2,,,,\n"
+    );
+    assert_eq!(
+        section(&s, "computed"),
+        "s,i,r,ts,iv,b\n3,-7,0.25,1999-12-31 23:59:59.999999,1 day, 0:00:00,False\n"
+    );
+    let tables = section(&s, "sqlalchemy tables");
+    for t in ["lineitem", "pg_async"] {
+        assert!(tables.contains(&format!("{t}\n")), "{tables}");
+    }
+    assert_eq!(section(&s, "sqlalchemy query"), "n\n2\n");
+}
+
+/// pgjdbc's jar, or a failure that says how to get it.
+fn pgjdbc_jar() -> PathBuf {
+    let jar = std::env::var_os("QUARRY_PGJDBC_JAR")
+        .map(PathBuf::from)
+        .expect("QUARRY_PGJDBC_JAR is not set: source scripts/env.sh after scripts/setup.sh");
+    assert!(
+        jar.is_file(),
+        "{} is missing: run scripts/setup.sh (it fetches pgjdbc with Maven)",
+        jar.display()
+    );
+    jar
+}
+
+#[test]
+fn pgjdbc_runs_prepared_binary_statements_metadata_and_cancel() {
+    let jar = pgjdbc_jar();
+    let _serial = SERIAL.lock();
+    let pg = Playground::start_lineitem(&[]);
+    let url = format!(
+        "jdbc:postgresql://{}/quarry?user=root&prepareThreshold=1",
+        pg.postgres
+    );
+    let out = Command::new("java")
+        .arg("-cp")
+        .arg(&jar)
+        .arg(repo_path("tests/clients/PgJdbc.java"))
+        .arg(&url)
+        .arg(q("q6"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "PgJdbc.java failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = sections(&text);
+    let (want, _) = quarry::answers::answer("q6", 0.01).unwrap();
+    assert_csv_matches(section(&s, "q6"), want);
+    // The same answer each run, the later ones in binary.
+    let prepared = section(&s, "prepared");
+    let runs: Vec<&str> = prepared.lines().skip(1).collect();
+    assert_eq!(runs.len(), 3, "{prepared}");
+    assert!(runs.iter().all(|r| r[2..] == runs[0][2..]), "{prepared}");
+    assert_eq!(section(&s, "update count"), "count\n1\n");
+    assert_eq!(
+        section(&s, "after commit"),
+        "id,amount,name\n7,-7.50,seven\n"
+    );
+    assert_eq!(section(&s, "product"), "name,major\nPostgreSQL,16\n");
+    assert_eq!(
+        section(&s, "tables"),
+        "TABLE_SCHEM,TABLE_NAME\npublic,pg_jdbc\n"
+    );
+    // java.sql.Types: BIGINT -5, NUMERIC 2, VARCHAR 12.
+    assert_eq!(
+        section(&s, "columns"),
+        "COLUMN_NAME,TYPE_NAME,DATA_TYPE\nid,int8,-5\namount,numeric,2\nname,text,12\n"
+    );
+    assert_eq!(section(&s, "cancel"), "sqlstate\n57014\n");
+    assert_eq!(section(&s, "after cancel"), "one\n1\n");
+}
+
+#[test]
+fn tls_and_scram_logins_for_psql() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start_secure("pw-root");
+    let ca = pg.ca.clone().expect("a secure playground prints its CA");
+    let (_, port) = pg.postgres.rsplit_once(':').unwrap();
+    // verify-full: the server's certificate checked against the CA and
+    // the host name.
+    let conn = |sslmode: &str, password: &str| {
+        let dsn = format!(
+            "host=localhost port={port} user=root dbname=quarry sslmode={sslmode} sslrootcert={ca}"
+        );
+        let out = Command::new("psql")
+            .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", &dsn, "-c"])
+            .arg("SELECT count(*) FROM lineitem")
+            .env("PGPASSWORD", password)
+            .env("PGCONNECT_TIMEOUT", "10")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = conn("verify-full", "pw-root");
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(out, "60175");
+    let (ok, _, err) = conn("verify-full", "wrong");
+    assert!(!ok);
+    assert!(
+        err.contains("28P01") || err.contains("password authentication failed for user \"root\""),
+        "{err}"
+    );
+    let (ok, _, err) = conn("disable", "pw-root");
+    assert!(!ok);
+    assert!(err.contains("requires TLS"), "{err}");
+    // A user made with CREATE USER logs in with SCRAM too.
+    pg.ok("CREATE USER alice PASSWORD 'pw-alice'");
+    let dsn = format!(
+        "host=localhost port={port} user=alice dbname=quarry sslmode=verify-full sslrootcert={ca}"
+    );
+    let out = Command::new("psql")
+        .args(["-X", "-A", "-t", "-d", &dsn, "-c", "SELECT current_user"])
+        .env("PGPASSWORD", "pw-alice")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "alice");
+}
