@@ -394,6 +394,21 @@ fn tls_and_scram_logins_for_psql() {
         err.contains("28P01") || err.contains("password authentication failed for user \"root\""),
         "{err}"
     );
+    // An unknown user gets the same answer as a wrong password.
+    let dsn = format!(
+        "host=localhost port={port} user=nobody dbname=quarry sslmode=verify-full sslrootcert={ca}"
+    );
+    let out = Command::new("psql")
+        .args(["-X", "-d", &dsn, "-c", "SELECT 1"])
+        .env("PGPASSWORD", "pw-root")
+        .output()
+        .unwrap();
+    let unknown = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        unknown.contains("password authentication failed for user \"nobody\""),
+        "{unknown}"
+    );
     let (ok, _, err) = conn("disable", "pw-root");
     assert!(!ok);
     assert!(err.contains("requires TLS"), "{err}");

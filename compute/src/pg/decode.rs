@@ -131,6 +131,9 @@ fn split_zone(text: &str) -> (&str, Option<Option<i64>>) {
         return (text, None);
     };
     let zone = text[at + 1..].trim().replace(':', "");
+    if !zone.bytes().all(|b| b.is_ascii_digit()) {
+        return (text, Some(None));
+    }
     let sign = if text.as_bytes()[at] == b'-' { -1 } else { 1 };
     let offset = match zone.len() {
         2 => zone.parse::<i64>().ok().map(|h| h * 3600),
@@ -176,6 +179,11 @@ fn decimal(text: &str) -> Option<ArrayRef> {
         .map(|a| Arc::new(a) as ArrayRef)
 }
 
+/// A date or timestamp past what Quarry holds (`infinity`).
+fn out_of_range() -> Error {
+    Error::Overflow("date or timestamp out of range (infinity is not a value Quarry holds)".into())
+}
+
 /// One parameter in binary format, by its type.
 fn binary_value(b: &[u8], t: &Type) -> Result<ArrayRef> {
     let n = |len: usize| -> Result<&[u8]> {
@@ -212,12 +220,18 @@ fn binary_value(b: &[u8], t: &Type) -> Result<ArrayRef> {
             let text = numeric_from_binary(b)?;
             decimal(&text).ok_or_else(|| plan_err!("numeric {text} has more than 38 digits"))?
         }
-        Type::DATE => Arc::new(Date32Array::from(vec![
-            i32::from_be_bytes(n(4)?.try_into().expect("4")) + PG_EPOCH_DAYS,
-        ])),
-        Type::TIMESTAMP | Type::TIMESTAMPTZ => Arc::new(TimestampMicrosecondArray::from(vec![
-            i64::from_be_bytes(n(8)?.try_into().expect("8")) + PG_EPOCH_MICROS,
-        ])),
+        Type::DATE => Arc::new(Date32Array::from(vec![i32::from_be_bytes(
+            n(4)?.try_into().expect("4"),
+        )
+        .checked_add(PG_EPOCH_DAYS)
+        .ok_or_else(out_of_range)?])),
+        Type::TIMESTAMP | Type::TIMESTAMPTZ => {
+            Arc::new(TimestampMicrosecondArray::from(vec![i64::from_be_bytes(
+                n(8)?.try_into().expect("8"),
+            )
+            .checked_add(PG_EPOCH_MICROS)
+            .ok_or_else(out_of_range)?]))
+        }
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN | Type::JSON => {
             Arc::new(StringArray::from(vec![utf8(b)?]))
         }

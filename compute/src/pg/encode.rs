@@ -152,6 +152,9 @@ pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>> {
             _ => Ok(c.clone()),
         })
         .collect::<Result<_>>()?;
+    // (A Null column's values are all null, though `is_null` says not.)
+    let nulls: Vec<Option<arrow::buffer::NullBuffer>> =
+        columns.iter().map(|c| c.logical_nulls()).collect();
     let binary: Vec<bool> = (0..columns.len())
         .map(|i| {
             fields
@@ -164,7 +167,7 @@ pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>> {
     let mut cell = Vec::new();
     for row in 0..batch.num_rows() {
         for (c, col) in columns.iter().enumerate() {
-            if col.is_null(row) {
+            if nulls[c].as_ref().is_some_and(|n| n.is_null(row)) {
                 buf.put_i32(-1);
                 continue;
             }
@@ -268,11 +271,12 @@ pub fn text_value(a: &dyn Array, row: usize, out: &mut Vec<u8>) -> Result<()> {
         DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..) => {
             let values = list_values(a, row);
             out.push(b'{');
+            let nulls = values.logical_nulls();
             for i in 0..values.len() {
                 if i > 0 {
                     out.push(b',');
                 }
-                if values.is_null(i) {
+                if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
                     out.extend_from_slice(b"NULL");
                     continue;
                 }
@@ -352,14 +356,17 @@ pub fn binary_value(a: &dyn Array, row: usize, out: &mut Vec<u8>) -> Result<()> 
             let elem = pg_type(f.data_type()).0;
             let n = values.len();
             out.put_i32(i32::from(n > 0));
-            out.put_i32(i32::from(values.null_count() > 0));
+            let nulls = values.logical_nulls();
+            out.put_i32(i32::from(
+                nulls.as_ref().is_some_and(|n| n.null_count() > 0),
+            ));
             out.put_u32(elem.oid());
             if n > 0 {
                 out.put_i32(n as i32);
                 out.put_i32(1);
             }
             for i in 0..n {
-                if values.is_null(i) {
+                if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
                     out.put_i32(-1);
                     continue;
                 }
@@ -643,12 +650,17 @@ pub fn numeric_from_binary(b: &[u8]) -> Result<String> {
             "NaN is not a value Quarry's DECIMAL holds".into(),
         ));
     }
-    if ndigits < 0 || dscale < 0 {
+    // PostgreSQL's own bounds (NUMERIC_MAX_DISPLAY_SCALE is 1000).
+    if !(0..=1000).contains(&dscale) || ndigits < 0 || b.len() != 8 + 2 * ndigits as usize {
         return Err(bad());
     }
     let digits: Vec<i16> = (0..ndigits as usize)
         .map(|i| word(4 + i))
         .collect::<Result<_>>()?;
+    if digits.iter().any(|d| !(0..10_000).contains(d)) || weight.unsigned_abs() > 1000 {
+        return Err(bad());
+    }
+    let dscale = dscale as usize;
     // Integer part: groups 0..=weight.
     let mut int = String::new();
     for i in 0..=i32::from(weight).max(-1) {
@@ -667,7 +679,7 @@ pub fn numeric_from_binary(b: &[u8]) -> Result<String> {
     let mut frac = String::new();
     let first_frac = i32::from(weight) + 1;
     let mut i = first_frac;
-    while (frac.len() as i16) < dscale {
+    while frac.len() < dscale {
         let g = match i {
             i if i < 0 => 0,
             i => digits.get(i as usize).copied().unwrap_or(0),
@@ -675,7 +687,7 @@ pub fn numeric_from_binary(b: &[u8]) -> Result<String> {
         frac.push_str(&format!("{g:04}"));
         i += 1;
     }
-    frac.truncate(dscale as usize);
+    frac.truncate(dscale);
     let mut s = String::new();
     if sign == 0x4000 {
         s.push('-');

@@ -190,7 +190,14 @@ impl QueryParser for Handler {
         let session = session_of(client)?;
         let sql = sql.trim().trim_end_matches(';').to_string();
         if let Some(stmt) = statement::session_statement(&sql) {
-            let result = match stmt.map_err(to_pg)? {
+            let stmt = match stmt {
+                Ok(stmt) => stmt,
+                Err(e) => {
+                    session.statement_failed(&e.to_string()).await;
+                    return Err(to_pg(e));
+                }
+            };
+            let result = match stmt {
                 statement::SessionStatement::Show(name) => {
                     Some(Arc::new(Schema::new(vec![arrow::datatypes::Field::new(
                         name,
@@ -318,8 +325,21 @@ impl ExtendedQueryHandler for Handler {
         let sql = match stmt.numbered.count {
             0 if portal.parameters.is_empty() => stmt.sql.clone(),
             _ => {
+                let format = &portal.parameter_format;
+                if let Format::Individual(codes) = format {
+                    if codes.len() != portal.parameters.len() {
+                        return Err(pg_error(
+                            "08P01",
+                            format!(
+                                "bind message has {} parameter formats but {} parameters",
+                                codes.len(),
+                                portal.parameters.len()
+                            ),
+                        ));
+                    }
+                }
                 let row = decode::row(&portal.parameters, &stmt.params, |i| {
-                    portal.parameter_format.is_binary(i)
+                    format_of(format, i) == FieldFormat::Binary
                 })
                 .map_err(to_pg)?;
                 params::bind(&stmt.numbered, &row, 0).map_err(to_pg)?

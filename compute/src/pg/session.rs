@@ -146,7 +146,12 @@ impl PgSession {
         // Startup parameters are settings, as in PostgreSQL.
         for (k, v) in startup {
             let k = k.to_ascii_lowercase();
-            if defaults().contains_key(k.as_str()) && !READ_ONLY.contains(&k.as_str()) {
+            // (A value Quarry cannot honour is left at the default, which
+            // the client then hears in ParameterStatus.)
+            if defaults().contains_key(k.as_str())
+                && !READ_ONLY.contains(&k.as_str())
+                && check_value(&k, v).is_ok()
+            {
                 settings.insert(k, v.clone());
             }
         }
@@ -308,12 +313,23 @@ impl PgSession {
                     });
                 };
                 let failed = self.failed.swap(false, Ordering::Relaxed);
-                if stmt == S::Rollback || failed {
-                    let _ = sessions.rollback(&txn).await;
-                    return Ok(Response::TransactionEnd(Tag::new("ROLLBACK")));
+                let rollback = stmt == S::Rollback || failed;
+                // In a task of its own: a cancel request (or a dropped
+                // connection) must not stop a commit half-way.
+                let ended = tokio::spawn(async move {
+                    match rollback {
+                        true => sessions.rollback(&txn).await.map(|()| "ROLLBACK"),
+                        false => sessions.commit(&txn).await.map(|_| "COMMIT"),
+                    }
+                })
+                .await
+                .map_err(|e| to_pg(Error::Internal(format!("ending a transaction: {e}"))))?;
+                match (ended, rollback) {
+                    (Ok(word), _) => Ok(Response::TransactionEnd(Tag::new(word))),
+                    // Rolled back however it went.
+                    (Err(_), true) => Ok(Response::TransactionEnd(Tag::new("ROLLBACK"))),
+                    (Err(e), false) => Err(to_pg(e)),
                 }
-                sessions.commit(&txn).await.map_err(to_pg)?;
-                Ok(Response::TransactionEnd(Tag::new("COMMIT")))
             }
             S::SetTransaction => tag("SET"),
             S::Set(name, value) => {

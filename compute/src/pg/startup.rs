@@ -31,7 +31,6 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 
 use super::session::PgSession;
-use super::sqlstate::pg_error;
 use crate::auth::Caller;
 use crate::engine::QueryEngine;
 
@@ -84,25 +83,50 @@ impl AuthSource<Caller> for Verifiers {
             .get_user(name)
             .await
             .map_err(super::sqlstate::to_pg)?;
-        let Some(user) = user else {
-            crate::metrics::login_failed();
-            tracing::warn!(user = name, "postgres login failed: unknown user");
-            return Err(login_failed(name));
-        };
-        let Some(secret) = crate::auth::parse_scram_verifier(&user.scram_verifier) else {
-            return Err(pg_error(
-                "28P01",
-                format!(
-                    "user {name} has no SCRAM verifier yet (it was made before PostgreSQL \
-                     logins): set its password again with ALTER USER {name} PASSWORD '…'"
-                ),
-            ));
+        // An unknown user, or one without a verifier, goes through the
+        // same exchange against a stand-in verifier and fails at its end
+        // with the same 28P01 as a wrong password: a client cannot tell
+        // which names exist.
+        let secret = user
+            .as_ref()
+            .and_then(|u| crate::auth::parse_scram_verifier(&u.scram_verifier));
+        let (Some(user), Some(secret)) = (user, secret) else {
+            tracing::warn!(
+                user = name,
+                "postgres login will fail: unknown user, or one made before SCRAM verifiers \
+                 were kept (set its password again with ALTER USER … PASSWORD)"
+            );
+            return Ok((stand_in_verifier(name), None));
         };
         let caller = Caller {
             user: user.name,
             superuser: user.superuser,
         };
         Ok((secret, Some(caller)))
+    }
+}
+
+/// A verifier no password matches, its salt fixed per name for the life
+/// of the process (so repeated tries look like a real user's).
+fn stand_in_verifier(name: &str) -> ScramSecret {
+    use std::hash::BuildHasher;
+    static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    let key = KEY.get_or_init(std::collections::hash_map::RandomState::new);
+    let mut salt = Vec::with_capacity(16);
+    for part in 0u8..2 {
+        salt.extend_from_slice(&key.hash_one((part, name)).to_be_bytes());
+    }
+    let mut stored_key = vec![0u8; 32];
+    let mut server_key = vec![0u8; 32];
+    for b in stored_key.iter_mut().chain(server_key.iter_mut()) {
+        *b = fastrand::u8(..);
+    }
+    ScramSecret::Verifier {
+        salt,
+        iterations: crate::auth::SCRAM_ITERATIONS,
+        stored_key,
+        server_key,
     }
 }
 
