@@ -158,6 +158,57 @@ fn psql_lists_describes_answers_tpch_and_runs_transactions() {
     assert!(out.contains("UPDATE 1"), "{out}");
     assert!(out.ends_with("id,v\n3,THREE\n(1 row)\n"), "{out}");
 
+    // COPY FROM STDIN, CSV with a header and PostgreSQL's text format
+    // (escapes, \N), through psql's \copy; a bad value names its line
+    // and column.
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("c.csv");
+    let mut text = String::from("id,name,amount,day\n");
+    for i in 1..=5000 {
+        text.push_str(&format!(
+            "{i},\"n, {i}\",{i}.25,2020-01-{:02}\n",
+            i % 28 + 1
+        ));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let tsv = dir.path().join("c.txt");
+    std::fs::write(
+        &tsv,
+        "9001\ttab\\there\t1.50\t2021-02-03\n9002\t\\N\t\\N\t\\N\n",
+    )
+    .unwrap();
+    let script = format!(
+        "CREATE TABLE copied (id BIGINT PRIMARY KEY, name VARCHAR, amount DECIMAL(12,2), day DATE);\n\
+         \\copy copied FROM '{}' WITH (FORMAT csv, HEADER)\n\
+         \\copy copied FROM '{}'\n\
+         SELECT count(*) AS n, sum(amount) AS s, max(day) AS d FROM copied;\n\
+         SELECT id, name, amount FROM copied WHERE id > 9000 ORDER BY id;\n",
+        csv.display(),
+        tsv.display()
+    );
+    let (ok, out, err) = psql(
+        &addr,
+        &script,
+        &["-v", "ON_ERROR_STOP=1", "-A", "-F", ",", "-f", "-"],
+    );
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("COPY 5000\nCOPY 2\n"), "{out}");
+    assert!(
+        out.contains("n,s,d\n5002,12503751.50,2021-02-03\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("id,name,amount\n9001,tab\there,1.50\n9002,,\n"),
+        "{out}"
+    );
+    let (ok, _, err) = psql(
+        &addr,
+        "9003\tx\tnotanumber\t2021-02-03\n",
+        &["-c", "\\copy copied FROM STDIN"],
+    );
+    assert!(!ok);
+    assert!(err.contains("COPY line 1, column amount"), "{err}");
+
     // An error in a transaction block: 25P02 until ROLLBACK; the SQLSTATEs
     // of the user's errors, as psql shows them (VERBOSITY verbose).
     let script = "\\set VERBOSITY verbose\n\

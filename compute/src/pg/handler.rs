@@ -122,6 +122,13 @@ impl SimpleQueryHandler for Handler {
             let text = |_| FieldFormat::Text;
             let r = cancellable(client, session.run(sql, &text)).await;
             let sent = match r {
+                Ok(Response::CopyIn(copy)) => {
+                    // The rows come next (`CopyHandler`); pgwire sends
+                    // ReadyForQuery after CopyDone.
+                    pgwire::api::copy::send_copy_in_response(client, copy).await?;
+                    client.set_state(PgWireConnectionState::CopyInProgress(false));
+                    return Ok(());
+                }
                 Ok(Response::Query(results)) => send_query_response(client, results, true).await,
                 Ok(
                     Response::Execution(tag)
@@ -172,6 +179,66 @@ async fn failed<C: ClientInfo>(client: &mut C, session: &PgSession, e: PgWireErr
     });
     client.set_state(PgWireConnectionState::ReadyForQuery);
     e
+}
+
+#[async_trait]
+impl pgwire::api::copy::CopyHandler for Handler {
+    async fn on_copy_data<C>(
+        &self,
+        client: &mut C,
+        copy_data: pgwire::messages::copy::CopyData,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        session_of(client)?.copy_data(&copy_data.data).await;
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(
+        &self,
+        client: &mut C,
+        _done: pgwire::messages::copy::CopyDone,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = session_of(client)?;
+        match session.copy_done().await {
+            Ok(tag) => {
+                client.set_transaction_status(session.status());
+                client
+                    .send(PgWireBackendMessage::CommandComplete(tag.into()))
+                    .await?;
+                Ok(())
+            }
+            Err(e) => Err(failed(client, &session, e).await),
+        }
+    }
+
+    async fn on_copy_fail<C>(
+        &self,
+        client: &mut C,
+        fail: pgwire::messages::copy::CopyFail,
+    ) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let e = pg_error("57014", format!("COPY from stdin failed: {}", fail.message));
+        match session_of(client) {
+            Ok(session) => {
+                session.copy_failed().await;
+                failed(client, &session, e).await
+            }
+            Err(e) => e,
+        }
+    }
 }
 
 #[async_trait]

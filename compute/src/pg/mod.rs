@@ -17,6 +17,7 @@
 //!   cancel;
 //! * `statement.rs`: splitting, the session's statements, PostgreSQL
 //!   syntax rewritten for DataFusion, command tags;
+//! * `copy.rs`: `COPY … FROM STDIN` (text and CSV) as batches of INSERTs;
 //! * `encode.rs` / `decode.rs`: Arrow values as PostgreSQL text and
 //!   binary, and bound parameters back;
 //! * `sqlstate.rs`: Quarry's error categories as SQLSTATE codes.
@@ -26,6 +27,7 @@
 //! (`df/pg_catalog.rs`). What differs from PostgreSQL is written in
 //! `docs/postgres.md`.
 
+mod copy;
 mod decode;
 mod encode;
 mod handler;
@@ -64,6 +66,10 @@ impl PgWireServerHandlers for Handlers {
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
         self.startup.clone()
+    }
+
+    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
+        self.handler.clone()
     }
 
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {

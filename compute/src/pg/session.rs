@@ -133,6 +133,23 @@ pub struct PgSession {
     savepoints: Mutex<Vec<(String, u64)>>,
     /// Write statements run in the open transaction.
     writes: std::sync::atomic::AtomicU64,
+    /// A `COPY … FROM STDIN` under way.
+    copy_in: tokio::sync::Mutex<Option<CopyIn>>,
+}
+
+/// A `COPY … FROM STDIN` under way (`copy.rs`).
+struct CopyIn {
+    copy: super::copy::CopyFrom,
+    table: quarry_proto::meta::TableDef,
+    /// Data received, not yet whole lines.
+    pending: Vec<u8>,
+    /// No batch written yet (a header line is still to skip).
+    first: bool,
+    /// Rows written, and lines read.
+    rows: usize,
+    lines: usize,
+    /// The error that ended it; later data is dropped until CopyDone.
+    error: Option<PgWireError>,
 }
 
 impl PgSession {
@@ -165,6 +182,7 @@ impl PgSession {
             settings: Mutex::new(settings),
             savepoints: Mutex::new(Vec::new()),
             writes: Default::default(),
+            copy_in: Default::default(),
         }
     }
 
@@ -218,6 +236,9 @@ impl PgSession {
             let stmt = stmt.map_err(to_pg)?;
             return self.session_statement(stmt, format).await;
         }
+        if let Some(copy) = super::copy::parse(sql) {
+            return self.begin_copy(copy.map_err(to_pg)?).await;
+        }
         if self.failed.load(Ordering::Relaxed) {
             return Err(pg_error(
                 "25P02",
@@ -269,6 +290,114 @@ impl PgSession {
                 Outcome::Tag(t) => Response::Execution(Tag::new(&t)),
             }),
         }
+    }
+
+    /// Starts a `COPY … FROM STDIN`: the client sends its rows next.
+    async fn begin_copy(&self, copy: super::copy::CopyFrom) -> PgWireResult<Response> {
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(pg_error(
+                "25P02",
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let table = self
+            .scoped(self.engine.table(&copy.table))
+            .await
+            .map_err(to_pg)?;
+        let columns = match copy.columns.len() {
+            0 => table
+                .columns
+                .iter()
+                .filter(|c| c.id != quarry_coprocessor::codec::key::ROWID_COLUMN_ID)
+                .count(),
+            n => n,
+        };
+        *self.copy_in.lock().await = Some(CopyIn {
+            copy,
+            table,
+            pending: Vec::new(),
+            first: true,
+            rows: 0,
+            lines: 1,
+            error: None,
+        });
+        Ok(Response::CopyIn(pgwire::api::results::CopyResponse::new(
+            0,
+            columns,
+            futures::stream::empty(),
+        )))
+    }
+
+    /// Rows of a COPY: whole lines are written in batches as they come.
+    pub async fn copy_data(&self, data: &[u8]) {
+        let mut guard = self.copy_in.lock().await;
+        let Some(c) = guard.as_mut() else { return };
+        if c.error.is_some() {
+            return;
+        }
+        c.pending.extend_from_slice(data);
+        // Whole lines only, and (for CSV) not inside a quoted field: CSV
+        // waits for the end, text goes batch by batch.
+        if c.copy.csv {
+            return;
+        }
+        let Some(cut) = c.pending.iter().rposition(|b| *b == b'\n') else {
+            return;
+        };
+        if c.pending[..cut].iter().filter(|b| **b == b'\n').count() < super::copy::BATCH_ROWS {
+            return;
+        }
+        let rest = c.pending.split_off(cut + 1);
+        let chunk = std::mem::replace(&mut c.pending, rest);
+        if let Err(e) = self.copy_write(c, &chunk).await {
+            c.error = Some(to_pg(e));
+        }
+    }
+
+    /// The end of a COPY's rows: the rest is written; `COPY n`.
+    pub async fn copy_done(&self) -> PgWireResult<Tag> {
+        let Some(mut c) = self.copy_in.lock().await.take() else {
+            return Err(pg_error("08P01", "CopyDone without a COPY under way"));
+        };
+        if let Some(e) = c.error.take() {
+            return Err(e);
+        }
+        let chunk = std::mem::take(&mut c.pending);
+        self.copy_write(&mut c, &chunk).await.map_err(to_pg)?;
+        Ok(Tag::new("COPY").with_rows(c.rows))
+    }
+
+    /// The client gave up its COPY.
+    pub async fn copy_failed(&self) {
+        self.copy_in.lock().await.take();
+    }
+
+    /// Writes `chunk` (whole lines) of a COPY, [`super::copy::BATCH_ROWS`]
+    /// rows per INSERT.
+    async fn copy_write(&self, c: &mut CopyIn, chunk: &[u8]) -> crate::Result<()> {
+        let text = std::str::from_utf8(chunk)
+            .map_err(|_| Error::InvalidInput(format!("COPY line {}: not UTF-8", c.lines)))?;
+        let rows = super::copy::rows(text, &c.copy, c.first)?;
+        let header = usize::from(c.first && c.copy.header);
+        c.first = false;
+        let txn = self.txn();
+        for batch in rows.chunks(super::copy::BATCH_ROWS) {
+            let sql = super::copy::insert_sql(&c.table, &c.copy, batch, c.lines + header)?;
+            let r = self.scoped(self.engine.sql_in(&sql, txn.as_ref())).await;
+            if let Err(e) = r {
+                if txn.is_some() {
+                    self.failed.store(true, Ordering::Relaxed);
+                }
+                return Err(e);
+            }
+            if txn.is_some() {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+            }
+            c.rows += batch.len();
+            c.lines += batch.len();
+        }
+        c.lines += header;
+        Ok(())
     }
 
     async fn session_statement(
