@@ -76,28 +76,6 @@ fn jdbc_jar() -> PathBuf {
     jar
 }
 
-/// A client's output cut at its "== name" lines.
-fn sections(out: &str) -> BTreeMap<String, String> {
-    let mut map = BTreeMap::new();
-    let mut current: Option<(String, String)> = None;
-    for line in out.lines() {
-        if let Some(name) = line.strip_prefix("== ") {
-            map.extend(current.take());
-            current = Some((name.to_string(), String::new()));
-        } else if let Some((_, text)) = current.as_mut() {
-            text.push_str(line);
-            text.push('\n');
-        }
-    }
-    map.extend(current);
-    map
-}
-
-fn section<'a>(s: &'a BTreeMap<String, String>, name: &str) -> &'a str {
-    s.get(name)
-        .unwrap_or_else(|| panic!("no section {name} in {s:?}"))
-}
-
 /// TPC-H Q1 and Q6 at SF 0.01 as DuckDB answers them, and the bound
 /// query's count: lines shipped by 1998-09-02 with return flag R, which is
 /// Q1's count_order summed over R's rows in DuckDB's answer.

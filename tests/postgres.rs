@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -35,28 +34,6 @@ fn python() -> PathBuf {
         python.display()
     );
     python
-}
-
-/// An output's sections ("== name" lines, then CSV).
-fn sections(out: &str) -> BTreeMap<String, String> {
-    let mut map = BTreeMap::new();
-    let mut current: Option<(String, String)> = None;
-    for line in out.lines() {
-        if let Some(name) = line.strip_prefix("== ") {
-            map.extend(current.take());
-            current = Some((name.to_string(), String::new()));
-        } else if let Some((_, text)) = current.as_mut() {
-            text.push_str(line);
-            text.push('\n');
-        }
-    }
-    map.extend(current);
-    map
-}
-
-fn section<'a>(s: &'a BTreeMap<String, String>, name: &str) -> &'a str {
-    s.get(name)
-        .unwrap_or_else(|| panic!("no section {name} in {s:#?}"))
 }
 
 /// psql's output and status for `args` (and `stdin`, its script with

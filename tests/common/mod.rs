@@ -541,3 +541,27 @@ pub fn acked_rows(pg: &Playground) -> std::collections::BTreeMap<i64, i64> {
         })
         .collect()
 }
+
+/// A client program's output cut at its "== name" lines (each section
+/// CSV: a header, then rows).
+pub fn sections(out: &str) -> std::collections::BTreeMap<String, String> {
+    let mut map = std::collections::BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in out.lines() {
+        if let Some(name) = line.strip_prefix("== ") {
+            map.extend(current.take());
+            current = Some((name.to_string(), String::new()));
+        } else if let Some((_, text)) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    map.extend(current);
+    map
+}
+
+/// Section `name` of [`sections`]' answer, or a failure listing them.
+pub fn section<'a>(s: &'a std::collections::BTreeMap<String, String>, name: &str) -> &'a str {
+    s.get(name)
+        .unwrap_or_else(|| panic!("no section {name} in {s:#?}"))
+}

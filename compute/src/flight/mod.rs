@@ -722,7 +722,7 @@ enum Resolved {
 /// parsed).
 fn transaction_control(sql: &str) -> Option<Statement> {
     const WORDS: [&str; 6] = ["begin", "start", "commit", "rollback", "end", "abort"];
-    let head = skip_comments(sql)
+    let head = crate::sql::skip_comments(sql)
         .split(|c: char| !c.is_ascii_alphabetic())
         .next()?;
     if !WORDS.iter().any(|w| head.eq_ignore_ascii_case(w)) {
@@ -731,21 +731,6 @@ fn transaction_control(sql: &str) -> Option<Statement> {
     match crate::sql::parse(sql) {
         Ok(s @ (Statement::Begin | Statement::Commit | Statement::Rollback)) => Some(s),
         _ => None,
-    }
-}
-
-/// `sql` after its leading whitespace and comments (`-- …` to the end of
-/// the line, `/* … */`).
-fn skip_comments(mut sql: &str) -> &str {
-    loop {
-        sql = sql.trim_start();
-        if let Some(rest) = sql.strip_prefix("--") {
-            sql = rest.split_once('\n').map_or("", |(_, after)| after);
-        } else if let Some(rest) = sql.strip_prefix("/*") {
-            sql = rest.split_once("*/").map_or("", |(_, after)| after);
-        } else {
-            return sql;
-        }
     }
 }
 

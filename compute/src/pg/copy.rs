@@ -30,9 +30,7 @@ pub struct CopyFrom {
 
 /// The COPY statement `sql` is, if it is one.
 pub fn parse(sql: &str) -> Option<Result<CopyFrom>> {
-    let text = super::statement::strip_comments(sql)
-        .trim()
-        .trim_end_matches(';');
+    let text = crate::sql::skip_comments(sql).trim().trim_end_matches(';');
     let lower = text.to_ascii_lowercase();
     let rest = lower.strip_prefix("copy")?;
     if !rest.starts_with(char::is_whitespace) {

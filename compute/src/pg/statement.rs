@@ -86,22 +86,8 @@ pub fn split(text: &str) -> Vec<&str> {
     }
     out.push(&text[start.min(text.len())..]);
     out.into_iter()
-        .filter(|s| !strip_comments(s).trim().is_empty())
+        .filter(|s| !crate::sql::skip_comments(s).trim().is_empty())
         .collect()
-}
-
-/// `sql` without its leading whitespace and comments.
-pub fn strip_comments(mut sql: &str) -> &str {
-    loop {
-        sql = sql.trim_start();
-        if let Some(rest) = sql.strip_prefix("--") {
-            sql = rest.split_once('\n').map_or("", |(_, after)| after);
-        } else if let Some(rest) = sql.strip_prefix("/*") {
-            sql = rest.split_once("*/").map_or("", |(_, after)| after);
-        } else {
-            return sql;
-        }
-    }
 }
 
 /// The isolation levels a transaction may ask for. Quarry runs every
@@ -157,7 +143,7 @@ pub enum SessionStatement {
 /// Words of `sql` (lower case, quotes kept), without comments and a
 /// trailing semicolon.
 fn words(sql: &str) -> Vec<String> {
-    strip_comments(sql)
+    crate::sql::skip_comments(sql)
         .trim()
         .trim_end_matches(';')
         .split_whitespace()
@@ -268,7 +254,7 @@ fn set_statement(sql: &str, rest: &[String]) -> Option<Result<SessionStatement>>
     if name == "statement_timeout" {
         return None;
     }
-    let text = strip_comments(sql).trim().trim_end_matches(';');
+    let text = crate::sql::skip_comments(sql).trim().trim_end_matches(';');
     // The value as typed (case kept): after the first '=' or ' to '.
     let lower = text.to_ascii_lowercase();
     let after = match (lower.find('='), value) {
@@ -291,7 +277,7 @@ fn set_statement(sql: &str, rest: &[String]) -> Option<Result<SessionStatement>>
 
 /// The original text of `sql` after the word `word` (case kept).
 fn original_tail(sql: &str, word: &str) -> Option<String> {
-    let text = strip_comments(sql).trim().trim_end_matches(';');
+    let text = crate::sql::skip_comments(sql).trim().trim_end_matches(';');
     let lower = text.to_ascii_lowercase();
     let at = lower.find(word)?;
     Some(text[at + word.len()..].trim().to_string())

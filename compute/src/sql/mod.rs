@@ -207,3 +207,19 @@ pub struct Delete {
 
 #[cfg(test)]
 mod tests;
+
+/// `sql` after its leading whitespace and comments (`-- …` to the end of
+/// the line, `/* … */`): where a statement's first word is (the front
+/// ends look at it before parsing).
+pub fn skip_comments(mut sql: &str) -> &str {
+    loop {
+        sql = sql.trim_start();
+        if let Some(rest) = sql.strip_prefix("--") {
+            sql = rest.split_once('\n').map_or("", |(_, after)| after);
+        } else if let Some(rest) = sql.strip_prefix("/*") {
+            sql = rest.split_once("*/").map_or("", |(_, after)| after);
+        } else {
+            return sql;
+        }
+    }
+}
