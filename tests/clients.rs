@@ -13,27 +13,12 @@ use std::process::Command;
 
 use common::*;
 
-/// The venv's Python, or a failure that says how to get it.
+/// The venv's Python with ADBC's Flight SQL driver.
 fn python() -> PathBuf {
-    let venv = std::env::var_os("QUARRY_VENV")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/quarry-venv")))
-        .expect("neither QUARRY_VENV nor HOME is set");
-    let python = venv.join("bin/python");
-    let ok = Command::new(&python)
-        .args(["-c", "import adbc_driver_flightsql.dbapi, pyarrow"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "{} cannot import the ADBC Flight SQL driver: run scripts/setup.sh (or set QUARRY_VENV)",
-        python.display()
-    );
-    python
-}
-
-fn repo_path(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+    venv_python(
+        "adbc_driver_flightsql.dbapi, pyarrow",
+        "the ADBC Flight SQL driver",
+    )
 }
 
 /// The output of a client program that must succeed.

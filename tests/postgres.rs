@@ -12,28 +12,12 @@ use std::process::Command;
 
 use common::*;
 
-fn repo_path(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-/// The venv's Python with psycopg, asyncpg and SQLAlchemy, or a failure
-/// that says how to get them.
+/// The venv's Python with psycopg, asyncpg and SQLAlchemy.
 fn python() -> PathBuf {
-    let venv = std::env::var_os("QUARRY_VENV")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/quarry-venv")))
-        .expect("neither QUARRY_VENV nor HOME is set");
-    let python = venv.join("bin/python");
-    let ok = Command::new(&python)
-        .args(["-c", "import psycopg, asyncpg, sqlalchemy"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "{} cannot import psycopg, asyncpg and sqlalchemy: run scripts/setup.sh",
-        python.display()
-    );
-    python
+    venv_python(
+        "psycopg, asyncpg, sqlalchemy",
+        "psycopg, asyncpg and SQLAlchemy",
+    )
 }
 
 /// psql's output and status for `args` (and `stdin`, its script with

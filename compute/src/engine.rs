@@ -58,6 +58,35 @@ impl QueryOutput {
     pub fn num_rows(&self) -> usize {
         self.batches.iter().map(|b| b.num_rows()).sum()
     }
+
+    /// The row count a write answered (its `count` column; 0 for DDL).
+    pub fn row_count(&self) -> i64 {
+        self.batches
+            .first()
+            .and_then(|b| {
+                b.column_by_name("count")
+                    .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+                    .map(|a| a.value(0))
+            })
+            .unwrap_or(0)
+    }
+
+    /// A small answer of text columns `names`, `columns[i]` the values of
+    /// the `i`th.
+    pub fn text_columns(names: &[&str], columns: Vec<Vec<String>>) -> Result<QueryOutput> {
+        let schema: SchemaRef = Arc::new(Schema::new(
+            names
+                .iter()
+                .map(|n| Field::new(*n, DataType::Utf8, false))
+                .collect::<Vec<_>>(),
+        ));
+        let arrays: Vec<ArrayRef> = columns
+            .into_iter()
+            .map(|c| Arc::new(StringArray::from(c)) as ArrayRef)
+            .collect();
+        let batch = RecordBatch::try_new(schema.clone(), arrays)?;
+        Ok(QueryOutput::single(schema, batch))
+    }
 }
 
 /// A query's answer as it is made ([`QueryEngine::stream_in`]): its
@@ -182,12 +211,7 @@ pub struct StatementShape {
 }
 
 fn text_output(column: &str, values: Vec<String>) -> Result<QueryOutput> {
-    let schema = text_schema(column);
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![Arc::new(StringArray::from(values)) as ArrayRef],
-    )?;
-    Ok(QueryOutput::single(schema, batch))
+    QueryOutput::text_columns(&[column], vec![values])
 }
 
 impl QueryEngine {

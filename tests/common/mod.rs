@@ -565,3 +565,31 @@ pub fn section<'a>(s: &'a std::collections::BTreeMap<String, String>, name: &str
     s.get(name)
         .unwrap_or_else(|| panic!("no section {name} in {s:#?}"))
 }
+
+/// A path in the repository.
+pub fn repo_path(path: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The venv's Python (`$QUARRY_VENV`, else `~/.cache/quarry-venv`) if it
+/// can `import {modules}`, or a failure naming `what` is missing and how
+/// to get it.
+pub fn venv_python(modules: &str, what: &str) -> std::path::PathBuf {
+    let venv = std::env::var_os("QUARRY_VENV")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/quarry-venv"))
+        })
+        .expect("neither QUARRY_VENV nor HOME is set");
+    let python = venv.join("bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", &format!("import {modules}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{} cannot import {what}: run scripts/setup.sh (or set QUARRY_VENV)",
+        python.display()
+    );
+    python
+}

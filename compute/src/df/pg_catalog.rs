@@ -248,29 +248,49 @@ fn to_regtype_udf() -> ScalarUDF {
     )
 }
 
+/// Every setting a session starts with, by name (lower case, sorted):
+/// what `SHOW` answers before a `SET` (`pg/session.rs`, which refuses
+/// other names) and what `current_setting()` answers. (`is_superuser` is
+/// the caller's in a session.)
+pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
+    ("application_name", ""),
+    ("block_size", "8192"),
+    ("bytea_output", "hex"),
+    ("client_encoding", "UTF8"),
+    ("client_min_messages", "notice"),
+    ("datestyle", "ISO, MDY"),
+    ("default_transaction_isolation", "repeatable read"),
+    ("default_transaction_read_only", "off"),
+    ("extra_float_digits", "1"),
+    ("idle_in_transaction_session_timeout", "0"),
+    ("integer_datetimes", "on"),
+    ("intervalstyle", "postgres"),
+    ("is_superuser", "on"),
+    ("jit", "off"),
+    ("lc_collate", "C"),
+    ("lc_ctype", "C"),
+    ("lock_timeout", "0"),
+    ("max_identifier_length", "63"),
+    ("max_index_keys", "32"),
+    ("row_security", "on"),
+    ("search_path", "\"$user\", public"),
+    ("server_encoding", "UTF8"),
+    ("server_version", crate::pg::SERVER_VERSION),
+    ("server_version_num", crate::pg::SERVER_VERSION_NUM),
+    ("standard_conforming_strings", "on"),
+    ("synchronous_commit", "on"),
+    ("timezone", "UTC"),
+    ("transaction_isolation", "repeatable read"),
+    ("transaction_read_only", "off"),
+];
+
 /// A setting's value as a new session has it (None: unknown).
 pub fn default_setting(name: &str) -> Option<&'static str> {
-    Some(match name.to_ascii_lowercase().as_str() {
-        "server_version" => crate::pg::SERVER_VERSION,
-        "server_version_num" => crate::pg::SERVER_VERSION_NUM,
-        "server_encoding" | "client_encoding" => "UTF8",
-        "datestyle" => "ISO, MDY",
-        "intervalstyle" => "postgres",
-        "timezone" => "UTC",
-        "search_path" => "\"$user\", public",
-        "standard_conforming_strings" | "integer_datetimes" => "on",
-        "transaction_isolation" | "default_transaction_isolation" => "repeatable read",
-        "transaction_read_only" | "default_transaction_read_only" => "off",
-        "max_identifier_length" => "63",
-        "lc_collate" | "lc_ctype" => "C",
-        "bytea_output" => "hex",
-        "extra_float_digits" => "1",
-        "application_name" => "",
-        "is_superuser" => "on",
-        "max_index_keys" => "32",
-        "block_size" => "8192",
-        _ => return None,
-    })
+    let name = name.to_ascii_lowercase();
+    DEFAULT_SETTINGS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| *v)
 }
 
 /// `current_setting(name [, missing_ok])`.

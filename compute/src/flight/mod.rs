@@ -228,18 +228,6 @@ fn command_info(
     Ok(Response::new(info_with_ticket(schema, ticket, desc)?))
 }
 
-/// The row count a write answers (its `count` column; 0 for DDL).
-fn row_count(out: &QueryOutput) -> i64 {
-    out.batches
-        .first()
-        .and_then(|b| {
-            b.column_by_name("count")
-                .and_then(|c| c.as_any().downcast_ref::<arrow::array::Int64Array>())
-                .map(|a| a.value(0))
-        })
-        .unwrap_or(0)
-}
-
 fn bad_ticket(e: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("malformed ticket: {e}"))
 }
@@ -505,7 +493,7 @@ impl FlightSqlService for FlightSqlServer {
             Resolved::Run(txn) => self.engine.sql_in(&cmd.query, txn.as_ref()).await?,
             Resolved::Done(out) => out,
         };
-        Ok(row_count(&out))
+        Ok(out.row_count())
     }
 
     async fn get_flight_info_sql_info(

@@ -48,7 +48,7 @@ use prost::Message;
 use quarry_proto::compute::PreparedHandle;
 use tonic::Status;
 
-use super::{row_count, FlightSqlServer, Resolved};
+use super::{FlightSqlServer, Resolved};
 use crate::params::{self, Numbered};
 use crate::Error;
 
@@ -204,7 +204,7 @@ pub(super) async fn update(
         if stmt.count > 0 {
             return Err(unbound(&stmt));
         }
-        return Ok(row_count(&engine.sql_in(&stmt.sql, txn.as_ref()).await?));
+        return Ok(engine.sql_in(&stmt.sql, txn.as_ref()).await?.row_count());
     };
     let texts = (0..rows.num_rows())
         .map(|r| params::bind(&stmt, &rows, r))
@@ -217,7 +217,7 @@ pub(super) async fn update(
     let mut total = 0;
     for text in &texts {
         // A failed statement aborts the transaction it ran in.
-        total += row_count(&engine.sql_in(text, run_in).await?);
+        total += engine.sql_in(text, run_in).await?.row_count();
     }
     if let Some(own) = &own {
         engine.sessions().commit(own).await?;

@@ -23,13 +23,8 @@ use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use bytes::Bytes;
 use pgwire::api::Type;
 
-use super::encode::numeric_from_binary;
+use super::encode::{numeric_from_binary, PG_EPOCH_DAYS, PG_EPOCH_MICROS};
 use crate::{plan_err, Error, Result};
-
-/// Microseconds from 1970-01-01 to 2000-01-01.
-const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
-/// Days from 1970-01-01 to 2000-01-01.
-const PG_EPOCH_DAYS: i32 = 10_957;
 
 /// The parameters of a Bind as one row, a column per parameter.
 pub fn row(

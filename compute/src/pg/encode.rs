@@ -45,9 +45,9 @@ use pgwire::messages::data::DataRow;
 use crate::{Error, Result};
 
 /// Microseconds from 1970-01-01 to 2000-01-01, PostgreSQL's epoch.
-const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+pub(super) const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 /// Days from 1970-01-01 to 2000-01-01.
-const PG_EPOCH_DAYS: i32 = 10_957;
+pub(super) const PG_EPOCH_DAYS: i32 = 10_957;
 
 /// The PostgreSQL type of an Arrow type, with the `typmod` a column of it
 /// reports (-1: none).

@@ -23,8 +23,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::StreamExt;
 use parking_lot::Mutex;
 use pgwire::api::results::{FieldFormat, QueryResponse, Response, Tag};
@@ -35,6 +33,7 @@ use super::encode;
 use super::sqlstate::{pg_error, to_pg};
 use super::statement::{self, Outcome, SessionStatement};
 use crate::auth::Caller;
+use crate::df::pg_catalog::{default_setting, DEFAULT_SETTINGS};
 use crate::engine::{Prepared, QueryEngine, QueryOutput};
 use crate::session::OpenTxn;
 use crate::Error;
@@ -44,50 +43,15 @@ use crate::Error;
 pub const SERVER_VERSION: &str = "16.6";
 pub const SERVER_VERSION_NUM: &str = "160006";
 
-/// The settings a session may read and change, with their defaults.
-/// Others are refused by name (42704), as PostgreSQL refuses unknown ones.
-fn defaults() -> BTreeMap<&'static str, String> {
-    [
-        ("application_name", ""),
-        ("bytea_output", "hex"),
-        ("client_encoding", "UTF8"),
-        ("client_min_messages", "notice"),
-        ("datestyle", "ISO, MDY"),
-        ("default_transaction_isolation", "repeatable read"),
-        ("default_transaction_read_only", "off"),
-        ("extra_float_digits", "1"),
-        ("idle_in_transaction_session_timeout", "0"),
-        ("integer_datetimes", "on"),
-        ("intervalstyle", "postgres"),
-        ("is_superuser", "off"),
-        ("lc_collate", "C"),
-        ("lc_ctype", "C"),
-        ("lock_timeout", "0"),
-        ("max_identifier_length", "63"),
-        ("search_path", "\"$user\", public"),
-        ("server_encoding", "UTF8"),
-        ("server_version", SERVER_VERSION),
-        ("server_version_num", SERVER_VERSION_NUM),
-        ("standard_conforming_strings", "on"),
-        ("synchronous_commit", "on"),
-        ("timezone", "UTC"),
-        ("transaction_isolation", "repeatable read"),
-        ("transaction_read_only", "off"),
-        ("jit", "off"),
-        ("row_security", "on"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k, v.to_string()))
-    .collect()
-}
-
 /// Settings PostgreSQL reports but does not let a session change.
-const READ_ONLY: [&str; 8] = [
+const READ_ONLY: [&str; 10] = [
+    "block_size",
     "integer_datetimes",
     "is_superuser",
     "lc_collate",
     "lc_ctype",
     "max_identifier_length",
+    "max_index_keys",
     "server_encoding",
     "server_version",
     "server_version_num",
@@ -165,7 +129,7 @@ impl PgSession {
             let k = k.to_ascii_lowercase();
             // (A value Quarry cannot honour is left at the default, which
             // the client then hears in ParameterStatus.)
-            if defaults().contains_key(k.as_str())
+            if default_setting(&k).is_some()
                 && !READ_ONLY.contains(&k.as_str())
                 && check_value(&k, v).is_ok()
             {
@@ -463,7 +427,7 @@ impl PgSession {
             S::SetTransaction => tag("SET"),
             S::Set(name, value) => {
                 let name = canonical(&name);
-                if !defaults().contains_key(name.as_str()) {
+                if default_setting(&name).is_none() {
                     return Err(unknown_setting(&name));
                 }
                 if READ_ONLY.contains(&name.as_str()) {
@@ -485,7 +449,7 @@ impl PgSession {
             }
             S::Reset(name) => {
                 let name = canonical(&name);
-                if !defaults().contains_key(name.as_str()) {
+                if default_setting(&name).is_none() {
                     return Err(unknown_setting(&name));
                 }
                 self.settings.lock().remove(&name);
@@ -560,17 +524,18 @@ impl PgSession {
             S::Show(name) => {
                 let name = canonical(&name);
                 let value = self.setting(&name).ok_or_else(|| unknown_setting(&name))?;
-                let out = text_columns(&[&name], vec![vec![value]]).map_err(to_pg)?;
+                let out = QueryOutput::text_columns(&[&name], vec![vec![value]]).map_err(to_pg)?;
                 rows_response(out, format).map_err(to_pg)
             }
             S::ShowAll => {
-                let names: Vec<&str> = defaults().keys().copied().collect();
+                let names: Vec<&str> = DEFAULT_SETTINGS.iter().map(|(n, _)| *n).collect();
                 let values = names
                     .iter()
                     .map(|n| self.setting(n).unwrap_or_default())
                     .collect();
                 let names = names.into_iter().map(String::from).collect();
-                let out = text_columns(&["name", "setting"], vec![names, values]).map_err(to_pg)?;
+                let out = QueryOutput::text_columns(&["name", "setting"], vec![names, values])
+                    .map_err(to_pg)?;
                 rows_response(out, format).map_err(to_pg)
             }
         }
@@ -585,7 +550,7 @@ impl PgSession {
         if let Some(v) = self.settings.lock().get(name) {
             return Some(v.clone());
         }
-        defaults().get(name).cloned()
+        default_setting(name).map(String::from)
     }
 
     /// The session's parameters a client hears at startup (ParameterStatus).
@@ -660,25 +625,6 @@ fn unknown_setting(name: &str) -> PgWireError {
     )
 }
 
-/// A small answer of text columns.
-fn text_columns(names: &[&str], columns: Vec<Vec<String>>) -> crate::Result<QueryOutput> {
-    let schema: SchemaRef = Arc::new(Schema::new(
-        names
-            .iter()
-            .map(|n| Field::new(*n, DataType::Utf8, false))
-            .collect::<Vec<_>>(),
-    ));
-    let arrays: Vec<ArrayRef> = columns
-        .into_iter()
-        .map(|c| Arc::new(StringArray::from(c)) as ArrayRef)
-        .collect();
-    let batch = RecordBatch::try_new(schema.clone(), arrays)?;
-    Ok(QueryOutput {
-        schema,
-        batches: vec![batch],
-    })
-}
-
 /// An answer in hand as rows.
 fn rows_response(
     out: QueryOutput,
@@ -697,21 +643,9 @@ fn rows_response(
 
 /// `INSERT 0 n`, `UPDATE n`, `DELETE n`.
 fn count_response(word: &str, out: &QueryOutput) -> Response {
-    let n = row_count(out);
+    let n = out.row_count().max(0) as usize;
     Response::Execution(match word {
         "INSERT" => Tag::new("INSERT").with_oid(0).with_rows(n),
         w => Tag::new(w).with_rows(n),
     })
-}
-
-/// The row count a write answers (its `count` column).
-fn row_count(out: &QueryOutput) -> usize {
-    out.batches
-        .first()
-        .and_then(|b| {
-            b.column_by_name("count")
-                .and_then(|c| c.as_any().downcast_ref::<arrow::array::Int64Array>())
-                .map(|a| a.value(0).max(0) as usize)
-        })
-        .unwrap_or(0)
 }
