@@ -19,6 +19,8 @@ command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 # psql for the PostgreSQL front end's tests (tests/postgres.rs).
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
+# A PostgreSQL server that tests/postgres.rs answers the same queries with.
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 # libclang: a libclang.so that bindgen can load (libclang-cpp.so, which some
 # images carry alone, is not one).
 # (`ls` of several patterns fails when any one matches nothing, and

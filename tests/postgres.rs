@@ -3,7 +3,8 @@
 //! asyncpg and SQLAlchemy (from PyPI, in `$QUARRY_VENV`; `scripts/setup.sh`
 //! installs them). Answers are checked against DuckDB's TPC-H answers and
 //! against what PostgreSQL itself answers (type OIDs, command tags,
-//! SQLSTATEs).
+//! SQLSTATEs) — in one test, against a PostgreSQL server the test starts
+//! (the postgresql package's `initdb`), value for value on the wire.
 
 mod common;
 
@@ -440,4 +441,175 @@ fn tls_and_scram_logins_for_psql() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "alice");
+}
+
+/// A PostgreSQL server (the Debian package's binaries) on a free
+/// loopback port, in a temporary directory, trusted logins as
+/// `postgres`; stopped and deleted on drop. As root it runs as the
+/// `postgres` user, which the package creates (PostgreSQL refuses root).
+struct PostgresServer {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl PostgresServer {
+    fn start() -> PostgresServer {
+        let bin = postgres_bindir();
+        let dir = tempfile::tempdir().unwrap();
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+        let as_postgres = |program: PathBuf| {
+            let mut c = match root {
+                true => {
+                    let mut c = Command::new("setpriv");
+                    c.args([
+                        "--reuid=postgres",
+                        "--regid=postgres",
+                        "--init-groups",
+                        "--",
+                    ]);
+                    c.arg(program);
+                    c
+                }
+                false => Command::new(program),
+            };
+            c.current_dir(dir.path());
+            c
+        };
+        if root {
+            let ok = Command::new("chown")
+                .args(["postgres:", &dir.path().display().to_string()])
+                .status()
+                .unwrap();
+            assert!(ok.success(), "chown of the server's directory to postgres");
+        }
+        let data = dir.path().join("data");
+        let out = as_postgres(bin.join("initdb"))
+            .args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "-D",
+            ])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = as_postgres(bin.join("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(dir.path())
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = PostgresServer {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let ready = Command::new(bin.join("pg_isready"))
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ready {
+                return server;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "PostgreSQL did not start within 60 s on port {port}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        // SIGINT: PostgreSQL's fast shutdown.
+        signal(self.child.id(), "INT");
+        let _ = self.child.wait();
+    }
+}
+
+/// The newest PostgreSQL server's binaries (`postgresql-NN`).
+fn postgres_bindir() -> PathBuf {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").is_file().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, bin)| bin).expect(
+        "no PostgreSQL server under /usr/lib/postgresql: run scripts/setup.sh \
+         (it installs the postgresql package)",
+    )
+}
+
+#[test]
+fn answers_match_postgresql_byte_for_byte() {
+    let python = python();
+    let _serial = SERIAL.lock();
+    let server = PostgresServer::start();
+    let pg = Playground::start(&["--stores", "3"]);
+    let (host, port) = pg.postgres.rsplit_once(':').unwrap();
+    let out = Command::new(&python)
+        .arg(repo_path("tests/clients/pg_differential.py"))
+        .arg(format!("host={host} port={port} user=root dbname=quarry"))
+        .arg(format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            server.port
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "Quarry and PostgreSQL answered differently:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every query, format and COPY was compared, not skipped.
+    let last = text.lines().last().unwrap_or_default();
+    let values: u64 = last
+        .strip_prefix("checked ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary line:\n{text}"));
+    assert!(values > 700, "{last}");
+    assert!(last.ends_with(", 0 mismatches"), "{last}");
+    for copy in ["TO STDOUT\n", "(FORMAT csv, HEADER)\n", "(FORMAT binary)\n"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("ok copy") && format!("{l}\n").ends_with(copy)),
+            "COPY {copy} not compared:\n{text}"
+        );
+    }
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("ok error")).count(),
+        6
+    );
 }

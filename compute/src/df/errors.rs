@@ -50,8 +50,13 @@ pub fn from_df(e: DataFusionError) -> Error {
         )),
         DataFusionError::ArrowError(a, _) => match a.as_ref() {
             arrow::error::ArrowError::ArithmeticOverflow(_) => Error::Overflow(msg),
-            // Kernels such as abs() report overflow this way.
-            arrow::error::ArrowError::ComputeError(m) if m.contains("overflow") => {
+            // Kernels such as abs() report overflow this way, casts to a
+            // narrower DECIMAL as "too large to store".
+            arrow::error::ArrowError::ComputeError(m)
+            | arrow::error::ArrowError::CastError(m)
+            | arrow::error::ArrowError::InvalidArgumentError(m)
+                if out_of_range(m) =>
+            {
                 Error::Overflow(msg)
             }
             // PostgreSQL's words, whichever kernel found it.
@@ -63,10 +68,18 @@ pub fn from_df(e: DataFusionError) -> Error {
             | arrow::error::ArrowError::ParseError(_) => Error::InvalidInput(msg),
             _ => Error::Internal(msg),
         },
-        DataFusionError::Execution(m) if m.contains("overflow") => Error::Overflow(msg),
+        DataFusionError::Execution(m) if out_of_range(m) => Error::Overflow(msg),
         DataFusionError::Execution(_) => Error::InvalidInput(msg),
         _ => Error::Internal(msg),
     }
+}
+
+/// Whether a kernel's message says a value did not fit its type.
+fn out_of_range(m: &str) -> bool {
+    m.contains("overflow")
+        || m.contains("too large to store")
+        || m.contains("exceeds the representable")
+        || m.contains("out of range")
 }
 
 fn quarry_error(e: &DataFusionError) -> Option<Error> {

@@ -334,6 +334,9 @@ impl SqlSession {
             .with_default_catalog_and_schema("quarry", "public");
         let opts = config.options_mut();
         opts.sql_parser.parse_float_as_decimal = true;
+        // TIMESTAMPTZ (and now()) carry a zone, UTC, as PostgreSQL's do;
+        // without one DataFusion reads TIMESTAMPTZ as a plain TIMESTAMP.
+        opts.execution.time_zone = Some("+00:00".into());
         // Hash joins hand their build side's keys to the probe side's
         // region scans (region_scan.rs), as an IN list up to this many
         // distinct keys (storage probes long lists through a hash set),

@@ -9,76 +9,180 @@
 //! `BEGIN` … `COMMIT` nothing is written unless all of it is). Values
 //! become literals of their column's type (`DATE '…'`, a checked number,
 //! a quoted string), so a value means what the same literal typed into an
-//! INSERT would. `COPY … TO STDOUT` is not served yet.
+//! INSERT would.
+//!
+//! `COPY t [(columns)] TO STDOUT` and `COPY (query) TO STDOUT`: the
+//! query's rows streamed as they come from the engine, one CopyData per
+//! row, in text, CSV or binary format. Values are written as the
+//! protocol's text or binary encodings write them (`encode.rs`), so a
+//! COPY's value and a SELECT's are the same bytes; text format escapes
+//! backslashes, the delimiter and control characters, CSV quotes a field
+//! that holds the delimiter, a quote, a line break, or the NULL string.
 
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::DataType;
+
+use super::encode;
 use crate::{plan_err, Error, Result};
 use quarry_proto::meta::{TableDef, TypeKind};
 
 /// Rows per INSERT.
 pub const BATCH_ROWS: usize = 2_000;
 
-/// A parsed `COPY … FROM STDIN`.
+/// A parsed COPY statement.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CopyFrom {
-    pub table: String,
-    pub columns: Vec<String>,
+pub enum Copy {
+    From(CopyFrom),
+    To(CopyTo),
+}
+
+/// How a COPY's rows are written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CopyOptions {
     pub csv: bool,
+    pub binary: bool,
     pub header: bool,
     pub delimiter: u8,
     pub null: String,
 }
 
-/// The COPY statement `sql` is, if it is one.
-pub fn parse(sql: &str) -> Option<Result<CopyFrom>> {
-    let text = crate::sql::skip_comments(sql).trim().trim_end_matches(';');
-    let lower = text.to_ascii_lowercase();
-    let rest = lower.strip_prefix("copy")?;
-    if !rest.starts_with(char::is_whitespace) {
-        return None;
-    }
-    Some(parse_copy(&text[4..], rest))
+/// A parsed `COPY … FROM STDIN`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CopyFrom {
+    pub table: String,
+    pub columns: Vec<String>,
+    pub options: CopyOptions,
 }
 
-fn parse_copy(text: &str, lower: &str) -> Result<CopyFrom> {
-    let Some(from) = lower.find(" from ") else {
-        return Err(Error::InvalidInput(
-            "unsupported: COPY … TO; only COPY table FROM STDIN is served".into(),
-        ));
-    };
-    let target = text[..from].trim();
-    let (table, columns) = match target.split_once('(') {
-        Some((t, cols)) => (
-            t.trim(),
-            cols.trim_end_matches(')')
+/// A parsed `COPY … TO STDOUT`: the query whose rows it sends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CopyTo {
+    pub query: String,
+    pub options: CopyOptions,
+}
+
+/// The COPY statement `sql` is, if it is one.
+pub fn parse(sql: &str) -> Option<Result<Copy>> {
+    let text = crate::sql::skip_comments(sql).trim().trim_end_matches(';');
+    let rest = text.get(..4)?;
+    if !rest.eq_ignore_ascii_case("copy") || !text[4..].starts_with(char::is_whitespace) {
+        return None;
+    }
+    Some(parse_copy(text[4..].trim_start()))
+}
+
+/// The length of the parenthesised text `s` starts with, quotes skipped.
+fn parenthesised(s: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut quote = None;
+    for (i, c) in s.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '(') => depth += 1,
+            (None, ')') => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The word `s` starts with, and the rest.
+fn next_word(s: &str) -> (&str, &str) {
+    let s = s.trim_start();
+    let end = s
+        .find(|c: char| c.is_whitespace() || c == '(')
+        .unwrap_or(s.len());
+    (&s[..end], &s[end..])
+}
+
+fn parse_copy(text: &str) -> Result<Copy> {
+    // The source: (query), or a table and its columns.
+    let (query, table, columns, rest) = if text.starts_with('(') {
+        let n = parenthesised(text)
+            .ok_or_else(|| plan_err!("syntax error: COPY's query has no closing parenthesis"))?;
+        (
+            Some(text[1..n - 1].trim().to_string()),
+            String::new(),
+            vec![],
+            &text[n..],
+        )
+    } else {
+        let (table, mut rest) = next_word(text);
+        let mut columns = vec![];
+        if rest.trim_start().starts_with('(') {
+            let r = rest.trim_start();
+            let n = parenthesised(r).ok_or_else(|| {
+                plan_err!("syntax error: COPY's column list has no closing parenthesis")
+            })?;
+            columns = r[1..n - 1]
                 .split(',')
                 .map(|c| c.trim().trim_matches('"').to_string())
                 .filter(|c| !c.is_empty())
-                .collect(),
-        ),
-        None => (target, vec![]),
+                .collect();
+            rest = &r[n..];
+        }
+        if table.is_empty() {
+            return Err(plan_err!("syntax error: COPY needs a table name"));
+        }
+        (None, table.trim_matches('"').to_string(), columns, rest)
     };
-    if table.is_empty() || table.contains(char::is_whitespace) {
-        return Err(plan_err!("syntax error: COPY needs a table name"));
-    }
-    let after = lower[from + 6..].trim_start();
-    let Some(options) = after.strip_prefix("stdin") else {
-        return Err(Error::InvalidInput(
+    let (direction, rest) = next_word(rest);
+    let (end, options) = next_word(rest);
+    let options = parse_options(options)?;
+    match direction.to_ascii_lowercase().as_str() {
+        "from" if query.is_some() => Err(plan_err!("syntax error: COPY (query) can only go TO STDOUT")),
+        "from" if end.eq_ignore_ascii_case("stdin") => {
+            if options.binary {
+                return Err(Error::InvalidInput(
+                    "unsupported: COPY FROM STDIN in binary format; send text or CSV".into(),
+                ));
+            }
+            Ok(Copy::From(CopyFrom { table, columns, options }))
+        }
+        "from" => Err(Error::InvalidInput(
             "unsupported: COPY FROM a file or program; send the rows with FROM STDIN (psql: \\copy)"
                 .into(),
-        ));
-    };
-    let original = &text[text.len() - options.len()..];
-    let mut copy = CopyFrom {
-        table: table.trim_matches('"').to_string(),
-        columns,
+        )),
+        "to" if end.eq_ignore_ascii_case("stdout") => {
+            let query = query.unwrap_or_else(|| {
+                let list = match columns.is_empty() {
+                    true => "*".to_string(),
+                    false => columns
+                        .iter()
+                        .map(|c| format!("\"{c}\""))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                };
+                format!("SELECT {list} FROM \"{table}\"")
+            });
+            Ok(Copy::To(CopyTo { query, options }))
+        }
+        "to" => Err(Error::InvalidInput(
+            "unsupported: COPY TO a file or program; receive the rows with TO STDOUT (psql: \\copy)"
+                .into(),
+        )),
+        _ => Err(plan_err!("syntax error: COPY needs FROM STDIN or TO STDOUT")),
+    }
+}
+
+/// WITH (FORMAT csv, HEADER, DELIMITER ',', NULL '') or the old
+/// CSV HEADER DELIMITER ',' form.
+fn parse_options(text: &str) -> Result<CopyOptions> {
+    let mut copy = CopyOptions {
         csv: false,
+        binary: false,
         header: false,
         delimiter: b'\t',
         null: "\\N".into(),
     };
-    // WITH (FORMAT csv, HEADER, DELIMITER ',', NULL '') or the old
-    // CSV HEADER DELIMITER ',' form.
-    let mut opts = original.trim();
+    let mut opts = text.trim();
     if opts.len() >= 4 && opts[..4].eq_ignore_ascii_case("with") {
         opts = opts[4..].trim_start();
     }
@@ -89,8 +193,9 @@ fn parse_copy(text: &str, lower: &str) -> Result<CopyFrom> {
     while let Some(w) = words.next() {
         match w.to_ascii_lowercase().as_str() {
             "format" => match words.next().map(|v| v.to_ascii_lowercase()).as_deref() {
-                Some("csv") => copy.csv = true,
-                Some("text") => copy.csv = false,
+                Some("csv") => (copy.csv, copy.binary) = (true, false),
+                Some("text") => (copy.csv, copy.binary) = (false, false),
+                Some("binary") => (copy.csv, copy.binary) = (false, true),
                 other => {
                     return Err(plan_err!(
                         "unsupported: COPY FORMAT {}",
@@ -99,6 +204,7 @@ fn parse_copy(text: &str, lower: &str) -> Result<CopyFrom> {
                 }
             },
             "csv" => copy.csv = true,
+            "binary" => copy.binary = true,
             "header" => {
                 copy.header = !matches!(
                     words.peek().map(|v| v.to_ascii_lowercase()).as_deref(),
@@ -128,6 +234,11 @@ fn parse_copy(text: &str, lower: &str) -> Result<CopyFrom> {
             "," => {}
             other => return Err(plan_err!("unsupported: COPY option {other}")),
         }
+    }
+    if copy.binary && (copy.header || delimiter_set || null_set) {
+        return Err(plan_err!(
+            "COPY in binary format takes no HEADER, DELIMITER or NULL"
+        ));
     }
     if copy.csv {
         if !delimiter_set {
@@ -181,7 +292,7 @@ fn tokens(s: &str) -> Vec<String> {
 }
 
 /// The fields of one line of PostgreSQL's text format (None: NULL).
-fn text_fields(line: &str, copy: &CopyFrom) -> Vec<Option<String>> {
+fn text_fields(line: &str, copy: &CopyOptions) -> Vec<Option<String>> {
     line.split(copy.delimiter as char)
         .map(|raw| {
             if raw == copy.null {
@@ -211,7 +322,7 @@ fn text_fields(line: &str, copy: &CopyFrom) -> Vec<Option<String>> {
 }
 
 /// Rows of `data` (whole lines), parsed as `copy` says.
-pub fn rows(data: &str, copy: &CopyFrom, first: bool) -> Result<Vec<Vec<Option<String>>>> {
+pub fn rows(data: &str, copy: &CopyOptions, first: bool) -> Result<Vec<Vec<Option<String>>>> {
     if copy.csv {
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(false)
@@ -337,35 +448,182 @@ pub fn insert_sql(
     Ok(sql)
 }
 
+/// The bytes a binary COPY starts with: signature, flags, extension length.
+const BINARY_SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+
+/// What a COPY TO sends before its rows: the binary signature, or CSV's
+/// (or text's) header line of column names.
+pub fn out_prologue(names: &[&str], copy: &CopyOptions) -> Option<Vec<u8>> {
+    if copy.binary {
+        return Some(BINARY_SIGNATURE.to_vec());
+    }
+    if !copy.header {
+        return None;
+    }
+    let mut line = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            line.push(copy.delimiter);
+        }
+        push_field(&mut line, name.as_bytes(), copy);
+    }
+    line.push(b'\n');
+    Some(line)
+}
+
+/// What a COPY TO sends after its rows: binary's end marker.
+pub fn out_epilogue(copy: &CopyOptions) -> Option<Vec<u8>> {
+    copy.binary.then(|| (-1i16).to_be_bytes().to_vec())
+}
+
+/// The rows of `batch` as COPY TO sends them, one message each.
+pub fn out_rows(batch: &RecordBatch, copy: &CopyOptions) -> Result<Vec<Vec<u8>>> {
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| match c.data_type() {
+            DataType::Dictionary(_, v) => arrow::compute::cast(c, v).map_err(Error::from),
+            _ => Ok(c.clone()),
+        })
+        .collect::<Result<_>>()?;
+    let nulls: Vec<_> = columns.iter().map(|c| c.logical_nulls()).collect();
+    let mut out = Vec::with_capacity(batch.num_rows());
+    let mut cell = Vec::new();
+    for row in 0..batch.num_rows() {
+        let mut line = Vec::new();
+        if copy.binary {
+            line.extend_from_slice(&(columns.len() as i16).to_be_bytes());
+        }
+        for (c, col) in columns.iter().enumerate() {
+            let null = nulls[c].as_ref().is_some_and(|n| n.is_null(row));
+            if copy.binary {
+                if null {
+                    line.extend_from_slice(&(-1i32).to_be_bytes());
+                    continue;
+                }
+                cell.clear();
+                encode::binary_value(col.as_ref(), row, &mut cell)?;
+                line.extend_from_slice(&(cell.len() as i32).to_be_bytes());
+                line.extend_from_slice(&cell);
+                continue;
+            }
+            if c > 0 {
+                line.push(copy.delimiter);
+            }
+            if null {
+                line.extend_from_slice(copy.null.as_bytes());
+                continue;
+            }
+            cell.clear();
+            encode::text_value(col.as_ref(), row, &mut cell)?;
+            push_field(&mut line, &cell, copy);
+        }
+        if !copy.binary {
+            line.push(b'\n');
+        }
+        out.push(line);
+    }
+    Ok(out)
+}
+
+/// Appends one non-NULL text value: escaped (text format) or quoted
+/// where it must be (CSV), as PostgreSQL's COPY writes it.
+fn push_field(line: &mut Vec<u8>, value: &[u8], copy: &CopyOptions) {
+    if copy.csv {
+        let quote = value == copy.null.as_bytes()
+            || value == b"\\."
+            || value
+                .iter()
+                .any(|b| matches!(b, b'"' | b'\n' | b'\r') || *b == copy.delimiter);
+        if !quote {
+            line.extend_from_slice(value);
+            return;
+        }
+        line.push(b'"');
+        for b in value {
+            if *b == b'"' {
+                line.push(b'"');
+            }
+            line.push(*b);
+        }
+        line.push(b'"');
+        return;
+    }
+    for &b in value {
+        match b {
+            b'\\' => line.extend_from_slice(b"\\\\"),
+            b'\n' => line.extend_from_slice(b"\\n"),
+            b'\r' => line.extend_from_slice(b"\\r"),
+            b'\t' => line.extend_from_slice(b"\\t"),
+            0x08 => line.extend_from_slice(b"\\b"),
+            0x0c => line.extend_from_slice(b"\\f"),
+            0x0b => line.extend_from_slice(b"\\v"),
+            b if b == copy.delimiter => line.extend_from_slice(&[b'\\', b]),
+            b => line.push(b),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    fn from(sql: &str) -> CopyFrom {
+        match parse(sql).unwrap().unwrap() {
+            Copy::From(c) => c,
+            other => panic!("not a COPY FROM: {other:?}"),
+        }
+    }
+
+    fn to(sql: &str) -> CopyTo {
+        match parse(sql).unwrap().unwrap() {
+            Copy::To(c) => c,
+            other => panic!("not a COPY TO: {other:?}"),
+        }
+    }
 
     #[test]
     fn copy_statements_and_their_options_parse() {
-        let c = parse("COPY t FROM STDIN").unwrap().unwrap();
+        let c = from("COPY t FROM STDIN");
         assert_eq!(
-            (c.table.as_str(), c.csv, c.delimiter, c.null.as_str()),
+            (
+                c.table.as_str(),
+                c.options.csv,
+                c.options.delimiter,
+                c.options.null.as_str()
+            ),
             ("t", false, b'\t', "\\N")
         );
-        let c = parse("copy t (a, b) from stdin with (format csv, header true, null 'NA')")
-            .unwrap()
-            .unwrap();
+        let c = from("copy t (a, b) from stdin with (format csv, header true, null 'NA')");
         assert_eq!(c.columns, ["a", "b"]);
-        assert!(c.csv && c.header);
-        assert_eq!((c.delimiter, c.null.as_str()), (b',', "NA"));
-        let c = parse("COPY t FROM STDIN CSV HEADER DELIMITER '|'")
-            .unwrap()
-            .unwrap();
-        assert!(c.csv && c.header && c.delimiter == b'|');
-        assert!(parse("COPY t TO STDOUT").unwrap().is_err());
+        assert!(c.options.csv && c.options.header);
+        assert_eq!((c.options.delimiter, c.options.null.as_str()), (b',', "NA"));
+        let c = from("COPY t FROM STDIN CSV HEADER DELIMITER '|'");
+        assert!(c.options.csv && c.options.header && c.options.delimiter == b'|');
         assert!(parse("COPY t FROM '/etc/passwd'").unwrap().is_err());
+        assert!(parse("COPY t TO '/tmp/x'").unwrap().is_err());
+        assert!(parse("COPY t FROM STDIN (FORMAT binary)").unwrap().is_err());
+        assert!(parse("COPY (SELECT 1) FROM STDIN").unwrap().is_err());
+        assert!(parse("COPY (SELECT 1 TO STDOUT").unwrap().is_err());
         assert!(parse("SELECT 1").is_none());
+        assert!(parse("copyright").is_none());
+
+        assert_eq!(to("COPY t TO STDOUT").query, "SELECT * FROM \"t\"");
+        let c = to("copy t(a,b) to stdout with (format csv, header)");
+        assert_eq!(c.query, "SELECT \"a\", \"b\" FROM \"t\"");
+        assert!(c.options.csv && c.options.header);
+        let c = to("COPY (SELECT a FROM t WHERE b = ')' AND f(x)) TO STDOUT (FORMAT binary);");
+        assert_eq!(c.query, "SELECT a FROM t WHERE b = ')' AND f(x)");
+        assert!(c.options.binary);
+        assert!(parse("COPY t TO STDOUT (FORMAT binary, HEADER)")
+            .unwrap()
+            .is_err());
     }
 
     #[test]
     fn text_and_csv_rows() {
-        let text = parse("COPY t FROM STDIN").unwrap().unwrap();
+        let text = from("COPY t FROM STDIN").options;
         let r = rows("1\ta\\tb\n2\t\\N\n\\.\n", &text, true).unwrap();
         assert_eq!(
             r,
@@ -374,9 +632,7 @@ mod tests {
                 vec![Some("2".into()), None]
             ]
         );
-        let csv = parse("COPY t FROM STDIN (FORMAT csv, HEADER)")
-            .unwrap()
-            .unwrap();
+        let csv = from("COPY t FROM STDIN (FORMAT csv, HEADER)").options;
         let r = rows("id,name\n1,\"x, y\"\n2,\n", &csv, true).unwrap();
         assert_eq!(
             r,
@@ -385,5 +641,62 @@ mod tests {
                 vec![Some("2".into()), None]
             ]
         );
+    }
+
+    fn batch() -> RecordBatch {
+        use arrow::array::{Int64Array, StringArray};
+        RecordBatch::try_from_iter([
+            (
+                "id",
+                Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])) as ArrayRef,
+            ),
+            (
+                "name",
+                Arc::new(StringArray::from(vec![
+                    Some("a\tb\\c"),
+                    Some(""),
+                    Some("say \"hi\", ok\n"),
+                ])) as ArrayRef,
+            ),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn rows_go_out_as_postgresql_writes_them() {
+        let text = to("COPY t TO STDOUT").options;
+        let lines: Vec<String> = out_rows(&batch(), &text)
+            .unwrap()
+            .into_iter()
+            .map(|l| String::from_utf8(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines,
+            ["1\ta\\tb\\\\c\n", "\\N\t\n", "3\tsay \"hi\", ok\\n\n"]
+        );
+        assert_eq!(out_prologue(&["id", "name"], &text), None);
+
+        let csv = to("COPY t TO STDOUT (FORMAT csv, HEADER)").options;
+        let lines: Vec<String> = out_rows(&batch(), &csv)
+            .unwrap()
+            .into_iter()
+            .map(|l| String::from_utf8(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines,
+            ["1,a\tb\\c\n", ",\"\"\n", "3,\"say \"\"hi\"\", ok\n\"\n"]
+        );
+        assert_eq!(out_prologue(&["id", "name"], &csv).unwrap(), b"id,name\n");
+
+        let binary = to("COPY t TO STDOUT (FORMAT binary)").options;
+        let rows = out_rows(&batch(), &binary).unwrap();
+        assert_eq!(
+            rows[1],
+            [&[0, 2][..], &[0xff; 4], &[0, 0, 0, 0]].concat(),
+            "two fields: NULL, then an empty string"
+        );
+        assert_eq!(&rows[0][..6], &[0, 2, 0, 0, 0, 8]);
+        assert_eq!(out_prologue(&[], &binary).unwrap().len(), 19);
+        assert_eq!(out_epilogue(&binary).unwrap(), [0xff, 0xff]);
     }
 }

@@ -483,9 +483,27 @@ pub fn date_text(days: i32) -> String {
     match chrono::NaiveDate::from_ymd_opt(1970, 1, 1)
         .and_then(|d| d.checked_add_signed(chrono::Duration::days(i64::from(days))))
     {
-        Some(d) => d.format("%Y-%m-%d").to_string(),
+        Some(d) => {
+            let (mut s, bc) = ymd(d);
+            if bc {
+                s.push_str(" BC");
+            }
+            s
+        }
         None => days.to_string(),
     }
+}
+
+/// `YYYY-MM-DD` as PostgreSQL writes a date: at least four digits of
+/// year, no sign (years past 9999 are just longer), and whether it is BC
+/// (year 0 is 1 BC), for the caller to add " BC" at the end.
+fn ymd(d: chrono::NaiveDate) -> (String, bool) {
+    use chrono::Datelike;
+    let (year, bc) = match d.year() {
+        y if y <= 0 => (1 - y, true),
+        y => (y, false),
+    };
+    (format!("{year:04}-{:02}-{:02}", d.month(), d.day()), bc)
 }
 
 /// `YYYY-MM-DD HH:MM:SS[.ffffff]` of microseconds since 1970-01-01.
@@ -495,8 +513,13 @@ pub fn timestamp_text(micros: i64) -> String {
     let Some(t) = chrono::DateTime::from_timestamp(secs, 0) else {
         return micros.to_string();
     };
-    let mut s = t.naive_utc().format("%Y-%m-%d %H:%M:%S").to_string();
+    let t = t.naive_utc();
+    let (mut s, bc) = ymd(t.date());
+    s.push_str(&t.format(" %H:%M:%S").to_string());
     push_fraction(&mut s, frac);
+    if bc {
+        s.push_str(" BC");
+    }
     s
 }
 
@@ -757,6 +780,18 @@ mod tests {
         assert_eq!(date_text(10_957), "2000-01-01");
         assert_eq!(timestamp_text(1_500_000), "1970-01-01 00:00:01.5");
         assert_eq!(timestamp_text(-1), "1969-12-31 23:59:59.999999");
+        // Past 9999 without a sign; before year 1 as BC.
+        let days = |y, m, d| {
+            let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
+            (chrono::NaiveDate::from_ymd_opt(y, m, d).unwrap() - epoch).num_days() as i32
+        };
+        assert_eq!(date_text(days(10_000, 1, 30)), "10000-01-30");
+        assert_eq!(date_text(days(1, 1, 1)), "0001-01-01");
+        assert_eq!(date_text(days(0, 12, 31)), "0001-12-31 BC");
+        assert_eq!(
+            timestamp_text(i64::from(days(-43, 3, 15)) * 86_400_000_000 + 1),
+            "0044-03-15 00:00:00.000001 BC"
+        );
         assert_eq!(
             interval_text(14, 3, 14_706_000_000),
             "1 year 2 mons 3 days 04:05:06"

@@ -22,13 +22,13 @@ use std::sync::Arc;
 use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use futures::future::{select, Either};
-use futures::{Sink, SinkExt};
+use futures::{Sink, SinkExt, StreamExt};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{
     send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler,
     SimpleQueryHandler,
 };
-use pgwire::api::results::{FieldFormat, FieldInfo, Response};
+use pgwire::api::results::{CopyResponse, FieldFormat, FieldInfo, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionHandle, PgWireConnectionState, Type};
@@ -129,6 +129,7 @@ impl SimpleQueryHandler for Handler {
                     client.set_state(PgWireConnectionState::CopyInProgress(false));
                     return Ok(());
                 }
+                Ok(Response::CopyOut(copy)) => send_copy_out(client, copy, &session).await,
                 Ok(Response::Query(results)) => send_query_response(client, results, true).await,
                 Ok(
                     Response::Execution(tag)
@@ -158,6 +159,42 @@ impl SimpleQueryHandler for Handler {
         // on_query answers every Query itself.
         Err(pg_error("XX000", "internal error: do_query is not used"))
     }
+}
+
+/// Streams a `COPY … TO STDOUT`'s rows: CopyOutResponse, CopyData per
+/// message, CopyDone and `COPY n`. (pgwire's own sender answers an error
+/// half-way with CopyFail, which only a client may send; here the error
+/// goes back as the ErrorResponse PostgreSQL sends, ending the COPY.)
+async fn send_copy_out<C>(
+    client: &mut C,
+    mut copy: CopyResponse,
+    session: &PgSession,
+) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    use pgwire::messages::copy::{CopyDone, CopyOutResponse};
+    let formats = copy.column_formats();
+    client
+        .send(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+            copy.format,
+            copy.columns as i16,
+            formats,
+        )))
+        .await?;
+    while let Some(data) = copy.data_stream().next().await {
+        client.feed(PgWireBackendMessage::CopyData(data?)).await?;
+    }
+    client
+        .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
+        .await?;
+    let tag = Tag::new("COPY").with_rows(session.copied_rows() as usize);
+    client
+        .send(PgWireBackendMessage::CommandComplete(tag.into()))
+        .await?;
+    Ok(())
 }
 
 /// A statement failed with `e`: the session notes it (a transaction
@@ -291,6 +328,12 @@ impl QueryParser for Handler {
                 params: vec![],
                 result,
             }));
+        }
+        if super::copy::parse(&sql).is_some() {
+            return Err(pg_error(
+                "0A000",
+                "unsupported: COPY over the extended query protocol; send it as a simple query",
+            ));
         }
         let engine = session.engine().clone();
         let text = statement::rewrite(&sql);

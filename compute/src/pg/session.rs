@@ -25,10 +25,12 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use parking_lot::Mutex;
-use pgwire::api::results::{FieldFormat, QueryResponse, Response, Tag};
+use pgwire::api::results::{CopyResponse, FieldFormat, QueryResponse, Response, Tag};
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::copy::CopyData;
 use pgwire::messages::response::TransactionStatus;
 
+use super::copy::{self, Copy, CopyFrom, CopyTo};
 use super::encode;
 use super::sqlstate::{pg_error, to_pg};
 use super::statement::{self, Outcome, SessionStatement};
@@ -99,11 +101,13 @@ pub struct PgSession {
     writes: std::sync::atomic::AtomicU64,
     /// A `COPY … FROM STDIN` under way.
     copy_in: tokio::sync::Mutex<Option<CopyIn>>,
+    /// Rows sent by the last `COPY … TO STDOUT`.
+    copied: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A `COPY … FROM STDIN` under way (`copy.rs`).
 struct CopyIn {
-    copy: super::copy::CopyFrom,
+    copy: CopyFrom,
     table: quarry_proto::meta::TableDef,
     /// Data received, not yet whole lines.
     pending: Vec<u8>,
@@ -147,6 +151,7 @@ impl PgSession {
             savepoints: Mutex::new(Vec::new()),
             writes: Default::default(),
             copy_in: Default::default(),
+            copied: Default::default(),
         }
     }
 
@@ -200,8 +205,10 @@ impl PgSession {
             let stmt = stmt.map_err(to_pg)?;
             return self.session_statement(stmt, format).await;
         }
-        if let Some(copy) = super::copy::parse(sql) {
-            return self.begin_copy(copy.map_err(to_pg)?).await;
+        match copy::parse(sql).transpose().map_err(to_pg)? {
+            Some(Copy::From(c)) => return self.begin_copy(c).await,
+            Some(Copy::To(c)) => return self.copy_out(c).await,
+            None => {}
         }
         if self.failed.load(Ordering::Relaxed) {
             return Err(pg_error(
@@ -257,7 +264,7 @@ impl PgSession {
     }
 
     /// Starts a `COPY … FROM STDIN`: the client sends its rows next.
-    async fn begin_copy(&self, copy: super::copy::CopyFrom) -> PgWireResult<Response> {
+    async fn begin_copy(&self, copy: CopyFrom) -> PgWireResult<Response> {
         if self.failed.load(Ordering::Relaxed) {
             return Err(pg_error(
                 "25P02",
@@ -292,6 +299,81 @@ impl PgSession {
         )))
     }
 
+    /// Runs a `COPY … TO STDOUT`'s query: its rows stream out as the
+    /// engine makes them, one CopyData each (counted in
+    /// [`Self::copied_rows`] for the `COPY n` tag).
+    async fn copy_out(&self, copy: CopyTo) -> PgWireResult<Response> {
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(pg_error(
+                "25P02",
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let txn = self.txn();
+        let stream = self
+            .scoped(async {
+                match self
+                    .engine
+                    .prepare_sql_in(&copy.query, txn.as_ref())
+                    .await?
+                {
+                    Prepared::Query(q) => self.engine.stream_in(*q, txn.clone()).await,
+                    Prepared::Done(_) => Err(Error::InvalidInput(
+                        "COPY (statement) TO STDOUT needs a query that returns rows".into(),
+                    )),
+                }
+            })
+            .await;
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                if txn.is_some() {
+                    self.failed.store(true, Ordering::Relaxed);
+                }
+                return Err(to_pg(e));
+            }
+        };
+        let names: Vec<&str> = stream
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        let prologue = copy::out_prologue(&names, &copy.options);
+        let epilogue = copy::out_epilogue(&copy.options);
+        let columns = names.len();
+        let format = i8::from(copy.options.binary);
+        let counter = self.copied.clone();
+        counter.store(0, Ordering::Relaxed);
+        let options = copy.options;
+        let message = |bytes: Vec<u8>| Ok(CopyData::new(bytes.into()));
+        let rows = stream
+            .batches
+            .map(
+                move |b| match b.and_then(|b| copy::out_rows(&b, &options)) {
+                    Ok(rows) => {
+                        counter.fetch_add(rows.len() as u64, Ordering::Relaxed);
+                        futures::stream::iter(rows.into_iter().map(message)).boxed()
+                    }
+                    Err(e) => futures::stream::iter([Err(to_pg(e))]).boxed(),
+                },
+            )
+            .flatten();
+        let data = futures::stream::iter(prologue.map(message))
+            .chain(rows)
+            .chain(futures::stream::iter(epilogue.map(message)));
+        // (Made as text and then marked binary: `CopyResponse::new` would
+        // add a second binary trailer.)
+        let mut response = CopyResponse::new(0, columns, data);
+        response.format = format;
+        Ok(Response::CopyOut(response))
+    }
+
+    /// Rows the last `COPY … TO STDOUT` sent.
+    pub fn copied_rows(&self) -> u64 {
+        self.copied.load(Ordering::Relaxed)
+    }
+
     /// Rows of a COPY: whole lines are written in batches as they come.
     pub async fn copy_data(&self, data: &[u8]) {
         let mut guard = self.copy_in.lock().await;
@@ -302,13 +384,13 @@ impl PgSession {
         c.pending.extend_from_slice(data);
         // Whole lines only, and (for CSV) not inside a quoted field: CSV
         // waits for the end, text goes batch by batch.
-        if c.copy.csv {
+        if c.copy.options.csv {
             return;
         }
         let Some(cut) = c.pending.iter().rposition(|b| *b == b'\n') else {
             return;
         };
-        if c.pending[..cut].iter().filter(|b| **b == b'\n').count() < super::copy::BATCH_ROWS {
+        if c.pending[..cut].iter().filter(|b| **b == b'\n').count() < copy::BATCH_ROWS {
             return;
         }
         let rest = c.pending.split_off(cut + 1);
@@ -336,17 +418,17 @@ impl PgSession {
         self.copy_in.lock().await.take();
     }
 
-    /// Writes `chunk` (whole lines) of a COPY, [`super::copy::BATCH_ROWS`]
+    /// Writes `chunk` (whole lines) of a COPY, [`copy::BATCH_ROWS`]
     /// rows per INSERT.
     async fn copy_write(&self, c: &mut CopyIn, chunk: &[u8]) -> crate::Result<()> {
         let text = std::str::from_utf8(chunk)
             .map_err(|_| Error::InvalidInput(format!("COPY line {}: not UTF-8", c.lines)))?;
-        let rows = super::copy::rows(text, &c.copy, c.first)?;
-        let header = usize::from(c.first && c.copy.header);
+        let rows = copy::rows(text, &c.copy.options, c.first)?;
+        let header = usize::from(c.first && c.copy.options.header);
         c.first = false;
         let txn = self.txn();
-        for batch in rows.chunks(super::copy::BATCH_ROWS) {
-            let sql = super::copy::insert_sql(&c.table, &c.copy, batch, c.lines + header)?;
+        for batch in rows.chunks(copy::BATCH_ROWS) {
+            let sql = copy::insert_sql(&c.table, &c.copy, batch, c.lines + header)?;
             let r = self.scoped(self.engine.sql_in(&sql, txn.as_ref())).await;
             if let Err(e) = r {
                 if txn.is_some() {
