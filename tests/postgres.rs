@@ -307,6 +307,11 @@ fn psycopg_asyncpg_and_sqlalchemy_run_unchanged() {
     for t in ["lineitem", "pg_async"] {
         assert!(tables.contains(&format!("{t}\n")), "{tables}");
     }
+    assert_eq!(
+        section(&s, "sqlalchemy columns"),
+        "name,type,nullable\nid,BIGINT(),False\nd,NUMERIC(),True\n\
+         f,DOUBLE_PRECISION(precision=53),True\nt,TEXT(),True\ndt,DATE(),True\n"
+    );
     assert_eq!(section(&s, "sqlalchemy query"), "n\n2\n");
 }
 
@@ -369,6 +374,14 @@ fn pgjdbc_runs_prepared_binary_statements_metadata_and_cancel() {
         section(&s, "columns"),
         "COLUMN_NAME,TYPE_NAME,DATA_TYPE\nid,int8,-5\namount,numeric,2\nname,text,12\n"
     );
+    // java.sql.Types: BIT -7, DATE 91, DOUBLE 8, INTEGER 4, BIGINT -5,
+    // NUMERIC 2, VARCHAR 12, TIMESTAMP 93.
+    assert_eq!(
+        section(&s, "type info"),
+        "TYPE_NAME,DATA_TYPE\nbool,-7\ndate,91\nfloat8,8\nint4,4\nint8,-5\nnumeric,2\n\
+         text,12\ntimestamp,93\nvarchar,12\n"
+    );
+    assert_eq!(section(&s, "type info count"), "many\ntrue\n");
     assert_eq!(section(&s, "cancel"), "sqlstate\n57014\n");
     assert_eq!(section(&s, "after cancel"), "one\n1\n");
 }
@@ -612,4 +625,57 @@ fn answers_match_postgresql_byte_for_byte() {
         text.lines().filter(|l| l.starts_with("ok error")).count(),
         6
     );
+}
+
+#[test]
+fn bi_tools_startup_sql_replays() {
+    let python = python();
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&[
+        "--stores",
+        "3",
+        "--sf",
+        "0.01",
+        "--tables",
+        "lineitem,nation",
+    ]);
+    let (host, port) = pg.postgres.rsplit_once(':').unwrap();
+    let dir = repo_path("tests/clients/pg_startup");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 5, "{files:?}");
+    let out = Command::new(&python)
+        .arg(repo_path("tests/clients/pg_startup.py"))
+        .arg(format!("host={host} port={port} user=root dbname=quarry"))
+        .args(&files)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "a tool's start-up SQL failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.ends_with("replayed 43 statements, 0 failed\n"),
+        "{text}"
+    );
+    // Not only without errors: the columns the tools list are there.
+    for line in [
+        // Grafana's query builder: lineitem's 16 columns.
+        "ok grafana.sql:72 16 rows",
+        // Metabase's field sync: lineitem's 16 and nation's 4.
+        "ok metabase.sql:71 20 rows",
+        // SQLAlchemy's get_columns: lineitem's 16.
+        "ok sqlalchemy_columns.sql:17 16 rows",
+        // DBeaver's schema list: information_schema, pg_catalog, public.
+        "ok dbeaver.sql:25 3 rows",
+        "ok ping '-- ping'",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+    }
 }

@@ -1,7 +1,7 @@
 // pgjdbc (org.postgresql:postgresql from Maven Central) against Quarry's
 // PostgreSQL listener, unchanged client code: TPC-H Q6, a prepared
 // statement run past prepareThreshold (binary transfer), getBigDecimal,
-// a transaction, DatabaseMetaData (getTables, getColumns), and
+// a transaction, DatabaseMetaData (getTables, getColumns, getTypeInfo), and
 // Statement.cancel.
 //
 // Usage: java -cp postgresql.jar PgJdbc.java JDBC_URL Q6_FILE
@@ -102,6 +102,21 @@ public class PgJdbc {
             } catch (SQLException e) {
                 System.out.println("== columns");
                 System.out.println("error " + e.getSQLState() + " " + e.getMessage().lines().findFirst().orElse(""));
+            }
+            // getTypeInfo: the types pgjdbc reads from pg_type, with java.sql.Types.
+            try (ResultSet rs = md.getTypeInfo()) {
+                java.util.TreeMap<String, Integer> types = new java.util.TreeMap<>();
+                while (rs.next()) {
+                    types.put(rs.getString("TYPE_NAME"), rs.getInt("DATA_TYPE"));
+                }
+                System.out.println("== type info");
+                System.out.println("TYPE_NAME,DATA_TYPE");
+                for (String name : new String[] {"bool", "date", "float8", "int4", "int8", "numeric", "text", "timestamp", "varchar"}) {
+                    System.out.println(name + "," + types.get(name));
+                }
+                System.out.println("== type info count");
+                System.out.println("many");
+                System.out.println(types.size() > 50);
             }
             // Cancel: a long query, cancelled from another thread.
             try (Statement s = c.createStatement()) {

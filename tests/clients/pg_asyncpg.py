@@ -75,8 +75,10 @@ print("== sqlalchemy tables")
 print("name")
 for name in sorted(inspector.get_table_names()):
     print(name)
-# (inspector.get_columns is not answered yet: its query needs
-# json_build_object and correlated subqueries in CASE; docs/postgres.md.)
+print("== sqlalchemy columns")
+print("name,type,nullable")
+for c in inspector.get_columns("pg_async"):
+    print(f"{c['name']},{c['type']!r},{c['nullable']}")
 with engine.connect() as c:
     rows = c.execute(sqlalchemy.text("SELECT count(*) AS n FROM pg_async WHERE id > :id"), {"id": 0})
     print("== sqlalchemy query")

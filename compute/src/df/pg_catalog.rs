@@ -25,13 +25,15 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Field, SchemaRef};
 use async_trait::async_trait;
-use datafusion::catalog::MemoryCatalogProvider;
+use datafusion::catalog::{MemoryCatalogProvider, SchemaProvider};
 use datafusion::common::{DataFusionError, Result as DfResult};
 use datafusion::datasource::TableType;
 use datafusion::execution::SessionState;
-use datafusion::logical_expr::{create_udf, ColumnarValue, ScalarUDF, Volatility};
+use datafusion::logical_expr::{
+    create_udf, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
 use datafusion::prelude::SessionContext;
 use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
@@ -66,7 +68,15 @@ impl CatalogInfo for QuarryCatalog {
     }
 
     async fn schema_names(&self, catalog: &str) -> DfResult<Option<Vec<String>>> {
-        Ok((catalog == DATABASE).then(|| vec!["public".to_string()]))
+        // pg_catalog is listed (as OID 11, the crate's fixed one) so that
+        // pg_type's and pg_proc's rows join to their namespace, as pgjdbc's
+        // getTypeInfo and DBeaver's type look-ups join them; its tables
+        // and information_schema's are the engine's, not meta's.
+        Ok((catalog == DATABASE).then(|| {
+            ["information_schema", "pg_catalog", "public"]
+                .map(String::from)
+                .to_vec()
+        }))
     }
 
     async fn table_names(&self, catalog: &str, schema: &str) -> DfResult<Option<Vec<String>>> {
@@ -124,8 +134,281 @@ impl CatalogInfo for QuarryCatalog {
     }
 }
 
-/// The `pg_catalog` schema every statement's context gets.
-pub type PgCatalogSchema = PgCatalogSchemaProvider<QuarryCatalog, EmptyContextProvider>;
+/// The crate's `pg_catalog` over Quarry's catalog.
+type CratePgCatalog = PgCatalogSchemaProvider<QuarryCatalog, EmptyContextProvider>;
+
+/// The `pg_catalog` schema every statement's context gets: the crate's,
+/// with the constraint tables typed as PostgreSQL types them.
+///
+/// The crate keeps `pg_constraint.conkey` and `pg_index.indkey` (arrays of
+/// column numbers) as text, so `attnum = ANY(conkey)` (Metabase's
+/// foreign-key query, DBeaver's constraint list) fails to plan. Quarry
+/// does not describe its primary keys and indexes to tools yet, so these
+/// tables are served empty, with those columns as `int2[]`. So are
+/// `table_constraints` and `key_column_usage`, which `information_schema`
+/// (DataFusion's) lacks; and `columns` is served as PostgreSQL's
+/// `information_schema.columns` (type names, `udt_name`, …): the
+/// PostgreSQL front end reads `information_schema.table_constraints`,
+/// `key_column_usage` and `columns` here (`pg/statement.rs`).
+pub struct PgCatalogSchema {
+    inner: CratePgCatalog,
+    cluster: Arc<Cluster>,
+}
+
+/// PostgreSQL's `information_schema.columns` columns, in its order; those
+/// that are numbers are `true`.
+const COLUMNS_VIEW: [(&str, bool); 24] = [
+    ("table_catalog", false),
+    ("table_schema", false),
+    ("table_name", false),
+    ("column_name", false),
+    ("ordinal_position", true),
+    ("column_default", false),
+    ("is_nullable", false),
+    ("data_type", false),
+    ("character_maximum_length", true),
+    ("character_octet_length", true),
+    ("numeric_precision", true),
+    ("numeric_precision_radix", true),
+    ("numeric_scale", true),
+    ("datetime_precision", true),
+    ("interval_type", false),
+    ("udt_catalog", false),
+    ("udt_schema", false),
+    ("udt_name", false),
+    ("dtd_identifier", false),
+    ("is_self_referencing", false),
+    ("is_identity", false),
+    ("identity_generation", false),
+    ("is_generated", false),
+    ("is_updatable", false),
+];
+
+/// One row of `information_schema.columns` for column `c` (the
+/// `ordinal`th) of `table`, by [`COLUMNS_VIEW`]'s names.
+fn column_row(
+    table: &str,
+    c: &quarry_proto::meta::ColumnDef,
+    ordinal: usize,
+) -> Vec<Option<String>> {
+    use quarry_proto::meta::TypeKind;
+    let ft = c.field_type.unwrap_or_default();
+    let (data_type, udt) = match ft.kind() {
+        TypeKind::Bigint => ("bigint", "int8"),
+        TypeKind::Double => ("double precision", "float8"),
+        TypeKind::Decimal => ("numeric", "numeric"),
+        TypeKind::Date => ("date", "date"),
+        TypeKind::Boolean => ("boolean", "bool"),
+        TypeKind::Varchar if ft.max_len > 0 => ("character varying", "varchar"),
+        TypeKind::Varchar | TypeKind::TypeUnspecified => ("text", "text"),
+    };
+    let number = |v: u32| Some(v.to_string());
+    COLUMNS_VIEW
+        .iter()
+        .map(|(name, _)| match *name {
+            "table_catalog" | "udt_catalog" => Some(DATABASE.to_string()),
+            "table_schema" => Some("public".into()),
+            "table_name" => Some(table.to_string()),
+            "column_name" => Some(c.name.clone()),
+            "ordinal_position" | "dtd_identifier" => Some(ordinal.to_string()),
+            "is_nullable" => Some(if ft.nullable { "YES" } else { "NO" }.into()),
+            "data_type" => Some(data_type.into()),
+            "character_maximum_length" if ft.max_len > 0 => number(ft.max_len),
+            "character_octet_length" if ft.max_len > 0 => number(ft.max_len * 4),
+            "character_octet_length" if udt == "text" => number(1_073_741_824),
+            "numeric_precision" => match ft.kind() {
+                TypeKind::Bigint => number(64),
+                TypeKind::Double => number(53),
+                TypeKind::Decimal => number(ft.precision),
+                _ => None,
+            },
+            "numeric_precision_radix" => match ft.kind() {
+                TypeKind::Bigint | TypeKind::Double => number(2),
+                TypeKind::Decimal => number(10),
+                _ => None,
+            },
+            "numeric_scale" => match ft.kind() {
+                TypeKind::Bigint => number(0),
+                TypeKind::Decimal => number(ft.scale),
+                _ => None,
+            },
+            "datetime_precision" if ft.kind() == TypeKind::Date => number(0),
+            "udt_schema" => Some("pg_catalog".into()),
+            "udt_name" => Some(udt.into()),
+            "is_self_referencing" | "is_identity" => Some("NO".into()),
+            "is_generated" => Some("NEVER".into()),
+            "is_updatable" => Some("YES".into()),
+            _ => None,
+        })
+        .collect()
+}
+
+impl std::fmt::Debug for PgCatalogSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PgCatalogSchema")
+    }
+}
+
+/// Tables this module serves empty, with their column types.
+const EMPTY_TABLES: [&str; 4] = [
+    "pg_constraint",
+    "pg_index",
+    "table_constraints",
+    "key_column_usage",
+];
+
+/// The type PostgreSQL gives a column of the crate's constraint tables
+/// that it keeps as text: arrays of column numbers (`int2[]`,
+/// `int2vector`) or of OIDs (`oid[]`, `oidvector`).
+fn array_column_type(name: &str) -> Option<DataType> {
+    let item = match name {
+        "conkey" | "confkey" | "confdelsetcols" | "indkey" | "indoption" => DataType::Int16,
+        "conpfeqop" | "conppeqop" | "conffeqop" | "conexclop" | "indcollation" | "indclass" => {
+            DataType::Int32
+        }
+        _ => return None,
+    };
+    Some(DataType::List(Arc::new(Field::new_list_field(item, true))))
+}
+
+impl PgCatalogSchema {
+    /// `information_schema.columns` as PostgreSQL's: its types' SQL and
+    /// `pg_type` names (`bigint`/`int8`, `numeric`, `character varying`),
+    /// `udt_*`, `is_identity`, … (DataFusion's has Arrow's type names and
+    /// lacks those; Metabase and Grafana read them). Tables only: a view's
+    /// columns are known once it is planned.
+    async fn columns_view(&self) -> DfResult<datafusion::datasource::MemTable> {
+        use arrow::datatypes::Schema;
+        let catalog = self.cluster.catalog().await.map_err(df_err)?;
+        let mut tables: Vec<_> = catalog.tables.iter().collect();
+        tables.sort_by(|a, b| a.name.cmp(&b.name));
+        let rows: Vec<Vec<Option<String>>> = tables
+            .iter()
+            .flat_map(|t| {
+                t.columns
+                    .iter()
+                    .filter(|c| c.id != quarry_coprocessor::codec::key::ROWID_COLUMN_ID)
+                    .enumerate()
+                    .map(|(i, c)| column_row(&t.name, c, i + 1))
+            })
+            .collect();
+        let fields: Vec<Field> = COLUMNS_VIEW
+            .iter()
+            .map(|(n, number)| {
+                let t = if *number {
+                    DataType::Int32
+                } else {
+                    DataType::Utf8
+                };
+                Field::new(*n, t, true)
+            })
+            .collect();
+        let arrays: Vec<ArrayRef> = COLUMNS_VIEW
+            .iter()
+            .enumerate()
+            .map(|(i, (_, number))| -> ArrayRef {
+                let values = rows.iter().map(|r| r[i].as_deref());
+                match number {
+                    true => Arc::new(
+                        values
+                            .map(|v| v.and_then(|v| v.parse::<i32>().ok()))
+                            .collect::<arrow::array::Int32Array>(),
+                    ),
+                    false => Arc::new(values.collect::<StringArray>()),
+                }
+            })
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let batch = arrow::array::RecordBatch::try_new(schema.clone(), arrays)?;
+        datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]])
+    }
+
+    /// The schema of empty table `name` (None: not one of them).
+    async fn empty_table_schema(&self, name: &str) -> DfResult<Option<SchemaRef>> {
+        use arrow::datatypes::Schema;
+        let text = |n: &str| Field::new(n, DataType::Utf8, true);
+        let int = |n: &str| Field::new(n, DataType::Int32, true);
+        let fields: Vec<Field> = match name {
+            "pg_constraint" | "pg_index" => {
+                let Some(t) = self.inner.table(name).await? else {
+                    return Ok(None);
+                };
+                t.schema()
+                    .fields()
+                    .iter()
+                    .map(|f| match array_column_type(f.name()) {
+                        Some(t) => Field::new(f.name(), t, true),
+                        None => f.as_ref().clone(),
+                    })
+                    .collect()
+            }
+            "table_constraints" => [
+                "constraint_catalog",
+                "constraint_schema",
+                "constraint_name",
+                "table_catalog",
+                "table_schema",
+                "table_name",
+                "constraint_type",
+                "is_deferrable",
+                "initially_deferred",
+                "enforced",
+                "nulls_distinct",
+            ]
+            .map(text)
+            .to_vec(),
+            "key_column_usage" => {
+                let mut f: Vec<Field> = [
+                    "constraint_catalog",
+                    "constraint_schema",
+                    "constraint_name",
+                    "table_catalog",
+                    "table_schema",
+                    "table_name",
+                    "column_name",
+                ]
+                .map(text)
+                .to_vec();
+                f.push(int("ordinal_position"));
+                f.push(int("position_in_unique_constraint"));
+                f
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(Arc::new(Schema::new(fields))))
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for PgCatalogSchema {
+    fn table_names(&self) -> Vec<String> {
+        let mut names = self.inner.table_names();
+        names.extend(["columns", "table_constraints", "key_column_usage"].map(String::from));
+        names
+    }
+
+    async fn table(
+        &self,
+        name: &str,
+    ) -> DfResult<Option<Arc<dyn datafusion::catalog::TableProvider>>> {
+        let lower = name.to_ascii_lowercase();
+        if lower == "columns" {
+            return Ok(Some(Arc::new(self.columns_view().await?)));
+        }
+        if EMPTY_TABLES.contains(&lower.as_str()) {
+            if let Some(schema) = self.empty_table_schema(&lower).await? {
+                let table = datafusion::datasource::MemTable::try_new(schema, vec![vec![]])?;
+                return Ok(Some(Arc::new(table)));
+            }
+        }
+        self.inner.table(name).await
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        let lower = name.to_ascii_lowercase();
+        lower == "columns" || EMPTY_TABLES.contains(&lower.as_str()) || self.inner.table_exist(name)
+    }
+}
 
 /// Registers the crate's functions (and Quarry's `version()` and
 /// `current_setting()`) in `state`; returns the state and the process's
@@ -147,11 +430,28 @@ pub fn install(
     for name in ["session_user", "current_user"] {
         ctx.register_udf(user_udf(name));
     }
+    ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject::default()));
+    ctx.register_udf(ScalarUDF::new_from_impl(Format::default()));
+    for name in [
+        "pg_get_serial_sequence",
+        "col_description",
+        "obj_description",
+    ] {
+        ctx.register_udf(NullText::udf(name));
+    }
+    for name in ["pg_collation_is_visible", "pg_type_is_visible"] {
+        ctx.register_udf(visible_udf(name));
+    }
     let tables = Arc::new(PgCatalogStaticTables::try_new().map_err(|e| internal(Box::new(e)))?);
-    let schema =
-        PgCatalogSchemaProvider::try_new(QuarryCatalog { cluster }, tables, EmptyContextProvider)
-            .map_err(|e| internal(Box::new(e)))?;
-    Ok((ctx.state(), Arc::new(schema)))
+    let inner = PgCatalogSchemaProvider::try_new(
+        QuarryCatalog {
+            cluster: cluster.clone(),
+        },
+        tables,
+        EmptyContextProvider,
+    )
+    .map_err(|e| internal(Box::new(e)))?;
+    Ok((ctx.state(), Arc::new(PgCatalogSchema { inner, cluster })))
 }
 
 /// `version()`: PostgreSQL's form, naming Quarry.
@@ -191,6 +491,285 @@ fn user_udf(name: &str) -> ScalarUDF {
             ))
         }),
     )
+}
+
+/// Functions that answer NULL whatever they are given, for what Quarry
+/// does not keep: `pg_get_serial_sequence(table, column)` (no
+/// sequences; SQLAlchemy's `get_columns` asks), `col_description(oid,
+/// n)` and `obj_description(oid[, catalog])` (no comments; Metabase and
+/// DBeaver ask).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct NullText {
+    name: &'static str,
+    signature: Signature,
+}
+
+impl NullText {
+    fn udf(name: &'static str) -> ScalarUDF {
+        ScalarUDF::new_from_impl(NullText {
+            name,
+            signature: Signature::variadic_any(Volatility::Stable),
+        })
+    }
+}
+
+impl ScalarUDFImpl for NullText {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(
+            datafusion::common::ScalarValue::Utf8(None),
+        ))
+    }
+}
+
+/// `pg_collation_is_visible(oid)`, `pg_type_is_visible(oid)`: every
+/// collation and type pg_catalog lists is in pg_catalog or `public`, both
+/// on every search path (NULL for NULL).
+fn visible_udf(name: &str) -> ScalarUDF {
+    create_udf(
+        name,
+        vec![DataType::Int64],
+        DataType::Boolean,
+        Volatility::Stable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let visible: arrow::array::BooleanArray = (0..arrays[0].len())
+                .map(|i| (!arrays[0].is_null(i)).then_some(true))
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(visible)))
+        }),
+    )
+}
+
+/// `json_build_object(key, value, …)`: a JSON object as PostgreSQL's
+/// text (`{"a" : 1, "b" : "x"}`), keys and values in pairs; strings
+/// quoted and escaped, numbers and booleans bare, NULL as `null`, other
+/// values as their text quoted. (Clients' catalog queries build small
+/// objects with it: SQLAlchemy's identity and collation columns.)
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonBuildObject {
+    signature: Signature,
+}
+
+impl Default for JsonBuildObject {
+    fn default() -> Self {
+        JsonBuildObject {
+            signature: Signature::variadic_any(Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for JsonBuildObject {
+    fn name(&self) -> &str {
+        "json_build_object"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        if !args.args.len().is_multiple_of(2) {
+            return Err(DataFusionError::Execution(
+                "json_build_object: argument list must have an even number of elements".into(),
+            ));
+        }
+        let rows = args.number_rows;
+        let arrays: Vec<ArrayRef> = args
+            .args
+            .iter()
+            .map(|a| a.to_array(rows))
+            .collect::<DfResult<_>>()?;
+        let options = arrow::util::display::FormatOptions::default();
+        let formatters = arrays
+            .iter()
+            .map(|a| arrow::util::display::ArrayFormatter::try_new(a.as_ref(), &options))
+            .collect::<Result<Vec<_>, _>>()?;
+        // (A NULL literal's array says no value is null: logical nulls.)
+        let nulls: Vec<_> = arrays.iter().map(|a| a.logical_nulls()).collect();
+        let is_null = |i: usize, row: usize| nulls[i].as_ref().is_some_and(|n| n.is_null(row));
+        let mut out = arrow::array::StringBuilder::new();
+        for row in 0..rows {
+            let mut text = String::from("{");
+            for (i, pair) in arrays.chunks(2).enumerate() {
+                if is_null(2 * i, row) {
+                    return Err(DataFusionError::Execution(
+                        "json_build_object: null value not allowed for object key".into(),
+                    ));
+                }
+                if i > 0 {
+                    text.push_str(", ");
+                }
+                json_string(&mut text, &formatters[2 * i].value(row).to_string());
+                text.push_str(" : ");
+                let value = &pair[1];
+                let shown = formatters[2 * i + 1].value(row).to_string();
+                match value.data_type() {
+                    _ if is_null(2 * i + 1, row) => text.push_str("null"),
+                    DataType::Boolean => text.push_str(&shown),
+                    t if t.is_numeric() => text.push_str(&shown),
+                    _ => json_string(&mut text, &shown),
+                }
+            }
+            text.push('}');
+            out.append_value(text);
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+/// `format(template, args…)`: PostgreSQL's, for `%s` (the value's text,
+/// NULL as nothing), `%I` (quoted as an identifier where it must be),
+/// `%L` (quoted as a literal, NULL as `NULL`) and `%%` (Metabase builds
+/// type and table names with it). Positions (`%1$s`) and widths are
+/// refused.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Format {
+    signature: Signature,
+}
+
+impl Default for Format {
+    fn default() -> Self {
+        Format {
+            signature: Signature::variadic_any(Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for Format {
+    fn name(&self) -> &str {
+        "format"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let rows = args.number_rows;
+        let arrays: Vec<ArrayRef> = args
+            .args
+            .iter()
+            .map(|a| a.to_array(rows))
+            .collect::<DfResult<_>>()?;
+        if arrays.is_empty() {
+            return Err(DataFusionError::Plan(
+                "format needs a template string".into(),
+            ));
+        }
+        let values = arrays.len() - 1;
+        let options = arrow::util::display::FormatOptions::default();
+        let formatters = arrays
+            .iter()
+            .map(|a| arrow::util::display::ArrayFormatter::try_new(a.as_ref(), &options))
+            .collect::<Result<Vec<_>, _>>()?;
+        let nulls: Vec<_> = arrays.iter().map(|a| a.logical_nulls()).collect();
+        let is_null = |i: usize, row: usize| nulls[i].as_ref().is_some_and(|n| n.is_null(row));
+        let mut out = arrow::array::StringBuilder::new();
+        for row in 0..rows {
+            if is_null(0, row) {
+                out.append_null();
+                continue;
+            }
+            let text = formatters[0].value(row).to_string();
+            let mut result = String::new();
+            let mut next = 0;
+            let mut chars = text.chars();
+            while let Some(c) = chars.next() {
+                if c != '%' {
+                    result.push(c);
+                    continue;
+                }
+                let spec = chars.next();
+                if spec == Some('%') {
+                    result.push('%');
+                    continue;
+                }
+                if next >= values {
+                    return Err(DataFusionError::Execution(
+                        "format: too few arguments".into(),
+                    ));
+                }
+                let i = next + 1;
+                next += 1;
+                let value = formatters[i].value(row).to_string();
+                match spec {
+                    Some('s') if is_null(i, row) => {}
+                    Some('s') => result.push_str(&value),
+                    Some('I') if is_null(i, row) => {
+                        return Err(DataFusionError::Execution(
+                            "format: null values cannot be formatted as an SQL identifier".into(),
+                        ))
+                    }
+                    Some('I') => result.push_str(&quote_identifier(&value)),
+                    Some('L') if is_null(i, row) => result.push_str("NULL"),
+                    Some('L') => {
+                        result.push('\'');
+                        result.push_str(&value.replace('\'', "''"));
+                        result.push('\'');
+                    }
+                    other => return Err(DataFusionError::Plan(format!(
+                        "unsupported: format specifier %{} (Quarry's format takes %s, %I, %L, %%)",
+                        other.map(String::from).unwrap_or_default()
+                    ))),
+                }
+            }
+            out.append_value(result);
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+/// `name` as PostgreSQL's `quote_ident` writes it: bare when it is a
+/// lower-case identifier, else double-quoted.
+fn quote_identifier(name: &str) -> String {
+    let bare = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    match bare {
+        true => name.to_string(),
+        false => format!("\"{}\"", name.replace('"', "\"\"")),
+    }
+}
+
+/// Appends `s` as a JSON string.
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// The OID of a built-in type by any of its names (None: not one).
@@ -356,4 +935,41 @@ fn current_setting_udf() -> ScalarUDF {
 /// information_schema does).
 pub fn is_catalog_schema(name: Option<&str>) -> bool {
     matches!(name, Some("pg_catalog") | Some("information_schema"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `sql`'s one value as text, planned with this module's functions.
+    async fn one(sql: &str) -> String {
+        let ctx = SessionContext::new();
+        ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject::default()));
+        ctx.register_udf(ScalarUDF::new_from_impl(Format::default()));
+        ctx.register_udf(NullText::udf("col_description"));
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let column = batches[0].column(0);
+        match column.is_null(0) {
+            true => "NULL".into(),
+            false => column.as_string::<i32>().value(0).to_string(),
+        }
+    }
+
+    #[tokio::test]
+    async fn functions_answer_as_postgresql_does() {
+        assert_eq!(
+            one("SELECT json_build_object('a', 1, 'b', 'x\"y', 'c', NULL, 'd', true)").await,
+            r#"{"a" : 1, "b" : "x\"y", "c" : null, "d" : true}"#
+        );
+        assert_eq!(
+            one("SELECT format('%s|%I|%I|%L|%L|%%', 'a', 'lineitem', 'Mixed Case', 'it''s', NULL)")
+                .await,
+            r#"a|lineitem|"Mixed Case"|'it''s'|NULL|%"#
+        );
+        assert_eq!(one("SELECT col_description(1, 2)").await, "NULL");
+        let ctx = SessionContext::new();
+        ctx.register_udf(ScalarUDF::new_from_impl(Format::default()));
+        let bad = ctx.sql("SELECT format('%1$s', 'a')").await.unwrap().collect().await;
+        assert!(bad.unwrap_err().to_string().contains("unsupported: format specifier %1"));
+    }
 }

@@ -352,7 +352,8 @@ pub fn rewrite(sql: &str) -> String {
         return sql.to_string();
     }
     let parser = PARSER.get_or_init(PostgresCompatibilityParser::new);
-    let sql_in = regproc_literals(sql);
+    let sql_in = search_path_lists(&regproc_literals(sql)).into_owned();
+    let sql_in = information_schema_views(&regclass_of_names(&sql_in));
     match parser.parse(&sql_in) {
         Ok(mut stmts) if stmts.len() == 1 => {
             let stmt = stmts.pop().expect("one");
@@ -364,6 +365,166 @@ pub fn rewrite(sql: &str) -> String {
         }
         _ => sql.to_string(),
     }
+}
+
+/// `sql` with each cast of a built name to `regclass`
+/// (`CAST(format('%I.%I', s, t) AS REGCLASS)`, Metabase's column query)
+/// written as a look-up of the relation's OID by its quoted
+/// `schema.table` name. `datafusion-pg-catalog` resolves casts of
+/// literals (`'t'::regclass`) and of parameters, and reads a cast of a
+/// column (`attrelid::regclass`) as the OID itself; a name built by an
+/// expression it leaves to a cast to INT, which fails on the name. The
+/// look-up is an equality, which DataFusion decorrelates; a built name
+/// without its schema finds nothing (NULL).
+fn regclass_of_names(sql: &str) -> std::borrow::Cow<'_, str> {
+    use datafusion::sql::sqlparser::ast::{visit_expressions_mut, BinaryOperator, DataType, Expr};
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    if !sql.to_ascii_lowercase().contains("regclass") {
+        return sql.into();
+    }
+    let dialect = PostgreSqlDialect {};
+    let Ok(mut stmts) = Parser::parse_sql(&dialect, sql) else {
+        return sql.into();
+    };
+    let mut changed = false;
+    for stmt in &mut stmts {
+        let _ = visit_expressions_mut(stmt, |e| {
+            let Expr::Cast {
+                data_type, expr, ..
+            } = e
+            else {
+                return std::ops::ControlFlow::<()>::Continue(());
+            };
+            let regclass = match data_type {
+                DataType::Regclass => true,
+                DataType::Custom(name, _) => name
+                    .to_string()
+                    .to_ascii_lowercase()
+                    .trim_start_matches("pg_catalog.")
+                    .eq("regclass"),
+                _ => false,
+            };
+            let built = match expr.as_ref() {
+                Expr::Function(f) => {
+                    let name = f.name.to_string().to_ascii_lowercase();
+                    ["format", "concat", "concat_ws", "quote_ident"].contains(&name.as_str())
+                }
+                Expr::BinaryOp {
+                    op: BinaryOperator::StringConcat,
+                    ..
+                } => true,
+                _ => false,
+            };
+            if regclass && built {
+                let lookup = format!(
+                    "(SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n \
+                     ON c.relnamespace = n.oid \
+                     WHERE quote_ident(n.nspname) || '.' || quote_ident(c.relname) = {expr})"
+                );
+                if let Ok(q) = Parser::new(&dialect)
+                    .try_with_sql(&lookup)
+                    .and_then(|mut p| p.parse_expr())
+                {
+                    *e = q;
+                    changed = true;
+                }
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+    }
+    if !changed {
+        // (Unchanged text keeps its form, which datafusion-pg-catalog's
+        // list of known client queries matches token by token.)
+        return sql.into();
+    }
+    stmts
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
+        .into()
+}
+
+/// `sql` reading `information_schema.columns`, `table_constraints` and
+/// `key_column_usage` from `pg_catalog` (`df/pg_catalog.rs`), which
+/// serves them as PostgreSQL has them: DataFusion's information_schema
+/// lacks the last two, and its `columns` has Arrow's type names and not
+/// PostgreSQL's `udt_name`, which Metabase's column query reads.
+fn information_schema_views(sql: &str) -> String {
+    let mut out = sql.to_string();
+    for view in ["columns", "table_constraints", "key_column_usage"] {
+        for form in [
+            format!("information_schema.{view}"),
+            format!("\"information_schema\".\"{view}\""),
+        ] {
+            while let Some(at) = out.to_ascii_lowercase().find(&form) {
+                out.replace_range(at..at + form.len(), &format!("pg_catalog.{view}"));
+            }
+        }
+    }
+    out
+}
+
+/// `sql` with each `x IN (subquery over the search_path)` written as `x
+/// IN (current_schema())`. Grafana lists tables and columns of the
+/// schemas on the search path with a subquery that reads
+/// `string_to_array(current_setting('search_path'), ',')` as a table,
+/// which DataFusion cannot (and `datafusion-pg-catalog` replaces it by
+/// `''`, which matches nothing: no columns at all). Quarry's only schema
+/// is `public`, the current schema, so the list is that one name.
+fn search_path_lists(sql: &str) -> std::borrow::Cow<'_, str> {
+    use datafusion::sql::sqlparser::ast::{visit_expressions_mut, Expr};
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let marker = |text: &str| {
+        text.to_ascii_lowercase()
+            .replace(char::is_whitespace, "")
+            .contains("string_to_array(current_setting('search_path')")
+    };
+    if !marker(sql) {
+        return sql.into();
+    }
+    let dialect = PostgreSqlDialect {};
+    let Ok(mut stmts) = Parser::parse_sql(&dialect, sql) else {
+        return sql.into();
+    };
+    let Ok(current) = Parser::new(&dialect)
+        .try_with_sql("current_schema()")
+        .and_then(|mut p| p.parse_expr())
+    else {
+        return sql.into();
+    };
+    let mut changed = false;
+    for stmt in &mut stmts {
+        let _ = visit_expressions_mut(stmt, |e| {
+            if let Expr::InSubquery {
+                expr,
+                subquery,
+                negated,
+            } = e
+            {
+                if marker(&subquery.to_string()) {
+                    *e = Expr::InList {
+                        expr: expr.clone(),
+                        list: vec![current.clone()],
+                        negated: *negated,
+                    };
+                    changed = true;
+                }
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+    }
+    if !changed {
+        return sql.into();
+    }
+    stmts
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
+        .into()
 }
 
 /// `sql` with each `'name'::regproc` written as the function's name,
@@ -380,6 +541,7 @@ fn regproc_literals(sql: &str) -> std::borrow::Cow<'_, str> {
     let Ok(mut stmts) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
         return sql.into();
     };
+    let mut changed = false;
     for stmt in &mut stmts {
         let _ = visit_expressions_mut(stmt, |e| {
             if let Expr::Cast {
@@ -399,10 +561,14 @@ fn regproc_literals(sql: &str) -> std::borrow::Cow<'_, str> {
                 {
                     let f = f.strip_prefix("pg_catalog.").unwrap_or(&f).to_string();
                     *e = Expr::value(Value::SingleQuotedString(f));
+                    changed = true;
                 }
             }
             std::ops::ControlFlow::<()>::Continue(())
         });
+    }
+    if !changed {
+        return sql.into();
     }
     stmts
         .iter()
@@ -520,6 +686,42 @@ mod tests {
         );
         assert_eq!(outcome(" -- x\nSELECT 1"), Outcome::Rows);
         assert_eq!(outcome("SHOW TABLES"), Outcome::Rows);
+    }
+
+    #[test]
+    fn search_path_subqueries_are_the_current_schema() {
+        let grafana = "SELECT column_name FROM information_schema.columns WHERE \
+            quote_ident(table_schema) IN (SELECT CASE WHEN trim(s[i]) = '\"$user\"' THEN user \
+            ELSE trim(s[i]) END FROM generate_series(\
+            array_lower(string_to_array(current_setting('search_path'),','),1), \
+            array_upper(string_to_array(current_setting('search_path'),','),1)) as i, \
+            string_to_array(current_setting('search_path'),',') s)";
+        let out = rewrite(grafana);
+        assert!(
+            out.ends_with("WHERE quote_ident(table_schema) IN (current_schema())"),
+            "{out}"
+        );
+        assert_eq!(search_path_lists("SELECT 1"), "SELECT 1");
+    }
+
+    #[test]
+    fn built_names_cast_to_regclass_are_looked_up() {
+        let metabase = "SELECT col_description(CAST(CAST(FORMAT('%I.%I', c.table_schema, \
+            c.table_name) AS REGCLASS) AS OID), 1) FROM information_schema.columns AS c";
+        let out = regclass_of_names(metabase);
+        assert!(
+            out.contains("WHERE quote_ident(n.nspname) || '.' || quote_ident(c.relname) = FORMAT("),
+            "{out}"
+        );
+        // Casts of columns and literals are left to datafusion-pg-catalog,
+        // and text without a rewrite keeps its form (psql's \d sends a
+        // statement the crate knows by its tokens).
+        let psql = "SELECT oid, stxrelid::pg_catalog.regclass FROM pg_catalog.pg_statistic_ext";
+        assert_eq!(regclass_of_names(psql), psql);
+        assert_eq!(
+            regproc_literals("SELECT 'x'::regproc::oid"),
+            "SELECT 'x'::oid"
+        );
     }
 
     #[test]
