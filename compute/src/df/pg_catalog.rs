@@ -552,6 +552,43 @@ fn visible_udf(name: &str) -> ScalarUDF {
     )
 }
 
+/// A variadic function's arguments as arrays of its rows.
+fn arrays_of(args: &ScalarFunctionArgs) -> DfResult<Vec<ArrayRef>> {
+    args.args
+        .iter()
+        .map(|a| a.to_array(args.number_rows))
+        .collect()
+}
+
+/// Arguments read as text, as `format` and `json_build_object` read them.
+struct TextArgs<'a> {
+    formatters: Vec<arrow::util::display::ArrayFormatter<'a>>,
+    /// (Logical: a NULL literal's array says no value is null.)
+    nulls: Vec<Option<arrow::buffer::NullBuffer>>,
+}
+
+impl<'a> TextArgs<'a> {
+    fn new(arrays: &'a [ArrayRef]) -> DfResult<Self> {
+        let options = arrow::util::display::FormatOptions::default();
+        Ok(TextArgs {
+            formatters: arrays
+                .iter()
+                .map(|a| arrow::util::display::ArrayFormatter::try_new(a.as_ref(), &options))
+                .collect::<Result<_, _>>()?,
+            nulls: arrays.iter().map(|a| a.logical_nulls()).collect(),
+        })
+    }
+
+    fn is_null(&self, arg: usize, row: usize) -> bool {
+        self.nulls[arg].as_ref().is_some_and(|n| n.is_null(row))
+    }
+
+    /// Argument `arg` of `row` as text (as Arrow displays it).
+    fn text(&self, arg: usize, row: usize) -> String {
+        self.formatters[arg].value(row).to_string()
+    }
+}
+
 /// `json_build_object(key, value, …)`: a JSON object as PostgreSQL's
 /// text (`{"a" : 1, "b" : "x"}`), keys and values in pairs; strings
 /// quoted and escaped, numbers and booleans bare, NULL as `null`, other
@@ -590,24 +627,13 @@ impl ScalarUDFImpl for JsonBuildObject {
             ));
         }
         let rows = args.number_rows;
-        let arrays: Vec<ArrayRef> = args
-            .args
-            .iter()
-            .map(|a| a.to_array(rows))
-            .collect::<DfResult<_>>()?;
-        let options = arrow::util::display::FormatOptions::default();
-        let formatters = arrays
-            .iter()
-            .map(|a| arrow::util::display::ArrayFormatter::try_new(a.as_ref(), &options))
-            .collect::<Result<Vec<_>, _>>()?;
-        // (A NULL literal's array says no value is null: logical nulls.)
-        let nulls: Vec<_> = arrays.iter().map(|a| a.logical_nulls()).collect();
-        let is_null = |i: usize, row: usize| nulls[i].as_ref().is_some_and(|n| n.is_null(row));
+        let arrays = arrays_of(&args)?;
+        let args = TextArgs::new(&arrays)?;
         let mut out = arrow::array::StringBuilder::new();
         for row in 0..rows {
             let mut text = String::from("{");
             for (i, pair) in arrays.chunks(2).enumerate() {
-                if is_null(2 * i, row) {
+                if args.is_null(2 * i, row) {
                     return Err(DataFusionError::Execution(
                         "json_build_object: null value not allowed for object key".into(),
                     ));
@@ -615,12 +641,12 @@ impl ScalarUDFImpl for JsonBuildObject {
                 if i > 0 {
                     text.push_str(", ");
                 }
-                json_string(&mut text, &formatters[2 * i].value(row).to_string());
+                json_string(&mut text, &args.text(2 * i, row));
                 text.push_str(" : ");
                 let value = &pair[1];
-                let shown = formatters[2 * i + 1].value(row).to_string();
+                let shown = args.text(2 * i + 1, row);
                 match value.data_type() {
-                    _ if is_null(2 * i + 1, row) => text.push_str("null"),
+                    _ if args.is_null(2 * i + 1, row) => text.push_str("null"),
                     DataType::Boolean => text.push_str(&shown),
                     t if t.is_numeric() => text.push_str(&shown),
                     _ => json_string(&mut text, &shown),
@@ -666,31 +692,21 @@ impl ScalarUDFImpl for Format {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
         let rows = args.number_rows;
-        let arrays: Vec<ArrayRef> = args
-            .args
-            .iter()
-            .map(|a| a.to_array(rows))
-            .collect::<DfResult<_>>()?;
+        let arrays = arrays_of(&args)?;
         if arrays.is_empty() {
             return Err(DataFusionError::Plan(
                 "format needs a template string".into(),
             ));
         }
         let values = arrays.len() - 1;
-        let options = arrow::util::display::FormatOptions::default();
-        let formatters = arrays
-            .iter()
-            .map(|a| arrow::util::display::ArrayFormatter::try_new(a.as_ref(), &options))
-            .collect::<Result<Vec<_>, _>>()?;
-        let nulls: Vec<_> = arrays.iter().map(|a| a.logical_nulls()).collect();
-        let is_null = |i: usize, row: usize| nulls[i].as_ref().is_some_and(|n| n.is_null(row));
+        let args = TextArgs::new(&arrays)?;
         let mut out = arrow::array::StringBuilder::new();
         for row in 0..rows {
-            if is_null(0, row) {
+            if args.is_null(0, row) {
                 out.append_null();
                 continue;
             }
-            let text = formatters[0].value(row).to_string();
+            let text = args.text(0, row);
             let mut result = String::new();
             let mut next = 0;
             let mut chars = text.chars();
@@ -711,26 +727,28 @@ impl ScalarUDFImpl for Format {
                 }
                 let i = next + 1;
                 next += 1;
-                let value = formatters[i].value(row).to_string();
+                let value = args.text(i, row);
                 match spec {
-                    Some('s') if is_null(i, row) => {}
+                    Some('s') if args.is_null(i, row) => {}
                     Some('s') => result.push_str(&value),
-                    Some('I') if is_null(i, row) => {
+                    Some('I') if args.is_null(i, row) => {
                         return Err(DataFusionError::Execution(
                             "format: null values cannot be formatted as an SQL identifier".into(),
                         ))
                     }
                     Some('I') => result.push_str(&quote_identifier(&value)),
-                    Some('L') if is_null(i, row) => result.push_str("NULL"),
+                    Some('L') if args.is_null(i, row) => result.push_str("NULL"),
                     Some('L') => {
                         result.push('\'');
                         result.push_str(&value.replace('\'', "''"));
                         result.push('\'');
                     }
-                    other => return Err(DataFusionError::Plan(format!(
+                    other => {
+                        return Err(DataFusionError::Plan(format!(
                         "unsupported: format specifier %{} (Quarry's format takes %s, %I, %L, %%)",
                         other.map(String::from).unwrap_or_default()
-                    ))),
+                    )))
+                    }
                 }
             }
             out.append_value(result);
@@ -969,7 +987,15 @@ mod tests {
         assert_eq!(one("SELECT col_description(1, 2)").await, "NULL");
         let ctx = SessionContext::new();
         ctx.register_udf(ScalarUDF::new_from_impl(Format::default()));
-        let bad = ctx.sql("SELECT format('%1$s', 'a')").await.unwrap().collect().await;
-        assert!(bad.unwrap_err().to_string().contains("unsupported: format specifier %1"));
+        let bad = ctx
+            .sql("SELECT format('%1$s', 'a')")
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert!(bad
+            .unwrap_err()
+            .to_string()
+            .contains("unsupported: format specifier %1"));
     }
 }

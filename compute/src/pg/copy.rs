@@ -19,8 +19,7 @@
 //! backslashes, the delimiter and control characters, CSV quotes a field
 //! that holds the delimiter, a quote, a line break, or the NULL string.
 
-use arrow::array::{ArrayRef, RecordBatch};
-use arrow::datatypes::DataType;
+use arrow::array::RecordBatch;
 
 use super::encode;
 use crate::{plan_err, Error, Result};
@@ -478,15 +477,7 @@ pub fn out_epilogue(copy: &CopyOptions) -> Option<Vec<u8>> {
 
 /// The rows of `batch` as COPY TO sends them, one message each.
 pub fn out_rows(batch: &RecordBatch, copy: &CopyOptions) -> Result<Vec<Vec<u8>>> {
-    let columns: Vec<ArrayRef> = batch
-        .columns()
-        .iter()
-        .map(|c| match c.data_type() {
-            DataType::Dictionary(_, v) => arrow::compute::cast(c, v).map_err(Error::from),
-            _ => Ok(c.clone()),
-        })
-        .collect::<Result<_>>()?;
-    let nulls: Vec<_> = columns.iter().map(|c| c.logical_nulls()).collect();
+    let (columns, nulls) = encode::plain_columns(batch)?;
     let mut out = Vec::with_capacity(batch.num_rows());
     let mut cell = Vec::new();
     for row in 0..batch.num_rows() {
@@ -567,6 +558,7 @@ fn push_field(line: &mut Vec<u8>, value: &[u8], copy: &CopyOptions) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::ArrayRef;
     use std::sync::Arc;
 
     fn from(sql: &str) -> CopyFrom {
@@ -664,26 +656,23 @@ mod tests {
 
     #[test]
     fn rows_go_out_as_postgresql_writes_them() {
+        let lines = |options: &CopyOptions| -> Vec<String> {
+            out_rows(&batch(), options)
+                .unwrap()
+                .into_iter()
+                .map(|l| String::from_utf8(l).unwrap())
+                .collect()
+        };
         let text = to("COPY t TO STDOUT").options;
-        let lines: Vec<String> = out_rows(&batch(), &text)
-            .unwrap()
-            .into_iter()
-            .map(|l| String::from_utf8(l).unwrap())
-            .collect();
         assert_eq!(
-            lines,
+            lines(&text),
             ["1\ta\\tb\\\\c\n", "\\N\t\n", "3\tsay \"hi\", ok\\n\n"]
         );
         assert_eq!(out_prologue(&["id", "name"], &text), None);
 
         let csv = to("COPY t TO STDOUT (FORMAT csv, HEADER)").options;
-        let lines: Vec<String> = out_rows(&batch(), &csv)
-            .unwrap()
-            .into_iter()
-            .map(|l| String::from_utf8(l).unwrap())
-            .collect();
         assert_eq!(
-            lines,
+            lines(&csv),
             ["1,a\tb\\c\n", ",\"\"\n", "3,\"say \"\"hi\"\", ok\n\"\n"]
         );
         assert_eq!(out_prologue(&["id", "name"], &csv).unwrap(), b"id,name\n");

@@ -142,8 +142,13 @@ pub fn fields(schema: &SchemaRef, format: impl Fn(usize) -> FieldFormat) -> Vec<
         .collect()
 }
 
-/// The DataRows of `batch`, its columns in the formats of `fields`.
-pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>> {
+/// `batch`'s columns with dictionaries decoded, and each one's nulls
+/// (logical: a Null column's values are all null, though `is_null` says
+/// not).
+#[allow(clippy::type_complexity)]
+pub fn plain_columns(
+    batch: &RecordBatch,
+) -> Result<(Vec<ArrayRef>, Vec<Option<arrow::buffer::NullBuffer>>)> {
     let columns: Vec<ArrayRef> = batch
         .columns()
         .iter()
@@ -152,9 +157,13 @@ pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>> {
             _ => Ok(c.clone()),
         })
         .collect::<Result<_>>()?;
-    // (A Null column's values are all null, though `is_null` says not.)
-    let nulls: Vec<Option<arrow::buffer::NullBuffer>> =
-        columns.iter().map(|c| c.logical_nulls()).collect();
+    let nulls = columns.iter().map(|c| c.logical_nulls()).collect();
+    Ok((columns, nulls))
+}
+
+/// The DataRows of `batch`, its columns in the formats of `fields`.
+pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>> {
+    let (columns, nulls) = plain_columns(batch)?;
     let binary: Vec<bool> = (0..columns.len())
         .map(|i| {
             fields

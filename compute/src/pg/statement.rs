@@ -16,6 +16,9 @@
 //! uses such syntax, so ordinary queries reach the engine as they were
 //! typed (same text, same plan cache entry, same errors).
 
+use datafusion::sql::sqlparser::ast::{BinaryOperator, DataType, Expr, Value};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 use crate::{plan_err, Error, Result};
@@ -367,6 +370,55 @@ pub fn rewrite(sql: &str) -> String {
     }
 }
 
+/// `sql` with each expression `change` rewrites (it says whether it
+/// did). Text that does not parse, or where nothing changed, is returned
+/// as it was: datafusion-pg-catalog knows some client queries by their
+/// exact tokens, which re-printing would change.
+fn rewrite_exprs(
+    sql: &str,
+    mut change: impl FnMut(&mut Expr) -> bool,
+) -> std::borrow::Cow<'_, str> {
+    use datafusion::sql::sqlparser::ast::visit_expressions_mut;
+    let Ok(mut stmts) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
+        return sql.into();
+    };
+    let mut changed = false;
+    for stmt in &mut stmts {
+        let _ = visit_expressions_mut(stmt, |e| {
+            changed |= change(e);
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+    }
+    if !changed {
+        return sql.into();
+    }
+    stmts
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
+        .into()
+}
+
+/// The expression `text` is (None: it does not parse).
+fn parse_expr(text: &str) -> Option<Expr> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(text)
+        .and_then(|mut p| p.parse_expr())
+        .ok()
+}
+
+/// Whether a cast to `data_type` is one to PostgreSQL's type `name`
+/// (`regclass`, `pg_catalog.regproc`, …).
+fn casts_to(data_type: &DataType, name: &str) -> bool {
+    let custom = match data_type {
+        DataType::Regclass => return name == "regclass",
+        DataType::Custom(custom, _) => custom.to_string().to_ascii_lowercase(),
+        _ => return false,
+    };
+    custom.trim_start_matches("pg_catalog.") == name
+}
+
 /// `sql` with each cast of a built name to `regclass`
 /// (`CAST(format('%I.%I', s, t) AS REGCLASS)`, Metabase's column query)
 /// written as a look-up of the relation's OID by its quoted
@@ -377,73 +429,37 @@ pub fn rewrite(sql: &str) -> String {
 /// look-up is an equality, which DataFusion decorrelates; a built name
 /// without its schema finds nothing (NULL).
 fn regclass_of_names(sql: &str) -> std::borrow::Cow<'_, str> {
-    use datafusion::sql::sqlparser::ast::{visit_expressions_mut, BinaryOperator, DataType, Expr};
-    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-    use datafusion::sql::sqlparser::parser::Parser;
     if !sql.to_ascii_lowercase().contains("regclass") {
         return sql.into();
     }
-    let dialect = PostgreSqlDialect {};
-    let Ok(mut stmts) = Parser::parse_sql(&dialect, sql) else {
-        return sql.into();
-    };
-    let mut changed = false;
-    for stmt in &mut stmts {
-        let _ = visit_expressions_mut(stmt, |e| {
-            let Expr::Cast {
-                data_type, expr, ..
-            } = e
-            else {
-                return std::ops::ControlFlow::<()>::Continue(());
-            };
-            let regclass = match data_type {
-                DataType::Regclass => true,
-                DataType::Custom(name, _) => name
-                    .to_string()
-                    .to_ascii_lowercase()
-                    .trim_start_matches("pg_catalog.")
-                    .eq("regclass"),
-                _ => false,
-            };
-            let built = match expr.as_ref() {
-                Expr::Function(f) => {
-                    let name = f.name.to_string().to_ascii_lowercase();
-                    ["format", "concat", "concat_ws", "quote_ident"].contains(&name.as_str())
-                }
-                Expr::BinaryOp {
-                    op: BinaryOperator::StringConcat,
-                    ..
-                } => true,
-                _ => false,
-            };
-            if regclass && built {
-                let lookup = format!(
-                    "(SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n \
-                     ON c.relnamespace = n.oid \
-                     WHERE quote_ident(n.nspname) || '.' || quote_ident(c.relname) = {expr})"
-                );
-                if let Ok(q) = Parser::new(&dialect)
-                    .try_with_sql(&lookup)
-                    .and_then(|mut p| p.parse_expr())
-                {
-                    *e = q;
-                    changed = true;
-                }
+    rewrite_exprs(sql, |e| {
+        let Expr::Cast {
+            data_type, expr, ..
+        } = e
+        else {
+            return false;
+        };
+        let built = match expr.as_ref() {
+            Expr::Function(f) => {
+                let name = f.name.to_string().to_ascii_lowercase();
+                ["format", "concat", "concat_ws", "quote_ident"].contains(&name.as_str())
             }
-            std::ops::ControlFlow::<()>::Continue(())
-        });
-    }
-    if !changed {
-        // (Unchanged text keeps its form, which datafusion-pg-catalog's
-        // list of known client queries matches token by token.)
-        return sql.into();
-    }
-    stmts
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>()
-        .join("; ")
-        .into()
+            Expr::BinaryOp {
+                op: BinaryOperator::StringConcat,
+                ..
+            } => true,
+            _ => false,
+        };
+        if !built || !casts_to(data_type, "regclass") {
+            return false;
+        }
+        let lookup = parse_expr(&format!(
+            "(SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n \
+             ON c.relnamespace = n.oid \
+             WHERE quote_ident(n.nspname) || '.' || quote_ident(c.relname) = {expr})"
+        ));
+        lookup.map(|l| *e = l).is_some()
+    })
 }
 
 /// `sql` reading `information_schema.columns`, `table_constraints` and
@@ -474,9 +490,6 @@ fn information_schema_views(sql: &str) -> String {
 /// `''`, which matches nothing: no columns at all). Quarry's only schema
 /// is `public`, the current schema, so the list is that one name.
 fn search_path_lists(sql: &str) -> std::borrow::Cow<'_, str> {
-    use datafusion::sql::sqlparser::ast::{visit_expressions_mut, Expr};
-    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-    use datafusion::sql::sqlparser::parser::Parser;
     let marker = |text: &str| {
         text.to_ascii_lowercase()
             .replace(char::is_whitespace, "")
@@ -485,46 +498,24 @@ fn search_path_lists(sql: &str) -> std::borrow::Cow<'_, str> {
     if !marker(sql) {
         return sql.into();
     }
-    let dialect = PostgreSqlDialect {};
-    let Ok(mut stmts) = Parser::parse_sql(&dialect, sql) else {
+    let Some(current) = parse_expr("current_schema()") else {
         return sql.into();
     };
-    let Ok(current) = Parser::new(&dialect)
-        .try_with_sql("current_schema()")
-        .and_then(|mut p| p.parse_expr())
-    else {
-        return sql.into();
-    };
-    let mut changed = false;
-    for stmt in &mut stmts {
-        let _ = visit_expressions_mut(stmt, |e| {
-            if let Expr::InSubquery {
-                expr,
-                subquery,
-                negated,
-            } = e
-            {
-                if marker(&subquery.to_string()) {
-                    *e = Expr::InList {
-                        expr: expr.clone(),
-                        list: vec![current.clone()],
-                        negated: *negated,
-                    };
-                    changed = true;
-                }
-            }
-            std::ops::ControlFlow::<()>::Continue(())
-        });
-    }
-    if !changed {
-        return sql.into();
-    }
-    stmts
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>()
-        .join("; ")
-        .into()
+    rewrite_exprs(sql, |e| match e {
+        Expr::InSubquery {
+            expr,
+            subquery,
+            negated,
+        } if marker(&subquery.to_string()) => {
+            *e = Expr::InList {
+                expr: expr.clone(),
+                list: vec![current.clone()],
+                negated: *negated,
+            };
+            true
+        }
+        _ => false,
+    })
 }
 
 /// `sql` with each `'name'::regproc` written as the function's name,
@@ -532,50 +523,33 @@ fn search_path_lists(sql: &str) -> std::borrow::Cow<'_, str> {
 /// where PostgreSQL keeps their OIDs (pgjdbc compares them). Text that
 /// does not parse, or has no such cast, is returned as it was.
 fn regproc_literals(sql: &str) -> std::borrow::Cow<'_, str> {
-    use datafusion::sql::sqlparser::ast::{visit_expressions_mut, DataType, Expr, Value};
-    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-    use datafusion::sql::sqlparser::parser::Parser;
     if !sql.to_ascii_lowercase().contains("::regproc") {
         return sql.into();
     }
-    let Ok(mut stmts) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
-        return sql.into();
-    };
-    let mut changed = false;
-    for stmt in &mut stmts {
-        let _ = visit_expressions_mut(stmt, |e| {
-            if let Expr::Cast {
-                data_type: DataType::Custom(name, _),
-                expr,
-                ..
-            } = e
-            {
-                let literal = match expr.as_ref() {
-                    Expr::Value(v) => match &v.value {
-                        Value::SingleQuotedString(s) => Some(s.clone()),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                if let (true, Some(f)) = (name.to_string().eq_ignore_ascii_case("regproc"), literal)
-                {
-                    let f = f.strip_prefix("pg_catalog.").unwrap_or(&f).to_string();
-                    *e = Expr::value(Value::SingleQuotedString(f));
-                    changed = true;
-                }
-            }
-            std::ops::ControlFlow::<()>::Continue(())
-        });
-    }
-    if !changed {
-        return sql.into();
-    }
-    stmts
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>()
-        .join("; ")
-        .into()
+    rewrite_exprs(sql, |e| {
+        let Expr::Cast {
+            data_type, expr, ..
+        } = e
+        else {
+            return false;
+        };
+        let name = match expr.as_ref() {
+            Expr::Value(v) => match &v.value {
+                Value::SingleQuotedString(s) => s.clone(),
+                _ => return false,
+            },
+            _ => return false,
+        };
+        if !casts_to(data_type, "regproc") {
+            return false;
+        }
+        let f = name
+            .strip_prefix("pg_catalog.")
+            .unwrap_or(&name)
+            .to_string();
+        *e = Expr::value(Value::SingleQuotedString(f));
+        true
+    })
 }
 
 #[cfg(test)]
