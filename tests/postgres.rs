@@ -533,7 +533,7 @@ impl PostgresServer {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let server = PostgresServer {
+        let mut server = PostgresServer {
             child,
             port,
             _dir: dir,
@@ -546,6 +546,9 @@ impl PostgresServer {
                 .is_ok_and(|o| o.status.success());
             if ready {
                 return server;
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("PostgreSQL exited at start ({status}); port {port} may have been taken");
             }
             assert!(
                 std::time::Instant::now() < deadline,

@@ -74,12 +74,20 @@ pub fn from_df(e: DataFusionError) -> Error {
     }
 }
 
-/// Whether a kernel's message says a value did not fit its type.
+/// Whether a kernel's message says a value did not fit its type. Quoted
+/// text (a value the user wrote, `CAST('overflow' AS BIGINT)`) is not
+/// read.
 fn out_of_range(m: &str) -> bool {
-    m.contains("overflow")
-        || m.contains("too large to store")
-        || m.contains("exceeds the representable")
-        || m.contains("out of range")
+    let said: String = m
+        .split('\'')
+        .step_by(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_ascii_lowercase();
+    said.contains("overflow")
+        || said.contains("too large to store")
+        || said.contains("exceeds the representable")
+        || said.contains("out of range")
 }
 
 fn quarry_error(e: &DataFusionError) -> Option<Error> {
@@ -92,5 +100,23 @@ fn quarry_error(e: &DataFusionError) -> Option<Error> {
         DataFusionError::Shared(s) => quarry_error(s),
         DataFusionError::Context(_, inner) => quarry_error(inner),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::out_of_range;
+
+    #[test]
+    fn overflow_is_read_from_the_message_not_the_value() {
+        assert!(out_of_range(
+            "100000 is too large to store in a Decimal128 of precision 3. Max is 999"
+        ));
+        assert!(out_of_range(
+            "Overflow happened on: 9223372036854775807 + 1"
+        ));
+        assert!(!out_of_range(
+            "Cannot cast string 'overflow' to value of Int64 type"
+        ));
     }
 }

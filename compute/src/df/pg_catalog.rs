@@ -214,7 +214,11 @@ fn column_row(
             "is_nullable" => Some(if ft.nullable { "YES" } else { "NO" }.into()),
             "data_type" => Some(data_type.into()),
             "character_maximum_length" if ft.max_len > 0 => number(ft.max_len),
-            "character_octet_length" if ft.max_len > 0 => number(ft.max_len * 4),
+            // (Four bytes a character at most, capped as PostgreSQL's
+            // 1 GB field limit.)
+            "character_octet_length" if ft.max_len > 0 => {
+                number(ft.max_len.saturating_mul(4).min(1_073_741_824))
+            }
             "character_octet_length" if udt == "text" => number(1_073_741_824),
             "numeric_precision" => match ft.kind() {
                 TypeKind::Bigint => number(64),

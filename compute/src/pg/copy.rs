@@ -102,24 +102,24 @@ fn next_word(s: &str) -> (&str, &str) {
 }
 
 fn parse_copy(text: &str) -> Result<Copy> {
-    // The source: (query), or a table and its columns.
-    let (query, table, columns, rest) = if text.starts_with('(') {
+    // The source: (query), or a table and its columns (also as typed, for
+    // the query COPY TO runs, where the engine's name rules apply).
+    let (query, table, columns, raw, rest) = if text.starts_with('(') {
         let n = parenthesised(text)
             .ok_or_else(|| plan_err!("syntax error: COPY's query has no closing parenthesis"))?;
-        (
-            Some(text[1..n - 1].trim().to_string()),
-            String::new(),
-            vec![],
-            &text[n..],
-        )
+        let query = text[1..n - 1].trim().to_string();
+        check_query(&query)?;
+        (Some(query), String::new(), vec![], None, &text[n..])
     } else {
         let (table, mut rest) = next_word(text);
         let mut columns = vec![];
+        let mut list = None;
         if rest.trim_start().starts_with('(') {
             let r = rest.trim_start();
             let n = parenthesised(r).ok_or_else(|| {
                 plan_err!("syntax error: COPY's column list has no closing parenthesis")
             })?;
+            list = Some(r[1..n - 1].trim().to_string());
             columns = r[1..n - 1]
                 .split(',')
                 .map(|c| c.trim().trim_matches('"').to_string())
@@ -130,7 +130,14 @@ fn parse_copy(text: &str) -> Result<Copy> {
         if table.is_empty() {
             return Err(plan_err!("syntax error: COPY needs a table name"));
         }
-        (None, table.trim_matches('"').to_string(), columns, rest)
+        let raw = Some((table.to_string(), list));
+        (
+            None,
+            table.trim_matches('"').to_string(),
+            columns,
+            raw,
+            rest,
+        )
     };
     let (direction, rest) = next_word(rest);
     let (end, options) = next_word(rest);
@@ -150,17 +157,14 @@ fn parse_copy(text: &str) -> Result<Copy> {
                 .into(),
         )),
         "to" if end.eq_ignore_ascii_case("stdout") => {
-            let query = query.unwrap_or_else(|| {
-                let list = match columns.is_empty() {
-                    true => "*".to_string(),
-                    false => columns
-                        .iter()
-                        .map(|c| format!("\"{c}\""))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                };
-                format!("SELECT {list} FROM \"{table}\"")
-            });
+            let query = match (query, raw) {
+                (Some(query), _) => query,
+                (None, Some((table, list))) => {
+                    let list = list.filter(|l| !l.is_empty());
+                    format!("SELECT {} FROM {table}", list.as_deref().unwrap_or("*"))
+                }
+                (None, None) => unreachable!("a COPY reads a query or a table"),
+            };
             Ok(Copy::To(CopyTo { query, options }))
         }
         "to" => Err(Error::InvalidInput(
@@ -168,6 +172,23 @@ fn parse_copy(text: &str) -> Result<Copy> {
                 .into(),
         )),
         _ => Err(plan_err!("syntax error: COPY needs FROM STDIN or TO STDOUT")),
+    }
+}
+
+/// Refuses a `COPY (statement) TO STDOUT` whose statement is not a query
+/// before anything runs it (the engine runs a write as it prepares it).
+fn check_query(text: &str) -> Result<()> {
+    use datafusion::sql::sqlparser::ast::Statement;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let statements = Parser::parse_sql(&PostgreSqlDialect {}, text)
+        .map_err(|e| plan_err!("syntax error in COPY's query: {e}"))?;
+    match statements.as_slice() {
+        [Statement::Query(_)] => Ok(()),
+        _ => Err(Error::InvalidInput(
+            "COPY (…) TO STDOUT takes one query (SELECT, VALUES, WITH …), not another statement"
+                .into(),
+        )),
     }
 }
 
@@ -233,6 +254,22 @@ fn parse_options(text: &str) -> Result<CopyOptions> {
             "," => {}
             other => return Err(plan_err!("unsupported: COPY option {other}")),
         }
+    }
+    let unsafe_delimiter = match copy.csv {
+        true => matches!(copy.delimiter, b'"' | b'\n' | b'\r'),
+        false => {
+            copy.delimiter == b'\\'
+                || copy.delimiter == b'.'
+                || copy.delimiter.is_ascii_lowercase()
+                || copy.delimiter.is_ascii_digit()
+                || matches!(copy.delimiter, b'\n' | b'\r')
+        }
+    };
+    if delimiter_set && unsafe_delimiter {
+        return Err(plan_err!(
+            "COPY delimiter {:?} cannot be used: it would be read as part of a value",
+            copy.delimiter as char
+        ));
     }
     if copy.binary && (copy.header || delimiter_set || null_set) {
         return Err(plan_err!(
@@ -601,14 +638,30 @@ mod tests {
         assert!(parse("SELECT 1").is_none());
         assert!(parse("copyright").is_none());
 
-        assert_eq!(to("COPY t TO STDOUT").query, "SELECT * FROM \"t\"");
-        let c = to("copy t(a,b) to stdout with (format csv, header)");
-        assert_eq!(c.query, "SELECT \"a\", \"b\" FROM \"t\"");
+        assert_eq!(to("COPY Orders TO STDOUT").query, "SELECT * FROM Orders");
+        let c = to("copy public.t(A, \"b c\") to stdout with (format csv, header)");
+        assert_eq!(c.query, "SELECT A, \"b c\" FROM public.t");
         assert!(c.options.csv && c.options.header);
         let c = to("COPY (SELECT a FROM t WHERE b = ')' AND f(x)) TO STDOUT (FORMAT binary);");
         assert_eq!(c.query, "SELECT a FROM t WHERE b = ')' AND f(x)");
         assert!(c.options.binary);
         assert!(parse("COPY t TO STDOUT (FORMAT binary, HEADER)")
+            .unwrap()
+            .is_err());
+        // Only queries: a write inside COPY's parentheses never runs.
+        let e = parse("COPY (DELETE FROM t) TO STDOUT")
+            .unwrap()
+            .unwrap_err();
+        assert!(e.to_string().contains("takes one query"), "{e}");
+        assert!(
+            parse("COPY (WITH x AS (SELECT 1) SELECT * FROM x) TO STDOUT")
+                .unwrap()
+                .is_ok()
+        );
+        // A delimiter that would read as part of a value is refused.
+        assert!(parse("COPY t FROM STDIN (DELIMITER 'N')").unwrap().is_ok());
+        assert!(parse("COPY t FROM STDIN (DELIMITER 'n')").unwrap().is_err());
+        assert!(parse("COPY t FROM STDIN (FORMAT csv, DELIMITER '\"')")
             .unwrap()
             .is_err());
     }

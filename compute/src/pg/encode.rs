@@ -264,10 +264,8 @@ pub fn text_value(a: &dyn Array, row: usize, out: &mut Vec<u8>) -> Result<()> {
         }
         DataType::Timestamp(unit, tz) => {
             let micros = timestamp_micros(a, row, unit);
-            out.extend_from_slice(timestamp_text(micros).as_bytes());
-            if tz.is_some() {
-                out.extend_from_slice(b"+00");
-            }
+            let zone = if tz.is_some() { "+00" } else { "" };
+            out.extend_from_slice(timestamp_text(micros, zone).as_bytes());
         }
         DataType::Time32(_) | DataType::Time64(_) => {
             let micros = time_micros(a, row);
@@ -515,8 +513,9 @@ fn ymd(d: chrono::NaiveDate) -> (String, bool) {
     (format!("{year:04}-{:02}-{:02}", d.month(), d.day()), bc)
 }
 
-/// `YYYY-MM-DD HH:MM:SS[.ffffff]` of microseconds since 1970-01-01.
-pub fn timestamp_text(micros: i64) -> String {
+/// `YYYY-MM-DD HH:MM:SS[.ffffff]` of microseconds since 1970-01-01, then
+/// `zone` (`+00` for a TIMESTAMPTZ), then ` BC` where it is.
+pub fn timestamp_text(micros: i64, zone: &str) -> String {
     let secs = micros.div_euclid(1_000_000);
     let frac = micros.rem_euclid(1_000_000);
     let Some(t) = chrono::DateTime::from_timestamp(secs, 0) else {
@@ -526,6 +525,7 @@ pub fn timestamp_text(micros: i64) -> String {
     let (mut s, bc) = ymd(t.date());
     s.push_str(&t.format(" %H:%M:%S").to_string());
     push_fraction(&mut s, frac);
+    s.push_str(zone);
     if bc {
         s.push_str(" BC");
     }
@@ -787,8 +787,8 @@ mod tests {
     fn dates_times_and_intervals_in_postgresql_text() {
         assert_eq!(date_text(0), "1970-01-01");
         assert_eq!(date_text(10_957), "2000-01-01");
-        assert_eq!(timestamp_text(1_500_000), "1970-01-01 00:00:01.5");
-        assert_eq!(timestamp_text(-1), "1969-12-31 23:59:59.999999");
+        assert_eq!(timestamp_text(1_500_000, ""), "1970-01-01 00:00:01.5");
+        assert_eq!(timestamp_text(-1, "+00"), "1969-12-31 23:59:59.999999+00");
         // Past 9999 without a sign; before year 1 as BC.
         let days = |y, m, d| {
             let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
@@ -798,8 +798,8 @@ mod tests {
         assert_eq!(date_text(days(1, 1, 1)), "0001-01-01");
         assert_eq!(date_text(days(0, 12, 31)), "0001-12-31 BC");
         assert_eq!(
-            timestamp_text(i64::from(days(-43, 3, 15)) * 86_400_000_000 + 1),
-            "0044-03-15 00:00:00.000001 BC"
+            timestamp_text(i64::from(days(-43, 3, 15)) * 86_400_000_000 + 1, "+00"),
+            "0044-03-15 00:00:00.000001+00 BC"
         );
         assert_eq!(
             interval_text(14, 3, 14_706_000_000),

@@ -312,11 +312,8 @@ impl PgSession {
         let txn = self.txn();
         let stream = self
             .scoped(async {
-                match self
-                    .engine
-                    .prepare_sql_in(&copy.query, txn.as_ref())
-                    .await?
-                {
+                let text = statement::rewrite(&copy.query);
+                match self.engine.prepare_sql_in(&text, txn.as_ref()).await? {
                     Prepared::Query(q) => self.engine.stream_in(*q, txn.clone()).await,
                     Prepared::Done(_) => Err(Error::InvalidInput(
                         "COPY (statement) TO STDOUT needs a query that returns rows".into(),

@@ -356,7 +356,7 @@ pub fn rewrite(sql: &str) -> String {
     }
     let parser = PARSER.get_or_init(PostgresCompatibilityParser::new);
     let sql_in = search_path_lists(&regproc_literals(sql)).into_owned();
-    let sql_in = information_schema_views(&regclass_of_names(&sql_in));
+    let sql_in = information_schema_views(&regclass_of_names(&sql_in)).into_owned();
     match parser.parse(&sql_in) {
         Ok(mut stmts) if stmts.len() == 1 => {
             let stmt = stmts.pop().expect("one");
@@ -389,15 +389,19 @@ fn rewrite_exprs(
             std::ops::ControlFlow::<()>::Continue(())
         });
     }
-    if !changed {
-        return sql.into();
+    match changed {
+        true => printed(&stmts).into(),
+        false => sql.into(),
     }
+}
+
+/// Statements as SQL text again.
+fn printed(stmts: &[datafusion::sql::sqlparser::ast::Statement]) -> String {
     stmts
         .iter()
         .map(|s| s.to_string())
         .collect::<Vec<_>>()
         .join("; ")
-        .into()
 }
 
 /// The expression `text` is (None: it does not parse).
@@ -453,10 +457,13 @@ fn regclass_of_names(sql: &str) -> std::borrow::Cow<'_, str> {
         if !built || !casts_to(data_type, "regclass") {
             return false;
         }
+        // (Aliases no client query uses, so that the name's own columns
+        // stay the outer query's; quoted by the same `format` as the
+        // name most likely was.)
         let lookup = parse_expr(&format!(
-            "(SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n \
-             ON c.relnamespace = n.oid \
-             WHERE quote_ident(n.nspname) || '.' || quote_ident(c.relname) = {expr})"
+            "(SELECT quarry_rc.oid FROM pg_catalog.pg_class quarry_rc \
+             JOIN pg_catalog.pg_namespace quarry_rn ON quarry_rc.relnamespace = quarry_rn.oid \
+             WHERE format('%I.%I', quarry_rn.nspname, quarry_rc.relname) = {expr})"
         ));
         lookup.map(|l| *e = l).is_some()
     })
@@ -467,19 +474,36 @@ fn regclass_of_names(sql: &str) -> std::borrow::Cow<'_, str> {
 /// serves them as PostgreSQL has them: DataFusion's information_schema
 /// lacks the last two, and its `columns` has Arrow's type names and not
 /// PostgreSQL's `udt_name`, which Metabase's column query reads.
-fn information_schema_views(sql: &str) -> String {
-    let mut out = sql.to_string();
-    for view in ["columns", "table_constraints", "key_column_usage"] {
-        for form in [
-            format!("information_schema.{view}"),
-            format!("\"information_schema\".\"{view}\""),
-        ] {
-            while let Some(at) = out.to_ascii_lowercase().find(&form) {
-                out.replace_range(at..at + form.len(), &format!("pg_catalog.{view}"));
-            }
-        }
+fn information_schema_views(sql: &str) -> std::borrow::Cow<'_, str> {
+    use datafusion::sql::sqlparser::ast::{visit_relations_mut, Ident, ObjectName};
+    const VIEWS: [&str; 3] = ["columns", "table_constraints", "key_column_usage"];
+    if !sql.to_ascii_lowercase().contains("information_schema") {
+        return sql.into();
     }
-    out
+    let Ok(mut stmts) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
+        return sql.into();
+    };
+    let mut changed = false;
+    for stmt in &mut stmts {
+        let _ = visit_relations_mut(stmt, |name| {
+            let parts: Vec<String> = name
+                .0
+                .iter()
+                .map(|p| p.to_string().trim_matches('"').to_ascii_lowercase())
+                .collect();
+            if let [schema, view] = parts.as_slice() {
+                if schema == "information_schema" && VIEWS.contains(&view.as_str()) {
+                    *name = ObjectName::from(vec![Ident::new("pg_catalog"), Ident::new(view)]);
+                    changed = true;
+                }
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+    }
+    match changed {
+        true => printed(&stmts).into(),
+        false => sql.into(),
+    }
 }
 
 /// `sql` with each `x IN (subquery over the search_path)` written as `x
@@ -684,7 +708,7 @@ mod tests {
             c.table_name) AS REGCLASS) AS OID), 1) FROM information_schema.columns AS c";
         let out = regclass_of_names(metabase);
         assert!(
-            out.contains("WHERE quote_ident(n.nspname) || '.' || quote_ident(c.relname) = FORMAT("),
+            out.contains("WHERE format('%I.%I', quarry_rn.nspname, quarry_rc.relname) = FORMAT("),
             "{out}"
         );
         // Casts of columns and literals are left to datafusion-pg-catalog,
@@ -692,6 +716,17 @@ mod tests {
         // statement the crate knows by its tokens).
         let psql = "SELECT oid, stxrelid::pg_catalog.regclass FROM pg_catalog.pg_statistic_ext";
         assert_eq!(regclass_of_names(psql), psql);
+        // Views are renamed as tables, not as text.
+        assert_eq!(
+            information_schema_views(
+                "SELECT 'information_schema.columns' FROM \"information_schema\".\"columns\" AS c"
+            ),
+            "SELECT 'information_schema.columns' FROM pg_catalog.columns AS c"
+        );
+        assert_eq!(
+            information_schema_views("SELECT * FROM information_schema.tables"),
+            "SELECT * FROM information_schema.tables"
+        );
         assert_eq!(
             regproc_literals("SELECT 'x'::regproc::oid"),
             "SELECT 'x'::oid"
