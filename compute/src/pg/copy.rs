@@ -165,6 +165,8 @@ fn parse_copy(text: &str) -> Result<Copy> {
                 }
                 (None, None) => unreachable!("a COPY reads a query or a table"),
             };
+            // (A column list is pasted as typed: still only a query.)
+            check_query(&query)?;
             Ok(Copy::To(CopyTo { query, options }))
         }
         "to" => Err(Error::InvalidInput(
