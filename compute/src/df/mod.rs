@@ -47,6 +47,7 @@ pub mod late_filters;
 pub mod literal_shape;
 pub mod output_names;
 pub mod pg_catalog;
+pub mod pg_functions;
 pub mod plan_cache;
 pub mod point_get;
 pub mod pushdown;

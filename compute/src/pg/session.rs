@@ -35,7 +35,7 @@ use super::encode;
 use super::sqlstate::{pg_error, to_pg};
 use super::statement::{self, Outcome, SessionStatement};
 use crate::auth::Caller;
-use crate::df::pg_catalog::{default_setting, DEFAULT_SETTINGS};
+use crate::df::pg_functions::{default_setting, DEFAULT_SETTINGS};
 use crate::engine::{Prepared, QueryEngine, QueryOutput};
 use crate::session::OpenTxn;
 use crate::Error;
