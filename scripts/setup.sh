@@ -21,6 +21,8 @@ command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 # A PostgreSQL server that tests/postgres.rs answers the same queries with.
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
+# Headless Chromium for the web console's browser test (tests/console.rs).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # libclang: a libclang.so that bindgen can load (libclang-cpp.so, which some
 # images carry alone, is not one).
 # (`ls` of several patterns fails when any one matches nothing, and
@@ -59,6 +61,12 @@ fi
 if ! "$QUARRY_VENV/bin/python" -c 'import psycopg, asyncpg, sqlalchemy' >/dev/null 2>&1; then
   echo "installing psycopg, asyncpg and SQLAlchemy into $QUARRY_VENV"
   "$QUARRY_VENV/bin/pip" install -q "psycopg[binary]==3.2.10" "asyncpg==0.32.0" "sqlalchemy==2.1.9"
+fi
+# Playwright drives the system's Chromium for tests/console.rs (its own
+# browser downloads are not used).
+if ! "$QUARRY_VENV/bin/python" -c 'import playwright.sync_api' >/dev/null 2>&1; then
+  echo "installing Playwright into $QUARRY_VENV"
+  "$QUARRY_VENV/bin/pip" install -q "playwright==1.65.2"
 fi
 
 # The JDBC driver for the client tests: one shaded jar, fetched by Maven

@@ -8,9 +8,11 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod answers;
+pub mod backup;
 pub mod bank;
 pub mod bench;
 pub mod chaos;
+pub mod console;
 pub mod load;
 pub mod load_file;
 pub mod local;

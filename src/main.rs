@@ -63,6 +63,12 @@ enum Cmd {
         #[command(subcommand)]
         what: LoadWhat,
     },
+    /// Back up tables at one snapshot into a directory: Parquet files and
+    /// a manifest (as the SQL statement BACKUP does).
+    Backup(BackupArgs),
+    /// Restore tables from a backup into a running cluster (as the SQL
+    /// statement RESTORE does).
+    Restore(RestoreArgs),
     /// Run one SQL statement against a compute process.
     Sql(SqlArgs),
     /// Show each store's regions: role, term, raft indexes.
@@ -409,6 +415,71 @@ impl LayoutArg {
 }
 
 #[derive(Args)]
+struct BackupArgs {
+    /// Stores of the cluster, comma-separated (any one answers).
+    #[arg(long, value_delimiter = ',', required = true)]
+    store: Vec<String>,
+    /// Tables to back up, comma-separated (default: every table).
+    #[arg(long, value_delimiter = ',')]
+    tables: Vec<String>,
+    #[command(flatten)]
+    tls: ClusterTlsArgs,
+    /// The directory to write (made if missing; it must hold no backup).
+    dir: PathBuf,
+}
+
+#[derive(Args)]
+struct RestoreArgs {
+    /// Stores of the cluster, comma-separated (any one answers).
+    #[arg(long, value_delimiter = ',', required = true)]
+    store: Vec<String>,
+    /// Tables to restore, comma-separated (default: every table in the
+    /// backup).
+    #[arg(long, value_delimiter = ',')]
+    tables: Vec<String>,
+    /// Drop a table of the same name first (else one is an error).
+    #[arg(long)]
+    replace: bool,
+    #[command(flatten)]
+    tls: ClusterTlsArgs,
+    /// The backup's directory.
+    dir: PathBuf,
+}
+
+/// An engine of its own for `quarry backup` and `quarry restore`.
+fn engine_for(store: &[String]) -> Result<quarry_compute::engine::QueryEngine> {
+    Ok(quarry_compute::engine::QueryEngine::new(&ComputeConfig {
+        stores: store.to_vec(),
+        // Whole-table reads: not slow queries to report.
+        slow_query_ms: 0,
+        ..Default::default()
+    })?)
+}
+
+/// What `quarry backup` and `quarry restore` print.
+fn backup_summary(
+    word: &str,
+    done: &[quarry::backup::TableDone],
+    read_ts: u64,
+    secs: f64,
+) -> String {
+    let mut out = String::new();
+    for d in done {
+        out.push_str(&format!(
+            "{word} {}: {} rows, {} files, {} bytes\n",
+            d.table, d.rows, d.files, d.bytes
+        ));
+    }
+    let rows: u64 = done.iter().map(|d| d.rows).sum();
+    out.push_str(&format!(
+        "{word} {} tables, {rows} rows at read_ts {read_ts} in {secs:.1} s ({:.0} rows/s)\n",
+        done.len(),
+        rows as f64 / secs.max(1e-9)
+    ));
+    out
+}
+
+#[derive(Args)]
 struct SqlArgs {
     /// Compute address, e.g. http://127.0.0.1:4000 (https:// with TLS).
     #[arg(long)]
@@ -551,7 +622,7 @@ async fn storage(a: StorageArgs) -> Result<()> {
     }
     a.security.apply(&mut cfg.security);
     let id = cfg.store_id;
-    let status = status_suffix(&cfg.status_addr).await?;
+    let status = status_suffix(&cfg.status_addr, None).await?;
     quarry_raftstore::server::run(
         cfg,
         |addr| {
@@ -613,10 +684,13 @@ async fn compute(a: ComputeArgs) -> Result<()> {
         cfg.pg_addr = v;
     }
     a.security.apply(&mut cfg.security);
-    let status = status_suffix(&cfg.status_addr).await?;
+    quarry_compute::backup::install(std::sync::Arc::new(quarry::backup::Hook));
+    let console = quarry::console::Console::new(cfg.stores.clone());
+    let status = status_suffix(&cfg.status_addr, Some(console.clone())).await?;
     quarry_compute::server::run(
         cfg,
-        |addr, pg| {
+        move |addr, pg| {
+            console.set_compute_addr(addr.to_string());
             let pg = pg.map(|a| format!(" postgres {a}")).unwrap_or_default();
             println!("compute listening on {addr}{status}{pg}");
             let _ = std::io::stdout().flush();
@@ -629,7 +703,10 @@ async fn compute(a: ComputeArgs) -> Result<()> {
 
 /// Starts the status server on `addr` (none if empty); returns what the
 /// "listening on" line ends with: " status http://HOST:PORT".
-async fn status_suffix(addr: &str) -> Result<String> {
+async fn status_suffix(
+    addr: &str,
+    console: Option<std::sync::Arc<quarry::console::Console>>,
+) -> Result<String> {
     // Failpoints named in the environment are on from the start (a build
     // without the feature has none to switch).
     if quarry_proto::failpoint::ENABLED {
@@ -638,7 +715,7 @@ async fn status_suffix(addr: &str) -> Result<String> {
     if addr.is_empty() {
         return Ok(String::new());
     }
-    let bound = quarry::status_server::serve(addr).await?;
+    let bound = quarry::status_server::serve(addr, console).await?;
     Ok(format!(" status {}", quarry::status_server::url(bound)))
 }
 
@@ -726,6 +803,37 @@ async fn run(cli: Cli) -> Result<()> {
             }
             let r = load_tpch(&store, &opts).await?;
             print!("{}", load_summary(&r));
+            Ok(())
+        }
+        Cmd::Backup(args) => {
+            init_logging("warn");
+            args.tls.install()?;
+            let engine = engine_for(&args.store)?;
+            let dir = std::path::absolute(&args.dir)?;
+            let opts = quarry::backup::BackupOptions {
+                location: dir.display().to_string(),
+                tables: args.tables,
+            };
+            let started = std::time::Instant::now();
+            let (done, m) = quarry::backup::backup(&engine, &opts).await?;
+            let secs = started.elapsed().as_secs_f64();
+            print!("{}", backup_summary("backed up", &done, m.read_ts, secs));
+            Ok(())
+        }
+        Cmd::Restore(args) => {
+            init_logging("warn");
+            args.tls.install()?;
+            let engine = engine_for(&args.store)?;
+            let dir = std::path::absolute(&args.dir)?;
+            let opts = quarry::backup::RestoreOptions {
+                location: dir.display().to_string(),
+                tables: args.tables,
+                replace: args.replace,
+            };
+            let started = std::time::Instant::now();
+            let (done, m) = quarry::backup::restore(&engine, &opts).await?;
+            let secs = started.elapsed().as_secs_f64();
+            print!("{}", backup_summary("restored", &done, m.read_ts, secs));
             Ok(())
         }
         Cmd::Load {

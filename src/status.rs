@@ -101,11 +101,12 @@ pub fn format(addr: &str, s: &StatusResponse) -> String {
             commit_index,
             last_index,
             truncated_index,
+            approximate_bytes,
         } = r;
         let region = region.clone().unwrap_or_default();
         let epoch = region.epoch.unwrap_or_default();
         out.push_str(&format!(
-            "  region {:>4} [{}, {}) v{} c{} peer {} {} (leader peer {}) term {} log {}..{} commit {} applied {} peers {}\n",
+            "  region {:>4} [{}, {}) v{} c{} peer {} {} (leader peer {}) term {} log {}..{} commit {} applied {} peers {} data ~{} KB\n",
             region.id,
             short(&region.start_key),
             short(&region.end_key),
@@ -124,7 +125,8 @@ pub fn format(addr: &str, s: &StatusResponse) -> String {
                 .iter()
                 .map(|p| format!("{}@{}", p.id, p.store_id))
                 .collect::<Vec<_>>()
-                .join(",")
+                .join(","),
+            approximate_bytes / 1024
         ));
     }
     out

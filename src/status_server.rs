@@ -7,6 +7,8 @@
 //!   `quarry_compute::metrics` in a compute process: whatever is
 //!   registered in the default registry).
 //! * `GET /health`: `ok`.
+//! * In a compute process, the web console: `GET /` and the JSON it
+//!   reads under `/api/` (`crate::console`).
 //! * With the `failpoints` feature (`quarry_proto::failpoint`):
 //!   `PUT /fail/NAME` with the actions as the body switches a failpoint
 //!   on, `DELETE /fail/NAME` off, `GET /fail` lists those on. Without the
@@ -19,6 +21,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -29,9 +32,11 @@ use hyper_util::rt::TokioIo;
 use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
 
+use crate::console::Console;
+
 /// Binds `addr` (port 0 picks one) and serves the status endpoints until
 /// the process exits; returns the bound address.
-pub async fn serve(addr: &str) -> Result<SocketAddr> {
+pub async fn serve(addr: &str, console: Option<Arc<Console>>) -> Result<SocketAddr> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the status address {addr}"))?;
@@ -47,8 +52,12 @@ pub async fn serve(addr: &str) -> Result<SocketAddr> {
                     continue;
                 }
             };
+            let console = console.clone();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| respond(req, loopback));
+                let service = hyper::service::service_fn(move |req| {
+                    let console = console.clone();
+                    async move { respond(req, loopback, console.as_deref()).await }
+                });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
                     .await
@@ -64,6 +73,7 @@ pub async fn serve(addr: &str) -> Result<SocketAddr> {
 async fn respond(
     req: Request<Incoming>,
     loopback: bool,
+    console: Option<&Console>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
         let mut r = Response::new(Full::new(Bytes::from(body)));
@@ -84,6 +94,11 @@ async fn respond(
             return Ok(reply(code, "text/plain", text.into_bytes()));
         }
     }
+    if let Some(console) = console {
+        if let Some((code, kind, body)) = console.respond(req.method(), path, loopback).await {
+            return Ok(reply(code, kind, body));
+        }
+    }
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             let encoder = TextEncoder::new();
@@ -101,7 +116,12 @@ async fn respond(
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            b"not found; this port serves /metrics and /health\n".to_vec(),
+            match console {
+                Some(_) => {
+                    b"not found; this port serves the console (/), /metrics and /health\n".to_vec()
+                }
+                None => b"not found; this port serves /metrics and /health\n".to_vec(),
+            },
         ),
     })
 }

@@ -464,6 +464,19 @@ impl Auth {
         }
     }
 
+    /// Refuses `what` unless the request's caller is a superuser (anyone
+    /// without logins).
+    pub fn require_superuser(&self, what: &str) -> Result<()> {
+        let caller = caller();
+        if !self.required || caller.as_ref().is_some_and(|c| c.superuser) {
+            return Ok(());
+        }
+        Err(Error::PermissionDenied(format!(
+            "only a superuser may run {what} (logged in as {})",
+            caller.as_ref().map_or("nobody", |c| c.user.as_str())
+        )))
+    }
+
     /// Runs a user statement for the request's caller.
     pub async fn execute(&self, stmt: UserStatement) -> Result<Vec<(String, bool)>> {
         let caller = caller();

@@ -150,6 +150,9 @@ fn parse(text: &str, max_bytes: usize) -> Result<Parsed> {
     if let Some(setting) = sql::settings::parse(text) {
         return Ok(Parsed::Statement(Statement::Setting(setting?)));
     }
+    if let Some(backup) = sql::backup::parse(text) {
+        return Ok(Parsed::Statement(Statement::Backup(backup?)));
+    }
     let stmt = parse_one(text, max_bytes)?;
     if df::is_query(&stmt) {
         return Ok(Parsed::Query(stmt.into()));
@@ -298,6 +301,11 @@ impl QueryEngine {
         &self.sql
     }
 
+    /// The cluster this engine reads and writes.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
     pub fn writer(&self) -> &KvWriter {
         &self.writer
     }
@@ -342,6 +350,42 @@ impl QueryEngine {
         let planned = self.sql.plan_with_rowid(query, table).await?;
         self.within_deadline(self.sql.run_at(planned, read_ts))
             .await
+    }
+
+    /// Streams every row of `table` over the snapshot at `read_ts` in
+    /// handle order (BACKUP's read): every column in the table's order,
+    /// after the rows' handles as [`df::ROWID`] when the table has no
+    /// primary key (else the key is the handle). DataFusion sorts the regions' rows (each region's
+    /// sorted run is merged), so compute holds the table while it sorts.
+    /// No statement deadline: it reads a whole table.
+    pub async fn scan_in_handle_order(
+        &self,
+        table: &TableDef,
+        read_ts: u64,
+    ) -> Result<QueryStream> {
+        let quote = |n: &str| format!("\"{}\"", n.replace('"', "\"\""));
+        let handle = table
+            .columns
+            .iter()
+            .find(|c| c.id == table.handle_column_id)
+            .map_or(df::ROWID, |c| c.name.as_str());
+        let columns: Vec<String> = (table.handle_column_id == 0)
+            .then_some(df::ROWID)
+            .into_iter()
+            .chain(table.columns.iter().map(|c| c.name.as_str()))
+            .map(quote)
+            .collect();
+        let text = format!(
+            "SELECT {} FROM {} ORDER BY {}",
+            columns.join(", "),
+            quote(&table.name),
+            quote(handle)
+        );
+        let Parsed::Query(query) = parse(&text, usize::MAX)? else {
+            return Err(Error::Internal(format!("not a query: {text}")));
+        };
+        let planned = self.sql.plan_with_rowid(query, table).await?;
+        self.sql.stream_at(planned, read_ts).await
     }
 
     /// Runs a planned query in `txn` (at its snapshot, seeing its own
@@ -540,6 +584,13 @@ impl QueryEngine {
                     "user statements do not run inside a transaction; COMMIT or ROLLBACK it first"
                 ))
             }
+            Parsed::Statement(Statement::Backup(b)) => {
+                return Err(plan_err!(
+                    "{} does not run inside a transaction (it reads at a snapshot of its own); \
+                     COMMIT or ROLLBACK it first",
+                    b.word()
+                ))
+            }
             _ => {}
         }
         match self.prepare(parsed, Some(txn)).await {
@@ -562,6 +613,14 @@ impl QueryEngine {
             };
             return Ok(StatementShape {
                 dataset,
+                parameters: Arc::new(Schema::empty()),
+                plan: None,
+            });
+        }
+        if let Some(backup) = sql::backup::parse(&stmt.sql) {
+            backup?;
+            return Ok(StatementShape {
+                dataset: crate::backup::result_schema(),
                 parameters: Arc::new(Schema::empty()),
                 plan: None,
             });
@@ -763,6 +822,7 @@ impl QueryEngine {
             }
             Statement::Describe(name) => Prepared::Done(self.describe(&name).await?),
             Statement::User(stmt) => Prepared::Done(self.user_statement(stmt).await?),
+            Statement::Backup(stmt) => Prepared::Done(crate::backup::run(self, stmt).await?),
             Statement::Setting(SettingStatement::ShowStatementTimeout) => {
                 let t = sql::settings::show(self.settings.statement_timeout());
                 Prepared::Done(text_output("statement_timeout", vec![t])?)

@@ -57,8 +57,10 @@
 // Library and binary code handles failures; tests may unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod activity;
 pub mod alter;
 pub mod auth;
+pub mod backup;
 pub mod catalog_cache;
 pub mod cluster;
 pub mod config;

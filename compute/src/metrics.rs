@@ -76,6 +76,10 @@ pub fn physical_plan_reused() {
     PHYSICAL_PLANS_REUSED.inc();
 }
 
+metric!(REGION_ROWS: IntCounter = register_int_counter!(
+    "quarry_compute_region_rows_total",
+    "Rows the regions' scans sent to this process's queries (after the filters and partial aggregations they ran)"
+));
 metric!(LOGIN_FAILURES: IntCounter = register_int_counter!(
     "quarry_compute_login_failures_total",
     "Flight SQL logins refused (unknown user or wrong password)"
@@ -110,10 +114,51 @@ pub fn observe<T>(kind: &str, elapsed: Duration, result: &crate::Result<T>) {
     }
 }
 
+/// Counts rows a region scan sent.
+pub fn region_rows(n: usize) {
+    REGION_ROWS.inc_by(n as u64);
+}
+
+/// A statement in the slow-query log, as the console shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SlowStatement {
+    pub at_unix_ms: u64,
+    pub elapsed_ms: u64,
+    pub sql: String,
+    /// A query's plan with what each operator measured (EXPLAIN
+    /// ANALYZE's), else empty.
+    pub detail: String,
+}
+
+/// How many slow statements the console's list keeps (the log keeps all).
+const SLOW_KEPT: usize = 100;
+
+static SLOW_LOG: LazyLock<parking_lot::Mutex<std::collections::VecDeque<SlowStatement>>> =
+    LazyLock::new(Default::default);
+
+/// The latest slow statements, newest first.
+pub fn slow_statements() -> Vec<SlowStatement> {
+    SLOW_LOG.lock().iter().rev().cloned().collect()
+}
+
 /// Logs a slow statement (with `detail`: its plan and statistics, if a
 /// query) and counts it.
 pub fn log_slow(sql: &str, elapsed: Duration, detail: &str) {
     SLOW_STATEMENTS.inc();
+    {
+        let mut log = SLOW_LOG.lock();
+        if log.len() == SLOW_KEPT {
+            log.pop_front();
+        }
+        log.push_back(SlowStatement {
+            at_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            elapsed_ms: elapsed.as_millis() as u64,
+            sql: sql.to_string(),
+            detail: detail.to_string(),
+        });
+    }
     tracing::warn!(
         target: "slow_query",
         elapsed_ms = elapsed.as_millis() as u64,

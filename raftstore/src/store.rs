@@ -455,6 +455,8 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                 commit_index: p.commit_index(),
                 last_index: p.last_index(),
                 truncated_index: p.storage().truncated_index(),
+                // Filled in by the Admin service's answer.
+                approximate_bytes: 0,
             })
             .collect();
         regions.sort_by_key(|r| r.region.as_ref().map_or(0, |r| r.id));

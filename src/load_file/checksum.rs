@@ -32,7 +32,7 @@ pub struct Checksum {
 }
 
 impl Checksum {
-    pub(super) fn new(columns: usize) -> Self {
+    pub(crate) fn new(columns: usize) -> Self {
         Checksum {
             rows: 0,
             columns: vec![ColumnSum::default(); columns],
@@ -40,7 +40,7 @@ impl Checksum {
     }
 
     /// Adds a conformed batch (columns in the table's order and types).
-    pub(super) fn add(&mut self, arrays: &[ArrayRef]) -> Result<()> {
+    pub(crate) fn add(&mut self, arrays: &[ArrayRef]) -> Result<()> {
         self.rows += arrays.first().map_or(0, |a| a.len()) as i128;
         for (sum, a) in self.columns.iter_mut().zip(arrays) {
             sum.count += (a.len() - a.null_count()) as i128;
@@ -77,6 +77,10 @@ impl Checksum {
                         .map(|i| v.value(i).len() as i128)
                         .sum()
                 }
+                DataType::Boolean => {
+                    let v = a.as_boolean();
+                    (0..v.len()).filter(|&i| valid(i) && v.value(i)).count() as i128
+                }
                 DataType::Float64 => {
                     let v = a.as_primitive::<Float64Type>();
                     sum.float += (0..v.len())
@@ -93,6 +97,17 @@ impl Checksum {
                 .ok_or_else(|| anyhow!("checksum overflow"))?;
         }
         Ok(())
+    }
+
+    /// Adds another part's sums (a restore's files, read by several
+    /// threads).
+    pub(crate) fn absorb(&mut self, other: &Checksum) {
+        self.rows += other.rows;
+        for (a, b) in self.columns.iter_mut().zip(&other.columns) {
+            a.count += b.count;
+            a.sum += b.sum;
+            a.float += b.float;
+        }
     }
 
     pub(super) fn minus(&self, before: &Checksum) -> Checksum {
@@ -112,7 +127,7 @@ impl Checksum {
     }
 
     /// The first difference from `other`, named by column.
-    pub(super) fn difference(&self, other: &Checksum, table: &TableDef) -> Option<String> {
+    pub(crate) fn difference(&self, other: &Checksum, table: &TableDef) -> Option<String> {
         if self.rows != other.rows {
             return Some(format!("{} rows against {}", self.rows, other.rows));
         }
@@ -172,6 +187,9 @@ fn checksum_sql(table: &TableDef) -> Result<String> {
             }
             DataType::Decimal128(..) => format!("sum({col})"),
             DataType::Utf8 => format!("sum(CAST(octet_length({col}) AS DECIMAL(38,0)))"),
+            DataType::Boolean => {
+                format!("sum(CASE WHEN {col} THEN CAST(1 AS DECIMAL(38,0)) ELSE 0 END)")
+            }
             other => bail!("no checksum for type {other}"),
         });
     }
@@ -183,7 +201,7 @@ fn checksum_sql(table: &TableDef) -> Result<String> {
 }
 
 /// Runs [`checksum_sql`] through an in-process query engine.
-pub(super) async fn table_checksum(engine: &QueryEngine, table: &TableDef) -> Result<Checksum> {
+pub(crate) async fn table_checksum(engine: &QueryEngine, table: &TableDef) -> Result<Checksum> {
     let out = engine
         .sql(&checksum_sql(table)?)
         .await

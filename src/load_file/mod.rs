@@ -32,7 +32,7 @@
 //! At the end a checksum ([`Checksum`]: the row count and, per column, the
 //! count of non-NULL values and an exact sum — of the integers, the
 //! decimals' unscaled values, the dates' day numbers, the strings' byte
-//! lengths; DOUBLE sums compare within 1e-9 relative) of what
+//! lengths, the booleans' trues; DOUBLE sums compare within 1e-9 relative) of what
 //! was read from the files is compared with the same sums computed by the
 //! cluster over the table (pushed down like any aggregate): for an existing
 //! table, the difference between the sums after and before the load. A
@@ -74,13 +74,13 @@ use crate::load::{
 mod checksum;
 mod conform;
 
-use checksum::table_checksum;
+pub(crate) use checksum::table_checksum;
 pub use checksum::{Checksum, ColumnSum};
 use conform::Conform;
 pub use conform::{convertible, sql_type};
 
 /// Quotes an identifier for SQL (names from files keep their case).
-fn quote(name: &str) -> String {
+pub(crate) fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 

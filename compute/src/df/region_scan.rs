@@ -851,6 +851,7 @@ impl ExecutionPlan for RegionScanExec {
         let batches = batches.map(move |b| {
             let b = conform(b?, &schema)?;
             rows.add(b.num_rows());
+            crate::metrics::region_rows(b.num_rows());
             Ok(b)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(

@@ -192,19 +192,30 @@ impl SqlSession {
         let task = self.at_snapshot(task, read_ts)?;
         let stream =
             datafusion::physical_plan::execute_stream(physical.clone(), task).map_err(from_df)?;
+        let registration = crate::activity::register(&sql, physical.clone());
         let running = Running {
             stream,
             _hold: hold,
             physical,
             sql,
             started,
+            registration,
         };
         let announced = schema.clone();
         let batches = futures::stream::unfold(Some(running), move |running| {
             let announced = announced.clone();
             async move {
                 let mut running = running?;
-                match running.stream.next().await {
+                // A cancel from the console ends the query at once,
+                // whatever it waits on (`activity.rs`).
+                let next = tokio::select! {
+                    biased;
+                    _ = running.registration.cancelled() => {
+                        return Some((Err(running.registration.error()), None));
+                    }
+                    next = running.stream.next() => next,
+                };
+                match next {
                     Some(Ok(batch)) => Some((conform(batch, &announced), Some(running))),
                     Some(Err(e)) => Some((Err(from_df(e)), None)),
                     None => {
@@ -298,6 +309,8 @@ struct Running {
     physical: Arc<dyn ExecutionPlan>,
     sql: String,
     started: std::time::Instant,
+    /// Its place in the console's list of running queries.
+    registration: crate::activity::Registration,
 }
 
 impl Running {

@@ -7,6 +7,7 @@
 //! interval '90' day`) is folded here, while converting, into a date
 //! literal.
 
+pub mod backup;
 mod convert;
 mod guard;
 pub mod settings;
@@ -59,6 +60,8 @@ pub enum Statement {
     User(users::UserStatement),
     /// `SET`, `RESET` and `SHOW` of `statement_timeout`.
     Setting(settings::SettingStatement),
+    /// `BACKUP … TO` and `RESTORE … FROM`.
+    Backup(backup::BackupStatement),
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -49,7 +49,18 @@ impl<E: Engine> Admin for AdminService<E> {
         &self,
         _req: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
-        Ok(Response::new(self.node.status().await?))
+        let mut status = self.node.status().await?;
+        // Sizes only for this answer (the console and `quarry status`):
+        // the store's own status calls need none.
+        for r in &mut status.regions {
+            if let Some(region) = &r.region {
+                r.approximate_bytes = self
+                    .node
+                    .engine()
+                    .approximate_size(&region.start_key, &region.end_key);
+            }
+        }
+        Ok(Response::new(status))
     }
 
     async fn transfer_leader(

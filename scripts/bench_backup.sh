@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# BACKUP and RESTORE at TPC-H scale, as docs/operations.md and
+# docs/performance.md report them:
+#
+#   1. a playground (3 stores) with TPC-H at --sf (default 1);
+#   2. four clients insert into a table of their own while BACKUP runs
+#      (each client a bounded loop of `quarry sql` INSERTs);
+#   3. the 22 queries' answers on that cluster (its TPC-H tables are not
+#      written, so these are the answers at the backup's snapshot);
+#   4. a fresh playground, RESTORE, and the 22 answers again, compared
+#      byte for byte; the writers' table is checked to hold every insert
+#      acknowledged before the backup began.
+#
+# Prints the rates (rows/s) of both directions. Usage:
+#   scripts/bench_backup.sh [--sf 1] [--dir /tmp/quarry-backup-bench]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+SF=1
+WORK=/tmp/quarry-backup-bench
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --sf) SF="$2"; shift 2 ;;
+    --dir) WORK="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+Q="$CARGO_TARGET_DIR/release/quarry"
+[ -x "$Q" ] || cargo build --release --features "$QUARRY_FEATURES" --bin quarry
+rm -rf "$WORK"
+mkdir -p "$WORK"
+
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# Starts a playground in $1 with the rest as its flags; sets ADDR.
+start() {
+    local dir="$1"
+    shift
+    "$Q" playground --dir "$dir/data" --stores 3 "$@" >"$dir.out" 2>"$dir.err" &
+    PIDS+=($!)
+    for _ in $(seq 600); do
+        grep -q '^ready' "$dir.out" 2>/dev/null && break
+        sleep 1
+    done
+    grep -q '^ready' "$dir.out" || { cat "$dir.err"; exit 1; }
+    ADDR=$(grep -o 'compute: pid [0-9]* addr [^ ]*' "$dir.out" | awk '{print $5}')
+}
+
+sql() { "$Q" sql --addr "$ADDR" --format csv "SET statement_timeout = '1h'; $1"; }
+
+answers() {
+    mkdir -p "$1"
+    for f in tests/tpch/queries/q*.sql; do
+        sql "$(cat "$f")" >"$1/$(basename "$f" .sql).csv"
+    done
+}
+
+echo "== source: TPC-H SF $SF"
+start "$WORK/src" --sf "$SF"
+sql "CREATE TABLE w (id BIGINT PRIMARY KEY, client BIGINT)" >/dev/null
+for c in 1 2 3 4; do
+    (
+        for i in $(seq 1 400); do
+            id=$((c * 1000000 + i))
+            if "$Q" sql --addr "$ADDR" "INSERT INTO w VALUES ($id, $c)" >/dev/null 2>&1; then
+                echo "$id $(date +%s%N)" >>"$WORK/acked.$c"
+            fi
+            [ -e "$WORK/stop" ] && break
+        done
+    ) &
+    PIDS+=($!)
+done
+sleep 3
+began=$(date +%s%N)
+t0=$(date +%s.%N)
+sql "BACKUP TO '$WORK/backup'" | tee "$WORK/backup.csv"
+t1=$(date +%s.%N)
+touch "$WORK/stop"
+sleep 1
+answers "$WORK/answers-src"
+kill "${PIDS[0]}"; wait "${PIDS[0]}" 2>/dev/null || true
+
+echo "== fresh cluster: RESTORE"
+start "$WORK/dst"
+t2=$(date +%s.%N)
+sql "RESTORE FROM '$WORK/backup'" | tee "$WORK/restore.csv"
+t3=$(date +%s.%N)
+answers "$WORK/answers-dst"
+diff -r "$WORK/answers-src" "$WORK/answers-dst" && echo "22 answers: identical"
+sql "SELECT id FROM w" | tail -n +2 | sort >"$WORK/restored-ids"
+missing=0
+for f in "$WORK"/acked.*; do
+    while read -r id at; do
+        if [ "$at" -lt "$began" ] && ! grep -qx "$id" "$WORK/restored-ids"; then
+            missing=$((missing + 1))
+        fi
+    done <"$f"
+done
+echo "inserts acknowledged before the backup began, missing after restore: $missing"
+rows=$(tail -n +2 "$WORK/backup.csv" | awk -F, '{s += $2} END {print s}')
+bytes=$(tail -n +2 "$WORK/backup.csv" | awk -F, '{s += $4} END {print s}')
+awk -v r="$rows" -v b="$bytes" -v a="$t0" -v z="$t1" -v c="$t2" -v d="$t3" 'BEGIN {
+    printf "backup:  %d rows, %.1f MB in %.1f s: %.0f rows/s\n", r, b / 1e6, z - a, r / (z - a)
+    printf "restore: %d rows in %.1f s: %.0f rows/s\n", r, d - c, r / (d - c)
+}'
+[ "$missing" -eq 0 ]

@@ -1,0 +1,463 @@
+//! Restoring a backup: check every file, build each table under a name of
+//! its own, compare checksums, then give it its name and its indexes.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::datatypes::{DataType, Int64Type};
+use bytes::Bytes;
+use object_store::path::Path as StorePath;
+use object_store::ObjectStoreExt;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use quarry_compute::cluster::Routes;
+use quarry_compute::engine::QueryEngine;
+use quarry_coprocessor::codec::key::{pack_key, record_key};
+use quarry_coprocessor::codec::pack::PackBuilder;
+use quarry_coprocessor::codec::row::{array_datum, Datum, RowEncoder};
+use quarry_coprocessor::types::arrow_type;
+use quarry_proto::meta::{IndexState, TableDef};
+use tokio::sync::mpsc;
+
+use super::manifest::{FileEntry, Manifest, TableEntry, MANIFEST};
+use super::write::RESTORING;
+use super::{Location, TableDone};
+use crate::load::{create_presplit, write_batches, Sink, WritePath, REGION_BYTES, SST_BATCH_BYTES};
+use crate::load_file::{quote, table_checksum, Checksum};
+
+#[derive(Debug, Clone)]
+pub struct RestoreOptions {
+    /// The backup's directory (absolute, or `file://`).
+    pub location: String,
+    /// Empty: every table in the backup.
+    pub tables: Vec<String>,
+    /// Drop a table of the same name (else it is an error).
+    pub replace: bool,
+}
+
+/// Restores the chosen tables of the backup in `opts.location`.
+pub async fn restore(
+    engine: &QueryEngine,
+    opts: &RestoreOptions,
+) -> Result<(Vec<TableDone>, Manifest)> {
+    let loc = Location::parse(&opts.location, false)?;
+    let manifest = match loc.store.get(&StorePath::from(MANIFEST)).await {
+        Ok(got) => Manifest::from_json(&got.bytes().await?, &loc.shown)?,
+        Err(object_store::Error::NotFound { .. }) => bail!(
+            "{} holds no backup: {MANIFEST} is missing (a backup writes it last, so one that \
+             did not finish has none)",
+            loc.shown
+        ),
+        Err(e) => return Err(anyhow!(e).context(format!("reading {}/{MANIFEST}", loc.shown))),
+    };
+    let chosen = manifest.chosen(&opts.tables, &loc.shown)?;
+    // Everything that can be refused is refused before anything is made.
+    if !opts.replace {
+        for e in &chosen {
+            if engine.cluster().get_table(&e.name).await?.is_some() {
+                bail!(
+                    "table {} exists; drop it first, or RESTORE … WITH REPLACE",
+                    e.name
+                );
+            }
+        }
+    }
+    for e in &chosen {
+        e.table_def()?;
+        for f in &e.files {
+            fetch(&loc, f).await?;
+        }
+    }
+    let mut done = Vec::new();
+    for e in chosen {
+        done.push(restore_table(engine, &loc, e, opts.replace).await?);
+    }
+    Ok((done, manifest))
+}
+
+/// A file's bytes, checked against its size and CRC-32 in the manifest.
+async fn fetch(loc: &Location, f: &FileEntry) -> Result<Bytes> {
+    let path = StorePath::from(f.path.as_str());
+    let shown = format!("{}/{}", loc.shown, f.path);
+    let data = match loc.store.get(&path).await {
+        Ok(got) => got
+            .bytes()
+            .await
+            .with_context(|| format!("reading backup file {shown}"))?,
+        Err(object_store::Error::NotFound { .. }) => {
+            bail!("backup file {shown} is missing")
+        }
+        Err(e) => return Err(anyhow!(e).context(format!("reading backup file {shown}"))),
+    };
+    if data.len() as u64 != f.bytes {
+        bail!(
+            "backup file {shown} is corrupt: {} bytes where the manifest says {}",
+            data.len(),
+            f.bytes
+        );
+    }
+    let crc = crc32fast::hash(&data);
+    if crc != f.crc32 {
+        bail!(
+            "backup file {shown} is corrupt: its CRC-32 is {crc:08x} where the manifest says {:08x}",
+            f.crc32
+        );
+    }
+    Ok(data)
+}
+
+/// Restores one table (see the module docs of `backup`).
+async fn restore_table(
+    engine: &QueryEngine,
+    loc: &Location,
+    e: &TableEntry,
+    replace: bool,
+) -> Result<TableDone> {
+    let def = e.table_def()?;
+    let temp = format!("{RESTORING}{}", e.name);
+    let meta = engine.cluster().clone();
+    // One a crash left behind.
+    engine
+        .sql(&format!("DROP TABLE IF EXISTS {}", quote(&temp)))
+        .await?;
+    let mut new = def.clone();
+    new.id = 0;
+    new.name = temp.clone();
+    new.created_by.clear();
+    new.indexes.clear();
+    new.next_index_id = 0;
+    new.index_space = true;
+    let stores = meta.get_stores().await?.len();
+    let splits = split_handles(e, stores);
+    let (table, _) = create_presplit(&meta, new, &splits).await?;
+    meta.forget_catalog();
+    let built = build(engine, loc, e, &table, splits).await;
+    let built = match built {
+        Ok(()) => publish(engine, e, &def, &temp, replace).await,
+        Err(err) => Err(err),
+    };
+    if let Err(err) = built {
+        let dropped = engine
+            .sql(&format!("DROP TABLE IF EXISTS {}", quote(&temp)))
+            .await;
+        let kept = match dropped {
+            Ok(_) => "nothing of it was kept".to_string(),
+            Err(d) => format!("dropping the half-made {temp} failed too ({d}); drop it by hand"),
+        };
+        return Err(err.context(format!("restoring table {} failed; {kept}", e.name)));
+    }
+    Ok(TableDone {
+        table: e.name.clone(),
+        rows: e.rows,
+        files: e.files.len() as u64,
+        bytes: e.files.iter().map(|f| f.bytes).sum(),
+    })
+}
+
+/// Regions by the files' size, at least four per store from a million
+/// rows (as `quarry load` sizes a table), cut at evenly spaced handles
+/// over the backup's handle range.
+fn split_handles(e: &TableEntry, stores: usize) -> Vec<i64> {
+    let bytes: u64 = e.files.iter().map(|f| f.bytes).sum();
+    let by_size = (bytes / REGION_BYTES) as usize + 1;
+    let regions = match e.rows >= 1 << 20 {
+        true => by_size.max(4 * stores.max(1)),
+        false => by_size,
+    };
+    let filled = || e.files.iter().filter(|f| f.rows > 0);
+    let (Some(lo), Some(hi)) = (
+        filled().map(|f| f.min_handle).min(),
+        filled().map(|f| f.max_handle).max(),
+    ) else {
+        return vec![];
+    };
+    let span = hi as i128 - lo as i128 + 1;
+    let mut splits: Vec<i64> = (1..regions as i128)
+        .map(|i| (lo as i128 + span * i / regions as i128) as i64)
+        .filter(|s| *s > lo)
+        .collect();
+    splits.dedup();
+    splits
+}
+
+/// Writes the files' rows into `table` (made for them, split at
+/// `splits`) and checks the checksums.
+async fn build(
+    engine: &QueryEngine,
+    loc: &Location,
+    e: &TableEntry,
+    table: &TableDef,
+    splits: Vec<i64>,
+) -> Result<()> {
+    let meta = engine.cluster().clone();
+    let bytes: u64 = e.files.iter().map(|f| f.bytes).sum();
+    let sst = WritePath::Auto.use_sst(bytes);
+    let (tx, rx) = mpsc::channel(8);
+    let encoder = Arc::new(Encoder::new(table, e.rowid, splits, sst)?);
+    let next = Arc::new(AtomicUsize::new(0));
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(e.files.len())
+        .max(1);
+    let mut workers = Vec::new();
+    for _ in 0..threads {
+        let (tx, next, encoder) = (tx.clone(), next.clone(), encoder.clone());
+        let (store, shown, files) = (loc.store.clone(), loc.shown.clone(), e.files.clone());
+        let rt = tokio::runtime::Handle::current();
+        workers.push(tokio::task::spawn_blocking(move || -> Result<Checksum> {
+            let mut sink = Sink::new(encoder.regions(), tx, encoder.batch_bytes, Arc::default());
+            let mut sum = Checksum::new(encoder.columns.len());
+            loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(f) = files.get(i) else { break };
+                let loc = Location {
+                    store: store.clone(),
+                    shown: shown.clone(),
+                };
+                let data = rt.block_on(fetch(&loc, f))?;
+                encoder
+                    .file(data, &mut sink, &mut sum)
+                    .with_context(|| format!("in backup file {shown}/{}", f.path))?;
+                if let Some(err) = sink.failed.take() {
+                    return Err(err);
+                }
+            }
+            sink.flush()?;
+            Ok(sum)
+        }));
+    }
+    drop(tx);
+    let (write_error, _all_sst) = write_batches(&meta, rx, sst).await;
+    let mut read = Checksum::new(table.columns.len());
+    let mut read_error = None;
+    for w in workers {
+        match w.await? {
+            Ok(sum) => read.absorb(&sum),
+            Err(err) => {
+                read_error.get_or_insert(err);
+            }
+        }
+    }
+    if let Some(err) = read_error.or(write_error) {
+        return Err(err);
+    }
+    let handle_end = e.files.iter().map(|f| f.max_handle).max().unwrap_or(0);
+    meta.alloc_handles(table.id, 0, handle_end.saturating_add(1))
+        .await?;
+    let manifest = Checksum::from(&e.checksum);
+    if let Some(diff) = read.difference(&manifest, table) {
+        bail!("the files' rows do not match the manifest's checksum: {diff} (the files first)");
+    }
+    let stored = table_checksum(engine, table).await?;
+    if let Some(diff) = stored.difference(&manifest, table) {
+        bail!("the restored table does not match the backup's checksum: {diff} (the table first)");
+    }
+    Ok(())
+}
+
+/// Gives the built table its name (dropping the one it replaces) and
+/// builds its indexes.
+async fn publish(
+    engine: &QueryEngine,
+    e: &TableEntry,
+    def: &TableDef,
+    temp: &str,
+    replace: bool,
+) -> Result<()> {
+    if replace {
+        engine
+            .sql(&format!("DROP TABLE IF EXISTS {}", quote(&e.name)))
+            .await?;
+    }
+    engine
+        .sql(&format!(
+            "ALTER TABLE {} RENAME TO {}",
+            quote(temp),
+            quote(&e.name)
+        ))
+        .await?;
+    for ix in &def.indexes {
+        if ix.state != IndexState::Public as i32 {
+            continue;
+        }
+        let columns: Vec<String> = ix
+            .column_ids
+            .iter()
+            .map(|id| {
+                def.columns
+                    .iter()
+                    .find(|c| c.id == *id)
+                    .map(|c| quote(&c.name))
+                    .ok_or_else(|| anyhow!("index {} names column id {id}, which is gone", ix.name))
+            })
+            .collect::<Result<_>>()?;
+        let sql = format!(
+            "CREATE {}INDEX {} ON {} ({})",
+            if ix.unique { "UNIQUE " } else { "" },
+            quote(&ix.name),
+            quote(&e.name),
+            columns.join(", ")
+        );
+        engine.sql(&sql).await.with_context(|| {
+            format!(
+                "table {} is restored, but rebuilding its index failed ({sql}); run it again",
+                e.name
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Encodes a file's rows as the new table's pairs, by region.
+struct Encoder {
+    table_id: i64,
+    /// (column id, type) of every column, in the table's order.
+    columns: Vec<(i64, DataType)>,
+    packed: bool,
+    /// Position of the handle in a file's columns.
+    handle_pos: usize,
+    /// Position of the table's first column in a file's columns.
+    first_column: usize,
+    splits: Vec<i64>,
+    batch_bytes: usize,
+}
+
+impl Encoder {
+    fn new(table: &TableDef, rowid: bool, splits: Vec<i64>, sst: bool) -> Result<Encoder> {
+        let columns = table
+            .columns
+            .iter()
+            .map(|c| Ok((c.id, arrow_type(&c.field_type.unwrap_or_default())?)))
+            .collect::<Result<Vec<_>>>()?;
+        let handle_pos = match rowid {
+            true => 0,
+            false => table
+                .columns
+                .iter()
+                .position(|c| c.id == table.handle_column_id)
+                .ok_or_else(|| anyhow!("the primary key is not a column"))?,
+        };
+        Ok(Encoder {
+            table_id: table.id,
+            columns,
+            packed: quarry_compute::insert::is_packed(table),
+            handle_pos,
+            first_column: usize::from(rowid),
+            splits,
+            batch_bytes: if sst { SST_BATCH_BYTES } else { 4 << 20 },
+        })
+    }
+
+    fn regions(&self) -> usize {
+        self.splits.len() + 1
+    }
+
+    /// Reads one file, adds its values to `sum` and its pairs to `sink`.
+    /// A file's rows come in handle order, and its packs end with it.
+    fn file(&self, data: Bytes, sink: &mut Sink, sum: &mut Checksum) -> Result<()> {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(data)?
+            .with_batch_size(8192)
+            .build()?;
+        let mut packs = match self.packed {
+            true => (0..self.regions())
+                .map(|_| PackBuilder::new(&self.columns))
+                .collect::<quarry_coprocessor::Result<Vec<_>>>()?,
+            false => vec![],
+        };
+        let mut encoder = RowEncoder::default();
+        for batch in reader {
+            let batch = batch?;
+            let mut row: Vec<(i64, Datum)> = Vec::with_capacity(self.columns.len());
+            let arrays: &[ArrayRef] = &batch.columns()[self.first_column..];
+            if arrays.len() != self.columns.len() {
+                bail!(
+                    "{} columns where the table has {}",
+                    arrays.len(),
+                    self.columns.len()
+                );
+            }
+            for ((_, t), a) in self.columns.iter().zip(arrays) {
+                if a.data_type() != t {
+                    bail!("a column of type {} where the table has {t}", a.data_type());
+                }
+            }
+            sum.add(arrays)?;
+            let handles = batch
+                .column(self.handle_pos)
+                .as_primitive_opt::<Int64Type>()
+                .filter(|h| h.null_count() == 0)
+                .ok_or_else(|| anyhow!("the handle column is not BIGINT NOT NULL"))?;
+            for (r, &h) in handles.values().iter().enumerate() {
+                row.clear();
+                for ((id, t), a) in self.columns.iter().zip(arrays) {
+                    row.push((*id, array_datum(a, t, r)?));
+                }
+                let region = self.splits.partition_point(|s| *s <= h);
+                if self.packed {
+                    let b = &mut packs[region];
+                    b.push_pairs(h, &row)?;
+                    if b.is_full() {
+                        let (first, v) = b.finish()?;
+                        sink.push(region, pack_key(self.table_id, first), v);
+                    }
+                } else {
+                    let mut value = Vec::new();
+                    encoder.encode(&row, &mut value)?;
+                    sink.push(region, record_key(self.table_id, h), value);
+                }
+            }
+        }
+        for (region, b) in packs.iter_mut().enumerate() {
+            if !b.is_empty() {
+                let (first, v) = b.finish()?;
+                sink.push(region, pack_key(self.table_id, first), v);
+            }
+        }
+        // A file per region and file: files of different workers never
+        // overlap, so each lands in the bottom level.
+        sink.send_all();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(rows: u64, bytes: u64, lo: i64, hi: i64) -> TableEntry {
+        TableEntry {
+            name: "t".into(),
+            table_def: String::new(),
+            columns: vec![],
+            rowid: false,
+            rows,
+            checksum: super::super::manifest::ChecksumEntry::from(&Checksum::new(0)),
+            files: vec![FileEntry {
+                path: "t-1/part-00000.parquet".into(),
+                rows,
+                bytes,
+                crc32: 0,
+                min_handle: lo,
+                max_handle: hi,
+            }],
+        }
+    }
+
+    #[test]
+    fn regions_cover_the_handle_range_evenly() {
+        // Small: one region.
+        assert!(split_handles(&entry(1000, 1 << 20, 1, 1000), 3).is_empty());
+        // A million rows on 3 stores: 12 regions, 11 ascending splits.
+        let s = split_handles(&entry(1 << 20, 100 << 20, 1, 12_000_001), 3);
+        assert_eq!(s.len(), 11);
+        assert_eq!(s[0], 1_000_001);
+        assert!(s.windows(2).all(|w| w[0] < w[1]));
+        // Handles over the whole i64 range do not overflow.
+        let s = split_handles(&entry(1 << 20, 0, i64::MIN, i64::MAX), 1);
+        assert_eq!(s.len(), 3);
+        assert!(s.windows(2).all(|w| w[0] < w[1]));
+        // No rows: no splits.
+        assert!(split_handles(&entry(0, 0, 0, 0), 3).is_empty());
+    }
+}

@@ -1,0 +1,295 @@
+//! Writing a backup: the snapshot, each table's files, the manifest last.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, bail, Context, Result};
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::Int64Type;
+use futures::StreamExt;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use quarry_compute::engine::QueryEngine;
+use quarry_proto::meta::TableDef;
+use tokio::sync::mpsc;
+
+use super::manifest::{ChecksumEntry, FileEntry, Manifest, TableEntry, MANIFEST};
+use super::{Location, TableDone};
+use crate::load_file::Checksum;
+
+/// Rows per Parquet file (at most; a file ends at a batch's end).
+pub const FILE_ROWS: usize = 1 << 20;
+
+/// Prefix of the tables a restore is building (never backed up).
+pub const RESTORING: &str = "__restore_";
+
+#[derive(Debug, Clone)]
+pub struct BackupOptions {
+    /// A local directory (absolute, or `file://`), made if missing.
+    pub location: String,
+    /// Empty: every table.
+    pub tables: Vec<String>,
+}
+
+/// Backs up the chosen tables at one snapshot into `opts.location`.
+pub async fn backup(
+    engine: &QueryEngine,
+    opts: &BackupOptions,
+) -> Result<(Vec<TableDone>, Manifest)> {
+    let loc = Location::parse(&opts.location, true)?;
+    if loc.store.head(&StorePath::from(MANIFEST)).await.is_ok() {
+        bail!(
+            "{} already holds a backup ({MANIFEST}); back up into an empty directory",
+            loc.shown
+        );
+    }
+    let (read_ts, tables) = snapshot(engine, &opts.tables).await?;
+    // The versions the snapshot reads stay until the last table is read.
+    let _hold = engine.txns().hold_read(read_ts);
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut manifest = Manifest::new(read_ts, started);
+    let mut done = Vec::new();
+    for table in &tables {
+        let entry = backup_table(engine, &loc, table, read_ts)
+            .await
+            .with_context(|| format!("backing up table {}", table.name))?;
+        done.push(TableDone {
+            table: table.name.clone(),
+            rows: entry.rows,
+            files: entry.files.len() as u64,
+            bytes: entry.files.iter().map(|f| f.bytes).sum(),
+        });
+        manifest.tables.push(entry);
+    }
+    loc.store
+        .put(&StorePath::from(MANIFEST), manifest.to_json()?.into())
+        .await
+        .with_context(|| format!("writing {}/{MANIFEST}", loc.shown))?;
+    Ok((done, manifest))
+}
+
+/// A timestamp and the tables as of it: the catalog read between two
+/// timestamps' worth of DDL would not be the snapshot's, so the catalog's
+/// version must be the one the timestamp saw.
+async fn snapshot(engine: &QueryEngine, names: &[String]) -> Result<(u64, Vec<TableDef>)> {
+    for _ in 0..10 {
+        let stamp = engine.txns().stamp().await?;
+        let catalog = engine.cluster().catalog().await?;
+        if catalog.catalog_version != stamp.catalog_version {
+            continue;
+        }
+        let all: Vec<TableDef> = catalog
+            .tables
+            .into_iter()
+            .filter(|t| !t.name.starts_with(RESTORING))
+            .collect();
+        if names.is_empty() {
+            return Ok((stamp.ts, all));
+        }
+        let chosen = names
+            .iter()
+            .map(|n| {
+                all.iter().find(|t| &t.name == n).cloned().ok_or_else(|| {
+                    let mut have: Vec<&str> = all.iter().map(|t| t.name.as_str()).collect();
+                    have.sort();
+                    anyhow!("unknown table '{n}'; tables are: {}", have.join(", "))
+                })
+            })
+            .collect::<Result<_>>()?;
+        return Ok((stamp.ts, chosen));
+    }
+    bail!("the catalog kept changing (DDL) while the backup took its snapshot; run it again")
+}
+
+/// Reads `table` at `read_ts` in handle order and writes its files.
+async fn backup_table(
+    engine: &QueryEngine,
+    loc: &Location,
+    table: &TableDef,
+    read_ts: u64,
+) -> Result<TableEntry> {
+    let mut entry = TableEntry::new(table)?;
+    let dir = table_dir(table);
+    let mut stream = engine.scan_in_handle_order(table, read_ts).await?;
+    let handle_pos = match entry.rowid {
+        true => 0,
+        false => table
+            .columns
+            .iter()
+            .position(|c| c.id == table.handle_column_id)
+            .ok_or_else(|| anyhow!("table {}'s primary key is not a column", table.name))?,
+    };
+    let first_column = usize::from(entry.rowid);
+    let columns = table.columns.len() + first_column;
+    // Encoding runs on a blocking thread while the scan goes on.
+    let (tx, rx) = mpsc::channel::<RecordBatch>(4);
+    let writer = {
+        let (store, shown) = (loc.store.clone(), loc.shown.clone());
+        let rt = tokio::runtime::Handle::current();
+        let ncols = table.columns.len();
+        tokio::task::spawn_blocking(move || {
+            let mut files = FileWriter {
+                rt,
+                store,
+                shown,
+                dir,
+                files: vec![],
+                current: None,
+                handle_pos,
+            };
+            let mut sum = Checksum::new(ncols);
+            let mut rx = rx;
+            while let Some(batch) = rx.blocking_recv() {
+                sum.add(&batch.columns()[first_column..])?;
+                files.write(&batch)?;
+            }
+            files.finish()?;
+            anyhow::Ok((files.files, sum))
+        })
+    };
+    let mut read_error = None;
+    while let Some(batch) = stream.batches.next().await {
+        let batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                read_error = Some(anyhow::Error::from(e));
+                break;
+            }
+        };
+        if batch.num_columns() != columns {
+            read_error = Some(anyhow!(
+                "its definition changed during the backup (ALTER TABLE?); run the backup again"
+            ));
+            break;
+        }
+        if batch.num_rows() > 0 && tx.send(batch).await.is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    let written = writer.await?;
+    if let Some(e) = read_error {
+        return Err(e);
+    }
+    let (files, sum) = written?;
+    entry.rows = files.iter().map(|f| f.rows).sum();
+    entry.checksum = ChecksumEntry::from(&sum);
+    entry.files = files;
+    Ok(entry)
+}
+
+/// A table's directory in the backup: its name (made safe for a path)
+/// and its id, so two names that read the same never share one.
+fn table_dir(table: &TableDef) -> String {
+    let safe: String = table
+        .name
+        .chars()
+        .map(|c| match c.is_ascii_alphanumeric() || c == '_' {
+            true => c,
+            false => '_',
+        })
+        .collect();
+    format!("{safe}-{}", table.id)
+}
+
+/// One open Parquet file: its writer and what it holds.
+struct OpenFile {
+    writer: ArrowWriter<Vec<u8>>,
+    rows: u64,
+    min_handle: i64,
+    max_handle: i64,
+}
+
+/// Cuts a table's batches into files and stores each as it ends.
+struct FileWriter {
+    rt: tokio::runtime::Handle,
+    store: std::sync::Arc<dyn ObjectStore>,
+    shown: String,
+    dir: String,
+    files: Vec<FileEntry>,
+    current: Option<OpenFile>,
+    handle_pos: usize,
+}
+
+impl FileWriter {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let handles = batch
+            .column(self.handle_pos)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| anyhow!("the handle column is not a BIGINT"))?;
+        let (first, last) = (handles.value(0), handles.value(handles.len() - 1));
+        if self.current.is_none() {
+            let props = WriterProperties::builder()
+                .set_compression(Compression::SNAPPY)
+                .build();
+            let writer = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))?;
+            self.current = Some(OpenFile {
+                writer,
+                rows: 0,
+                min_handle: first,
+                max_handle: first,
+            });
+        }
+        let open = self.current.as_mut().expect("opened above");
+        if first < open.max_handle || (open.rows > 0 && first == open.max_handle) {
+            bail!(
+                "rows came out of handle order ({first} after {})",
+                open.max_handle
+            );
+        }
+        open.writer.write(batch)?;
+        open.rows += batch.num_rows() as u64;
+        open.max_handle = last;
+        if open.rows as usize >= FILE_ROWS {
+            self.close()?;
+        }
+        Ok(())
+    }
+
+    /// Ends the open file and stores it.
+    fn close(&mut self) -> Result<()> {
+        let Some(open) = self.current.take() else {
+            return Ok(());
+        };
+        let data = open.writer.into_inner()?;
+        let path = format!("{}/part-{:05}.parquet", self.dir, self.files.len());
+        let entry = FileEntry {
+            path: path.clone(),
+            rows: open.rows,
+            bytes: data.len() as u64,
+            crc32: crc32fast::hash(&data),
+            min_handle: open.min_handle,
+            max_handle: open.max_handle,
+        };
+        self.rt
+            .block_on(self.store.put(&StorePath::from(path.as_str()), data.into()))
+            .with_context(|| format!("writing {}/{path}", self.shown))?;
+        self.files.push(entry);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_directories_are_safe_paths_that_never_collide() {
+        let t = |id, name: &str| TableDef {
+            id,
+            name: name.into(),
+            ..Default::default()
+        };
+        assert_eq!(table_dir(&t(3, "lineitem")), "lineitem-3");
+        assert_eq!(table_dir(&t(4, "a/b c")), "a_b_c-4");
+        assert_ne!(table_dir(&t(5, "a b")), table_dir(&t(6, "a_b")));
+    }
+}

@@ -1,0 +1,312 @@
+//! BACKUP and RESTORE between real clusters: TPC-H at SF 0.01 backed up
+//! while four clients write, restored into a fresh cluster that then
+//! answers the 22 queries exactly as DuckDB does and holds exactly the
+//! writes the snapshot saw; and the refusals a user meets (a table that
+//! exists, a corrupt or missing file, no manifest, a checksum that does
+//! not match), each leaving no table behind, through SQL and through
+//! `quarry backup` / `quarry restore`.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use quarry::answers;
+
+/// Every `.parquet` file under `dir`, sorted.
+fn parquet_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(dir).unwrap() {
+        let d = d.unwrap().path();
+        if d.is_dir() {
+            for f in std::fs::read_dir(&d).unwrap() {
+                let f = f.unwrap().path();
+                if f.extension().is_some_and(|e| e == "parquet") {
+                    out.push(f);
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn tables(pg: &Playground) -> String {
+    pg.ok("SHOW TABLES")
+}
+
+#[test]
+fn a_backup_under_writes_restores_exactly_into_a_fresh_cluster() {
+    let src = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    src.ok("CREATE TABLE accounts (id BIGINT PRIMARY KEY, balance BIGINT NOT NULL)");
+    let values: Vec<String> = (0..10).map(|i| format!("({i}, 100)")).collect();
+    src.ok(&format!(
+        "INSERT INTO accounts VALUES {}",
+        values.join(", ")
+    ));
+    src.ok("CREATE TABLE events (id BIGINT PRIMARY KEY, client BIGINT, note VARCHAR) WITH (layout = 'row')");
+    src.ok("CREATE INDEX events_client ON events (client)");
+    // A table without a primary key: its handles travel as _rowid.
+    src.ok("CREATE TABLE notes (n BIGINT, t VARCHAR)");
+    src.ok("INSERT INTO notes VALUES (1, 'one'), (2, NULL), (NULL, 'three')");
+    src.ok("DELETE FROM notes WHERE n = 1");
+
+    // Four clients: each inserts events with ids of its own and moves one
+    // unit between two accounts (the total stays 1000), recording when
+    // each insert was called and when it was acknowledged.
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let writers: Vec<_> = (0..4i64)
+        .map(|c| {
+            let stop = stop.clone();
+            let compute = src.compute.clone();
+            std::thread::spawn(move || {
+                let mut log = Vec::new();
+                let mut seq = 0i64;
+                let limit = Instant::now() + Duration::from_secs(60);
+                while !stop.load(Ordering::SeqCst) && Instant::now() < limit && seq < 500 {
+                    seq += 1;
+                    let id = c * 1_000_000 + seq;
+                    let sql = format!("INSERT INTO events VALUES ({id}, {c}, 'n{seq}')");
+                    let called = started.elapsed();
+                    let out = Command::new(QUARRY)
+                        .args(["sql", "--addr", &compute, &sql])
+                        .output()
+                        .unwrap();
+                    log.push((id, called, started.elapsed(), out.status.success()));
+                    let (a, b) = (seq % 10, (seq * 3 + c) % 10);
+                    if a != b {
+                        let sql = format!(
+                            "UPDATE accounts SET balance = balance + CASE WHEN id = {a} THEN 1 ELSE -1 END WHERE id IN ({a}, {b})"
+                        );
+                        let _ = Command::new(QUARRY)
+                            .args(["sql", "--addr", &compute, &sql])
+                            .output();
+                    }
+                }
+                log
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().join("b1");
+    let backup_called = started.elapsed();
+    let out = src.ok(&format!("BACKUP TO '{}'", location.display()));
+    let backup_returned = started.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::SeqCst);
+    let log: Vec<_> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    assert!(out.contains("lineitem,60175,"), "{out}");
+    assert!(out.contains("notes,2,"), "{out}");
+    let before: Vec<_> = log.iter().filter(|l| l.3 && l.2 < backup_called).collect();
+    let after: Vec<_> = log.iter().filter(|l| l.1 > backup_returned).collect();
+    assert!(
+        !before.is_empty() && !after.is_empty(),
+        "writes before ({}) and after ({}) the backup",
+        before.len(),
+        after.len()
+    );
+    assert!(location.join("backup.json").exists());
+
+    let dst = Playground::start(&["--stores", "3"]);
+    let restored = dst.ok(&format!("RESTORE FROM '{}'", location.display()));
+    assert!(restored.contains("lineitem,60175,"), "{restored}");
+
+    // The TPC-H tables answer the 22 queries exactly as DuckDB.
+    let cases: Vec<Case> = answers::QUERIES
+        .iter()
+        .map(|(name, sql)| {
+            let (csv, types) = answers::answer(name, 0.01).unwrap();
+            Case {
+                name: name.to_string(),
+                sql: sql.to_string(),
+                csv: csv.to_string(),
+                types: types.to_string(),
+            }
+        })
+        .collect();
+    let failures = mismatches(&dst.compute, &cases);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // The written tables as the snapshot saw them: every event
+    // acknowledged before the backup began, none called after it ended,
+    // and the accounts' total whole.
+    let ids: BTreeSet<i64> = dst
+        .ok("SELECT id FROM events")
+        .lines()
+        .skip(1)
+        .map(|l| l.parse().unwrap())
+        .collect();
+    for (id, ..) in &before {
+        assert!(
+            ids.contains(id),
+            "event {id} acknowledged before the backup is missing"
+        );
+    }
+    for (id, ..) in &after {
+        assert!(
+            !ids.contains(id),
+            "event {id} written after the backup is there"
+        );
+    }
+    assert_eq!(
+        dst.ok("SELECT count(*) AS n, sum(balance) AS total FROM accounts"),
+        "n,total\n10,1000\n"
+    );
+    assert_eq!(
+        dst.ok("SELECT n, t FROM notes ORDER BY n NULLS FIRST"),
+        "n,t\n,three\n2,\n"
+    );
+    // Its index came back (built online after the rows), and new rows get
+    // handles past the restored ones.
+    let err = dst.fails("CREATE INDEX events_client ON events (client)");
+    assert!(err.contains("index events_client already exists"), "{err}");
+    dst.ok("INSERT INTO notes VALUES (4, 'four')");
+    assert_eq!(dst.ok("SELECT count(*) FROM notes"), "count(*)\n3\n");
+}
+
+#[test]
+fn bad_backups_are_refused_by_name_and_leave_no_table() {
+    let pg = Playground::start(&["--stores", "3"]);
+    pg.ok("CREATE TABLE t (id BIGINT PRIMARY KEY, v DECIMAL(12,2), d DATE, s VARCHAR)");
+    for chunk in 0..3 {
+        let rows: Vec<String> = (chunk * 1000 + 1..=chunk * 1000 + 1000)
+            .map(|i| {
+                format!(
+                    "({i}, {i}.{:02}, DATE '2020-{:02}-{:02}', 's{i}')",
+                    i % 100,
+                    1 + i % 12,
+                    1 + i % 28
+                )
+            })
+            .collect();
+        pg.ok(&format!("INSERT INTO t VALUES {}", rows.join(", ")));
+    }
+    let sums = "SELECT count(*), sum(v), max(d), sum(length(s)) FROM t";
+    let want = pg.ok(sums);
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good");
+    // Through the command line, as an operator would.
+    let out = Command::new(QUARRY)
+        .args(["backup", "--store", &pg.store_addrs().join(",")])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("backed up t: 3000 rows, 1 files"), "{said}");
+
+    // A table of the same name is not overwritten unless asked.
+    let err = pg.fails(&format!("RESTORE FROM '{}'", good.display()));
+    assert!(
+        err.contains("table t exists; drop it first, or RESTORE … WITH REPLACE"),
+        "{err}"
+    );
+    let err = pg.fails(&format!("RESTORE TABLE u FROM '{}'", good.display()));
+    assert!(err.contains("has no table u; it has t"), "{err}");
+    pg.ok("DROP TABLE t");
+
+    let copy = |name: &str| {
+        let to = dir.path().join(name);
+        let out = Command::new("cp")
+            .arg("-r")
+            .arg(&good)
+            .arg(&to)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let file = parquet_files(&to).pop().unwrap();
+        (to, file)
+    };
+    // A flipped byte.
+    let (bad, file) = copy("corrupt");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x55;
+    std::fs::write(&file, bytes).unwrap();
+    let err = pg.fails(&format!("RESTORE FROM '{}'", bad.display()));
+    let name = file.strip_prefix(dir.path()).unwrap().display().to_string();
+    assert!(
+        err.contains(&format!("{name} is corrupt: its CRC-32 is")),
+        "{err}"
+    );
+    // A missing file.
+    let (gone, file) = copy("missing");
+    std::fs::remove_file(&file).unwrap();
+    let err = pg.fails(&format!("RESTORE FROM '{}'", gone.display()));
+    let name = file.strip_prefix(dir.path()).unwrap().display().to_string();
+    assert!(
+        err.contains(&format!("backup file {}", gone.display()))
+            && err.contains(&name)
+            && err.contains("is missing"),
+        "{err}"
+    );
+    // No manifest: a backup that did not finish.
+    let (unfinished, _) = copy("unfinished");
+    std::fs::remove_file(unfinished.join("backup.json")).unwrap();
+    let err = pg.fails(&format!("RESTORE FROM '{}'", unfinished.display()));
+    assert!(
+        err.contains("holds no backup: backup.json is missing"),
+        "{err}"
+    );
+    // Files that read well but hold other values than the manifest says:
+    // found by the checksum after the table is built, and the half-made
+    // table is dropped.
+    let (lying, _) = copy("lying");
+    let manifest = std::fs::read_to_string(lying.join("backup.json")).unwrap();
+    let count = "\"count\": \"3000\",\n            \"sum\": \"";
+    let at = manifest.find(count).expect("the first column's sums") + count.len();
+    let end = at + manifest[at..].find('"').unwrap();
+    let forged = format!("{}{}{}", &manifest[..at], 1, &manifest[end..]);
+    std::fs::write(lying.join("backup.json"), forged).unwrap();
+    let err = pg.fails(&format!("RESTORE FROM '{}'", lying.display()));
+    assert!(
+        err.contains("do not match the manifest's checksum: column id"),
+        "{err}"
+    );
+    assert!(
+        err.contains("restoring table t failed; nothing of it was kept"),
+        "{err}"
+    );
+    let left = tables(&pg);
+    assert!(
+        !left.contains("\nt\n") && !left.contains("__restore_"),
+        "{left}"
+    );
+
+    // The good one, through the command line, then again in place.
+    let out = Command::new(QUARRY)
+        .args(["restore", "--store", &pg.store_addrs().join(",")])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("restored t: 3000 rows"));
+    assert_eq!(pg.ok(sums), want);
+    pg.ok("UPDATE t SET v = 0");
+    pg.ok(&format!(
+        "RESTORE TABLE t FROM '{}' WITH REPLACE",
+        good.display()
+    ));
+    assert_eq!(pg.ok(sums), want);
+    // A backup never overwrites one.
+    let err = pg.fails(&format!("BACKUP TO '{}'", good.display()));
+    assert!(err.contains("already holds a backup"), "{err}");
+}
