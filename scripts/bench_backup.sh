@@ -92,7 +92,12 @@ t2=$(date +%s.%N)
 sql "RESTORE FROM '$WORK/backup'" | tee "$WORK/restore.csv"
 t3=$(date +%s.%N)
 answers "$WORK/answers-dst"
-diff -r "$WORK/answers-src" "$WORK/answers-dst" && echo "22 answers: identical"
+if diff -r "$WORK/answers-src" "$WORK/answers-dst"; then
+    echo "22 answers: identical"
+else
+    echo "22 answers: DIFFERENT after restore" >&2
+    exit 1
+fi
 sql "SELECT id FROM w" | tail -n +2 | sort >"$WORK/restored-ids"
 missing=0
 for f in "$WORK"/acked.*; do

@@ -95,7 +95,11 @@ async fn respond(
         }
     }
     if let Some(console) = console {
-        if let Some((code, kind, body)) = console.respond(req.method(), path, loopback).await {
+        let from_page = req.headers().contains_key(crate::console::CANCEL_HEADER);
+        if let Some((code, kind, body)) = console
+            .respond(req.method(), path, loopback, from_page)
+            .await
+        {
             return Ok(reply(code, kind, body));
         }
     }

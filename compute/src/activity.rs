@@ -6,11 +6,13 @@
 //! A query registers as it starts to run (`df/running.rs`, the one place
 //! every query and BACKUP's table reads pass through) and leaves the list
 //! when its stream ends or is dropped. A cancel wakes the query's stream
-//! at once, whatever it is waiting on (a region's answer, a join's build
-//! side): the stream fails with an error naming the cancel, and dropping
-//! the plan stops its operators and their region requests. The list is a
-//! process-wide registry, like the metrics: looking at it costs a lock and
-//! a plan's rendering, and nothing when no one looks.
+//! while its consumer waits on it, whatever the plan is waiting on (a
+//! region's answer, a join's build side): the stream fails with an error
+//! naming the cancel, and dropping the plan stops its operators and their
+//! region requests. (A stream whose client is not reading notices at its
+//! next read.) The list is a process-wide registry, like the metrics: a
+//! query pays a lock to enter and leave it; looking at it copies the
+//! entries under the lock and renders their plans after.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -118,19 +120,32 @@ pub fn register(sql: &str, plan: Arc<dyn ExecutionPlan>) -> Registration {
 
 /// The queries running now, oldest first.
 pub fn running() -> Vec<RunningQuery> {
-    let running = REGISTRY.running.lock();
-    running
+    // Copied under the lock, rendered after it: queries starting and
+    // ending never wait for a plan's rendering.
+    let taken: Vec<(RunningQuery, Arc<dyn ExecutionPlan>)> = REGISTRY
+        .running
+        .lock()
         .iter()
-        .map(|(id, e)| RunningQuery {
-            id: *id,
-            sql: e.sql.clone(),
-            user: e.user.clone(),
-            started_unix_ms: e.started_unix_ms,
-            elapsed_ms: e.started.elapsed().as_millis() as u64,
-            plan: DisplayableExecutionPlan::with_metrics(e.plan.as_ref())
+        .map(|(id, e)| {
+            let q = RunningQuery {
+                id: *id,
+                sql: e.sql.clone(),
+                user: e.user.clone(),
+                started_unix_ms: e.started_unix_ms,
+                elapsed_ms: e.started.elapsed().as_millis() as u64,
+                plan: String::new(),
+                cancelled: e.cancel.set.load(Ordering::SeqCst),
+            };
+            (q, e.plan.clone())
+        })
+        .collect();
+    taken
+        .into_iter()
+        .map(|(mut q, plan)| {
+            q.plan = DisplayableExecutionPlan::with_metrics(plan.as_ref())
                 .indent(true)
-                .to_string(),
-            cancelled: e.cancel.set.load(Ordering::SeqCst),
+                .to_string();
+            q
         })
         .collect()
 }

@@ -355,15 +355,26 @@ impl QueryEngine {
     /// Streams every row of `table` over the snapshot at `read_ts` in
     /// handle order (BACKUP's read): every column in the table's order,
     /// after the rows' handles as [`df::ROWID`] when the table has no
-    /// primary key (else the key is the handle). DataFusion sorts the regions' rows (each region's
-    /// sorted run is merged), so compute holds the table while it sorts.
-    /// No statement deadline: it reads a whole table.
+    /// primary key (else the key is the handle). DataFusion sorts the
+    /// regions' rows, so compute holds the table while it sorts. No
+    /// statement deadline: it reads a whole table. `table` is the
+    /// definition as of `read_ts`; the query is planned over the catalog
+    /// as it is now, so one that differs (the table dropped and made
+    /// again, renamed, a column changed) is refused rather than read.
     pub async fn scan_in_handle_order(
         &self,
         table: &TableDef,
         read_ts: u64,
     ) -> Result<QueryStream> {
-        let quote = |n: &str| format!("\"{}\"", n.replace('"', "\"\""));
+        let quote = crate::dml::quote;
+        if table.handle_column_id == 0 && table.columns.iter().any(|c| c.name == df::ROWID) {
+            return Err(plan_err!(
+                "table {} has no primary key and a column named {}, so its rows' handles \
+                 cannot be read by name; rename the column first",
+                table.name,
+                df::ROWID
+            ));
+        }
         let handle = table
             .columns
             .iter()
@@ -385,6 +396,29 @@ impl QueryEngine {
             return Err(Error::Internal(format!("not a query: {text}")));
         };
         let planned = self.sql.plan_with_rowid(query, table).await?;
+        // Ids are never reused: a definition equal to the snapshot's now,
+        // after planning, is the one the plan read.
+        let same = |t: &TableDef| {
+            t.id == table.id
+                && t.handle_column_id == table.handle_column_id
+                && t.columns.len() == table.columns.len()
+                && t.columns
+                    .iter()
+                    .zip(&table.columns)
+                    .all(|(a, b)| a.id == b.id && a.name == b.name && a.field_type == b.field_type)
+        };
+        if !self
+            .cluster
+            .get_table(&table.name)
+            .await?
+            .is_some_and(|t| same(&t))
+        {
+            return Err(Error::Conflict(format!(
+                "table {} changed (DROP, RENAME or ALTER) after the backup's snapshot; \
+                 run the backup again",
+                table.name
+            )));
+        }
         self.sql.stream_at(planned, read_ts).await
     }
 

@@ -8,7 +8,8 @@
 //! (`quarry_compute::gc_hold`), so a backup may outlast `gc-life-time`.
 //! Each table is read at `read_ts` through the engine like any query (the
 //! regions' leaders scan their rows in parallel and answer Arrow chunks),
-//! in handle order, and written as Parquet files of up to [`FILE_ROWS`]
+//! in handle order (a table whose definition changed since the snapshot
+//! is refused, not read), and written as Parquet files of up to [`FILE_ROWS`]
 //! rows: the table's columns, after the rows' handles as `_rowid` when it
 //! has no primary key. Files cover ascending, disjoint handle ranges. The
 //! manifest (`backup.json`, written last: a directory without one holds no
@@ -36,9 +37,10 @@
 //! manifest's checksum and the checksum the cluster computes over the new
 //! table must agree, column by column. Only then does the table take its
 //! name (one meta write: `ALTER TABLE … RENAME`; with `WITH REPLACE` the
-//! existing table is dropped just before), and its indexes are built
-//! online (`CREATE INDEX`). A failure drops the half-made table; one left
-//! by a crash is dropped by the next restore of the same name.
+//! existing table is renamed aside first and dropped after), and its
+//! indexes are built online (`CREATE INDEX`). A failure drops the
+//! half-made table; one left by a crash is dropped by the next restore of
+//! the same name.
 //!
 //! Locations go through the `object_store` crate: a local directory (or
 //! `file://` URL) now; an S3-compatible store needs the crate's `aws`

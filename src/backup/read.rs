@@ -21,7 +21,7 @@ use quarry_proto::meta::{IndexState, TableDef};
 use tokio::sync::mpsc;
 
 use super::manifest::{FileEntry, Manifest, TableEntry, MANIFEST};
-use super::write::RESTORING;
+use super::write::{REPLACED, RESTORING};
 use super::{Location, TableDone};
 use crate::load::{create_presplit, write_batches, Sink, WritePath, REGION_BYTES, SST_BATCH_BYTES};
 use crate::load_file::{quote, table_checksum, Checksum};
@@ -65,15 +65,51 @@ pub async fn restore(
     }
     for e in &chosen {
         e.table_def()?;
+        check_files(e, &loc.shown)?;
         for f in &e.files {
             fetch(&loc, f).await?;
         }
     }
-    let mut done = Vec::new();
+    let mut done: Vec<TableDone> = Vec::new();
     for e in chosen {
-        done.push(restore_table(engine, &loc, e, opts.replace).await?);
+        match restore_table(engine, &loc, e, opts.replace).await {
+            Ok(d) => done.push(d),
+            Err(err) if done.is_empty() => return Err(err),
+            Err(err) => {
+                let names: Vec<&str> = done.iter().map(|d| d.table.as_str()).collect();
+                return Err(err.context(format!(
+                    "the tables before it are restored: {}",
+                    names.join(", ")
+                )));
+            }
+        }
     }
     Ok((done, manifest))
+}
+
+/// What pack building relies on: files in ascending, disjoint handle
+/// ranges, their rows adding up to the table's.
+fn check_files(e: &TableEntry, shown: &str) -> Result<()> {
+    let mut last: Option<i64> = None;
+    for f in e.files.iter().filter(|f| f.rows > 0) {
+        if f.min_handle > f.max_handle || last.is_some_and(|l| f.min_handle <= l) {
+            bail!(
+                "the manifest in {shown} is corrupt: file {} of table {} overlaps the files before it",
+                f.path,
+                e.name
+            );
+        }
+        last = Some(f.max_handle);
+    }
+    let rows: u64 = e.files.iter().map(|f| f.rows).sum();
+    if rows != e.rows {
+        bail!(
+            "the manifest in {shown} is corrupt: table {}'s files hold {rows} rows, not {}",
+            e.name,
+            e.rows
+        );
+    }
+    Ok(())
 }
 
 /// A file's bytes, checked against its size and CRC-32 in the manifest.
@@ -127,14 +163,22 @@ async fn restore_table(
     new.created_by.clear();
     new.indexes.clear();
     new.next_index_id = 0;
+    new.next_column_id = 0;
     new.index_space = true;
+    // Meta numbers a new table's columns 1..n: the key is named by its
+    // position, not by the id it had (a dropped column before it made
+    // that larger).
+    new.handle_column_id = def
+        .columns
+        .iter()
+        .position(|c| c.id == def.handle_column_id)
+        .map_or(0, |p| p as i64 + 1);
     let stores = meta.get_stores().await?.len();
     let splits = split_handles(e, stores);
     let (table, _) = create_presplit(&meta, new, &splits).await?;
     meta.forget_catalog();
-    let built = build(engine, loc, e, &table, splits).await;
-    let built = match built {
-        Ok(()) => publish(engine, e, &def, &temp, replace).await,
+    let built = match build(engine, loc, e, &table, splits).await {
+        Ok(()) => take_name(engine, e, &temp, replace).await,
         Err(err) => Err(err),
     };
     if let Err(err) = built {
@@ -147,6 +191,7 @@ async fn restore_table(
         };
         return Err(err.context(format!("restoring table {} failed; {kept}", e.name)));
     }
+    rebuild_indexes(engine, e, &def).await?;
     Ok(TableDone {
         table: e.name.clone(),
         rows: e.rows,
@@ -217,7 +262,7 @@ async fn build(
                 };
                 let data = rt.block_on(fetch(&loc, f))?;
                 encoder
-                    .file(data, &mut sink, &mut sum)
+                    .file(data, f, &mut sink, &mut sum)
                     .with_context(|| format!("in backup file {shown}/{}", f.path))?;
                 if let Some(err) = sink.failed.take() {
                     return Err(err);
@@ -239,7 +284,8 @@ async fn build(
             }
         }
     }
-    if let Some(err) = read_error.or(write_error) {
+    // The writer's failure is the cause; the readers then saw it stop.
+    if let Some(err) = write_error.or(read_error) {
         return Err(err);
     }
     let handle_end = e.files.iter().map(|f| f.max_handle).max().unwrap_or(0);
@@ -249,34 +295,61 @@ async fn build(
     if let Some(diff) = read.difference(&manifest, table) {
         bail!("the files' rows do not match the manifest's checksum: {diff} (the files first)");
     }
-    let stored = table_checksum(engine, table).await?;
+    // A whole-table aggregate: not bound by the session's statement
+    // timeout.
+    let long = std::time::Instant::now() + std::time::Duration::from_secs(24 * 3600);
+    let stored =
+        quarry_compute::session_settings::with_deadline(long, table_checksum(engine, table))
+            .await?;
     if let Some(diff) = stored.difference(&manifest, table) {
         bail!("the restored table does not match the backup's checksum: {diff} (the table first)");
     }
     Ok(())
 }
 
-/// Gives the built table its name (dropping the one it replaces) and
-/// builds its indexes.
-async fn publish(
-    engine: &QueryEngine,
-    e: &TableEntry,
-    def: &TableDef,
-    temp: &str,
-    replace: bool,
-) -> Result<()> {
-    if replace {
+/// Gives the built table its name. With `replace`, the table it replaces
+/// is renamed aside first and dropped only once the new one has the name
+/// (put back if the rename fails), so an interruption leaves both tables,
+/// never neither.
+async fn take_name(engine: &QueryEngine, e: &TableEntry, temp: &str, replace: bool) -> Result<()> {
+    let rename =
+        |from: &str, to: &str| format!("ALTER TABLE {} RENAME TO {}", quote(from), quote(to));
+    let aside = format!("{REPLACED}{}", e.name);
+    let replacing = replace && engine.cluster().get_table(&e.name).await?.is_some();
+    if replacing {
         engine
-            .sql(&format!("DROP TABLE IF EXISTS {}", quote(&e.name)))
+            .sql(&format!("DROP TABLE IF EXISTS {}", quote(&aside)))
             .await?;
+        engine.sql(&rename(&e.name, &aside)).await?;
     }
-    engine
-        .sql(&format!(
-            "ALTER TABLE {} RENAME TO {}",
-            quote(temp),
-            quote(&e.name)
-        ))
-        .await?;
+    if let Err(err) = engine.sql(&rename(temp, &e.name)).await {
+        if replacing {
+            engine
+                .sql(&rename(&aside, &e.name))
+                .await
+                .with_context(|| {
+                    format!("and putting the old table back failed: it is {aside} now")
+                })?;
+        }
+        return Err(err.into());
+    }
+    if replacing {
+        engine
+            .sql(&format!("DROP TABLE {}", quote(&aside)))
+            .await
+            .with_context(|| {
+                format!(
+                    "table {} is restored; dropping the old one ({aside}) failed",
+                    e.name
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// Builds the table's indexes again, online (their entries are not in
+/// the backup). The table is restored whatever happens here.
+async fn rebuild_indexes(engine: &QueryEngine, e: &TableEntry, def: &TableDef) -> Result<()> {
     for ix in &def.indexes {
         if ix.state != IndexState::Public as i32 {
             continue;
@@ -284,14 +357,9 @@ async fn publish(
         let columns: Vec<String> = ix
             .column_ids
             .iter()
-            .map(|id| {
-                def.columns
-                    .iter()
-                    .find(|c| c.id == *id)
-                    .map(|c| quote(&c.name))
-                    .ok_or_else(|| anyhow!("index {} names column id {id}, which is gone", ix.name))
-            })
-            .collect::<Result<_>>()?;
+            .filter_map(|id| def.columns.iter().find(|c| c.id == *id))
+            .map(|c| quote(&c.name))
+            .collect();
         let sql = format!(
             "CREATE {}INDEX {} ON {} ({})",
             if ix.unique { "UNIQUE " } else { "" },
@@ -299,10 +367,17 @@ async fn publish(
             quote(&e.name),
             columns.join(", ")
         );
+        if columns.len() != ix.column_ids.len() {
+            bail!(
+                "table {} is restored, but its index {} names a column it no longer has",
+                e.name,
+                ix.name
+            );
+        }
         engine.sql(&sql).await.with_context(|| {
             format!(
-                "table {} is restored, but rebuilding its index failed ({sql}); run it again",
-                e.name
+                "table {} is restored, but rebuilding its index {} failed; run `{sql}`",
+                e.name, ix.name
             )
         })?;
     }
@@ -355,7 +430,7 @@ impl Encoder {
 
     /// Reads one file, adds its values to `sum` and its pairs to `sink`.
     /// A file's rows come in handle order, and its packs end with it.
-    fn file(&self, data: Bytes, sink: &mut Sink, sum: &mut Checksum) -> Result<()> {
+    fn file(&self, data: Bytes, f: &FileEntry, sink: &mut Sink, sum: &mut Checksum) -> Result<()> {
         let reader = ParquetRecordBatchReaderBuilder::try_new(data)?
             .with_batch_size(8192)
             .build()?;
@@ -366,6 +441,9 @@ impl Encoder {
             false => vec![],
         };
         let mut encoder = RowEncoder::default();
+        // (first, last) handle so far, and the rows.
+        let mut seen: Option<(i64, i64)> = None;
+        let mut rows = 0u64;
         for batch in reader {
             let batch = batch?;
             let mut row: Vec<(i64, Datum)> = Vec::with_capacity(self.columns.len());
@@ -388,25 +466,59 @@ impl Encoder {
                 .as_primitive_opt::<Int64Type>()
                 .filter(|h| h.null_count() == 0)
                 .ok_or_else(|| anyhow!("the handle column is not BIGINT NOT NULL"))?;
-            for (r, &h) in handles.values().iter().enumerate() {
+            let handles = handles.values();
+            // Ascending within the file, and within the manifest's range.
+            let first = handles.first().copied();
+            if handles.windows(2).any(|w| w[0] >= w[1])
+                || first.is_some_and(|h| seen.is_some_and(|(_, last)| h <= last))
+            {
+                bail!("its rows are not in ascending handle order");
+            }
+            if let (Some(lo), Some(hi)) = (first, handles.last().copied()) {
+                seen = Some((seen.map_or(lo, |(first, _)| first), hi));
+            }
+            rows += handles.len() as u64;
+            if self.packed {
+                // Column by column, a region's run of rows at a time.
+                let mut at = 0;
+                while at < handles.len() {
+                    let region = self.splits.partition_point(|s| *s <= handles[at]);
+                    let end = match self.splits.get(region) {
+                        Some(next) => at + handles[at..].partition_point(|h| h < next),
+                        None => handles.len(),
+                    };
+                    while at < end {
+                        let b = &mut packs[region];
+                        at = b.push_arrays(handles, arrays, at, end)?;
+                        if at < end || b.is_full() {
+                            let (first, v) = b.finish()?;
+                            sink.push(region, pack_key(self.table_id, first), v);
+                        }
+                    }
+                }
+                continue;
+            }
+            for (r, &h) in handles.iter().enumerate() {
                 row.clear();
                 for ((id, t), a) in self.columns.iter().zip(arrays) {
                     row.push((*id, array_datum(a, t, r)?));
                 }
                 let region = self.splits.partition_point(|s| *s <= h);
-                if self.packed {
-                    let b = &mut packs[region];
-                    b.push_pairs(h, &row)?;
-                    if b.is_full() {
-                        let (first, v) = b.finish()?;
-                        sink.push(region, pack_key(self.table_id, first), v);
-                    }
-                } else {
-                    let mut value = Vec::new();
-                    encoder.encode(&row, &mut value)?;
-                    sink.push(region, record_key(self.table_id, h), value);
-                }
+                let mut value = Vec::new();
+                encoder.encode(&row, &mut value)?;
+                sink.push(region, record_key(self.table_id, h), value);
             }
+        }
+        let range = seen.unwrap_or((f.min_handle, f.max_handle));
+        if rows != f.rows || range != (f.min_handle, f.max_handle) {
+            bail!(
+                "it holds {rows} rows with handles {}..={} where the manifest says {} rows, {}..={}",
+                range.0,
+                range.1,
+                f.rows,
+                f.min_handle,
+                f.max_handle
+            );
         }
         for (region, b) in packs.iter_mut().enumerate() {
             if !b.is_empty() {

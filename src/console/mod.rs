@@ -23,7 +23,10 @@
 //! charts are what the open page sampled. Cancelling is refused when the
 //! status port listens on anything but loopback (as the failpoint
 //! endpoints are): the port has no login, so off the machine it is read-
-//! only. Other compute processes are not listed: they do not register
+//! only; and a cancel must carry the `x-quarry-console` header, which a
+//! page from another site cannot send without a CORS preflight this port
+//! never grants. The SQL text, users and plans it shows are readable by
+//! anyone who reaches the port (`docs/security.md`). Other compute processes are not listed: they do not register
 //! anywhere yet (issue 43's membership list will add them).
 
 use std::sync::{Arc, OnceLock};
@@ -38,6 +41,9 @@ use serde::Serialize;
 
 /// The page, built into the binary.
 const PAGE: &str = include_str!("index.html");
+
+/// The header the page sends with a cancel.
+pub const CANCEL_HEADER: &str = "x-quarry-console";
 
 /// How long the page waits for a store's status.
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -112,7 +118,14 @@ impl Console {
 
     /// The console's answer to `method path`, or None for a path that
     /// is not the console's.
-    pub async fn respond(&self, method: &Method, path: &str, loopback: bool) -> Option<Reply> {
+    /// `from_page`: the request carried [`CANCEL_HEADER`].
+    pub async fn respond(
+        &self,
+        method: &Method,
+        path: &str,
+        loopback: bool,
+        from_page: bool,
+    ) -> Option<Reply> {
         let json = |v: Result<Vec<u8>>| match v {
             Ok(body) => (StatusCode::OK, "application/json", body),
             Err(e) => (
@@ -132,8 +145,10 @@ impl Console {
             (&Method::GET, "/api/slow") => {
                 json(to_json(&quarry_compute::metrics::slow_statements()))
             }
-            (&Method::POST, p) if p.starts_with("/api/queries/") && p.ends_with("/cancel") => {
-                let id = &p["/api/queries/".len()..p.len() - "/cancel".len()];
+            (&Method::POST, p) if p.starts_with("/api/queries/") => {
+                let id = p
+                    .strip_prefix("/api/queries/")
+                    .and_then(|rest| rest.strip_suffix("/cancel"))?;
                 let Ok(id) = id.parse::<u64>() else {
                     return Some((
                         StatusCode::BAD_REQUEST,
@@ -146,6 +161,15 @@ impl Console {
                         StatusCode::FORBIDDEN,
                         "text/plain",
                         b"cancelling is only served on a loopback status address\n".to_vec(),
+                    ));
+                }
+                // A header a cross-site form cannot send (a script must
+                // pass CORS's preflight, which this port never grants).
+                if !from_page {
+                    return Some((
+                        StatusCode::FORBIDDEN,
+                        "text/plain",
+                        format!("a cancel must carry the header {CANCEL_HEADER}: 1\n").into_bytes(),
                     ));
                 }
                 let cancelled = quarry_compute::activity::cancel(id);
@@ -256,18 +280,21 @@ mod tests {
     #[tokio::test]
     async fn the_page_and_its_refusals() {
         let console = Console::new(vec![]);
-        let (code, kind, body) = console.respond(&Method::GET, "/", true).await.unwrap();
+        let (code, kind, body) = console
+            .respond(&Method::GET, "/", true, false)
+            .await
+            .unwrap();
         assert_eq!((code, kind), (StatusCode::OK, "text/html; charset=utf-8"));
         assert!(String::from_utf8(body)
             .unwrap()
             .contains("<title>Quarry</title>"));
         let (code, _, _) = console
-            .respond(&Method::POST, "/api/queries/7/cancel", false)
+            .respond(&Method::POST, "/api/queries/7/cancel", false, true)
             .await
             .unwrap();
         assert_eq!(code, StatusCode::FORBIDDEN);
         let (code, _, body) = console
-            .respond(&Method::POST, "/api/queries/x/cancel", true)
+            .respond(&Method::POST, "/api/queries/x/cancel", true, true)
             .await
             .unwrap();
         assert_eq!(
@@ -277,11 +304,25 @@ mod tests {
             String::from_utf8(body)
         );
         let (code, _, body) = console
-            .respond(&Method::POST, "/api/queries/123456789/cancel", true)
+            .respond(&Method::POST, "/api/queries/123456789/cancel", true, true)
             .await
             .unwrap();
         assert_eq!(code, StatusCode::OK);
         assert_eq!(body, br#"{"cancelled":false}"#);
-        assert!(console.respond(&Method::GET, "/nope", true).await.is_none());
+        assert!(console
+            .respond(&Method::GET, "/nope", true, false)
+            .await
+            .is_none());
+        // Once a panic: the prefix and the suffix overlap.
+        assert!(console
+            .respond(&Method::POST, "/api/queries/cancel", true, true)
+            .await
+            .is_none());
+        // A cross-site form cannot send the header.
+        let (code, _, _) = console
+            .respond(&Method::POST, "/api/queries/7/cancel", true, false)
+            .await
+            .unwrap();
+        assert_eq!(code, StatusCode::FORBIDDEN);
     }
 }

@@ -131,8 +131,20 @@ impl Checksum {
         if self.rows != other.rows {
             return Some(format!("{} rows against {}", self.rows, other.rows));
         }
+        if self.columns.len() != other.columns.len() || self.columns.len() != table.columns.len() {
+            return Some(format!(
+                "{} columns against {} (the table has {})",
+                self.columns.len(),
+                other.columns.len(),
+                table.columns.len()
+            ));
+        }
         for ((a, b), c) in self.columns.iter().zip(&other.columns).zip(&table.columns) {
-            let close = (a.float - b.float).abs() <= 1e-9 * a.float.abs().max(b.float.abs());
+            // Equal (infinities too), both NaN (a NaN or opposite
+            // infinities summed), or within rounding of each other.
+            let close = a.float == b.float
+                || (a.float.is_nan() && b.float.is_nan())
+                || (a.float - b.float).abs() <= 1e-9 * a.float.abs().max(b.float.abs());
             if a.count != b.count || a.sum != b.sum || !close {
                 return Some(format!(
                     "column {}: {} values summing to {} against {} summing to {}",

@@ -81,10 +81,16 @@ fn parse_tokens(text: &str, backup: bool) -> Result<BackupStatement> {
         toks.next();
         loop {
             match toks.next() {
-                Some(Token::Word(w)) => tables.push(match w.quote_style {
-                    Some(_) => w.value,
-                    None => w.value.to_lowercase(),
-                }),
+                Some(Token::Word(w)) => {
+                    let name = match w.quote_style {
+                        Some(_) => w.value,
+                        None => w.value.to_lowercase(),
+                    };
+                    if tables.contains(&name) {
+                        return Err(plan_err!("{word}: table {name} is named twice"));
+                    }
+                    tables.push(name);
+                }
                 other => {
                     return Err(plan_err!(
                         "{word}: expected a table name, found {}; write {}",
@@ -210,5 +216,6 @@ mod tests {
         assert!(err("RESTORE FROM 'x' WITH OVERWRITE").contains("WITH REPLACE"));
         assert!(err("BACKUP TO 'x' WITH REPLACE").contains("unexpected WITH"));
         assert!(err("RESTORE TO 'x'").contains("expected FROM"));
+        assert!(err("BACKUP TABLE t, T TO 'x'").contains("table t is named twice"));
     }
 }

@@ -2,6 +2,7 @@
 //! values (from datums, row-layout values or another pack's rows) until
 //! [`PackBuilder::finish`] hands them to `encode.rs`.
 
+use arrow::array::ArrayRef;
 use arrow::datatypes::DataType;
 
 use super::encode::pack_value;
@@ -128,6 +129,98 @@ impl ColumnBuilder {
             d => d,
         };
         self.push(&d)
+    }
+
+    /// Appends rows `range` of `a`, an array of this column's Arrow type,
+    /// column-wise (a NULL's slot holds 0 or nothing, as [`Self::push`]
+    /// leaves it). Another type goes value by value through a datum.
+    fn push_array(&mut self, a: &ArrayRef, range: std::ops::Range<usize>) -> Result<()> {
+        use arrow::array::{Array, AsArray};
+        use arrow::datatypes::{Date32Type, Decimal128Type, Float64Type, Int64Type};
+        let n = range.len();
+        let start = match &self.values {
+            ColumnBuffer::Int(v) => v.len(),
+            ColumnBuffer::F64(v) => v.len(),
+            ColumnBuffer::I128(v) => v.len(),
+            ColumnBuffer::Bytes { offsets, .. } => offsets.len() - 1,
+        };
+        let done = match (&mut self.values, a.data_type()) {
+            (ColumnBuffer::Int(v), DataType::Int64) if a.data_type() == &self.data_type => {
+                v.extend_from_slice(&a.as_primitive::<Int64Type>().values()[range.clone()]);
+                true
+            }
+            (ColumnBuffer::Int(v), DataType::Date32) if a.data_type() == &self.data_type => {
+                let src = &a.as_primitive::<Date32Type>().values()[range.clone()];
+                v.extend(src.iter().map(|d| *d as i64));
+                true
+            }
+            (ColumnBuffer::F64(v), DataType::Float64) => {
+                v.extend_from_slice(&a.as_primitive::<Float64Type>().values()[range.clone()]);
+                true
+            }
+            (ColumnBuffer::I128(v), DataType::Decimal128(..))
+                if a.data_type() == &self.data_type =>
+            {
+                v.extend_from_slice(&a.as_primitive::<Decimal128Type>().values()[range.clone()]);
+                true
+            }
+            (ColumnBuffer::Int(v), DataType::Decimal128(..))
+                if a.data_type() == &self.data_type =>
+            {
+                // A decimal of precision 18 or less fits in an i64.
+                let src = &a.as_primitive::<Decimal128Type>().values()[range.clone()];
+                v.reserve(n);
+                for x in src {
+                    v.push(i64::try_from(*x).map_err(|_| {
+                        invalid_input!("column {} cannot hold a decimal this wide", self.id)
+                    })?);
+                }
+                true
+            }
+            (ColumnBuffer::Bytes { offsets, data }, DataType::Utf8) => {
+                let s = a.as_string::<i32>();
+                let lo = s.value_offsets()[range.start] as usize;
+                let hi = s.value_offsets()[range.end] as usize;
+                let base = data.len() as i64 - lo as i64;
+                data.extend_from_slice(&s.value_data()[lo..hi]);
+                if data.len() > u32::MAX as usize {
+                    return Err(invalid_input!("a pack's strings exceed 4 GiB"));
+                }
+                offsets.extend(
+                    s.value_offsets()[range.start + 1..=range.end]
+                        .iter()
+                        .map(|o| (*o as i64 + base) as u32),
+                );
+                true
+            }
+            _ => false,
+        };
+        if !done {
+            for r in range {
+                self.push(&crate::codec::row::array_datum(a, &self.data_type, r)?)?;
+            }
+            return Ok(());
+        }
+        match a.nulls().filter(|nulls| nulls.null_count() > 0) {
+            None => self.valid.extend(std::iter::repeat_n(true, n)),
+            Some(nulls) => {
+                for (i, r) in range.enumerate() {
+                    let valid = nulls.is_valid(r);
+                    self.valid.push(valid);
+                    if !valid {
+                        self.nulls += 1;
+                        // The slot holds what push leaves for a NULL.
+                        match &mut self.values {
+                            ColumnBuffer::Int(v) => v[start + i] = 0,
+                            ColumnBuffer::F64(v) => v[start + i] = 0.0,
+                            ColumnBuffer::I128(v) => v[start + i] = 0,
+                            ColumnBuffer::Bytes { .. } => {}
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn clear(&mut self) {
@@ -260,6 +353,54 @@ impl PackBuilder {
         }
         self.handles.push(handle);
         Ok(())
+    }
+
+    /// Appends rows of `arrays` (one per column, in the builder's order
+    /// and of the columns' Arrow types) column by column, with their
+    /// `handles` (one per row of the arrays, ascending), starting at row
+    /// `from`, until the pack is full ([`PACK_ROWS`] rows or
+    /// [`PACK_MAX_BYTES`], checked every 64 rows) or `to` is reached.
+    /// Returns the row it stopped before: `to`, or where the pack filled
+    /// (finish it and call again from there).
+    pub fn push_arrays(
+        &mut self,
+        handles: &[i64],
+        arrays: &[ArrayRef],
+        from: usize,
+        to: usize,
+    ) -> Result<usize> {
+        if arrays.len() != self.columns.len() {
+            return Err(invalid_input!(
+                "a batch has {} columns, the table {}",
+                arrays.len(),
+                self.columns.len()
+            ));
+        }
+        let mut at = from;
+        while at < to {
+            let room = PACK_ROWS - self.handles.len();
+            let n = (to - at).min(64).min(room);
+            if n == 0 {
+                break;
+            }
+            if let Some(h) = handles.get(at) {
+                self.check_handle(*h)?;
+            }
+            if handles[at..at + n].windows(2).any(|w| w[0] >= w[1]) {
+                return Err(invalid_input!(
+                    "pack rows must come in ascending handle order"
+                ));
+            }
+            for (c, a) in self.columns.iter_mut().zip(arrays) {
+                c.push_array(a, at..at + n)?;
+            }
+            self.handles.extend_from_slice(&handles[at..at + n]);
+            at += n;
+            if self.handles.len() >= PACK_ROWS || self.buffered_bytes() >= PACK_MAX_BYTES {
+                break;
+            }
+        }
+        Ok(at)
     }
 
     /// Appends a row given as a row-layout value (a delta row).

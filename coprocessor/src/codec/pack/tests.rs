@@ -295,3 +295,78 @@ fn a_pack_is_full_at_its_rows_or_at_its_bytes_for_wide_rows() {
     );
     assert_eq!(PackView::parse(&value).unwrap().rows(), rows);
 }
+
+#[test]
+fn a_pack_built_from_arrays_equals_one_built_row_by_row() {
+    use arrow::array::{
+        ArrayRef, Date32Array, Decimal128Array, Float64Array, Int64Array, StringArray,
+    };
+    use std::sync::Arc;
+    let columns = vec![
+        (1, DataType::Int64),
+        (2, DataType::Decimal128(15, 2)),
+        (3, DataType::Decimal128(30, 4)),
+        (4, DataType::Float64),
+        (5, DataType::Date32),
+        (6, DataType::Utf8),
+    ];
+    let n = 300;
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter(
+            (0..n).map(|i| (i % 7 != 3).then_some(i * 3 - 50)),
+        )),
+        Arc::new(
+            Decimal128Array::from_iter((0..n).map(|i| (i % 5 != 1).then_some(i as i128 * 101)))
+                .with_precision_and_scale(15, 2)
+                .unwrap(),
+        ),
+        Arc::new(
+            Decimal128Array::from_iter_values((0..n).map(|i| i as i128 * 1_000_000_000_000))
+                .with_precision_and_scale(30, 4)
+                .unwrap(),
+        ),
+        Arc::new(Float64Array::from_iter(
+            (0..n).map(|i| (i % 4 != 0).then_some(i as f64 / 3.0)),
+        )),
+        Arc::new(Date32Array::from_iter(
+            (0..n).map(|i| (i % 9 != 2).then_some(i as i32 + 9000)),
+        )),
+        Arc::new(StringArray::from_iter(
+            (0..n).map(|i| (i % 6 != 5).then(|| format!("s{i}"))),
+        )),
+    ];
+    // Sliced, so the arrays' offsets do not start at 0.
+    let arrays: Vec<ArrayRef> = arrays.iter().map(|a| a.slice(10, 280)).collect();
+    let handles: Vec<i64> = (0..280).map(|i| i * 2 + 1).collect();
+    let mut by_rows = PackBuilder::new(&columns).unwrap();
+    for (r, h) in handles.iter().enumerate() {
+        let row: Vec<Datum> = columns
+            .iter()
+            .zip(&arrays)
+            .map(|((_, t), a)| crate::codec::row::array_datum(a, t, r).unwrap())
+            .collect();
+        by_rows.push(*h, &row).unwrap();
+    }
+    let mut by_arrays = PackBuilder::new(&columns).unwrap();
+    // In two calls, as a caller feeding runs of a batch would.
+    assert_eq!(
+        by_arrays.push_arrays(&handles, &arrays, 0, 100).unwrap(),
+        100
+    );
+    assert_eq!(
+        by_arrays.push_arrays(&handles, &arrays, 100, 280).unwrap(),
+        280
+    );
+    assert_eq!(by_arrays.len(), 280);
+    assert_eq!(by_rows.finish().unwrap(), by_arrays.finish().unwrap());
+    // Handles must still ascend, across calls too.
+    let mut b = PackBuilder::new(&columns).unwrap();
+    b.push_arrays(&handles, &arrays, 0, 10).unwrap();
+    assert!(b.push_arrays(&handles, &arrays, 5, 10).is_err());
+    // A full pack stops the append where it filled.
+    let one: Vec<ArrayRef> = vec![Arc::new(Int64Array::from_iter_values(0..40_000))];
+    let hs: Vec<i64> = (0..40_000).collect();
+    let mut b = PackBuilder::new(&[(1, DataType::Int64)]).unwrap();
+    assert_eq!(b.push_arrays(&hs, &one, 0, 40_000).unwrap(), PACK_ROWS);
+    assert!(b.is_full());
+}
