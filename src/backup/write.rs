@@ -129,31 +129,28 @@ async fn backup_table(
     };
     let first_column = usize::from(entry.rowid);
     let columns = table.columns.len() + first_column;
-    // Encoding runs on a blocking thread while the scan goes on.
+    // Cutting and encoding run on other threads while the scan goes on.
     let (tx, rx) = mpsc::channel::<RecordBatch>(4);
     let writer = {
         let (store, shown) = (loc.store.clone(), loc.shown.clone());
         let rt = tokio::runtime::Handle::current();
         let ncols = table.columns.len();
         tokio::task::spawn_blocking(move || {
-            let mut files = FileWriter {
+            let sink = FileSink {
                 rt,
                 store,
                 shown,
                 dir,
-                files: vec![],
-                current: None,
-                handle_pos,
-                last_handle: None,
             };
+            let mut files = FileWriter::new(sink, handle_pos);
             let mut sum = Checksum::new(ncols);
             let mut rx = rx;
             while let Some(batch) = rx.blocking_recv() {
                 sum.add(&batch.columns()[first_column..])?;
-                files.write(&batch)?;
+                files.write(batch)?;
             }
-            files.finish()?;
-            anyhow::Ok((files.files, sum))
+            let files = files.finish()?;
+            anyhow::Ok((files, sum))
         })
     };
     let mut read_error = None;
@@ -201,89 +198,168 @@ fn table_dir(table: &TableDef) -> String {
     format!("{safe}-{}", table.id)
 }
 
-/// One open Parquet file: its writer and what it holds.
-struct OpenFile {
-    writer: ArrowWriter<Vec<u8>>,
+/// One file's rows, cut from the stream, to encode.
+struct FileJob {
+    index: usize,
+    batches: Vec<RecordBatch>,
     rows: u64,
     min_handle: i64,
     max_handle: i64,
 }
 
-/// Cuts a table's batches into files and stores each as it ends.
-struct FileWriter {
+/// Where encoded files go.
+#[derive(Clone)]
+struct FileSink {
     rt: tokio::runtime::Handle,
     store: std::sync::Arc<dyn ObjectStore>,
     shown: String,
     dir: String,
-    files: Vec<FileEntry>,
-    current: Option<OpenFile>,
+}
+
+impl FileSink {
+    /// Encodes one file and stores it.
+    fn encode(&self, job: FileJob) -> Result<FileEntry> {
+        // No dictionaries: the interning cost more than their space
+        // saved on TPC-H (Snappy still shrinks repeated values).
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_dictionary_enabled(false)
+            .build();
+        let schema = job.batches[0].schema();
+        let mut writer = ArrowWriter::try_new(Vec::new(), schema, Some(props))?;
+        for b in &job.batches {
+            writer.write(b)?;
+        }
+        let data = writer.into_inner()?;
+        let path = format!("{}/part-{:05}.parquet", self.dir, job.index);
+        let entry = FileEntry {
+            path: path.clone(),
+            rows: job.rows,
+            bytes: data.len() as u64,
+            crc32: crc32fast::hash(&data),
+            min_handle: job.min_handle,
+            max_handle: job.max_handle,
+        };
+        self.rt
+            .block_on(self.store.put(&StorePath::from(path.as_str()), data.into()))
+            .with_context(|| format!("writing {}/{path}", self.shown))?;
+        Ok(entry)
+    }
+}
+
+/// Cuts a table's batches into files of [`FILE_ROWS`] and has a few
+/// threads encode and store them while the scan goes on (Parquet encoding
+/// was most of a backup's time in compute when one thread did it).
+struct FileWriter {
     handle_pos: usize,
     /// The last handle written, in any file.
     last_handle: Option<i64>,
+    pending: Option<FileJob>,
+    next_index: usize,
+    jobs: Option<std::sync::mpsc::SyncSender<FileJob>>,
+    encoders: Vec<std::thread::JoinHandle<Result<Vec<FileEntry>>>>,
 }
 
 impl FileWriter {
-    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+    fn new(sink: FileSink, handle_pos: usize) -> FileWriter {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        // One file waits while the threads encode: memory stays at a few
+        // files' rows.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<FileJob>(0);
+        let rx = std::sync::Arc::new(parking_lot::Mutex::new(rx));
+        let encoders = (0..threads)
+            .map(|_| {
+                let (rx, sink) = (rx.clone(), sink.clone());
+                std::thread::spawn(move || {
+                    let mut done = Vec::new();
+                    loop {
+                        let job = rx.lock().recv();
+                        let Ok(job) = job else { break };
+                        done.push(sink.encode(job)?);
+                    }
+                    Ok(done)
+                })
+            })
+            .collect();
+        FileWriter {
+            handle_pos,
+            last_handle: None,
+            pending: None,
+            next_index: 0,
+            jobs: Some(tx),
+            encoders,
+        }
+    }
+
+    fn write(&mut self, batch: RecordBatch) -> Result<()> {
         let handles = batch
             .column(self.handle_pos)
             .as_primitive_opt::<Int64Type>()
             .ok_or_else(|| anyhow!("the handle column is not a BIGINT"))?;
         let (first, last) = (handles.value(0), handles.value(handles.len() - 1));
-        if self.current.is_none() {
-            // No dictionaries: the interning cost more than their space
-            // saved on TPC-H (Snappy still shrinks repeated values).
-            let props = WriterProperties::builder()
-                .set_compression(Compression::SNAPPY)
-                .set_dictionary_enabled(false)
-                .build();
-            let writer = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))?;
-            self.current = Some(OpenFile {
-                writer,
-                rows: 0,
-                min_handle: first,
-                max_handle: first,
-            });
-        }
         if handles.values().windows(2).any(|w| w[0] >= w[1])
             || self.last_handle.is_some_and(|l| first <= l)
         {
             bail!("rows came out of handle order");
         }
         self.last_handle = Some(last);
-        let open = self.current.as_mut().expect("opened above");
-        open.writer.write(batch)?;
-        open.rows += batch.num_rows() as u64;
-        open.max_handle = last;
-        if open.rows as usize >= FILE_ROWS {
-            self.close()?;
+        let index = self.next_index;
+        let job = self.pending.get_or_insert_with(|| FileJob {
+            index,
+            batches: vec![],
+            rows: 0,
+            min_handle: first,
+            max_handle: first,
+        });
+        job.rows += batch.num_rows() as u64;
+        job.max_handle = last;
+        job.batches.push(batch);
+        if job.rows as usize >= FILE_ROWS {
+            self.send()?;
         }
         Ok(())
     }
 
-    /// Ends the open file and stores it.
-    fn close(&mut self) -> Result<()> {
-        let Some(open) = self.current.take() else {
+    /// Hands the pending file to an encoder.
+    fn send(&mut self) -> Result<()> {
+        let Some(job) = self.pending.take() else {
             return Ok(());
         };
-        let data = open.writer.into_inner()?;
-        let path = format!("{}/part-{:05}.parquet", self.dir, self.files.len());
-        let entry = FileEntry {
-            path: path.clone(),
-            rows: open.rows,
-            bytes: data.len() as u64,
-            crc32: crc32fast::hash(&data),
-            min_handle: open.min_handle,
-            max_handle: open.max_handle,
-        };
-        self.rt
-            .block_on(self.store.put(&StorePath::from(path.as_str()), data.into()))
-            .with_context(|| format!("writing {}/{path}", self.shown))?;
-        self.files.push(entry);
+        self.next_index += 1;
+        let sent = self.jobs.as_ref().map(|tx| tx.send(job));
+        if !matches!(sent, Some(Ok(()))) {
+            // An encoder failed: its error says why.
+            self.finish()?;
+            bail!("the file encoders stopped");
+        }
         Ok(())
     }
 
-    fn finish(&mut self) -> Result<()> {
-        self.close()
+    /// Sends the last file, waits for the encoders, and returns every
+    /// file in order.
+    fn finish(&mut self) -> Result<Vec<FileEntry>> {
+        if self.pending.is_some() && self.jobs.is_some() {
+            self.send()?;
+        }
+        self.jobs = None;
+        let mut files = Vec::new();
+        let mut first_error = None;
+        for t in self.encoders.drain(..) {
+            match t.join() {
+                Ok(Ok(done)) => files.extend(done),
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_error.get_or_insert(anyhow!("a file encoder panicked"));
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(files)
     }
 }
 

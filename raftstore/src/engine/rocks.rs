@@ -333,6 +333,14 @@ impl Engine for RocksEngine {
     }
 
     fn approximate_size(&self, start: &[u8], end: &[u8]) -> u64 {
+        // An empty end is the end of the key space (the last region's), as
+        // everywhere else; RocksDB would read it as the smallest key and
+        // answer 0, so the last region never split by size.
+        const PAST_EVERY_KEY: [u8; 16] = [0xff; 16];
+        let end = match end.is_empty() {
+            true => &PAST_EVERY_KEY[..],
+            false => end,
+        };
         let range = rocksdb::Range::new(start, end);
         self.db
             .get_approximate_sizes_cf(self.cf(Cf::Default), &[range])

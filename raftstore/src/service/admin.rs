@@ -54,12 +54,10 @@ impl<E: Engine> Admin for AdminService<E> {
         // the store's own status calls need none.
         for r in &mut status.regions {
             if let Some(region) = &r.region {
-                // The last region's end is empty: past every key.
-                let end = match region.end_key.is_empty() {
-                    true => vec![0xff; 16],
-                    false => region.end_key.clone(),
-                };
-                r.approximate_bytes = self.node.engine().approximate_size(&region.start_key, &end);
+                r.approximate_bytes = self
+                    .node
+                    .engine()
+                    .approximate_size(&region.start_key, &region.end_key);
             }
         }
         Ok(Response::new(status))
