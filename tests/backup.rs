@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use quarry::answers;
 
 /// Every `.parquet` file under `dir`, sorted.
 fn parquet_files(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -122,18 +121,7 @@ fn a_backup_under_writes_restores_exactly_into_a_fresh_cluster() {
     assert!(restored.contains("lineitem,60175,"), "{restored}");
 
     // The TPC-H tables answer the 22 queries exactly as DuckDB.
-    let cases: Vec<Case> = answers::QUERIES
-        .iter()
-        .map(|(name, sql)| {
-            let (csv, types) = answers::answer(name, 0.01).unwrap();
-            Case {
-                name: name.to_string(),
-                sql: sql.to_string(),
-                csv: csv.to_string(),
-                types: types.to_string(),
-            }
-        })
-        .collect();
+    let cases = tpch_cases(0.01);
     let failures = mismatches(&dst.compute, &cases);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 

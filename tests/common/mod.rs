@@ -390,6 +390,22 @@ pub struct Case {
     pub types: String,
 }
 
+/// The 22 TPC-H queries with DuckDB's answers at scale factor `sf`.
+pub fn tpch_cases(sf: f64) -> Vec<Case> {
+    quarry::answers::QUERIES
+        .iter()
+        .map(|(name, sql)| {
+            let (csv, types) = quarry::answers::answer(name, sf).unwrap();
+            Case {
+                name: name.to_string(),
+                sql: sql.to_string(),
+                csv: csv.to_string(),
+                types: types.to_string(),
+            }
+        })
+        .collect()
+}
+
 /// The cases whose answer from the compute process at `compute` fails or
 /// differs from DuckDB's, one line each (empty: all match).
 pub fn mismatches(compute: &str, cases: &[Case]) -> Vec<String> {
