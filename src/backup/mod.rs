@@ -143,38 +143,66 @@ pub fn output(done: &[TableDone], read_ts: u64) -> Result<QueryOutput> {
 }
 
 /// The SQL statements' runner, installed in `quarry compute`.
-pub struct Hook;
+///
+/// Each statement runs in a task of its own, on an engine of its own made
+/// from the compute process's configuration: a client that disconnects
+/// (or whose call times out) drops its request, not the backup or the
+/// restore half-way through a rename.
+pub struct Hook {
+    cfg: quarry_compute::config::ComputeConfig,
+}
+
+impl Hook {
+    pub fn new(cfg: quarry_compute::config::ComputeConfig) -> Hook {
+        Hook { cfg }
+    }
+}
 
 #[async_trait]
 impl quarry_compute::backup::BackupRestore for Hook {
     async fn run(
         &self,
-        engine: &QueryEngine,
+        _engine: &QueryEngine,
         stmt: BackupStatement,
     ) -> quarry_compute::Result<QueryOutput> {
-        let done = match stmt {
-            BackupStatement::Backup { tables, location } => {
-                let opts = BackupOptions { location, tables };
-                backup(engine, &opts)
-                    .await
-                    .and_then(|(done, m)| output(&done, m.read_ts))
-            }
-            BackupStatement::Restore {
-                tables,
-                location,
-                replace,
-            } => {
-                let opts = RestoreOptions {
-                    location,
+        let engine = QueryEngine::new(&self.cfg)?;
+        let word = stmt.word();
+        let job = tokio::spawn(async move {
+            let done = match stmt {
+                BackupStatement::Backup { tables, location } => {
+                    let opts = BackupOptions { location, tables };
+                    backup(&engine, &opts)
+                        .await
+                        .and_then(|(done, m)| output(&done, m.read_ts))
+                }
+                BackupStatement::Restore {
                     tables,
+                    location,
                     replace,
-                };
-                restore(engine, &opts)
-                    .await
-                    .and_then(|(done, m)| output(&done, m.read_ts))
+                } => {
+                    let opts = RestoreOptions {
+                        location,
+                        tables,
+                        replace,
+                    };
+                    restore(&engine, &opts)
+                        .await
+                        .and_then(|(done, m)| output(&done, m.read_ts))
+                }
+            };
+            // Logged too: its client may be gone.
+            match &done {
+                Ok(out) => tracing::info!("{word} done: {} tables", out.num_rows()),
+                Err(e) => tracing::warn!("{word} failed: {e:#}"),
             }
-        };
-        done.map_err(categorized)
+            done
+        });
+        match job.await {
+            Ok(done) => done.map_err(categorized),
+            Err(e) => Err(quarry_compute::Error::Internal(format!(
+                "the backup or restore task ended: {e}"
+            ))),
+        }
     }
 }
 
