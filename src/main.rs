@@ -33,6 +33,7 @@ use tokio::signal::unix::{signal, SignalKind};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod backup_cmd;
 mod bench_cmd;
 mod playground_cmd;
 use bench_cmd::BenchWhat;
@@ -65,10 +66,10 @@ enum Cmd {
     },
     /// Back up tables at one snapshot into a directory: Parquet files and
     /// a manifest (as the SQL statement BACKUP does).
-    Backup(BackupArgs),
+    Backup(backup_cmd::BackupArgs),
     /// Restore tables from a backup into a running cluster (as the SQL
     /// statement RESTORE does).
-    Restore(RestoreArgs),
+    Restore(backup_cmd::RestoreArgs),
     /// Run one SQL statement against a compute process.
     Sql(SqlArgs),
     /// Show each store's regions: role, term, raft indexes.
@@ -415,71 +416,6 @@ impl LayoutArg {
 }
 
 #[derive(Args)]
-struct BackupArgs {
-    /// Stores of the cluster, comma-separated (any one answers).
-    #[arg(long, value_delimiter = ',', required = true)]
-    store: Vec<String>,
-    /// Tables to back up, comma-separated (default: every table).
-    #[arg(long, value_delimiter = ',')]
-    tables: Vec<String>,
-    #[command(flatten)]
-    tls: ClusterTlsArgs,
-    /// The directory to write (made if missing; it must hold no backup).
-    dir: PathBuf,
-}
-
-#[derive(Args)]
-struct RestoreArgs {
-    /// Stores of the cluster, comma-separated (any one answers).
-    #[arg(long, value_delimiter = ',', required = true)]
-    store: Vec<String>,
-    /// Tables to restore, comma-separated (default: every table in the
-    /// backup).
-    #[arg(long, value_delimiter = ',')]
-    tables: Vec<String>,
-    /// Drop a table of the same name first (else one is an error).
-    #[arg(long)]
-    replace: bool,
-    #[command(flatten)]
-    tls: ClusterTlsArgs,
-    /// The backup's directory.
-    dir: PathBuf,
-}
-
-/// An engine of its own for `quarry backup` and `quarry restore`.
-fn engine_for(store: &[String]) -> Result<quarry_compute::engine::QueryEngine> {
-    Ok(quarry_compute::engine::QueryEngine::new(&ComputeConfig {
-        stores: store.to_vec(),
-        // Whole-table reads: not slow queries to report.
-        slow_query_ms: 0,
-        ..Default::default()
-    })?)
-}
-
-/// What `quarry backup` and `quarry restore` print.
-fn backup_summary(
-    word: &str,
-    done: &[quarry::backup::TableDone],
-    read_ts: u64,
-    secs: f64,
-) -> String {
-    let mut out = String::new();
-    for d in done {
-        out.push_str(&format!(
-            "{word} {}: {} rows, {} files, {} bytes\n",
-            d.table, d.rows, d.files, d.bytes
-        ));
-    }
-    let rows: u64 = done.iter().map(|d| d.rows).sum();
-    out.push_str(&format!(
-        "{word} {} tables, {rows} rows at read_ts {read_ts} in {secs:.1} s ({:.0} rows/s)\n",
-        done.len(),
-        rows as f64 / secs.max(1e-9)
-    ));
-    out
-}
-
-#[derive(Args)]
 struct SqlArgs {
     /// Compute address, e.g. http://127.0.0.1:4000 (https:// with TLS).
     #[arg(long)]
@@ -805,37 +741,8 @@ async fn run(cli: Cli) -> Result<()> {
             print!("{}", load_summary(&r));
             Ok(())
         }
-        Cmd::Backup(args) => {
-            init_logging("warn");
-            args.tls.install()?;
-            let engine = engine_for(&args.store)?;
-            let dir = std::path::absolute(&args.dir)?;
-            let opts = quarry::backup::BackupOptions {
-                location: dir.display().to_string(),
-                tables: args.tables,
-            };
-            let started = std::time::Instant::now();
-            let (done, m) = quarry::backup::backup(&engine, &opts).await?;
-            let secs = started.elapsed().as_secs_f64();
-            print!("{}", backup_summary("backed up", &done, m.read_ts, secs));
-            Ok(())
-        }
-        Cmd::Restore(args) => {
-            init_logging("warn");
-            args.tls.install()?;
-            let engine = engine_for(&args.store)?;
-            let dir = std::path::absolute(&args.dir)?;
-            let opts = quarry::backup::RestoreOptions {
-                location: dir.display().to_string(),
-                tables: args.tables,
-                replace: args.replace,
-            };
-            let started = std::time::Instant::now();
-            let (done, m) = quarry::backup::restore(&engine, &opts).await?;
-            let secs = started.elapsed().as_secs_f64();
-            print!("{}", backup_summary("restored", &done, m.read_ts, secs));
-            Ok(())
-        }
+        Cmd::Backup(args) => backup_cmd::backup(args).await,
+        Cmd::Restore(args) => backup_cmd::restore(args).await,
         Cmd::Load {
             what: LoadWhat::Parquet(args),
         } => {
