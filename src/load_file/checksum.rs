@@ -1,10 +1,12 @@
 //! The load's checksum: the row count and, per column, the count of
 //! non-NULL values and an exact sum, computed from the files' batches
 //! ([`Checksum::add`]) and by the cluster over the table
-//! ([`table_checksum`], one aggregate query pushed down like any other).
+//! ([`table_checksum`], one aggregate query pushed down like any other:
+//! strings count by their length in bytes and DATEs as days, both of
+//! which the stores evaluate, so the query answers one row per region).
 
 use anyhow::{anyhow, bail, Context, Result};
-use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::array::{Array, ArrayRef, ArrowPrimitiveType, AsArray, PrimitiveArray};
 use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Float64Type, Int64Type};
 use quarry_compute::engine::QueryEngine;
 use quarry_coprocessor::types::arrow_type;
@@ -40,53 +42,32 @@ impl Checksum {
     }
 
     /// Adds a conformed batch (columns in the table's order and types).
+    /// Column at a time over the values and the null bitmap: a backup
+    /// and a restore run every value of the table through here.
     pub(crate) fn add(&mut self, arrays: &[ArrayRef]) -> Result<()> {
         self.rows += arrays.first().map_or(0, |a| a.len()) as i128;
         for (sum, a) in self.columns.iter_mut().zip(arrays) {
             sum.count += (a.len() - a.null_count()) as i128;
-            let valid = |i: usize| a.is_valid(i);
             let ints: i128 = match a.data_type() {
-                DataType::Int64 => {
-                    let v = a.as_primitive::<Int64Type>();
-                    (0..v.len())
-                        .filter(|&i| valid(i))
-                        .map(|i| v.value(i) as i128)
-                        .sum()
-                }
-                DataType::Decimal128(..) => {
-                    let v = a.as_primitive::<Decimal128Type>();
-                    let mut s = 0i128;
-                    for i in (0..v.len()).filter(|&i| valid(i)) {
-                        s = s
-                            .checked_add(v.value(i))
-                            .ok_or_else(|| anyhow!("decimal checksum overflow"))?;
-                    }
-                    s
-                }
-                DataType::Date32 => {
-                    let v = a.as_primitive::<Date32Type>();
-                    (0..v.len())
-                        .filter(|&i| valid(i))
-                        .map(|i| v.value(i) as i128)
-                        .sum()
-                }
+                DataType::Int64 => exact_sum(a.as_primitive::<Int64Type>(), |v| Some(v as i128))
+                    .ok_or_else(|| anyhow!("checksum overflow"))?,
+                DataType::Decimal128(..) => exact_sum(a.as_primitive::<Decimal128Type>(), Some)
+                    .ok_or_else(|| anyhow!("decimal checksum overflow"))?,
+                DataType::Date32 => exact_sum(a.as_primitive::<Date32Type>(), |v| Some(v as i128))
+                    .ok_or_else(|| anyhow!("checksum overflow"))?,
                 DataType::Utf8 => {
+                    // Bytes per value, from the offsets.
                     let v = a.as_string::<i32>();
-                    (0..v.len())
-                        .filter(|&i| valid(i))
-                        .map(|i| v.value(i).len() as i128)
-                        .sum()
+                    let o = v.value_offsets();
+                    match v.nulls() {
+                        None => (o[v.len()] - o[0]) as i128,
+                        Some(n) => n.valid_indices().map(|i| (o[i + 1] - o[i]) as i128).sum(),
+                    }
                 }
-                DataType::Boolean => {
-                    let v = a.as_boolean();
-                    (0..v.len()).filter(|&i| valid(i) && v.value(i)).count() as i128
-                }
+                DataType::Boolean => a.as_boolean().true_count() as i128,
                 DataType::Float64 => {
                     let v = a.as_primitive::<Float64Type>();
-                    sum.float += (0..v.len())
-                        .filter(|&i| valid(i))
-                        .map(|i| v.value(i))
-                        .sum::<f64>();
+                    sum.float += v.iter().flatten().sum::<f64>();
                     0
                 }
                 other => bail!("no checksum for type {other}"),
@@ -185,6 +166,19 @@ impl Checksum {
     }
 }
 
+/// The sum of the valid values of `v` as `i128`s (`as_i128` of each),
+/// None on overflow.
+fn exact_sum<T: ArrowPrimitiveType>(
+    v: &PrimitiveArray<T>,
+    as_i128: impl Fn(T::Native) -> Option<i128>,
+) -> Option<i128> {
+    let add = |s: i128, x: T::Native| s.checked_add(as_i128(x)?);
+    match v.nulls() {
+        None => v.values().iter().try_fold(0i128, |s, x| add(s, *x)),
+        Some(_) => v.iter().flatten().try_fold(0i128, add),
+    }
+}
+
 /// The query that computes a [`Checksum`] over `table` in the cluster.
 fn checksum_sql(table: &TableDef) -> Result<String> {
     let mut items = vec!["count(*)".to_string()];
@@ -256,4 +250,66 @@ pub(crate) async fn table_checksum(engine: &QueryEngine, table: &TableDef) -> Re
         sum.columns.push(c);
     }
     Ok(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{
+        BooleanArray, Date32Array, Decimal128Array, Float64Array, Int64Array, StringArray,
+    };
+
+    use super::*;
+
+    #[test]
+    fn sums_count_only_the_values_that_are_there() {
+        let with_nulls: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![Some(5), None, Some(-2)])),
+            Arc::new(
+                Decimal128Array::from(vec![Some(1050), Some(-25), None])
+                    .with_precision_and_scale(15, 2)
+                    .unwrap(),
+            ),
+            Arc::new(Date32Array::from(vec![None, Some(8766), Some(1)])),
+            Arc::new(StringArray::from(vec![Some("ab"), None, Some("héllo")])),
+            Arc::new(BooleanArray::from(vec![Some(true), None, Some(false)])),
+            Arc::new(Float64Array::from(vec![Some(0.5), Some(2.0), None])),
+        ];
+        // The same values, no NULLs: the other path.
+        let dense: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![5, -2])),
+            Arc::new(
+                Decimal128Array::from(vec![1050, -25])
+                    .with_precision_and_scale(15, 2)
+                    .unwrap(),
+            ),
+            Arc::new(Date32Array::from(vec![8766, 1])),
+            Arc::new(StringArray::from(vec!["ab", "héllo"]).slice(0, 2)),
+            Arc::new(BooleanArray::from(vec![true, false])),
+            Arc::new(Float64Array::from(vec![0.5, 2.0])),
+        ];
+        for (arrays, rows) in [(with_nulls, 3), (dense, 2)] {
+            let mut sum = Checksum::new(6);
+            sum.add(&arrays).unwrap();
+            assert_eq!(sum.rows, rows);
+            let sums: Vec<i128> = sum.columns.iter().map(|c| c.sum).collect();
+            assert_eq!(sums, vec![3, 1025, 8767, 8, 1, 0]);
+            let counts: Vec<i128> = sum.columns.iter().map(|c| c.count).collect();
+            assert_eq!(counts, vec![2; 6]);
+            assert_eq!(sum.columns[5].float, 2.5);
+        }
+        // A slice's offsets start past zero.
+        let sliced: ArrayRef = Arc::new(StringArray::from(vec!["xyz", "ab", "c"]).slice(1, 2));
+        let mut sum = Checksum::new(1);
+        sum.add(&[sliced]).unwrap();
+        assert_eq!(sum.columns[0].sum, 3);
+        let big: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![i128::MAX, 1])
+                .with_precision_and_scale(38, 0)
+                .unwrap(),
+        );
+        let err = Checksum::new(1).add(&[big]).unwrap_err();
+        assert!(err.to_string().contains("overflow"), "{err}");
+    }
 }

@@ -19,7 +19,8 @@
 //! types, CASE (DataFusion has already cast every value to one type),
 //! COALESCE, NULLIF, EXTRACT/`date_part` of a DATE (BIGINT in storage, INT to
 //! DataFusion: the region scan casts the few values it ships), and
-//! SUBSTRING with constant positions. Division and `%` of decimals or
+//! SUBSTRING with constant positions, OCTET_LENGTH (BIGINT in storage, INT
+//! to DataFusion, as EXTRACT). Division and `%` of decimals or
 //! floats stay in DataFusion, whose result type and zero rules are the ones
 //! the user sees.
 //!
@@ -245,6 +246,7 @@ fn function(name: &str, mut args: Vec<Expr>) -> Option<Expr> {
             args.truncate(1);
             Expr::substring(args.pop()?, start, len).ok()
         }
+        ("octet_length", 1) => Expr::octet_length(args.pop()?).ok(),
         _ => None,
     }
 }

@@ -19,7 +19,7 @@ use arrow::compute::{
 use arrow::datatypes::{ArrowPrimitiveType, DataType, Decimal128Type, Float64Type, Int64Type};
 use arrow::error::ArrowError;
 
-use arrow::array::{new_null_array, StringArray};
+use arrow::array::{new_null_array, Int64Array, StringArray};
 use arrow::compute::kernels::temporal::{date_part, DatePart as ArrowDatePart};
 use arrow::compute::kernels::zip::zip;
 
@@ -506,6 +506,17 @@ impl Expr {
                     .map(|s| s.map(|s| substring(s, *start, *count)))
                     .collect();
                 wrap(Arc::new(out), scalar)?
+            }
+            Expr::OctetLength(expr) => {
+                let v = expr.eval(batch, mask)?;
+                let scalar = v.is_scalar();
+                let arr = v.into_array(if scalar { 1 } else { len })?;
+                let bytes: Int64Array = arr
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|s| s.map(|s| s.len() as i64))
+                    .collect();
+                wrap(Arc::new(bytes), scalar)?
             }
         })
     }

@@ -215,6 +215,8 @@ pub enum Expr {
         start: i64,
         len: Option<i64>,
     },
+    /// A string's length in bytes, as BIGINT (`octet_length`).
+    OctetLength(Box<Expr>),
 }
 
 impl ArithOp {
@@ -298,6 +300,8 @@ impl Expr {
                 (a, b) if types::is_numeric(a) && types::is_numeric(b) => true,
                 (DataType::Utf8, _) | (_, DataType::Utf8) => to != DataType::Boolean,
                 (DataType::Date32, DataType::Date32) => true,
+                // Days since 1970-01-01, as Arrow (and DataFusion) cast it.
+                (DataType::Date32, DataType::Int64) => true,
                 (DataType::Boolean, DataType::Boolean) => true,
                 _ => false,
             };
@@ -671,6 +675,15 @@ impl Expr {
         })
     }
 
+    /// `OCTET_LENGTH(expr)`: bytes, not characters.
+    pub fn octet_length(expr: Expr) -> Result<Expr> {
+        Expr::expect_type(&expr, &DataType::Utf8, "OCTET_LENGTH")?;
+        fold(Expr::OctetLength(Box::new(Expr::cast(
+            expr,
+            DataType::Utf8,
+        )?)))
+    }
+
     // ------------------------------------------------------------ queries
 
     pub fn data_type(&self) -> DataType {
@@ -689,7 +702,7 @@ impl Expr {
             Expr::Cast { to, .. } => to.clone(),
             Expr::Case { data_type, .. } => data_type.clone(),
             Expr::Coalesce(args) => args[0].data_type(),
-            Expr::DatePart { .. } => DataType::Int64,
+            Expr::DatePart { .. } | Expr::OctetLength(_) => DataType::Int64,
             Expr::Substring { .. } => DataType::Utf8,
         }
     }
@@ -702,7 +715,7 @@ impl Expr {
             Expr::Column { .. } | Expr::Literal(_) => false,
             Expr::Arith { .. } | Expr::Negate(_) | Expr::Cast { .. } => true,
             Expr::Compare { left, right, .. } => left.is_fallible() || right.is_fallible(),
-            Expr::Not(e) => e.is_fallible(),
+            Expr::Not(e) | Expr::OctetLength(e) => e.is_fallible(),
             Expr::IsNull { expr, .. }
             | Expr::InList { expr, .. }
             | Expr::InBloom { expr, .. }
@@ -740,7 +753,7 @@ impl Expr {
                 f(left);
                 f(right);
             }
-            Expr::Negate(e) | Expr::Not(e) => f(e),
+            Expr::Negate(e) | Expr::Not(e) | Expr::OctetLength(e) => f(e),
             Expr::IsNull { expr, .. }
             | Expr::InList { expr, .. }
             | Expr::InBloom { expr, .. }
@@ -809,6 +822,7 @@ impl Expr {
             }
             Expr::DatePart { expr, .. } => 3 + expr.cost(),
             Expr::Substring { expr, .. } => 8 + expr.cost(),
+            Expr::OctetLength(e) => 1 + e.cost(),
         }
     }
 }
@@ -842,7 +856,7 @@ fn fold(e: Expr) -> Result<Expr> {
         Expr::Arith { left, right, .. } | Expr::Compare { left, right, .. } => {
             left.as_literal().is_some() && right.as_literal().is_some()
         }
-        Expr::Negate(x) | Expr::Not(x) => x.as_literal().is_some(),
+        Expr::Negate(x) | Expr::Not(x) | Expr::OctetLength(x) => x.as_literal().is_some(),
         Expr::IsNull { expr, .. }
         | Expr::InList { expr, .. }
         | Expr::InBloom { expr, .. }

@@ -238,6 +238,7 @@ fn proto_round_trip_rebuilds_the_same_expression() {
         Expr::date_part(DatePart::Quarter, col(3)).unwrap(),
         Expr::substring(col(4), 2, Some(3)).unwrap(),
         Expr::substring(col(4), -1, None).unwrap(),
+        Expr::octet_length(col(4)).unwrap(),
         Expr::in_bloom(col(2), super::Bloom::build(&[1, 5, 9], 12)).unwrap(),
     ];
     for e in exprs {
@@ -450,4 +451,21 @@ fn coalesce_date_part_and_substring() {
         strings(&eval(&e)),
         vec![Some("A".into()), Some("N".into()), None]
     );
+    // Bytes, not characters; NULL stays NULL; constants fold.
+    let e = Expr::octet_length(col(4)).unwrap();
+    assert_eq!(e.data_type(), DataType::Int64);
+    assert_eq!(ints(&eval(&e)), vec![Some(1), Some(1), None]);
+    match Expr::octet_length(utf8("Hi🌏")).unwrap() {
+        Expr::Literal(ScalarValue::Int64(n)) => assert_eq!(n, 6),
+        other => panic!("not folded: {other:?}"),
+    }
+    assert!(Expr::octet_length(col(2)).is_err());
+    // A DATE as BIGINT: days since 1970-01-01 (what a load's checksum
+    // sums); the other way stays refused.
+    let days = Expr::cast(col(3), DataType::Int64).unwrap();
+    assert_eq!(
+        ints(&eval(&days)),
+        vec![Some(8766), Some(9311), Some(10561)]
+    );
+    assert!(Expr::cast(col(2), DataType::Date32).is_err());
 }

@@ -163,6 +163,7 @@ impl Expr {
                 }
                 func(FuncKind::Substring, args)
             }
+            Expr::OctetLength(e) => func(FuncKind::OctetLength, vec![e.to_proto()?]),
         })
     }
 
@@ -369,6 +370,10 @@ fn build_func(
             let len = if n == 3 { Some(int(args.pop())?) } else { None };
             let start = int(args.pop())?;
             Expr::substring(args.pop().expect("n >= 2"), start, len)
+        }
+        FuncKind::OctetLength => {
+            arity(1)?;
+            Expr::octet_length(args.pop().expect("one argument"))
         }
         FuncKind::BloomFilter => Err(invalid_input!("a Bloom filter needs its bits")),
         FuncKind::FuncUnspecified => Err(invalid_input!("unspecified function")),
