@@ -121,6 +121,8 @@ pub struct QueryEngine {
     stream_after_bytes: usize,
     /// Logins and user statements.
     auth: Arc<Auth>,
+    /// The region scans of every query (BACKUP reads through it too).
+    dispatcher: Arc<Dispatcher>,
 }
 
 /// A statement, parsed once: a query for DataFusion, or one Quarry runs.
@@ -244,7 +246,7 @@ impl QueryEngine {
         let timeout = Duration::from_millis(cfg.query_timeout_ms);
         let sql = SqlSession::new(
             ScanContext {
-                dispatcher,
+                dispatcher: dispatcher.clone(),
                 timeout,
                 join_bloom_filters: cfg.join_bloom_filters,
                 join_key_list_max: cfg.join_key_list_max,
@@ -267,6 +269,7 @@ impl QueryEngine {
             lock_returns_rows: cfg.lock_returns_rows,
             max_statement_bytes: cfg.max_statement_bytes,
             stream_after_bytes: cfg.stream_results_after_mb.saturating_mul(1 << 20),
+            dispatcher,
         })
     }
 
@@ -353,51 +356,30 @@ impl QueryEngine {
     }
 
     /// Streams every row of `table` over the snapshot at `read_ts` in
-    /// handle order (BACKUP's read): every column in the table's order,
-    /// after the rows' handles as [`df::ROWID`] when the table has no
-    /// primary key (else the key is the handle). DataFusion sorts the
-    /// regions' rows, so compute holds the table while it sorts. No
+    /// handle order (BACKUP's read, `handle_order.rs`): every column in the
+    /// table's order, after the rows' handles when the table has no
+    /// primary key (else the key is the handle). Region by region, a few at
+    /// once, so compute holds a few regions' rows, never the table. No
     /// statement deadline: it reads a whole table. `table` is the
-    /// definition as of `read_ts`; the query is planned over the catalog
-    /// as it is now, so one that differs (the table dropped and made
-    /// again, renamed, a column changed) is refused rather than read.
+    /// definition as of `read_ts`; a table that differs now (dropped and
+    /// made again, renamed, a column changed) is refused rather than read,
+    /// and the caller checks it again with [`QueryEngine::unchanged_since`]
+    /// once the rows are read.
     pub async fn scan_in_handle_order(
         &self,
         table: &TableDef,
         read_ts: u64,
     ) -> Result<QueryStream> {
-        let quote = crate::dml::quote;
-        if table.handle_column_id == 0 && table.columns.iter().any(|c| c.name == df::ROWID) {
-            return Err(plan_err!(
-                "table {} has no primary key and a column named {}, so its rows' handles \
-                 cannot be read by name; rename the column first",
-                table.name,
-                df::ROWID
-            ));
-        }
-        let handle = table
-            .columns
-            .iter()
-            .find(|c| c.id == table.handle_column_id)
-            .map_or(df::ROWID, |c| c.name.as_str());
-        let columns: Vec<String> = (table.handle_column_id == 0)
-            .then_some(df::ROWID)
-            .into_iter()
-            .chain(table.columns.iter().map(|c| c.name.as_str()))
-            .map(quote)
-            .collect();
-        let text = format!(
-            "SELECT {} FROM {} ORDER BY {}",
-            columns.join(", "),
-            quote(&table.name),
-            quote(handle)
-        );
-        let Parsed::Query(query) = parse(&text, usize::MAX)? else {
-            return Err(Error::Internal(format!("not a query: {text}")));
-        };
-        let planned = self.sql.plan_with_rowid(query, table).await?;
-        // Ids are never reused: a definition equal to the snapshot's now,
-        // after planning, is the one the plan read.
+        self.unchanged_since(table).await?;
+        let deadline = Instant::now() + Duration::from_secs(24 * 3600);
+        crate::handle_order::scan_in_handle_order(self.dispatcher.clone(), table, read_ts, deadline)
+            .await
+    }
+
+    /// Fails with a conflict when `table` (a snapshot's definition) is
+    /// not the table of that name now: ids are never reused, so an equal
+    /// definition is the same table, unaltered.
+    pub async fn unchanged_since(&self, table: &TableDef) -> Result<()> {
         let same = |t: &TableDef| {
             t.id == table.id
                 && t.handle_column_id == table.handle_column_id
@@ -419,7 +401,7 @@ impl QueryEngine {
                 table.name
             )));
         }
-        self.sql.stream_at(planned, read_ts).await
+        Ok(())
     }
 
     /// Runs a planned query in `txn` (at its snapshot, seeing its own

@@ -71,6 +71,7 @@ pub mod engine;
 mod error;
 pub mod flight;
 pub mod gc_hold;
+pub mod handle_order;
 pub mod index;
 pub mod insert;
 pub mod kv_writer;

@@ -6,12 +6,15 @@
 //! it, so the tables' definitions are the ones that snapshot reads; the
 //! GC safe point is held below it until the backup ends
 //! (`quarry_compute::gc_hold`), so a backup may outlast `gc-life-time`.
-//! Each table is read at `read_ts` through the engine like any query (the
-//! regions' leaders scan their rows in parallel and answer Arrow chunks),
-//! in handle order (a table whose definition changed since the snapshot
-//! is refused, not read), and written as Parquet files of up to [`FILE_ROWS`]
-//! rows: the table's columns, after the rows' handles as `_rowid` when it
-//! has no primary key. Files cover ascending, disjoint handle ranges. The
+//! Each table is read at `read_ts` through the region scans queries use,
+//! region by region in key order, a few at once, so its rows come in
+//! handle order without a sort of the whole table
+//! (`quarry_compute::handle_order`; a table whose definition changed
+//! since the snapshot is refused, not read), and written as Parquet files
+//! of up to [`FILE_ROWS`] rows, encoded on a few threads while the scan
+//! goes on: the table's columns, after the rows' handles as `_rowid`
+//! (with more underscores when a column has that name) when it has no
+//! primary key. Files cover ascending, disjoint handle ranges. The
 //! manifest (`backup.json`, written last: a directory without one holds no
 //! backup) names the snapshot, each table's definition (the protobuf
 //! `TableDef`, and its columns in words), its row count and
@@ -30,15 +33,20 @@
 //! size checked before anything is created: a missing or corrupt file is
 //! an error naming it, and leaves the cluster as it was. Each table is
 //! created under a name of its own (`__restore_<name>`), pre-split over
-//! its handle range, without its secondary indexes, and written as a
+//! its handle range, without its secondary indexes (all of them before the
+//! first is written, so the later ones' regions have leaders by their
+//! turn), and written as a
 //! load writes a new table (`crate::load`): packs (or row values) built
 //! here in handle order, sorted into SST files that every replica ingests
 //! (raft writes for small tables). Then the rows read from the files, the
 //! manifest's checksum and the checksum the cluster computes over the new
-//! table must agree, column by column. Only then does the table take its
-//! name (one meta write: `ALTER TABLE … RENAME`; with `WITH REPLACE` the
-//! existing table is renamed aside first and dropped after), and its
-//! indexes are built online (`CREATE INDEX`). A failure drops the
+//! table (an aggregate that runs in the stores) must agree, column by
+//! column. Only then does the table take its name (one meta write, as
+//! `ALTER TABLE … RENAME`; with `WITH REPLACE` the existing table is
+//! renamed aside first and dropped after), and its indexes are built
+//! online (`CREATE INDEX`). The renames and drops skip the statements'
+//! wait for other compute processes' kept catalogs to lapse; the restore
+//! waits once, before it answers. A failure drops the
 //! half-made table; one left by a crash is dropped by the next restore of
 //! the same name.
 //!

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use object_store::path::Path as StorePath;
 use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use prost::Message;
 use quarry_compute::cluster::Routes;
 use quarry_compute::engine::QueryEngine;
 use quarry_coprocessor::codec::key::{pack_key, record_key};
@@ -70,21 +71,36 @@ pub async fn restore(
             fetch(&loc, f).await?;
         }
     }
+    let made = make_tables(engine, &chosen).await?;
     let mut done: Vec<TableDone> = Vec::new();
-    for e in chosen {
-        match restore_table(engine, &loc, e, opts.replace).await {
+    let mut failed = None;
+    for (i, m) in made.iter().enumerate() {
+        if failed.is_some() {
+            drop_unfinished(engine, &made[i..]).await;
+            break;
+        }
+        match restore_table(engine, &loc, m, opts.replace).await {
             Ok(d) => done.push(d),
-            Err(err) if done.is_empty() => return Err(err),
+            Err(err) if done.is_empty() => {
+                failed = Some(err);
+            }
             Err(err) => {
                 let names: Vec<&str> = done.iter().map(|d| d.table.as_str()).collect();
-                return Err(err.context(format!(
+                failed = Some(err.context(format!(
                     "the tables before it are restored: {}",
                     names.join(", ")
                 )));
             }
         }
     }
-    Ok((done, manifest))
+    // The renames and drops did not each wait for other compute
+    // processes' kept catalogs to lapse, as the statements do
+    // (`catalog_cache.rs`): the restore waits once, before it answers.
+    tokio::time::sleep(quarry_compute::catalog_cache::DDL_SETTLE).await;
+    match failed {
+        Some(err) => Err(err),
+        None => Ok((done, manifest)),
+    }
 }
 
 /// What pack building relies on: files in ascending, disjoint handle
@@ -143,20 +159,46 @@ async fn fetch(loc: &Location, f: &FileEntry) -> Result<Bytes> {
     Ok(data)
 }
 
-/// Restores one table (see the module docs of `backup`).
-async fn restore_table(
-    engine: &QueryEngine,
-    loc: &Location,
-    e: &TableEntry,
-    replace: bool,
-) -> Result<TableDone> {
+/// A table made for a restore, not yet built: `__restore_<name>`,
+/// pre-split over the backup's handle range.
+struct Made<'a> {
+    entry: &'a TableEntry,
+    /// The definition in the backup.
+    def: TableDef,
+    /// The table made for it.
+    table: TableDef,
+    splits: Vec<i64>,
+}
+
+impl Made<'_> {
+    fn temp(&self) -> &str {
+        &self.table.name
+    }
+}
+
+/// Makes the table each of `chosen` is built in, all before the first is
+/// built, so that the regions of the later ones have elected their
+/// leaders by the time their rows come. A failure drops those made.
+async fn make_tables<'a>(engine: &QueryEngine, chosen: &[&'a TableEntry]) -> Result<Vec<Made<'a>>> {
+    let mut made = Vec::new();
+    for e in chosen {
+        match make_table(engine, e).await {
+            Ok(m) => made.push(m),
+            Err(err) => {
+                drop_unfinished(engine, &made).await;
+                return Err(err.context(format!("making a table to restore {} in", e.name)));
+            }
+        }
+    }
+    Ok(made)
+}
+
+async fn make_table<'a>(engine: &QueryEngine, e: &'a TableEntry) -> Result<Made<'a>> {
     let def = e.table_def()?;
     let temp = format!("{RESTORING}{}", e.name);
     let meta = engine.cluster().clone();
     // One a crash left behind.
-    engine
-        .sql(&format!("DROP TABLE IF EXISTS {}", quote(&temp)))
-        .await?;
+    meta.drop_table(&temp, true).await?;
     let mut new = def.clone();
     new.id = 0;
     new.name = temp.clone();
@@ -177,21 +219,60 @@ async fn restore_table(
     let splits = split_handles(e, stores);
     let (table, _) = create_presplit(&meta, new, &splits).await?;
     meta.forget_catalog();
-    let built = match build(engine, loc, e, &table, splits).await {
-        Ok(()) => take_name(engine, e, &temp, replace).await,
+    Ok(Made {
+        entry: e,
+        def,
+        table,
+        splits,
+    })
+}
+
+/// Drops tables made for a restore that did not get to them.
+async fn drop_unfinished(engine: &QueryEngine, made: &[Made<'_>]) {
+    for m in made {
+        if let Err(e) = engine.cluster().drop_table(m.temp(), true).await {
+            tracing::warn!("dropping {} failed ({e}); drop it by hand", m.temp());
+        }
+    }
+}
+
+/// Restores one table into the table made for it (see the module docs of
+/// `backup`).
+async fn restore_table(
+    engine: &QueryEngine,
+    loc: &Location,
+    m: &Made<'_>,
+    replace: bool,
+) -> Result<TableDone> {
+    let e = m.entry;
+    let started = std::time::Instant::now();
+    let built = match build(engine, loc, e, &m.table, m.splits.clone()).await {
+        Ok(checking) => {
+            let named = std::time::Instant::now();
+            let r = take_name(engine, e, m.temp(), replace).await;
+            tracing::info!(
+                "restored table {}: {} rows; written in {:.1?}, checked in {:.1?}, named in {:.1?}",
+                e.name,
+                e.rows,
+                checking.duration_since(started),
+                named.duration_since(checking),
+                named.elapsed()
+            );
+            r
+        }
         Err(err) => Err(err),
     };
     if let Err(err) = built {
-        let dropped = engine
-            .sql(&format!("DROP TABLE IF EXISTS {}", quote(&temp)))
-            .await;
-        let kept = match dropped {
+        let kept = match engine.cluster().drop_table(m.temp(), true).await {
             Ok(_) => "nothing of it was kept".to_string(),
-            Err(d) => format!("dropping the half-made {temp} failed too ({d}); drop it by hand"),
+            Err(d) => format!(
+                "dropping the half-made {} failed too ({d}); drop it by hand",
+                m.temp()
+            ),
         };
         return Err(err.context(format!("restoring table {} failed; {kept}", e.name)));
     }
-    rebuild_indexes(engine, e, &def).await?;
+    rebuild_indexes(engine, e, &m.def).await?;
     Ok(TableDone {
         table: e.name.clone(),
         rows: e.rows,
@@ -227,14 +308,14 @@ fn split_handles(e: &TableEntry, stores: usize) -> Vec<i64> {
 }
 
 /// Writes the files' rows into `table` (made for them, split at
-/// `splits`) and checks the checksums.
+/// `splits`) and checks the checksums; returns when the checks began.
 async fn build(
     engine: &QueryEngine,
     loc: &Location,
     e: &TableEntry,
     table: &TableDef,
     splits: Vec<i64>,
-) -> Result<()> {
+) -> Result<std::time::Instant> {
     let meta = engine.cluster().clone();
     let bytes: u64 = e.files.iter().map(|f| f.bytes).sum();
     let sst = WritePath::Auto.use_sst(bytes);
@@ -291,6 +372,7 @@ async fn build(
     let handle_end = e.files.iter().map(|f| f.max_handle).max().unwrap_or(0);
     meta.alloc_handles(table.id, 0, handle_end.saturating_add(1))
         .await?;
+    let written = std::time::Instant::now();
     let manifest = Checksum::from(&e.checksum);
     if let Some(diff) = read.difference(&manifest, table) {
         bail!("the files' rows do not match the manifest's checksum: {diff} (the files first)");
@@ -304,7 +386,7 @@ async fn build(
     if let Some(diff) = stored.difference(&manifest, table) {
         bail!("the restored table does not match the backup's checksum: {diff} (the table first)");
     }
-    Ok(())
+    Ok(written)
 }
 
 /// Gives the built table its name. With `replace`, the table it replaces
@@ -312,38 +394,47 @@ async fn build(
 /// (put back if the rename fails), so an interruption leaves both tables,
 /// never neither.
 async fn take_name(engine: &QueryEngine, e: &TableEntry, temp: &str, replace: bool) -> Result<()> {
-    let rename =
-        |from: &str, to: &str| format!("ALTER TABLE {} RENAME TO {}", quote(from), quote(to));
+    let meta = engine.cluster();
     let aside = format!("{REPLACED}{}", e.name);
-    let replacing = replace && engine.cluster().get_table(&e.name).await?.is_some();
+    let replacing = replace && meta.get_table(&e.name).await?.is_some();
     if replacing {
-        engine
-            .sql(&format!("DROP TABLE IF EXISTS {}", quote(&aside)))
-            .await?;
-        engine.sql(&rename(&e.name, &aside)).await?;
+        meta.drop_table(&aside, true).await?;
+        rename_table(engine, &e.name, &aside).await?;
     }
-    if let Err(err) = engine.sql(&rename(temp, &e.name)).await {
+    if let Err(err) = rename_table(engine, temp, &e.name).await {
         if replacing {
-            engine
-                .sql(&rename(&aside, &e.name))
+            rename_table(engine, &aside, &e.name)
                 .await
                 .with_context(|| {
                     format!("and putting the old table back failed: it is {aside} now")
                 })?;
         }
-        return Err(err.into());
+        return Err(err);
     }
     if replacing {
-        engine
-            .sql(&format!("DROP TABLE {}", quote(&aside)))
-            .await
-            .with_context(|| {
-                format!(
-                    "table {} is restored; dropping the old one ({aside}) failed",
-                    e.name
-                )
-            })?;
+        meta.drop_table(&aside, false).await.with_context(|| {
+            format!(
+                "table {} is restored; dropping the old one ({aside}) failed",
+                e.name
+            )
+        })?;
     }
+    Ok(())
+}
+
+/// `ALTER TABLE from RENAME TO to`, one meta write, without the
+/// statement's wait (the restore waits once, at its end).
+async fn rename_table(engine: &QueryEngine, from: &str, to: &str) -> Result<()> {
+    let meta = engine.cluster();
+    let old = meta
+        .get_table(from)
+        .await?
+        .ok_or_else(|| anyhow!("table {from} is gone"))?;
+    let mut new = old.clone();
+    new.name = to.to_string();
+    meta.alter_table(from, new, old.encode_to_vec())
+        .await
+        .with_context(|| format!("renaming table {from} to {to}"))?;
     Ok(())
 }
 

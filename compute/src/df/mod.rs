@@ -59,7 +59,7 @@ pub mod stats;
 pub mod table;
 pub mod views;
 
-mod errors;
+pub(crate) mod errors;
 mod planning;
 mod running;
 

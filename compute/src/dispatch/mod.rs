@@ -166,6 +166,12 @@ impl Dispatcher {
         self.txns.as_ref()
     }
 
+    /// The regions covering `[start, end)`, in key order, as the cache
+    /// knows them (a scan of each then follows any split or move).
+    pub async fn regions(&self, start: &[u8], end: &[u8]) -> Result<Vec<Located>> {
+        self.cache.locate(start, end).await
+    }
+
     pub fn config(&self) -> &DispatchConfig {
         &self.cfg
     }
