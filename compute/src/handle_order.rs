@@ -17,7 +17,8 @@
 //! A region's pages arrive in key order, and a region's keys are in handle
 //! order except where a column table's delta holds rows whose handles fall
 //! inside a pack's span (updates not yet merged): such a region is sorted
-//! by handle on its own, a few megabytes. A region that splits while it is
+//! by handle on its own (one region's rows, tens of megabytes, copied
+//! twice by the sort). A region that splits while it is
 //! read is read by the dispatcher as its parts, which may answer in any
 //! order; the same check and sort put it right. So compute holds at most
 //! `REGIONS_AHEAD` regions' rows, and the first ones stream out while the

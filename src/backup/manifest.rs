@@ -41,8 +41,9 @@ pub struct TableEntry {
     pub table_def: String,
     /// The columns in words, for people (`l_orderkey BIGINT NOT NULL`).
     pub columns: Vec<String>,
-    /// Whether the files carry the rows' handles as `_rowid` (a table
-    /// without a primary key).
+    /// Whether the files carry the rows' handles as their first column
+    /// (a table without a primary key; named `_rowid`, with more
+    /// underscores when a column has that name).
     pub rowid: bool,
     pub rows: u64,
     pub checksum: ChecksumEntry,

@@ -12,7 +12,8 @@
 //! (`quarry_compute::handle_order`; a table whose definition changed
 //! since the snapshot is refused, not read), and written as Parquet files
 //! of up to [`FILE_ROWS`] rows, encoded on a few threads while the scan
-//! goes on: the table's columns, after the rows' handles as `_rowid`
+//! goes on and streamed to the location in chunks (a multipart upload
+//! past the first): the table's columns, after the rows' handles as `_rowid`
 //! (with more underscores when a column has that name) when it has no
 //! primary key. Files cover ascending, disjoint handle ranges. The
 //! manifest (`backup.json`, written last: a directory without one holds no
@@ -46,9 +47,9 @@
 //! renamed aside first and dropped after), and its indexes are built
 //! online (`CREATE INDEX`). The renames and drops skip the statements'
 //! wait for other compute processes' kept catalogs to lapse; the restore
-//! waits once, before it answers. A failure drops the
-//! half-made table; one left by a crash is dropped by the next restore of
-//! the same name.
+//! waits once, before it answers. A failure drops the half-made table and
+//! those not yet built; those a crash left are each dropped by the next
+//! restore of the same name.
 //!
 //! Locations go through the `object_store` crate: a local directory (or
 //! `file://` URL) now; an S3-compatible store needs the crate's `aws`
