@@ -513,10 +513,7 @@ pub async fn insert_select(
     let types = crate::insert::column_types(table)?;
     // A column the INSERT does not name gets its DEFAULT.
     let defaults = crate::insert::column_defaults(table)?;
-    let handle_pos = table
-        .columns
-        .iter()
-        .position(|c| c.id == table.handle_column_id);
+    let handle_pos = table.key_position();
     // (Only the indexes may differ from `table` in the definition `now`:
     // the columns, and so the targets and types, stay.)
     let rows_at = |start_ts: u64, now: TableDef| {

@@ -62,6 +62,21 @@ pub fn rowid_field_name(table: &TableDef) -> String {
     name
 }
 
+/// Where the handles are in the batches [`scan_in_handle_order`]
+/// streams: first when the table has no primary key, else at its key's
+/// place.
+pub fn handle_position(table: &TableDef) -> Result<usize> {
+    if table.handle_column_id == 0 {
+        return Ok(0);
+    }
+    table.key_position().ok_or_else(|| {
+        Error::Internal(format!(
+            "table {}'s primary key is not a column",
+            table.name
+        ))
+    })
+}
+
 /// Streams every row of `table` at `read_ts` in handle order: the
 /// table's columns in its order, after the handles (BIGINT, named by
 /// [`rowid_field_name`]) when it has no primary key (the key is then the
@@ -97,19 +112,7 @@ pub async fn scan_in_handle_order(
         })
         .collect::<Result<Vec<_>>>()?;
     let schema: SchemaRef = Arc::new(Schema::new(fields));
-    let handle_pos = match rowid {
-        true => 0,
-        false => table
-            .columns
-            .iter()
-            .position(|c| c.id == table.handle_column_id)
-            .ok_or_else(|| {
-                Error::Internal(format!(
-                    "table {}'s primary key is not a column",
-                    table.name
-                ))
-            })?,
-    };
+    let handle_pos = handle_position(table)?;
     if schema.field(handle_pos).data_type() != &DataType::Int64 {
         return Err(Error::Internal(format!(
             "table {}'s handle column is not a BIGINT",

@@ -285,10 +285,7 @@ async fn mutations(
                 .map_err(Error::from)
         })
         .collect::<Result<_>>()?;
-    let handle_pos = table
-        .columns
-        .iter()
-        .position(|c| c.id == table.handle_column_id);
+    let handle_pos = table.key_position();
 
     // Evaluate and check every value.
     let mut rows: Vec<Vec<ScalarValue>> = Vec::with_capacity(ins.rows.len());

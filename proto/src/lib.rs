@@ -23,6 +23,7 @@
 pub mod failpoint;
 pub mod security;
 pub mod status;
+mod table;
 
 pub mod meta {
     tonic::include_proto!("quarry.meta");

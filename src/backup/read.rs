@@ -210,11 +210,7 @@ async fn make_table<'a>(engine: &QueryEngine, e: &'a TableEntry) -> Result<Made<
     // Meta numbers a new table's columns 1..n: the key is named by its
     // position, not by the id it had (a dropped column before it made
     // that larger).
-    new.handle_column_id = def
-        .columns
-        .iter()
-        .position(|c| c.id == def.handle_column_id)
-        .map_or(0, |p| p as i64 + 1);
+    new.handle_column_id = def.key_position().map_or(0, |p| p as i64 + 1);
     let stores = meta.get_stores().await?.len();
     let splits = split_handles(e, stores);
     let (table, _) = create_presplit(&meta, new, &splits).await?;
@@ -499,9 +495,7 @@ impl Encoder {
         let handle_pos = match rowid {
             true => 0,
             false => table
-                .columns
-                .iter()
-                .position(|c| c.id == table.handle_column_id)
+                .key_position()
                 .ok_or_else(|| anyhow!("the primary key is not a column"))?,
         };
         Ok(Encoder {

@@ -123,14 +123,7 @@ async fn backup_table(
     let mut entry = TableEntry::new(table)?;
     let dir = table_dir(table);
     let mut stream = engine.scan_in_handle_order(table, read_ts).await?;
-    let handle_pos = match entry.rowid {
-        true => 0,
-        false => table
-            .columns
-            .iter()
-            .position(|c| c.id == table.handle_column_id)
-            .ok_or_else(|| anyhow!("table {}'s primary key is not a column", table.name))?,
-    };
+    let handle_pos = quarry_compute::handle_order::handle_position(table)?;
     let first_column = usize::from(entry.rowid);
     let columns = table.columns.len() + first_column;
     // Cutting and encoding run on other threads while the scan goes on.

@@ -565,10 +565,7 @@ impl Output {
         };
         Ok(Output {
             created,
-            handle_pos: table
-                .columns
-                .iter()
-                .position(|c| c.id == table.handle_column_id),
+            handle_pos: table.key_position(),
             column_ids: columns.iter().map(|(id, _)| *id).collect(),
             packs,
             splits,
