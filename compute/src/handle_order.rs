@@ -35,14 +35,15 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use futures::{StreamExt, TryStreamExt};
-use quarry_coprocessor::codec::key::{table_record_range, ROWID_COLUMN_ID};
-use quarry_coprocessor::storage::KeyRange;
-use quarry_coprocessor::types::arrow_type;
+use quarry_coprocessor::codec::key::table_record_range;
+use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 use quarry_proto::coprocessor::{DagRequest, TableScan};
-use quarry_proto::meta::{ColumnDef, FieldType, TableDef, TypeKind};
+use quarry_proto::meta::{ColumnDef, TableDef};
 
 use crate::df::pushdown::column_info;
 use crate::df::region_scan::conform;
+use crate::df::rowid_column;
+use crate::df::table::table_schema;
 use crate::dispatch::Dispatcher;
 use crate::engine::QueryStream;
 use crate::{Error, Result};
@@ -88,29 +89,12 @@ pub async fn scan_in_handle_order(
     read_ts: u64,
     deadline: Instant,
 ) -> Result<QueryStream> {
-    let rowid = table.handle_column_id == 0;
-    let rowid_def = ColumnDef {
-        id: ROWID_COLUMN_ID,
-        name: rowid_field_name(table),
-        field_type: Some(FieldType {
-            kind: TypeKind::Bigint as i32,
-            nullable: false,
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let columns: Vec<&ColumnDef> = rowid
-        .then_some(&rowid_def)
-        .into_iter()
-        .chain(&table.columns)
-        .collect();
-    let fields = columns
-        .iter()
-        .map(|c| {
-            let ft = c.field_type.unwrap_or_default();
-            Ok(Field::new(&c.name, arrow_type(&ft)?, ft.nullable))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let rowid = (table.handle_column_id == 0).then(|| rowid_column(&rowid_field_name(table)));
+    let columns: Vec<&ColumnDef> = rowid.iter().chain(&table.columns).collect();
+    let mut fields = table_schema(table)?.fields().to_vec();
+    if let Some(r) = &rowid {
+        fields.insert(0, Arc::new(Field::new(&r.name, DataType::Int64, false)));
+    }
     let schema: SchemaRef = Arc::new(Schema::new(fields));
     let handle_pos = handle_position(table)?;
     if schema.field(handle_pos).data_type() != &DataType::Int64 {
@@ -134,23 +118,12 @@ pub async fn scan_in_handle_order(
         .map(|f| f.data_type().clone())
         .collect();
     let (start, end) = table_record_range(table.id);
+    let records = KeyRangeRef::new(&start, &end);
     let pieces: Vec<KeyRange> = dispatcher
         .regions(&start, &end)
         .await?
-        .into_iter()
-        .map(|l| {
-            let (rs, re) = (&l.region.start_key, &l.region.end_key);
-            let from = match rs.as_slice() > start.as_slice() {
-                true => rs.clone(),
-                false => start.clone(),
-            };
-            let to = match !re.is_empty() && re.as_slice() < end.as_slice() {
-                true => re.clone(),
-                false => end.clone(),
-            };
-            KeyRange::new(from, to)
-        })
-        .filter(|r| r.start < r.end)
+        .iter()
+        .filter_map(|l| KeyRangeRef::of_region(&l.region).intersect(records))
         .collect();
     let out_schema = schema.clone();
     let batches = futures::stream::iter(pieces)

@@ -492,12 +492,7 @@ impl Encoder {
             .iter()
             .map(|c| Ok((c.id, arrow_type(&c.field_type.unwrap_or_default())?)))
             .collect::<Result<Vec<_>>>()?;
-        let handle_pos = match rowid {
-            true => 0,
-            false => table
-                .key_position()
-                .ok_or_else(|| anyhow!("the primary key is not a column"))?,
-        };
+        let handle_pos = quarry_compute::handle_order::handle_position(table)?;
         Ok(Encoder {
             table_id: table.id,
             columns,

@@ -303,6 +303,22 @@ pub struct SqlSession {
 /// primary key ([`SqlSession::plan_with_rowid`]).
 pub const ROWID: &str = "_rowid";
 
+/// The column a scan reads a row's handle as, named `name`: BIGINT NOT
+/// NULL, from the row keys and the packs' handles (`ROWID_COLUMN_ID`).
+pub fn rowid_column(name: &str) -> quarry_proto::meta::ColumnDef {
+    use quarry_proto::meta::{ColumnDef, FieldType, TypeKind};
+    ColumnDef {
+        id: ROWID_COLUMN_ID,
+        name: name.into(),
+        field_type: Some(FieldType {
+            kind: TypeKind::Bigint as i32,
+            nullable: false,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// A query's snapshot, in its session config: every region scan of the
 /// query reads at `read_ts` (`region_scan.rs`), so a join or a subquery
 /// sees the same data in every table and region.

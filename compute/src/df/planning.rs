@@ -7,8 +7,7 @@ use arrow::datatypes::DataType;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::ExecutionPlan;
-use quarry_coprocessor::codec::key::ROWID_COLUMN_ID;
-use quarry_proto::meta::{ColumnDef, FieldType, TableDef, TypeKind, ViewDef};
+use quarry_proto::meta::{TableDef, ViewDef};
 
 use super::errors::unknown_table;
 use super::plan_cache::{Catalog, Plans};
@@ -121,16 +120,7 @@ impl SqlSession {
         let no_key = table.handle_column_id == 0;
         for t in tables.iter_mut().filter(|t| t.id == table.id && no_key) {
             if !t.columns.iter().any(|c| c.name == ROWID) {
-                t.columns.push(ColumnDef {
-                    id: ROWID_COLUMN_ID,
-                    name: ROWID.into(),
-                    field_type: Some(FieldType {
-                        kind: TypeKind::Bigint as i32,
-                        nullable: false,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                });
+                t.columns.push(rowid_column(ROWID));
             }
         }
         // (Not offered to the plan cache: these reads carry the literals of
