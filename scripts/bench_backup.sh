@@ -3,8 +3,12 @@
 # docs/performance.md report them:
 #
 #   1. a playground (3 stores) with TPC-H at --sf (default 1);
-#   2. four clients insert into a table of their own while BACKUP runs
-#      (each client a bounded loop of `quarry sql` INSERTs);
+#   2. four clients insert into a table of their own while BACKUP runs:
+#      each a Flight SQL connection inserting one row at a time as fast
+#      as it is acknowledged (scripts/bench_writers.py, Python ADBC), or
+#      with --writers cli each a loop starting a `quarry sql` process per
+#      INSERT (the earlier form; its process starts cost more CPU than
+#      the inserts);
 #   3. the 22 queries' answers on that cluster (its TPC-H tables are not
 #      written, so these are the answers at the backup's snapshot);
 #   4. a fresh playground, RESTORE, and the 22 answers again, compared
@@ -13,16 +17,19 @@
 #
 # Prints the rates (rows/s) of both directions. Usage:
 #   scripts/bench_backup.sh [--sf 1] [--dir /tmp/quarry-backup-bench]
+#                           [--writers adbc|cli]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 
 SF=1
 WORK=/tmp/quarry-backup-bench
+WRITERS=adbc
 while [ $# -gt 0 ]; do
     case "$1" in
     --sf) SF="$2"; shift 2 ;;
     --dir) WORK="$2"; shift 2 ;;
+    --writers) WRITERS="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -65,15 +72,24 @@ echo "== source: TPC-H SF $SF"
 start "$WORK/src" --sf "$SF"
 sql "CREATE TABLE w (id BIGINT PRIMARY KEY, client BIGINT)" >/dev/null
 for c in 1 2 3 4; do
-    (
-        for i in $(seq 1 400); do
-            id=$((c * 1000000 + i))
-            if "$Q" sql --addr "$ADDR" "INSERT INTO w VALUES ($id, $c)" >/dev/null 2>&1; then
-                echo "$id $(date +%s%N)" >>"$WORK/acked.$c"
-            fi
-            [ -e "$WORK/stop" ] && break
-        done
-    ) &
+    case "$WRITERS" in
+    adbc)
+        "$QUARRY_VENV/bin/python" scripts/bench_writers.py "${ADDR/http:/grpc:}" \
+            --client "$c" --acked "$WORK/acked.$c" --stop "$WORK/stop" &
+        ;;
+    cli)
+        (
+            for i in $(seq 1 400); do
+                id=$((c * 1000000 + i))
+                if "$Q" sql --addr "$ADDR" "INSERT INTO w VALUES ($id, $c)" >/dev/null 2>&1; then
+                    echo "$id $(date +%s%N)" >>"$WORK/acked.$c"
+                fi
+                [ -e "$WORK/stop" ] && break
+            done
+        ) &
+        ;;
+    *) echo "unknown --writers $WRITERS (adbc or cli)" >&2; exit 2 ;;
+    esac
     PIDS+=($!)
 done
 sleep 3
@@ -81,6 +97,7 @@ began=$(date +%s%N)
 t0=$(date +%s.%N)
 sql "BACKUP TO '$WORK/backup'" | tee "$WORK/backup.csv"
 t1=$(date +%s.%N)
+ended=$(date +%s%N)
 touch "$WORK/stop"
 sleep 1
 answers "$WORK/answers-src"
@@ -99,15 +116,14 @@ else
     exit 1
 fi
 sql "SELECT id FROM w" | tail -n +2 | sort >"$WORK/restored-ids"
-missing=0
-for f in "$WORK"/acked.*; do
-    while read -r id at; do
-        if [ "$at" -lt "$began" ] && ! grep -qx "$id" "$WORK/restored-ids"; then
-            missing=$((missing + 1))
-        fi
-    done <"$f"
-done
+cat "$WORK"/acked.* >"$WORK/acked" 2>/dev/null || true
+awk -v b="$began" '$2 < b {print $1}' "$WORK/acked" | sort >"$WORK/acked-before"
+missing=$(comm -23 "$WORK/acked-before" "$WORK/restored-ids" | wc -l)
+during=$(awk -v b="$began" -v e="$ended" '$2 >= b && $2 <= e' "$WORK/acked" | wc -l)
 echo "inserts acknowledged before the backup began, missing after restore: $missing"
+awk -v n="$during" -v a="$t0" -v z="$t1" 'BEGIN {
+    printf "writers (%s): %d inserts acknowledged during the backup, %.0f/s\n", "'"$WRITERS"'", n, n / (z - a)
+}'
 rows=$(tail -n +2 "$WORK/backup.csv" | awk -F, '{s += $2} END {print s}')
 bytes=$(tail -n +2 "$WORK/backup.csv" | awk -F, '{s += $4} END {print s}')
 awk -v r="$rows" -v b="$bytes" -v a="$t0" -v z="$t1" -v c="$t2" -v d="$t3" 'BEGIN {

@@ -26,13 +26,7 @@ use quarry_compute::config::ComputeConfig;
 use quarry_raftstore::config::StorageConfig;
 use tokio::signal::unix::{signal, SignalKind};
 
-/// mimalloc rather than glibc's malloc: the coprocessor builds and drops
-/// executors, batches and IPC buffers per region read on many threads,
-/// where glibc's allocator spent a tenth of a read thread's time
-/// (`docs/performance.md`, "Allocator").
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
+mod allocator;
 mod backup_cmd;
 mod bench_cmd;
 mod playground_cmd;
@@ -465,6 +459,7 @@ fn init_logging(default: &str) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
+    allocator::log_tuning();
 }
 
 /// Resolves on SIGTERM, SIGINT, or (optionally) when the parent dies.
@@ -950,6 +945,7 @@ async fn run_printed(
 }
 
 fn main() {
+    allocator::tune();
     let cli = Cli::parse();
     // Room for recursion over expressions as deep as a statement may nest
     // (`quarry_compute::sql::MAX_EXPR_DEPTH`): evaluating and dropping
