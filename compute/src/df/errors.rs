@@ -49,7 +49,11 @@ pub fn from_df(e: DataFusionError) -> Error {
             "{msg} (past the query's memory limit, compute.query-memory-limit-mb)"
         )),
         DataFusionError::ArrowError(a, _) => match a.as_ref() {
-            arrow::error::ArrowError::ArithmeticOverflow(_) => Error::Overflow(msg),
+            // Arrow's own words, without the planner rule or operator
+            // that met them ("Overflow happened on: a + b").
+            arrow::error::ArrowError::ArithmeticOverflow(m) => {
+                Error::Overflow(format!("arithmetic overflow: {m}"))
+            }
             // Kernels such as abs() report overflow this way, casts to a
             // narrower DECIMAL as "too large to store".
             arrow::error::ArrowError::ComputeError(m)
@@ -105,7 +109,8 @@ fn quarry_error(e: &DataFusionError) -> Option<Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::out_of_range;
+    use super::{from_df, out_of_range};
+    use crate::Error;
 
     #[test]
     fn overflow_is_read_from_the_message_not_the_value() {
@@ -118,5 +123,20 @@ mod tests {
         assert!(!out_of_range(
             "Cannot cast string 'overflow' to value of Int64 type"
         ));
+    }
+
+    #[test]
+    fn an_arithmetic_overflow_says_what_overflowed_and_nothing_else() {
+        let arrow = arrow::error::ArrowError::ArithmeticOverflow(
+            "Overflow happened on: 9223372036854775807 + 1".into(),
+        );
+        let planned =
+            datafusion::common::DataFusionError::from(arrow).context("checked_integer_constants");
+        assert_eq!(
+            from_df(planned),
+            Error::Overflow(
+                "arithmetic overflow: Overflow happened on: 9223372036854775807 + 1".into()
+            )
+        );
     }
 }

@@ -39,6 +39,7 @@
 //! overflow rules differ.
 
 pub mod aggregates;
+pub mod checked_arithmetic;
 pub mod decorrelate;
 pub mod float_division;
 pub mod functions;
@@ -376,6 +377,7 @@ impl SqlSession {
         aggregates::register(&mut state);
         functions::register(&mut state);
         state.add_analyzer_rule(Arc::new(float_division::FloatDivisionByZero));
+        state.add_analyzer_rule(Arc::new(checked_arithmetic::CheckedConstants));
         decorrelate::install(&mut state);
         let state = rules::install(state);
         let (state, pg_catalog) = pg_catalog::install(state, cluster.clone())?;

@@ -60,6 +60,8 @@ pub fn install(state: SessionState) -> SessionState {
     rules.push(Arc::new(super::join_keys::BloomJoinFilters));
     // After the join filters: a scan that shares its run may drop them.
     rules.push(Arc::new(super::shared_scan::ShareIdenticalScans));
+    // Last: whatever arithmetic is left in compute is checked.
+    rules.push(Arc::new(super::checked_arithmetic::CheckedArithmetic));
     datafusion::execution::SessionStateBuilder::new_from_existing(state)
         .with_physical_optimizer_rules(rules)
         .build()
