@@ -22,14 +22,17 @@
 //!   wrapping kernels, so the overflow is gone before any physical rule
 //!   sees it. [`CheckedConstants`], an analyzer rule (after type
 //!   coercion, before the optimizer), evaluates each constant arithmetic
-//!   subexpression once with checked kernels and fails the statement if
-//!   it overflows — at planning, as PostgreSQL does when it folds
-//!   constants (even in a CASE branch no row would take).
+//!   subexpression once with checked kernels, and one that overflows
+//!   becomes [`OverflowError`], a volatile call that fails where a row
+//!   reaches it: `SELECT 9223372036854775807 + 1` fails, `CASE WHEN false
+//!   THEN 9223372036854775807 + 1 ELSE 0 END` answers 0, as in PostgreSQL.
 //!
-//! Not covered yet: sort keys, join conditions and window arguments
-//! computed in compute (DataFusion evaluates those inside their own
-//! operators), and unary minus of the smallest BIGINT (`NegativeExpr`
-//! wraps too). `docs/postgres.md` lists them.
+//! Not covered yet: sort keys, join conditions, window arguments and
+//! ordered aggregates' arguments computed in compute (DataFusion evaluates
+//! those inside their own operators; an ordered aggregate may have been
+//! reversed by DataFusion's ordering rules, which rebuilding it would
+//! undo), and unary minus of the smallest BIGINT (`NegativeExpr` wraps
+//! too). `docs/postgres.md` lists them.
 
 use std::sync::Arc;
 
@@ -37,11 +40,15 @@ use arrow::array::RecordBatchOptions;
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{DFSchema, DataFusionError, Result as DfResult};
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, DataFusionError, Result as DfResult, ScalarValue};
 use datafusion::execution::context::ExecutionProps;
+use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion::logical_expr::{Expr, LogicalPlan, Operator};
+use datafusion::logical_expr::{
+    lit, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility,
+};
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_expr::expressions::BinaryExpr;
 use datafusion::physical_expr::{create_physical_expr, PhysicalExpr};
@@ -93,7 +100,9 @@ fn checked_node(node: Arc<dyn ExecutionPlan>) -> DfResult<Transformed<Arc<dyn Ex
         if !changed {
             return Ok(Transformed::no(node));
         }
-        let new = ProjectionExec::try_new(exprs, p.input().clone())?;
+        // (Keeping whatever metadata the planner gave the schema.)
+        let new =
+            ProjectionExec::try_new_with_schema_metadata(exprs, p.input().clone(), &p.schema())?;
         return Ok(Transformed::yes(Arc::new(new)));
     }
     if let Some(f) = any.downcast_ref::<FilterExec>() {
@@ -125,6 +134,15 @@ fn checked_node(node: Arc<dyn ExecutionPlan>) -> DfResult<Transformed<Arc<dyn Ex
 }
 
 fn checked_aggregate(a: &AggregateExec) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+    // An ordered aggregate (array_agg(x ORDER BY y), first_value) may have
+    // been reversed or renamed by DataFusion's ordering rules, which
+    // rebuilding it would undo: such a stage is left as planned.
+    if a.aggr_expr()
+        .iter()
+        .any(|f| !f.order_bys().is_empty() || f.is_reversed())
+    {
+        return Ok(None);
+    }
     let schema = a.input_schema();
     let mut changed = false;
     let group = a.group_expr();
@@ -152,8 +170,7 @@ fn checked_aggregate(a: &AggregateExec) -> DfResult<Option<Arc<dyn ExecutionPlan
             aggregates.push(f.clone());
             continue;
         }
-        let order_by = f.order_bys().iter().map(|s| s.expr.clone()).collect();
-        match f.with_new_expressions(args, order_by) {
+        match f.with_new_expressions(args, vec![]) {
             Some(new) => {
                 changed = true;
                 aggregates.push(Arc::new(new));
@@ -195,11 +212,12 @@ fn checked(
         let Some(b) = e.downcast_ref::<BinaryExpr>() else {
             return Ok(Transformed::no(e));
         };
+        let integer = |e: &Arc<dyn PhysicalExpr>| e.data_type(schema).is_ok_and(|t| t.is_integer());
         if !matches!(
             b.op(),
             Operator::Plus | Operator::Minus | Operator::Multiply
-        ) || !is_integer(&b.left().data_type(schema)?)
-            || !is_integer(&b.right().data_type(schema)?)
+        ) || !integer(b.left())
+            || !integer(b.right())
         {
             return Ok(Transformed::no(e));
         }
@@ -213,25 +231,26 @@ fn checked(
     Ok(t.data)
 }
 
-fn is_integer(t: &DataType) -> bool {
-    t.is_integer()
-}
-
-/// The analyzer rule: a constant integer expression that overflows fails
-/// the statement instead of being folded into a wrapped value.
+/// The analyzer rule: a constant arithmetic expression that overflows
+/// becomes [`OverflowError`], which fails the statement where it is
+/// evaluated, instead of being folded into a wrapped value.
 #[derive(Debug, Default)]
 pub struct CheckedConstants;
 
 impl AnalyzerRule for CheckedConstants {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> DfResult<LogicalPlan> {
         let props = ExecutionProps::new();
-        plan.apply_with_subqueries(|node| {
-            node.apply_expressions(|e| {
-                e.apply(|sub| check_constant(sub, &props))?;
-                Ok(TreeNodeRecursion::Continue)
-            })
-        })?;
-        Ok(plan)
+        let udf = Arc::new(ScalarUDF::new_from_impl(OverflowError::new()));
+        plan.transform_up_with_subqueries(|node| {
+            let t =
+                node.map_expressions(|e| e.transform_up(|sub| overflowing(sub, &props, &udf)))?;
+            // (As DataFusion's type coercion does after rewriting.)
+            match t.transformed {
+                true => t.map_data(|n| n.recompute_schema()),
+                false => Ok(t),
+            }
+        })
+        .data()
     }
 
     fn name(&self) -> &str {
@@ -239,20 +258,42 @@ impl AnalyzerRule for CheckedConstants {
     }
 }
 
-/// Evaluates `e` with checked arithmetic when it is constant arithmetic;
-/// an overflow is the statement's error. Anything else evaluation could
-/// say is left to the usual planning, which will say it again.
-fn check_constant(e: &Expr, props: &ExecutionProps) -> DfResult<TreeNodeRecursion> {
-    let Expr::BinaryExpr(b) = e else {
-        return Ok(TreeNodeRecursion::Continue);
+/// `e` as an [`OverflowError`] call when it is constant arithmetic that
+/// overflows with checked kernels; anything else as it is (whatever else
+/// evaluating it could say, planning says again later).
+fn overflowing(
+    e: Expr,
+    props: &ExecutionProps,
+    udf: &Arc<ScalarUDF>,
+) -> DfResult<Transformed<Expr>> {
+    let Expr::BinaryExpr(b) = &e else {
+        return Ok(Transformed::no(e));
     };
-    if !matches!(b.op, Operator::Plus | Operator::Minus | Operator::Multiply) || !is_constant(e) {
-        return Ok(TreeNodeRecursion::Continue);
+    if !matches!(b.op, Operator::Plus | Operator::Minus | Operator::Multiply) || !is_constant(&e) {
+        return Ok(Transformed::no(e));
     }
+    let Some(message) = overflow_of(&e, props)? else {
+        return Ok(Transformed::no(e));
+    };
+    let Ok(t) = e.get_type(&DFSchema::empty()) else {
+        return Ok(Transformed::no(e));
+    };
+    let args = vec![
+        lit(e.schema_name().to_string()),
+        lit(message),
+        lit(ScalarValue::try_from(&t)?),
+    ];
+    Ok(Transformed::yes(Expr::ScalarFunction(
+        ScalarFunction::new_udf(udf.clone(), args),
+    )))
+}
+
+/// What overflows in constant `e`, evaluated once with checked kernels.
+fn overflow_of(e: &Expr, props: &ExecutionProps) -> DfResult<Option<String>> {
     let empty = DFSchema::empty();
     let Ok(physical) = create_physical_expr(e, &empty, props, &PhysicalPlanningContext::default())
     else {
-        return Ok(TreeNodeRecursion::Continue);
+        return Ok(None);
     };
     let schema: SchemaRef = Arc::new(Schema::empty());
     let physical = checked(&physical, &schema, &mut false)?;
@@ -261,10 +302,79 @@ fn check_constant(e: &Expr, props: &ExecutionProps) -> DfResult<TreeNodeRecursio
         vec![],
         &RecordBatchOptions::new().with_row_count(Some(1)),
     )?;
-    match physical.evaluate(&one_row) {
-        Err(err) if is_overflow(&err) => Err(err),
-        // Evaluated: its parts need no second look.
-        _ => Ok(TreeNodeRecursion::Jump),
+    Ok(match physical.evaluate(&one_row) {
+        Err(err) => match err.find_root() {
+            DataFusionError::ArrowError(a, _) => match a.as_ref() {
+                arrow::error::ArrowError::ArithmeticOverflow(m) => Some(m.clone()),
+                _ => None,
+            },
+            _ => None,
+        },
+        Ok(_) => None,
+    })
+}
+
+/// `overflow_error(name, message, typed NULL)`: the constant `name` that
+/// overflowed, failing with `message` where it is evaluated. Volatile, so
+/// DataFusion does not fold it: a CASE branch no row takes, a COALESCE
+/// argument after a non-NULL constant, the right side of `false AND` are
+/// simplified away or never evaluated, as PostgreSQL's constant folding
+/// drops them, and one that is reached fails. Named as the expression it
+/// replaces, so column names do not change.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct OverflowError {
+    signature: Signature,
+}
+
+impl OverflowError {
+    pub const NAME: &'static str = "overflow_error";
+
+    pub fn new() -> Self {
+        OverflowError {
+            signature: Signature::any(3, Volatility::Volatile),
+        }
+    }
+}
+
+impl Default for OverflowError {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ScalarUDFImpl for OverflowError {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn schema_name(&self, args: &[Expr]) -> DfResult<String> {
+        Ok(match args.first() {
+            Some(Expr::Literal(ScalarValue::Utf8(Some(name)), _)) => name.clone(),
+            _ => Self::NAME.to_string(),
+        })
+    }
+
+    fn display_name(&self, args: &[Expr]) -> DfResult<String> {
+        self.schema_name(args)
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok(arg_types.get(2).cloned().unwrap_or(DataType::Null))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let message = match args.args.get(1) {
+            Some(ColumnarValue::Scalar(ScalarValue::Utf8(Some(m)))) => m.clone(),
+            _ => "Overflow happened".to_string(),
+        };
+        Err(DataFusionError::ArrowError(
+            Box::new(arrow::error::ArrowError::ArithmeticOverflow(message)),
+            None,
+        ))
     }
 }
 
@@ -289,17 +399,17 @@ fn is_constant(e: &Expr) -> bool {
     constant
 }
 
-fn is_overflow(e: &DataFusionError) -> bool {
-    matches!(
-        e.find_root(),
-        DataFusionError::ArrowError(err, _)
-            if matches!(err.as_ref(), arrow::error::ArrowError::ArithmeticOverflow(_))
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn is_overflow(e: &DataFusionError) -> bool {
+        matches!(
+                e.find_root(),
+            DataFusionError::ArrowError(err, _)
+                if matches!(err.as_ref(), arrow::error::ArrowError::ArithmeticOverflow(_))
+        )
+    }
     use arrow::array::{ArrayRef, Int32Array, Int64Array};
     use arrow::datatypes::Field;
     use datafusion::physical_expr::expressions::col;
@@ -359,15 +469,27 @@ mod tests {
 
     #[test]
     fn a_constant_that_overflows_is_found_and_one_that_fits_is_not() {
-        use datafusion::logical_expr::{cast, lit};
+        use datafusion::logical_expr::{cast, col};
         let props = ExecutionProps::new();
+        let udf = Arc::new(ScalarUDF::new_from_impl(OverflowError::new()));
         let over = lit(i64::MAX) + lit(1i64);
-        assert!(check_constant(&over, &props).is_err());
+        let name = over.schema_name().to_string();
+        let t = overflowing(over, &props, &udf).unwrap();
+        assert!(t.transformed);
+        assert_eq!(t.data.schema_name().to_string(), name, "named as before");
+        let message = overflow_of(&(lit(i64::MAX) + lit(1i64)), &props).unwrap();
+        assert_eq!(
+            message.as_deref(),
+            Some("Overflow happened on: 9223372036854775807 + 1")
+        );
         let nested = (lit(i64::MAX) - lit(1i64)) * cast(lit(2i32), DataType::Int64);
-        assert!(check_constant(&nested, &props).is_err());
+        assert!(overflowing(nested, &props, &udf).unwrap().transformed);
         let fits = lit(i64::MAX - 1) + lit(1i64);
-        assert!(check_constant(&fits, &props).is_ok());
-        let column = datafusion::logical_expr::col("x") + lit(i64::MAX);
-        assert!(check_constant(&column, &props).is_ok(), "not a constant");
+        assert!(!overflowing(fits, &props, &udf).unwrap().transformed);
+        let column = col("x") + lit(i64::MAX);
+        assert!(
+            !overflowing(column, &props, &udf).unwrap().transformed,
+            "not a constant"
+        );
     }
 }
