@@ -92,7 +92,15 @@ for c in 1 2 3 4; do
     esac
     PIDS+=($!)
 done
-sleep 3
+# The backup starts once every writer has had an insert acknowledged
+# (bounded: 60 s), so it runs under all four.
+for _ in $(seq 120); do
+    ready=0
+    for c in 1 2 3 4; do [ -s "$WORK/acked.$c" ] && ready=$((ready + 1)); done
+    [ "$ready" -eq 4 ] && break
+    sleep 0.5
+done
+[ "$ready" -eq 4 ] || { echo "only $ready of 4 writers had an insert acknowledged" >&2; exit 1; }
 began=$(date +%s%N)
 t0=$(date +%s.%N)
 sql "BACKUP TO '$WORK/backup'" | tee "$WORK/backup.csv"
@@ -130,4 +138,5 @@ awk -v r="$rows" -v b="$bytes" -v a="$t0" -v z="$t1" -v c="$t2" -v d="$t3" 'BEGI
     printf "backup:  %d rows, %.1f MB in %.1f s: %.0f rows/s\n", r, b / 1e6, z - a, r / (z - a)
     printf "restore: %d rows in %.1f s: %.0f rows/s\n", r, d - c, r / (d - c)
 }'
+[ -s "$WORK/acked-before" ] || { echo "no insert was acknowledged before the backup" >&2; exit 1; }
 [ "$missing" -eq 0 ]

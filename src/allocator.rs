@@ -77,7 +77,12 @@ pub fn log_tuning() {
 
 #[allow(unsafe_code)]
 fn set_purge_delay() -> Tuned {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+    // (mimalloc also reads the option's old name, and either in any case.)
+    let named = |v: &str| {
+        v.eq_ignore_ascii_case("MIMALLOC_PURGE_DELAY")
+            || v.eq_ignore_ascii_case("MIMALLOC_RESET_DELAY")
+    };
+    if std::env::vars_os().any(|(k, _)| k.to_str().is_some_and(named)) {
         return Tuned::Environment;
     }
     // SAFETY: `mi_option_get` and `mi_option_set` read and write one
