@@ -75,14 +75,20 @@ pub fn log_tuning() {
     }
 }
 
-#[allow(unsafe_code)]
-fn set_purge_delay() -> Tuned {
-    // (mimalloc also reads the option's old name, and either in any case.)
+/// Whether the environment sets the purge delay for mimalloc to read
+/// (under the option's old name too, and in any case, as mimalloc reads
+/// it).
+fn purge_delay_in_environment() -> bool {
     let named = |v: &str| {
         v.eq_ignore_ascii_case("MIMALLOC_PURGE_DELAY")
             || v.eq_ignore_ascii_case("MIMALLOC_RESET_DELAY")
     };
-    if std::env::vars_os().any(|(k, _)| k.to_str().is_some_and(named)) {
+    std::env::vars_os().any(|(k, _)| k.to_str().is_some_and(named))
+}
+
+#[allow(unsafe_code)]
+fn set_purge_delay() -> Tuned {
+    if purge_delay_in_environment() {
         return Tuned::Environment;
     }
     // SAFETY: `mi_option_get` and `mi_option_set` read and write one
@@ -107,7 +113,7 @@ mod tests {
         // The test binary links the same mimalloc: the index must name an
         // option whose default is v3's purge delay, and setting it must
         // read back.
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        if purge_delay_in_environment() {
             assert_eq!(tune(), &Tuned::Environment);
             return;
         }

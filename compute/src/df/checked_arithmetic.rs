@@ -83,8 +83,7 @@ impl PhysicalOptimizerRule for CheckedArithmetic {
 /// `node` with its expressions checked, if it is a kind that evaluates
 /// them and any changed.
 fn checked_node(node: Arc<dyn ExecutionPlan>) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
-    let any = &node;
-    if let Some(p) = any.downcast_ref::<ProjectionExec>() {
+    if let Some(p) = node.downcast_ref::<ProjectionExec>() {
         let schema = p.input().schema();
         let mut changed = false;
         let exprs = p
@@ -105,7 +104,7 @@ fn checked_node(node: Arc<dyn ExecutionPlan>) -> DfResult<Transformed<Arc<dyn Ex
             ProjectionExec::try_new_with_schema_metadata(exprs, p.input().clone(), &p.schema())?;
         return Ok(Transformed::yes(Arc::new(new)));
     }
-    if let Some(f) = any.downcast_ref::<FilterExec>() {
+    if let Some(f) = node.downcast_ref::<FilterExec>() {
         let mut changed = false;
         let predicate = checked(f.predicate(), &f.input().schema(), &mut changed)?;
         if !changed {
@@ -116,7 +115,7 @@ fn checked_node(node: Arc<dyn ExecutionPlan>) -> DfResult<Transformed<Arc<dyn Ex
             .build()?;
         return Ok(Transformed::yes(Arc::new(new)));
     }
-    if let Some(a) = any.downcast_ref::<AggregateExec>() {
+    if let Some(a) = node.downcast_ref::<AggregateExec>() {
         // A Final stage merges states; only the stages that read rows
         // evaluate keys and arguments.
         if matches!(
@@ -243,7 +242,7 @@ impl AnalyzerRule for CheckedConstants {
         let udf = Arc::new(ScalarUDF::new_from_impl(OverflowError::new()));
         plan.transform_up_with_subqueries(|node| {
             let t =
-                node.map_expressions(|e| e.transform_up(|sub| overflowing(sub, &props, &udf)))?;
+                node.map_expressions(|e| e.transform_down(|sub| overflowing(sub, &props, &udf)))?;
             // (As DataFusion's type coercion does after rewriting.)
             match t.transformed {
                 true => t.map_data(|n| n.recompute_schema()),
@@ -260,7 +259,9 @@ impl AnalyzerRule for CheckedConstants {
 
 /// `e` as an [`OverflowError`] call when it is constant arithmetic that
 /// overflows with checked kernels; anything else as it is (whatever else
-/// evaluating it could say, planning says again later).
+/// evaluating it could say, planning says again later). Called top down:
+/// a constant tree is evaluated once, at its root (checked evaluation of
+/// the root evaluates every operation under it), and not entered.
 fn overflowing(
     e: Expr,
     props: &ExecutionProps,
@@ -272,20 +273,20 @@ fn overflowing(
     if !matches!(b.op, Operator::Plus | Operator::Minus | Operator::Multiply) || !is_constant(&e) {
         return Ok(Transformed::no(e));
     }
+    let done = |e| Ok(Transformed::new(e, false, TreeNodeRecursion::Jump));
     let Some(message) = overflow_of(&e, props)? else {
-        return Ok(Transformed::no(e));
+        return done(e);
     };
     let Ok(t) = e.get_type(&DFSchema::empty()) else {
-        return Ok(Transformed::no(e));
+        return done(e);
     };
     let args = vec![
         lit(e.schema_name().to_string()),
         lit(message),
         lit(ScalarValue::try_from(&t)?),
     ];
-    Ok(Transformed::yes(Expr::ScalarFunction(
-        ScalarFunction::new_udf(udf.clone(), args),
-    )))
+    let call = Expr::ScalarFunction(ScalarFunction::new_udf(udf.clone(), args));
+    Ok(Transformed::new(call, true, TreeNodeRecursion::Jump))
 }
 
 /// What overflows in constant `e`, evaluated once with checked kernels.
@@ -302,16 +303,21 @@ fn overflow_of(e: &Expr, props: &ExecutionProps) -> DfResult<Option<String>> {
         vec![],
         &RecordBatchOptions::new().with_row_count(Some(1)),
     )?;
-    Ok(match physical.evaluate(&one_row) {
-        Err(err) => match err.find_root() {
-            DataFusionError::ArrowError(a, _) => match a.as_ref() {
-                arrow::error::ArrowError::ArithmeticOverflow(m) => Some(m.clone()),
-                _ => None,
-            },
+    Ok(physical
+        .evaluate(&one_row)
+        .err()
+        .and_then(|err| overflow_message(&err).map(str::to_string)))
+}
+
+/// Arrow's words when `e` is an arithmetic overflow.
+fn overflow_message(e: &DataFusionError) -> Option<&str> {
+    match e.find_root() {
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            arrow::error::ArrowError::ArithmeticOverflow(m) => Some(m),
             _ => None,
         },
-        Ok(_) => None,
-    })
+        _ => None,
+    }
 }
 
 /// `overflow_error(name, message, typed NULL)`: the constant `name` that
@@ -403,13 +409,6 @@ fn is_constant(e: &Expr) -> bool {
 mod tests {
     use super::*;
 
-    fn is_overflow(e: &DataFusionError) -> bool {
-        matches!(
-                e.find_root(),
-            DataFusionError::ArrowError(err, _)
-                if matches!(err.as_ref(), arrow::error::ArrowError::ArithmeticOverflow(_))
-        )
-    }
     use arrow::array::{ArrayRef, Int32Array, Int64Array};
     use arrow::datatypes::Field;
     use datafusion::physical_expr::expressions::col;
@@ -446,7 +445,7 @@ mod tests {
             let e = checked(&wrapping, &schema, &mut changed).unwrap();
             assert!(changed);
             let err = e.evaluate(&batch).unwrap_err();
-            assert!(is_overflow(&err), "{err}");
+            assert!(overflow_message(&err).is_some(), "{err}");
             // Values that fit answer as before.
             let fits = batch.slice(1, 1);
             assert_eq!(
