@@ -16,6 +16,7 @@ pub mod console;
 pub mod load;
 pub mod load_file;
 pub mod local;
+pub mod netns;
 pub mod output;
 pub mod script;
 pub mod secure;

@@ -9,6 +9,11 @@
 //! started with `--exit-with-parent`, so they do not outlive a supervisor
 //! that is killed. [`LocalCluster::stop`] sends SIGTERM and waits, then
 //! SIGKILLs what did not stop.
+//!
+//! With [`ClusterArgs::netns`] each store runs in a network namespace of
+//! its own on a bridge (`netns.rs`), at an address of its own, so that the
+//! chaos nemesis can cut the network between processes; compute stays in
+//! this process's namespace and reaches the stores over the bridge.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -30,6 +35,9 @@ pub struct Proc {
     pub status: Option<String>,
     /// A compute process's PostgreSQL address (`HOST:PORT`), if it serves one.
     pub postgres: Option<String>,
+    /// The network namespace it runs in, if not this process's: its
+    /// status port is on that namespace's loopback.
+    pub namespace: Option<String>,
 }
 
 pub struct LocalCluster {
@@ -47,6 +55,8 @@ pub struct LocalCluster {
     /// The children run with TLS (their flags say where the certificates
     /// are): compute's URL is https.
     secure: bool,
+    /// The stores' network namespaces, if they run in their own.
+    pub netns: Option<crate::netns::Net>,
 }
 
 /// Extra arguments for the children.
@@ -58,6 +68,8 @@ pub struct ClusterArgs {
     pub replicas: usize,
     /// The `[security]` flags in `store` and `compute` turn on TLS.
     pub secure: bool,
+    /// Each store in a network namespace of its own (needs root).
+    pub netns: bool,
 }
 
 impl Default for ClusterArgs {
@@ -67,6 +79,7 @@ impl Default for ClusterArgs {
             compute: vec![],
             replicas: 3,
             secure: false,
+            netns: false,
         }
     }
 }
@@ -130,6 +143,7 @@ pub async fn spawn(exe: &Path, name: &str, args: &[String], log: &Path) -> Resul
         addr,
         status,
         postgres,
+        namespace: None,
     })
 }
 
@@ -154,7 +168,14 @@ impl LocalCluster {
             replicas: args.replicas,
             store_count: stores,
             secure: args.secure,
+            netns: None,
         };
+        if args.netns {
+            c.netns = Some(
+                crate::netns::Net::new(stores)
+                    .context("putting the stores in network namespaces")?,
+            );
+        }
         for id in 1..=stores as u64 {
             let p = c.start_store(id).await?;
             c.stores.push(p);
@@ -220,9 +241,13 @@ impl LocalCluster {
 
     async fn start_store(&self, id: u64) -> Result<Proc> {
         let name = format!("store-{id}");
+        let host = match &self.netns {
+            Some(net) => net.addr(id as usize),
+            None => "127.0.0.1".into(),
+        };
         let addr = self
             .previous_addr(&name)
-            .unwrap_or_else(|| "127.0.0.1:0".into());
+            .unwrap_or_else(|| format!("{host}:0"));
         let mut args = vec![
             "storage".to_string(),
             "--store-id".into(),
@@ -231,10 +256,16 @@ impl LocalCluster {
             addr,
             "--data-dir".into(),
             self.dir.join(&name).display().to_string(),
+            // On the loopback of its namespace, if it has one: failpoints are
+            // served to loopback only (`crate::netns::http`).
             "--status-addr".into(),
             "127.0.0.1:0".into(),
             "--exit-with-parent".into(),
         ];
+        if self.netns.is_some() && !self.secure {
+            // Not loopback: plaintext must be asked for.
+            args.push("--insecure".into());
+        }
         if id > 1 {
             let first = match self.stores.first() {
                 Some(p) => p.addr.clone(),
@@ -253,13 +284,30 @@ impl LocalCluster {
             args.extend(["--block-cache-mb".to_string(), share.max(64).to_string()]);
         }
         args.extend(self.store_args.iter().cloned());
-        spawn(
-            &self.exe,
+        let (exe, args) = match &self.netns {
+            // `ip netns exec` execs the binary in place: the child's pid is
+            // the store's, for signals.
+            Some(net) => {
+                let mut all = vec![
+                    "netns".to_string(),
+                    "exec".into(),
+                    net.namespace(id as usize),
+                    self.exe.display().to_string(),
+                ];
+                all.extend(args);
+                (PathBuf::from("ip"), all)
+            }
+            None => (self.exe.clone(), args),
+        };
+        let mut p = spawn(
+            &exe,
             &format!("storage {id}"),
             &args,
             &self.dir.join(format!("{name}.log")),
         )
-        .await
+        .await?;
+        p.namespace = self.netns.as_ref().map(|n| n.namespace(id as usize));
+        Ok(p)
     }
 
     async fn start_compute(&self) -> Result<Proc> {

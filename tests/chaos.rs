@@ -119,6 +119,55 @@ fn all_workloads_under_every_fault_are_linearizable() {
     assert_passed(&r, ok, &["read", "append", "rmw"]);
 }
 
+/// The stores in network namespaces: partitions cut links and routes
+/// (a store off the network, a minority of stores, compute from a store,
+/// one way), up to two faults at once. Skipped where the machine does not
+/// allow network namespaces (not root), unless QUARRY_REQUIRE_NETNS is set.
+#[test]
+fn all_workloads_under_network_partitions_and_overlapping_faults_are_linearizable() {
+    let _serial = SERIAL.lock();
+    if let Err(e) = quarry::netns::Net::new(2) {
+        if std::env::var_os("QUARRY_REQUIRE_NETNS").is_some() {
+            panic!("QUARRY_REQUIRE_NETNS is set and {e:#}");
+        }
+        eprintln!("skipped: this machine does not allow network namespaces ({e:#})");
+        return;
+    }
+    let (r, ok) = chaos(&[
+        "--workload",
+        "all",
+        "--nemesis",
+        "all",
+        "--netns",
+        "--faults-at-once",
+        "2",
+        "--seconds",
+        "60",
+        "--seed",
+        "6",
+        "--clients",
+        "9",
+    ]);
+    assert_passed(&r, ok, &["read", "append", "rmw"]);
+    assert_eq!(r["netns"], true);
+    let faults = r["faults"].as_array().unwrap();
+    let network = faults
+        .iter()
+        .filter(|f| {
+            let name = f["name"].as_str().unwrap_or_default();
+            name.starts_with("partition") && !name.contains("raft messages")
+        })
+        .count();
+    let text = serde_json::to_string_pretty(&r).unwrap();
+    assert!(network > 0, "no network partition in the run: {text}");
+    // Two faults were on at once at least once.
+    let overlapped = faults.windows(2).any(|w| {
+        let end = w[0]["end"].as_u64().unwrap_or(u64::MAX);
+        w[1]["start"].as_u64().unwrap_or(0) < end
+    });
+    assert!(overlapped, "no two faults overlapped: {text}");
+}
+
 #[test]
 fn a_build_that_reads_a_stale_snapshot_is_caught_by_the_checker() {
     let _serial = SERIAL.lock();

@@ -6,15 +6,11 @@
 //! pulled cable or a dead switch port does; the raft-level failpoint
 //! (`tests/failpoints.rs`) cannot do that to compute's connections.
 //!
-//! The test needs root (or CAP_NET_ADMIN) and `ip` from iproute2. Where
-//! the machine does not allow network namespaces it says so and passes;
-//! `QUARRY_REQUIRE_NETNS=1` makes that a failure instead.
-//!
-//! Every name it makes carries the test's pid (the bridge `qbrPID`, the
-//! namespaces `quarry-PID-sN`, the links `qvPIDsN`, a /24 of the
-//! benchmarking range 198.18.0.0/15 picked by the pid), and all of it is
-//! removed on drop. A bridge whose traffic the host filters (Docker's
-//! `br_netfilter` with a dropping FORWARD chain) counts as not allowed.
+//! The network is `quarry::netns::Net`, which `quarry chaos --netns`
+//! partitions with too. The test needs root (or CAP_NET_ADMIN) and `ip`
+//! from iproute2. Where the machine does not allow network namespaces it
+//! says so and passes; `QUARRY_REQUIRE_NETNS=1` makes that a failure
+//! instead.
 
 mod common;
 
@@ -26,150 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use quarry::netns::Net;
 use quarry_client::Client;
-
-/// Runs `ip ARGS`: its error output on failure.
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("running ip: {e}"))?;
-    match out.status.success() {
-        true => Ok(()),
-        false => Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-    }
-}
-
-/// A bridge with `stores` namespaces on it, removed on drop.
-struct Net {
-    pid: u32,
-    stores: usize,
-    /// 10.A.B: this test's subnet.
-    prefix: String,
-    blackholed: Vec<String>,
-}
-
-impl Net {
-    /// Builds the network, or says why the machine does not allow it.
-    fn new(stores: usize) -> Result<Net, String> {
-        let pid = std::process::id();
-        let mut net = Net {
-            pid,
-            stores: 0,
-            prefix: format!("198.{}.{}", 18 + (pid >> 8) % 2, pid & 0xff),
-            blackholed: Vec::new(),
-        };
-        let bridge = net.bridge();
-        ip(&["link", "add", &bridge, "type", "bridge"])?;
-        ip(&[
-            "addr",
-            "add",
-            &format!("{}.1/24", net.prefix),
-            "dev",
-            &bridge,
-        ])?;
-        ip(&["link", "set", &bridge, "up"])?;
-        for n in 1..=stores {
-            let ns = net.namespace(n);
-            ip(&["netns", "add", &ns])?;
-            net.stores = n;
-            let link = net.link(n);
-            ip(&[
-                "link", "add", &link, "type", "veth", "peer", "name", "eth0", "netns", &ns,
-            ])?;
-            ip(&["link", "set", &link, "master", &bridge])?;
-            ip(&["link", "set", &link, "up"])?;
-            let addr = format!("{}/24", net.addr(n));
-            ip(&[
-                "netns", "exec", &ns, "ip", "addr", "add", &addr, "dev", "eth0",
-            ])?;
-            ip(&["netns", "exec", &ns, "ip", "link", "set", "eth0", "up"])?;
-            ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"])?;
-        }
-        if stores > 1 {
-            net.probe(1, 2)?;
-        }
-        Ok(net)
-    }
-
-    /// Whether namespace `from` reaches namespace `to` over the bridge: a
-    /// connection to a closed port there is refused at once, where a
-    /// filtered bridge lets it time out.
-    fn probe(&self, from: usize, to: usize) -> Result<(), String> {
-        let connect = format!("exec 3<>/dev/tcp/{}/9", self.addr(to));
-        let ns = self.namespace(from);
-        let out = Command::new("timeout")
-            .args(["3", "ip", "netns", "exec", &ns, "bash", "-c", &connect])
-            .output()
-            .map_err(|e| format!("running timeout: {e}"))?;
-        let err = String::from_utf8_lossy(&out.stderr);
-        match err.contains("refused") {
-            true => Ok(()),
-            false => Err(format!(
-                "namespace {from} cannot reach namespace {to} over the bridge (the host may \
-                 filter bridged traffic): {}",
-                err.trim()
-            )),
-        }
-    }
-
-    fn bridge(&self) -> String {
-        format!("qbr{}", self.pid)
-    }
-
-    fn namespace(&self, n: usize) -> String {
-        format!("quarry-{}-s{n}", self.pid)
-    }
-
-    /// The bridge's end of store `n`'s link.
-    fn link(&self, n: usize) -> String {
-        format!("qv{}s{n}", self.pid)
-    }
-
-    fn addr(&self, n: usize) -> String {
-        format!("{}.{}", self.prefix, 10 + n)
-    }
-
-    /// Store `n` loses its link: no packet to or from it, from anyone.
-    fn cut(&self, n: usize) {
-        ip(&["link", "set", &self.link(n), "down"]).unwrap();
-    }
-
-    fn heal(&self, n: usize) {
-        ip(&["link", "set", &self.link(n), "up"]).unwrap();
-    }
-
-    /// This namespace (compute's) loses its route to store `n`; the stores
-    /// still reach each other over the bridge.
-    fn cut_from_compute(&mut self, n: usize) {
-        let route = format!("{}/32", self.addr(n));
-        ip(&["route", "add", "blackhole", &route]).unwrap();
-        self.blackholed.push(route);
-    }
-
-    fn heal_from_compute(&mut self) {
-        for route in std::mem::take(&mut self.blackholed) {
-            ip(&["route", "del", "blackhole", &route]).unwrap();
-        }
-    }
-}
-
-impl Drop for Net {
-    /// Never panics: it may run while a failed assertion unwinds.
-    fn drop(&mut self) {
-        for route in std::mem::take(&mut self.blackholed) {
-            let _ = ip(&["route", "del", "blackhole", &route]);
-        }
-        let _ = ip(&["link", "del", &self.bridge()]);
-        for n in 1..=self.stores {
-            let _ = ip(&["netns", "del", &self.namespace(n)]);
-        }
-    }
-}
 
 /// A child process, killed on drop.
 struct Proc {
@@ -280,10 +134,10 @@ fn stores_cut_off_by_the_network_lose_no_acknowledged_write() {
     let mut net = match Net::new(3) {
         Ok(n) => n,
         Err(e) if std::env::var_os("QUARRY_REQUIRE_NETNS").is_none() => {
-            eprintln!("skipped: this machine does not allow network namespaces ({e})");
+            eprintln!("skipped: this machine does not allow network namespaces ({e:#})");
             return;
         }
-        Err(e) => panic!("QUARRY_REQUIRE_NETNS is set and {e}"),
+        Err(e) => panic!("QUARRY_REQUIRE_NETNS is set and {e:#}"),
     };
     let dir = tempfile::tempdir().unwrap();
     let mut stores: Vec<Proc> = Vec::new();
@@ -371,7 +225,7 @@ fn stores_cut_off_by_the_network_lose_no_acknowledged_write() {
     let (&victim, &count) = led.iter().max_by_key(|(_, n)| **n).unwrap();
     assert!(count > 0, "no store leads anything: {led:?}");
     let cut_at = Instant::now();
-    net.cut(victim as usize);
+    net.cut(victim as usize).unwrap();
     std::thread::sleep(Duration::from_secs(10));
     // The others lead every region now (the cut store cannot be asked).
     let others: Vec<String> = (1..=3)
@@ -384,7 +238,7 @@ fn stores_cut_off_by_the_network_lose_no_acknowledged_write() {
         .flat_map(|s| &s.regions)
         .filter_map(|r| r.region.as_ref().map(|g| g.id))
         .collect();
-    net.heal(victim as usize);
+    net.heal(victim as usize).unwrap();
     let healed_at = Instant::now();
     std::thread::sleep(Duration::from_secs(4));
 
@@ -393,9 +247,9 @@ fn stores_cut_off_by_the_network_lose_no_acknowledged_write() {
     let led = leaders(&addrs);
     let (&far, _) = led.iter().max_by_key(|(_, n)| **n).unwrap();
     let far_at = Instant::now();
-    net.cut_from_compute(far as usize);
+    net.drop_packets(None, far as usize).unwrap();
     std::thread::sleep(Duration::from_secs(6));
-    net.heal_from_compute();
+    net.heal_routes().unwrap();
     let far_healed_at = Instant::now();
     std::thread::sleep(Duration::from_secs(4));
     stop.store(true, Ordering::SeqCst);

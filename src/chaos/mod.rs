@@ -11,8 +11,10 @@
 //! 1. a cluster of `--stores` storage processes and one compute process
 //!    (or `--addr`, without faults), and the workload's tables;
 //! 2. `--clients` clients (`workload.rs`) for `--seconds`, and the
-//!    nemesis (`nemesis.rs`) applying one fault at a time until the last
-//!    fifth of the run (at least 5 s), which is quiet;
+//!    nemesis (`nemesis.rs`) applying faults (one at a time, or up to
+//!    `--faults-at-once`) until the last fifth of the run (at least 5 s),
+//!    which is quiet; with `--netns` the stores run in network namespaces
+//!    and partitions cut the network itself;
 //! 3. a final read of every key and group, retried for up to 30 s;
 //! 4. the checks: Porcupine's verdict (Ok passes; Illegal and Unknown, a
 //!    check that ran out of time, fail); after every heal an operation
@@ -68,6 +70,14 @@ pub struct ChaosOptions {
     pub clients: usize,
     #[arg(long, default_value_t = 3)]
     pub stores: usize,
+    /// Run each store in a network namespace of its own (needs root), so
+    /// that `partition` also cuts links and routes: compute from a store,
+    /// a minority of stores from the rest, one way.
+    #[arg(long)]
+    pub netns: bool,
+    /// Up to this many faults of different kinds on at once.
+    #[arg(long, default_value_t = 1)]
+    pub faults_at_once: usize,
     /// A running compute process (no faults then); without it a local
     /// cluster is started.
     #[arg(long)]
@@ -93,6 +103,8 @@ pub struct ChaosReport {
     pub seed: u64,
     pub seconds: f64,
     pub clients: usize,
+    pub netns: bool,
+    pub faults_at_once: usize,
     /// Operations by "f outcome" (e.g. "cas ok").
     pub ops: BTreeMap<String, u64>,
     pub faults: Vec<history::Fault>,
@@ -256,7 +268,7 @@ fn tally(ops: &[Op]) -> BTreeMap<String, u64> {
 
 pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport> {
     let kinds = parse_nemesis(&opts.nemesis)?;
-    if opts.addr.is_some() && (!kinds.is_empty() || opts.stale_reads_ms.is_some()) {
+    if opts.addr.is_some() && (!kinds.is_empty() || opts.stale_reads_ms.is_some() || opts.netns) {
         bail!("faults need the local cluster this command starts (leave out --addr)");
     }
     if opts.clients == 0 || opts.seconds <= 0.0 {
@@ -275,9 +287,16 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport> {
     let mut cluster = match &opts.addr {
         Some(_) => None,
         None => Some(
-            LocalCluster::start(&out.join("cluster"), opts.stores, &ClusterArgs::default())
-                .await
-                .context("starting the cluster")?,
+            LocalCluster::start(
+                &out.join("cluster"),
+                opts.stores,
+                &ClusterArgs {
+                    netns: opts.netns,
+                    ..ClusterArgs::default()
+                },
+            )
+            .await
+            .context("starting the cluster")?,
         ),
     };
     let result = run_on(opts, &kinds, &out, &checker_bin, cluster.as_mut()).await;
@@ -305,7 +324,7 @@ async fn run_on(
     if let (Some(ms), Some(c)) = (opts.stale_reads_ms, cluster.as_deref()) {
         let status = c.compute.as_ref().and_then(|p| p.status.clone());
         let status = status.context("compute has no status port")?;
-        nemesis::failpoint(&status, "stale_read", Some(&format!("return({ms})"))).await?;
+        nemesis::failpoint(&status, None, "stale_read", Some(&format!("return({ms})"))).await?;
     }
 
     let history = Arc::new(History::new());
@@ -327,6 +346,7 @@ async fn run_on(
             nemesis::run(
                 c,
                 kinds,
+                opts.faults_at_once,
                 opts.seed,
                 &history,
                 quiet_from,
@@ -360,6 +380,8 @@ async fn run_on(
         seed: opts.seed,
         seconds: opts.seconds,
         clients: opts.clients,
+        netns: opts.netns,
+        faults_at_once: opts.faults_at_once.max(1),
         ops: tally(&ops),
         faults,
         verdict: v.verdict,
@@ -381,11 +403,20 @@ async fn run_on(
 /// The report as text.
 pub fn format(r: &ChaosReport) -> String {
     let mut s = format!(
-        "chaos: workload {}, seed {}, {} clients, {:.0} s\n",
+        "chaos: workload {}, seed {}, {} clients, {:.0} s{}{}\n",
         r.workload.name(),
         r.seed,
         r.clients,
-        r.seconds
+        r.seconds,
+        if r.netns {
+            ", stores in network namespaces"
+        } else {
+            ""
+        },
+        match r.faults_at_once {
+            0 | 1 => String::new(),
+            n => format!(", up to {n} faults at once"),
+        }
     );
     s.push_str("operations:");
     for (k, n) in &r.ops {
