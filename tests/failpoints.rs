@@ -867,6 +867,154 @@ fn a_cancelled_query_stops_its_scans_on_the_stores_within_a_second() {
         .starts_with("count(*)\n"));
 }
 
+/// Flight's CancelFlightInfo, as a Flight SQL client sends it: a query
+/// cancelled while it runs fails with CANCELLED and its scans on the
+/// stores stop within a second; one cancelled before its DoGet never runs;
+/// one that finished is NOT_CANCELLABLE; an unknown one NOT_FOUND.
+#[test]
+fn cancel_flight_info_stops_a_running_query_and_its_scans_within_a_second() {
+    use arrow_flight::sql::client::FlightSqlServiceClient;
+    use arrow_flight::{CancelFlightInfoRequest, CancelStatus, FlightClient};
+    use futures::TryStreamExt;
+
+    let _serial = SERIAL.lock();
+    let pg = Playground::start_lineitem(&[]);
+    runtime().block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(pg.compute.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut sql = FlightSqlServiceClient::new(channel.clone());
+        let mut flight = FlightClient::new(channel);
+        let cancel = |info: arrow_flight::FlightInfo| CancelFlightInfoRequest::new(info);
+
+        // Finished: too late to cancel.
+        let info = sql.execute("SELECT 1 AS one".into(), None).await.unwrap();
+        let ticket = info.endpoint[0].ticket.clone().unwrap();
+        let batches: Vec<_> = sql
+            .do_get(ticket)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+        let r = flight.cancel_flight_info(cancel(info)).await.unwrap();
+        assert_eq!(r.status(), CancelStatus::NotCancellable);
+
+        // Cancelled before its DoGet: the DoGet fails, nothing runs.
+        slow_scans(&pg);
+        let info = sql.execute(SLOW_QUERY.into(), None).await.unwrap();
+        let r = flight
+            .cancel_flight_info(cancel(info.clone()))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), CancelStatus::Cancelled);
+        let ticket = info.endpoint[0].ticket.clone().unwrap();
+        let e = match sql.do_get(ticket).await {
+            Ok(s) => s
+                .try_collect::<Vec<_>>()
+                .await
+                .map(|_| ())
+                .unwrap_err()
+                .to_string(),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("cancelled by its client"), "{e}");
+
+        // Cancelled while it runs: it fails at once, the scans stop.
+        let info = sql.execute(SLOW_QUERY.into(), None).await.unwrap();
+        let ticket = info.endpoint[0].ticket.clone().unwrap();
+        let mut running = sql.clone();
+        let query = tokio::spawn(async move {
+            let t = running.do_get(ticket).await.map_err(|e| e.to_string())?;
+            t.try_collect::<Vec<_>>().await.map_err(|e| e.to_string())
+        });
+        let t0 = Instant::now();
+        loop {
+            let urls = pg.status_urls[..pg.stores.len()].to_vec();
+            if tokio::task::spawn_blocking(move || running_tasks(&urls))
+                .await
+                .unwrap()
+                > 0
+            {
+                break;
+            }
+            assert!(!query.is_finished(), "finished before it was cancelled");
+            assert!(t0.elapsed() < Duration::from_secs(10), "no scan started");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let cancelled = Instant::now();
+        let r = flight
+            .cancel_flight_info(cancel(info.clone()))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), CancelStatus::Cancelled);
+        let e = tokio::time::timeout(Duration::from_secs(5), query)
+            .await
+            .expect("the cancelled query still runs")
+            .unwrap()
+            .expect_err("a cancelled query answered");
+        let failed_after = cancelled.elapsed();
+        assert!(e.contains("cancelled by its client"), "{e}");
+        assert!(
+            failed_after < Duration::from_secs(1),
+            "the query failed {failed_after:?} after its cancel"
+        );
+        loop {
+            let urls = pg.status_urls[..pg.stores.len()].to_vec();
+            let n = tokio::task::spawn_blocking(move || running_tasks(&urls))
+                .await
+                .unwrap();
+            if n == 0 || cancelled.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let stopped = cancelled.elapsed();
+        assert!(
+            stopped < Duration::from_secs(1),
+            "stores scanned on for {stopped:?} after the cancel"
+        );
+        // Cancelling again says so again.
+        let r = flight.cancel_flight_info(cancel(info)).await.unwrap();
+        assert_eq!(r.status(), CancelStatus::Cancelled);
+
+        // A FlightInfo this process never made.
+        let mut made_up = sql.execute("SELECT 2 AS two".into(), None).await.unwrap();
+        let mut t = made_up.endpoint[0].ticket.clone().unwrap();
+        t.ticket = flip_cancel_key(&t.ticket);
+        made_up.endpoint[0].ticket = Some(t);
+        let e = flight
+            .cancel_flight_info(cancel(made_up))
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("no query with this FlightInfo"),
+            "{e}"
+        );
+    });
+    on_every_store(&pg, "coprocessor_slow_batch", None);
+    assert!(pg
+        .ok("SELECT count(*) FROM lineitem")
+        .starts_with("count(*)\n"));
+}
+
+/// A statement ticket with another cancel key than the one compute drew.
+fn flip_cancel_key(ticket: &prost::bytes::Bytes) -> prost::bytes::Bytes {
+    use arrow_flight::sql::{Any, ProstMessageExt, TicketStatementQuery};
+    use prost::Message;
+    let any = Any::decode(ticket.clone()).unwrap();
+    let statement: TicketStatementQuery = any.unpack().unwrap().unwrap();
+    let mut t = quarry_proto::compute::Ticket::decode(statement.statement_handle).unwrap();
+    t.cancel_key ^= 0x5555;
+    let statement = TicketStatementQuery {
+        statement_handle: t.encode_to_vec().into(),
+    };
+    statement.as_any().encode_to_vec().into()
+}
+
 /// A streamed answer (compute sends the regions' rows as they come) that
 /// the client drops after its first batch: the stores stop scanning for
 /// it within a second (issue 45: cancels must reach the stores, not wait

@@ -74,6 +74,10 @@ pub enum Error {
     /// apply, the message says its outcome is unknown.
     #[error("{0}")]
     Deadline(String),
+    /// The statement was cancelled (by this client, or an operator on the
+    /// compute process's console), or its stream was reset on the way.
+    #[error("{0}")]
+    Cancelled(String),
     /// Another transaction wrote the same row first (snapshot isolation's
     /// first committer wins), or this transaction was rolled back: nothing
     /// of it was written; run it again.
@@ -115,6 +119,7 @@ impl From<tonic::Status> for Error {
             tonic::Code::OutOfRange => Error::Overflow(m),
             tonic::Code::Unavailable => Error::Unavailable(m),
             tonic::Code::DeadlineExceeded => Error::Deadline(m),
+            tonic::Code::Cancelled => Error::Cancelled(m),
             tonic::Code::Aborted => Error::Conflict(m),
             tonic::Code::Unauthenticated => Error::Unauthenticated(m),
             tonic::Code::PermissionDenied => Error::PermissionDenied(m),

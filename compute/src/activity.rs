@@ -48,12 +48,32 @@ struct Entry {
     cancel: Arc<Cancel>,
 }
 
-/// A query's cancel signal.
+/// A query's cancel signal (the console's cancel here, a client's
+/// `CancelFlightInfo` in `flight/cancel.rs`).
 #[derive(Default)]
 pub struct Cancel {
     set: AtomicBool,
     /// Wakes the query's stream (a permit is kept if it is not waiting).
     notify: Notify,
+}
+
+impl Cancel {
+    /// Sets the signal and wakes its waiter.
+    pub fn cancel(&self) {
+        self.set.store(true, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once the signal is set (at once if it is).
+    pub async fn wait(&self) {
+        while !self.is_set() {
+            self.notify.notified().await;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -73,17 +93,12 @@ pub struct Registration {
 impl Registration {
     /// Resolves when the query is cancelled.
     pub async fn cancelled(&self) {
-        loop {
-            if self.cancel.set.load(Ordering::SeqCst) {
-                return;
-            }
-            self.cancel.notify.notified().await;
-        }
+        self.cancel.wait().await
     }
 
     /// What the cancelled query fails with.
     pub fn error(&self) -> crate::Error {
-        crate::Error::Deadline(format!(
+        crate::Error::Cancelled(format!(
             "query {} was cancelled by an operator (the compute process's console)",
             self.id
         ))
@@ -134,7 +149,7 @@ pub fn running() -> Vec<RunningQuery> {
                 started_unix_ms: e.started_unix_ms,
                 elapsed_ms: e.started.elapsed().as_millis() as u64,
                 plan: String::new(),
-                cancelled: e.cancel.set.load(Ordering::SeqCst),
+                cancelled: e.cancel.is_set(),
             };
             (q, e.plan.clone())
         })
@@ -156,8 +171,7 @@ pub fn cancel(id: u64) -> bool {
     let Some(e) = running.get(&id) else {
         return false;
     };
-    e.cancel.set.store(true, Ordering::SeqCst);
-    e.cancel.notify.notify_one();
+    e.cancel.cancel();
     tracing::warn!(query = id, sql = %e.sql, "query cancelled from the console");
     true
 }

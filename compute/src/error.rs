@@ -17,6 +17,10 @@ pub enum Error {
     /// The query ran out of time.
     #[error("{0}")]
     Deadline(String),
+    /// The query was cancelled (by its client or an operator); nothing
+    /// more of it runs.
+    #[error("{0}")]
+    Cancelled(String),
     #[error("{0}")]
     ResourceExhausted(String),
     /// A bug.
@@ -42,6 +46,7 @@ impl Error {
             Error::Overflow(_) => "overflow",
             Error::Unavailable(_) => "unavailable",
             Error::Deadline(_) => "deadline",
+            Error::Cancelled(_) => "cancelled",
             Error::ResourceExhausted(_) => "resource_exhausted",
             Error::Internal(_) => "internal",
             Error::Conflict(_) => "conflict",
@@ -59,6 +64,7 @@ impl Error {
             Error::Overflow(m) => Error::Overflow(add(m)),
             Error::Unavailable(m) => Error::Unavailable(add(m)),
             Error::Deadline(m) => Error::Deadline(add(m)),
+            Error::Cancelled(m) => Error::Cancelled(add(m)),
             Error::ResourceExhausted(m) => Error::ResourceExhausted(add(m)),
             Error::Internal(m) => Error::Internal(add(m)),
             Error::Conflict(m) => Error::Conflict(add(m)),
@@ -100,6 +106,7 @@ impl From<Error> for tonic::Status {
             Error::Overflow(m) => tonic::Status::out_of_range(m),
             Error::Unavailable(m) => tonic::Status::unavailable(m),
             Error::Deadline(m) => tonic::Status::deadline_exceeded(m),
+            Error::Cancelled(m) => tonic::Status::cancelled(m),
             Error::ResourceExhausted(m) => tonic::Status::resource_exhausted(m),
             Error::Internal(m) => tonic::Status::internal(m),
             Error::Conflict(m) => tonic::Status::aborted(m),

@@ -163,7 +163,8 @@ pub fn write_outcome(e: &quarry_client::Error) -> Outcome {
     match e {
         Conflict(_) | InvalidInput(_) | Overflow(_) | Deadline(_) | Unauthenticated(_)
         | PermissionDenied(_) => Outcome::Fail,
-        Unavailable(_) | Internal(_) => Outcome::Unknown,
+        // A reset stream (CANCELLED) may have carried a commit.
+        Unavailable(_) | Cancelled(_) | Internal(_) => Outcome::Unknown,
     }
 }
 

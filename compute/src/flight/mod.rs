@@ -29,8 +29,11 @@
 //! * The client library's typed requests arrive as SQL, like any client's.
 //! * `Handshake` logs in (`auth.rs`): Basic credentials for a bearer
 //!   token, which every other call then carries when compute has TLS.
+//! * `CancelFlightInfo` (and Flight SQL's older `CancelQuery` action)
+//!   cancels the query of a FlightInfo this process made: before its
+//!   DoGet, or while it streams (`cancel.rs`).
 //! * Everything else answers UNIMPLEMENTED (foreign keys, Substrait,
-//!   savepoints, cancellation, bulk ingest). ADBC's Python driver falls
+//!   savepoints, bulk ingest). ADBC's Python driver falls
 //!   back on UNIMPLEMENTED where it has a fallback.
 //! * The endpoint's location list is empty: "reuse this connection".
 //! * Results travel in FlightData messages of at most about 2 MiB
@@ -52,18 +55,19 @@ use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    ActionBeginTransactionRequest, ActionBeginTransactionResult,
-    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
-    ActionCreatePreparedStatementResult, ActionEndTransactionRequest, Command, CommandGetCatalogs,
-    CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
-    CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
-    CommandPreparedStatementUpdate, CommandStatementQuery, CommandStatementUpdate,
-    DoPutPreparedStatementResult, EndTransaction, ProstMessageExt, SqlInfo,
-    SqlSupportedTransaction, SqlTransactionIsolationLevel, TicketStatementQuery,
+    ActionBeginTransactionRequest, ActionBeginTransactionResult, ActionCancelQueryRequest,
+    ActionCancelQueryResult, ActionClosePreparedStatementRequest,
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
+    ActionEndTransactionRequest, Command, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
+    CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
+    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, EndTransaction,
+    ProstMessageExt, SqlInfo, SqlSupportedTransaction, SqlTransactionIsolationLevel,
+    TicketStatementQuery,
 };
 use arrow_flight::{
-    Action, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest,
-    HandshakeResponse, Ticket,
+    Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightData,
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
 };
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
@@ -76,6 +80,7 @@ use crate::session::{self, OpenTxn};
 use crate::sql::Statement;
 use crate::Error;
 
+mod cancel;
 mod catalog;
 mod cookie;
 mod prepared;
@@ -85,6 +90,7 @@ pub use cookie::CookieLayer;
 pub struct FlightSqlServer {
     engine: Arc<QueryEngine>,
     plans: PendingPlans,
+    cancels: cancel::Cancels,
 }
 
 impl FlightSqlServer {
@@ -92,6 +98,7 @@ impl FlightSqlServer {
         FlightSqlServer {
             engine,
             plans: PendingPlans::default(),
+            cancels: cancel::Cancels::default(),
         }
     }
 }
@@ -209,8 +216,27 @@ fn query_stream(out: QueryStream) -> DoGetStream {
     )
 }
 
-fn output_stream(out: QueryOutput) -> DoGetStream {
-    stream(out.schema, out.batches)
+/// The action type of Flight's cancel.
+const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
+
+/// `out` ending with the client's cancel as soon as `running`'s signal is
+/// set, whatever its plan waits on; the plan (and its region tasks) is
+/// dropped with it. The key is finished when the stream ends or is
+/// dropped.
+fn cancellable(out: QueryStream, running: cancel::Running) -> QueryStream {
+    let signal = running.signal();
+    let batches = futures::stream::unfold(Some((out.batches, signal, running)), |state| async {
+        let (mut batches, signal, running) = state?;
+        tokio::select! {
+            biased;
+            _ = signal.wait() => Some((Err(cancel::cancelled_error()), None)),
+            next = batches.next() => next.map(|b| (b, Some((batches, signal, running)))),
+        }
+    });
+    QueryStream {
+        schema: out.schema,
+        batches: batches.boxed(),
+    }
 }
 
 fn one_batch(batch: RecordBatch) -> DoGetStream {
@@ -458,27 +484,90 @@ impl FlightSqlService for FlightSqlServer {
         _request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let t = QuarryTicket::decode(ticket.statement_handle).map_err(bad_ticket)?;
-        let txn = match t.transaction_id.as_slice() {
-            [] => None,
-            id => self.txn(Some(id))?,
+        // A CancelFlightInfo of this ticket's FlightInfo reaches the query
+        // through `running` (`cancel.rs`), while it is planned and gathered
+        // here and while it streams.
+        let running = self.cancels.start(t.cancel_key)?;
+        let signal = running.signal();
+        let answer = async {
+            let txn = match t.transaction_id.as_slice() {
+                [] => None,
+                id => self.txn(Some(id))?,
+            };
+            let prepared = match t.kind.ok_or_else(|| bad_ticket("empty"))? {
+                ticket::Kind::Sql(sql) => match self.plans.take(t.plan_handle, &sql) {
+                    Some(plan) => Prepared::Query(plan),
+                    None => self.engine.prepare_sql_in(&sql, txn.as_ref()).await?,
+                },
+                ticket::Kind::ResultIpc(bytes) => {
+                    let (schema, batches) =
+                        quarry_coprocessor::ipc::decode(&bytes).map_err(bad_ticket)?;
+                    Prepared::Done(QueryOutput { schema, batches })
+                }
+            };
+            Ok::<_, Status>(match prepared {
+                // A query's answer: gathered, or past
+                // stream-results-after-mb streamed (QueryEngine::stream_in).
+                Prepared::Query(q) => self.engine.stream_in(*q, txn).await?,
+                Prepared::Done(out) => QueryStream {
+                    schema: out.schema,
+                    batches: futures::stream::iter(out.batches.into_iter().map(Ok)).boxed(),
+                },
+            })
         };
-        let prepared = match t.kind.ok_or_else(|| bad_ticket("empty"))? {
-            ticket::Kind::Sql(sql) => match self.plans.take(t.plan_handle, &sql) {
-                Some(plan) => Prepared::Query(plan),
-                None => self.engine.prepare_sql_in(&sql, txn.as_ref()).await?,
-            },
-            ticket::Kind::ResultIpc(bytes) => {
-                let (schema, batches) =
-                    quarry_coprocessor::ipc::decode(&bytes).map_err(bad_ticket)?;
-                Prepared::Done(QueryOutput { schema, batches })
-            }
+        let out = tokio::select! {
+            biased;
+            _ = signal.wait() => return Err(cancel::cancelled_error().into()),
+            out = answer => out?,
         };
-        Ok(Response::new(match prepared {
-            // A query's answer: gathered, or past
-            // stream-results-after-mb streamed (QueryEngine::stream_in).
-            Prepared::Query(q) => query_stream(self.engine.stream_in(*q, txn).await?),
-            Prepared::Done(out) => output_stream(out),
-        }))
+        Ok(Response::new(query_stream(cancellable(out, running))))
+    }
+
+    /// `CancelFlightInfo`, a core Flight action: Flight SQL's trait routes
+    /// it here.
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        let action = request.into_inner();
+        if action.r#type != CANCEL_FLIGHT_INFO {
+            return Err(Status::unimplemented(format!(
+                "action {:?} is not supported",
+                action.r#type
+            )));
+        }
+        let req = CancelFlightInfoRequest::decode(action.body)
+            .map_err(|e| Status::invalid_argument(format!("malformed CancelFlightInfo: {e}")))?;
+        let info = req
+            .info
+            .ok_or_else(|| Status::invalid_argument("CancelFlightInfo without a FlightInfo"))?;
+        let status = self.cancel_info(&info)?;
+        let body = CancelFlightInfoResult::new(status).encode_to_vec();
+        let result = arrow_flight::Result { body: body.into() };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))))
+    }
+
+    async fn list_custom_actions(&self) -> Option<Vec<Result<ActionType, Status>>> {
+        Some(vec![Ok(ActionType {
+            r#type: CANCEL_FLIGHT_INFO.into(),
+            description: "Cancel the query of a FlightInfo: before its DoGet or while it streams"
+                .into(),
+        })])
+    }
+
+    /// Flight SQL's `CancelQuery` action (deprecated for CancelFlightInfo).
+    async fn do_action_cancel_query(
+        &self,
+        query: ActionCancelQueryRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCancelQueryResult, Status> {
+        let info = FlightInfo::decode(query.info)
+            .map_err(|e| Status::invalid_argument(format!("malformed FlightInfo: {e}")))?;
+        // CancelResult (not exported by arrow-flight) numbers its values
+        // as CancelStatus does.
+        Ok(ActionCancelQueryResult {
+            result: self.cancel_info(&info)? as i32,
+        })
     }
 
     async fn do_put_statement_update(
@@ -597,6 +686,7 @@ impl FlightSqlServer {
                         kind: Some(ticket::Kind::Sql(sql)),
                         plan_handle,
                         transaction_id: txn_id,
+                        cancel_key: self.cancels.issue(),
                     },
                 )
             }
@@ -613,6 +703,26 @@ impl FlightSqlServer {
             }
         };
         flight_info(&schema, t, desc)
+    }
+
+    /// Cancels the query of `info`'s statement ticket (`cancel.rs`): a
+    /// ticket that carries its answer, or a catalog command's, has nothing
+    /// left to cancel.
+    fn cancel_info(&self, info: &FlightInfo) -> Result<CancelStatus, Status> {
+        let ticket = info
+            .endpoint
+            .iter()
+            .find_map(|e| e.ticket.as_ref())
+            .ok_or_else(|| Status::invalid_argument("the FlightInfo has no ticket"))?;
+        let any = arrow_flight::sql::Any::decode(ticket.ticket.clone()).map_err(bad_ticket)?;
+        let Ok(Some(statement)) = any.unpack::<TicketStatementQuery>() else {
+            return Ok(CancelStatus::NotCancellable);
+        };
+        let t = QuarryTicket::decode(statement.statement_handle).map_err(bad_ticket)?;
+        match t.cancel_key {
+            0 => Ok(CancelStatus::NotCancellable),
+            key => self.cancels.cancel(key),
+        }
     }
 
     /// The open transaction a request names, if it names one.

@@ -37,7 +37,7 @@ pub fn code(e: &Error) -> &'static str {
         Error::InvalidInput(m) => invalid_input_code(m),
         Error::Overflow(_) => "22003",
         Error::Unavailable(_) => "57P03",
-        Error::Deadline(_) => "57014",
+        Error::Deadline(_) | Error::Cancelled(_) => "57014",
         Error::ResourceExhausted(m) if m.contains("memory") => "53200",
         Error::ResourceExhausted(_) => "54000",
         Error::Internal(_) => "XX000",
