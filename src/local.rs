@@ -245,8 +245,11 @@ impl LocalCluster {
             Some(net) => net.addr(id as usize),
             None => "127.0.0.1".into(),
         };
+        // A saved address on another host (a run with another network) is
+        // not this store's any more.
         let addr = self
             .previous_addr(&name)
+            .filter(|a| a.rsplit_once(':').is_some_and(|(h, _)| h == host))
             .unwrap_or_else(|| format!("{host}:0"));
         let mut args = vec![
             "storage".to_string(),

@@ -53,6 +53,9 @@ fn ip(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// Nodes one network holds (addresses .11 to .74 of its /24).
+const MAX_NODES: u32 = 64;
+
 /// A route that drops packets: in a node's namespace (`Some(n)`) or the
 /// owner's (`None`), to an address.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -76,6 +79,9 @@ impl Net {
     /// Builds the network of `nodes` nodes (numbered from 1), or says why
     /// the machine does not allow it.
     pub fn new(nodes: usize) -> Result<Net> {
+        if nodes as u32 > MAX_NODES {
+            bail!("at most {MAX_NODES} nodes on one bridge");
+        }
         remove_leftovers();
         let pid = std::process::id();
         let mut net = Net {
@@ -224,11 +230,13 @@ impl Net {
     }
 
     /// Every route [`Net::drop_packets`] added is removed.
+    /// One that could not be removed stays on the list, for a later try.
     pub fn heal_routes(&mut self) -> Result<()> {
         let mut first_error = None;
         for hole in std::mem::take(&mut self.blackholes) {
             if let Err(e) = self.route(&hole, "del") {
                 first_error.get_or_insert(e);
+                self.blackholes.insert(hole);
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -251,13 +259,16 @@ impl Net {
         }
     }
 
-    /// Every cut healed: links up, routes removed.
+    /// Every cut healed: links up, routes removed. What could not be
+    /// healed stays on the lists, for a later try.
     pub fn heal_all(&mut self) -> Result<()> {
-        let routes = self.heal_routes();
-        for n in std::mem::take(&mut self.down) {
-            self.heal(n)?;
+        let mut result = self.heal_routes();
+        for n in self.down.clone() {
+            if let Err(e) = self.heal(n) {
+                result = result.and(Err(e));
+            }
         }
-        routes
+        result
     }
 }
 
@@ -317,9 +328,15 @@ fn remove_leftovers() {
         let (Some("blackhole"), Some(to)) = (words.next(), words.next()) else {
             continue;
         };
+        // Only a node's address as this module numbers them (.11 up).
         let in_range = to.starts_with("198.18.") || to.starts_with("198.19.");
-        let prefix = to.trim_end_matches("/32").rsplit_once('.').map(|(p, _)| p);
-        if in_range && prefix.is_some_and(|p| !served.contains(p)) {
+        let Some((prefix, host)) = to.trim_end_matches("/32").rsplit_once('.') else {
+            continue;
+        };
+        let node = host
+            .parse::<u32>()
+            .is_ok_and(|h| (11..=10 + MAX_NODES).contains(&h));
+        if in_range && node && !served.contains(prefix) {
             let _ = ip(&["route", "del", "blackhole", to]);
         }
     }

@@ -338,6 +338,47 @@ fn every_flight_sql_rpc_answers_its_one_status() {
         assert!(shake.metadata().get("authorization").is_none());
         let garbage_ticket = c.do_get(Ticket::new(b"\x01\x02".to_vec())).await;
         assert_ne!(code(garbage_ticket), Code::Ok);
+
+        // Cancels: ListActions names Flight's; Flight SQL's older
+        // CancelQuery answers for a query that finished NOT_CANCELLABLE (3)
+        // and for one that has not run yet CANCELLED (1), after which its
+        // DoGet fails (tests/failpoints.rs cancels running queries).
+        let actions: Vec<_> = c
+            .list_actions(arrow_flight::Empty {})
+            .await
+            .unwrap()
+            .into_inner()
+            .try_collect()
+            .await
+            .unwrap();
+        assert!(
+            actions.iter().any(|a| a.r#type == "CancelFlightInfo"),
+            "{actions:?}"
+        );
+        let query = CommandStatementQuery {
+            query: "SELECT 7 AS seven".into(),
+            transaction_id: None,
+        };
+        let done = info(&mut c, &query).await.unwrap();
+        fetch(&mut c, &done).await.unwrap();
+        let pending = info(&mut c, &query).await.unwrap();
+        for (flight_info, want) in [(&done, 3), (&pending, 1)] {
+            let request = arrow_flight::sql::ActionCancelQueryRequest {
+                info: flight_info.encode_to_vec().into(),
+            };
+            let r = action::<arrow_flight::sql::ActionCancelQueryResult>(
+                &mut c,
+                "CancelQuery",
+                &request,
+            )
+            .await
+            .unwrap()
+            .expect("a result");
+            assert_eq!(r.result, want);
+        }
+        let e = fetch(&mut c, &pending).await.unwrap_err();
+        assert_eq!(e.code(), Code::Cancelled, "{e}");
+        assert!(e.message().contains("cancelled by its client"), "{e}");
     });
 }
 

@@ -225,6 +225,7 @@ fn categorized(e: anyhow::Error) -> quarry_compute::Error {
     match e.chain().find_map(|c| c.downcast_ref::<E>()) {
         Some(E::Unavailable(_)) => E::Unavailable(msg),
         Some(E::Deadline(_)) => E::Deadline(msg),
+        Some(E::Cancelled(_)) => E::Cancelled(msg),
         Some(E::Conflict(_)) => E::Conflict(msg),
         Some(E::ResourceExhausted(_)) => E::ResourceExhausted(msg),
         Some(E::PermissionDenied(_)) => E::PermissionDenied(msg),

@@ -141,7 +141,10 @@ fn parse_nemesis(names: &[String]) -> Result<Vec<Nemesis>> {
             ),
         }
     }
-    out.dedup();
+    // Every kind once, whatever the list repeats (`all,kill`): the nemesis
+    // never has two faults of one kind on.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|k| seen.insert(*k));
     Ok(out)
 }
 
@@ -461,4 +464,19 @@ pub fn format(r: &ChaosReport) -> String {
     s.push_str(&format!("history and logs: {}\n", r.out));
     s.push_str(if r.passed { "PASSED\n" } else { "FAILED\n" });
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_of_fault_is_listed_once() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let kinds = parse_nemesis(&names(&["kill", "all", "pause", "kill"])).unwrap();
+        assert_eq!(kinds.len(), Nemesis::ALL.len(), "{kinds:?}");
+        assert_eq!(kinds[0], Nemesis::Kill);
+        let e = parse_nemesis(&names(&["nap"])).unwrap_err();
+        assert!(e.to_string().contains("unknown fault \"nap\""), "{e}");
+    }
 }

@@ -1,5 +1,6 @@
 //! The nemesis: faults applied to a local cluster on a seeded schedule,
-//! each healed before the next and before the run's quiet tail.
+//! in rounds, every fault of a round healed before the next round and
+//! before the run's quiet tail.
 //!
 //! | name | fault | healed by |
 //! |---|---|---|
@@ -19,9 +20,15 @@
 //! `--faults-at-once N` up to N faults of different kinds started 0–2 s
 //! apart (a store killed while another is cut off, say: for a while no
 //! majority), each healed at its own time; the next round starts once all
-//! are healed. A heal that no longer applies is skipped: a failpoint or a
+//! are healed. The first such round has all N, so every run overlaps
+//! faults at least once. A pause or a failpoint is not aimed at a store
+//! that a fault of its round paused or killed (it could not answer, and a
+//! request it read after SIGCONT would switch a fault on that nothing
+//! heals); a heal that no longer applies is skipped: a failpoint or a
 //! pause on a store that was killed and restarted in the meantime is gone
-//! with the old process.
+//! with the old process. With `--netns`, partitions take the five kinds
+//! in turn (the network's four, then the failpoint), so a run with five
+//! partitions has had each.
 
 use std::time::{Duration, Instant};
 
@@ -37,7 +44,7 @@ use crate::bank::Rng;
 use crate::local::LocalCluster;
 
 /// A kind of fault.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Nemesis {
     Kill,
@@ -111,11 +118,14 @@ fn signal(pid: u32, sig: Signal) {
     let _ = kill(Pid::from_raw(pid as i32), sig);
 }
 
-/// (store index, region) of every region leader the stores report.
+/// (store index, region) of every region leader the stores report, asked
+/// all at once (a paused store answers no one within its 5 s).
 async fn leaders(cluster: &LocalCluster) -> Vec<(usize, quarry_proto::meta::RegionStatus)> {
+    let addrs = cluster.store_addrs();
+    let all = futures::future::join_all(addrs.iter().map(|a| crate::status::fetch(a))).await;
     let mut out = Vec::new();
-    for (i, addr) in cluster.store_addrs().iter().enumerate() {
-        if let Ok(s) = crate::status::fetch(addr).await {
+    for (i, s) in all.into_iter().enumerate() {
+        if let Ok(s) = s {
             out.extend(
                 s.regions
                     .into_iter()
@@ -186,6 +196,8 @@ pub async fn run(
         return Ok(());
     }
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut partitions = 0;
+    let mut first_round = true;
     loop {
         tokio::time::sleep(between(&mut rng, 1.0, 3.0)).await;
         if until.saturating_duration_since(Instant::now()) < Duration::from_secs(3) {
@@ -193,8 +205,10 @@ pub async fn run(
         }
         let count = match at_once.min(kinds.len()) {
             0 | 1 => 1,
+            n if first_round => n,
             n => 1 + rng.below(n as u64) as usize,
         };
+        first_round = false;
         let mut left: Vec<Nemesis> = kinds.to_vec();
         let mut active = Vec::new();
         for j in 0..count {
@@ -207,7 +221,21 @@ pub async fn run(
             }
             let kind = left.remove(rng.below(left.len() as u64) as usize);
             let cap = |d: Duration| d.min(left_s.saturating_sub(Duration::from_secs(1)));
-            match start(cluster, kind, &mut rng, history, cap).await {
+            // Stores this round has paused or killed.
+            let busy: Vec<usize> = active
+                .iter()
+                .filter_map(|a: &Active| match a.heal {
+                    Heal::Continue { store, .. } | Heal::RestartStore(store) => Some(store),
+                    _ => None,
+                })
+                .collect();
+            let ctx = Draw {
+                rng: &mut rng,
+                history,
+                busy: &busy,
+                partitions: &mut partitions,
+            };
+            match start(cluster, kind, ctx, cap).await {
                 Ok(Some(a)) if matches!(a.heal, Heal::Nothing) => history.healed(a.fault),
                 Ok(Some(a)) => active.push(a),
                 Ok(None) => {}
@@ -338,21 +366,37 @@ fn status_url(cluster: &LocalCluster, i: usize) -> Result<String> {
         .ok_or_else(|| anyhow!("store {} has no status port", i + 1))
 }
 
+/// What [`start`] draws from and records in.
+struct Draw<'a> {
+    rng: &'a mut Rng,
+    history: &'a History,
+    /// Stores another fault of the round paused or killed.
+    busy: &'a [usize],
+    /// Partitions made so far (their kinds go in turn).
+    partitions: &'a mut u64,
+}
+
 /// Starts one fault of `kind`, to last `cap(its drawn length)`; None when
-/// there was nothing to do (no leader to move).
+/// there was nothing to do (no leader to move, the store it drew busy).
 async fn start(
     cluster: &mut LocalCluster,
     kind: Nemesis,
-    rng: &mut Rng,
-    history: &History,
+    ctx: Draw<'_>,
     cap: impl Fn(Duration) -> Duration,
 ) -> Result<Option<Active>> {
+    let Draw {
+        rng,
+        history,
+        busy,
+        partitions,
+    } = ctx;
     let stores = cluster.stores.len();
-    let now = Instant::now();
+    // Lasts `d` from now, when it has been applied (asking a paused store
+    // for the leaders may have taken seconds).
     let active = |fault, d: Duration, heal| {
         Some(Active {
             fault,
-            heal_at: now + d,
+            heal_at: Instant::now() + d,
             heal,
         })
     };
@@ -391,6 +435,9 @@ async fn start(
         Nemesis::Pause => {
             let i = rng.below(stores as u64) as usize;
             let d = cap(between(rng, 5.0, 15.0));
+            if busy.contains(&i) {
+                return Ok(None);
+            }
             let pid = cluster.stores[i].pid;
             let f = history.fault(format!("pause store {} ({:.1} s)", i + 1, d.as_secs_f64()));
             signal(pid, Signal::SIGSTOP);
@@ -404,9 +451,13 @@ async fn start(
                 _ => rng.below(stores as u64) as usize,
             };
             let mode = match cluster.netns.is_some() && stores >= 2 {
-                true => rng.below(5),
+                true => [1, 2, 3, 4, 0][(*partitions % 5) as usize],
                 false => 0,
             };
+            *partitions += 1;
+            if mode == 0 && busy.contains(&i) {
+                return Ok(None);
+            }
             let secs = d.as_secs_f64();
             let (name, heal) = match (mode, cluster.netns.as_mut()) {
                 (1, Some(net)) => {
@@ -429,10 +480,18 @@ async fn start(
                             minority.push(j);
                         }
                     }
-                    for &a in &minority {
-                        for b in (0..stores).filter(|b| !minority.contains(b)) {
-                            net.split_pair(a + 1, b + 1)?;
+                    let cut = |net: &mut crate::netns::Net| {
+                        for &a in &minority {
+                            for b in (0..stores).filter(|b| !minority.contains(b)) {
+                                net.split_pair(a + 1, b + 1)?;
+                            }
                         }
+                        Ok::<_, anyhow::Error>(())
+                    };
+                    if let Err(e) = cut(net) {
+                        // No half-made partition outlives its error.
+                        let _ = net.heal_all();
+                        return Err(e);
                     }
                     let names: Vec<String> = minority.iter().map(|a| (a + 1).to_string()).collect();
                     let name = format!(
@@ -487,6 +546,9 @@ async fn start(
             let i = meta_leader(cluster)
                 .await
                 .unwrap_or_else(|| rng.below(stores as u64) as usize);
+            if busy.contains(&i) {
+                return Ok(None);
+            }
             let d = cap(between(rng, 4.0, 8.0));
             let skew_s = 5 + rng.below(56) as i64;
             let skew_ms = if rng.below(2) == 0 {

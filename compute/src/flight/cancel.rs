@@ -22,9 +22,11 @@
 //! cannot be cancelled from the one that issued the ticket; the cancel
 //! then answers for what this process knows.
 //!
-//! A key is not a secret that guards anything but the cancel of one
-//! query, and keys are drawn from a random generator seeded per process;
-//! a client cannot cancel others' queries without their FlightInfo.
+//! A key is kept with the user who asked for it (with logins), and a
+//! cancel from another user finds nothing, as if the key were unknown.
+//! Keys are 64 bits from a non-cryptographic generator seeded at random
+//! per process: they name queries, they do not guard them. Past 4096
+//! keys, those expired are swept at most once a second.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,12 +41,15 @@ use crate::Error;
 
 /// How long a finished or never-redeemed key is remembered.
 pub const KEY_TTL: Duration = Duration::from_secs(600);
-/// Past this many keys, expired ones are swept on the next issue.
+/// Past this many keys, expired ones are swept (at most once a second).
 const SWEEP_AT: usize = 4096;
+/// Past this many keys, every key not running is forgotten.
+const MAX_KEYS: usize = 1 << 20;
 
 enum State {
     Issued,
-    Running(Arc<Cancel>),
+    /// One signal per DoGet of the ticket running now.
+    Running(Vec<Arc<Cancel>>),
     Cancelled,
     Finished,
 }
@@ -53,27 +58,49 @@ struct Key {
     state: State,
     /// When it was issued or last changed.
     at: Instant,
+    /// Who asked for it (None without logins): another user's key is as
+    /// good as unknown.
+    owner: Option<String>,
+}
+
+#[derive(Default)]
+struct Keys {
+    keys: HashMap<u64, Key>,
+    swept: Option<Instant>,
 }
 
 /// Every cancel key this process issued and has not forgotten.
 #[derive(Default)]
 pub struct Cancels {
-    keys: Arc<Mutex<HashMap<u64, Key>>>,
+    keys: Arc<Mutex<Keys>>,
+}
+
+fn caller() -> Option<String> {
+    crate::auth::caller().map(|c| c.user)
 }
 
 impl Cancels {
     /// A new key (never 0: a ticket without one has 0).
     pub fn issue(&self) -> u64 {
         let key = fastrand::u64(1..);
-        let mut keys = self.keys.lock();
-        if keys.len() >= SWEEP_AT {
-            keys.retain(|_, k| matches!(k.state, State::Running(_)) || k.at.elapsed() < KEY_TTL);
+        let mut k = self.keys.lock();
+        let due = k
+            .swept
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+        if k.keys.len() >= SWEEP_AT && due {
+            k.keys
+                .retain(|_, k| matches!(k.state, State::Running(_)) || k.at.elapsed() < KEY_TTL);
+            if k.keys.len() >= MAX_KEYS {
+                k.keys.retain(|_, k| matches!(k.state, State::Running(_)));
+            }
+            k.swept = Some(Instant::now());
         }
-        keys.insert(
+        k.keys.insert(
             key,
             Key {
                 state: State::Issued,
                 at: Instant::now(),
+                owner: caller(),
             },
         );
         key
@@ -81,20 +108,22 @@ impl Cancels {
 
     /// The query of `key` starts running; fails if it was cancelled
     /// already. The returned guard is what the query selects on, and marks
-    /// the key finished when dropped. Key 0 (a ticket from before keys)
-    /// gets a guard no one can cancel.
+    /// the key finished when the last DoGet of it is dropped. Key 0 (a
+    /// ticket from before keys) gets a guard no one can cancel.
     pub fn start(&self, key: u64) -> Result<Running, Error> {
         let cancel = Arc::new(Cancel::default());
         if key != 0 {
             let mut keys = self.keys.lock();
-            let k = keys.entry(key).or_insert(Key {
+            let k = keys.keys.entry(key).or_insert(Key {
                 state: State::Issued,
                 at: Instant::now(),
+                owner: caller(),
             });
-            if matches!(k.state, State::Cancelled) {
-                return Err(cancelled_error());
+            match &mut k.state {
+                State::Cancelled => return Err(cancelled_error()),
+                State::Running(signals) => signals.push(cancel.clone()),
+                State::Issued | State::Finished => k.state = State::Running(vec![cancel.clone()]),
             }
-            k.state = State::Running(cancel.clone());
             k.at = Instant::now();
         }
         Ok(Running {
@@ -107,24 +136,26 @@ impl Cancels {
     /// Cancels the query of `key`: what the client is told.
     pub fn cancel(&self, key: u64) -> Result<CancelStatus, Status> {
         let mut keys = self.keys.lock();
-        let Some(k) = keys.get_mut(&key) else {
+        let caller = caller();
+        let Some(k) = keys
+            .keys
+            .get_mut(&key)
+            .filter(|k| k.owner.is_none() || k.owner == caller)
+        else {
             return Err(Status::not_found(format!(
                 "no query with this FlightInfo is known to this compute process (it was made by \
                  another one, or more than {} s ago)",
                 KEY_TTL.as_secs()
             )));
         };
-        let status = match &k.state {
-            State::Issued | State::Cancelled => CancelStatus::Cancelled,
-            State::Running(c) => {
-                c.cancel();
-                CancelStatus::Cancelled
-            }
+        match &k.state {
+            State::Issued | State::Cancelled => {}
+            State::Running(signals) => signals.iter().for_each(|s| s.cancel()),
             State::Finished => return Ok(CancelStatus::NotCancellable),
-        };
+        }
         k.state = State::Cancelled;
         k.at = Instant::now();
-        Ok(status)
+        Ok(CancelStatus::Cancelled)
     }
 }
 
@@ -135,7 +166,7 @@ pub fn cancelled_error() -> Error {
 
 /// A running query's place in [`Cancels`], moved into its stream.
 pub struct Running {
-    keys: Arc<Mutex<HashMap<u64, Key>>>,
+    keys: Arc<Mutex<Keys>>,
     key: u64,
     cancel: Arc<Cancel>,
 }
@@ -148,13 +179,19 @@ impl Running {
 }
 
 impl Drop for Running {
-    /// Marks the key finished, unless it was cancelled.
+    /// Leaves the key's running DoGets; the last one marks it finished,
+    /// unless it was cancelled.
     fn drop(&mut self) {
         if self.key == 0 {
             return;
         }
-        if let Some(k) = self.keys.lock().get_mut(&self.key) {
-            if matches!(k.state, State::Running(_)) {
+        let mut keys = self.keys.lock();
+        let Some(k) = keys.keys.get_mut(&self.key) else {
+            return;
+        };
+        if let State::Running(signals) = &mut k.state {
+            signals.retain(|s| !Arc::ptr_eq(s, &self.cancel));
+            if signals.is_empty() {
                 k.state = State::Finished;
                 k.at = Instant::now();
             }
@@ -194,5 +231,22 @@ mod tests {
         // Key 0: runs, cannot be cancelled.
         let r = c.start(0).unwrap();
         assert!(!r.signal().is_set());
+        // Two DoGets of one ticket: a cancel reaches both; it is finished
+        // only when both are.
+        let k = c.issue();
+        let (a, b) = (c.start(k).unwrap(), c.start(k).unwrap());
+        drop(a);
+        let signal = b.signal();
+        assert_eq!(c.cancel(k).unwrap(), CancelStatus::Cancelled);
+        assert!(signal.is_set());
+        let k = c.issue();
+        let (a, b) = (c.start(k).unwrap(), c.start(k).unwrap());
+        drop(a);
+        assert_eq!(
+            c.cancel(k).unwrap(),
+            CancelStatus::Cancelled,
+            "b still runs"
+        );
+        drop(b);
     }
 }
