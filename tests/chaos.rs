@@ -121,8 +121,9 @@ fn all_workloads_under_every_fault_are_linearizable() {
 
 /// The stores in network namespaces: partitions cut links and routes
 /// (a store off the network, a minority of stores, compute from a store,
-/// one way; in turn, network cuts first) and kills, up to two at once (the
-/// first round has two, and both kinds last, so they overlap). Skipped where the machine does not
+/// one way; in turn, from the seed's place: seed 6 starts at the
+/// minority) and kills, up to two at once (the first round has two, and
+/// both kinds last, so they overlap). Skipped where the machine does not
 /// allow network namespaces (not root), unless QUARRY_REQUIRE_NETNS is set.
 #[test]
 fn all_workloads_under_network_partitions_and_overlapping_faults_are_linearizable() {

@@ -27,8 +27,10 @@
 //! heals); a heal that no longer applies is skipped: a failpoint or a
 //! pause on a store that was killed and restarted in the meantime is gone
 //! with the old process. With `--netns`, partitions take the five kinds
-//! in turn (the network's four, then the failpoint), so a run with five
-//! partitions has had each.
+//! in turn (link down, minority, compute cut off, one way, the
+//! failpoint), starting at the seed's place in that order (seed mod 5),
+//! so a run with five partitions has had each and short runs over
+//! consecutive seeds cover them all.
 
 use std::time::{Duration, Instant};
 
@@ -196,7 +198,9 @@ pub async fn run(
         return Ok(());
     }
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let mut partitions = 0;
+    // Where the partitions' turn starts: by seed, so that short runs
+    // between them see every kind.
+    let mut partitions = seed % 5;
     let mut first_round = true;
     loop {
         tokio::time::sleep(between(&mut rng, 1.0, 3.0)).await;
