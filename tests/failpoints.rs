@@ -502,6 +502,25 @@ fn until_no_task_runs(pg: &Playground) -> Duration {
     t0.elapsed()
 }
 
+/// Waits until some store runs a coprocessor task (at most 10 s), failing
+/// if `finished` says the query ended first.
+async fn until_scanning(pg: &Playground, finished: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    loop {
+        let urls = pg.status_urls[..pg.stores.len()].to_vec();
+        if tokio::task::spawn_blocking(move || running_tasks(&urls))
+            .await
+            .unwrap()
+            > 0
+        {
+            return;
+        }
+        assert!(!finished(), "finished before it was cancelled");
+        assert!(t0.elapsed() < Duration::from_secs(10), "no scan started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Slow scans: every batch of every coprocessor task sleeps 100 ms, so a
 /// scan of lineitem at SF 0.01 takes seconds.
 fn slow_scans(pg: &Playground) {
@@ -931,20 +950,7 @@ fn cancel_flight_info_stops_a_running_query_and_its_scans_within_a_second() {
             let t = running.do_get(ticket).await.map_err(|e| e.to_string())?;
             t.try_collect::<Vec<_>>().await.map_err(|e| e.to_string())
         });
-        let t0 = Instant::now();
-        loop {
-            let urls = pg.status_urls[..pg.stores.len()].to_vec();
-            if tokio::task::spawn_blocking(move || running_tasks(&urls))
-                .await
-                .unwrap()
-                > 0
-            {
-                break;
-            }
-            assert!(!query.is_finished(), "finished before it was cancelled");
-            assert!(t0.elapsed() < Duration::from_secs(10), "no scan started");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        until_scanning(&pg, || query.is_finished()).await;
         let cancelled = Instant::now();
         let r = flight
             .cancel_flight_info(cancel(info.clone()))

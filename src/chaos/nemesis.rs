@@ -362,12 +362,27 @@ where
         .map_err(|_| anyhow!("{addr} did not answer within 5 s"))?
 }
 
-/// A store's status URL, for failpoints.
-fn status_url(cluster: &LocalCluster, i: usize) -> Result<String> {
-    cluster.stores[i]
+/// Switches failpoint `name` on store `i` with `actions`: how to switch
+/// it off.
+async fn failpoint_on(
+    cluster: &LocalCluster,
+    i: usize,
+    name: &'static str,
+    actions: &str,
+) -> Result<Heal> {
+    let store = &cluster.stores[i];
+    let url = store
         .status
         .clone()
-        .ok_or_else(|| anyhow!("store {} has no status port", i + 1))
+        .ok_or_else(|| anyhow!("store {} has no status port", i + 1))?;
+    failpoint(&url, store.namespace.as_deref(), name, Some(actions)).await?;
+    Ok(Heal::Failpoint {
+        store: i,
+        pid: store.pid,
+        url,
+        namespace: store.namespace.clone(),
+        name,
+    })
 }
 
 /// What [`start`] draws from and records in.
@@ -526,21 +541,12 @@ async fn start(
                     (name, Heal::Network)
                 }
                 _ => {
-                    let url = status_url(cluster, i)?;
-                    let namespace = cluster.stores[i].namespace.clone();
-                    failpoint(&url, namespace.as_deref(), "raft_isolate", Some("return")).await?;
+                    let heal = failpoint_on(cluster, i, "raft_isolate", "return").await?;
                     let name = format!(
                         "partition: store {} drops its raft messages, cut off from the other \
                          stores ({secs:.1} s)",
                         i + 1
                     );
-                    let heal = Heal::Failpoint {
-                        store: i,
-                        pid: cluster.stores[i].pid,
-                        url,
-                        namespace,
-                        name: "raft_isolate",
-                    };
                     (name, heal)
                 }
             };
@@ -560,23 +566,14 @@ async fn start(
             } else {
                 -skew_s * 1000
             };
-            let url = status_url(cluster, i)?;
-            let namespace = cluster.stores[i].namespace.clone();
             let skew = format!("return({skew_ms})");
-            failpoint(&url, namespace.as_deref(), "clock_skew", Some(&skew)).await?;
+            let heal = failpoint_on(cluster, i, "clock_skew", &skew).await?;
             let f = history.fault(format!(
                 "skew: store {}'s clock {:+} s ({:.1} s)",
                 i + 1,
                 skew_ms / 1000,
                 d.as_secs_f64()
             ));
-            let heal = Heal::Failpoint {
-                store: i,
-                pid: cluster.stores[i].pid,
-                url,
-                namespace,
-                name: "clock_skew",
-            };
             active(f, d, heal)
         }
         Nemesis::Transfer => {
