@@ -12,20 +12,45 @@ mod common;
 
 use common::SERIAL;
 
-/// Runs `quarry chaos ARGS --json`; its report and whether it passed.
-fn chaos(args: &[&str]) -> (serde_json::Value, bool) {
+/// Where a run's history, checker views and logs go: removed when the
+/// test ends, kept (and named) when it fails.
+struct Out(Option<tempfile::TempDir>);
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            if std::thread::panicking() {
+                eprintln!(
+                    "the run's history and logs are kept in {}",
+                    dir.keep().display()
+                );
+            }
+        }
+    }
+}
+
+/// Runs `quarry chaos ARGS --json` into a directory of its own; its
+/// report, whether it passed, and the directory.
+fn chaos(args: &[&str]) -> (serde_json::Value, bool, Out) {
+    let dir = tempfile::Builder::new()
+        .prefix("quarry-chaos-test-")
+        .tempdir()
+        .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_quarry"))
         .arg("chaos")
         .args(args)
         .arg("--json")
+        .arg("--out")
+        .arg(dir.path())
         .output()
         .expect("running quarry chaos");
+    let dir = Out(Some(dir));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
         panic!("no report ({e}): stdout {stdout}\nstderr {stderr}");
     });
-    (report, out.status.success())
+    (report, out.status.success(), dir)
 }
 
 fn count(report: &serde_json::Value, what: &str) -> u64 {
@@ -56,7 +81,7 @@ fn assert_passed(report: &serde_json::Value, passed: bool, kinds: &[&str]) {
 #[test]
 fn register_histories_under_kills_and_pauses_are_linearizable() {
     let _serial = SERIAL.lock();
-    let (r, ok) = chaos(&[
+    let (r, ok, _out) = chaos(&[
         "--workload",
         "register",
         "--nemesis",
@@ -72,7 +97,7 @@ fn register_histories_under_kills_and_pauses_are_linearizable() {
 #[test]
 fn append_histories_under_partitions_skew_transfers_and_splits_are_linearizable() {
     let _serial = SERIAL.lock();
-    let (r, ok) = chaos(&[
+    let (r, ok, _out) = chaos(&[
         "--workload",
         "append",
         "--nemesis",
@@ -88,7 +113,7 @@ fn append_histories_under_partitions_skew_transfers_and_splits_are_linearizable(
 #[test]
 fn pessimistic_read_modify_writes_under_kills_and_partitions_are_linearizable() {
     let _serial = SERIAL.lock();
-    let (r, ok) = chaos(&[
+    let (r, ok, _out) = chaos(&[
         "--workload",
         "locks",
         "--nemesis",
@@ -104,7 +129,7 @@ fn pessimistic_read_modify_writes_under_kills_and_partitions_are_linearizable() 
 #[test]
 fn all_workloads_under_every_fault_are_linearizable() {
     let _serial = SERIAL.lock();
-    let (r, ok) = chaos(&[
+    let (r, ok, _out) = chaos(&[
         "--workload",
         "all",
         "--nemesis",
@@ -135,7 +160,7 @@ fn all_workloads_under_network_partitions_and_overlapping_faults_are_linearizabl
         eprintln!("skipped: this machine does not allow network namespaces ({e:#})");
         return;
     }
-    let (r, ok) = chaos(&[
+    let (r, ok, _out) = chaos(&[
         "--workload",
         "all",
         "--nemesis",
@@ -173,7 +198,7 @@ fn all_workloads_under_network_partitions_and_overlapping_faults_are_linearizabl
 #[test]
 fn a_build_that_reads_a_stale_snapshot_is_caught_by_the_checker() {
     let _serial = SERIAL.lock();
-    let (r, ok) = chaos(&[
+    let (r, ok, _out) = chaos(&[
         "--workload",
         "register",
         "--seconds",
