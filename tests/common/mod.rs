@@ -609,3 +609,21 @@ pub fn venv_python(modules: &str, what: &str) -> std::path::PathBuf {
     );
     python
 }
+
+/// `PUT /fail/NAME` with `actions` (or `DELETE` for `None`) on the status
+/// port at `url`; panics unless it answers 200.
+pub fn failpoint(url: &str, name: &str, actions: Option<&str>) {
+    let (method, body) = match actions {
+        Some(a) => ("PUT", a),
+        None => ("DELETE", ""),
+    };
+    let (code, text) = http(url, method, &format!("/fail/{name}"), body);
+    assert_eq!(code, 200, "{method} /fail/{name}: {text}");
+}
+
+/// Switches `name` on (or off) in every store.
+pub fn on_every_store(pg: &Playground, name: &str, actions: Option<&str>) {
+    for url in &pg.status_urls[..pg.stores.len()] {
+        failpoint(url, name, actions);
+    }
+}
