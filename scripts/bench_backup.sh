@@ -33,7 +33,9 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
-Q="$CARGO_TARGET_DIR/release/quarry"
+# QUARRY_BIN: another build to time (say, a copy of the binary before a
+# change, for a side-by-side run).
+Q="${QUARRY_BIN:-$CARGO_TARGET_DIR/release/quarry}"
 [ -x "$Q" ] || cargo build --release --features "$QUARRY_FEATURES" --bin quarry
 rm -rf "$WORK"
 mkdir -p "$WORK"

@@ -81,7 +81,9 @@ pub fn handle_position(table: &TableDef) -> Result<usize> {
 /// Streams every row of `table` at `read_ts` in handle order: the
 /// table's columns in its order, after the handles (BIGINT, named by
 /// [`rowid_field_name`]) when it has no primary key (the key is then the
-/// handle). `table` is the definition the rows are read as; the caller
+/// handle). DECIMAL(p ≤ 18) columns come as Decimal64 (the values the
+/// stores send; [`quarry_coprocessor::ipc::narrow_schema`]), not widened
+/// to the Decimal128 a query computes on. `table` is the definition the rows are read as; the caller
 /// makes sure it is the one at `read_ts`.
 pub async fn scan_in_handle_order(
     dispatcher: Arc<Dispatcher>,
@@ -95,7 +97,8 @@ pub async fn scan_in_handle_order(
     if let Some(r) = &rowid {
         fields.insert(0, Arc::new(Field::new(&r.name, DataType::Int64, false)));
     }
-    let schema: SchemaRef = Arc::new(Schema::new(fields));
+    // DECIMAL(p ≤ 18) as Decimal64, as narrow pages carry them.
+    let schema = quarry_coprocessor::ipc::narrow_schema(&Arc::new(Schema::new(fields)));
     let handle_pos = handle_position(table)?;
     if schema.field(handle_pos).data_type() != &DataType::Int64 {
         return Err(Error::Internal(format!(
@@ -135,7 +138,9 @@ pub async fn scan_in_handle_order(
                 row_types.clone(),
             );
             async move {
-                let mut scan = dispatcher.stream(&dag, vec![range], row_types, deadline);
+                let mut scan = dispatcher
+                    .stream(&dag, vec![range], row_types, deadline)
+                    .keeping_decimal64();
                 let mut got = Vec::new();
                 while let Some(b) = scan.next().await {
                     let b = conform(b?, &schema).map_err(crate::df::errors::from_df)?;

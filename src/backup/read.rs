@@ -525,7 +525,9 @@ impl Encoder {
         let mut seen: Option<(i64, i64)> = None;
         let mut rows = 0u64;
         for batch in reader {
-            let batch = batch?;
+            // Backups write DECIMAL(p ≤ 18) as Decimal64 (older ones as
+            // Decimal128); the table's rows are Decimal128.
+            let batch = quarry_coprocessor::ipc::widen(batch?)?;
             let mut row: Vec<(i64, Datum)> = Vec::with_capacity(self.columns.len());
             let arrays: &[ArrayRef] = &batch.columns()[self.first_column..];
             if arrays.len() != self.columns.len() {

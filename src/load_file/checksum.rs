@@ -7,7 +7,9 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use arrow::array::{Array, ArrayRef, ArrowPrimitiveType, AsArray, PrimitiveArray};
-use arrow::datatypes::{DataType, Date32Type, Decimal128Type, Float64Type, Int64Type};
+use arrow::datatypes::{
+    DataType, Date32Type, Decimal128Type, Decimal64Type, Float64Type, Int64Type,
+};
 use quarry_compute::engine::QueryEngine;
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::meta::TableDef;
@@ -53,6 +55,11 @@ impl Checksum {
                     .ok_or_else(|| anyhow!("checksum overflow"))?,
                 DataType::Decimal128(..) => exact_sum(a.as_primitive::<Decimal128Type>(), Some)
                     .ok_or_else(|| anyhow!("decimal checksum overflow"))?,
+                // The same sum as the Decimal128 the values widen to.
+                DataType::Decimal64(..) => {
+                    exact_sum(a.as_primitive::<Decimal64Type>(), |v| Some(v as i128))
+                        .ok_or_else(|| anyhow!("decimal checksum overflow"))?
+                }
                 DataType::Date32 => exact_sum(a.as_primitive::<Date32Type>(), |v| Some(v as i128))
                     .ok_or_else(|| anyhow!("checksum overflow"))?,
                 DataType::Utf8 => {
@@ -257,7 +264,8 @@ mod tests {
     use std::sync::Arc;
 
     use arrow::array::{
-        BooleanArray, Date32Array, Decimal128Array, Float64Array, Int64Array, StringArray,
+        BooleanArray, Date32Array, Decimal128Array, Decimal64Array, Float64Array, Int64Array,
+        StringArray,
     };
 
     use super::*;
@@ -299,6 +307,16 @@ mod tests {
             assert_eq!(counts, vec![2; 6]);
             assert_eq!(sum.columns[5].float, 2.5);
         }
+        // A backup reads DECIMAL(p ≤ 18) as Decimal64: the same sum as
+        // the Decimal128 it restores as.
+        let narrow: ArrayRef = Arc::new(
+            Decimal64Array::from(vec![Some(1050), Some(-25), None])
+                .with_precision_and_scale(15, 2)
+                .unwrap(),
+        );
+        let mut sum = Checksum::new(1);
+        sum.add(&[narrow]).unwrap();
+        assert_eq!((sum.columns[0].sum, sum.columns[0].count), (1025, 2));
         // A slice's offsets start past zero.
         let sliced: ArrayRef = Arc::new(StringArray::from(vec!["xyz", "ab", "c"]).slice(1, 2));
         let mut sum = Checksum::new(1);

@@ -222,6 +222,7 @@ impl Dispatcher {
                 task: AbortOnDrop(Some(task)),
                 ready: VecDeque::new(),
                 encode: self.cfg.encode,
+                widen: true,
                 row_types,
                 stats: Arc::new(Mutex::new(DispatchStats::default())),
                 retry_stats,
@@ -273,6 +274,9 @@ struct StreamState {
     /// Decoded batches of the last page not yet handed out.
     ready: VecDeque<RecordBatch>,
     encode: EncodeType,
+    /// Whether Decimal64 columns of narrow pages go back to Decimal128
+    /// (what plans expect); see [`ScanStream::keeping_decimal64`].
+    widen: bool,
     row_types: Vec<DataType>,
     stats: Arc<Mutex<DispatchStats>>,
     retry_stats: Arc<RetryStats>,
@@ -299,7 +303,7 @@ impl StreamState {
                         add_summary(&mut st.summary, &page.summary);
                     }
                     self.count();
-                    match decode(self.encode, page.data, &self.row_types) {
+                    match decode(self.encode, self.widen, page.data, &self.row_types) {
                         Ok(batches) => self.ready.extend(batches),
                         Err(e) => return Some((Err(e), self)),
                     }
@@ -333,6 +337,19 @@ pub struct ScanStream {
 }
 
 impl ScanStream {
+    /// Hands DECIMAL(p ≤ 18) columns out as the Decimal64 narrow pages
+    /// carry them instead of widening them to Decimal128 (pages sent
+    /// without narrowing still come as Decimal128). For a reader that
+    /// stores values rather than computing on them (BACKUP's Parquet
+    /// writer keeps such decimals as 64-bit integers anyway): the widening
+    /// and the writer's narrowing again were two copies of every decimal.
+    pub fn keeping_decimal64(mut self) -> Self {
+        if let Some(st) = self.state.as_mut() {
+            st.widen = false;
+        }
+        self
+    }
+
     /// The scan's statistics so far (complete once the stream has ended).
     pub fn stats(&self) -> Arc<Mutex<DispatchStats>> {
         if let Some(s) = &self.stats {
@@ -375,12 +392,14 @@ impl Stream for ScanStream {
 /// Decodes one page into batches.
 fn decode(
     encode: EncodeType,
+    widen: bool,
     page: bytes::Bytes,
     row_types: &[DataType],
 ) -> Result<Vec<RecordBatch>> {
     match encode {
         // Zero-copy: the batches point into the response's bytes.
         EncodeType::Arrow => Ok(quarry_coprocessor::ipc::decode_shared(page)?),
+        EncodeType::ArrowDecimal64 if !widen => Ok(quarry_coprocessor::ipc::decode_shared(page)?),
         // Decimal64 columns back to the Decimal128 the plan expects.
         EncodeType::ArrowDecimal64 => Ok(quarry_coprocessor::ipc::decode_shared(page)?
             .into_iter()
