@@ -615,7 +615,9 @@ async fn compute(a: ComputeArgs) -> Result<()> {
         cfg.pg_addr = v;
     }
     a.security.apply(&mut cfg.security);
-    quarry_compute::backup::install(std::sync::Arc::new(quarry::backup::Hook::new(cfg.clone())));
+    quarry_compute::engine::backup::install(std::sync::Arc::new(quarry::backup::Hook::new(
+        cfg.clone(),
+    )));
     let console = quarry::console::Console::new(cfg.stores.clone());
     let status = status_suffix(&cfg.status_addr, Some(console.clone())).await?;
     quarry_compute::server::run(

@@ -115,7 +115,7 @@ impl Drop for Registration {
 pub fn register(sql: &str, plan: Arc<dyn ExecutionPlan>) -> Registration {
     let id = REGISTRY.next.fetch_add(1, Ordering::Relaxed) + 1;
     let cancel = Arc::new(Cancel::default());
-    let user = crate::auth::caller().map(|c| c.user).unwrap_or_default();
+    let user = crate::caller::caller().map(|c| c.user).unwrap_or_default();
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);

@@ -39,7 +39,7 @@
 //! WHO MAY DO WHAT
 //!
 //! The caller of a request travels with it: the layer runs the request's
-//! handler inside a task-local scope ([`caller`]) that statements and
+//! handler inside a task-local scope ([`crate::caller`]) that statements and
 //! transactions read (a transaction belongs to the user who began it).
 //! The scope covers the handler, not a response stream polled after it
 //! returned: Flight's DoGet runs its statement before it answers, so
@@ -61,6 +61,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use quarry_proto::meta::{PutUserMode, UserDef};
 
+use crate::caller::{caller, current_token, Caller, Login, Scope, SCOPE};
 use crate::cluster::Cluster;
 use crate::sql::users::UserStatement;
 use crate::{Error, Result};
@@ -81,93 +82,6 @@ pub const RECHECK: Duration = Duration::from_secs(30);
 const MAX_PASSWORD_BYTES: usize = 1024;
 /// The Flight method that needs no token: it is how one is obtained.
 const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
-
-/// Who sent a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub user: String,
-    pub superuser: bool,
-}
-
-/// A logged-in request: who sent it, and with which token.
-#[derive(Clone)]
-struct Login {
-    caller: Caller,
-    token: String,
-}
-
-/// The request being served: its login (None without logins) and the
-/// client connection it came on.
-#[derive(Clone)]
-struct Scope {
-    login: Option<Login>,
-    peer: Option<std::net::SocketAddr>,
-    /// The session's own key, where the front end has sessions of its
-    /// own (a PostgreSQL connection); else the peer (and token) stand
-    /// for it.
-    session: Option<String>,
-}
-
-/// Runs `f` as a request of `caller` (None: no logins) from `peer`, in
-/// the session `session` (a PostgreSQL connection's id: its settings are
-/// kept under it).
-pub async fn in_scope<F: std::future::Future>(
-    caller: Option<Caller>,
-    session: String,
-    peer: std::net::SocketAddr,
-    f: F,
-) -> F::Output {
-    let scope = Scope {
-        login: caller.map(|caller| Login {
-            caller,
-            token: session.clone(),
-        }),
-        peer: Some(peer),
-        session: Some(session),
-    };
-    SCOPE.scope(scope, f).await
-}
-
-tokio::task_local! {
-    static SCOPE: Scope;
-}
-
-/// The logged-in caller of the request being served (None without
-/// logins, or outside a request).
-pub fn caller() -> Option<Caller> {
-    SCOPE
-        .try_with(|s| s.login.as_ref().map(|l| l.caller.clone()))
-        .ok()
-        .flatten()
-}
-
-fn current_token() -> Option<String> {
-    SCOPE
-        .try_with(|s| s.login.as_ref().map(|l| l.token.clone()))
-        .ok()
-        .flatten()
-}
-
-/// The session of the request being served, for its settings
-/// (`session_settings.rs`): the client connection (its address, as the
-/// server sees it), and with logins the token too, so that a connection
-/// reused by another login does not inherit settings. None outside a
-/// request, or when the transport gave no address.
-pub fn session_key() -> Option<String> {
-    SCOPE
-        .try_with(|s| {
-            if let Some(session) = &s.session {
-                return Some(session.clone());
-            }
-            let peer = s.peer?;
-            Some(match &s.login {
-                Some(l) => format!("{peer}/{}", l.token),
-                None => peer.to_string(),
-            })
-        })
-        .ok()
-        .flatten()
-}
 
 /// The client address tonic recorded for an incoming request (plaintext
 /// or TLS).
@@ -579,7 +493,7 @@ fn dummy_hash() -> String {
 
 /// Admits a request: the handshake always (it is how a token is
 /// obtained), everything else with a valid token when logins are
-/// required, run with its caller in scope ([`caller`]).
+/// required, run with its caller in scope ([`crate::caller`]).
 #[derive(Clone)]
 pub struct AuthLayer {
     auth: Arc<Auth>,

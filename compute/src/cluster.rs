@@ -174,7 +174,7 @@ impl Cluster {
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let deadline = std::time::Instant::now() + timeout;
-        let mut backoff = crate::dispatch::backoff::Backoff::new(
+        let mut backoff = crate::backoff::Backoff::new(
             Duration::from_millis(10),
             Duration::from_millis(500),
             deadline,

@@ -67,6 +67,14 @@ pub struct ComputeConfig {
     pub security: quarry_proto::security::SecurityConfig,
 }
 
+/// Plans kept by default (`plan-cache-entries`; `df/plan_cache.rs`).
+pub const DEFAULT_PLAN_CACHE_ENTRIES: usize = 256;
+/// Build-side keys sent as an IN list by default (`join-key-list-max`;
+/// `df/join_keys.rs`).
+pub const DEFAULT_JOIN_KEY_LIST_MAX: usize = 1 << 14;
+/// The longest statement by default (`max-statement-bytes`; `sql/guard.rs`).
+pub const DEFAULT_MAX_STATEMENT_BYTES: usize = 4 << 20;
+
 impl Default for ComputeConfig {
     fn default() -> Self {
         ComputeConfig {
@@ -80,12 +88,12 @@ impl Default for ComputeConfig {
             max_response_bytes: 8 << 20,
             encode: "arrow".into(),
             join_bloom_filters: true,
-            join_key_list_max: crate::df::MAX_JOIN_KEYS_PUSHED,
+            join_key_list_max: DEFAULT_JOIN_KEY_LIST_MAX,
             lock_returns_rows: true,
-            max_statement_bytes: crate::sql::DEFAULT_MAX_STATEMENT_BYTES,
+            max_statement_bytes: DEFAULT_MAX_STATEMENT_BYTES,
             max_message_mb: quarry_proto::MAX_MESSAGE_BYTES >> 20,
             query_memory_limit_mb: 4096,
-            plan_cache_entries: crate::df::plan_cache::DEFAULT_ENTRIES,
+            plan_cache_entries: DEFAULT_PLAN_CACHE_ENTRIES,
             stream_results_after_mb: 64,
             security: Default::default(),
         }

@@ -9,21 +9,20 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::sql::parser::Statement as DfStatement;
 use futures::StreamExt;
 use quarry_proto::coprocessor::EncodeType;
 use quarry_proto::meta::TableDef;
 
+use self::insert::insert;
 use crate::auth::Auth;
 use crate::cluster::Cluster;
 use crate::config::ComputeConfig;
 use crate::df::region_scan::ScanContext;
 use crate::df::{self, PlannedQuery, SqlSession};
 use crate::dispatch::{DispatchConfig, Dispatcher};
-use crate::dml;
-use crate::insert::insert;
 use crate::kv_writer::KvWriter;
 use crate::params;
 use crate::region_cache::RegionCache;
@@ -35,66 +34,7 @@ use crate::sql::{self, Statement};
 use crate::txn::Txns;
 use crate::{plan_err, Error, Result};
 
-/// A statement's result.
-#[derive(Debug, Clone)]
-pub struct QueryOutput {
-    pub schema: SchemaRef,
-    pub batches: Vec<RecordBatch>,
-}
-
-impl QueryOutput {
-    /// The one-word answer of a statement that returns no rows (`BEGIN`).
-    pub fn word(word: &str) -> Result<QueryOutput> {
-        text_output("result", vec![word.into()])
-    }
-
-    fn single(schema: SchemaRef, batch: RecordBatch) -> Self {
-        QueryOutput {
-            schema,
-            batches: vec![batch],
-        }
-    }
-
-    pub fn num_rows(&self) -> usize {
-        self.batches.iter().map(|b| b.num_rows()).sum()
-    }
-
-    /// The row count a write answered (its `count` column; 0 for DDL).
-    pub fn row_count(&self) -> i64 {
-        self.batches
-            .first()
-            .and_then(|b| {
-                b.column_by_name("count")
-                    .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
-                    .map(|a| a.value(0))
-            })
-            .unwrap_or(0)
-    }
-
-    /// A small answer of text columns `names`, `columns[i]` the values of
-    /// the `i`th.
-    pub fn text_columns(names: &[&str], columns: Vec<Vec<String>>) -> Result<QueryOutput> {
-        let schema: SchemaRef = Arc::new(Schema::new(
-            names
-                .iter()
-                .map(|n| Field::new(*n, DataType::Utf8, false))
-                .collect::<Vec<_>>(),
-        ));
-        let arrays: Vec<ArrayRef> = columns
-            .into_iter()
-            .map(|c| Arc::new(StringArray::from(c)) as ArrayRef)
-            .collect();
-        let batch = RecordBatch::try_new(schema.clone(), arrays)?;
-        Ok(QueryOutput::single(schema, batch))
-    }
-}
-
-/// A query's answer as it is made ([`QueryEngine::stream_in`]): its
-/// schema, and its batches; an error ends them.
-pub struct QueryStream {
-    pub schema: SchemaRef,
-    pub batches: futures::stream::BoxStream<'static, Result<RecordBatch>>,
-}
+pub use crate::output::{QueryOutput, QueryStream};
 
 /// A statement ready to run: queries are planned (so their schema is known)
 /// but not run; everything else has already run.
@@ -215,9 +155,7 @@ pub struct StatementShape {
     pub plan: Option<Box<PlannedQuery>>,
 }
 
-fn text_output(column: &str, values: Vec<String>) -> Result<QueryOutput> {
-    QueryOutput::text_columns(&[column], vec![values])
-}
+use crate::output::text_output;
 
 impl QueryEngine {
     pub fn new(cfg: &ComputeConfig) -> Result<Self> {
@@ -636,7 +574,7 @@ impl QueryEngine {
         if let Some(backup) = sql::backup::parse(&stmt.sql) {
             backup?;
             return Ok(StatementShape {
-                dataset: crate::backup::result_schema(),
+                dataset: self::backup::result_schema(),
                 parameters: Arc::new(Schema::empty()),
                 plan: None,
             });
@@ -761,7 +699,7 @@ impl QueryEngine {
                 )?)
             }
             Statement::AlterTable { name, ops } => {
-                Prepared::Done(crate::alter::alter_table(self, &name, &ops).await?)
+                Prepared::Done(self::alter::alter_table(self, &name, &ops).await?)
             }
             Statement::CreateView(v) => Prepared::Done(self.create_view(v).await?),
             Statement::DropView { name, if_exists } => {
@@ -781,7 +719,7 @@ impl QueryEngine {
                 )?)
             }
             Statement::CreateIndex(ci) => {
-                let made = crate::index::ddl::create_index(self, &ci).await?;
+                let made = self::index_ddl::create_index(self, &ci).await?;
                 Prepared::Done(text_output(
                     "result",
                     vec![if made {
@@ -793,7 +731,7 @@ impl QueryEngine {
                 )?)
             }
             Statement::DropIndex { name, if_exists } => {
-                let dropped = crate::index::ddl::drop_index(self, &name, if_exists).await?;
+                let dropped = self::index_ddl::drop_index(self, &name, if_exists).await?;
                 Prepared::Done(text_output(
                     "result",
                     vec![if dropped {
@@ -838,7 +776,7 @@ impl QueryEngine {
             }
             Statement::Describe(name) => Prepared::Done(self.describe(&name).await?),
             Statement::User(stmt) => Prepared::Done(self.user_statement(stmt).await?),
-            Statement::Backup(stmt) => Prepared::Done(crate::backup::run(self, stmt).await?),
+            Statement::Backup(stmt) => Prepared::Done(self::backup::run(self, stmt).await?),
             Statement::Setting(SettingStatement::ShowStatementTimeout) => {
                 let t = sql::settings::show(self.settings.statement_timeout());
                 Prepared::Done(text_output("statement_timeout", vec![t])?)
@@ -868,9 +806,15 @@ impl QueryEngine {
     }
 }
 
+pub mod alter;
+pub mod backup;
 mod deadline;
+pub mod dml;
+pub mod index_ddl;
+pub mod insert;
 mod statements;
 mod streaming;
+pub mod values;
 
 use streaming::{Streaming, READ_AHEAD};
 

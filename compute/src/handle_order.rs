@@ -45,7 +45,7 @@ use crate::df::region_scan::conform;
 use crate::df::rowid_column;
 use crate::df::table::table_schema;
 use crate::dispatch::Dispatcher;
-use crate::engine::QueryStream;
+use crate::output::QueryStream;
 use crate::{Error, Result};
 
 /// Regions read at once, ahead of the one being emitted: enough to keep

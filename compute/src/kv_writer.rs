@@ -5,7 +5,7 @@
 //! Pairs are grouped by region and sent as one `BatchPut` per region, a
 //! few regions at once. Region errors, unreachable stores, busy stores,
 //! elections and overtaken proposals are the shared retry layer's
-//! (`dispatch/retry.rs`), the same that serves reads.
+//! (`retry.rs`), the same that serves reads.
 //!
 //! A write whose outcome is unknown (the store went away, the proposal was
 //! overtaken, no answer in time) may have been applied. INSERT retries it
@@ -21,8 +21,8 @@ use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::kv::{key_error, BatchPutRequest, KvPair};
 
 use crate::cluster::KvTransport;
-use crate::dispatch::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
 use crate::region_cache::{cut_sorted, span_of, Located, RegionCache};
+use crate::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
 use crate::{Error, Result};
 
 /// Region batches written at once by one `put`.

@@ -24,7 +24,7 @@
 //! 5. [`dispatch::Dispatcher`] asks each store for its regions in one
 //!    batched call, then each region on its own: many in flight, each
 //!    retried alone by the one region-retry layer
-//!    ([`dispatch::retry`], which INSERT's writer shares: backoff 2 ms →
+//!    ([`retry`], which INSERT's writer shares: backoff 2 ms →
 //!    500 ms with jitter; NotLeader → retry at the hint; EpochNotMatch →
 //!    install the new regions and re-split only that piece).
 //! 6. Each region answers with Arrow IPC chunks, page by page, streamed
@@ -34,10 +34,19 @@
 //!
 //! DDL, INSERT, UPDATE, DELETE, SHOW TABLES and DESCRIBE go through
 //! Quarry's own path ([`sql`]): CREATE TABLE asks the meta region to create
-//! pre-split regions; ALTER TABLE ([`alter`]) and views ([`df::views`])
-//! change the catalog only; INSERT encodes rows ([`insert`]), INSERT …
-//! SELECT and UPDATE/DELETE find theirs with a snapshot query ([`dml`]),
-//! and each statement's rows are written as one transaction ([`txn`]).
+//! pre-split regions; ALTER TABLE ([`engine::alter`]) and views
+//! ([`df::views`]) change the catalog only; INSERT encodes rows
+//! ([`engine::insert`]), INSERT … SELECT and UPDATE/DELETE find theirs
+//! with a snapshot query ([`engine::dml`]), and each statement's rows are
+//! written as one transaction ([`txn`]).
+//!
+//! LAYERS
+//!
+//! Front ends → session and engine → planner → execution → transactions
+//! → region access, with leaves (errors, metrics, configuration, the
+//! caller and the deadline of the request being served) that all may use:
+//! each module imports only its own layer and those below, without
+//! cycles. `layers.rs` has the table and the test that keeps it.
 //!
 //! IMPLEMENTATION CAVEATS
 //!
@@ -58,32 +67,36 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod activity;
-pub mod alter;
 pub mod auth;
-pub mod backup;
+pub mod backoff;
+pub mod caller;
 pub mod catalog_cache;
 pub mod cluster;
 pub mod config;
 pub mod df;
 pub mod dispatch;
-pub mod dml;
 pub mod engine;
 mod error;
 pub mod flight;
 pub mod gc_hold;
 pub mod handle_order;
 pub mod index;
-pub mod insert;
 pub mod kv_writer;
+mod layers;
 pub mod metrics;
+pub mod output;
 pub mod params;
 pub mod pg;
 pub mod region_cache;
+pub mod retry;
+pub mod schema_check;
 pub mod server;
 pub mod session;
 pub mod session_settings;
 pub mod sql;
 pub mod sst_ingest;
+pub mod statement_deadline;
+pub mod table_stats;
 pub mod tso;
 pub mod txn;
 

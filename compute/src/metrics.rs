@@ -61,9 +61,10 @@ metric!(PLAN_CACHE: IntCounterVec = register_int_counter_vec!(
     &["result"]
 ));
 
-/// Counts a query's plan-cache lookup (`df/plan_cache.rs`).
-pub fn plan_cache(lookup: crate::df::plan_cache::Lookup) {
-    PLAN_CACHE.with_label_values(&[lookup.label()]).inc();
+/// Counts a query's plan-cache lookup by what it found (`hit`, `miss`,
+/// `uncacheable`: `df/plan_cache.rs`'s `Lookup::label`).
+pub fn plan_cache(result: &'static str) {
+    PLAN_CACHE.with_label_values(&[result]).inc();
 }
 
 metric!(PHYSICAL_PLANS_REUSED: IntCounter = register_int_counter!(

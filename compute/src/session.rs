@@ -83,8 +83,8 @@ struct State {
     /// whether its table keeps packs): prewritten again at COMMIT.
     writes: BTreeMap<Vec<u8>, (Mutation, bool)>,
     /// The tables written, as their writes were planned: checked at
-    /// COMMIT (`crate::index::SchemaCheck`).
-    tables: crate::index::SchemaCheck,
+    /// COMMIT (`crate::schema_check::SchemaCheck`).
+    tables: crate::schema_check::SchemaCheck,
     /// Why the transaction was aborted, if it was.
     aborted: Option<String>,
     ended: bool,
@@ -113,7 +113,7 @@ impl Sessions {
             primary: Mutex::new(None),
             lost: Mutex::new(None),
             hold: Mutex::new(Some(self.txns.hold_read(start_ts))),
-            owner: crate::auth::caller().map(|c| c.user),
+            owner: crate::caller::caller().map(|c| c.user),
         });
         self.open.lock().insert(start_ts, txn.clone());
         tokio::spawn(keep_alive(Arc::downgrade(self), Arc::downgrade(&txn)));
@@ -127,7 +127,7 @@ impl Sessions {
         let ts = <[u8; 8]>::try_from(id)
             .map(u64::from_be_bytes)
             .map_err(|_| Error::InvalidInput("malformed transaction id".into()))?;
-        let caller = crate::auth::caller().map(|c| c.user);
+        let caller = crate::caller::caller().map(|c| c.user);
         let found = self.open.lock().get(&ts).cloned();
         let txn = found
             .filter(|t| t.owner.is_none() || t.owner == caller)
@@ -152,7 +152,7 @@ impl Sessions {
     ) -> Result<usize> {
         let n = mutations.len();
         txn.state.lock().await.tables.add(table);
-        self.write_returning(txn, mutations, crate::insert::is_packed(table), false)
+        self.write_returning(txn, mutations, crate::txn::is_packed(table), false)
             .await
             .map(|_| n)
     }
@@ -212,7 +212,7 @@ impl Sessions {
             })
             .clone();
         let keys: Vec<Vec<u8>> = mutations.iter().map(|m| m.key.clone()).collect();
-        let deadline = crate::session_settings::write_deadline();
+        let deadline = crate::statement_deadline::write_deadline();
         // Noted before the prewrite: a failed one may have locked some.
         st.keys.extend(keys);
         let r = if want_rows {
@@ -299,7 +299,7 @@ impl Sessions {
             .filter(|k| *k != primary)
             .collect();
         keys.insert(0, primary);
-        let deadline = Instant::now() + crate::session_settings::WRITE_DEADLINE;
+        let deadline = Instant::now() + crate::txn::WRITE_DEADLINE;
         let writes = std::mem::take(&mut st.writes);
         let check = std::mem::take(&mut st.tables);
         if let Err(e) = self

@@ -12,19 +12,9 @@
 //! pools connections may run a statement on another connection than the
 //! one it SET on, as with PostgreSQL behind a pooler.
 //!
-//! DEADLINES: a statement runs under its session's statement timeout, or
-//! compute's `query-timeout-ms`. [`with_deadline`] puts the deadline in
-//! the statement's task; the query planner copies it into the query's
-//! session config, and every region request carries what is left of it,
-//! so the stores stop their scans at the same moment. A write statement
-//! (INSERT, UPDATE, DELETE, and the locks of SELECT … FOR UPDATE) runs
-//! under the same deadline: its read, its prewrite and its commit's region
-//! requests carry it ([`write_deadline`]). COMMIT of an open transaction is not bounded by
-//! it (it has [`WRITE_DEADLINE`]): once its prewrite has begun, stopping
-//! half-way only leaves locks for readers to resolve.
+//! The deadline a statement runs under is `statement_deadline.rs`'s.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -33,10 +23,6 @@ use crate::{plan_err, Result};
 
 /// A setting is forgotten after this long without a statement.
 pub const IDLE: Duration = Duration::from_secs(8 * 3600);
-/// How long a write runs that no statement's timeout bounds: COMMIT of an
-/// open transaction, and the commit of its secondaries after a statement
-/// has its answer.
-pub const WRITE_DEADLINE: Duration = Duration::from_secs(30);
 /// The most sessions with settings kept.
 pub const MAX_SESSIONS: usize = 65_536;
 
@@ -61,7 +47,7 @@ impl SessionSettings {
 
     /// The statement timeout of the request being served's session.
     pub fn statement_timeout(&self) -> Duration {
-        let Some(key) = crate::auth::session_key() else {
+        let Some(key) = crate::caller::session_key() else {
             return self.default_timeout;
         };
         let mut sessions = self.sessions.lock();
@@ -87,7 +73,7 @@ impl SessionSettings {
     /// Sets the statement timeout of the request being served's session
     /// (`None`: back to the default).
     pub fn set_statement_timeout(&self, timeout: Option<Duration>) -> Result<()> {
-        let Some(key) = crate::auth::session_key() else {
+        let Some(key) = crate::caller::session_key() else {
             return Err(plan_err!(
                 "SET needs a client connection to belong to, and this request has none"
             ));
@@ -118,24 +104,4 @@ impl SessionSettings {
         );
         Ok(())
     }
-}
-
-tokio::task_local! {
-    static DEADLINE: Instant;
-}
-
-/// Runs `f` (a statement) with `deadline` in its task.
-pub async fn with_deadline<F: Future>(deadline: Instant, f: F) -> F::Output {
-    DEADLINE.scope(deadline, f).await
-}
-
-/// The deadline of the statement being run in this task, if any.
-pub fn current_deadline() -> Option<Instant> {
-    DEADLINE.try_with(|d| *d).ok()
-}
-
-/// The deadline a write's region requests carry: its statement's, or
-/// [`WRITE_DEADLINE`] from now.
-pub fn write_deadline() -> Instant {
-    current_deadline().unwrap_or_else(|| Instant::now() + WRITE_DEADLINE)
 }

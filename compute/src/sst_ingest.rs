@@ -9,7 +9,7 @@
 //! `BatchPut` ([`crate::kv_writer`]), the data never enters the raft log,
 //! the write-ahead log or a memtable, and is compacted by no one.
 //!
-//! Retries ride on the shared layer (`dispatch/retry.rs`), like every
+//! Retries ride on the shared layer (`retry.rs`), like every
 //! other region request: NotLeader moves to the new leader (the file is on
 //! every replica already), EpochNotMatch re-cuts the batch over the
 //! regions as they are now and uploads again (a split moved part of the
@@ -32,8 +32,8 @@ use quarry_proto::kv::{key_error, IngestRequest, KvPair, SstMeta, UploadSstReque
 use quarry_proto::meta::RegionEpoch;
 
 use crate::cluster::{Cluster, Routes};
-use crate::dispatch::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
 use crate::region_cache::{cut_sorted, span_of, Located, RegionCache};
+use crate::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
 use crate::{Error, Result};
 
 /// Encodes sorted pairs (keys strictly increasing) as the bytes of an SST

@@ -38,7 +38,7 @@
 //! little; the scan then asks again.
 //!
 //! DEADLINES. Every step's region requests carry the statement's deadline
-//! (`session_settings::write_deadline`). A prewrite that runs out of time
+//! (`statement_deadline::write_deadline`). A prewrite that runs out of time
 //! is rolled back and nothing of it commits, except a one-phase prewrite,
 //! which is a commit: one sent and not answered may still apply, so its
 //! error says the outcome is unknown (TiDB's "result undetermined"), as
@@ -63,14 +63,21 @@ use quarry_proto::kv::{
     key_error::Code, CheckTxnStatusRequest, CommitRequest, KeyError, KvPair, LockInfo, Mutation,
     Op, PrewriteRequest, ResolveLockRequest, TxnHeartBeatRequest, TxnResponse,
 };
-use quarry_proto::meta::RegionError;
+use quarry_proto::meta::{RegionError, TableDef};
 
 use crate::cluster::Cluster;
-use crate::dispatch::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
 use crate::gc_hold::{ReadHold, ReadHolds};
 use crate::region_cache::{Located, RegionCache};
+use crate::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
 use crate::tso::Tso;
 use crate::{Error, Result};
+
+/// Whether `table` keeps packs (the column layout).
+pub fn is_packed(table: &TableDef) -> bool {
+    table.layout == quarry_proto::meta::Layout::Column as i32
+}
+
+pub use crate::statement_deadline::WRITE_DEADLINE;
 
 /// How long a lock outlives its transaction's start unless committed: a
 /// reader may roll back a lock older than this (TiKV's default is 3 s).
@@ -209,14 +216,14 @@ impl Txns {
     /// `check`'s definitions of the tables it writes: it commits only if
     /// they are still the tables' definitions once its commit_ts is
     /// taken, or in one phase no later than `check` allows
-    /// (`crate::index::SchemaCheck`).
+    /// (`crate::schema_check::SchemaCheck`).
     pub async fn write_checked(
         self: &Arc<Self>,
         start_ts: u64,
         mut mutations: Vec<Mutation>,
         packed: bool,
         deadline: Instant,
-        check: Option<&crate::index::SchemaCheck>,
+        check: Option<&crate::schema_check::SchemaCheck>,
     ) -> Result<u64> {
         if mutations.is_empty() {
             return Err(Error::Internal(
@@ -358,7 +365,7 @@ impl Txns {
         start_ts: u64,
         mut keys: Vec<Vec<u8>>,
         deadline: Instant,
-        check: Option<&crate::index::SchemaCheck>,
+        check: Option<&crate::schema_check::SchemaCheck>,
     ) -> Result<u64> {
         if keys.is_empty() {
             return Err(Error::Internal("a commit of no keys".into()));
@@ -387,7 +394,7 @@ impl Txns {
             // failing fails nothing.
             // Its own deadline: the statement's may be spent.
             let txns = self.clone();
-            let deadline = Instant::now() + crate::session_settings::WRITE_DEADLINE;
+            let deadline = Instant::now() + WRITE_DEADLINE;
             tokio::spawn(async move {
                 if let Err(e) = txns.run(commit, as_mutations(secondaries), deadline).await {
                     tracing::debug!("committing secondaries of {start_ts}: {e}");

@@ -125,9 +125,9 @@ pub struct TableDone {
 }
 
 /// A backup's or restore's answer: a row per table
-/// (`quarry_compute::backup::result_schema`).
+/// (`quarry_compute::engine::backup::result_schema`).
 pub fn output(done: &[TableDone], read_ts: u64) -> Result<QueryOutput> {
-    let schema = quarry_compute::backup::result_schema();
+    let schema = quarry_compute::engine::backup::result_schema();
     let int = |f: &dyn Fn(&TableDone) -> u64| -> ArrayRef {
         Arc::new(Int64Array::from_iter_values(
             done.iter().map(|d| f(d) as i64),
@@ -168,7 +168,7 @@ impl Hook {
 }
 
 #[async_trait]
-impl quarry_compute::backup::BackupRestore for Hook {
+impl quarry_compute::engine::backup::BackupRestore for Hook {
     async fn run(
         &self,
         _engine: &QueryEngine,

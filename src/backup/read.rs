@@ -377,7 +377,7 @@ async fn build(
     // timeout.
     let long = std::time::Instant::now() + std::time::Duration::from_secs(24 * 3600);
     let stored =
-        quarry_compute::session_settings::with_deadline(long, table_checksum(engine, table))
+        quarry_compute::statement_deadline::with_deadline(long, table_checksum(engine, table))
             .await?;
     if let Some(diff) = stored.difference(&manifest, table) {
         bail!("the restored table does not match the backup's checksum: {diff} (the table first)");
@@ -496,7 +496,7 @@ impl Encoder {
         Ok(Encoder {
             table_id: table.id,
             columns,
-            packed: quarry_compute::insert::is_packed(table),
+            packed: quarry_compute::txn::is_packed(table),
             handle_pos,
             first_column: usize::from(rowid),
             splits,

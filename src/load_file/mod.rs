@@ -372,7 +372,7 @@ pub async fn load_files(stores: &[String], opts: &LoadFileOptions) -> Result<Loa
         meta.clone(),
         Arc::new(RegionCache::new(meta.clone())),
     ));
-    let packed = quarry_compute::insert::is_packed(&table);
+    let packed = quarry_compute::txn::is_packed(&table);
     let committed = Arc::new(AtomicU64::new(0));
     // The table's indexes as this load writes their entries.
     let check = quarry_compute::index::SchemaCheck::of(&table);
@@ -554,7 +554,7 @@ impl Output {
             .iter()
             .map(|c| Ok((c.id, arrow_type(&c.field_type.unwrap_or_default())?)))
             .collect::<Result<_>>()?;
-        let packed = quarry_compute::insert::is_packed(table);
+        let packed = quarry_compute::txn::is_packed(table);
         let regions = splits.len() + 1;
         let packs = if created && packed {
             (0..regions)
@@ -613,7 +613,7 @@ impl Output {
         let n = arrays.first().map_or(0, |a| a.len());
         let handles = self.handles(rt, meta, arrays, n)?;
         if self.handle_pos.is_some() {
-            if let Some(h) = quarry_compute::insert::repeated_handle(&handles) {
+            if let Some(h) = quarry_compute::engine::insert::repeated_handle(&handles) {
                 bail!("duplicate key: primary key {h} appears twice in one batch of the file");
             }
         }

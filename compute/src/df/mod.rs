@@ -91,7 +91,7 @@ use self::plan_cache::{Catalog, PlanCache, Plans};
 use self::region_scan::ScanContext;
 use self::table::QuarryTable;
 use crate::cluster::Cluster;
-use crate::engine::QueryOutput;
+use crate::output::QueryOutput;
 use crate::Result;
 
 /// A statement DataFusion plans (a query, or EXPLAIN of one), parsed once.
@@ -337,7 +337,7 @@ pub struct Deadline(pub std::time::Instant);
 /// The most build-side keys of a hash join (per join partition) that reach
 /// the probe side's regions as an IN list, by default (`join-key-list-max`);
 /// past it they go as a Bloom filter (`join_keys.rs`).
-pub const MAX_JOIN_KEYS_PUSHED: usize = 1 << 14;
+pub const MAX_JOIN_KEYS_PUSHED: usize = crate::config::DEFAULT_JOIN_KEY_LIST_MAX;
 
 impl SqlSession {
     pub fn new(

@@ -41,11 +41,17 @@ pub fn register(ctx: &SessionContext) {
     }
 }
 
+/// The PostgreSQL version Quarry speaks as (`version()`, `server_version`
+/// here and in the wire protocol's startup): clients (SQLAlchemy, JDBC,
+/// Grafana) read it to choose their dialect's features.
+pub const SERVER_VERSION: &str = "16.6";
+pub const SERVER_VERSION_NUM: &str = "160006";
+
 /// `version()`: PostgreSQL's form, naming Quarry.
 fn version_udf() -> ScalarUDF {
     let text = format!(
         "PostgreSQL {} (Quarry {}) on {}-linux, compiled by rustc",
-        crate::pg::SERVER_VERSION,
+        SERVER_VERSION,
         env!("CARGO_PKG_VERSION"),
         std::env::consts::ARCH
     );
@@ -72,7 +78,7 @@ fn user_udf(name: &str) -> ScalarUDF {
         DataType::Utf8,
         Volatility::Stable,
         Arc::new(|_args: &[ColumnarValue]| {
-            let user = crate::auth::caller().map_or_else(|| "root".to_string(), |c| c.user);
+            let user = crate::caller::caller().map_or_else(|| "root".to_string(), |c| c.user);
             Ok(ColumnarValue::Scalar(
                 datafusion::common::ScalarValue::Utf8(Some(user)),
             ))
@@ -459,8 +465,8 @@ pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("row_security", "on"),
     ("search_path", "\"$user\", public"),
     ("server_encoding", "UTF8"),
-    ("server_version", crate::pg::SERVER_VERSION),
-    ("server_version_num", crate::pg::SERVER_VERSION_NUM),
+    ("server_version", SERVER_VERSION),
+    ("server_version_num", SERVER_VERSION_NUM),
     ("standard_conforming_strings", "on"),
     ("synchronous_commit", "on"),
     ("timezone", "UTC"),

@@ -91,7 +91,7 @@ use super::table::QuarryTable;
 pub const MAX_KEY_BYTES: usize = 8 << 10;
 
 /// The entries kept by default (`plan-cache-entries`).
-pub const DEFAULT_ENTRIES: usize = 256;
+pub const DEFAULT_ENTRIES: usize = crate::config::DEFAULT_PLAN_CACHE_ENTRIES;
 
 /// The tables of a statement's moment, as the cache compares them: per
 /// table name, its definition (encoded) and the identity of its

@@ -150,7 +150,7 @@ impl SqlSession {
             }
         }
         if let Some(kept) = cache.then(|| self.plans.get(&sql, &catalog)).flatten() {
-            crate::metrics::plan_cache(plan_cache::Lookup::Hit);
+            crate::metrics::plan_cache(plan_cache::Lookup::Hit.label());
             // A kept physical plan runs without a catalog.
             let cached = match &kept.physical {
                 Some(physical) => Cached::Physical(physical.clone()),
@@ -178,11 +178,11 @@ impl SqlSession {
         let cached = match cache {
             false => Cached::No(ctx),
             true if self.plans.fits(&sql) && plan_cache::cacheable(&plan) => {
-                crate::metrics::plan_cache(plan_cache::Lookup::Miss);
+                crate::metrics::plan_cache(plan_cache::Lookup::Miss.label());
                 Cached::Keep(ctx, catalog)
             }
             true => {
-                crate::metrics::plan_cache(plan_cache::Lookup::Uncacheable);
+                crate::metrics::plan_cache(plan_cache::Lookup::Uncacheable.label());
                 Cached::No(ctx)
             }
         };
@@ -232,7 +232,7 @@ impl SqlSession {
             // its checks, none (planned with the literals).
             Some(kept) if kept.param_types == types => {
                 let physical = kept.physical.clone()?;
-                crate::metrics::plan_cache(plan_cache::Lookup::Hit);
+                crate::metrics::plan_cache(plan_cache::Lookup::Hit.label());
                 return Some(serve(kept.logical.clone(), Cached::Physical(physical)));
             }
             // Values of other types (`s = 5` came first, `s = 'x'` now):
@@ -275,7 +275,7 @@ impl SqlSession {
         };
         self.plans.put(&shape.key, catalog, plans);
         let physical = physical?;
-        crate::metrics::plan_cache(plan_cache::Lookup::Miss);
+        crate::metrics::plan_cache(plan_cache::Lookup::Miss.label());
         Some(serve(logical, Cached::Planned(physical)))
     }
 

@@ -15,7 +15,7 @@ use quarry_proto::coprocessor::DagRequest;
 
 use super::plan_cache::Plans;
 use super::region_scan::RegionScanExec;
-use crate::engine::{QueryOutput, QueryStream};
+use crate::output::{QueryOutput, QueryStream};
 use crate::{Error, Result};
 
 use super::*;
@@ -334,7 +334,7 @@ impl Running {
 /// region scan reads at, and the statement's deadline, if any.
 pub(super) fn with_moment(config: &mut SessionConfig, read_ts: u64) {
     config.set_extension(Arc::new(Snapshot { read_ts }));
-    if let Some(at) = crate::session_settings::current_deadline() {
+    if let Some(at) = crate::statement_deadline::current_deadline() {
         config.set_extension(Arc::new(Deadline(at)));
     }
 }

@@ -66,24 +66,7 @@ pub const REFRESH_AFTER: Duration = Duration::from_secs(300);
 /// count) before its statistics are taken again.
 pub const REANALYZE_CHANGE: f64 = 0.1;
 
-/// What the last analysis of a table found.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TableStatistics {
-    pub rows: u64,
-    /// By column id; integer, date and string columns only.
-    pub columns: HashMap<i64, ColumnStatistics>,
-}
-
-/// One column's statistics.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ColumnStatistics {
-    /// NULL when the table has no non-NULL value, and for strings.
-    pub min: ScalarValue,
-    pub max: ScalarValue,
-    pub nulls: u64,
-    /// Estimated (HyperLogLog, about 1.6% error).
-    pub distinct: u64,
-}
+pub use crate::table_stats::{ColumnStatistics, TableStatistics};
 
 struct Entry {
     /// None while the first analysis runs.

@@ -31,9 +31,6 @@
 //! unread, and a slow consumer holds the regions back instead of piling up
 //! their pages.
 
-pub mod backoff;
-pub mod retry;
-
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::pin::Pin;
@@ -55,9 +52,11 @@ use quarry_proto::coprocessor::{
 };
 use tokio::sync::mpsc;
 
-use self::retry::{Attempt, GiveUp, RegionWork, Retry, RetryConfig, RetryStats, MAX_REGION_ERRORS};
 use crate::cluster::{BatchAnswers, CopTransport};
 use crate::region_cache::{Located, RegionCache};
+use crate::retry::{
+    Attempt, GiveUp, RegionWork, Retry, RetryConfig, RetryStats, MAX_REGION_ERRORS,
+};
 use crate::txn::Txns;
 use crate::{Error, Result};
 

@@ -4,15 +4,15 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::session_settings;
 use crate::sql;
+use crate::statement_deadline;
 use crate::{Error, Result};
 
 use super::*;
 
 impl QueryEngine {
     /// Runs `f` (a query) under its session's statement timeout
-    /// (`session_settings.rs`). Region requests carry the deadline and
+    /// (`statement_deadline.rs`). Region requests carry the deadline and
     /// fail first, naming the store; this bound also covers what runs in
     /// compute. The read of an UPDATE or DELETE runs under its statement's
     /// deadline (and may be cut off: it has locked nothing yet).
@@ -26,7 +26,7 @@ impl QueryEngine {
     /// at, so that region requests, which carry the deadline, fail first
     /// and name their store.
     pub(super) fn deadline_now(&self) -> (Instant, Instant, bool) {
-        let (deadline, timeout, nested) = match session_settings::current_deadline() {
+        let (deadline, timeout, nested) = match statement_deadline::current_deadline() {
             Some(d) => (d, d.saturating_duration_since(Instant::now()), true),
             None => {
                 let timeout = self.settings.statement_timeout();
@@ -49,7 +49,7 @@ impl QueryEngine {
         let run = async {
             match nested {
                 true => f.await,
-                false => session_settings::with_deadline(deadline, f).await,
+                false => statement_deadline::with_deadline(deadline, f).await,
             }
         };
         match tokio::time::timeout_at(guard.into(), run).await {
@@ -77,7 +77,7 @@ impl QueryEngine {
 
     /// Runs a write statement (INSERT, UPDATE, DELETE) under its session's
     /// statement timeout: its reads and its transaction's region requests
-    /// carry the deadline ([`session_settings::write_deadline`]). Unlike a
+    /// carry the deadline ([`statement_deadline::write_deadline`]). Unlike a
     /// query it is not cut off from outside at the deadline: a write
     /// stopped between its prewrite and its commit would leave locks
     /// behind, so it ends when a region request runs out of time and
@@ -88,7 +88,7 @@ impl QueryEngine {
         f: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         let deadline = Instant::now() + self.settings.statement_timeout();
-        match session_settings::with_deadline(deadline, f).await {
+        match statement_deadline::with_deadline(deadline, f).await {
             // (A store or leader missing until the deadline reads as
             // unavailable: the timeout is still what ended it.)
             Err(e @ (Error::Deadline(_) | Error::Unavailable(_)))

@@ -76,7 +76,7 @@ pub struct Cancels {
 }
 
 fn caller() -> Option<String> {
-    crate::auth::caller().map(|c| c.user)
+    crate::caller::caller().map(|c| c.user)
 }
 
 impl Cancels {

@@ -29,7 +29,7 @@ use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::{IndexDef, IndexState, Layout, TableDef};
 
-use crate::df::stats::TableStatistics;
+use crate::table_stats::TableStatistics;
 
 /// An index lookup is chosen when the estimate is at most this share of
 /// the table's rows…

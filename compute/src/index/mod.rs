@@ -18,7 +18,7 @@
 //! INSERT's. A load that creates its table writes around transactions:
 //! an index created on that table while the load runs misses its rows.
 //!
-//! ONLINE BUILD (`ddl.rs`). F1's protocol as TiDB runs it: the index goes
+//! ONLINE BUILD (`engine/index_ddl.rs`). F1's protocol as TiDB runs it: the index goes
 //! DELETE_ONLY → WRITE_ONLY → (backfill) → PUBLIC, one meta write each.
 //! F1 leases the schema to each server and waits out the lease between
 //! steps, so no two servers are more than one step apart. Quarry's compute
@@ -46,90 +46,17 @@
 //! `public_ts`: an older snapshot may miss entries the backfill wrote.
 
 pub mod access;
-pub mod ddl;
 pub mod read;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use quarry_coprocessor::codec::index::entry;
 use quarry_coprocessor::codec::row::Datum;
 use quarry_proto::kv::{Mutation, Op};
 use quarry_proto::meta::{IndexDef, IndexState, TableDef};
 
-use crate::cluster::Cluster;
+pub use crate::schema_check::{SchemaCheck, SCHEMA_LEASE};
 use crate::{plan_err, Error, Result};
-
-/// How long after an index build's first step a write planned without the
-/// index may still commit (in one phase), and so how long the build waits
-/// before its next step.
-pub const SCHEMA_LEASE: Duration = Duration::from_secs(2);
-
-/// [`SCHEMA_LEASE`] in timestamp units (physical ms << 18).
-fn lease_ts() -> u64 {
-    (SCHEMA_LEASE.as_millis() as u64) << 18
-}
-
-/// The indexes a statement planned its writes with: (id, state) each.
-type Signature = Vec<(i64, i32)>;
-
-fn signature(t: &TableDef) -> Signature {
-    t.indexes.iter().map(|i| (i.id, i.state)).collect()
-}
-
-/// The tables a transaction writes, as it planned its writes: checked at
-/// its commit ([`crate::txn::Txns::commit_checked`]).
-#[derive(Debug, Clone, Default)]
-pub struct SchemaCheck {
-    /// (name, id, indexes) of each table.
-    tables: Vec<(String, i64, Signature)>,
-}
-
-impl SchemaCheck {
-    pub fn of(table: &TableDef) -> Self {
-        let mut c = SchemaCheck::default();
-        c.add(table);
-        c
-    }
-
-    /// Adds `table` (once per table id).
-    pub fn add(&mut self, table: &TableDef) {
-        if !self.tables.iter().any(|(_, id, _)| *id == table.id) {
-            self.tables
-                .push((table.name.clone(), table.id, signature(table)));
-        }
-    }
-
-    fn has_indexes(&self) -> bool {
-        self.tables.iter().any(|(_, _, s)| !s.is_empty())
-    }
-
-    /// The highest commit_ts a one-phase commit of a transaction that
-    /// started at `start_ts` may take; None: it must commit in two phases
-    /// (a table it writes has an index, checked at commit).
-    pub fn max_one_pc_commit_ts(&self, start_ts: u64) -> Option<u64> {
-        (!self.has_indexes()).then(|| start_ts.saturating_add(lease_ts()))
-    }
-
-    /// Fails with a conflict (run the statement again) if a table's
-    /// indexes are no longer as planned.
-    pub async fn verify(&self, cluster: &Cluster) -> Result<()> {
-        for (name, id, sig) in &self.tables {
-            let now = cluster.get_table(name).await?;
-            if now
-                .as_ref()
-                .is_some_and(|t| t.id == *id && signature(t) == *sig)
-            {
-                continue;
-            }
-            return Err(Error::Conflict(format!(
-                "the indexes of table {name} changed while this transaction wrote it \
-                 (an index is being built or dropped); nothing was written: run it again"
-            )));
-        }
-        Ok(())
-    }
-}
 
 /// One pending entry write of a statement.
 struct EntryWrite {

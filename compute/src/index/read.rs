@@ -21,8 +21,8 @@ use quarry_coprocessor::codec::mvcc::{blocks, decode_lock, split_version_value};
 use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::kv::{key_error, KvPair, LockInfo, Op, ScanRequest};
 
-use crate::dispatch::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
 use crate::region_cache::Located;
+use crate::retry::{Attempt, RegionWork, Retry, RetryConfig, RetryStats};
 use crate::txn::Txns;
 use crate::{Error, Result};
 

@@ -34,16 +34,13 @@ use super::copy::{self, Copy, CopyFrom, CopyTo};
 use super::encode;
 use super::sqlstate::{pg_error, to_pg};
 use super::statement::{self, Outcome, SessionStatement};
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::df::pg_functions::{default_setting, DEFAULT_SETTINGS};
 use crate::engine::{Prepared, QueryEngine, QueryOutput};
 use crate::session::OpenTxn;
 use crate::Error;
 
-/// The PostgreSQL version Quarry speaks as: clients (SQLAlchemy, JDBC,
-/// Grafana) read it to choose their dialect's features.
-pub const SERVER_VERSION: &str = "16.6";
-pub const SERVER_VERSION_NUM: &str = "160006";
+pub use crate::df::pg_functions::{SERVER_VERSION, SERVER_VERSION_NUM};
 
 /// Settings PostgreSQL reports but does not let a session change.
 const READ_ONLY: [&str; 10] = [
@@ -161,7 +158,7 @@ impl PgSession {
 
     /// Runs `f` as a request of this session (its caller and its key).
     pub async fn scoped<F: std::future::Future>(&self, f: F) -> F::Output {
-        crate::auth::in_scope(self.caller.clone(), self.id.clone(), self.peer, f).await
+        crate::caller::in_scope(self.caller.clone(), self.id.clone(), self.peer, f).await
     }
 
     /// What ReadyForQuery says.

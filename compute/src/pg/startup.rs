@@ -31,7 +31,7 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 
 use super::session::PgSession;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::engine::QueryEngine;
 
 /// The one database of a cluster.

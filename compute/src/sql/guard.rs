@@ -53,7 +53,7 @@ use crate::{plan_err, Error, Result};
 pub const MAX_EXPR_DEPTH: usize = 1000;
 
 /// The default for `compute.max-statement-bytes`.
-pub const DEFAULT_MAX_STATEMENT_BYTES: usize = 4 << 20;
+pub const DEFAULT_MAX_STATEMENT_BYTES: usize = crate::config::DEFAULT_MAX_STATEMENT_BYTES;
 
 /// Text at most this long is parsed on the caller's stack: a chain of
 /// 8,000 operators, the most it can hold, needs well under a megabyte to

@@ -181,7 +181,7 @@ pub struct Insert {
     pub rows: Vec<Vec<LogicalExpr>>,
     /// `INSERT ... SELECT` (or `VALUES` of expressions that are not
     /// constants): the query whose rows are inserted, as SQL text,
-    /// planned by DataFusion (`crate::dml::insert_select`).
+    /// planned by DataFusion (`crate::engine::dml::insert_select`).
     pub query: Option<String>,
 }
 

@@ -17,7 +17,8 @@ use std::sync::{Arc, OnceLock};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 
-use crate::engine::{QueryEngine, QueryOutput};
+use crate::engine::QueryEngine;
+use crate::output::QueryOutput;
 use crate::sql::backup::BackupStatement;
 use crate::{plan_err, Result};
 

@@ -31,7 +31,8 @@ use prost::Message;
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::meta::{ColumnDef, Layout, TableDef};
 
-use crate::engine::{QueryEngine, QueryOutput};
+use crate::engine::QueryEngine;
+use crate::output::QueryOutput;
 use crate::sql::AlterOp;
 use crate::{plan_err, Result};
 
@@ -77,7 +78,7 @@ pub fn altered(old: &TableDef, ops: &[AlterOp]) -> Result<TableDef> {
                 let dt = arrow_type(&ft)?;
                 let value = match default {
                     Some((e, _)) => {
-                        crate::insert::encoded_constant(e, &dt, ft.max_len, &column.name)?
+                        crate::engine::values::encoded_constant(e, &dt, ft.max_len, &column.name)?
                     }
                     None => None,
                 };

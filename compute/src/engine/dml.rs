@@ -40,8 +40,8 @@ use quarry_proto::meta::{Layout, TableDef};
 
 use crate::engine::QueryEngine;
 use crate::session::OpenTxn;
-use crate::session_settings::write_deadline;
 use crate::sql::{Delete, Update};
+use crate::statement_deadline::write_deadline;
 use crate::{plan_err, Error, Result};
 
 /// Times an autocommit UPDATE or DELETE runs before its write conflict
@@ -296,7 +296,7 @@ pub async fn update(
     update_query(table, upd)?;
     let rows_at = |start_ts: u64, table: TableDef| async move {
         let sql = update_query(&table, upd)?;
-        let types = crate::insert::column_types(&table)?;
+        let types = crate::engine::values::column_types(&table)?;
         let out = engine.query_at(&sql, start_ts, &table).await?;
         let mut enc = RowEncoder::new();
         let mut maint = crate::index::Maintainer::new(&table);
@@ -377,7 +377,7 @@ where
     F: Fn(u64, TableDef) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<Mutation>>>,
 {
-    let packed = crate::insert::is_packed(table);
+    let packed = crate::txn::is_packed(table);
     let def = parking_lot::Mutex::new(table.clone());
     let altered = AtomicBool::new(false);
     // The definition the rows were found with, if it is still the table's.
@@ -454,7 +454,7 @@ where
             let used = unchanged(used).await?;
             let n = rows_of(&mutations);
             if n > 0 {
-                let check = crate::index::SchemaCheck::of(&used);
+                let check = crate::schema_check::SchemaCheck::of(&used);
                 engine
                     .txns()
                     .write_checked(start_ts, mutations, packed, write_deadline(), Some(&check))
@@ -509,10 +509,10 @@ pub async fn insert_select(
     query: &str,
     txn: Option<&OpenTxn>,
 ) -> Result<usize> {
-    let targets = crate::insert::target_positions(table, columns)?;
-    let types = crate::insert::column_types(table)?;
+    let targets = crate::engine::values::target_positions(table, columns)?;
+    let types = crate::engine::values::column_types(table)?;
     // A column the INSERT does not name gets its DEFAULT.
-    let defaults = crate::insert::column_defaults(table)?;
+    let defaults = crate::engine::values::column_defaults(table)?;
     let handle_pos = table.key_position();
     // (Only the indexes may differ from `table` in the definition `now`:
     // the columns, and so the targets and types, stay.)

@@ -63,7 +63,7 @@ use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::meta::RegionError;
 use tokio::sync::Semaphore;
 
-use super::backoff::Backoff;
+use crate::backoff::Backoff;
 use crate::region_cache::{Located, RegionCache};
 use crate::{Error, Result};
 

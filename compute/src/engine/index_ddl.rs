@@ -5,7 +5,7 @@
 //! 1. The index enters the table's definition as DELETE_ONLY. From here
 //!    every write to the table commits in two phases and checks the
 //!    table's indexes at commit.
-//! 2. Wait [`SCHEMA_LEASE`](super::SCHEMA_LEASE) by the timestamp oracle:
+//! 2. Wait [`SCHEMA_LEASE`](crate::index::SCHEMA_LEASE) by the timestamp oracle:
 //!    a write planned before step 1 has committed below that (its
 //!    one-phase commit_ts is capped) or fails its check.
 //! 3. WRITE_ONLY: every write now keeps the index's entries.
@@ -39,7 +39,7 @@ use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::kv::{Mutation, Op};
 use quarry_proto::meta::{IndexDef, IndexState, TableDef};
 
-use crate::dml::{key_column, quote};
+use crate::engine::dml::{key_column, quote};
 use crate::engine::QueryEngine;
 use crate::sql::CreateIndex;
 use crate::{plan_err, Error, Result};
@@ -105,9 +105,9 @@ fn set_state(t: &mut TableDef, id: i64, state: IndexState, public_ts: u64) -> Re
     Ok(())
 }
 
-/// Waits until the oracle is [`super::SCHEMA_LEASE`] past `since`.
+/// Waits until the oracle is [`crate::index::SCHEMA_LEASE`] past `since`.
 async fn wait_lease(engine: &QueryEngine, since: u64) -> Result<()> {
-    let until = since.saturating_add(super::lease_ts());
+    let until = since.saturating_add(crate::schema_check::lease_ts());
     loop {
         let now = engine.txns().timestamp().await?;
         if now >= until {
@@ -121,7 +121,7 @@ async fn wait_lease(engine: &QueryEngine, since: u64) -> Result<()> {
 /// `CREATE [UNIQUE] INDEX`: false when it existed (IF NOT EXISTS).
 pub async fn create_index(engine: &QueryEngine, ci: &CreateIndex) -> Result<bool> {
     let tables = engine.cluster.list_tables().await?;
-    if let Some((t, _)) = super::find(&tables, &ci.name) {
+    if let Some((t, _)) = crate::index::find(&tables, &ci.name) {
         if ci.if_not_exists {
             return Ok(false);
         }
@@ -221,7 +221,7 @@ pub async fn create_index(engine: &QueryEngine, ci: &CreateIndex) -> Result<bool
 /// `DROP INDEX`: false when there was none (IF EXISTS).
 pub async fn drop_index(engine: &QueryEngine, name: &str, if_exists: bool) -> Result<bool> {
     let tables = engine.cluster.list_tables().await?;
-    let Some((table, ix)) = super::find(&tables, name) else {
+    let Some((table, ix)) = crate::index::find(&tables, name) else {
         if if_exists {
             return Ok(false);
         }
@@ -305,7 +305,7 @@ async fn backfill(engine: &QueryEngine, table: &TableDef, ix: &IndexDef) -> Resu
         pending.sort_by(|x, y| x.key.cmp(&y.key));
         for w in pending.windows(2) {
             if w[0].key == w[1].key {
-                return Err(super::duplicate(&ix.name)
+                return Err(crate::index::duplicate(&ix.name)
                     .with_context(&format!("rows {} and {}", w[0].handle, w[1].handle)));
             }
         }
@@ -341,7 +341,7 @@ async fn write_chunk(
     // Entries a writer took since `b`, or that are there already.
     let mut skip: std::collections::HashSet<Vec<u8>> = Default::default();
     for _ in 0..CHUNK_ATTEMPTS {
-        let deadline = Instant::now() + crate::session_settings::WRITE_DEADLINE;
+        let deadline = Instant::now() + crate::txn::WRITE_DEADLINE;
         let mutations: Vec<Mutation> = chunk
             .iter()
             .filter(|p| !skip.contains(&p.key))
@@ -401,7 +401,7 @@ async fn write_chunk(
                     && still_holds(engine, table, ix, p).await?
                     && taken_by_other(engine, p).await?
                 {
-                    return Err(super::duplicate(&ix.name));
+                    return Err(crate::index::duplicate(&ix.name));
                 }
                 skip.insert(k);
                 last_err = Some(e);
@@ -411,7 +411,7 @@ async fn write_chunk(
         if let Some(k) = named_key(&message, "duplicate key: a row with index entry ") {
             if let Some(p) = chunk.iter().find(|p| p.key == k) {
                 if taken_by_other(engine, p).await? && still_holds(engine, table, ix, p).await? {
-                    return Err(super::duplicate(&ix.name));
+                    return Err(crate::index::duplicate(&ix.name));
                 }
                 skip.insert(k);
                 last_err = Some(e);
@@ -436,7 +436,7 @@ async fn newer_than(
 ) -> Result<Vec<Vec<u8>>> {
     use quarry_coprocessor::codec::key::{classify_key, IndexPart, KeyKind};
     let mut out = Vec::new();
-    for p in super::read::raw_records(txns, range, deadline).await? {
+    for p in crate::index::read::raw_records(txns, range, deadline).await? {
         if let KeyKind::Index {
             base_len,
             part: IndexPart::Version { commit_ts, kind },
@@ -458,8 +458,8 @@ async fn taken_by_other(engine: &QueryEngine, p: &Pending) -> Result<bool> {
         p.key.clone(),
         quarry_coprocessor::codec::key::row_keys_end(&p.key),
     );
-    let deadline = Instant::now() + crate::session_settings::WRITE_DEADLINE;
-    for e in super::read::entries_at(txns, range, now, deadline).await? {
+    let deadline = Instant::now() + crate::txn::WRITE_DEADLINE;
+    for e in crate::index::read::entries_at(txns, range, now, deadline).await? {
         if e.key == p.key && !e.value.is_empty() && entry_handle(&e.key, &e.value)? != p.handle {
             return Ok(true);
         }
