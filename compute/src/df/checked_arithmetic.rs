@@ -11,9 +11,10 @@
 //!
 //! * **Planned expressions.** [`CheckedArithmetic`], a physical optimizer
 //!   rule that runs last, rebuilds every `+`, `-` and `*` whose operands are
-//!   integers with the checked kernels, in the nodes that evaluate
-//!   expressions in compute: projections, filters, and aggregations'
-//!   group keys and arguments. Checked kernels differ from the wrapping
+//!   integers with the checked kernels, and unary minus of an integer as a
+//!   checked `0 - x`, in the nodes that evaluate expressions in compute:
+//!   projections, filters, sorts' keys, and aggregations' group keys and
+//!   arguments. Checked kernels differ from the wrapping
 //!   ones only where a value overflows; floats and decimals are left as
 //!   DataFusion plans them (DECIMAL results are bounded by their precision
 //!   elsewhere, `df/aggregates.rs`).
@@ -27,12 +28,12 @@
 //!   reaches it: `SELECT 9223372036854775807 + 1` fails, `CASE WHEN false
 //!   THEN 9223372036854775807 + 1 ELSE 0 END` answers 0, as in PostgreSQL.
 //!
-//! Not covered yet: sort keys, join conditions, window arguments and
-//! ordered aggregates' arguments computed in compute (DataFusion evaluates
-//! those inside their own operators; an ordered aggregate may have been
-//! reversed by DataFusion's ordering rules, which rebuilding it would
-//! undo), and unary minus of the smallest BIGINT (`NegativeExpr` wraps
-//! too). `docs/postgres.md` lists them.
+//! Not covered yet: join conditions, window arguments and ordered
+//! aggregates' arguments computed in compute (DataFusion evaluates those
+//! inside their own operators, and its window expressions without a
+//! frame cannot be rebuilt with new arguments; an ordered aggregate may
+//! have been reversed by DataFusion's ordering rules, which rebuilding it
+//! would undo). `docs/postgres.md` lists them.
 
 use std::sync::Arc;
 
@@ -50,12 +51,14 @@ use datafusion::logical_expr::{
     ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
-use datafusion::physical_expr::expressions::BinaryExpr;
+use datafusion::physical_expr::expressions::{BinaryExpr, Literal, NegativeExpr};
 use datafusion::physical_expr::{create_physical_expr, PhysicalExpr};
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::ExecutionPlan;
 
 /// The physical rule: integer `+ - *` in compute's operators are checked.
@@ -113,6 +116,29 @@ fn checked_node(node: Arc<dyn ExecutionPlan>) -> DfResult<Transformed<Arc<dyn Ex
         let new = FilterExecBuilder::from(f)
             .with_predicate(predicate)
             .build()?;
+        return Ok(Transformed::yes(Arc::new(new)));
+    }
+    if let Some(sort) = node.downcast_ref::<SortExec>() {
+        // Sort keys computed in compute (ORDER BY a * b): a wrapped key
+        // would sort the rows silently wrong.
+        let schema = sort.input().schema();
+        let mut changed = false;
+        let keys = sort
+            .expr()
+            .iter()
+            .map(|k| {
+                Ok(PhysicalSortExpr {
+                    expr: checked(&k.expr, &schema, &mut changed)?,
+                    options: k.options,
+                })
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        let Some(ordering) = LexOrdering::new(keys).filter(|_| changed) else {
+            return Ok(Transformed::no(node));
+        };
+        let new = SortExec::new(ordering, sort.input().clone())
+            .with_preserve_partitioning(sort.preserve_partitioning())
+            .with_fetch(sort.fetch());
         return Ok(Transformed::yes(Arc::new(new)));
     }
     if let Some(a) = node.downcast_ref::<AggregateExec>() {
@@ -208,10 +234,24 @@ fn checked(
     changed: &mut bool,
 ) -> DfResult<Arc<dyn PhysicalExpr>> {
     let t = expr.clone().transform_up(|e| {
+        let integer = |e: &Arc<dyn PhysicalExpr>| e.data_type(schema).is_ok_and(|t| t.is_integer());
+        if let Some(n) = e.downcast_ref::<NegativeExpr>() {
+            // Unary minus wraps too (-(-2^63) is -2^63): as `0 - x`, checked.
+            if !integer(n.arg()) {
+                return Ok(Transformed::no(e));
+            }
+            let zero = ScalarValue::new_zero(&n.arg().data_type(schema)?)?;
+            let checked = BinaryExpr::new(
+                Arc::new(Literal::new(zero)),
+                Operator::Minus,
+                n.arg().clone(),
+            )
+            .with_fail_on_overflow(true);
+            return Ok(Transformed::yes(Arc::new(checked) as Arc<dyn PhysicalExpr>));
+        }
         let Some(b) = e.downcast_ref::<BinaryExpr>() else {
             return Ok(Transformed::no(e));
         };
-        let integer = |e: &Arc<dyn PhysicalExpr>| e.data_type(schema).is_ok_and(|t| t.is_integer());
         if !matches!(
             b.op(),
             Operator::Plus | Operator::Minus | Operator::Multiply
