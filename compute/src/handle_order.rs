@@ -97,8 +97,11 @@ pub async fn scan_in_handle_order(
     if let Some(r) = &rowid {
         fields.insert(0, Arc::new(Field::new(&r.name, DataType::Int64, false)));
     }
-    // DECIMAL(p ≤ 18) as Decimal64, as narrow pages carry them.
-    let schema = quarry_coprocessor::ipc::narrow_schema(&Arc::new(Schema::new(fields)));
+    let wide: SchemaRef = Arc::new(Schema::new(fields));
+    // DECIMAL(p ≤ 18) as Decimal64, as narrow pages carry them; pages
+    // sent wide (`encode = "rows"` or `"arrow-decimal128"`) are cast
+    // (`conform`). Rows decode by the table's own (wide) types.
+    let schema = quarry_coprocessor::ipc::narrow_schema(&wide);
     let handle_pos = handle_position(table)?;
     if schema.field(handle_pos).data_type() != &DataType::Int64 {
         return Err(Error::Internal(format!(
@@ -115,7 +118,7 @@ pub async fn scan_in_handle_order(
         read_ts,
         ..Default::default()
     });
-    let row_types: Vec<DataType> = schema
+    let row_types: Vec<DataType> = wide
         .fields()
         .iter()
         .map(|f| f.data_type().clone())

@@ -97,41 +97,79 @@ mod tests {
         }
     }
 
-    /// The source without comments and without its test module (the
-    /// file's `#[cfg(test)] mod tests` and what follows it).
+    /// The source without comments (outside string literals) and without
+    /// its test module (`#[cfg(test)] mod tests { … }` and what follows).
     fn code(text: &str) -> String {
         let text = text
-            .find("#[cfg(test)]\nmod tests")
+            .find("#[cfg(test)]\nmod tests {")
             .map_or(text, |at| &text[..at]);
-        text.lines()
-            .map(|l| l.find("//").map_or(l, |at| &l[..at]))
-            .collect::<Vec<_>>()
-            .join("\n")
+        let mut out = String::with_capacity(text.len());
+        let mut chars = text.chars().peekable();
+        let (mut in_string, mut escaped) = (false, false);
+        while let Some(c) = chars.next() {
+            if in_string {
+                out.push(c);
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' => escaped = true,
+                    '"' => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            if c == '/' && chars.peek() == Some(&'/') {
+                // A comment: up to the end of the line.
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+                continue;
+            }
+            in_string = c == '"';
+            out.push(c);
+        }
+        out
     }
 
-    /// Top-level modules named after `crate::` in `code` (including
-    /// `use crate::{a, b::c}`).
-    fn imports(code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    /// Top-level modules that `code` names after `root` (`crate::`, or
+    /// `super::` where that is the crate's root), `use` groups included
+    /// (`crate::{a, b::{c, d}}` names `a` and `b`).
+    fn imports(code: &str, root: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
         let mut found = BTreeSet::new();
         let ident = |s: &str| -> String {
             s.chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect()
         };
-        for (at, _) in code.match_indices("crate::") {
-            let rest = &code[at + "crate::".len()..];
-            if let Some(group) = rest.strip_prefix('{') {
-                let group = &group[..group.find('}').unwrap_or(group.len())];
-                for item in group.split(',') {
-                    let name = ident(item.trim());
-                    if modules.contains(&name) {
-                        found.insert(name);
-                    }
-                }
-            } else {
-                let name = ident(rest);
-                if modules.contains(&name) {
-                    found.insert(name);
+        let mut name = |s: &str| {
+            let n = ident(s.trim_start());
+            if modules.contains(&n) {
+                found.insert(n);
+            }
+        };
+        for (at, _) in code.match_indices(root) {
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let rest = &code[at + root.len()..];
+            let Some(group) = rest.strip_prefix('{') else {
+                name(rest);
+                continue;
+            };
+            // The group's top-level items: the first, and each after a
+            // comma outside nested braces.
+            name(group);
+            let mut depth = 0;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => name(&group[i + 1..]),
+                    _ => {}
                 }
             }
         }
@@ -168,8 +206,17 @@ mod tests {
             if from == "lib" {
                 continue;
             }
-            let text = std::fs::read_to_string(f).unwrap();
-            for to in imports(&code(&text), &modules) {
+            let text = code(&std::fs::read_to_string(f).unwrap());
+            // `super::` is the crate's root in a top-level file and in a
+            // folder's `mod.rs`.
+            let rel = f.strip_prefix(&src).unwrap();
+            let depth = rel.components().count();
+            let at_root = depth == 1 || (depth == 2 && rel.ends_with("mod.rs"));
+            let mut found = imports(&text, "crate::", &modules);
+            if at_root {
+                found.extend(imports(&text, "super::", &modules));
+            }
+            for to in found {
                 if to == from {
                     continue;
                 }
@@ -222,12 +269,17 @@ mod tests {
 
     #[test]
     fn the_reader_finds_imports_and_skips_comments_and_tests() {
-        let modules: BTreeSet<String> =
-            ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
-        let text = "use crate::a::X;\nuse crate::{b, c::Y};\n// crate::d in a comment\n\
-                    #[cfg(test)]\nmod tests {\n    use crate::d;\n}\n";
-        let got = imports(&code(text), &modules);
-        let want: BTreeSet<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(got, want);
+        let set =
+            |names: &[&str]| -> BTreeSet<String> { names.iter().map(|s| s.to_string()).collect() };
+        let modules = set(&["a", "b", "c", "d", "e", "f", "g"]);
+        let text = "use crate::a::X;\nuse crate::{b, c::{Y, Z}, e::W};\n\
+                    // crate::d in a comment\n\
+                    let url = \"file://x\"; let y = crate::f::y();\n\
+                    mod tests;\n\
+                    #[cfg(test)]\nmod tests {\n    use crate::g;\n}\n";
+        let got = imports(&code(text), "crate::", &modules);
+        assert_eq!(got, set(&["a", "b", "c", "e", "f"]));
+        let got = imports("use super::{a, b::c};", "super::", &modules);
+        assert_eq!(got, set(&["a", "b"]));
     }
 }

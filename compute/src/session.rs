@@ -70,7 +70,7 @@ pub struct OpenTxn {
     /// Keeps the versions its snapshot needs while it may read (released
     /// when it is aborted or lost).
     hold: Mutex<Option<ReadHold>>,
-    /// The logged-in user who began it (`auth::caller`): only they may
+    /// The logged-in user who began it (`caller::caller`): only they may
     /// use or end it. None without logins.
     owner: Option<String>,
 }

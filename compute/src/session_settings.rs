@@ -5,7 +5,7 @@
 //! session here is what every client does keep: its connection. ADBC, the
 //! JDBC driver, the client library and `quarry sql` each hold one HTTP/2
 //! connection per connection object, and the server knows it by the
-//! client's address (`auth::session_key`; with logins, the token too).
+//! client's address (`caller::session_key`; with logins, the token too).
 //! A setting lasts while the connection is used: it is forgotten after
 //! [`IDLE`] without a statement, and when more than [`MAX_SESSIONS`]
 //! connections have settings the longest idle goes first. A client that

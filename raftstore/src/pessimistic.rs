@@ -13,7 +13,7 @@
 //!   the leader reads each key's row as the transaction sees it at its
 //!   start_ts, its own earlier writes included, and sends the rows with
 //!   the answer. Compute locks the keys a point selection names
-//!   (`compute/src/dml.rs`) and answers the query from the rows it got.
+//!   (`compute/src/engine/dml.rs`) and answers the query from the rows it got.
 //!   The read raises max_ts to start_ts first (`concurrency.rs`), as
 //!   every snapshot read does, so no one-phase commit lands at or below it
 //!   afterwards; once the lock is in place, nothing else can commit the

@@ -16,8 +16,14 @@ use crate::load_file::{Checksum, ColumnSum};
 /// The manifest's name in a backup's directory.
 pub const MANIFEST: &str = "backup.json";
 
-/// This format's version; a restore refuses others.
-const FORMAT: u32 = 1;
+/// The format this Quarry writes; a restore refuses one it does not read.
+const FORMAT: u32 = 2;
+
+/// The oldest format this Quarry restores. Format 2 keeps DECIMAL(p ≤ 18)
+/// columns as Decimal64 in the files' Arrow schema (format 1: Decimal128;
+/// the Parquet columns are the same), which a release that reads only
+/// format 1 would refuse column by column: the format tells it first.
+const OLDEST_FORMAT: u32 = 1;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
@@ -133,9 +139,10 @@ impl Manifest {
     pub fn from_json(bytes: &[u8], shown: &str) -> Result<Manifest> {
         let m: Manifest = serde_json::from_slice(bytes)
             .with_context(|| format!("{shown}/{MANIFEST} is not a backup manifest"))?;
-        if m.format != FORMAT {
+        if !(OLDEST_FORMAT..=FORMAT).contains(&m.format) {
             bail!(
-                "{shown}/{MANIFEST} has format {}; this Quarry reads format {FORMAT}",
+                "{shown}/{MANIFEST} has format {}; this Quarry reads formats \
+                 {OLDEST_FORMAT} to {FORMAT}",
                 m.format
             );
         }
@@ -258,5 +265,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("has format 9"), "{err}");
+        // Backups of format 1 (decimals as Decimal128) still restore.
+        other.format = 1;
+        assert!(Manifest::from_json(&other.to_json().unwrap(), "/b").is_ok());
     }
 }

@@ -69,7 +69,7 @@ fn version_udf() -> ScalarUDF {
 }
 
 /// `session_user` / `current_user`: the logged-in caller of the statement
-/// (`auth::caller`; evaluated as the statement is planned, in its
+/// (`caller::caller`; evaluated as the statement is planned, in its
 /// request's scope); `root`, the superuser, where nobody logs in.
 fn user_udf(name: &str) -> ScalarUDF {
     create_udf(

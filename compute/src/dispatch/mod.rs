@@ -23,7 +23,7 @@
 //! regions are asked one by one.
 //!
 //! Everything about failures — unreachable stores, NotLeader hints, busy
-//! stores, splits — is the [`retry`] layer's, shared with the writer
+//! stores, splits — is the [`crate::retry`] layer's, shared with the writer
 //! (`kv_writer.rs`). This module only says what a scan request carries and
 //! what happens to its answer: each page goes through a bounded channel to
 //! the query as soon as it arrives, so an `on_batch` that is satisfied (a

@@ -4,7 +4,7 @@
 //! A connection is a session, as in PostgreSQL: its transaction and its
 //! settings belong to it alone and end with it. Statements run through
 //! the same engine calls Flight SQL's do (`QueryEngine::prepare_sql_in`,
-//! `stream_in`), inside the same per-request scope (`auth::in_scope`):
+//! `stream_in`), inside the same per-request scope (`caller::in_scope`):
 //! the caller, and the session key `session_settings.rs` keeps a
 //! session's `statement_timeout` under — here the connection's own id,
 //! which no other connection shares.

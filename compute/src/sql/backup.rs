@@ -10,7 +10,7 @@
 //! are lower-cased, quoted ones kept as written. Without `TABLE`, BACKUP
 //! takes every table and RESTORE every table in the backup. The work
 //! itself is not here: compute only parses the statements and hands them
-//! to the [`crate::backup`] hook the binary installs.
+//! to the [`crate::engine::backup`] hook the binary installs.
 //!
 //! sqlparser has no such statements, so this is a small hand parser over
 //! sqlparser's tokenizer (quoted names and string literals as in every

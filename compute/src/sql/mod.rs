@@ -187,7 +187,7 @@ pub struct Insert {
 
 /// `UPDATE table SET col = expr, ... [WHERE cond]`. The expressions stay
 /// SQL text: DataFusion evaluates them over the rows the condition picks
-/// (`crate::dml`).
+/// (`crate::engine::dml`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Update {
     pub table: String,
