@@ -4,7 +4,9 @@
 //! writes the snapshot saw; and the refusals a user meets (a table that
 //! exists, a corrupt or missing file, no manifest, a checksum that does
 //! not match), each leaving no table behind, through SQL and through
-//! `quarry backup` / `quarry restore`.
+//! `quarry backup` / `quarry restore`; and a backup through compute
+//! processes whose stores answer in each page encoding (rows, wide and
+//! narrow decimals), restored exactly.
 
 mod common;
 
@@ -342,4 +344,45 @@ fn bad_backups_are_refused_by_name_and_leave_no_table() {
     // A backup never overwrites one.
     let err = pg.fails(&format!("BACKUP TO '{}'", good.display()));
     assert!(err.contains("already holds a backup"), "{err}");
+}
+
+/// BACKUP reads DECIMAL(p ≤ 18) columns as the Decimal64 narrow pages
+/// carry; a compute process whose stores answer in rows (`--encode rows`)
+/// or in wide decimals (`--encode arrow-decimal128`) backs up the same
+/// values, and each backup restores them exactly (wide decimals, small
+/// ones that Parquet keeps in 32 bits, NULLs, the edges of DECIMAL(15,2)).
+#[test]
+fn a_backup_reads_every_page_encoding() {
+    let pg = Playground::start(&["--stores", "3"]);
+    pg.ok(
+        "CREATE TABLE d (id BIGINT PRIMARY KEY, price DECIMAL(15,2), small DECIMAL(5,1), \
+         wide DECIMAL(30,4), name VARCHAR)",
+    );
+    pg.ok(
+        "INSERT INTO d VALUES (1, 12.34, 1234.5, 123456789012345678901.2345, 'a'), \
+         (2, -9999999999999.99, NULL, NULL, NULL), (3, NULL, -0.1, 1.0001, 'c'), \
+         (4, 9999999999999.99, 0.0, -0.0001, '')",
+    );
+    let want = pg.ok("SELECT * FROM d ORDER BY id");
+    assert!(want.contains("-9999999999999.99"), "{want}");
+    for encode in ["rows", "arrow-decimal128", "arrow"] {
+        let compute = pg.extra_compute(&["--encode", encode]);
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().join("b");
+        runtime().block_on(async {
+            let mut c = quarry_client::Client::connect(&compute.url).await.unwrap();
+            c.sql(&format!("BACKUP TABLE d TO '{}'", location.display()))
+                .await
+                .unwrap_or_else(|e| panic!("BACKUP with --encode {encode}: {e}"));
+        });
+        pg.ok(&format!(
+            "RESTORE TABLE d FROM '{}' WITH REPLACE",
+            location.display()
+        ));
+        assert_eq!(
+            pg.ok("SELECT * FROM d ORDER BY id"),
+            want,
+            "restored from a backup made with --encode {encode}"
+        );
+    }
 }
