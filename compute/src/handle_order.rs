@@ -83,8 +83,8 @@ pub fn handle_position(table: &TableDef) -> Result<usize> {
 /// [`rowid_field_name`]) when it has no primary key (the key is then the
 /// handle). DECIMAL(p ≤ 18) columns come as Decimal64 (the values the
 /// stores send; [`quarry_coprocessor::ipc::narrow_schema`]), not widened
-/// to the Decimal128 a query computes on. `table` is the definition the rows are read as; the caller
-/// makes sure it is the one at `read_ts`.
+/// to the Decimal128 a query computes on. `table` is the definition the
+/// rows are read as; the caller makes sure it is the one at `read_ts`.
 pub async fn scan_in_handle_order(
     dispatcher: Arc<Dispatcher>,
     table: &TableDef,
