@@ -24,6 +24,7 @@ use crate::df::region_scan::ScanContext;
 use crate::df::{self, PlannedQuery, SqlSession};
 use crate::dispatch::{DispatchConfig, Dispatcher};
 use crate::kv_writer::KvWriter;
+use crate::output::text_output;
 use crate::params;
 use crate::region_cache::RegionCache;
 use crate::session::{OpenTxn, Sessions};
@@ -154,8 +155,6 @@ pub struct StatementShape {
     /// its first execution may run instead of planning it again.
     pub plan: Option<Box<PlannedQuery>>,
 }
-
-use crate::output::text_output;
 
 impl QueryEngine {
     pub fn new(cfg: &ComputeConfig) -> Result<Self> {

@@ -340,8 +340,9 @@ impl ScanStream {
     /// carry them instead of widening them to Decimal128 (pages sent
     /// without narrowing still come as Decimal128). For a reader that
     /// stores values rather than computing on them (BACKUP's Parquet
-    /// writer keeps such decimals as 64-bit integers anyway): the widening
-    /// and the writer's narrowing again were two copies of every decimal.
+    /// writer keeps such decimals as 32- or 64-bit integers anyway): the
+    /// widening and the writer's narrowing again were two copies of every
+    /// decimal.
     pub fn keeping_decimal64(mut self) -> Self {
         if let Some(st) = self.state.as_mut() {
             st.widen = false;
