@@ -120,6 +120,54 @@ fn psql_lists_describes_answers_tpch_and_runs_transactions() {
     assert!(out.contains("UPDATE 1"), "{out}");
     assert!(out.ends_with("id,v\n3,THREE\n(1 row)\n"), "{out}");
 
+    // Several statements in one Query are one transaction: the second
+    // fails, and the first's row is not written.
+    let (ok, _, err) = psql(
+        &addr,
+        "",
+        &[
+            "-c",
+            "INSERT INTO psql_t VALUES (20, 'twenty'); INSERT INTO no_such_table VALUES (1)",
+        ],
+    );
+    assert!(!ok && err.contains("no_such_table"), "{err}");
+    let after = psql_ok(
+        &addr,
+        &["-At", "-c", "SELECT count(*) FROM psql_t WHERE id = 20"],
+    );
+    assert_eq!(after, "0\n");
+
+    // The session's TimeZone: TIMESTAMPTZ literals are read in it and
+    // written in it, with that instant's offset, as in PostgreSQL.
+    let zoned = psql_ok(
+        &addr,
+        &[
+            "-At",
+            "-c",
+            "SET TimeZone = 'Asia/Kolkata'",
+            "-c",
+            "SELECT CAST('2024-01-15 12:00:00' AS TIMESTAMPTZ), \
+             CAST('2024-01-15 12:00:00+00' AS TIMESTAMPTZ), current_setting('timezone')",
+        ],
+    );
+    assert_eq!(
+        zoned,
+        "SET\n2024-01-15 12:00:00+05:30|2024-01-15 17:30:00+05:30|Asia/Kolkata\n"
+    );
+    let (ok, _, err) = psql(&addr, "", &["-c", "SET TimeZone = '+5'"]);
+    assert!(!ok && err.contains("name the zone"), "{err}");
+
+    // \d lists the primary key and the indexes, as psql lists
+    // PostgreSQL's.
+    psql_ok(&addr, &["-c", "CREATE INDEX psql_t_v ON psql_t (v, id)"]);
+    let described = psql_ok(&addr, &["-c", "\\d psql_t"]);
+    assert!(
+        described.ends_with(
+            "Indexes:\n    \"psql_t_pkey\" PRIMARY KEY, btree (id)\n    \"psql_t_v\" btree (v, id)\n\n"
+        ),
+        "{described}"
+    );
+
     // COPY FROM STDIN, CSV with a header and PostgreSQL's text format
     // (escapes, \N), through psql's \copy; a bad value names its line
     // and column.
@@ -275,6 +323,10 @@ fn psycopg_asyncpg_and_sqlalchemy_run_unchanged() {
         "sqlstate,within_30s,after\n57014,True,1\n"
     );
     assert_eq!(section(&s, "settings"), "this,other\none,\n");
+    assert_eq!(
+        section(&s, "current_setting"),
+        "this,other,this_path\none,,public\n"
+    );
 
     let out = Command::new(&python)
         .arg(repo_path("tests/clients/pg_asyncpg.py"))
@@ -303,6 +355,11 @@ fn psycopg_asyncpg_and_sqlalchemy_run_unchanged() {
         section(&s, "computed"),
         "s,i,r,ts,iv,b\n3,-7,0.25,1999-12-31 23:59:59.999999,1 day, 0:00:00,False\n"
     );
+    // A failing row of executemany's batch leaves none of its rows.
+    assert_eq!(
+        section(&s, "executemany"),
+        "sqlstate,after_failure,after_success\n22003,0,2\n"
+    );
     let tables = section(&s, "sqlalchemy tables");
     for t in ["lineitem", "pg_async"] {
         assert!(tables.contains(&format!("{t}\n")), "{tables}");
@@ -311,6 +368,13 @@ fn psycopg_asyncpg_and_sqlalchemy_run_unchanged() {
         section(&s, "sqlalchemy columns"),
         "name,type,nullable\nid,BIGINT(),False\nd,NUMERIC(),True\n\
          f,DOUBLE_PRECISION(precision=53),True\nt,TEXT(),True\ndt,DATE(),True\n"
+    );
+    // As PostgreSQL's inspector answers for the same table and indexes.
+    assert_eq!(
+        section(&s, "sqlalchemy keys"),
+        "what,value\nprimary key,pg_async_pkey id\nindex,pg_async_dt_t dt t unique=False\n\
+         index,pg_async_f f unique=True\nunique constraints,0\nforeign keys,0\n\
+         check constraints,0\n"
     );
     assert_eq!(section(&s, "sqlalchemy query"), "n\n2\n");
 }
@@ -617,6 +681,14 @@ fn answers_match_postgresql_byte_for_byte() {
         .unwrap_or_else(|| panic!("no summary line:\n{text}"));
     assert!(values > 700, "{last}");
     assert!(last.ends_with(", 0 mismatches"), "{last}");
+    // TIMESTAMPTZ in three session time zones, each in three formats.
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("ok") && l.contains("AS local_noon"))
+            .count(),
+        9,
+        "{text}"
+    );
     for copy in ["TO STDOUT\n", "(FORMAT csv, HEADER)\n", "(FORMAT binary)\n"] {
         assert!(
             text.lines()

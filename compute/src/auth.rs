@@ -546,6 +546,7 @@ where
                     login: None,
                     peer,
                     session: None,
+                    settings: None,
                 };
                 return SCOPE.scope(scope, inner.call(req)).await;
             }
@@ -559,6 +560,7 @@ where
                         login: Some(login),
                         peer,
                         session: None,
+                        settings: None,
                     };
                     SCOPE.scope(scope, inner.call(req)).await
                 }

@@ -9,6 +9,9 @@
 //! session layer can ask who is calling without importing the front ends'
 //! login checks (`auth.rs`), which sit above them.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 /// Who sent a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
@@ -33,15 +36,20 @@ pub(crate) struct Scope {
     /// own (a PostgreSQL connection); else the peer (and token) stand
     /// for it.
     pub(crate) session: Option<String>,
+    /// The session's settings by name (lower case), where the front end
+    /// keeps them (a PostgreSQL connection's `SET`s over its defaults):
+    /// what `current_setting()` answers in its statements.
+    pub(crate) settings: Option<Arc<BTreeMap<String, String>>>,
 }
 
 /// Runs `f` as a request of `caller` (None: no logins) from `peer`, in
 /// the session `session` (a PostgreSQL connection's id: its settings are
-/// kept under it).
+/// kept under it), whose settings are `settings`.
 pub async fn in_scope<F: std::future::Future>(
     caller: Option<Caller>,
     session: String,
     peer: std::net::SocketAddr,
+    settings: Arc<BTreeMap<String, String>>,
     f: F,
 ) -> F::Output {
     let scope = Scope {
@@ -51,6 +59,7 @@ pub async fn in_scope<F: std::future::Future>(
         }),
         peer: Some(peer),
         session: Some(session),
+        settings: Some(settings),
     };
     SCOPE.scope(scope, f).await
 }
@@ -73,6 +82,12 @@ pub(crate) fn current_token() -> Option<String> {
         .try_with(|s| s.login.as_ref().map(|l| l.token.clone()))
         .ok()
         .flatten()
+}
+
+/// The settings of the request's session, where its front end keeps
+/// them (None: Flight SQL's, outside a request).
+pub fn session_settings() -> Option<Arc<BTreeMap<String, String>>> {
+    SCOPE.try_with(|s| s.settings.clone()).ok().flatten()
 }
 
 /// The session of the request being served, for its settings

@@ -1,7 +1,8 @@
 """asyncpg (from PyPI; every value in binary) and SQLAlchemy 2 (over
 psycopg) against Quarry's PostgreSQL listener, unchanged client code:
 TPC-H Q6, prepared statements with typed parameters, every type in
-binary, a transaction, and SQLAlchemy's table list and a query.
+binary, a transaction, and SQLAlchemy's inspector (tables, columns,
+primary key, indexes) and a query.
 
 Usage: pg_asyncpg.py HOST PORT Q6_FILE
 Prints sections ("== name", then CSV lines); tests/postgres.rs checks them.
@@ -60,7 +61,26 @@ async def main():
     print(status)
     async with conn.transaction():
         await conn.execute("INSERT INTO pg_async (id) VALUES (2)")
+    # Indexes for SQLAlchemy's inspector (below) to find.
+    await conn.execute("CREATE INDEX pg_async_dt_t ON pg_async (dt, t)")
+    await conn.execute("CREATE UNIQUE INDEX pg_async_f ON pg_async (f)")
     section("types", await conn.fetch("SELECT * FROM pg_async ORDER BY id"))
+    # executemany is one batch, so one transaction, as in PostgreSQL: a
+    # row that fails writes none of the batch's rows.
+    await conn.execute("CREATE TABLE pg_many (id BIGINT PRIMARY KEY, d DECIMAL(10,3))")
+    insert = "INSERT INTO pg_many VALUES ($1, $2)"
+    rows = [(10, decimal.Decimal("1")), (11, decimal.Decimal("2"))]
+    try:
+        await conn.executemany(insert, rows + [(12, decimal.Decimal("123456789012"))])
+        failed = "none"
+    except asyncpg.PostgresError as e:
+        failed = e.sqlstate
+    after_failure = await conn.fetchval("SELECT count(*) FROM pg_many")
+    await conn.executemany(insert, rows)
+    after_success = await conn.fetchval("SELECT count(*) FROM pg_many")
+    print("== executemany")
+    print("sqlstate,after_failure,after_success")
+    print(f"{failed},{after_failure},{after_success}")
     section("computed", await conn.fetch(
         "SELECT CAST(3 AS SMALLINT) AS s, CAST(-7 AS INT) AS i, CAST(0.25 AS REAL) AS r,"
         " TIMESTAMP '1999-12-31 23:59:59.999999' AS ts, INTERVAL '1 day' AS iv, 1 > 2 AS b"))
@@ -79,6 +99,15 @@ print("== sqlalchemy columns")
 print("name,type,nullable")
 for c in inspector.get_columns("pg_async"):
     print(f"{c['name']},{c['type']!r},{c['nullable']}")
+print("== sqlalchemy keys")
+print("what,value")
+pk = inspector.get_pk_constraint("pg_async")
+print(f"primary key,{pk['name']} {' '.join(pk['constrained_columns'])}")
+for ix in inspector.get_indexes("pg_async"):
+    print(f"index,{ix['name']} {' '.join(ix['column_names'])} unique={ix['unique']}")
+print(f"unique constraints,{len(inspector.get_unique_constraints('pg_async'))}")
+print(f"foreign keys,{len(inspector.get_foreign_keys('pg_async'))}")
+print(f"check constraints,{len(inspector.get_check_constraints('pg_async'))}")
 with engine.connect() as c:
     rows = c.execute(sqlalchemy.text("SELECT count(*) AS n FROM pg_async WHERE id > :id"), {"id": 0})
     print("== sqlalchemy query")

@@ -84,6 +84,15 @@ PARAMETERIZED = [
     ("SELECT id FROM pg_diff WHERE n < $1 ORDER BY id", [b"0.5"], [1700]),
 ]
 
+# TIMESTAMPTZ in the session's TimeZone: literals and casts read in it,
+# values written in it with its offset at that instant (DST included).
+ZONES = ["Asia/Kolkata", "America/New_York", "Europe/Berlin"]
+ZONED = [
+    "SELECT CAST('2024-01-15 12:00:00' AS TIMESTAMPTZ) AS local_noon, CAST('2024-07-15 12:00:00+00' AS TIMESTAMPTZ) AS utc_noon",
+    "SELECT CAST(TIMESTAMP '2024-03-31 12:30:00' AS TIMESTAMPTZ) AS from_plain, CAST(CAST('2024-01-15 23:30:00+00' AS TIMESTAMPTZ) AS TIMESTAMP) AS to_plain",
+    "SELECT CAST(CAST('2024-01-15 23:30:00+00' AS TIMESTAMPTZ) AS DATE) AS local_day, current_setting('TimeZone') AS zone",
+]
+
 COPIES = [
     "COPY (SELECT id, i, f, n, d, v, t FROM pg_diff ORDER BY id) TO STDOUT",
     "COPY (SELECT id, i, f, n, d, v, t FROM pg_diff ORDER BY id) TO STDOUT WITH (FORMAT csv, HEADER)",
@@ -173,6 +182,14 @@ for sql in QUERIES:
 for sql, params, types in PARAMETERIZED:
     for fmt in (Format.TEXT, Format.BINARY):
         compare(sql, fmt, params, types)
+for zone in ZONES:
+    for conn in (quarry, postgres):
+        conn.execute(f"SET TimeZone = '{zone}'")
+    for sql in ZONED:
+        for fmt in (None, Format.TEXT, Format.BINARY):
+            compare(sql, fmt)
+for conn in (quarry, postgres):
+    conn.execute("SET TimeZone = 'UTC'")
 
 
 def copied(conn, sql):
@@ -210,7 +227,7 @@ for sql in ERRORS:
         print(f"ok error {p}: {sql}")
 
 print(
-    f"checked {values} values in {len(QUERIES) * 3 + len(PARAMETERIZED) * 2 + len(COPIES) + len(ERRORS)} "
+    f"checked {values} values in {len(QUERIES) * 3 + len(ZONES) * len(ZONED) * 3 + len(PARAMETERIZED) * 2 + len(COPIES) + len(ERRORS)} "
     f"results, {mismatches} mismatches"
 )
 sys.exit(1 if mismatches else 0)

@@ -190,9 +190,16 @@ print("== cancel")
 print("sqlstate,within_30s,after")
 print(f"{cancel_state},{took < 30},{slow.execute('SELECT 1').fetchone()[0]}")
 
-# Settings are the connection's own.
+# Settings are the connection's own, and current_setting() answers them.
 conn.execute("SET application_name = 'one'")
 print("== settings")
 print("this,other")
 print(f"{conn.execute('SHOW application_name').fetchone()[0]},"
       f"{other.execute('SHOW application_name').fetchone()[0]}")
+conn.execute("SET search_path = public")
+print("== current_setting")
+print("this,other,this_path")
+setting = "SELECT current_setting('application_name'), current_setting('search_path')"
+this, this_path = conn.execute(setting).fetchone()
+that = other.execute(setting).fetchone()[0]
+print(f"{this},{that},{this_path}")

@@ -46,9 +46,11 @@ pub mod functions;
 pub mod join_keys;
 pub mod late_filters;
 pub mod literal_shape;
+pub mod local_time;
 pub mod output_names;
 pub mod pg_catalog;
 pub mod pg_functions;
+pub mod pg_keys;
 pub mod plan_cache;
 pub mod point_get;
 pub mod pushdown;
@@ -377,6 +379,7 @@ impl SqlSession {
         aggregates::register(&mut state);
         functions::register(&mut state);
         state.add_analyzer_rule(Arc::new(float_division::FloatDivisionByZero));
+        state.add_analyzer_rule(Arc::new(local_time::LocalTimeCasts));
         state.add_analyzer_rule(Arc::new(checked_arithmetic::CheckedConstants));
         decorrelate::install(&mut state);
         let state = rules::install(state);
@@ -506,7 +509,23 @@ impl SqlSession {
         if let Some(runtime) = self.query_runtime()? {
             state = state.with_runtime_env(runtime);
         }
-        Ok(SessionContext::new_with_state(state.build()))
+        // TIMESTAMPTZ is in the session's TimeZone (a PostgreSQL
+        // connection's), UTC elsewhere.
+        if let Some(zone) = session_time_zone() {
+            state
+                .config()
+                .get_or_insert_with(Default::default)
+                .options_mut()
+                .execution
+                .time_zone = Some(zone);
+        }
+        let ctx = SessionContext::new_with_state(state.build());
+        // current_setting() answers the session's own settings, where its
+        // front end keeps them (a PostgreSQL connection's SETs).
+        if let Some(settings) = crate::caller::session_settings() {
+            ctx.register_udf(pg_functions::current_setting_in(settings));
+        }
+        Ok(ctx)
     }
 
     /// A query's own runtime, with a memory pool of its own, when queries
@@ -560,4 +579,15 @@ impl SqlSession {
             runtime,
         )))
     }
+}
+
+/// The request's session's time zone where it is not UTC (a PostgreSQL
+/// connection that SET TimeZone; `pg_functions::session_zone`): its
+/// statements plan TIMESTAMPTZ in it, and are not offered to the plan
+/// cache, whose plans are UTC's.
+pub(crate) fn session_time_zone() -> Option<String> {
+    let settings = crate::caller::session_settings()?;
+    pg_functions::session_zone(settings.get("timezone")?)
+        .ok()
+        .flatten()
 }

@@ -17,8 +17,12 @@
 //! * the crate's functions, registered in the base session state once.
 //! * Quarry's own functions (`pg_functions.rs`): `version()` in the form clients parse
 //!   (`PostgreSQL 16.6 (Quarry …)`: SQLAlchemy reads the version from it),
-//!   and `current_setting(name)` with the defaults a session starts with
-//!   (`pg/session.rs`; what one session SET is not seen here).
+//!   and `current_setting(name)`: a PostgreSQL session's own settings
+//!   (`pg/session.rs` hands them down with each statement), the defaults
+//!   a session starts with elsewhere.
+//! * primary keys and indexes in `pg_class`, `pg_index`, `pg_constraint`
+//!   and `information_schema`, and `pg_get_indexdef`/`pg_get_constraintdef`
+//!   (`pg_keys.rs`).
 //!
 //! These are the engine's, so Flight SQL clients see them too.
 
@@ -36,6 +40,7 @@ use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
 
+use super::pg_keys::{KeyDefinition, KeysTable, KeysTableKind};
 use crate::cluster::Cluster;
 
 /// The one database, as `current_database()` names it.
@@ -135,18 +140,19 @@ impl CatalogInfo for QuarryCatalog {
 type CratePgCatalog = PgCatalogSchemaProvider<QuarryCatalog, EmptyContextProvider>;
 
 /// The `pg_catalog` schema every statement's context gets: the crate's,
-/// with the constraint tables typed as PostgreSQL types them.
+/// with Quarry's primary keys and indexes in it.
 ///
-/// The crate keeps `pg_constraint.conkey` and `pg_index.indkey` (arrays of
-/// column numbers) as text, so `attnum = ANY(conkey)` (Metabase's
-/// foreign-key query, DBeaver's constraint list) fails to plan. Quarry
-/// does not describe its primary keys and indexes to tools yet, so these
-/// tables are served empty, with those columns as `int2[]`. So are
-/// `table_constraints` and `key_column_usage`, which `information_schema`
-/// (DataFusion's) lacks; and `columns` is served as PostgreSQL's
-/// `information_schema.columns` (type names, `udt_name`, …): the
-/// PostgreSQL front end reads `information_schema.table_constraints`,
-/// `key_column_usage` and `columns` here (`pg/statement.rs`).
+/// `pg_class` gains a row per index, and `pg_index`, `pg_constraint`,
+/// `table_constraints` and `key_column_usage` (the last two lacking from
+/// DataFusion's `information_schema`) list the keys and indexes
+/// (`pg_keys.rs`). The crate keeps `pg_constraint.conkey` and
+/// `pg_index.indkey` (arrays of column numbers) as text, so `attnum =
+/// ANY(conkey)` (Metabase's foreign-key query, DBeaver's constraint
+/// list) would fail to plan: here they are `int2[]`, as PostgreSQL types
+/// them. `columns` is served as PostgreSQL's `information_schema.columns`
+/// (type names, `udt_name`, …). The PostgreSQL front end reads
+/// `information_schema.table_constraints`, `key_column_usage` and
+/// `columns` here (`pg/statement.rs`).
 pub struct PgCatalogSchema {
     inner: CratePgCatalog,
     cluster: Arc<Cluster>,
@@ -250,26 +256,33 @@ impl std::fmt::Debug for PgCatalogSchema {
     }
 }
 
-/// Tables this module serves empty, with their column types.
-const EMPTY_TABLES: [&str; 4] = [
-    "pg_constraint",
-    "pg_index",
-    "table_constraints",
-    "key_column_usage",
-];
+/// Field metadata naming the PostgreSQL type of a column where its Arrow
+/// type alone would say another: `int2vector` and `oidvector`
+/// (`pg_index.indkey`, `indclass`, …) are lists in Arrow, so that
+/// `unnest` and `= ANY` read them, and go to clients as PostgreSQL sends
+/// them (`pg/encode.rs`): their own OIDs, and as text their items
+/// separated by spaces (`1 2`), which drivers split (SQLAlchemy's index
+/// reflection).
+pub const PG_TYPE_KEY: &str = "quarry.pg_type";
 
-/// The type PostgreSQL gives a column of the crate's constraint tables
-/// that it keeps as text: arrays of column numbers (`int2[]`,
-/// `int2vector`) or of OIDs (`oid[]`, `oidvector`).
-fn array_column_type(name: &str) -> Option<DataType> {
-    let item = match name {
-        "conkey" | "confkey" | "confdelsetcols" | "indkey" | "indoption" => DataType::Int16,
-        "conpfeqop" | "conppeqop" | "conffeqop" | "conexclop" | "indcollation" | "indclass" => {
-            DataType::Int32
-        }
+/// The column PostgreSQL has where the crate's constraint tables keep
+/// text: arrays of column numbers (`int2[]`, `int2vector`) or of OIDs
+/// (`oid[]`, `oidvector`), the vectors marked as such for the wire
+/// (`pg/encode.rs`).
+fn array_column(name: &str) -> Option<Field> {
+    let (item, vector) = match name {
+        "conkey" | "confkey" | "confdelsetcols" => (DataType::Int16, None),
+        "indkey" | "indoption" => (DataType::Int16, Some("int2vector")),
+        "conpfeqop" | "conppeqop" | "conffeqop" | "conexclop" => (DataType::Int32, None),
+        "indcollation" | "indclass" => (DataType::Int32, Some("oidvector")),
         _ => return None,
     };
-    Some(DataType::List(Arc::new(Field::new_list_field(item, true))))
+    let t = DataType::List(Arc::new(Field::new_list_field(item, true)));
+    let field = Field::new(name, t, true);
+    Some(match vector {
+        Some(v) => field.with_metadata([(PG_TYPE_KEY.to_string(), v.to_string())].into()),
+        None => field,
+    })
 }
 
 impl PgCatalogSchema {
@@ -324,8 +337,9 @@ impl PgCatalogSchema {
         datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]])
     }
 
-    /// The schema of empty table `name` (None: not one of them).
-    async fn empty_table_schema(&self, name: &str) -> DfResult<Option<SchemaRef>> {
+    /// The schema of key table `name` (`pg_keys.rs`; None: not one of
+    /// them, or pg_class, which is the crate's).
+    async fn keys_table_schema(&self, name: &str) -> DfResult<Option<SchemaRef>> {
         use arrow::datatypes::Schema;
         let text = |n: &str| Field::new(n, DataType::Utf8, true);
         let int = |n: &str| Field::new(n, DataType::Int32, true);
@@ -337,10 +351,7 @@ impl PgCatalogSchema {
                 t.schema()
                     .fields()
                     .iter()
-                    .map(|f| match array_column_type(f.name()) {
-                        Some(t) => Field::new(f.name(), t, true),
-                        None => f.as_ref().clone(),
-                    })
+                    .map(|f| array_column(f.name()).unwrap_or_else(|| f.as_ref().clone()))
                     .collect()
             }
             "table_constraints" => [
@@ -396,9 +407,16 @@ impl SchemaProvider for PgCatalogSchema {
         if lower == "columns" {
             return Ok(Some(Arc::new(self.columns_view().await?)));
         }
-        if EMPTY_TABLES.contains(&lower.as_str()) {
-            if let Some(schema) = self.empty_table_schema(&lower).await? {
-                let table = datafusion::datasource::MemTable::try_new(schema, vec![vec![]])?;
+        if let Some(kind) = KeysTableKind::of(&lower) {
+            let pg_class = self.inner.table("pg_class").await?;
+            let schema = match kind {
+                KeysTableKind::PgClass => pg_class
+                    .as_ref()
+                    .map(|t| super::pg_keys::pg_class_schema(&t.schema())),
+                _ => self.keys_table_schema(&lower).await?,
+            };
+            if let (Some(pg_class), Some(schema)) = (pg_class, schema) {
+                let table = KeysTable::new(kind, schema, self.cluster.clone(), pg_class);
                 return Ok(Some(Arc::new(table)));
             }
         }
@@ -407,7 +425,7 @@ impl SchemaProvider for PgCatalogSchema {
 
     fn table_exist(&self, name: &str) -> bool {
         let lower = name.to_ascii_lowercase();
-        lower == "columns" || EMPTY_TABLES.contains(&lower.as_str()) || self.inner.table_exist(name)
+        lower == "columns" || KeysTableKind::of(&lower).is_some() || self.inner.table_exist(name)
     }
 }
 
@@ -426,6 +444,9 @@ pub fn install(
     datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
         .map_err(internal)?;
     super::pg_functions::register(&ctx);
+    for f in KeyDefinition::udfs(&cluster) {
+        ctx.register_udf(f);
+    }
     let tables = Arc::new(PgCatalogStaticTables::try_new().map_err(|e| internal(Box::new(e)))?);
     let inner = PgCatalogSchemaProvider::try_new(
         QuarryCatalog {

@@ -1,8 +1,8 @@
 //! The PostgreSQL functions clients call as they connect and browse,
 //! beyond `datafusion-pg-catalog`'s: `version()` in the form clients
 //! parse (`PostgreSQL 16.6 (Quarry …)`: SQLAlchemy reads the version from
-//! it), `current_setting(name)` with the defaults a session starts with
-//! (`pg/session.rs`; what one session SET is not seen here),
+//! it), `current_setting(name)` (a PostgreSQL session's own settings,
+//! the defaults a session starts with elsewhere),
 //! `to_regtype`, `current_user`/`session_user`, `format`,
 //! `json_build_object`, the `*_is_visible` checks, and functions that
 //! answer NULL for what Quarry does not keep (sequences, comments).
@@ -474,6 +474,43 @@ pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("transaction_read_only", "off"),
 ];
 
+/// The zone a session's `TimeZone` names, for DataFusion's
+/// `execution.time_zone` (TIMESTAMPTZ literals and casts, `now()`, the
+/// text of TIMESTAMPTZ results): None for UTC, which the engine's
+/// default already is; an error for a name no zone database knows, and
+/// for a numeric offset, which PostgreSQL reads with POSIX's sign (`+5`
+/// is five hours *west*) where Arrow reads ISO's: a zone name
+/// (`Etc/GMT-5`, `Asia/Kolkata`) says it without doubt.
+pub fn session_zone(value: &str) -> Result<Option<String>, String> {
+    let v = value.trim();
+    const UTC: [&str; 14] = [
+        "utc",
+        "etc/utc",
+        "gmt",
+        "etc/gmt",
+        "uct",
+        "etc/uct",
+        "universal",
+        "etc/universal",
+        "zulu",
+        "etc/zulu",
+        "gmt0",
+        "etc/gmt0",
+        "greenwich",
+        "etc/greenwich",
+    ];
+    if UTC.contains(&v.to_ascii_lowercase().as_str()) || v.eq_ignore_ascii_case("z") {
+        return Ok(None);
+    }
+    if v.starts_with(['+', '-']) || v.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err("numeric offsets are not taken: name the zone, as 'Etc/GMT-5' or                     'Asia/Kolkata'"
+            .into());
+    }
+    v.parse::<arrow::array::timezone::Tz>()
+        .map(|_| Some(v.to_string()))
+        .map_err(|_| "no time zone has that name".into())
+}
+
 /// A setting's value as a new session has it (None: unknown).
 pub fn default_setting(name: &str) -> Option<&'static str> {
     let name = name.to_ascii_lowercase();
@@ -483,9 +520,30 @@ pub fn default_setting(name: &str) -> Option<&'static str> {
         .map(|(_, v)| *v)
 }
 
-/// `current_setting(name [, missing_ok])`.
+/// `current_setting(name [, missing_ok])` of a session whose settings
+/// are `settings` (by lower-case name; a name it lacks has its default).
+/// A statement's context gets the one of its session where the front end
+/// keeps settings (`df/mod.rs`), the defaults' otherwise.
+pub fn current_setting_in(settings: Arc<std::collections::BTreeMap<String, String>>) -> ScalarUDF {
+    current_setting_over(move |name| {
+        let name = name.to_ascii_lowercase();
+        settings
+            .get(&name)
+            .cloned()
+            .or_else(|| default_setting(&name).map(String::from))
+    })
+}
+
+/// `current_setting()` with the defaults a session starts with.
 fn current_setting_udf() -> ScalarUDF {
-    let f = |args: &[ColumnarValue]| -> DfResult<ColumnarValue> {
+    current_setting_over(|name| default_setting(name).map(String::from))
+}
+
+/// `current_setting(name [, missing_ok])` answered by `lookup`.
+fn current_setting_over(
+    lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+) -> ScalarUDF {
+    let f = move |args: &[ColumnarValue]| -> DfResult<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(&args[..1])?;
         let names = arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
         let names = names.as_string::<i32>();
@@ -501,7 +559,7 @@ fn current_setting_udf() -> ScalarUDF {
                 out.push(None);
                 continue;
             }
-            match default_setting(names.value(i)) {
+            match lookup(names.value(i)) {
                 Some(v) => out.push(Some(v)),
                 None if missing_ok => out.push(None),
                 None => {

@@ -142,7 +142,9 @@ impl SqlSession {
         let tables = self.with_stats(tables);
         let catalog = Self::catalog_of(&tables);
         let sql = query.0.to_string();
-        let cache = cache && self.plans.enabled();
+        // (A session in another time zone than UTC plans TIMESTAMPTZ in
+        // it: its plans are not the cache's.)
+        let cache = cache && self.plans.enabled() && super::session_time_zone().is_none();
         // Its shape's plan, if one serves (`literal_shape.rs`).
         if let Some(shape) = cache.then(|| literal_shape::shape_of(&query.0)).flatten() {
             if let Some(planned) = self.plan_shape(shape, &tables, &catalog, views, &sql).await {

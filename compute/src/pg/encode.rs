@@ -16,16 +16,18 @@
 //! | Binary, LargeBinary, BinaryView | bytea (17) | `\x…` hex | as is |
 //! | Date32, Date64 | date (1082) | `YYYY-MM-DD` | days since 2000-01-01 |
 //! | Timestamp(_, None) | timestamp (1114) | `YYYY-MM-DD HH:MM:SS[.ffffff]` | µs since 2000-01-01 |
-//! | Timestamp(_, Some(tz)) | timestamptz (1184) | the UTC time, `+00` | µs since 2000-01-01 UTC |
+//! | Timestamp(_, Some(tz)) | timestamptz (1184) | the time in `tz` (the session's TimeZone), `+01` | µs since 2000-01-01 UTC |
 //! | Time32, Time64 | time (1083) | `HH:MM:SS[.ffffff]` | µs since midnight |
 //! | Interval | interval (1186) | `1 year 2 mons 3 days 04:05:06` | µs, days, months |
 //! | List of the above | its array type | `{a,b,NULL}` | one-dimensional array |
 //! | Null | text (25) | NULL | NULL |
 //!
 //! A dictionary column is encoded as its values. Anything else (structs,
-//! maps) goes as text, Arrow's display of it. Timestamps with a time zone
-//! are written in UTC whatever the session's `TimeZone` says (the instant
-//! is the same; `docs/postgres.md`).
+//! maps) goes as text, Arrow's display of it. A timestamp with a time
+//! zone is written as text in the zone its type carries, which is the
+//! session's `TimeZone` (the engine plans TIMESTAMPTZ in it), with that
+//! zone's offset at that instant; in binary it is UTC, as PostgreSQL
+//! sends it.
 
 use std::sync::Arc;
 
@@ -42,6 +44,7 @@ use pgwire::api::results::{FieldFormat, FieldInfo};
 use pgwire::api::Type;
 use pgwire::messages::data::DataRow;
 
+use crate::df::pg_catalog::PG_TYPE_KEY;
 use crate::{Error, Result};
 
 /// Microseconds from 1970-01-01 to 2000-01-01, PostgreSQL's epoch.
@@ -133,7 +136,13 @@ pub fn fields(schema: &SchemaRef, format: impl Fn(usize) -> FieldFormat) -> Vec<
         .iter()
         .enumerate()
         .map(|(i, f)| {
-            let (t, typmod) = pg_type(f.data_type());
+            // (Lists in Arrow that PostgreSQL sends as vectors:
+            // `df/pg_catalog.rs`.)
+            let (t, typmod) = match f.metadata().get(PG_TYPE_KEY).map(String::as_str) {
+                Some("int2vector") => (Type::INT2_VECTOR, -1),
+                Some("oidvector") => (Type::OID_VECTOR, -1),
+                _ => pg_type(f.data_type()),
+            };
             let size = type_size(&t);
             FieldInfo::new(f.name().clone(), None, None, t, format(i))
                 .with_type_size(size)
@@ -171,6 +180,13 @@ pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>> {
                 .is_some_and(|f| f.format() == FieldFormat::Binary)
         })
         .collect();
+    let vector: Vec<bool> = (0..columns.len())
+        .map(|i| {
+            fields
+                .get(i)
+                .is_some_and(|f| matches!(*f.datatype(), Type::INT2_VECTOR | Type::OID_VECTOR))
+        })
+        .collect();
     let mut out = Vec::with_capacity(batch.num_rows());
     let mut buf = BytesMut::new();
     let mut cell = Vec::new();
@@ -181,9 +197,10 @@ pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>> {
                 continue;
             }
             cell.clear();
-            match binary[c] {
-                true => binary_value(col.as_ref(), row, &mut cell)?,
-                false => text_value(col.as_ref(), row, &mut cell)?,
+            match (binary[c], vector[c]) {
+                (true, _) => binary_value(col.as_ref(), row, &mut cell)?,
+                (false, true) => vector_text(col.as_ref(), row, &mut cell)?,
+                (false, false) => text_value(col.as_ref(), row, &mut cell)?,
             }
             buf.put_i32(cell.len() as i32);
             buf.put_slice(&cell);
@@ -191,6 +208,19 @@ pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>> {
         out.push(DataRow::new(buf.split(), columns.len() as i16));
     }
     Ok(out)
+}
+
+/// Writes row `row` (not null) of list `a` as an `int2vector` or
+/// `oidvector`'s text: its items separated by spaces.
+fn vector_text(a: &dyn Array, row: usize, out: &mut Vec<u8>) -> Result<()> {
+    let values = list_values(a, row);
+    for i in 0..values.len() {
+        if i > 0 {
+            out.push(b' ');
+        }
+        text_value(values.as_ref(), i, out)?;
+    }
+    Ok(())
 }
 
 /// Writes row `row` (not null) of `a` in PostgreSQL's text form.
@@ -262,10 +292,15 @@ pub fn text_value(a: &dyn Array, row: usize, out: &mut Vec<u8>) -> Result<()> {
             let days = date_days(a, row);
             w(out, format_args!("{}", date_text(days)))?
         }
-        DataType::Timestamp(unit, tz) => {
+        DataType::Timestamp(unit, None) => {
             let micros = timestamp_micros(a, row, unit);
-            let zone = if tz.is_some() { "+00" } else { "" };
-            out.extend_from_slice(timestamp_text(micros, zone).as_bytes());
+            out.extend_from_slice(timestamp_text(micros, "").as_bytes());
+        }
+        DataType::Timestamp(unit, Some(tz)) => {
+            let micros = timestamp_micros(a, row, unit);
+            let offset = zone_offset(tz, micros)?;
+            let local = micros + i64::from(offset) * 1_000_000;
+            out.extend_from_slice(timestamp_text(local, &offset_text(offset)).as_bytes());
         }
         DataType::Time32(_) | DataType::Time64(_) => {
             let micros = time_micros(a, row);
@@ -530,6 +565,36 @@ pub fn timestamp_text(micros: i64, zone: &str) -> String {
         s.push_str(" BC");
     }
     s
+}
+
+/// The offset from UTC, in seconds, of zone `tz` (an Arrow time zone: a
+/// name or `+HH:MM`) at the instant `micros` after 1970-01-01 UTC.
+fn zone_offset(tz: &str, micros: i64) -> Result<i32> {
+    use chrono::{Offset, TimeZone};
+    if matches!(tz, "+00:00" | "UTC" | "+00") {
+        return Ok(0);
+    }
+    let zone: arrow::array::timezone::Tz = tz
+        .parse()
+        .map_err(|e| Error::Internal(format!("time zone {tz}: {e}")))?;
+    let secs = micros.div_euclid(1_000_000);
+    Ok(match zone.timestamp_opt(secs, 0) {
+        chrono::LocalResult::Single(t) => t.offset().fix().local_minus_utc(),
+        _ => 0,
+    })
+}
+
+/// A UTC offset as PostgreSQL writes it after a TIMESTAMPTZ: `+00`,
+/// `+05:30`, `-03`, `+00:53:28`.
+fn offset_text(seconds: i32) -> String {
+    let sign = if seconds < 0 { '-' } else { '+' };
+    let s = seconds.unsigned_abs();
+    let (h, m, sec) = (s / 3600, s / 60 % 60, s % 60);
+    match (m, sec) {
+        (0, 0) => format!("{sign}{h:02}"),
+        (m, 0) => format!("{sign}{h:02}:{m:02}"),
+        (m, sec) => format!("{sign}{h:02}:{m:02}:{sec:02}"),
+    }
 }
 
 /// `HH:MM:SS[.ffffff]` of microseconds since midnight.
@@ -808,6 +873,30 @@ mod tests {
         assert_eq!(interval_text(0, 1, 0), "1 day");
         assert_eq!(interval_text(0, 0, -1_500_000), "-00:00:01.5");
         assert_eq!(interval_text(0, 0, 0), "00:00:00");
+    }
+
+    #[test]
+    fn timestamptz_text_is_in_its_zone_with_that_instants_offset() {
+        use arrow::array::TimestampMicrosecondArray;
+        let text = |tz: &str, micros: i64| {
+            let a = TimestampMicrosecondArray::from(vec![micros]).with_timezone(tz);
+            let mut out = Vec::new();
+            text_value(&a, 0, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        // 2024-01-15 12:00 UTC and 2024-07-15 12:00 UTC.
+        let (winter, summer) = (1_705_320_000_000_000, 1_721_044_800_000_000);
+        assert_eq!(text("+00:00", winter), "2024-01-15 12:00:00+00");
+        assert_eq!(text("Europe/Berlin", winter), "2024-01-15 13:00:00+01");
+        assert_eq!(text("Europe/Berlin", summer), "2024-07-15 14:00:00+02");
+        assert_eq!(text("Asia/Kolkata", winter), "2024-01-15 17:30:00+05:30");
+        assert_eq!(
+            text("America/St_Johns", summer),
+            "2024-07-15 09:30:00-02:30"
+        );
+        // Local mean time before zones: seconds in the offset.
+        assert_eq!(offset_text(3208), "+00:53:28");
+        assert_eq!(offset_text(-3 * 3600), "-03");
     }
 
     #[test]

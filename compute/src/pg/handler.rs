@@ -33,7 +33,7 @@ use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionHandle, PgWireConnectionState, Type};
 use pgwire::error::{PgWireError, PgWireResult};
-use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::extendedquery::{Execute, Sync as PgSync};
 use pgwire::messages::response::EmptyQueryResponse;
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
@@ -111,6 +111,10 @@ impl SimpleQueryHandler for Handler {
         let session = session_of(client)?;
         client.set_state(PgWireConnectionState::QueryInProgress);
         let statements = statement::split(&query.query);
+        // Several statements are one batch (an implicit transaction).
+        if statements.len() > 1 {
+            session.begin_batch();
+        }
         if statements.is_empty() {
             client
                 .feed(PgWireBackendMessage::EmptyQueryResponse(
@@ -124,7 +128,9 @@ impl SimpleQueryHandler for Handler {
             let sent = match r {
                 Ok(Response::CopyIn(copy)) => {
                     // The rows come next (`CopyHandler`); pgwire sends
-                    // ReadyForQuery after CopyDone.
+                    // ReadyForQuery after CopyDone. (COPY committed the
+                    // batch's writes before it; nothing is left open.)
+                    session.end_batch().await?;
                     pgwire::api::copy::send_copy_in_response(client, copy).await?;
                     client.set_state(PgWireConnectionState::CopyInProgress(false));
                     return Ok(());
@@ -135,13 +141,23 @@ impl SimpleQueryHandler for Handler {
                     Response::Execution(tag)
                     | Response::TransactionStart(tag)
                     | Response::TransactionEnd(tag),
-                ) => send_execution_response(client, tag).await,
+                ) => match send_changed_parameters(client, &session).await {
+                    Ok(()) => send_execution_response(client, tag).await,
+                    Err(e) => Err(e),
+                },
                 Ok(_) => Ok(()),
                 Err(e) => Err(e),
             };
             if let Err(e) = sent {
-                return Err(failed(client, &session, e).await);
+                let e = failed(client, &session, e).await;
+                // The batch's implicit transaction rolls back.
+                let _ = session.end_batch().await;
+                client.set_transaction_status(session.status());
+                return Err(e);
             }
+        }
+        if let Err(e) = session.end_batch().await {
+            return Err(failed(client, &session, e).await);
         }
         client.set_state(PgWireConnectionState::ReadyForQuery);
         let status = session.status();
@@ -197,6 +213,23 @@ where
     Ok(())
 }
 
+/// Sends the reported parameters that a statement changed (SET
+/// TimeZone, …) as ParameterStatus messages, as PostgreSQL does.
+async fn send_changed_parameters<C>(client: &mut C, session: &PgSession) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for (name, value) in session.reported_changes() {
+        let status = pgwire::messages::startup::ParameterStatus::new(name, value);
+        client
+            .feed(PgWireBackendMessage::ParameterStatus(status))
+            .await?;
+    }
+    Ok(())
+}
+
 /// A statement failed with `e`: the session notes it (a transaction
 /// fails), and the connection's status is set so that pgwire's error
 /// path (ErrorResponse, then ReadyForQuery) reports it: idle outside a
@@ -210,9 +243,9 @@ async fn failed<C: ClientInfo>(client: &mut C, session: &PgSession, e: PgWireErr
         session.statement_failed(&e.to_string()).await;
     }
     use pgwire::messages::response::TransactionStatus;
-    client.set_transaction_status(match session.txn() {
-        Some(_) => TransactionStatus::Transaction,
-        None => TransactionStatus::Idle,
+    client.set_transaction_status(match session.in_block() {
+        true => TransactionStatus::Transaction,
+        false => TransactionStatus::Idle,
     });
     client.set_state(PgWireConnectionState::ReadyForQuery);
     e
@@ -409,6 +442,8 @@ impl ExtendedQueryHandler for Handler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = session_of(client)?;
+        // Everything up to Sync is one batch (an implicit transaction).
+        session.begin_batch();
         match self._on_execute(client, message).await {
             Ok(()) => {
                 client.set_transaction_status(session.status());
@@ -416,6 +451,29 @@ impl ExtendedQueryHandler for Handler {
             }
             Err(e) => Err(failed(client, &session, e).await),
         }
+    }
+
+    /// The batch ends: its implicit transaction commits (or rolls back
+    /// after a failed statement) before ReadyForQuery; a commit that
+    /// fails is an ErrorResponse first.
+    async fn on_sync<C>(&self, client: &mut C, _message: PgSync) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = session_of(client)?;
+        if let Err(e) = session.end_batch().await {
+            let info = pgwire::error::ErrorInfo::from(e);
+            client
+                .feed(PgWireBackendMessage::ErrorResponse(info.into()))
+                .await?;
+        }
+        client.portal_store().rm_portal(pgwire::api::DEFAULT_NAME);
+        let status = session.status();
+        client.set_transaction_status(status);
+        send_ready_for_query(client, status).await
     }
 
     async fn do_query<C>(
@@ -458,6 +516,10 @@ impl ExtendedQueryHandler for Handler {
         let format = portal.result_column_format.clone();
         let format = move |i: usize| format_of(&format, i);
         // (Cancellation: pgwire's _on_execute waits on it around this.)
-        session.run(&sql, &format).await
+        let response = session.run(&sql, &format).await?;
+        if matches!(response, Response::Execution(_)) {
+            send_changed_parameters(client, &session).await?;
+        }
+        Ok(response)
     }
 }

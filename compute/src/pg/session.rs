@@ -17,6 +17,19 @@
 //! failed transaction rolls it back and says `ROLLBACK`, as PostgreSQL
 //! does. ReadyForQuery carries the state: idle, in a transaction, failed.
 //! A connection that closes with a transaction open rolls it back.
+//!
+//! IMPLICIT TRANSACTIONS. PostgreSQL runs a batch — the extended
+//! protocol's messages up to Sync, a simple Query of several statements —
+//! as one implicit transaction: pgjdbc's `executeBatch` and asyncpg's
+//! `executemany` either write every row or none. Here the batch's first
+//! write outside a transaction opens one (reads before it run on their
+//! own: they have nothing to undo), the batch's later statements run in
+//! it, and the batch's end commits it, or rolls it back if a statement
+//! failed (pgwire skips the rest of a failed batch up to Sync). `BEGIN`
+//! inside the batch turns it into an ordinary block. Quarry cannot run
+//! CREATE, DROP, ALTER, BACKUP or COPY inside a transaction, so one of
+//! them in a batch commits the writes before it first (PostgreSQL would
+//! undo those too if the statement failed).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -56,8 +69,19 @@ const READ_ONLY: [&str; 10] = [
     "server_version_num",
 ];
 
-/// Checks a value a session sets where Quarry only has one behaviour.
+/// Checks a value a session sets where Quarry only has one behaviour,
+/// and the time zones it can read.
 fn check_value(name: &str, value: &str) -> PgWireResult<()> {
+    if name == "timezone" {
+        return crate::df::pg_functions::session_zone(value)
+            .map(|_| ())
+            .map_err(|why| {
+                pg_error(
+                    "22023",
+                    format!("invalid value for parameter \"TimeZone\": \"{value}\" ({why})"),
+                )
+            });
+    }
     let v = value.to_ascii_lowercase();
     let ok = match name {
         "client_encoding" => matches!(v.as_str(), "utf8" | "utf-8" | "unicode"),
@@ -89,8 +113,17 @@ pub struct PgSession {
     txn: Mutex<Option<Arc<OpenTxn>>>,
     /// The open transaction failed: only COMMIT or ROLLBACK run.
     failed: AtomicBool,
+    /// A batch of statements is under way (an extended-protocol batch up
+    /// to Sync, a simple Query of several statements): its first write
+    /// outside a transaction opens an implicit one.
+    in_batch: AtomicBool,
+    /// The open transaction is a batch's implicit one: it ends with the
+    /// batch, committed, or rolled back if a statement failed.
+    implicit: AtomicBool,
     /// Settings changed by SET (names in lower case).
     settings: Mutex<BTreeMap<String, String>>,
+    /// The reported parameters as the client last heard them.
+    heard: Mutex<Vec<(String, String)>>,
     /// The open transaction's savepoints, oldest first, each with the
     /// count of writes before it.
     savepoints: Mutex<Vec<(String, u64)>>,
@@ -144,7 +177,10 @@ impl PgSession {
             peer,
             txn: Mutex::new(None),
             failed: AtomicBool::new(false),
+            in_batch: AtomicBool::new(false),
+            implicit: AtomicBool::new(false),
             settings: Mutex::new(settings),
+            heard: Mutex::new(Vec::new()),
             savepoints: Mutex::new(Vec::new()),
             writes: Default::default(),
             copy_in: Default::default(),
@@ -156,26 +192,113 @@ impl PgSession {
         &self.engine
     }
 
-    /// Runs `f` as a request of this session (its caller and its key).
+    /// Runs `f` as a request of this session (its caller, its key and
+    /// its settings as they are now).
     pub async fn scoped<F: std::future::Future>(&self, f: F) -> F::Output {
-        crate::caller::in_scope(self.caller.clone(), self.id.clone(), self.peer, f).await
+        let settings = DEFAULT_SETTINGS
+            .iter()
+            .filter_map(|(n, _)| Some((n.to_string(), self.setting(n)?)))
+            .collect();
+        crate::caller::in_scope(
+            self.caller.clone(),
+            self.id.clone(),
+            self.peer,
+            Arc::new(settings),
+            f,
+        )
+        .await
     }
 
-    /// What ReadyForQuery says.
+    /// What ReadyForQuery says (an implicit transaction is no block).
     pub fn status(&self) -> TransactionStatus {
-        match (
-            self.txn.lock().is_some(),
-            self.failed.load(Ordering::Relaxed),
-        ) {
+        match (self.in_block(), self.failed.load(Ordering::Relaxed)) {
             (false, _) => TransactionStatus::Idle,
             (true, false) => TransactionStatus::Transaction,
             (true, true) => TransactionStatus::Error,
         }
     }
 
+    /// Whether a transaction block (BEGIN's) is open.
+    pub fn in_block(&self) -> bool {
+        self.txn.lock().is_some() && !self.implicit.load(Ordering::Relaxed)
+    }
+
     /// The open transaction, if any.
     pub fn txn(&self) -> Option<Arc<OpenTxn>> {
         self.txn.lock().clone()
+    }
+
+    /// A batch of statements starts: until [`Self::end_batch`], the
+    /// first write outside a transaction opens an implicit one, so the
+    /// batch's writes commit together or not at all, as PostgreSQL runs
+    /// a batch.
+    pub fn begin_batch(&self) {
+        self.in_batch.store(true, Ordering::Relaxed);
+    }
+
+    /// The batch has ended (Sync, or the simple Query's last statement):
+    /// its implicit transaction, if one opened, commits, or rolls back if
+    /// a statement in it failed.
+    pub async fn end_batch(&self) -> PgWireResult<()> {
+        self.in_batch.store(false, Ordering::Relaxed);
+        self.end_implicit().await
+    }
+
+    /// Ends the implicit transaction, if one is open: committed, or
+    /// rolled back when a statement in it failed.
+    async fn end_implicit(&self) -> PgWireResult<()> {
+        if !self.implicit.swap(false, Ordering::Relaxed) {
+            return Ok(());
+        }
+        let Some(txn) = self.txn.lock().take() else {
+            return Ok(());
+        };
+        let failed = self.failed.swap(false, Ordering::Relaxed);
+        let sessions = self.engine.sessions().clone();
+        // In a task of its own, as COMMIT: a cancel must not stop it
+        // half-way.
+        tokio::spawn(async move {
+            match failed {
+                true => sessions.rollback(&txn).await,
+                false => sessions.commit(&txn).await.map(|_| ()),
+            }
+        })
+        .await
+        .map_err(|e| to_pg(Error::Internal(format!("ending a transaction: {e}"))))?
+        .map_err(to_pg)
+    }
+
+    /// Before statement `sql` of a batch: a write outside a transaction
+    /// opens the batch's implicit one; a statement that does not run in a
+    /// transaction (CREATE, DROP, ALTER, COPY, user statements) commits
+    /// the writes before it first.
+    async fn implicit_before(&self, sql: &str) -> PgWireResult<()> {
+        if self.implicit.load(Ordering::Relaxed) {
+            return match statement::runs_outside_transactions(sql) {
+                true => self.end_implicit().await,
+                false => Ok(()),
+            };
+        }
+        let write = matches!(statement::outcome(sql), Outcome::Count(_));
+        if write && self.in_batch.load(Ordering::Relaxed) && self.txn().is_none() {
+            self.open_txn().await?;
+            self.implicit.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Opens a transaction (BEGIN's, or a batch's implicit one).
+    async fn open_txn(&self) -> PgWireResult<()> {
+        let sessions = self.engine.sessions().clone();
+        let txn = self
+            .scoped(async { sessions.begin().await })
+            .await
+            .map_err(to_pg)?;
+        *self.txn.lock() = Some(txn);
+        self.failed.store(false, Ordering::Relaxed);
+        self.savepoints.lock().clear();
+        self.writes.store(0, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Notes that a statement failed (or was cancelled): an open
@@ -201,6 +324,9 @@ impl PgSession {
         if let Some(stmt) = statement::session_statement(sql) {
             let stmt = stmt.map_err(to_pg)?;
             return self.session_statement(stmt, format).await;
+        }
+        if !self.failed.load(Ordering::Relaxed) {
+            self.implicit_before(sql).await?;
         }
         match copy::parse(sql).transpose().map_err(to_pg)? {
             Some(Copy::From(c)) => return self.begin_copy(c).await,
@@ -458,21 +584,20 @@ impl PgSession {
         let tag = |t: &str| Ok(Response::Execution(Tag::new(t)));
         match stmt {
             S::Begin => {
+                if self.implicit.swap(false, Ordering::Relaxed) {
+                    // The batch's writes so far join the block, as in
+                    // PostgreSQL.
+                    return Ok(Response::TransactionStart(Tag::new("BEGIN")));
+                }
                 if self.txn().is_some() {
                     // PostgreSQL warns and goes on.
                     return tag("BEGIN");
                 }
-                let txn = self
-                    .scoped(async { sessions.begin().await })
-                    .await
-                    .map_err(to_pg)?;
-                *self.txn.lock() = Some(txn);
-                self.failed.store(false, Ordering::Relaxed);
-                self.savepoints.lock().clear();
-                self.writes.store(0, Ordering::Relaxed);
+                self.open_txn().await?;
                 Ok(Response::TransactionStart(Tag::new("BEGIN")))
             }
             S::Commit | S::Rollback => {
+                self.implicit.store(false, Ordering::Relaxed);
                 let Some(txn) = self.txn.lock().take() else {
                     // PostgreSQL warns "there is no transaction in progress".
                     return tag(if stmt == S::Commit {
@@ -631,6 +756,25 @@ impl PgSession {
 
     /// The session's parameters a client hears at startup (ParameterStatus).
     pub fn reported(&self) -> Vec<(String, String)> {
+        let now = self.reportable();
+        *self.heard.lock() = now.clone();
+        now
+    }
+
+    /// The reported parameters whose values changed since the client last
+    /// heard them (a SET, RESET or DISCARD ALL): PostgreSQL sends each
+    /// again (ParameterStatus) when it changes, and drivers read them —
+    /// psycopg its `TimeZone` for binary TIMESTAMPTZ values.
+    pub fn reported_changes(&self) -> Vec<(String, String)> {
+        let now = self.reportable();
+        let mut heard = self.heard.lock();
+        let changed = now.iter().filter(|p| !heard.contains(p)).cloned().collect();
+        *heard = now;
+        changed
+    }
+
+    /// The reported parameters and their values now.
+    fn reportable(&self) -> Vec<(String, String)> {
         [
             ("server_version", "server_version"),
             ("server_encoding", "server_encoding"),

@@ -326,6 +326,18 @@ pub fn outcome(sql: &str) -> Outcome {
     }
 }
 
+/// Whether `sql` is a statement that Quarry does not run inside a
+/// transaction: CREATE, DROP and ALTER of tables, views, indexes and
+/// users, BACKUP, RESTORE, COPY (its batches are transactions of their
+/// own outside one).
+pub fn runs_outside_transactions(sql: &str) -> bool {
+    let w = words(sql);
+    matches!(
+        w.first().map(String::as_str),
+        Some("create" | "drop" | "alter" | "backup" | "restore" | "copy")
+    )
+}
+
 /// True if `sql` needs PostgreSQL's catalog rewriting (it reads the
 /// catalogs, or uses syntax only PostgreSQL's parser takes).
 fn needs_rewrite(sql: &str) -> bool {
@@ -341,6 +353,7 @@ fn needs_rewrite(sql: &str) -> bool {
         "current_schema",
         "version()",
         "array[",
+        "generate_subscripts",
     ]
     .iter()
     .any(|w| lower.contains(w))
@@ -356,6 +369,7 @@ pub fn rewrite(sql: &str) -> String {
     }
     let parser = PARSER.get_or_init(PostgresCompatibilityParser::new);
     let sql_in = search_path_lists(&regproc_literals(sql)).into_owned();
+    let sql_in = generate_subscripts(&sql_in).into_owned();
     let sql_in = information_schema_views(&regclass_of_names(&sql_in)).into_owned();
     match parser.parse(&sql_in) {
         Ok(mut stmts) if stmts.len() == 1 => {
@@ -576,6 +590,55 @@ fn regproc_literals(sql: &str) -> std::borrow::Cow<'_, str> {
     })
 }
 
+/// `sql` with each `generate_subscripts(a, d)` written as
+/// `unnest(generate_series(1, array_length(a, d)))`: the subscripts of an
+/// array as rows beside `unnest(a)`, which SQLAlchemy's primary key and
+/// index queries select together (`unnest(indkey) AS attnum,
+/// generate_subscripts(indkey, 1) AS ord`). DataFusion has no
+/// set-returning functions in a select list but unnest, and runs several
+/// unnests in step, as PostgreSQL runs several set-returning functions.
+fn generate_subscripts(sql: &str) -> std::borrow::Cow<'_, str> {
+    if !sql.to_ascii_lowercase().contains("generate_subscripts") {
+        return sql.into();
+    }
+    rewrite_exprs(sql, |e| {
+        use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments};
+        let Expr::Function(f) = e else {
+            return false;
+        };
+        let name = f.name.to_string().to_ascii_lowercase();
+        if !matches!(
+            name.as_str(),
+            "generate_subscripts" | "pg_catalog.generate_subscripts"
+        ) {
+            return false;
+        }
+        let FunctionArguments::List(list) = &f.args else {
+            return false;
+        };
+        let args: Vec<String> = list
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.to_string()),
+                _ => None,
+            })
+            .collect();
+        let [array, dimension] = args.as_slice() else {
+            return false;
+        };
+        match parse_expr(&format!(
+            "unnest(generate_series(1, array_length({array}, {dimension})))"
+        )) {
+            Some(new) => {
+                *e = new;
+                true
+            }
+            None => false,
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -700,6 +763,20 @@ mod tests {
             "{out}"
         );
         assert_eq!(search_path_lists("SELECT 1"), "SELECT 1");
+    }
+
+    #[test]
+    fn subscripts_beside_their_unnest_are_an_unnest_of_the_subscripts() {
+        // SQLAlchemy's primary key query (its inner select).
+        let sqlalchemy = "SELECT conname, unnest(pg_catalog.pg_index.indkey) AS attnum, \
+            generate_subscripts(pg_catalog.pg_index.indkey, $1::INTEGER) AS ord FROM pg_catalog.pg_index";
+        assert_eq!(
+            generate_subscripts(sqlalchemy),
+            "SELECT conname, unnest(pg_catalog.pg_index.indkey) AS attnum, \
+             unnest(generate_series(1, array_length(pg_catalog.pg_index.indkey, $1::INTEGER))) \
+             AS ord FROM pg_catalog.pg_index"
+        );
+        assert_eq!(generate_subscripts("SELECT 1"), "SELECT 1");
     }
 
     #[test]
