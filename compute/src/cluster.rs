@@ -267,14 +267,6 @@ impl Cluster {
         }
     }
 
-    /// The catalog this process last read from meta, however old (None:
-    /// none read yet), for what cannot wait for a read: functions that
-    /// describe what a catalog table of the same statement just listed
-    /// (`df/pg_keys.rs`).
-    pub fn last_catalog(&self) -> Option<std::sync::Arc<ListTablesResponse>> {
-        self.catalogs.get().map(|(c, _)| c)
-    }
-
     /// The catalog's version was `version` when a timestamp asked for at
     /// `asked` was taken.
     pub fn confirm_catalog(&self, version: u64, asked: std::time::Instant) {

@@ -9,8 +9,9 @@
 //!
 //! Binding ([`bind`]) replaces each placeholder of the parsed statement by
 //! its value written as a SQL literal (a number, a quoted string,
-//! `DATE '…'`, `TIMESTAMP '…'`, `NULL`) and hands the resulting text to the
-//! path every statement takes. A bound value therefore means exactly what
+//! `DATE '…'`, `TIMESTAMP '…'`, `TIMESTAMP WITH TIME ZONE '…Z'` for an
+//! instant, `NULL`) and hands the resulting text to the path every
+//! statement takes. A bound value therefore means exactly what
 //! the same literal typed into the statement would mean, on DataFusion's
 //! path (queries) and on Quarry's own (INSERT, UPDATE, DELETE), and there
 //! is no second evaluation of parameters to keep in step with the first.
@@ -179,7 +180,10 @@ fn literal(a: &dyn Array, row: usize) -> Result<Expr> {
             let d = arrow::compute::cast(&a.slice(row, 1), &DataType::Date32)?;
             typed("DATE", &array_value_to_string(&d, 0)?)?
         }
-        DataType::Timestamp(..) => typed("TIMESTAMP", &text()?)?,
+        DataType::Timestamp(_, None) => typed("TIMESTAMP", &text()?)?,
+        // An instant (a TIMESTAMPTZ parameter, a zoned Arrow value): its
+        // text carries its offset, so the session's zone cannot move it.
+        DataType::Timestamp(_, Some(_)) => typed("TIMESTAMP WITH TIME ZONE", &text()?)?,
         DataType::Dictionary(_, v) => {
             let plain = arrow::compute::cast(&a.slice(row, 1), v)?;
             literal(plain.as_ref(), 0)?

@@ -65,22 +65,6 @@ async def main():
     await conn.execute("CREATE INDEX pg_async_dt_t ON pg_async (dt, t)")
     await conn.execute("CREATE UNIQUE INDEX pg_async_f ON pg_async (f)")
     section("types", await conn.fetch("SELECT * FROM pg_async ORDER BY id"))
-    # executemany is one batch, so one transaction, as in PostgreSQL: a
-    # row that fails writes none of the batch's rows.
-    await conn.execute("CREATE TABLE pg_many (id BIGINT PRIMARY KEY, d DECIMAL(10,3))")
-    insert = "INSERT INTO pg_many VALUES ($1, $2)"
-    rows = [(10, decimal.Decimal("1")), (11, decimal.Decimal("2"))]
-    try:
-        await conn.executemany(insert, rows + [(12, decimal.Decimal("123456789012"))])
-        failed = "none"
-    except asyncpg.PostgresError as e:
-        failed = e.sqlstate
-    after_failure = await conn.fetchval("SELECT count(*) FROM pg_many")
-    await conn.executemany(insert, rows)
-    after_success = await conn.fetchval("SELECT count(*) FROM pg_many")
-    print("== executemany")
-    print("sqlstate,after_failure,after_success")
-    print(f"{failed},{after_failure},{after_success}")
     section("computed", await conn.fetch(
         "SELECT CAST(3 AS SMALLINT) AS s, CAST(-7 AS INT) AS i, CAST(0.25 AS REAL) AS r,"
         " TIMESTAMP '1999-12-31 23:59:59.999999' AS ts, INTERVAL '1 day' AS iv, 1 > 2 AS b"))

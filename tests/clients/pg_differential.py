@@ -92,6 +92,12 @@ ZONED = [
     "SELECT CAST(TIMESTAMP '2024-03-31 12:30:00' AS TIMESTAMPTZ) AS from_plain, CAST(CAST('2024-01-15 23:30:00+00' AS TIMESTAMPTZ) AS TIMESTAMP) AS to_plain",
     "SELECT CAST(CAST('2024-01-15 23:30:00+00' AS TIMESTAMPTZ) AS DATE) AS local_day, current_setting('TimeZone') AS zone",
 ]
+# TIMESTAMPTZ parameters in those zones: an offset fixes the instant,
+# a value without one is read in the session's zone.
+ZONED_PARAMETERIZED = [
+    ("SELECT CAST($1 AS TIMESTAMPTZ) + INTERVAL '1 hour' AS later_tz", [b"2024-01-15 12:00:00+00"], [1184]),
+    ("SELECT CAST($1 AS TIMESTAMPTZ) AS local_tz", [b"2024-01-15 12:00:00"], [1184]),
+]
 
 COPIES = [
     "COPY (SELECT id, i, f, n, d, v, t FROM pg_diff ORDER BY id) TO STDOUT",
@@ -188,6 +194,9 @@ for zone in ZONES:
     for sql in ZONED:
         for fmt in (None, Format.TEXT, Format.BINARY):
             compare(sql, fmt)
+    for sql, params, types in ZONED_PARAMETERIZED:
+        for fmt in (Format.TEXT, Format.BINARY):
+            compare(sql, fmt, params, types)
 for conn in (quarry, postgres):
     conn.execute("SET TimeZone = 'UTC'")
 
@@ -227,7 +236,7 @@ for sql in ERRORS:
         print(f"ok error {p}: {sql}")
 
 print(
-    f"checked {values} values in {len(QUERIES) * 3 + len(ZONES) * len(ZONED) * 3 + len(PARAMETERIZED) * 2 + len(COPIES) + len(ERRORS)} "
+    f"checked {values} values in {len(QUERIES) * 3 + len(ZONES) * (len(ZONED) * 3 + len(ZONED_PARAMETERIZED) * 2) + len(PARAMETERIZED) * 2 + len(COPIES) + len(ERRORS)} "
     f"results, {mismatches} mismatches"
 )
 sys.exit(1 if mismatches else 0)

@@ -203,3 +203,11 @@ setting = "SELECT current_setting('application_name'), current_setting('search_p
 this, this_path = conn.execute(setting).fetchone()
 that = other.execute(setting).fetchone()[0]
 print(f"{this},{that},{this_path}")
+zones = psycopg.connect(conninfo, autocommit=True)
+before = zones.info.parameter_status("TimeZone")
+zones.execute("SET TimeZone = 'Asia/Kolkata'")
+print("== parameter status")
+print("before,after")
+after = zones.info.parameter_status("TimeZone")
+print(f"{before},{after}")
+zones.close()

@@ -40,7 +40,7 @@ use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
 
-use super::pg_keys::{KeyDefinition, KeysTable, KeysTableKind};
+use super::pg_keys::{KeyDefinition, KeyOids, KeysTable, KeysTableKind};
 use crate::cluster::Cluster;
 
 /// The one database, as `current_database()` names it.
@@ -156,6 +156,8 @@ type CratePgCatalog = PgCatalogSchemaProvider<QuarryCatalog, EmptyContextProvide
 pub struct PgCatalogSchema {
     inner: CratePgCatalog,
     cluster: Arc<Cluster>,
+    /// The keys' OIDs (`pg_keys.rs`), shared with `pg_get_indexdef`.
+    key_oids: Arc<KeyOids>,
 }
 
 /// PostgreSQL's `information_schema.columns` columns, in its order; those
@@ -416,7 +418,13 @@ impl SchemaProvider for PgCatalogSchema {
                 _ => self.keys_table_schema(&lower).await?,
             };
             if let (Some(pg_class), Some(schema)) = (pg_class, schema) {
-                let table = KeysTable::new(kind, schema, self.cluster.clone(), pg_class);
+                let table = KeysTable::new(
+                    kind,
+                    schema,
+                    self.cluster.clone(),
+                    pg_class,
+                    self.key_oids.clone(),
+                );
                 return Ok(Some(Arc::new(table)));
             }
         }
@@ -444,7 +452,8 @@ pub fn install(
     datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
         .map_err(internal)?;
     super::pg_functions::register(&ctx);
-    for f in KeyDefinition::udfs(&cluster) {
+    let key_oids = Arc::new(KeyOids::default());
+    for f in KeyDefinition::udfs(&key_oids) {
         ctx.register_udf(f);
     }
     let tables = Arc::new(PgCatalogStaticTables::try_new().map_err(|e| internal(Box::new(e)))?);
@@ -456,7 +465,14 @@ pub fn install(
         EmptyContextProvider,
     )
     .map_err(|e| internal(Box::new(e)))?;
-    Ok((ctx.state(), Arc::new(PgCatalogSchema { inner, cluster })))
+    Ok((
+        ctx.state(),
+        Arc::new(PgCatalogSchema {
+            inner,
+            cluster,
+            key_oids,
+        }),
+    ))
 }
 
 /// Whether a schema provider is the pg_catalog one (for views: a

@@ -503,8 +503,11 @@ pub fn session_zone(value: &str) -> Result<Option<String>, String> {
         return Ok(None);
     }
     if v.starts_with(['+', '-']) || v.starts_with(|c: char| c.is_ascii_digit()) {
-        return Err("numeric offsets are not taken: name the zone, as 'Etc/GMT-5' or                     'Asia/Kolkata'"
-            .into());
+        return Err(
+            "numeric offsets are not taken: name the zone, as 'Etc/GMT-5' or \
+                    'Asia/Kolkata'"
+                .into(),
+        );
     }
     v.parse::<arrow::array::timezone::Tz>()
         .map(|_| Some(v.to_string()))

@@ -5,10 +5,11 @@
 //! `pg_get_constraintdef`.
 //!
 //! SQLAlchemy's `get_pk_constraint()` and `get_indexes()`, psql's `\d t`
-//! (its "Indexes:" part), pgjdbc's `getPrimaryKeys` and `getIndexInfo`,
-//! DBeaver's key and index tabs and Metabase's primary-key sync read
-//! these; with them empty, a tool shows every table without a key and
-//! without indexes, or fails on an empty join.
+//! (its "Indexes:" part), DBeaver's key and index tabs and Metabase's
+//! primary-key sync read these; with them empty, a tool shows every
+//! table without a key and without indexes. (pgjdbc's `getPrimaryKeys`
+//! and `getIndexInfo` also need `information_schema._pg_expandarray`,
+//! which is not here.)
 //!
 //! WHAT IS DESCRIBED
 //!
@@ -29,14 +30,13 @@
 //! them from the crate's own `pg_class` in the same scan: `indrelid` and
 //! `conrelid` join with `pg_class.oid` and `pg_attribute.attrelid`, and
 //! a key's column numbers are `pg_attribute.attnum` (the column's place
-//! in the table, from 1). Indexes and constraints get OIDs made from what
-//! they are, so that `pg_get_indexdef(oid)` finds the index from the
-//! number alone: slot `s` (0 for the primary key, else the index's id) of
-//! table id `t` is 2³⁰ + 1024·t + s, and `t`'s primary key constraint is
-//! 3·2²⁹ + t. Those ranges start above any OID the crate's counter
-//! reaches in practice. A table with an id of 2¹⁹ or more, or an index
-//! with an id of 1024 or more, is left out of these rows (its columns are
-//! still listed).
+//! in the table, from 1). Indexes and constraints get theirs from a
+//! counter of this module's ([`KeyOids`]), from 2³⁰ up, far from the
+//! crate's: an OID is given the first time a key is listed and keeps its
+//! meaning for the life of the process. `pg_get_indexdef(oid)` and
+//! `pg_get_constraintdef(oid)` answer what the catalog tables last
+//! listed under it; an OID nothing listed is NULL, as an unknown one is
+//! in PostgreSQL.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,15 +58,12 @@ use quarry_proto::meta::{ColumnDef, IndexState, TableDef, TypeKind};
 
 use crate::cluster::Cluster;
 
-/// The first OID of an index (see the module's doc).
-const INDEX_OID_BASE: i64 = 1 << 30;
-/// The first OID of a primary key constraint.
-const CONSTRAINT_OID_BASE: i64 = 3 << 29;
-/// Index slots per table: 0 is the primary key, the rest index ids.
-const SLOTS: i64 = 1024;
-/// The largest table id given OIDs here (its constraint's OID, and its
-/// indexes', stay below 2³¹).
-const MAX_TABLE_ID: i64 = (1 << 19) - 1;
+/// The first OID given to an index or a constraint (see the module's
+/// doc): far above the crate's counter for tables, which starts at 16384.
+const FIRST_OID: i32 = 1 << 30;
+/// The slot of a table's primary key constraint among its key OIDs (its
+/// index is slot 0, its secondary indexes their ids).
+const CONSTRAINT_SLOT: i64 = -1;
 /// `pg_am`'s btree.
 const BTREE: i32 = 403;
 /// PostgreSQL's default collation, which text columns of an index carry.
@@ -84,10 +81,6 @@ struct KeyIndex<'a> {
 }
 
 impl KeyIndex<'_> {
-    fn oid(&self) -> i32 {
-        (INDEX_OID_BASE + self.table.id * SLOTS + self.slot) as i32
-    }
-
     /// `CREATE [UNIQUE] INDEX name ON public.t USING btree (a, b)`, as
     /// `pg_get_indexdef` writes it.
     fn definition(&self) -> String {
@@ -121,16 +114,8 @@ fn quote_ident(name: &str) -> String {
     }
 }
 
-/// The constraint OID of `table`'s primary key.
-fn constraint_oid(table: &TableDef) -> i32 {
-    (CONSTRAINT_OID_BASE + table.id) as i32
-}
-
 /// `table`'s primary key index and its complete secondary indexes.
 fn indexes_of(table: &TableDef) -> Vec<KeyIndex<'_>> {
-    if !(1..=MAX_TABLE_ID).contains(&table.id) {
-        return Vec::new();
-    }
     let column = |id: i64| {
         table
             .columns
@@ -152,7 +137,7 @@ fn indexes_of(table: &TableDef) -> Vec<KeyIndex<'_>> {
         }
     }
     for ix in &table.indexes {
-        if ix.state() != IndexState::Public || !(1..SLOTS).contains(&ix.id) {
+        if ix.state() != IndexState::Public {
             continue;
         }
         let columns: Option<Vec<_>> = ix.column_ids.iter().map(|&id| column(id)).collect();
@@ -170,27 +155,104 @@ fn indexes_of(table: &TableDef) -> Vec<KeyIndex<'_>> {
     out
 }
 
-/// The index with OID `oid` among `tables`, if any.
-fn index_by_oid(tables: &[TableDef], oid: i64) -> Option<KeyIndex<'_>> {
-    let (table_id, slot) = (
-        (oid - INDEX_OID_BASE) / SLOTS,
-        (oid - INDEX_OID_BASE) % SLOTS,
-    );
-    if oid < INDEX_OID_BASE || table_id > MAX_TABLE_ID {
-        return None;
-    }
-    let table = tables.iter().find(|t| t.id == table_id)?;
-    indexes_of(table).into_iter().find(|ix| ix.slot == slot)
+/// What an index or constraint OID stands for, as the catalog tables
+/// last listed it.
+#[derive(Debug, Clone, PartialEq)]
+enum Described {
+    /// An index: its `CREATE INDEX` and its columns' names.
+    Index {
+        definition: String,
+        columns: Vec<String>,
+    },
+    /// A primary key: `PRIMARY KEY (id)`.
+    Constraint(String),
 }
 
-/// The table whose primary key constraint has OID `oid`, if any.
-fn primary_key_by_oid(tables: &[TableDef], oid: i64) -> Option<KeyIndex<'_>> {
-    let table_id = oid - CONSTRAINT_OID_BASE;
-    if !(1..=MAX_TABLE_ID).contains(&table_id) {
-        return None;
+/// A key as listed: the index, its OID, and its primary key
+/// constraint's OID (0: not a primary key).
+type Listed<'a> = (KeyIndex<'a>, i32, i32);
+
+/// The OIDs of indexes and primary key constraints, and what each stands
+/// for.
+///
+/// An OID is given the first time a key is listed, from a counter per
+/// process (as the crate gives tables theirs), and kept for the life of
+/// the process under (table id, slot): ids are never reused, so an OID
+/// never changes meaning. What each OID stands for is replaced each time
+/// a catalog table lists the keys, and `pg_get_indexdef` and
+/// `pg_get_constraintdef` answer from it: a statement that asks for one
+/// found the OID in a catalog table it read.
+#[derive(Default)]
+pub struct KeyOids {
+    inner: parking_lot::Mutex<KeyOidsInner>,
+}
+
+#[derive(Default)]
+struct KeyOidsInner {
+    next: i32,
+    by_key: HashMap<(i64, i64), i32>,
+    described: HashMap<i32, Described>,
+}
+
+impl KeyOids {
+    /// The OID of slot `slot` of table `table_id`.
+    fn oid(inner: &mut KeyOidsInner, table_id: i64, slot: i64) -> i32 {
+        let next = &mut inner.next;
+        *inner.by_key.entry((table_id, slot)).or_insert_with(|| {
+            let oid = FIRST_OID.saturating_add(*next);
+            *next = next.saturating_add(1);
+            oid
+        })
     }
-    let table = tables.iter().find(|t| t.id == table_id)?;
-    indexes_of(table).into_iter().find(|ix| ix.primary)
+
+    /// Each table's keys with their OIDs (an index's, and a primary
+    /// key's constraint's), what they stand for recorded.
+    fn assign<'a>(&self, tables: &[&'a TableDef]) -> Vec<Vec<Listed<'a>>> {
+        let mut inner = self.inner.lock();
+        let mut described = HashMap::new();
+        let out = tables
+            .iter()
+            .map(|t| {
+                indexes_of(t)
+                    .into_iter()
+                    .map(|ix| {
+                        let oid = Self::oid(&mut inner, t.id, ix.slot);
+                        let columns: Vec<String> = ix
+                            .columns
+                            .iter()
+                            .map(|(_, c)| quote_ident(&c.name))
+                            .collect();
+                        let constraint = match ix.primary {
+                            true => {
+                                let c = Self::oid(&mut inner, t.id, CONSTRAINT_SLOT);
+                                let def = format!("PRIMARY KEY ({})", columns.join(", "));
+                                described.insert(c, Described::Constraint(def));
+                                c
+                            }
+                            false => 0,
+                        };
+                        let definition = ix.definition();
+                        described.insert(
+                            oid,
+                            Described::Index {
+                                definition,
+                                columns,
+                            },
+                        );
+                        (ix, oid, constraint)
+                    })
+                    .collect()
+            })
+            .collect();
+        inner.described = described;
+        out
+    }
+
+    /// What `oid` stands for (None: nothing listed has it).
+    fn described(&self, oid: i64) -> Option<Described> {
+        let oid = i32::try_from(oid).ok()?;
+        self.inner.lock().described.get(&oid).cloned()
+    }
 }
 
 /// The default btree operator class of a column's type (`pg_opclass`).
@@ -251,6 +313,7 @@ pub struct KeysTable {
     cluster: Arc<Cluster>,
     /// The crate's `pg_class`, whose rows give the tables' OIDs.
     pg_class: Arc<dyn TableProvider>,
+    oids: Arc<KeyOids>,
 }
 
 impl std::fmt::Debug for KeysTable {
@@ -265,12 +328,14 @@ impl KeysTable {
         schema: SchemaRef,
         cluster: Arc<Cluster>,
         pg_class: Arc<dyn TableProvider>,
+        oids: Arc<KeyOids>,
     ) -> Self {
         KeysTable {
             kind,
             schema,
             cluster,
             pg_class,
+            oids,
         }
     }
 
@@ -319,28 +384,33 @@ impl KeysTable {
         };
         let mut tables: Vec<&TableDef> = catalog.tables.iter().collect();
         tables.sort_by(|a, b| a.name.cmp(&b.name));
+        let keys = self.oids.assign(&tables);
         // Each table with a key or an index: its OID and its namespace's
-        // (zero where this table does not show them), and its indexes.
-        let indexed: Vec<((i32, i32), Vec<KeyIndex>)> = tables
-            .into_iter()
-            .filter_map(|t| {
+        // (zero where this table does not show them), and its keys.
+        let indexed: Vec<((i32, i32), Vec<Listed>)> = tables
+            .iter()
+            .zip(keys)
+            .filter_map(|(t, keys)| {
                 let oids = match self.kind.needs_oids() {
                     true => *oids.get(&t.name)?,
                     false => (0, 0),
                 };
-                let ix = indexes_of(t);
-                (!ix.is_empty()).then_some((oids, ix))
+                (!keys.is_empty()).then_some((oids, keys))
             })
             .collect();
         let mut rows: Vec<Row> = Vec::new();
-        for ((table_oid, namespace), indexes) in &indexed {
-            for ix in indexes {
+        for ((table_oid, namespace), keys) in &indexed {
+            for (ix, oid, constraint) in keys {
                 match self.kind {
-                    KeysTableKind::PgClass => rows.push(class_row(ix, *namespace)),
-                    KeysTableKind::PgIndex => rows.push(index_row(ix, *table_oid)),
-                    KeysTableKind::PgConstraint if ix.primary => {
-                        rows.push(constraint_row(ix, *table_oid, *namespace))
-                    }
+                    KeysTableKind::PgClass => rows.push(class_row(ix, *oid, *namespace)),
+                    KeysTableKind::PgIndex => rows.push(index_row(ix, *oid, *table_oid)),
+                    KeysTableKind::PgConstraint if ix.primary => rows.push(constraint_row(
+                        ix,
+                        *constraint,
+                        *oid,
+                        *table_oid,
+                        *namespace,
+                    )),
                     KeysTableKind::TableConstraints if ix.primary => {
                         rows.push(table_constraint_row(ix))
                     }
@@ -468,13 +538,13 @@ fn list(values: Vec<ScalarValue>, item: &DataType) -> ScalarValue {
     ScalarValue::List(ScalarValue::new_list_nullable(&values, item))
 }
 
-fn class_row(ix: &KeyIndex, namespace: i32) -> Row {
+fn class_row(ix: &KeyIndex, oid: i32, namespace: i32) -> Row {
     HashMap::from([
-        ("oid", int(ix.oid() as i64)),
+        ("oid", int(oid as i64)),
         ("relname", text(&ix.name)),
         ("relnamespace", int(namespace as i64)),
         ("relam", int(BTREE as i64)),
-        ("relfilenode", int(ix.oid() as i64)),
+        ("relfilenode", int(oid as i64)),
         ("relpages", int(1)),
         ("relpersistence", text("p")),
         ("relkind", text("i")),
@@ -484,7 +554,7 @@ fn class_row(ix: &KeyIndex, namespace: i32) -> Row {
     ])
 }
 
-fn index_row(ix: &KeyIndex, table_oid: i32) -> Row {
+fn index_row(ix: &KeyIndex, oid: i32, table_oid: i32) -> Row {
     let each = |f: &dyn Fn(&ColumnDef) -> i64, t: &DataType| {
         let values = ix
             .columns
@@ -501,7 +571,7 @@ fn index_row(ix: &KeyIndex, table_oid: i32) -> Row {
         .collect();
     let n = ix.columns.len() as i64;
     HashMap::from([
-        ("indexrelid", int(ix.oid() as i64)),
+        ("indexrelid", int(oid as i64)),
         ("indrelid", int(table_oid as i64)),
         ("indnatts", int(n)),
         ("indnkeyatts", int(n)),
@@ -526,14 +596,14 @@ fn index_row(ix: &KeyIndex, table_oid: i32) -> Row {
     ])
 }
 
-fn constraint_row(ix: &KeyIndex, table_oid: i32, namespace: i32) -> Row {
+fn constraint_row(ix: &KeyIndex, oid: i32, index_oid: i32, table_oid: i32, namespace: i32) -> Row {
     let attnums = ix
         .columns
         .iter()
         .map(|(n, _)| ScalarValue::Int16(Some(*n)))
         .collect();
     HashMap::from([
-        ("oid", int(constraint_oid(ix.table) as i64)),
+        ("oid", int(oid as i64)),
         ("conname", text(&ix.name)),
         ("connamespace", int(namespace as i64)),
         ("contype", text("p")),
@@ -542,7 +612,7 @@ fn constraint_row(ix: &KeyIndex, table_oid: i32, namespace: i32) -> Row {
         ("convalidated", flag(true)),
         ("conrelid", int(table_oid as i64)),
         ("contypid", int(0)),
-        ("conindid", int(ix.oid() as i64)),
+        ("conindid", int(index_oid as i64)),
         ("conparentid", int(0)),
         ("confrelid", int(0)),
         ("confupdtype", text(" ")),
@@ -644,14 +714,13 @@ impl TableProvider for KeysTable {
 }
 
 /// `pg_get_indexdef(index_oid [, column, pretty])` and
-/// `pg_get_constraintdef(constraint_oid [, pretty])` over the catalog
-/// this process last read from meta (every statement reads it as it is
-/// planned; a catalog table read it in the same statement): NULL for an
-/// OID that is not one of this module's.
+/// `pg_get_constraintdef(constraint_oid [, pretty])`, answered from what
+/// the catalog tables last listed ([`KeyOids`]): NULL for an OID that is
+/// not a key's.
 pub struct KeyDefinition {
     name: &'static str,
     signature: Signature,
-    cluster: Arc<Cluster>,
+    oids: Arc<KeyOids>,
 }
 
 impl std::fmt::Debug for KeyDefinition {
@@ -675,8 +744,8 @@ impl std::hash::Hash for KeyDefinition {
 }
 
 impl KeyDefinition {
-    /// Both functions over `cluster`'s catalog.
-    pub fn udfs(cluster: &Arc<Cluster>) -> [ScalarUDF; 2] {
+    /// Both functions, over the OIDs `oids` gives.
+    pub fn udfs(oids: &Arc<KeyOids>) -> [ScalarUDF; 2] {
         ["pg_get_indexdef", "pg_get_constraintdef"].map(|name| {
             ScalarUDF::new_from_impl(KeyDefinition {
                 name,
@@ -688,37 +757,33 @@ impl KeyDefinition {
                     ],
                     Volatility::Stable,
                 ),
-                cluster: cluster.clone(),
+                oids: oids.clone(),
             })
         })
     }
 
     /// The definition of the object `oid`; `column` (from 1) names one
-    /// column of an index instead.
-    fn definition(&self, tables: &[TableDef], oid: i64, column: i64) -> Option<String> {
-        match self.name {
-            "pg_get_indexdef" => {
-                let ix = index_by_oid(tables, oid)?;
-                match column {
-                    0 => Some(ix.definition()),
-                    n => Some(
-                        usize::try_from(n - 1)
-                            .ok()
-                            .and_then(|i| ix.columns.get(i))
-                            .map(|(_, c)| quote_ident(&c.name))
-                            .unwrap_or_default(),
-                    ),
-                }
-            }
-            _ => {
-                let pk = primary_key_by_oid(tables, oid)?;
-                let columns: Vec<String> = pk
-                    .columns
-                    .iter()
-                    .map(|(_, c)| quote_ident(&c.name))
-                    .collect();
-                Some(format!("PRIMARY KEY ({})", columns.join(", ")))
-            }
+    /// column of an index instead (past its last, empty, as PostgreSQL
+    /// answers).
+    fn definition(&self, oid: i64, column: i64) -> Option<String> {
+        match (self.name, self.oids.described(oid)?) {
+            (
+                "pg_get_indexdef",
+                Described::Index {
+                    definition,
+                    columns,
+                },
+            ) => match column {
+                0 => Some(definition),
+                n => Some(
+                    usize::try_from(n - 1)
+                        .ok()
+                        .and_then(|i| columns.get(i).cloned())
+                        .unwrap_or_default(),
+                ),
+            },
+            ("pg_get_constraintdef", Described::Constraint(def)) => Some(def),
+            _ => None,
         }
     }
 }
@@ -754,15 +819,13 @@ impl ScalarUDFImpl for KeyDefinition {
             }
             _ => None,
         };
-        let catalog = self.cluster.last_catalog();
-        let tables: &[TableDef] = catalog.as_ref().map_or(&[], |c| &c.tables);
         let out: arrow::array::StringArray = (0..oids.len())
             .map(|i| {
-                if oids.is_null(i) {
+                if oids.is_null(i) || columns.as_ref().is_some_and(|c| c.is_null(i)) {
                     return None;
                 }
                 let column = columns.as_ref().map_or(0, |c| c.value(i));
-                self.definition(tables, oids.value(i), column)
+                self.definition(oids.value(i), column)
             })
             .collect();
         let out: ArrayRef = Arc::new(out);
@@ -841,28 +904,63 @@ mod tests {
             ix[1].columns.iter().map(|c| c.0).collect::<Vec<_>>(),
             [2, 3]
         );
-        let tables = [t.clone()];
-        let by_oid = |oid: i32| index_by_oid(&tables, oid as i64).map(|i| i.definition());
+
+        let oids = Arc::new(KeyOids::default());
+        let keys = oids.assign(&[&t]);
+        let (pk_index, pk) = (keys[0][0].1, keys[0][0].2);
+        let ab = keys[0][1].1;
+        let [indexdef, constraintdef] = KeyDefinition::udfs(&oids);
+        let def = |f: &ScalarUDF, oid: i32, column: i64| {
+            f.inner()
+                .as_ref()
+                .downcast_ref::<KeyDefinition>()
+                .unwrap()
+                .definition(oid as i64, column)
+        };
         assert_eq!(
-            by_oid(ix[0].oid()).unwrap(),
+            def(&indexdef, pk_index, 0).unwrap(),
             "CREATE UNIQUE INDEX \"Orders_pkey\" ON public.\"Orders\" USING btree (id)"
         );
         assert_eq!(
-            by_oid(ix[1].oid()).unwrap(),
+            def(&indexdef, ab, 0).unwrap(),
             "CREATE INDEX o_ab ON public.\"Orders\" USING btree (a, b)"
         );
-        assert_eq!(by_oid(ix[1].oid() + 2), None, "slot 3 is mid-build");
-        assert_eq!(by_oid(16385), None);
-        let pk = primary_key_by_oid(&tables, constraint_oid(&t) as i64).unwrap();
-        assert_eq!(pk.name, "Orders_pkey");
-        // A table without a primary key has none.
+        assert_eq!(def(&indexdef, ab, 2).unwrap(), "b");
+        assert_eq!(def(&indexdef, ab, 3).unwrap(), "");
+        assert_eq!(def(&constraintdef, pk, 0).unwrap(), "PRIMARY KEY (id)");
+        // Each function knows only its kind; other OIDs are NULL.
+        assert_eq!(def(&constraintdef, ab, 0), None);
+        assert_eq!(def(&indexdef, pk, 0), None);
+        assert_eq!(def(&indexdef, 16385, 0), None);
+        assert_eq!(def(&indexdef, -1, 0), None);
+
+        // An OID keeps its meaning: listed again, the same OIDs; a new
+        // table's keys get new ones.
+        let again = oids.assign(&[&t]);
+        assert_eq!((again[0][1].1, again[0][0].2), (ab, pk));
+        let other = TableDef {
+            id: 8,
+            name: "other".into(),
+            indexes: vec![],
+            ..t.clone()
+        };
+        let both = oids.assign(&[&t, &other]);
+        let all: std::collections::HashSet<i32> = both
+            .iter()
+            .flatten()
+            .flat_map(|(_, oid, c)| [*oid, *c])
+            .filter(|o| *o != 0)
+            .collect();
+        assert_eq!(all.len(), 6, "{all:?}");
+        assert!(all.iter().all(|o| *o >= FIRST_OID));
+
+        // A table without a primary key or indexes has no keys.
         let heap = TableDef {
             handle_column_id: 0,
             indexes: vec![],
             ..t
         };
         assert!(indexes_of(&heap).is_empty());
-        assert!(primary_key_by_oid(std::slice::from_ref(&heap), constraint_oid(&heap) as i64).is_none());
     }
 
     #[test]
@@ -881,7 +979,11 @@ mod tests {
             Field::new("indpred", DataType::Utf8, true),
             Field::new("indnotmine", DataType::Int16, false),
         ]));
-        let rows: Vec<Row> = ix.iter().map(|i| index_row(i, 16385)).collect();
+        let rows: Vec<Row> = ix
+            .iter()
+            .enumerate()
+            .map(|(n, i)| index_row(i, FIRST_OID + n as i32, 16385))
+            .collect();
         let b = batch(&schema, &rows).unwrap();
         assert_eq!(b.num_rows(), 3);
         let text = arrow::util::pretty::pretty_format_batches(&[b])

@@ -26,6 +26,9 @@ use pgwire::api::Type;
 use super::encode::{numeric_from_binary, PG_EPOCH_DAYS, PG_EPOCH_MICROS};
 use crate::{plan_err, Error, Result};
 
+/// The zone of a TIMESTAMPTZ parameter (an instant).
+const UTC: &str = "+00:00";
+
 /// The parameters of a Bind as one row, a column per parameter.
 pub fn row(
     values: &[Option<Bytes>],
@@ -96,15 +99,18 @@ fn value(v: Option<&[u8]>, t: &Type, binary: bool) -> Result<ArrayRef> {
             let ts = cast_text(local, &DataType::Timestamp(TimeUnit::Microsecond, None))
                 .map_err(|_| bad(t.name()))?;
             match (*t == Type::TIMESTAMPTZ, offset) {
+                // An instant: UTC, marked as such (a value without an
+                // offset is read in the session's zone, as a literal is).
                 (true, Some(Some(secs))) => {
                     let micros = ts
                         .as_any()
                         .downcast_ref::<TimestampMicrosecondArray>()
                         .map(|a| a.value(0))
                         .unwrap_or_default();
-                    Arc::new(TimestampMicrosecondArray::from(vec![
-                        micros - secs * 1_000_000,
-                    ]))
+                    Arc::new(
+                        TimestampMicrosecondArray::from(vec![micros - secs * 1_000_000])
+                            .with_timezone(UTC),
+                    )
                 }
                 (_, Some(None)) => return Err(bad(t.name())),
                 _ => ts,
@@ -221,11 +227,15 @@ fn binary_value(b: &[u8], t: &Type) -> Result<ArrayRef> {
         .checked_add(PG_EPOCH_DAYS)
         .ok_or_else(out_of_range)?])),
         Type::TIMESTAMP | Type::TIMESTAMPTZ => {
-            Arc::new(TimestampMicrosecondArray::from(vec![i64::from_be_bytes(
-                n(8)?.try_into().expect("8"),
-            )
-            .checked_add(PG_EPOCH_MICROS)
-            .ok_or_else(out_of_range)?]))
+            let micros = i64::from_be_bytes(n(8)?.try_into().expect("8"))
+                .checked_add(PG_EPOCH_MICROS)
+                .ok_or_else(out_of_range)?;
+            let a = TimestampMicrosecondArray::from(vec![micros]);
+            // A binary TIMESTAMPTZ is an instant, in UTC.
+            Arc::new(match *t == Type::TIMESTAMPTZ {
+                true => a.with_timezone(UTC),
+                false => a,
+            })
         }
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN | Type::JSON => {
             Arc::new(StringArray::from(vec![utf8(b)?]))
@@ -305,7 +315,7 @@ mod tests {
         assert_eq!(
             got,
             "SELECT DATE '1994-01-01', TIMESTAMP '2020-01-02T03:04:05.600', \
-             TIMESTAMP '2020-01-01T21:34:05'"
+             TIMESTAMP WITH TIME ZONE '2020-01-01T21:34:05Z'"
         );
     }
 

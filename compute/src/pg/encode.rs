@@ -180,11 +180,12 @@ pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>> {
                 .is_some_and(|f| f.format() == FieldFormat::Binary)
         })
         .collect();
-    let vector: Vec<bool> = (0..columns.len())
-        .map(|i| {
-            fields
-                .get(i)
-                .is_some_and(|f| matches!(*f.datatype(), Type::INT2_VECTOR | Type::OID_VECTOR))
+    // The element type of columns sent as vectors.
+    let vector: Vec<Option<Type>> = (0..columns.len())
+        .map(|i| match fields.get(i).map(|f| f.datatype().clone()) {
+            Some(Type::INT2_VECTOR) => Some(Type::INT2),
+            Some(Type::OID_VECTOR) => Some(Type::OID),
+            _ => None,
         })
         .collect();
     let mut out = Vec::with_capacity(batch.num_rows());
@@ -197,10 +198,11 @@ pub fn rows(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>> {
                 continue;
             }
             cell.clear();
-            match (binary[c], vector[c]) {
-                (true, _) => binary_value(col.as_ref(), row, &mut cell)?,
-                (false, true) => vector_text(col.as_ref(), row, &mut cell)?,
-                (false, false) => text_value(col.as_ref(), row, &mut cell)?,
+            match (binary[c], &vector[c]) {
+                (true, Some(item)) => vector_binary(col.as_ref(), row, item, &mut cell)?,
+                (true, None) => binary_value(col.as_ref(), row, &mut cell)?,
+                (false, Some(_)) => vector_text(col.as_ref(), row, &mut cell)?,
+                (false, None) => text_value(col.as_ref(), row, &mut cell)?,
             }
             buf.put_i32(cell.len() as i32);
             buf.put_slice(&cell);
@@ -219,6 +221,34 @@ fn vector_text(a: &dyn Array, row: usize, out: &mut Vec<u8>) -> Result<()> {
             out.push(b' ');
         }
         text_value(values.as_ref(), i, out)?;
+    }
+    Ok(())
+}
+
+/// Writes row `row` (not null) of list `a` as an `int2vector` or
+/// `oidvector` in binary: an array of `item`s (no NULLs) whose subscripts
+/// start at 0, as PostgreSQL's vectors do.
+fn vector_binary(a: &dyn Array, row: usize, item: &Type, out: &mut Vec<u8>) -> Result<()> {
+    let values = list_values(a, row);
+    let n = values.len();
+    out.put_i32(1);
+    out.put_i32(0);
+    out.put_u32(item.oid());
+    out.put_i32(n as i32);
+    out.put_i32(0);
+    let values = arrow::compute::cast(&values, &DataType::Int32)?;
+    for v in values.as_primitive::<Int32Type>().iter() {
+        let v = v.unwrap_or_default();
+        match *item == Type::INT2 {
+            true => {
+                out.put_i32(2);
+                out.put_i16(v as i16);
+            }
+            false => {
+                out.put_i32(4);
+                out.put_i32(v);
+            }
+        }
     }
     Ok(())
 }

@@ -33,7 +33,7 @@ use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionHandle, PgWireConnectionState, Type};
 use pgwire::error::{PgWireError, PgWireResult};
-use pgwire::messages::extendedquery::{Execute, Sync as PgSync};
+use pgwire::messages::extendedquery::Execute;
 use pgwire::messages::response::EmptyQueryResponse;
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
@@ -111,7 +111,8 @@ impl SimpleQueryHandler for Handler {
         let session = session_of(client)?;
         client.set_state(PgWireConnectionState::QueryInProgress);
         let statements = statement::split(&query.query);
-        // Several statements are one batch (an implicit transaction).
+        // Several statements are one batch: one implicit transaction
+        // (`session.rs`).
         if statements.len() > 1 {
             session.begin_batch();
         }
@@ -442,8 +443,6 @@ impl ExtendedQueryHandler for Handler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = session_of(client)?;
-        // Everything up to Sync is one batch (an implicit transaction).
-        session.begin_batch();
         match self._on_execute(client, message).await {
             Ok(()) => {
                 client.set_transaction_status(session.status());
@@ -451,29 +450,6 @@ impl ExtendedQueryHandler for Handler {
             }
             Err(e) => Err(failed(client, &session, e).await),
         }
-    }
-
-    /// The batch ends: its implicit transaction commits (or rolls back
-    /// after a failed statement) before ReadyForQuery; a commit that
-    /// fails is an ErrorResponse first.
-    async fn on_sync<C>(&self, client: &mut C, _message: PgSync) -> PgWireResult<()>
-    where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore<Statement = Self::Statement>,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let session = session_of(client)?;
-        if let Err(e) = session.end_batch().await {
-            let info = pgwire::error::ErrorInfo::from(e);
-            client
-                .feed(PgWireBackendMessage::ErrorResponse(info.into()))
-                .await?;
-        }
-        client.portal_store().rm_portal(pgwire::api::DEFAULT_NAME);
-        let status = session.status();
-        client.set_transaction_status(status);
-        send_ready_for_query(client, status).await
     }
 
     async fn do_query<C>(

@@ -18,18 +18,27 @@
 //! does. ReadyForQuery carries the state: idle, in a transaction, failed.
 //! A connection that closes with a transaction open rolls it back.
 //!
-//! IMPLICIT TRANSACTIONS. PostgreSQL runs a batch — the extended
-//! protocol's messages up to Sync, a simple Query of several statements —
-//! as one implicit transaction: pgjdbc's `executeBatch` and asyncpg's
-//! `executemany` either write every row or none. Here the batch's first
-//! write outside a transaction opens one (reads before it run on their
-//! own: they have nothing to undo), the batch's later statements run in
-//! it, and the batch's end commits it, or rolls it back if a statement
-//! failed (pgwire skips the rest of a failed batch up to Sync). `BEGIN`
-//! inside the batch turns it into an ordinary block. Quarry cannot run
-//! CREATE, DROP, ALTER, BACKUP or COPY inside a transaction, so one of
-//! them in a batch commits the writes before it first (PostgreSQL would
-//! undo those too if the statement failed).
+//! IMPLICIT TRANSACTIONS. PostgreSQL runs a simple Query of several
+//! statements (`psql -c 'INSERT …; INSERT …'`) as one implicit
+//! transaction, and so does Quarry: the batch's first write outside a
+//! transaction opens one (reads before it run on their own: they have
+//! nothing to undo), the later statements run in it, and the Query's end
+//! commits it, or rolls it back if a statement failed. A first write that
+//! loses a write conflict starts the transaction again and runs again,
+//! as an autocommit write would. `BEGIN` inside the batch turns it into
+//! an ordinary block. Quarry cannot run CREATE, DROP, ALTER, BACKUP or
+//! COPY inside a transaction, so one of them in a batch commits the
+//! writes before it first (PostgreSQL would undo those too if the
+//! statement failed).
+//!
+//! The extended protocol's batches (everything up to Sync: pgjdbc's
+//! `executeBatch`, asyncpg's `executemany`) are not made one: each
+//! Execute outside `BEGIN` commits on its own. Opening a transaction at a
+//! batch's first write made every single write sent that way (every
+//! autocommit statement of psycopg, asyncpg and pgjdbc) 2.2 times slower
+//! (a pessimistic lock, a second prewrite and two timestamps more;
+//! `docs/postgres.md`), and whether more Executes follow the first is
+//! known only when the next message comes.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -113,9 +122,9 @@ pub struct PgSession {
     txn: Mutex<Option<Arc<OpenTxn>>>,
     /// The open transaction failed: only COMMIT or ROLLBACK run.
     failed: AtomicBool,
-    /// A batch of statements is under way (an extended-protocol batch up
-    /// to Sync, a simple Query of several statements): its first write
-    /// outside a transaction opens an implicit one.
+    /// A batch of statements is under way (a simple Query of several
+    /// statements): its first write outside a transaction opens an
+    /// implicit one.
     in_batch: AtomicBool,
     /// The open transaction is a batch's implicit one: it ends with the
     /// batch, committed, or rolled back if a statement failed.
@@ -236,7 +245,8 @@ impl PgSession {
         self.in_batch.store(true, Ordering::Relaxed);
     }
 
-    /// The batch has ended (Sync, or the simple Query's last statement):
+    /// The batch has ended (the simple Query's last statement, or one that
+    /// failed):
     /// its implicit transaction, if one opened, commits, or rolls back if
     /// a statement in it failed.
     pub async fn end_batch(&self) -> PgWireResult<()> {
@@ -285,6 +295,30 @@ impl PgSession {
             self.implicit.store(true, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// A write lost a conflict: if it is the first statement of the
+    /// batch's implicit transaction (nothing written in it yet), the
+    /// transaction starts again at a new snapshot and the write runs
+    /// again, as Quarry runs an autocommit write again (`engine/dml.rs`),
+    /// at most [`crate::engine::dml::MAX_ATTEMPTS`] times in all.
+    async fn retry_first_write(&self, attempts: &mut u32) -> PgWireResult<bool> {
+        if !self.implicit.load(Ordering::Relaxed)
+            || self.writes.load(Ordering::Relaxed) > 0
+            || *attempts >= crate::engine::dml::MAX_ATTEMPTS
+        {
+            return Ok(false);
+        }
+        let aborted = self.txn.lock().take();
+        if let Some(txn) = aborted {
+            // (The engine has aborted it; this forgets it.)
+            let _ = self.engine.sessions().rollback(&txn).await;
+        }
+        let backoff = std::time::Duration::from_millis(2u64 << (*attempts).min(6));
+        tokio::time::sleep(backoff).await;
+        *attempts += 1;
+        self.open_txn().await?;
+        Ok(true)
     }
 
     /// Opens a transaction (BEGIN's, or a batch's implicit one).
@@ -339,16 +373,25 @@ impl PgSession {
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
-        let txn = self.txn();
         let text = statement::rewrite(sql);
-        let r = self
-            .scoped(async {
-                match self.engine.prepare_sql_in(&text, txn.as_ref()).await? {
-                    Prepared::Query(q) => Ok(Ok(self.engine.stream_in(*q, txn.clone()).await?)),
-                    Prepared::Done(out) => Ok(Err(out)),
-                }
-            })
-            .await;
+        let mut attempts = 1;
+        let (txn, r) = loop {
+            let txn = self.txn();
+            let r = self
+                .scoped(async {
+                    match self.engine.prepare_sql_in(&text, txn.as_ref()).await? {
+                        Prepared::Query(q) => {
+                            Ok(Ok(self.engine.stream_in(*q, txn.clone()).await?))
+                        }
+                        Prepared::Done(out) => Ok(Err(out)),
+                    }
+                })
+                .await;
+            match r {
+                Err(Error::Conflict(_)) if self.retry_first_write(&mut attempts).await? => {}
+                r => break (txn, r),
+            }
+        };
         let r = match r {
             Ok(r) => r,
             Err(e) => {
@@ -673,7 +716,7 @@ impl PgSession {
             }
             S::Deallocate => tag("DEALLOCATE"),
             S::Savepoint(name) => {
-                if self.txn().is_none() {
+                if !self.in_block() {
                     return Err(no_block("SAVEPOINT"));
                 }
                 let writes = self.writes.load(Ordering::Relaxed);
@@ -681,7 +724,7 @@ impl PgSession {
                 tag("SAVEPOINT")
             }
             S::Release(name) => {
-                if self.txn().is_none() {
+                if !self.in_block() {
                     return Err(no_block("RELEASE SAVEPOINT"));
                 }
                 let mut sps = self.savepoints.lock();
@@ -693,7 +736,7 @@ impl PgSession {
                 tag("RELEASE")
             }
             S::RollbackTo(name) => {
-                if self.txn().is_none() {
+                if !self.in_block() {
                     return Err(no_block("ROLLBACK TO SAVEPOINT"));
                 }
                 let at = {

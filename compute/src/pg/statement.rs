@@ -328,14 +328,15 @@ pub fn outcome(sql: &str) -> Outcome {
 
 /// Whether `sql` is a statement that Quarry does not run inside a
 /// transaction: CREATE, DROP and ALTER of tables, views, indexes and
-/// users, BACKUP, RESTORE, COPY (its batches are transactions of their
-/// own outside one).
+/// users, SHOW USERS, BACKUP, RESTORE, COPY (its batches are
+/// transactions of their own outside one).
 pub fn runs_outside_transactions(sql: &str) -> bool {
     let w = words(sql);
+    let word = |i: usize| w.get(i).map(String::as_str);
     matches!(
-        w.first().map(String::as_str),
+        word(0),
         Some("create" | "drop" | "alter" | "backup" | "restore" | "copy")
-    )
+    ) || (word(0) == Some("show") && word(1) == Some("users"))
 }
 
 /// True if `sql` needs PostgreSQL's catalog rewriting (it reads the
