@@ -156,6 +156,36 @@ fn psql_lists_describes_answers_tpch_and_runs_transactions() {
     );
     let (ok, _, err) = psql(&addr, "", &["-c", "SET TimeZone = '+5'"]);
     assert!(!ok && err.contains("name the zone"), "{err}");
+    // A SET in a transaction that rolls back is taken back; SET LOCAL
+    // lasts until the transaction ends (as in PostgreSQL).
+    let scoped = psql_ok(
+        &addr,
+        &[
+            "-At",
+            "-c",
+            "BEGIN",
+            "-c",
+            "SET TimeZone = 'Europe/Berlin'",
+            "-c",
+            "ROLLBACK",
+            "-c",
+            "SHOW TimeZone",
+            "-c",
+            "BEGIN",
+            "-c",
+            "SET LOCAL application_name = 'inside'",
+            "-c",
+            "SELECT current_setting('application_name')",
+            "-c",
+            "COMMIT",
+            "-c",
+            "SELECT current_setting('application_name') = 'psql'",
+        ],
+    );
+    assert_eq!(
+        scoped,
+        "BEGIN\nSET\nROLLBACK\nUTC\nBEGIN\nSET\ninside\nCOMMIT\nt\n"
+    );
 
     // \d lists the primary key and the indexes, as psql lists
     // PostgreSQL's.

@@ -493,7 +493,10 @@ impl ExtendedQueryHandler for Handler {
         let format = move |i: usize| format_of(&format, i);
         // (Cancellation: pgwire's _on_execute waits on it around this.)
         let response = session.run(&sql, &format).await?;
-        if matches!(response, Response::Execution(_)) {
+        if matches!(
+            response,
+            Response::Execution(_) | Response::TransactionStart(_) | Response::TransactionEnd(_)
+        ) {
             send_changed_parameters(client, &session).await?;
         }
         Ok(response)

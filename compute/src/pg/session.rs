@@ -133,6 +133,11 @@ pub struct PgSession {
     settings: Mutex<BTreeMap<String, String>>,
     /// The reported parameters as the client last heard them.
     heard: Mutex<Vec<(String, String)>>,
+    /// `SET LOCAL`s of the open transaction.
+    local: Mutex<BTreeMap<String, String>>,
+    /// The settings as the open transaction found them: a transaction
+    /// that does not commit takes its SETs back.
+    before_txn: Mutex<Option<BTreeMap<String, String>>>,
     /// The open transaction's savepoints, oldest first, each with the
     /// count of writes before it.
     savepoints: Mutex<Vec<(String, u64)>>,
@@ -190,6 +195,8 @@ impl PgSession {
             implicit: AtomicBool::new(false),
             settings: Mutex::new(settings),
             heard: Mutex::new(Vec::new()),
+            local: Mutex::new(BTreeMap::new()),
+            before_txn: Mutex::new(None),
             savepoints: Mutex::new(Vec::new()),
             writes: Default::default(),
             copy_in: Default::default(),
@@ -267,15 +274,26 @@ impl PgSession {
         let sessions = self.engine.sessions().clone();
         // In a task of its own, as COMMIT: a cancel must not stop it
         // half-way.
-        tokio::spawn(async move {
+        let ended = tokio::spawn(async move {
             match failed {
                 true => sessions.rollback(&txn).await,
                 false => sessions.commit(&txn).await.map(|_| ()),
             }
         })
         .await
-        .map_err(|e| to_pg(Error::Internal(format!("ending a transaction: {e}"))))?
-        .map_err(to_pg)
+        .map_err(|e| to_pg(Error::Internal(format!("ending a transaction: {e}"))))?;
+        self.settings_at_end(!failed && ended.is_ok());
+        ended.map_err(to_pg)
+    }
+
+    /// The transaction has ended: its `SET LOCAL`s go, and if it did not
+    /// commit, so do the `SET`s made in it, as in PostgreSQL.
+    fn settings_at_end(&self, committed: bool) {
+        self.local.lock().clear();
+        let before = self.before_txn.lock().take();
+        if let (false, Some(before)) = (committed, before) {
+            *self.settings.lock() = before;
+        }
     }
 
     /// Before statement `sql` of a batch: a write outside a transaction
@@ -329,6 +347,8 @@ impl PgSession {
             .await
             .map_err(to_pg)?;
         *self.txn.lock() = Some(txn);
+        *self.before_txn.lock() = Some(self.settings.lock().clone());
+        self.local.lock().clear();
         self.failed.store(false, Ordering::Relaxed);
         self.savepoints.lock().clear();
         self.writes.store(0, Ordering::Relaxed);
@@ -615,6 +635,7 @@ impl PgSession {
         format: &(dyn Fn(usize) -> FieldFormat + Sync),
     ) -> PgWireResult<Response> {
         use SessionStatement as S;
+        let local = matches!(stmt, S::SetLocal(..));
         let sessions = self.engine.sessions().clone();
         if self.failed.load(Ordering::Relaxed)
             && !matches!(stmt, S::Commit | S::Rollback | S::RollbackTo(_))
@@ -661,6 +682,7 @@ impl PgSession {
                 })
                 .await
                 .map_err(|e| to_pg(Error::Internal(format!("ending a transaction: {e}"))))?;
+                self.settings_at_end(matches!((&ended, rollback), (Ok(_), false)));
                 match (ended, rollback) {
                     (Ok(word), _) => Ok(Response::TransactionEnd(Tag::new(word))),
                     // Rolled back however it went.
@@ -669,7 +691,7 @@ impl PgSession {
                 }
             }
             S::SetTransaction => tag("SET"),
-            S::Set(name, value) => {
+            S::Set(name, value) | S::SetLocal(name, value) => {
                 let name = canonical(&name);
                 if default_setting(&name).is_none() {
                     return Err(unknown_setting(&name));
@@ -679,6 +701,21 @@ impl PgSession {
                         "55P02",
                         format!("parameter \"{name}\" cannot be changed"),
                     ));
+                }
+                if local {
+                    // Until the transaction ends; outside one PostgreSQL
+                    // warns and changes nothing.
+                    if self.txn().is_some() {
+                        let v = match value {
+                            Some(v) => {
+                                check_value(&name, &v)?;
+                                v
+                            }
+                            None => default_setting(&name).unwrap_or_default().to_string(),
+                        };
+                        self.local.lock().insert(name, v);
+                    }
+                    return tag("SET");
                 }
                 match value {
                     Some(v) => {
@@ -790,6 +827,9 @@ impl PgSession {
         if name == "is_superuser" {
             let su = self.caller.as_ref().is_none_or(|c| c.superuser);
             return Some(if su { "on" } else { "off" }.into());
+        }
+        if let Some(v) = self.local.lock().get(name) {
+            return Some(v.clone());
         }
         if let Some(v) = self.settings.lock().get(name) {
             return Some(v.clone());

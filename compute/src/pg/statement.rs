@@ -123,6 +123,8 @@ pub enum SessionStatement {
     Rollback,
     /// `SET name = value` (`None`: `SET name TO DEFAULT`).
     Set(String, Option<String>),
+    /// `SET LOCAL name = value`: until the transaction ends.
+    SetLocal(String, Option<String>),
     /// `SET TRANSACTION …` and `SET SESSION CHARACTERISTICS …`: the
     /// level is checked, nothing changes.
     SetTransaction,
@@ -206,7 +208,13 @@ pub fn session_statement(sql: &str) -> Option<Result<SessionStatement>> {
                 "syntax error: RESET takes one setting's name, or ALL"
             )),
         },
-        "set" => set_statement(sql, rest)?,
+        "set" => {
+            let local = rest.first().is_some_and(|w| w == "local");
+            match set_statement(sql, rest)? {
+                Ok(S::Set(name, value)) if local => Ok(S::SetLocal(name, value)),
+                other => other,
+            }
+        }
         _ => return None,
     };
     Some(statement)
@@ -703,6 +711,13 @@ mod tests {
         assert_eq!(
             s("SET TIME ZONE 'UTC'"),
             Some(Ok(S::Set("timezone".into(), Some("UTC".into()))))
+        );
+        assert_eq!(
+            s("SET LOCAL TimeZone TO 'Europe/Berlin'"),
+            Some(Ok(S::SetLocal(
+                "timezone".into(),
+                Some("Europe/Berlin".into())
+            )))
         );
         assert_eq!(
             s("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED"),
