@@ -352,7 +352,7 @@ impl ScalarUDFImpl for Format {
 
 /// `name` as PostgreSQL's `quote_ident` writes it: bare when it is a
 /// lower-case identifier, else double-quoted.
-fn quote_identifier(name: &str) -> String {
+pub(super) fn quote_identifier(name: &str) -> String {
     let bare = name
         .chars()
         .next()

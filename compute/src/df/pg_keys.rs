@@ -56,6 +56,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_plan::ExecutionPlan;
 use quarry_proto::meta::{ColumnDef, IndexState, TableDef, TypeKind};
 
+use super::pg_functions::quote_identifier;
 use crate::cluster::Cluster;
 
 /// The first OID given to an index or a constraint (see the module's
@@ -83,34 +84,15 @@ struct KeyIndex<'a> {
 impl KeyIndex<'_> {
     /// `CREATE [UNIQUE] INDEX name ON public.t USING btree (a, b)`, as
     /// `pg_get_indexdef` writes it.
-    fn definition(&self) -> String {
-        let columns: Vec<String> = self
-            .columns
-            .iter()
-            .map(|(_, c)| quote_ident(&c.name))
-            .collect();
+    /// (`columns`: its columns' names, quoted.)
+    fn definition(&self, columns: &[String]) -> String {
         format!(
             "CREATE {}INDEX {} ON public.{} USING btree ({})",
             if self.unique { "UNIQUE " } else { "" },
-            quote_ident(&self.name),
-            quote_ident(&self.table.name),
+            quote_identifier(&self.name),
+            quote_identifier(&self.table.name),
             columns.join(", ")
         )
-    }
-}
-
-/// `name` as PostgreSQL quotes an identifier where it must.
-fn quote_ident(name: &str) -> String {
-    let plain = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    match plain {
-        true => name.to_string(),
-        false => format!("\"{}\"", name.replace('"', "\"\"")),
     }
 }
 
@@ -220,7 +202,7 @@ impl KeyOids {
                         let columns: Vec<String> = ix
                             .columns
                             .iter()
-                            .map(|(_, c)| quote_ident(&c.name))
+                            .map(|(_, c)| quote_identifier(&c.name))
                             .collect();
                         let constraint = match ix.primary {
                             true => {
@@ -231,7 +213,7 @@ impl KeyOids {
                             }
                             false => 0,
                         };
-                        let definition = ix.definition();
+                        let definition = ix.definition(&columns);
                         described.insert(
                             oid,
                             Described::Index {

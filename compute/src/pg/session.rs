@@ -211,10 +211,13 @@ impl PgSession {
     /// Runs `f` as a request of this session (its caller, its key and
     /// its settings as they are now).
     pub async fn scoped<F: std::future::Future>(&self, f: F) -> F::Output {
-        let settings = DEFAULT_SETTINGS
-            .iter()
-            .filter_map(|(n, _)| Some((n.to_string(), self.setting(n)?)))
-            .collect();
+        // What differs from the defaults (`current_setting_in` answers
+        // the rest): SETs, SET LOCALs over them, and who is superuser.
+        let mut settings = self.settings.lock().clone();
+        settings.extend(self.local.lock().clone());
+        if let Some(su) = self.setting("is_superuser") {
+            settings.insert("is_superuser".into(), su);
+        }
         crate::caller::in_scope(
             self.caller.clone(),
             self.id.clone(),
