@@ -547,9 +547,29 @@ pub fn wait_caught_up(pg: &Playground, within: Duration) {
 
 /// The rows of table `acked (id, v)` by id: the table the tests of loads
 /// under faults write (each row `(id, id * 7 + 3)`).
+///
+/// Read right after a store died or came back, the query may find the
+/// meta region between leaders for longer than the compute's 10 s meta
+/// budget on a loaded machine (CI once saw "the meta service is
+/// unavailable … no leader known"): that refusal loses nothing, so it is
+/// retried for up to 30 s more. Any other failure fails at once.
 pub fn acked_rows(pg: &Playground) -> std::collections::BTreeMap<i64, i64> {
-    pg.ok("SELECT id, v FROM acked ORDER BY id")
-        .lines()
+    let sql = "SELECT id, v FROM acked ORDER BY id";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let out = pg.sql("csv", sql);
+        if out.status.success() {
+            break String::from_utf8(out.stdout).unwrap();
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("is unavailable") && Instant::now() < deadline,
+            "{sql} failed: {err}"
+        );
+        eprintln!("{sql}: retrying after {}", err.trim());
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    text.lines()
         .skip(1)
         .map(|l| {
             let (a, b) = l.split_once(',').unwrap();
