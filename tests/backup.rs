@@ -356,15 +356,20 @@ fn a_backup_reads_every_page_encoding() {
     let pg = Playground::start(&["--stores", "3"]);
     pg.ok(
         "CREATE TABLE d (id BIGINT PRIMARY KEY, price DECIMAL(15,2), small DECIMAL(5,1), \
-         wide DECIMAL(30,4), name VARCHAR)",
+         wide DECIMAL(30,4), name VARCHAR, n BIGINT, day DATE)",
     );
+    // BIGINT's ends side by side: the integer columns' delta encoding
+    // takes a delta that overflows 64 bits.
     pg.ok(
-        "INSERT INTO d VALUES (1, 12.34, 1234.5, 123456789012345678901.2345, 'a'), \
-         (2, -9999999999999.99, NULL, NULL, NULL), (3, NULL, -0.1, 1.0001, 'c'), \
-         (4, 9999999999999.99, 0.0, -0.0001, '')",
+        "INSERT INTO d VALUES \
+         (1, 12.34, 1234.5, 123456789012345678901.2345, 'a', -9223372036854775808, DATE '1000-01-01'), \
+         (2, -9999999999999.99, NULL, NULL, NULL, 9223372036854775807, DATE '9999-12-31'), \
+         (3, NULL, -0.1, 1.0001, 'c', NULL, NULL), \
+         (4, 9999999999999.99, 0.0, -0.0001, '', 0, DATE '1992-01-02')",
     );
     let want = pg.ok("SELECT * FROM d ORDER BY id");
     assert!(want.contains("-9999999999999.99"), "{want}");
+    assert!(want.contains("9223372036854775807,9999-12-31"), "{want}");
     for encode in ["rows", "arrow-decimal128", "arrow"] {
         let compute = pg.extra_compute(&["--encode", encode]);
         let dir = tempfile::tempdir().unwrap();

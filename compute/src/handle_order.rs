@@ -116,6 +116,9 @@ pub async fn scan_in_handle_order(
             layout: table.layout,
         }),
         read_ts,
+        // One pass over the whole table: the stores' block caches keep
+        // what the queries read.
+        not_fill_cache: true,
         ..Default::default()
     });
     let row_types: Vec<DataType> = wide

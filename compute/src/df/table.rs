@@ -148,6 +148,7 @@ impl QuarryTable {
             limit: limit.unwrap_or(0) as u64,
             top_n: None,
             read_ts: 0,
+            not_fill_cache: false,
         };
         let mut scan = RegionScanExec::new(
             self.ctx.clone(),

@@ -156,6 +156,7 @@ impl Engine for MemEngine {
     fn with_snapshot_source<R>(
         &self,
         bounds: &KeyRange,
+        _fill_cache: bool,
         f: impl FnOnce(&quarry_coprocessor::storage::StorageSource<'_>) -> R,
     ) -> R {
         let snapshot = self.snapshot(bounds);

@@ -123,10 +123,12 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Runs `f` with a maker of scans over one consistent snapshot (each
     /// call a new [`Storage`], usable on another thread), for scanning
-    /// parts of a region in parallel.
+    /// parts of a region in parallel. Without `fill_cache` the blocks the
+    /// scans read do not enter a block cache (a read that passes once).
     fn with_snapshot_source<R>(
         &self,
         bounds: &quarry_coprocessor::storage::KeyRange,
+        fill_cache: bool,
         f: impl FnOnce(&quarry_coprocessor::storage::StorageSource<'_>) -> R,
     ) -> R;
 

@@ -45,6 +45,7 @@ pub struct RocksEngine {
     /// thread of their own ([`Engine::reclaim_range`]).
     reclaim: Mutex<Option<mpsc::Sender<KeySpan>>>,
     reclaimer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    block_cache: Cache,
 }
 
 impl Drop for RocksEngine {
@@ -155,7 +156,13 @@ impl RocksEngine {
             db,
             reclaim: Mutex::new(Some(tx)),
             reclaimer: Mutex::new(Some(reclaimer)),
+            block_cache: cache,
         })
+    }
+
+    /// Bytes the block cache holds now.
+    pub fn block_cache_usage(&self) -> usize {
+        self.block_cache.get_usage()
     }
 
     fn cf(&self, cf: Cf) -> &rocksdb::ColumnFamily {
@@ -303,6 +310,7 @@ impl Engine for RocksEngine {
             snapshot: &snapshot,
             cf: self.cf(Cf::Default),
             bounds: bounds.clone(),
+            fill_cache: true,
             iter: None,
             first: false,
             key_only: false,
@@ -314,6 +322,7 @@ impl Engine for RocksEngine {
     fn with_snapshot_source<R>(
         &self,
         bounds: &KeyRange,
+        fill_cache: bool,
         f: impl FnOnce(&quarry_coprocessor::storage::StorageSource<'_>) -> R,
     ) -> R {
         let snapshot = self.db.snapshot();
@@ -323,6 +332,7 @@ impl Engine for RocksEngine {
                 snapshot: &snapshot,
                 cf,
                 bounds: bounds.clone(),
+                fill_cache,
                 iter: None,
                 first: false,
                 key_only: false,
@@ -355,6 +365,8 @@ struct RocksStorage<'a> {
     snapshot: &'a rocksdb::Snapshot<'a>,
     cf: &'a rocksdb::ColumnFamily,
     bounds: KeyRange,
+    /// Whether the blocks read enter the block cache.
+    fill_cache: bool,
     iter: Option<DBRawIterator<'a>>,
     /// The iterator sits on a pair `scan_next` has not returned yet.
     first: bool,
@@ -375,6 +387,7 @@ impl Storage for RocksStorage<'_> {
             return Ok(());
         };
         let mut opts = ReadOptions::default();
+        opts.fill_cache(self.fill_cache);
         if !end.is_empty() {
             opts.set_iterate_upper_bound(end);
         }
@@ -433,6 +446,7 @@ impl Storage for RocksStorage<'_> {
         let mut peek = self.peek.borrow_mut();
         let it = peek.get_or_insert_with(|| {
             let mut opts = ReadOptions::default();
+            opts.fill_cache(self.fill_cache);
             if !self.bounds.end.is_empty() {
                 opts.set_iterate_upper_bound(self.bounds.end.clone());
             }

@@ -173,3 +173,45 @@ fn rocks_ingests_an_sst_atomically_and_leaves_the_file() {
     let err = MemEngine::new().ingest(Cf::Default, &sst).unwrap_err();
     assert!(err.to_string().contains("cannot ingest"), "{err}");
 }
+
+#[test]
+fn a_scan_that_does_not_fill_the_cache_leaves_the_block_cache_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = RocksEngine::open(&dir.path().join("db"), &RocksConfig::default()).unwrap();
+    // Ingested, so every read goes through the file's data blocks (32 KiB
+    // each: about 30 of them).
+    let sst = dir.path().join("x.sst");
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0u32..4000)
+        .map(|i| {
+            let k = format!("k{i:08}").into_bytes();
+            let v = (0..200).map(|j| (i as u8).wrapping_mul(31) ^ j).collect();
+            (k, v)
+        })
+        .collect();
+    super::rocks::write_sst(&sst, pairs.iter().map(|(k, v)| (&k[..], &v[..]))).unwrap();
+    e.ingest(Cf::Default, &sst).unwrap();
+    let scan_all = |fill_cache: bool| {
+        e.with_snapshot_source(&KeyRange::new(vec![], vec![]), fill_cache, |make| {
+            let mut s = make();
+            s.begin_scan(&KeyRange::new(vec![], vec![]), false).unwrap();
+            let mut n = 0;
+            while s.scan_next().unwrap().is_some() {
+                n += 1;
+            }
+            n
+        })
+    };
+    let before = e.block_cache_usage();
+    assert_eq!(scan_all(false), pairs.len());
+    assert_eq!(
+        e.block_cache_usage(),
+        before,
+        "a one-pass scan left its blocks out of the cache"
+    );
+    assert_eq!(scan_all(true), pairs.len());
+    assert!(
+        e.block_cache_usage() >= before + 400_000,
+        "a query's scan caches the blocks it read: {} bytes, from {before}",
+        e.block_cache_usage()
+    );
+}

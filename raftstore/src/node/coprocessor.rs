@@ -285,12 +285,13 @@ impl<E: Engine> Node<E> {
             false => vec![c.req.ranges.iter().map(KeyRange::from_proto).collect()],
         };
         let (req, read_ts) = (c.req, c.read_ts);
+        let fill_cache = !req.dag.as_ref().is_some_and(|d| d.not_fill_cache);
         // Parts of one read run on the pool's rayon threads.
         let parts_pool = (parts.len() > 1).then(|| self.read_pool.parts().clone());
         move || {
             let _running = crate::metrics::CopRunning::start();
             let wait_ns = received.elapsed().as_nanos() as u64;
-            engine.with_snapshot_source(&bounds, |make| {
+            engine.with_snapshot_source(&bounds, fill_cache, |make| {
                 // A compaction that applied between the check and this
                 // snapshot may have folded what the read needs.
                 if read_ts != 0 && read_ts <= concurrency.folded() {
