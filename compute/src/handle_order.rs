@@ -109,18 +109,7 @@ pub async fn scan_in_handle_order(
             table.name
         )));
     }
-    let dag = Arc::new(DagRequest {
-        scan: Some(TableScan {
-            table_id: table.id,
-            columns: columns.iter().map(|c| column_info(c)).collect(),
-            layout: table.layout,
-        }),
-        read_ts,
-        // One pass over the whole table: the stores' block caches keep
-        // what the queries read.
-        not_fill_cache: true,
-        ..Default::default()
-    });
+    let dag = Arc::new(whole_table_dag(table, &columns, read_ts));
     let row_types: Vec<DataType> = wide
         .fields()
         .iter()
@@ -167,6 +156,21 @@ pub async fn scan_in_handle_order(
     })
 }
 
+/// Every column of `table` at `read_ts`, read once: the stores leave the
+/// blocks out of their block caches, which keep what queries read.
+fn whole_table_dag(table: &TableDef, columns: &[&ColumnDef], read_ts: u64) -> DagRequest {
+    DagRequest {
+        scan: Some(TableScan {
+            table_id: table.id,
+            columns: columns.iter().map(|c| column_info(c)).collect(),
+            layout: table.layout,
+        }),
+        read_ts,
+        not_fill_cache: true,
+        ..Default::default()
+    }
+}
+
 /// One region's batches in handle order: as they came when they already
 /// are (the usual case), else sorted.
 fn in_handle_order(
@@ -201,6 +205,29 @@ fn in_handle_order(
 mod tests {
     use super::*;
     use arrow::array::{Int64Array, StringArray};
+
+    #[test]
+    fn a_backup_reads_every_column_at_its_snapshot_without_filling_the_cache() {
+        let col = |id, name: &str| ColumnDef {
+            id,
+            name: name.into(),
+            ..Default::default()
+        };
+        let table = TableDef {
+            id: 7,
+            columns: vec![col(1, "a"), col(2, "b")],
+            ..Default::default()
+        };
+        let columns: Vec<&ColumnDef> = table.columns.iter().collect();
+        let dag = whole_table_dag(&table, &columns, 42);
+        assert!(dag.not_fill_cache);
+        assert_eq!(dag.read_ts, 42);
+        let scan = dag.scan.unwrap();
+        assert_eq!(scan.table_id, 7);
+        let ids: Vec<i64> = scan.columns.iter().map(|c| c.column_id).collect();
+        assert_eq!(ids, [1, 2]);
+        assert!(dag.selection.is_none() && dag.aggregation.is_none() && dag.limit == 0);
+    }
 
     fn batch(schema: &SchemaRef, handles: &[i64]) -> RecordBatch {
         let names: Vec<String> = handles.iter().map(|h| format!("r{h}")).collect();

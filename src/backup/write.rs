@@ -273,9 +273,9 @@ impl FileSink {
 /// How a backup's files are encoded.
 ///
 /// * No dictionaries: the interning cost more than their space saved on
-///   TPC-H (Snappy still shrinks repeated values).
-/// * Integer columns (INT32 and INT64 in Parquet: integers, dates,
-///   timestamps, decimals up to 18 digits) as DELTA_BINARY_PACKED,
+///   TPC-H (Snappy still shrinks repeated strings).
+/// * Integer columns (INT32 and INT64 in Parquet: BIGINT, DATE,
+///   DECIMAL up to 18 digits) as DELTA_BINARY_PACKED,
 ///   uncompressed: each block of 128 values keeps only the bits its
 ///   deltas need (a quantity 7, a price 25, a date 13, a sorted key 2 or
 ///   fewer of 64), and Snappy over the 8-byte plain values was most of
@@ -294,10 +294,15 @@ fn writer_properties(schema: &Schema) -> Result<WriterProperties> {
         .set_dictionary_enabled(false)
         .set_statistics_enabled(EnabledStatistics::Chunk)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
+    // Every column Quarry stores is a flat primitive: one Parquet leaf
+    // per field, its path the field's name.
     let parquet = ArrowSchemaConverter::new().convert(schema)?;
-    for (f, column) in schema.fields().iter().zip(parquet.columns()) {
-        let path = ColumnPath::from(f.name().as_str());
-        if f.data_type() == &DataType::Utf8 {
+    if parquet.num_columns() != schema.fields().len() {
+        bail!("a table's columns are not one Parquet column each");
+    }
+    for column in parquet.columns() {
+        let path = column.path().clone();
+        if column.physical_type() == PhysicalType::BYTE_ARRAY {
             props = props.set_column_statistics_enabled(path.clone(), EnabledStatistics::None);
         }
         if matches!(
@@ -524,33 +529,80 @@ mod tests {
 
     #[test]
     fn integer_columns_are_delta_packed_and_the_rest_snappy() {
-        let schema = Schema::new(vec![
-            arrow::datatypes::Field::new("n", DataType::Int64, false),
-            arrow::datatypes::Field::new("d", DataType::Date32, true),
-            arrow::datatypes::Field::new("p", DataType::Decimal64(15, 2), true),
-            arrow::datatypes::Field::new("w", DataType::Decimal128(30, 4), true),
-            arrow::datatypes::Field::new("s", DataType::Utf8, true),
-            arrow::datatypes::Field::new("f", DataType::Float64, true),
-        ]);
+        use arrow::array::{
+            ArrayRef, BooleanArray, Date32Array, Decimal128Array, Decimal64Array, Float64Array,
+            Int64Array, StringArray,
+        };
+        use arrow::datatypes::Field;
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        use std::sync::Arc;
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            ("n", Arc::new(Int64Array::from(vec![i64::MIN, i64::MAX]))),
+            ("d", Arc::new(Date32Array::from(vec![Some(1), None]))),
+            (
+                "p",
+                Arc::new(
+                    Decimal64Array::from(vec![Some(-1), None])
+                        .with_precision_and_scale(15, 2)
+                        .unwrap(),
+                ),
+            ),
+            (
+                "a.b",
+                Arc::new(
+                    Decimal64Array::from(vec![5, 7])
+                        .with_precision_and_scale(5, 1)
+                        .unwrap(),
+                ),
+            ),
+            (
+                "w",
+                Arc::new(
+                    Decimal128Array::from(vec![1, 2])
+                        .with_precision_and_scale(30, 4)
+                        .unwrap(),
+                ),
+            ),
+            ("s", Arc::new(StringArray::from(vec!["x", "y"]))),
+            ("f", Arc::new(Float64Array::from(vec![0.5, 1.5]))),
+            ("b", Arc::new(BooleanArray::from(vec![true, false]))),
+        ];
+        let schema = Arc::new(Schema::new(
+            columns
+                .iter()
+                .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            columns.into_iter().map(|(_, a)| a).collect(),
+        )
+        .unwrap();
+        let mut file = Vec::new();
         let props = writer_properties(&schema).unwrap();
-        for col in ["n", "d", "p"] {
-            let c = ColumnPath::from(col);
-            assert_eq!(
-                props.encoding(&c),
-                Some(Encoding::DELTA_BINARY_PACKED),
-                "{col}"
-            );
-            assert_eq!(props.compression(&c), Compression::UNCOMPRESSED, "{col}");
+        let mut w = ArrowWriter::try_new(&mut file, schema, Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let reader = SerializedFileReader::new(bytes::Bytes::from(file)).unwrap();
+        let group = reader.metadata().row_group(0);
+        for (i, name) in ["n", "d", "p", "a.b", "w", "s", "f", "b"]
+            .iter()
+            .enumerate()
+        {
+            let chunk = group.column(i);
+            assert_eq!(chunk.column_path().parts(), [name.to_string()]);
+            let delta = chunk
+                .encodings()
+                .any(|e| e == Encoding::DELTA_BINARY_PACKED);
+            let want = i < 4;
+            assert_eq!(delta, want, "{name}: delta-packed");
+            let codec = match want {
+                true => Compression::UNCOMPRESSED,
+                false => Compression::SNAPPY,
+            };
+            assert_eq!(chunk.compression(), codec, "{name}");
+            // No statistics for strings, for the rest per chunk.
+            assert_eq!(chunk.statistics().is_some(), *name != "s", "{name}");
         }
-        for col in ["w", "s", "f"] {
-            let c = ColumnPath::from(col);
-            assert_eq!(props.encoding(&c), None, "{col}: plain");
-            assert_eq!(props.compression(&c), Compression::SNAPPY, "{col}");
-        }
-        assert_eq!(
-            props.statistics_enabled(&ColumnPath::from("s")),
-            EnabledStatistics::None
-        );
-        assert!(!props.dictionary_enabled(&ColumnPath::from("n")));
     }
 }

@@ -285,7 +285,7 @@ impl<E: Engine> Node<E> {
             false => vec![c.req.ranges.iter().map(KeyRange::from_proto).collect()],
         };
         let (req, read_ts) = (c.req, c.read_ts);
-        let fill_cache = !req.dag.as_ref().is_some_and(|d| d.not_fill_cache);
+        let fill_cache = fills_cache(&req);
         // Parts of one read run on the pool's rayon threads.
         let parts_pool = (parts.len() > 1).then(|| self.read_pool.parts().clone());
         move || {
@@ -331,4 +331,30 @@ fn no_answer() -> CopResponse {
         other_error::Code::Internal,
         "coprocessor worker stopped without an answer".into(),
     )
+}
+
+/// Whether a request's scan puts the blocks it reads in the block cache:
+/// yes unless its DAG says it reads them once (a backup).
+fn fills_cache(req: &CopRequest) -> bool {
+    !req.dag.as_ref().is_some_and(|d| d.not_fill_cache)
+}
+
+#[cfg(test)]
+mod fill_cache_tests {
+    use super::*;
+    use quarry_proto::coprocessor::DagRequest;
+
+    #[test]
+    fn only_a_request_that_says_so_leaves_the_cache_alone() {
+        let with = |not_fill_cache| CopRequest {
+            dag: Some(DagRequest {
+                not_fill_cache,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(fills_cache(&with(false)));
+        assert!(!fills_cache(&with(true)));
+        assert!(fills_cache(&CopRequest::default()));
+    }
 }
