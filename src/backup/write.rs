@@ -4,8 +4,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::Int64Type;
 use arrow::datatypes::Schema;
-use arrow::datatypes::{DataType, Int64Type};
 use futures::StreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -13,7 +13,6 @@ use parquet::arrow::ArrowSchemaConverter;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, Type as PhysicalType};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::schema::types::ColumnPath;
 use quarry_compute::engine::QueryEngine;
 use quarry_proto::meta::TableDef;
 use tokio::io::AsyncWriteExt;
