@@ -180,11 +180,36 @@ fn psql_lists_describes_answers_tpch_and_runs_transactions() {
             "COMMIT",
             "-c",
             "SELECT current_setting('application_name') = 'psql'",
+            // A session SET or RESET after a SET LOCAL wins over it (what
+            // PostgreSQL 15 answered: `after` twice, then not `x`).
+            "-c",
+            "BEGIN",
+            "-c",
+            "SET LOCAL application_name = 'inside'",
+            "-c",
+            "SET application_name = 'after'",
+            "-c",
+            "SHOW application_name",
+            "-c",
+            "COMMIT",
+            "-c",
+            "SHOW application_name",
+            "-c",
+            "BEGIN",
+            "-c",
+            "SET LOCAL application_name = 'x'",
+            "-c",
+            "RESET application_name",
+            "-c",
+            "SELECT current_setting('application_name') <> 'x'",
+            "-c",
+            "COMMIT",
         ],
     );
     assert_eq!(
         scoped,
-        "BEGIN\nSET\nROLLBACK\nUTC\nBEGIN\nSET\ninside\nCOMMIT\nt\n"
+        "BEGIN\nSET\nROLLBACK\nUTC\nBEGIN\nSET\ninside\nCOMMIT\nt\n\
+         BEGIN\nSET\nSET\nafter\nCOMMIT\nafter\nBEGIN\nSET\nRESET\nt\nCOMMIT\n"
     );
 
     // \d lists the primary key and the indexes, as psql lists

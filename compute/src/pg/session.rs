@@ -720,6 +720,9 @@ impl PgSession {
                     }
                     return tag("SET");
                 }
+                // A session SET (or RESET) after a SET LOCAL of the same
+                // setting wins over it, as in PostgreSQL.
+                self.local.lock().remove(&name);
                 match value {
                     Some(v) => {
                         check_value(&name, &v)?;
@@ -736,10 +739,12 @@ impl PgSession {
                 if default_setting(&name).is_none() {
                     return Err(unknown_setting(&name));
                 }
+                self.local.lock().remove(&name);
                 self.settings.lock().remove(&name);
                 tag("RESET")
             }
             S::ResetAll => {
+                self.local.lock().clear();
                 self.settings.lock().clear();
                 tag("RESET")
             }
