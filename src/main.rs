@@ -279,6 +279,10 @@ struct ComputeArgs {
     /// The most build keys per join partition sent to regions as a list.
     #[arg(long)]
     join_key_list_max: Option<usize>,
+    /// When a query spreads over every live compute process: off, auto
+    /// or force (a session's SET mpp overrides it).
+    #[arg(long)]
+    mpp: Option<String>,
     /// In a transaction, FOR UPDATE of rows named by key locks them with
     /// one request that returns them.
     #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
@@ -605,6 +609,9 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     if let Some(v) = a.join_key_list_max {
         cfg.join_key_list_max = v;
     }
+    if let Some(v) = a.mpp {
+        cfg.mpp = v;
+    }
     if let Some(v) = a.status_addr {
         cfg.status_addr = v;
     }
@@ -778,10 +785,17 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Status { store, tls } => {
             init_logging("warn");
             tls.install()?;
-            for addr in store {
-                let text = match quarry::status::store_status(&addr).await {
-                    Ok(text) => text,
-                    Err(e) => format!("store at {addr}: unreachable: {e:#}\n"),
+            let computes = match quarry::status::compute_status(&store).await {
+                Ok(text) => text,
+                Err(e) => format!("compute processes: unknown ({e:#})\n"),
+            };
+            for addr in store.iter().map(Some).chain([None]) {
+                let text = match addr {
+                    Some(addr) => match quarry::status::store_status(addr).await {
+                        Ok(text) => text,
+                        Err(e) => format!("store at {addr}: unreachable: {e:#}\n"),
+                    },
+                    None => computes.clone(),
                 };
                 // `quarry status | head` ends quietly, as a filter does.
                 use std::io::Write;

@@ -72,6 +72,14 @@ pub struct PlaygroundArgs {
     /// The compute process's slow-query threshold (default 300 ms).
     #[arg(long)]
     slow_query_ms: Option<u64>,
+    /// Compute processes to start (each also an MPP worker; the first is
+    /// the one printed as `compute:`, the others as `compute N:`).
+    #[arg(long, default_value_t = 1)]
+    computes: usize,
+    /// When a query spreads over every compute process: off, auto or
+    /// force (compute.mpp for every compute process).
+    #[arg(long)]
+    mpp: Option<String>,
     /// TLS everywhere and logins: certificates made under DIR/certs, the
     /// user root with --password; the compute URL is https.
     #[arg(long, requires = "password")]
@@ -180,7 +188,18 @@ pub async fn run(a: PlaygroundArgs) -> Result<()> {
         args.compute
             .extend(["--stream-results-after-mb".to_string(), n.to_string()]);
     }
+    if let Some(m) = &a.mpp {
+        args.compute.extend(["--mpp".to_string(), m.clone()]);
+    }
+    if a.computes == 0 {
+        anyhow::bail!("--computes must be at least 1");
+    }
     let mut cluster = LocalCluster::start(&a.dir, a.stores, &args).await?;
+    let mut more_computes = Vec::new();
+    for i in 2..=a.computes {
+        let name = format!("compute-{i}");
+        more_computes.push(cluster.start_extra_compute(&name, &[]).await?);
+    }
     let result = async {
         let mut out = std::io::stdout();
         for (i, s) in cluster.stores.iter().enumerate() {
@@ -191,6 +210,9 @@ pub async fn run(a: PlaygroundArgs) -> Result<()> {
             .as_ref()
             .ok_or_else(|| anyhow!("no compute process"))?;
         print_compute(&mut out, c, &cluster.compute_url())?;
+        for (i, url) in more_computes.iter().enumerate() {
+            writeln!(out, "compute {}: addr {url}", i + 2)?;
+        }
         if let Some(pg) = &c.postgres {
             let ssl = if a.secure { "?sslmode=require" } else { "" };
             writeln!(

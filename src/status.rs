@@ -135,3 +135,46 @@ pub fn format(addr: &str, s: &StatusResponse) -> String {
 pub async fn store_status(addr: &str) -> Result<String> {
     Ok(format(addr, &fetch(addr).await?))
 }
+
+/// The compute processes serving MPP tasks, as the meta leader lists them
+/// (asked through the first of `stores` that answers).
+pub async fn compute_status(stores: &[String]) -> Result<String> {
+    use quarry_proto::meta::meta_client::MetaClient;
+    use quarry_proto::meta::GetComputesRequest;
+    let mut last = anyhow::anyhow!("no store address given");
+    for addr in stores {
+        let listed = async {
+            let ch = quarry_proto::security::endpoint(addr)
+                .map_err(anyhow::Error::msg)?
+                .connect_timeout(Duration::from_secs(2))
+                .timeout(Duration::from_secs(5))
+                .connect()
+                .await
+                .with_context(|| format!("connecting to {addr}"))?;
+            anyhow::Ok(
+                MetaClient::new(ch)
+                    .get_computes(GetComputesRequest {})
+                    .await?
+                    .into_inner(),
+            )
+        }
+        .await;
+        match listed {
+            Ok(list) => return Ok(format_computes(&list.computes)),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// `quarry status`'s lines about compute processes.
+pub fn format_computes(computes: &[quarry_proto::meta::ComputeInfo]) -> String {
+    let mut out = format!("compute processes (MPP workers): {}\n", computes.len());
+    for c in computes {
+        out.push_str(&format!(
+            "  compute {} up, last heartbeat {} ms ago\n",
+            c.addr, c.last_seen_ms
+        ));
+    }
+    out
+}

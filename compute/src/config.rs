@@ -62,6 +62,10 @@ pub struct ComputeConfig {
     /// plan at most a few batches ahead of the client (0: every answer
     /// streams from its first batch; `engine.rs`, `QueryEngine::stream_in`).
     pub stream_results_after_mb: usize,
+    /// When a query spreads over every live compute process (MPP,
+    /// `mpp/`): `off`, `auto` (scans of tables past a million rows) or
+    /// `force`; a session's `SET mpp` overrides it.
+    pub mpp: String,
     /// `[security]`: TLS for Flight SQL clients (who then log in with a
     /// password) and mutual TLS to the stores (`quarry_proto::security`).
     pub security: quarry_proto::security::SecurityConfig,
@@ -95,6 +99,7 @@ impl Default for ComputeConfig {
             query_memory_limit_mb: 4096,
             plan_cache_entries: DEFAULT_PLAN_CACHE_ENTRIES,
             stream_results_after_mb: 64,
+            mpp: "off".into(),
             security: Default::default(),
         }
     }
@@ -123,6 +128,12 @@ impl ComputeConfig {
                 "max-message-mb must be below 4096".into(),
             ));
         }
+        crate::mpp::MppMode::parse(&self.mpp).map_err(|_| {
+            Error::InvalidInput(format!(
+                "mpp must be 'off', 'auto' or 'force', got '{}'",
+                self.mpp
+            ))
+        })?;
         if !matches!(self.encode.as_str(), "arrow" | "arrow-decimal128" | "rows") {
             return Err(Error::InvalidInput(format!(
                 "encode must be 'arrow', 'arrow-decimal128' or 'rows', got '{}'",

@@ -53,7 +53,7 @@ pub struct QueryEngine {
     sessions: Arc<Sessions>,
     /// Statement timeouts: a session's (SET statement_timeout) or
     /// compute.query-timeout-ms.
-    settings: SessionSettings,
+    settings: Arc<SessionSettings>,
     /// compute.lock-returns-rows (`dml::lock_points`).
     lock_returns_rows: bool,
     /// compute.max-statement-bytes (`sql::parse_df`).
@@ -158,6 +158,15 @@ pub struct StatementShape {
 
 impl QueryEngine {
     pub fn new(cfg: &ComputeConfig) -> Result<Self> {
+        Self::serving(cfg, None)
+    }
+
+    /// The engine of a compute process whose gRPC server is at
+    /// `worker_addr` (`host:port`): it also serves MPP tasks, heartbeats
+    /// its address to meta and plans queries over every live compute
+    /// process as `mpp` says (`mpp/`). Not with `[security]`, whose
+    /// worker calls would need the cluster's certificates.
+    pub fn serving(cfg: &ComputeConfig, worker_addr: Option<&str>) -> Result<Self> {
         cfg.validate()?;
         crate::metrics::set_slow_query_threshold(cfg.slow_query_ms);
         let cluster = Arc::new(Cluster::new(cfg.stores.clone(), Duration::from_secs(10)));
@@ -194,6 +203,17 @@ impl QueryEngine {
         )?
         .with_memory_limit(cfg.query_memory_limit_mb as usize * (1 << 20))
         .with_plan_cache(cfg.plan_cache_entries);
+        let settings = Arc::new(SessionSettings::new(timeout));
+        let sql = match worker_addr.filter(|_| !cfg.security.enabled()) {
+            Some(addr) => {
+                let workers = crate::mpp::workers::Workers::new(addr)
+                    .map_err(|e| Error::InvalidInput(format!("worker address {addr}: {e}")))?;
+                workers.spawn_heartbeat(cluster.clone());
+                let mode = crate::mpp::MppMode::parse(&cfg.mpp)?;
+                sql.with_mpp(workers, mode, settings.clone())
+            }
+            None => sql,
+        };
         let auth = Arc::new(Auth::new(cluster.clone(), cfg.security.enabled()));
         Ok(QueryEngine {
             auth,
@@ -202,7 +222,7 @@ impl QueryEngine {
             sessions: Sessions::new(txns.clone()),
             txns,
             cluster,
-            settings: SessionSettings::new(timeout),
+            settings,
             lock_returns_rows: cfg.lock_returns_rows,
             max_statement_bytes: cfg.max_statement_bytes,
             stream_after_bytes: cfg.stream_results_after_mb.saturating_mul(1 << 20),
@@ -366,6 +386,32 @@ impl QueryEngine {
     /// `scan`; gathering keeps the simpler failure for the common answer.)
     /// A streamed query's time in the metrics runs to its last batch
     /// handed to the read-ahead buffer.
+    /// Starts `q` (in `txn`, or at a fresh snapshot) and gathers its
+    /// first batches, up to `gather` bytes: (the rest of the stream, the
+    /// batches, whether it ended).
+    async fn start_gathering(
+        &self,
+        q: PlannedQuery,
+        txn: Option<&Arc<OpenTxn>>,
+        gather: usize,
+    ) -> Result<(QueryStream, Vec<arrow::array::RecordBatch>, bool)> {
+        let mut out = match txn {
+            Some(txn) => self.sql.stream_at(q, txn.start_ts).await?,
+            // One snapshot for the whole query, taken as it starts.
+            None => self.sql.stream_fresh(q).await?,
+        };
+        // At least the first batch, and up to the limit.
+        let (mut gathered, mut bytes) = (Vec::new(), 0);
+        while let Some(batch) = out.batches.next().await.transpose()? {
+            bytes += batch.get_array_memory_size();
+            gathered.push(batch);
+            if bytes >= gather {
+                return Ok((out, gathered, false));
+            }
+        }
+        Ok((out, gathered, true))
+    }
+
     pub async fn stream_in(
         &self,
         q: PlannedQuery,
@@ -374,22 +420,36 @@ impl QueryEngine {
         let started = Instant::now();
         let (deadline, guard, nested) = self.deadline_now();
         let gather = self.stream_after_bytes;
+        // A query over several compute processes that fails before the
+        // client has anything runs once more, without the workers found
+        // unreachable (TiFlash's rule; `mpp/`).
+        let retry = match &txn {
+            Some(_) => None,
+            None => q.mpp_retry(),
+        };
         let start = async {
-            let mut out = match &txn {
-                Some(txn) => self.sql.stream_at(q, txn.start_ts).await?,
-                // One snapshot for the whole query, taken as it starts.
-                None => self.sql.stream_fresh(q).await?,
+            let first = self.start_gathering(q, txn.as_ref(), gather).await;
+            let (Err(e), Some(query), Some(workers)) = (&first, retry, self.sql.workers()) else {
+                return first;
             };
-            // At least the first batch, and up to the limit.
-            let (mut gathered, mut bytes) = (Vec::new(), 0);
-            while let Some(batch) = out.batches.next().await.transpose()? {
-                bytes += batch.get_array_memory_size();
-                gathered.push(batch);
-                if bytes >= gather {
-                    return Ok((out, gathered, false));
-                }
+            let dead = workers.unreachable().await;
+            if dead.is_empty() {
+                return first;
             }
-            Ok((out, gathered, true))
+            let dead: Vec<String> = dead.iter().map(|u| u.authority().to_string()).collect();
+            let dead = dead.join(", ");
+            tracing::warn!("MPP query failed with worker(s) {dead} unreachable; running it again without them: {e}");
+            crate::metrics::mpp_retry();
+            let again = async {
+                let q = self.sql.plan_kept(query).await?;
+                self.start_gathering(q, None, gather).await
+            };
+            again.await.map_err(|e| {
+                e.with_context(&format!(
+                    "compute process(es) {dead} serving this query's tasks became unreachable, \
+                     and its one retry on the others failed"
+                ))
+            })
         };
         let (out, gathered, ended) = match self.within(deadline, guard, nested, start).await {
             Ok(started) => started,
@@ -562,7 +622,10 @@ impl QueryEngine {
         if let Some(setting) = sql::settings::parse(&stmt.sql) {
             let dataset = match setting? {
                 SettingStatement::ShowStatementTimeout => text_schema("statement_timeout"),
-                SettingStatement::SetStatementTimeout(_) => text_schema("result"),
+                SettingStatement::ShowMpp => text_schema("mpp"),
+                SettingStatement::SetStatementTimeout(_) | SettingStatement::SetMpp(_) => {
+                    text_schema("result")
+                }
             };
             return Ok(StatementShape {
                 dataset,
@@ -782,6 +845,14 @@ impl QueryEngine {
             }
             Statement::Setting(SettingStatement::SetStatementTimeout(t)) => {
                 self.settings.set_statement_timeout(t)?;
+                Prepared::Done(text_output("result", vec!["SET".into()])?)
+            }
+            Statement::Setting(SettingStatement::ShowMpp) => {
+                let mode = self.sql.mpp_mode().as_str().to_string();
+                Prepared::Done(text_output("mpp", vec![mode])?)
+            }
+            Statement::Setting(SettingStatement::SetMpp(mode)) => {
+                self.settings.set_mpp(mode)?;
                 Prepared::Done(text_output("result", vec!["SET".into()])?)
             }
             Statement::Begin => {

@@ -72,6 +72,16 @@ metric!(PHYSICAL_PLANS_REUSED: IntCounter = register_int_counter!(
     "Plan-cache hits run from a fresh copy of their kept physical plan instead of planning it again (plans without joins or shared scans)"
 ));
 
+metric!(MPP_RETRIES: IntCounter = register_int_counter!(
+    "quarry_compute_mpp_retries_total",
+    "Queries over several compute processes run again after a worker became unreachable (mpp/)"
+));
+
+/// Counts a distributed query run again without an unreachable worker.
+pub fn mpp_retry() {
+    MPP_RETRIES.inc();
+}
+
 /// Counts a query run from its kept physical plan (`df/plan_cache.rs`).
 pub fn physical_plan_reused() {
     PHYSICAL_PLANS_REUSED.inc();

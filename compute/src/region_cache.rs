@@ -95,7 +95,7 @@ impl RegionCache {
     }
 
     /// The cached regions covering `[start, end)`, if there are no gaps.
-    fn cached(&self, start: &[u8], end: &[u8]) -> Option<Vec<Located>> {
+    pub fn cached(&self, start: &[u8], end: &[u8]) -> Option<Vec<Located>> {
         let map = self.by_start.read();
         let first = map.range(..=start.to_vec()).next_back()?;
         let mut out = vec![first.1.clone()];

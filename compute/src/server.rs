@@ -25,13 +25,20 @@ pub async fn run(
     if let Some(tls) = &tls {
         quarry_proto::security::install_client(tls.client());
     }
-    let engine = Arc::new(QueryEngine::new(&cfg)?);
+    cfg.validate()?;
     let listener = TcpListener::bind(&cfg.addr)
         .await
         .map_err(|e| Error::InvalidInput(format!("cannot listen on {}: {e}", cfg.addr)))?;
     let local = listener
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
+    // Every compute process also runs other processes' MPP tasks, on
+    // this one port (`mpp/`).
+    let engine = Arc::new(QueryEngine::serving(&cfg, Some(&local.to_string()))?);
+    let worker = engine
+        .sql_session()
+        .worker()
+        .map(|w| w.into_worker_server());
     quarry_proto::security::check_bind(local, tls.is_some(), cfg.security.insecure)
         .map_err(Error::InvalidInput)?;
     // PostgreSQL clients, on their own port when asked for.
@@ -74,6 +81,7 @@ pub async fn run(
             .layer(engine.auth().layer())
             .layer(flight::CookieLayer)
             .add_service(flight::service(engine, cfg.max_message_mb << 20))
+            .add_optional_service(worker)
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(listener).with_nodelay(Some(true)),
                 shutdown,

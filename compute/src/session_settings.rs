@@ -28,6 +28,8 @@ pub const MAX_SESSIONS: usize = 65_536;
 
 struct Entry {
     statement_timeout: Duration,
+    /// `SET mpp` (None: compute's `mpp`).
+    mpp: Option<crate::mpp::MppMode>,
     last_used: Instant,
 }
 
@@ -64,6 +66,23 @@ impl SessionSettings {
         }
     }
 
+    /// The MPP mode the request being served's session SET (None: it set
+    /// none).
+    pub fn mpp(&self) -> Option<crate::mpp::MppMode> {
+        let key = crate::caller::session_key()?;
+        let sessions = self.sessions.lock();
+        sessions
+            .get(&key)
+            .filter(|e| e.last_used.elapsed() < IDLE)
+            .and_then(|e| e.mpp)
+    }
+
+    /// Sets the MPP mode of the request being served's session (`None`:
+    /// back to compute's).
+    pub fn set_mpp(&self, mode: Option<crate::mpp::MppMode>) -> Result<()> {
+        self.update(|e| e.mpp = mode)
+    }
+
     /// Forgets the settings of the session `key` (a connection that
     /// ended).
     pub fn forget(&self, key: &str) {
@@ -73,16 +92,19 @@ impl SessionSettings {
     /// Sets the statement timeout of the request being served's session
     /// (`None`: back to the default).
     pub fn set_statement_timeout(&self, timeout: Option<Duration>) -> Result<()> {
+        let default = self.default_timeout;
+        self.update(|e| e.statement_timeout = timeout.unwrap_or(default))
+    }
+
+    /// Changes the request being served's session's settings with `f`
+    /// (a session whose settings are all the defaults is forgotten).
+    fn update(&self, f: impl FnOnce(&mut Entry)) -> Result<()> {
         let Some(key) = crate::caller::session_key() else {
             return Err(plan_err!(
                 "SET needs a client connection to belong to, and this request has none"
             ));
         };
         let mut sessions = self.sessions.lock();
-        let Some(timeout) = timeout else {
-            sessions.remove(&key);
-            return Ok(());
-        };
         if !sessions.contains_key(&key) && sessions.len() >= MAX_SESSIONS {
             sessions.retain(|_, e| e.last_used.elapsed() < IDLE);
             if sessions.len() >= MAX_SESSIONS {
@@ -95,13 +117,16 @@ impl SessionSettings {
                 }
             }
         }
-        sessions.insert(
-            key,
-            Entry {
-                statement_timeout: timeout,
-                last_used: Instant::now(),
-            },
-        );
+        let entry = sessions.entry(key.clone()).or_insert_with(|| Entry {
+            statement_timeout: self.default_timeout,
+            mpp: None,
+            last_used: Instant::now(),
+        });
+        f(entry);
+        entry.last_used = Instant::now();
+        if entry.statement_timeout == self.default_timeout && entry.mpp.is_none() {
+            sessions.remove(&key);
+        }
         Ok(())
     }
 }

@@ -150,6 +150,9 @@ pub struct Meta<E: Engine> {
     leading_since: Mutex<Option<Instant>>,
     /// Compute processes' oldest running reads: holder → (read_ts, until).
     gc_holds: Mutex<HashMap<String, (u64, Instant)>>,
+    /// Compute processes that serve MPP tasks: id → (address, last heard,
+    /// until).
+    computes: Mutex<HashMap<String, (String, Instant, Instant)>>,
 }
 
 /// The longest a GC hold may last without being renewed; a new meta leader
@@ -174,6 +177,7 @@ impl<E: Engine> Meta<E> {
             live: Mutex::new(HashMap::new()),
             leading_since: Mutex::new(None),
             gc_holds: Mutex::new(HashMap::new()),
+            computes: Mutex::new(HashMap::new()),
         }
     }
 
@@ -415,6 +419,7 @@ impl<E: Engine> Meta<E> {
                 *since = None;
                 self.live.lock().clear();
                 self.gc_holds.lock().clear();
+                self.computes.lock().clear();
             }
             _ => {}
         }
@@ -436,6 +441,36 @@ impl<E: Engine> Meta<E> {
             holds.insert(holder, (min_read_ts, Instant::now() + ttl));
         }
         Ok(())
+    }
+
+    /// Records that compute process `id` serves MPP tasks at `addr`, for
+    /// `ttl` (at most [`MAX_GC_HOLD_TTL`]).
+    pub async fn compute_heartbeat(&self, id: String, addr: String, ttl: Duration) -> Result<()> {
+        if id.is_empty() || addr.is_empty() || ttl.is_zero() || ttl > MAX_GC_HOLD_TTL {
+            return Err(Error::InvalidInput(format!(
+                "a compute heartbeat needs an id, an address and a TTL of at most \
+                 {MAX_GC_HOLD_TTL:?}"
+            )));
+        }
+        self.leader().await?;
+        let now = Instant::now();
+        self.computes.lock().insert(id, (addr, now, now + ttl));
+        Ok(())
+    }
+
+    /// The compute processes heard from within their TTL: (id, address,
+    /// time since last heard), sorted by id.
+    pub async fn computes(&self) -> Result<Vec<(String, String, Duration)>> {
+        self.leader().await?;
+        let now = Instant::now();
+        let mut computes = self.computes.lock();
+        computes.retain(|_, (_, _, until)| *until > now);
+        let mut out: Vec<_> = computes
+            .iter()
+            .map(|(id, (addr, seen, _))| (id.clone(), addr.clone(), seen.elapsed()))
+            .collect();
+        out.sort();
+        Ok(out)
     }
 
     /// The oldest read any compute process holds (0: none), or None while

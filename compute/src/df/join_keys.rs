@@ -396,8 +396,13 @@ impl PhysicalOptimizerRule for BloomJoinFilters {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // A distributed plan's join and probe scan may run in different
+        // processes (`mpp/`).
+        if crate::mpp::is_distributed(config) {
+            return Ok(plan);
+        }
         plan.transform_up(|node| {
             Ok(match with_build_keys(&node)? {
                 Some(n) => Transformed::yes(n),

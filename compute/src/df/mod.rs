@@ -207,6 +207,18 @@ enum Cached {
 }
 
 impl PlannedQuery {
+    /// The statement to plan again when this query runs over several
+    /// compute processes (None: it runs in this one).
+    pub fn mpp_retry(&self) -> Option<ParsedQuery> {
+        let Cached::No(ctx) = &self.cached else {
+            return None;
+        };
+        let distributed = crate::mpp::is_distributed(ctx.state_ref().read().config().options());
+        distributed
+            .then(|| self.check.as_ref().map(|c| c.query.clone()))
+            .flatten()
+    }
+
     /// The answer's schema, as announced to the client before the query
     /// runs; every batch is relabelled to it ([`conform`]).
     pub fn schema(&self) -> arrow::datatypes::SchemaRef {
@@ -300,6 +312,24 @@ pub struct SqlSession {
     /// PostgreSQL's catalog, beside `public` in every context
     /// (`pg_catalog.rs`).
     pg_catalog: Arc<pg_catalog::PgCatalogSchema>,
+    /// Distributed plans over every compute process, when this process
+    /// serves MPP tasks (`mpp/`).
+    mpp: Option<Arc<Mpp>>,
+}
+
+/// What planning a distributed query needs (`mpp/`).
+pub struct Mpp {
+    /// This process's worker service (tasks routed here run in process).
+    worker: datafusion_distributed::Worker,
+    /// The live compute processes.
+    pub workers: Arc<crate::mpp::workers::Workers>,
+    /// `compute.mpp`: the mode of a session that did not SET one.
+    pub default_mode: crate::mpp::MppMode,
+    /// Flight SQL sessions' `SET mpp`.
+    pub settings: Arc<crate::session_settings::SessionSettings>,
+    /// The base state with the distributed planner, per mode.
+    auto: datafusion::execution::SessionState,
+    force: datafusion::execution::SessionState,
 }
 
 /// The name UPDATE and DELETE give a row's handle in a table without a
@@ -393,7 +423,60 @@ impl SqlSession {
             plans: PlanCache::new(plan_cache::DEFAULT_ENTRIES),
             memory_limit: 0,
             pg_catalog,
+            mpp: None,
         })
+    }
+
+    /// Plans autocommit queries over every compute process in `workers`
+    /// when the session's `mpp` setting (else `default_mode`) says so.
+    pub fn with_mpp(
+        mut self,
+        workers: Arc<crate::mpp::workers::Workers>,
+        default_mode: crate::mpp::MppMode,
+        settings: Arc<crate::session_settings::SessionSettings>,
+    ) -> Self {
+        use crate::mpp::{distributed_state, MppMode};
+        let worker = crate::mpp::worker(&self.base, &self.scan);
+        let state =
+            |mode| distributed_state(&self.base, &self.scan, workers.clone(), &worker, mode);
+        let (auto, force) = (state(MppMode::Auto), state(MppMode::Force));
+        self.mpp = Some(Arc::new(Mpp {
+            worker,
+            workers,
+            default_mode,
+            settings,
+            auto,
+            force,
+        }));
+        self
+    }
+
+    /// The worker service of this process: it runs other compute
+    /// processes' stages with this session's functions and codec.
+    pub fn worker(&self) -> Option<datafusion_distributed::Worker> {
+        self.mpp.as_ref().map(|m| m.worker.clone())
+    }
+
+    /// The MPP mode of the statement being served: its session's `SET
+    /// mpp` (a PostgreSQL connection's or a Flight SQL session's), else
+    /// `compute.mpp`; `off` where this process serves no MPP.
+    pub fn mpp_mode(&self) -> crate::mpp::MppMode {
+        use crate::mpp::MppMode;
+        let Some(mpp) = &self.mpp else {
+            return MppMode::Off;
+        };
+        if let Some(settings) = crate::caller::session_settings() {
+            if let Some(m) = settings.get("mpp").and_then(|v| MppMode::parse(v).ok()) {
+                return m;
+            }
+        }
+        mpp.settings.mpp().unwrap_or(mpp.default_mode)
+    }
+
+    /// The live compute processes, as this process last heard (None:
+    /// it serves no MPP).
+    pub fn workers(&self) -> Option<&Arc<crate::mpp::workers::Workers>> {
+        self.mpp.as_ref().map(|m| &m.workers)
     }
 
     /// Keeps the optimized plans of up to `entries` statements (0: none).
@@ -448,6 +531,15 @@ impl SqlSession {
         &self,
         tables: Vec<(TableDef, Option<Arc<stats::TableStatistics>>)>,
     ) -> Result<SessionContext> {
+        self.context_in_mode(tables, crate::mpp::MppMode::Off)
+    }
+
+    /// [`Self::context_of`], planning distributed queries under `mode`.
+    fn context_in_mode(
+        &self,
+        tables: Vec<(TableDef, Option<Arc<stats::TableStatistics>>)>,
+        mode: crate::mpp::MppMode,
+    ) -> Result<SessionContext> {
         let schema = Arc::new(MemorySchemaProvider::new());
         for (def, stats) in tables {
             let name = def.name.clone();
@@ -456,7 +548,12 @@ impl SqlSession {
                 .register_table(name, Arc::new(table))
                 .map_err(from_df)?;
         }
-        self.context_with(schema)
+        let base = match (&self.mpp, mode) {
+            (Some(m), crate::mpp::MppMode::Auto) => &m.auto,
+            (Some(m), crate::mpp::MppMode::Force) => &m.force,
+            _ => &self.base,
+        };
+        self.context_in(schema, base)
     }
 
     /// `query` answered from `rows`, rows of `table` already in hand (a
@@ -497,6 +594,15 @@ impl SqlSession {
 
     /// A context whose one schema, `quarry.public`, is `schema`.
     fn context_with(&self, schema: Arc<MemorySchemaProvider>) -> Result<SessionContext> {
+        self.context_in(schema, &self.base)
+    }
+
+    /// [`Self::context_with`], from the session state `base`.
+    fn context_in(
+        &self,
+        schema: Arc<MemorySchemaProvider>,
+        base: &datafusion::execution::SessionState,
+    ) -> Result<SessionContext> {
         let catalog = Arc::new(MemoryCatalogProvider::new());
         catalog.register_schema("public", schema).map_err(from_df)?;
         catalog
@@ -505,7 +611,7 @@ impl SqlSession {
         let catalogs = Arc::new(MemoryCatalogProviderList::new());
         catalogs.register_catalog("quarry".into(), catalog);
         let mut state =
-            SessionStateBuilder::new_from_existing(self.base.clone()).with_catalog_list(catalogs);
+            SessionStateBuilder::new_from_existing(base.clone()).with_catalog_list(catalogs);
         if let Some(runtime) = self.query_runtime()? {
             state = state.with_runtime_env(runtime);
         }
@@ -550,6 +656,16 @@ impl SqlSession {
     ) -> Result<Arc<datafusion::execution::TaskContext>> {
         let mut config = task.session_config().clone();
         with_moment(&mut config, read_ts);
+        let deadline = config.get_extension::<Deadline>().map(|d| d.0);
+        if let Some(o) = config
+            .options_mut()
+            .extensions
+            .get_mut::<crate::mpp::MppOptions>()
+        {
+            o.read_ts = read_ts;
+            let at = deadline.unwrap_or_else(|| std::time::Instant::now() + self.scan.timeout);
+            o.deadline_unix_ms = crate::mpp::MppOptions::deadline_of(at);
+        }
         match Arc::try_unwrap(task) {
             Ok(task) => Ok(Arc::new(task.with_session_config(config))),
             Err(_) => self.task_over(config),

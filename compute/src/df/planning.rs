@@ -20,7 +20,8 @@ impl SqlSession {
     /// Plans `query` against the cluster's tables now (one meta call).
     pub async fn plan(&self, query: ParsedQuery) -> Result<PlannedQuery> {
         let catalog = self.cluster.catalog().await?;
-        self.plan_in(query, catalog.tables, &catalog.views).await
+        self.plan_in(query, catalog.tables, &catalog.views, false)
+            .await
     }
 
     /// Plans an autocommit query over the catalog this process keeps,
@@ -44,7 +45,8 @@ impl SqlSession {
             });
             planned
         };
-        let plan_kept = || self.plan_in(query.clone(), catalog.tables.clone(), &catalog.views);
+        let plan_kept =
+            || self.plan_in(query.clone(), catalog.tables.clone(), &catalog.views, true);
         let kept = match freshness {
             // Just read: its errors are the query's.
             Freshness::Read => return Ok(check(plan_kept().await?, catalog.catalog_version)),
@@ -75,20 +77,27 @@ impl SqlSession {
         // Out of date, or an error that may be the kept catalog's.
         let catalog = self.cluster.catalog().await?;
         let planned = self
-            .plan_in(query.clone(), catalog.tables, &catalog.views)
+            .plan_in(query.clone(), catalog.tables, &catalog.views, true)
             .await?;
         Ok(check(planned, catalog.catalog_version))
     }
 
-    /// Plans `query` over `tables` and `views`.
+    /// Plans `query` over `tables` and `views`; an autocommit query
+    /// (`autocommit`) may be distributed over every compute process, as
+    /// the session's `mpp` setting says (`mpp/`).
     pub(super) async fn plan_in(
         &self,
         query: ParsedQuery,
         tables: Vec<TableDef>,
         views: &[ViewDef],
+        autocommit: bool,
     ) -> Result<PlannedQuery> {
+        let mode = match autocommit {
+            true => self.mpp_mode(),
+            false => crate::mpp::MppMode::Off,
+        };
         match self
-            .plan_over(query.clone(), tables.clone(), views, true)
+            .plan_over(query.clone(), tables.clone(), views, true, mode)
             .await
         {
             // Repeated output names: planned with unique ones, answered
@@ -96,9 +105,9 @@ impl SqlSession {
             Err(e) if output_names::is_duplicate_name_error(&e) => {
                 let mut query = query;
                 let Some(names) = output_names::dedupe(&mut query.0) else {
-                    return self.plan_over(query, tables, views, true).await;
+                    return self.plan_over(query, tables, views, true, mode).await;
                 };
-                let mut planned = self.plan_over(query, tables, views, true).await?;
+                let mut planned = self.plan_over(query, tables, views, true, mode).await?;
                 planned.rename(&names);
                 Ok(planned)
             }
@@ -125,18 +134,22 @@ impl SqlSession {
         }
         // (Not offered to the plan cache: these reads carry the literals of
         // their UPDATE or DELETE, and rarely come again.)
-        self.plan_over(query, tables, &views, false).await
+        self.plan_over(query, tables, &views, false, crate::mpp::MppMode::Off)
+            .await
     }
 
     /// Plans `query` over `tables`, from the plan cache's plans when it has
-    /// them and `cache` allows.
+    /// them and `cache` allows; distributed under `mode` (which keeps
+    /// its plans out of the cache).
     async fn plan_over(
         &self,
         query: ParsedQuery,
         tables: Vec<TableDef>,
         views: &[ViewDef],
         cache: bool,
+        mode: crate::mpp::MppMode,
     ) -> Result<PlannedQuery> {
+        let cache = cache && mode == crate::mpp::MppMode::Off;
         let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
         names.sort();
         let tables = self.with_stats(tables);
@@ -167,7 +180,7 @@ impl SqlSession {
                 params: None,
             });
         }
-        let ctx = self.context_of(tables)?;
+        let ctx = self.context_in_mode(tables, mode)?;
         // A plan over a view holds the view's plan inlined, which the
         // cache cannot check: it is not kept.
         let over_views = views::register_used(&ctx, &query.0, views).await?;

@@ -44,6 +44,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use parking_lot::Mutex;
 use quarry_coprocessor::expr::{Expr, LogicOp};
+use quarry_coprocessor::storage::KeyRange;
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::TableDef;
@@ -111,6 +112,9 @@ pub struct RegionScanExec {
     shared: Option<Arc<SharedRun>>,
     /// Filters whose constants each run brings (`late_filters.rs`).
     late: Option<Arc<LateFilters>>,
+    /// In a distributed plan, each task's share of the table (`mpp/tasks.rs`):
+    /// task `i` scans only the keys in `task_ranges[i]`. Empty: all of it.
+    task_ranges: Vec<Vec<KeyRange>>,
 }
 
 /// The dynamic filters (a join's, filled in at run time) inside `e`.
@@ -316,7 +320,31 @@ impl RegionScanExec {
             build_keys: Vec::new(),
             shared: None,
             late: None,
+            task_ranges: Vec::new(),
         }
+    }
+
+    /// The same scan run as `tasks.len()` tasks, task `i` over the keys
+    /// in `tasks[i]` (`mpp/tasks.rs`).
+    pub fn with_task_ranges(&self, tasks: Vec<Vec<KeyRange>>) -> Self {
+        let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
+        scan.task_ranges = tasks;
+        scan
+    }
+
+    /// Each task's key ranges (empty: not split into tasks).
+    pub fn task_ranges(&self) -> &[Vec<KeyRange>] {
+        &self.task_ranges
+    }
+
+    /// The DAG's output types.
+    pub fn row_types(&self) -> &[DataType] {
+        &self.row_types
+    }
+
+    /// The table's rows by its statistics, if known.
+    pub fn table_rows(&self) -> Option<u64> {
+        self.table_stats.as_ref().map(|s| s.rows)
     }
 
     /// Whether its filters' constants come with each run.
@@ -379,6 +407,7 @@ impl RegionScanExec {
         scan.table_stats = self.table_stats.clone();
         scan.build_keys = self.build_keys.clone();
         scan.late = self.late.clone();
+        scan.task_ranges = self.task_ranges.clone();
         scan
     }
 
@@ -494,15 +523,30 @@ impl DisplayAs for RegionScanExec {
         if let Some(run) = &self.shared {
             write!(f, ", one run shared by {} scans", run.scans)?;
         }
+        if !self.task_ranges.is_empty() {
+            let shares: Vec<String> = self
+                .task_ranges
+                .iter()
+                .enumerate()
+                .map(|(i, r)| format!("t{i}: {} key ranges", r.len()))
+                .collect();
+            write!(f, ", tasks [{}]", shares.join(", "))?;
+        }
         let runtime = self.last_runtime_filter.lock();
         if !runtime.is_empty() {
             write!(f, ", runtime filter: [{}]", runtime.join(" AND "))?;
         }
         if let Some(st) = self.last_run.lock().as_ref() {
             let s = &st.summary;
+            // (A distributed scan's figures are those of the task that
+            // ran in this process, if one did.)
+            let ran = match self.task_ranges.is_empty() {
+                true => "ran",
+                false => "this process's task ran",
+            };
             write!(
                 f,
-                ", ran: {} region requests, {} retries, {} response bytes; \
+                ", {ran}: {} region requests, {} retries, {} response bytes; \
                  storage: {} keys scanned ({} bytes), {} rows out; \
                  packs: {} scanned, {} skipped by zone maps, {} on the generic path; \
                  storage time: {:.1} ms processing, {:.1} ms queued (summed over regions)",
@@ -745,16 +789,52 @@ impl ExecutionPlan for RegionScanExec {
         }
         let ranges = super::point_get::scan_ranges(&self.table, &dag);
         // A selective lookup through an index: its rows' ranges instead.
-        let access = crate::index::access::choose(&self.table, &dag, self.table_stats.as_deref());
+        // (Not for a task of a distributed scan: its share is key ranges
+        // of the table's rows.)
+        let access = match self.task_ranges.is_empty() {
+            true => crate::index::access::choose(&self.table, &dag, self.table_stats.as_deref()),
+            false => None,
+        };
+        // A task of a distributed query: its coordinator's snapshot and
+        // deadline, and its share of the table (`mpp/`).
+        let mpp = context
+            .session_config()
+            .options()
+            .extensions
+            .get::<crate::mpp::MppOptions>();
+        let ranges = match self.task_ranges.is_empty() {
+            true => ranges,
+            false => {
+                let task = datafusion_distributed::DistributedTaskContext::from_ctx(&context);
+                let mine = self.task_ranges.get(task.task_index).ok_or_else(|| {
+                    DataFusionError::Internal(format!(
+                        "region scan task {} of {}, split into {}",
+                        task.task_index,
+                        task.task_count,
+                        self.task_ranges.len()
+                    ))
+                })?;
+                crate::mpp::tasks::intersect_all(&ranges, mine)
+            }
+        };
         // The statement's deadline (absent: compute's query timeout).
         let deadline = context
             .session_config()
             .get_extension::<super::Deadline>()
-            .map_or_else(|| Instant::now() + self.ctx.timeout, |d| d.0);
+            .map(|d| d.0)
+            .or_else(|| mpp.and_then(|o| o.deadline()))
+            .unwrap_or_else(|| Instant::now() + self.ctx.timeout);
         let dispatcher = self.ctx.dispatcher.clone();
-        // The query's snapshot (absent: the dispatcher takes a fresh one).
+        // The query's snapshot (absent: the dispatcher takes a fresh one,
+        // which a task of a distributed query must never do).
         if let Some(s) = context.session_config().get_extension::<super::Snapshot>() {
             dag.read_ts = s.read_ts;
+        } else if let Some(ts) = mpp.map(|o| o.read_ts).filter(|ts| *ts > 0) {
+            dag.read_ts = ts;
+        } else if !self.task_ranges.is_empty() {
+            return Err(DataFusionError::Internal(
+                "a task of a distributed query came without its snapshot".into(),
+            ));
         }
         let row_types = self.row_types.clone();
         let dynamic = self.dynamic.clone();

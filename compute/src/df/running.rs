@@ -106,7 +106,7 @@ impl SqlSession {
         // rather than run a plan older than its snapshot).
         let catalog = self.cluster.catalog().await?;
         let again = self
-            .plan_in(check.query, catalog.tables, &catalog.views)
+            .plan_in(check.query, catalog.tables, &catalog.views, true)
             .await?;
         let changed = || {
             Error::Conflict(
@@ -163,6 +163,14 @@ impl SqlSession {
                 (self.task_over(config)?, physical)
             }
             Cached::No(ctx) => {
+                // EXPLAIN of a distributed query shows its stages.
+                if let Some(batch) = crate::mpp::explain(&ctx.state(), &plan).await? {
+                    let batch = conform(batch, &schema)?;
+                    return Ok(QueryStream {
+                        schema,
+                        batches: futures::stream::iter([Ok(batch)]).boxed(),
+                    });
+                }
                 let df = ctx.execute_logical_plan(plan).await.map_err(from_df)?;
                 let task = Arc::new(df.task_ctx());
                 (task, df.create_physical_plan().await.map_err(from_df)?)

@@ -98,8 +98,12 @@ impl PhysicalOptimizerRule for ShareIdenticalScans {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // Scans of a distributed plan run in several processes (`mpp/`).
+        if crate::mpp::is_distributed(config) {
+            return Ok(plan);
+        }
         // Groups of equal aggregating scans, each as (table, DAG) and how
         // many scans run it and how many of them have no join filter.
         let mut groups: Vec<(i64, DagRequest, usize, usize)> = Vec::new();

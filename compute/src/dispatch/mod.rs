@@ -171,6 +171,12 @@ impl Dispatcher {
         self.cache.locate(start, end).await
     }
 
+    /// The regions covering `[start, end)` as the cache holds them now,
+    /// without asking meta (None: not all cached).
+    pub fn cached_regions(&self, start: &[u8], end: &[u8]) -> Option<Vec<Located>> {
+        self.cache.cached(start, end)
+    }
+
     pub fn config(&self) -> &DispatchConfig {
         &self.cfg
     }

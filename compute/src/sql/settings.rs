@@ -23,12 +23,18 @@ pub enum SettingStatement {
     /// `None`: back to the server's default.
     SetStatementTimeout(Option<Duration>),
     ShowStatementTimeout,
+    /// `SET mpp = 'off' | 'auto' | 'force'` (`None`: compute's default).
+    SetMpp(Option<crate::mpp::MppMode>),
+    ShowMpp,
 }
 
 /// The setting statement `text` is, if it names `statement_timeout` (an
 /// error when its value is not one); None for any other statement.
 pub fn parse(text: &str) -> Option<Result<SettingStatement>> {
     let text = text.trim().trim_end_matches(';').trim();
+    if let Some(mpp) = parse_mpp(text) {
+        return Some(mpp);
+    }
     let mut words = text.split_whitespace();
     let first = words.next()?.to_ascii_lowercase();
     let rest: Vec<&str> = words.collect();
@@ -71,6 +77,43 @@ pub fn parse(text: &str) -> Option<Result<SettingStatement>> {
                 )));
             };
             Some(timeout_value(value.trim()).map(SettingStatement::SetStatementTimeout))
+        }
+        _ => None,
+    }
+}
+
+/// `SET [SESSION] mpp {= | TO} v`, `RESET mpp`, `SHOW mpp`; None for
+/// any other statement.
+fn parse_mpp(text: &str) -> Option<Result<SettingStatement>> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let is = |w: &str, k: &str| w.eq_ignore_ascii_case(k);
+    match words.as_slice() {
+        [show, name] if is(show, "show") && is(name, "mpp") => Some(Ok(SettingStatement::ShowMpp)),
+        [reset, name] if is(reset, "reset") && is(name, "mpp") => {
+            Some(Ok(SettingStatement::SetMpp(None)))
+        }
+        [set, rest @ ..] if is(set, "set") => {
+            let rest = match rest.first() {
+                Some(w) if is(w, "session") => &rest[1..],
+                _ => rest,
+            };
+            let body = rest.join(" ");
+            let lower = body.to_ascii_lowercase();
+            let after = lower.strip_prefix("mpp")?;
+            if after.starts_with(|c: char| c.is_alphanumeric() || c == '_') {
+                return None;
+            }
+            let after = after.trim_start();
+            let value = match (after.strip_prefix('='), after.strip_prefix("to")) {
+                (Some(v), _) => v,
+                (None, Some(v)) if v.starts_with(|c: char| c.is_whitespace() || c == '\'') => v,
+                _ => return Some(Err(plan_err!("SET mpp: expected = or TO after the name"))),
+            };
+            let value = value.trim();
+            if value.eq_ignore_ascii_case("default") {
+                return Some(Ok(SettingStatement::SetMpp(None)));
+            }
+            Some(crate::mpp::MppMode::parse(value).map(|m| SettingStatement::SetMpp(Some(m))))
         }
         _ => None,
     }
@@ -128,6 +171,41 @@ pub fn show(d: Duration) -> String {
         format!("{}s", ms / 1_000)
     } else {
         format!("{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod mpp_tests {
+    use super::*;
+    use crate::mpp::MppMode;
+
+    #[test]
+    fn mpp_is_set_shown_and_reset() {
+        for (text, want) in [
+            (
+                "SET mpp = 'force'",
+                SettingStatement::SetMpp(Some(MppMode::Force)),
+            ),
+            (
+                "set session MPP to off;",
+                SettingStatement::SetMpp(Some(MppMode::Off)),
+            ),
+            (
+                "SET mpp TO 'auto'",
+                SettingStatement::SetMpp(Some(MppMode::Auto)),
+            ),
+            ("SET mpp = DEFAULT", SettingStatement::SetMpp(None)),
+            ("RESET mpp", SettingStatement::SetMpp(None)),
+            ("show mpp", SettingStatement::ShowMpp),
+        ] {
+            assert_eq!(parse(text).unwrap().unwrap(), want, "{text}");
+        }
+        let e = parse("SET mpp = 'everywhere'")
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected 'off', 'auto' or 'force'"), "{e}");
+        assert!(parse("SET mpp_threshold = 3").is_none());
     }
 }
 

@@ -427,6 +427,48 @@ impl<E: Engine> MetaRpc for MetaService<E> {
         .await
     }
 
+    async fn compute_heartbeat(
+        &self,
+        req: Request<ComputeHeartbeatRequest>,
+    ) -> Result<Response<ComputeHeartbeatResponse>, Status> {
+        self.route(
+            req,
+            FORWARD_TIMEOUT,
+            |m, r| async move {
+                m.compute_heartbeat(r.id, r.addr, Duration::from_millis(r.ttl_ms))
+                    .await?;
+                Ok(ComputeHeartbeatResponse {})
+            },
+            |mut c, r| async move { c.compute_heartbeat(r).await },
+        )
+        .await
+    }
+
+    async fn get_computes(
+        &self,
+        req: Request<GetComputesRequest>,
+    ) -> Result<Response<GetComputesResponse>, Status> {
+        self.route(
+            req,
+            FORWARD_TIMEOUT,
+            |m, _| async move {
+                let computes = m
+                    .computes()
+                    .await?
+                    .into_iter()
+                    .map(|(id, addr, seen)| ComputeInfo {
+                        id,
+                        addr,
+                        last_seen_ms: seen.as_millis() as u64,
+                    })
+                    .collect();
+                Ok(GetComputesResponse { computes })
+            },
+            |mut c, r| async move { c.get_computes(r).await },
+        )
+        .await
+    }
+
     async fn put_user(
         &self,
         req: Request<PutUserRequest>,

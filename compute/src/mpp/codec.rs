@@ -1,0 +1,187 @@
+//! Quarry's plan nodes on the wire between compute processes: what a
+//! worker needs to run a stage that holds them (`datafusion-proto`
+//! carries DataFusion's own nodes and expressions).
+//!
+//! * A [`RegionScanExec`] travels as its table definition and coprocessor
+//!   DAG (Quarry's own protobuf messages), its output and row types
+//!   (Arrow schemas), and its tasks' key ranges. The worker rebuilds it
+//!   over its own dispatcher and region cache. What a scan is handed at
+//!   run time by its neighbours in one process (join filters, a shared
+//!   run, the table's statistics for index choice) does not travel: a
+//!   distributed plan has none of the first two (`mpp/mod.rs`), and
+//!   without statistics a worker scans rather than looks up an index,
+//!   which is slower, never wrong.
+//! * A [`BuildKeysExec`] passes its input through unchanged; it travels
+//!   as nothing and is decoded as its input (the keys it would copy have
+//!   no scan in this process to go to).
+
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema};
+use datafusion::common::{internal_err, DataFusionError, Result as DfResult};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use datafusion_proto::protobuf;
+use prost::Message;
+use quarry_coprocessor::storage::KeyRange;
+use quarry_proto::coprocessor::DagRequest;
+use quarry_proto::meta::TableDef;
+
+use crate::df::join_keys::BuildKeysExec;
+use crate::df::region_scan::{RegionScanExec, ScanContext};
+
+/// The codec of Quarry's nodes (registered on the coordinator and on
+/// every worker).
+#[derive(Debug)]
+pub struct QuarryCodec {
+    scan: ScanContext,
+}
+
+impl QuarryCodec {
+    pub fn new(scan: ScanContext) -> Self {
+        QuarryCodec { scan }
+    }
+}
+
+/// The first byte of an encoded node: which node it is.
+const REGION_SCAN: u8 = 1;
+const BUILD_KEYS: u8 = 2;
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RegionScanProto {
+    #[prost(bytes = "vec", tag = "1")]
+    table: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    dag: Vec<u8>,
+    #[prost(message, optional, tag = "3")]
+    schema: Option<protobuf::Schema>,
+    /// The DAG's output types, as the fields of a schema.
+    #[prost(message, optional, tag = "4")]
+    row_types: Option<protobuf::Schema>,
+    #[prost(string, tag = "5")]
+    storage: String,
+    #[prost(message, repeated, tag = "6")]
+    tasks: Vec<TaskRangesProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct TaskRangesProto {
+    #[prost(message, repeated, tag = "1")]
+    ranges: Vec<KeyRangeProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct KeyRangeProto {
+    #[prost(bytes = "vec", tag = "1")]
+    start: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    end: Vec<u8>,
+}
+
+fn bad(what: &str, e: impl std::fmt::Display) -> DataFusionError {
+    DataFusionError::Internal(format!("decoding a distributed plan's {what}: {e}"))
+}
+
+impl PhysicalExtensionCodec for QuarryCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        _ctx: &TaskContext,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        match buf.split_first() {
+            Some((&REGION_SCAN, body)) => {
+                let p = RegionScanProto::decode(body).map_err(|e| bad("region scan", e))?;
+                let table = TableDef::decode(p.table.as_slice()).map_err(|e| bad("table", e))?;
+                let dag = DagRequest::decode(p.dag.as_slice()).map_err(|e| bad("DAG", e))?;
+                let schema: Schema = p
+                    .schema
+                    .as_ref()
+                    .ok_or_else(|| bad("region scan", "no schema"))?
+                    .try_into()?;
+                let rows: Schema = p
+                    .row_types
+                    .as_ref()
+                    .ok_or_else(|| bad("region scan", "no row types"))?
+                    .try_into()?;
+                let row_types = rows
+                    .fields()
+                    .iter()
+                    .map(|f| f.data_type().clone())
+                    .collect();
+                let tasks = p
+                    .tasks
+                    .into_iter()
+                    .map(|t| {
+                        t.ranges
+                            .into_iter()
+                            .map(|r| KeyRange::new(r.start, r.end))
+                            .collect()
+                    })
+                    .collect();
+                let scan = RegionScanExec::new(
+                    self.scan.clone(),
+                    table,
+                    dag,
+                    row_types,
+                    Arc::new(schema),
+                    p.storage,
+                )
+                .with_task_ranges(tasks);
+                Ok(Arc::new(scan))
+            }
+            Some((&BUILD_KEYS, _)) => match inputs {
+                [input] => Ok(input.clone()),
+                _ => internal_err!("BuildKeysExec with {} inputs", inputs.len()),
+            },
+            _ => internal_err!("a plan node this compute process does not know"),
+        }
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> DfResult<()> {
+        if node.as_ref().downcast_ref::<BuildKeysExec>().is_some() {
+            buf.push(BUILD_KEYS);
+            return Ok(());
+        }
+        let Some(scan) = node.as_ref().downcast_ref::<RegionScanExec>() else {
+            return internal_err!("{} cannot run on another compute process", node.name());
+        };
+        let rows = Schema::new(
+            scan.row_types()
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Field::new(format!("c{i}"), t.clone(), true))
+                .collect::<Vec<_>>(),
+        );
+        let p = RegionScanProto {
+            table: scan.table().encode_to_vec(),
+            dag: scan.dag().encode_to_vec(),
+            schema: Some(node.schema().as_ref().try_into()?),
+            row_types: Some((&rows).try_into()?),
+            storage: scan.storage().to_string(),
+            tasks: scan
+                .task_ranges()
+                .iter()
+                .map(|t| TaskRangesProto {
+                    ranges: t
+                        .iter()
+                        .map(|r| KeyRangeProto {
+                            start: r.start.clone(),
+                            end: r.end.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        };
+        buf.push(REGION_SCAN);
+        p.encode(buf)
+            .map_err(|e| DataFusionError::Internal(format!("encoding a region scan: {e}")))
+    }
+}

@@ -1,0 +1,243 @@
+//! MPP: one query over every compute process, on `datafusion-distributed`.
+//!
+//! ```text
+//!  client ─▶ coordinator (the compute process the query reached)
+//!              │ DataFusion plans as for one process; then the
+//!              │ distributed planner cuts the plan into stages at hash
+//!              │ repartitions, broadcast join build sides and the final
+//!              │ gather, and scales each region scan into tasks
+//!              ▼
+//!            DistributedExec ── stage plans (codec.rs) ──▶ workers
+//!              ▲                                   (every compute process,
+//!              │ Arrow batches, streamed            on its one gRPC port)
+//!              └──────── NetworkShuffle / Coalesce / Broadcast ◀─┘
+//!                                  each task: RegionScanExec over its
+//!                                  share of the table's regions
+//! ```
+//!
+//! This is TiFlash's MPP and Ballista's shape on an existing engine:
+//! `datafusion-distributed` (datafusion-contrib) has no scheduler of its
+//! own; a query planner cuts the physical plan at network boundaries,
+//! each worker is a tonic service, and batches stream between workers in
+//! memory. `docs/design-notes.md` says why it and not Ballista.
+//!
+//! What Quarry adds:
+//! * **Membership** (`workers.rs`): every compute process heartbeats its
+//!   address to the meta leader (`ComputeHeartbeat`, PD's store heartbeat
+//!   for compute), and reads the live list back once a second; the
+//!   planner's worker resolver answers from that list. One that stops
+//!   heartbeating drops out within [`workers::HEARTBEAT_TTL`].
+//! * **Region tasks** (`tasks.rs`): a region scan that runs as N tasks is
+//!   given N disjoint sets of key ranges, the table's regions grouped by
+//!   their leader store (TiFlash's split), so each worker asks other
+//!   stores; a task scans only its ranges, and a region that split or
+//!   moved since is found by the usual retries: key ranges, not region
+//!   ids, make the tasks disjoint and complete.
+//! * **One snapshot** ([`MppOptions`]): the coordinator's `read_ts` and
+//!   deadline travel to every task as a config extension (gRPC
+//!   metadata); a distributed scan without one fails rather than read at
+//!   a timestamp of its own.
+//! * **The switch** ([`MppMode`]): `mpp = 'off' | 'auto' | 'force'`, a
+//!   compute config key and a session setting. `off` plans exactly as
+//!   one process does. `force` distributes every region scan over every
+//!   live compute process. `auto` distributes a scan only when the
+//!   table's statistics put it above [`AUTO_MIN_ROWS`] rows and more than
+//!   one compute process is live: Q6-sized work stays in one process.
+//!
+//! Caveats of this first cut (each is a line in `docs/design-notes.md`):
+//! join filters handed to region scans (DataFusion's dynamic filters,
+//! Quarry's build-key Bloom filters) and shared scans are off in a
+//! distributed plan, since a filter's producer and its scan may run in
+//! different processes; queries in an explicit transaction, plans from
+//! the plan cache, and clusters with `[security]` stay in one process.
+
+pub mod codec;
+pub mod tasks;
+pub mod workers;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use datafusion::common::extensions_options;
+use datafusion::config::ConfigExtension;
+use datafusion::execution::{SessionState, SessionStateBuilder};
+use datafusion_distributed::{DistributedExt, SessionStateBuilderExt};
+
+use crate::df::region_scan::ScanContext;
+use crate::{plan_err, Result};
+
+/// A scan whose table has at least this many rows (by its statistics) is
+/// distributed under `mpp = 'auto'`.
+pub const AUTO_MIN_ROWS: u64 = 1_000_000;
+
+/// When a query's plan spreads over compute processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MppMode {
+    /// Every query in one process.
+    Off,
+    /// Large scans over every live compute process, the rest in one.
+    Auto,
+    /// Every region scan over every live compute process.
+    Force,
+}
+
+impl MppMode {
+    pub fn parse(value: &str) -> Result<MppMode> {
+        let v = value.trim().trim_matches('\'').trim();
+        match v.to_ascii_lowercase().as_str() {
+            "off" | "false" | "0" => Ok(MppMode::Off),
+            "auto" | "on" | "default" => Ok(MppMode::Auto),
+            "force" => Ok(MppMode::Force),
+            _ => Err(plan_err!(
+                "invalid mpp '{v}': expected 'off', 'auto' or 'force'"
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MppMode::Off => "off",
+            MppMode::Auto => "auto",
+            MppMode::Force => "force",
+        }
+    }
+}
+
+extensions_options! {
+    /// What every task of a distributed query needs from its coordinator,
+    /// sent with each stage as gRPC metadata (`datafusion-distributed`'s
+    /// option extensions).
+    pub struct MppOptions {
+        /// `auto` or `force` (a distributed plan is never made under `off`).
+        pub mode: String, default = "auto".to_string()
+        /// The query's snapshot: every task's region scans read at it.
+        pub read_ts: u64, default = 0
+        /// The statement's deadline, milliseconds since the Unix epoch.
+        pub deadline_unix_ms: u64, default = 0
+    }
+}
+
+impl ConfigExtension for MppOptions {
+    const PREFIX: &'static str = "quarry_mpp";
+}
+
+impl MppOptions {
+    /// The deadline as an instant of this process (None: not set).
+    pub fn deadline(&self) -> Option<Instant> {
+        if self.deadline_unix_ms == 0 {
+            return None;
+        }
+        let now = unix_ms();
+        Some(Instant::now() + Duration::from_millis(self.deadline_unix_ms.saturating_sub(now)))
+    }
+
+    /// `at` as milliseconds since the Unix epoch.
+    pub fn deadline_of(at: Instant) -> u64 {
+        unix_ms() + at.saturating_duration_since(Instant::now()).as_millis() as u64
+    }
+
+    pub fn mode(&self) -> MppMode {
+        MppMode::parse(&self.mode).unwrap_or(MppMode::Auto)
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `base` (a session state with Quarry's functions and rules) able to
+/// plan distributed queries over `workers`: the distributed planner, the
+/// codec, the region scans' task handlers, [`MppOptions`] propagated to
+/// the tasks, and join filters to region scans off (their producer and
+/// consumer may end up in different processes).
+pub fn distributed_state(
+    base: &SessionState,
+    scan: &ScanContext,
+    workers: Arc<workers::Workers>,
+    worker: &datafusion_distributed::Worker,
+    mode: MppMode,
+) -> SessionState {
+    let mut config = base.config().clone();
+    let opts = config.options_mut();
+    opts.optimizer.enable_join_dynamic_filter_pushdown = false;
+    let config = config.with_distributed_option_extension(MppOptions {
+        mode: mode.as_str().into(),
+        ..Default::default()
+    });
+    SessionStateBuilder::new_from_existing(base.clone())
+        .with_config(config)
+        // Tasks routed to this process run in it, not through its port.
+        .with_distributed_local_worker_context(worker.to_local_worker_context(workers.own_url()))
+        .with_distributed_worker_resolver(workers::Resolver(workers))
+        .with_distributed_planner()
+        .with_distributed_user_codec(codec::QuarryCodec::new(scan.clone()))
+        .with_distributed_desired_task_count_handler(tasks::DesiredTasks::new(scan.clone()))
+        .with_distributed_scale_up_leaf_node_handler(tasks::scale_up_region_scan)
+        .build()
+}
+
+/// The worker service: each task's session has `base`'s functions, the
+/// codec over this process's region scans, and the [`MppOptions`] its
+/// coordinator sent.
+pub fn worker(base: &SessionState, scan: &ScanContext) -> datafusion_distributed::Worker {
+    let base = base.clone();
+    let scan = scan.clone();
+    datafusion_distributed::Worker::from_session_builder(
+        move |ctx: datafusion_distributed::WorkerQueryContext| {
+            let base = base.clone();
+            let scan = scan.clone();
+            async move {
+                ctx.builder
+                    .with_scalar_functions(base.scalar_functions().values().cloned().collect())
+                    .with_aggregate_functions(
+                        base.aggregate_functions().values().cloned().collect(),
+                    )
+                    .with_window_functions(base.window_functions().values().cloned().collect())
+                    .with_distributed_user_codec(codec::QuarryCodec::new(scan))
+                    .with_distributed_option_extension_from_headers::<MppOptions>(&ctx.headers)
+                    .map(|b| b.build())
+            }
+        },
+    )
+}
+
+/// Whether `config` plans a distributed query (its join filters and
+/// shared scans stay off).
+pub fn is_distributed(config: &datafusion::config::ConfigOptions) -> bool {
+    config.extensions.get::<MppOptions>().is_some()
+}
+
+/// `EXPLAIN` of a distributed query: DataFusion's explain plans its
+/// statement with its own physical planner, past the distributed one, so
+/// it would show the plan of one process. This answers the same two
+/// columns (`plan_type`, `plan`) with the logical plan and the
+/// distributed physical plan, its stages and tasks (None: not a plain
+/// EXPLAIN, or not in a distributed session).
+pub async fn explain(
+    state: &SessionState,
+    plan: &datafusion::logical_expr::LogicalPlan,
+) -> Result<Option<arrow::array::RecordBatch>> {
+    use arrow::array::{RecordBatch, StringArray};
+    use datafusion::logical_expr::LogicalPlan;
+    let LogicalPlan::Explain(explain) = plan else {
+        return Ok(None);
+    };
+    if !is_distributed(state.config().options()) || explain.verbose {
+        return Ok(None);
+    }
+    let optimized = state.optimize(&explain.plan).map_err(crate::df::from_df)?;
+    let physical = state
+        .query_planner()
+        .create_physical_plan(&optimized, state)
+        .await
+        .map_err(crate::df::from_df)?;
+    let text = datafusion_distributed::display_plan_ascii(physical.as_ref(), false);
+    let schema = Arc::new(plan.schema().as_arrow().clone());
+    let types = StringArray::from(vec!["logical_plan", "physical_plan"]);
+    let plans = StringArray::from(vec![optimized.display_indent().to_string(), text]);
+    RecordBatch::try_new(schema, vec![Arc::new(types), Arc::new(plans)])
+        .map(Some)
+        .map_err(|e| crate::Error::Internal(format!("EXPLAIN's answer: {e}")))
+}

@@ -1,0 +1,253 @@
+//! How many tasks a region scan runs as, and each task's share of the
+//! table: the distributed planner's two events for Quarry's leaf.
+//!
+//! * [`DesiredTasks`] (asked while the planner sizes each stage): one task
+//!   under `auto` for a table under [`AUTO_MIN_ROWS`](super::AUTO_MIN_ROWS)
+//!   rows, else as many as there are live compute processes (the planner
+//!   caps the count at that). It also fills the region cache with the
+//!   table's regions, which the second event reads without waiting.
+//! * [`scale_up_region_scan`] (once the count `n` is final): the table's
+//!   regions, ordered by leader store and then by key, dealt into `n`
+//!   contiguous runs, each clipped to the table's key range. Runs of one
+//!   store's regions go to one task, so each worker asks different stores
+//!   (TiFlash's split by leader). The runs are key ranges: together they
+//!   are the table's whole range, each key in exactly one, whatever the
+//!   regions do between planning and the scan.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::common::Result as DfResult;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_distributed::{
+    DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler,
+    ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
+};
+use quarry_coprocessor::codec::key::table_record_range;
+use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
+
+use super::{MppMode, MppOptions, AUTO_MIN_ROWS};
+use crate::df::region_scan::{RegionScanExec, ScanContext};
+use crate::region_cache::Located;
+
+/// Asked for a task count far above any cluster's: the planner takes the
+/// number of live workers.
+const AS_MANY_AS_WORKERS: usize = 1 << 16;
+
+/// The desired-task-count handler of region scans.
+pub struct DesiredTasks {
+    scan: ScanContext,
+}
+
+impl DesiredTasks {
+    pub fn new(scan: ScanContext) -> Self {
+        DesiredTasks { scan }
+    }
+}
+
+#[async_trait]
+impl DesiredTaskCountHandler for DesiredTasks {
+    async fn handle(
+        &self,
+        ev: DesiredTaskCountEvent<'_>,
+    ) -> Option<DfResult<DesiredTaskCountEventResponse>> {
+        let scan = ev.plan.as_ref().downcast_ref::<RegionScanExec>()?;
+        let mode = ev
+            .session_config
+            .options()
+            .extensions
+            .get::<MppOptions>()
+            .map_or(MppMode::Off, |o| o.mode());
+        let large = scan.table_rows().is_some_and(|r| r >= AUTO_MIN_ROWS);
+        let spread = match mode {
+            MppMode::Off => false,
+            MppMode::Auto => large,
+            MppMode::Force => true,
+        };
+        if !spread {
+            return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
+        }
+        // The regions, for the split that follows (a failure here only
+        // leaves the scan in one task).
+        let (start, end) = table_record_range(scan.table().id);
+        if let Err(e) = self.scan.dispatcher.regions(&start, &end).await {
+            tracing::debug!(table = %scan.table().name, "MPP: regions unknown: {e}");
+            return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
+        }
+        Some(Ok(DesiredTaskCountEventResponse::desired(
+            AS_MANY_AS_WORKERS,
+        )))
+    }
+}
+
+/// The scale-up handler of region scans: see the module docs.
+pub fn scale_up_region_scan(
+    ev: ScaleUpLeafNodeEvent,
+) -> Option<DfResult<ScaleUpLeafNodeEventResponse>> {
+    let scan = ev.plan.as_ref().downcast_ref::<RegionScanExec>()?;
+    if ev.task_count <= 1 {
+        return None;
+    }
+    let (start, end) = table_record_range(scan.table().id);
+    let regions = scan
+        .context()
+        .dispatcher
+        .cached_regions(&start, &end)
+        .unwrap_or_default();
+    let tasks = split(&regions, KeyRangeRef::new(&start, &end), ev.task_count);
+    let scaled: Arc<dyn ExecutionPlan> = Arc::new(scan.with_task_ranges(tasks));
+    Some(Ok(ScaleUpLeafNodeEventResponse::new(scaled)))
+}
+
+/// `table`'s key range in `n` disjoint parts whose union is all of it:
+/// `regions` (in key order, covering it) ordered by leader store, then
+/// dealt out in contiguous runs. Without regions, the first task gets the
+/// whole range and the rest nothing.
+pub fn split(regions: &[Located], table: KeyRangeRef<'_>, n: usize) -> Vec<Vec<KeyRange>> {
+    let mut tasks = vec![Vec::new(); n.max(1)];
+    let mut parts: Vec<(u64, KeyRange)> = regions
+        .iter()
+        .filter_map(|r| {
+            KeyRangeRef::of_region(&r.region)
+                .intersect(table)
+                .map(|k| (r.store_id(), k))
+        })
+        .collect();
+    if !covers(&parts, table) {
+        tasks[0].push(table.to_owned());
+        return tasks;
+    }
+    parts.sort_by(|a, b| (a.0, &a.1.start).cmp(&(b.0, &b.1.start)));
+    let (len, n) = (parts.len(), tasks.len());
+    for (i, (_, range)) in parts.into_iter().enumerate() {
+        tasks[i * n / len].push(range);
+    }
+    tasks
+}
+
+/// Whether `parts` (clipped to `table`) cover it without gaps.
+fn covers(parts: &[(u64, KeyRange)], table: KeyRangeRef<'_>) -> bool {
+    let mut ranges: Vec<&KeyRange> = parts.iter().map(|(_, r)| r).collect();
+    ranges.sort_by(|a, b| a.start.cmp(&b.start));
+    let mut at: &[u8] = table.start;
+    for r in ranges {
+        if r.start.as_slice() > at {
+            return false;
+        }
+        if r.end.is_empty() {
+            return true;
+        }
+        if r.end.as_slice() > at {
+            at = &r.end;
+        }
+    }
+    !table.end.is_empty() && at >= table.end
+}
+
+/// `ranges` narrowed to the parts inside `mine` (a task's share).
+pub fn intersect_all(ranges: &[KeyRange], mine: &[KeyRange]) -> Vec<KeyRange> {
+    let mut out: Vec<KeyRange> = ranges
+        .iter()
+        .flat_map(|r| {
+            mine.iter()
+                .filter_map(move |m| r.as_ref().intersect(m.as_ref()))
+        })
+        .collect();
+    out.sort_by(|a, b| a.start.cmp(&b.start));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quarry_proto::meta::{Peer, Region};
+
+    fn region(id: u64, start: &[u8], end: &[u8], store: u64) -> Located {
+        Located {
+            region: Region {
+                id,
+                start_key: start.to_vec(),
+                end_key: end.to_vec(),
+                ..Default::default()
+            },
+            leader: Peer {
+                store_id: store,
+                ..Default::default()
+            },
+            addr: format!("store{store}"),
+        }
+    }
+
+    /// Every key of the table in exactly one task: checked by walking
+    /// the union of the tasks' ranges in order.
+    fn assert_partition(tasks: &[Vec<KeyRange>], table: KeyRangeRef<'_>) {
+        let mut all: Vec<&KeyRange> = tasks.iter().flatten().collect();
+        all.sort_by(|a, b| a.start.cmp(&b.start));
+        let mut at = table.start.to_vec();
+        for r in all {
+            assert_eq!(r.start, at, "a gap or an overlap at {at:?}");
+            at = r.end.clone();
+        }
+        assert_eq!(at, table.end.to_vec());
+    }
+
+    #[test]
+    fn regions_are_dealt_by_leader_store_and_cover_the_table_once() {
+        let table = KeyRangeRef::new(b"t1", b"t2");
+        // Regions reach past the table on both sides.
+        let regions = vec![
+            region(1, b"", b"t1a", 1),
+            region(2, b"t1a", b"t1c", 2),
+            region(3, b"t1c", b"t1e", 3),
+            region(4, b"t1e", b"t1g", 1),
+            region(5, b"t1g", b"t1i", 2),
+            region(6, b"t1i", b"", 3),
+        ];
+        let tasks = split(&regions, table, 3);
+        assert_eq!(tasks.len(), 3);
+        assert_partition(&tasks, table);
+        // Task 0 has store 1's regions (the first clipped at "t1").
+        assert_eq!(
+            tasks[0],
+            vec![KeyRange::new(b"t1", b"t1a"), KeyRange::new(b"t1e", b"t1g")]
+        );
+        assert_eq!(
+            tasks[2],
+            vec![KeyRange::new(b"t1c", b"t1e"), KeyRange::new(b"t1i", b"t2")]
+        );
+        // More tasks than regions: some tasks scan nothing.
+        let tasks = split(&regions[..2], KeyRangeRef::new(b"t1", b"t1c"), 4);
+        assert_partition(&tasks, KeyRangeRef::new(b"t1", b"t1c"));
+        assert_eq!(tasks.iter().filter(|t| t.is_empty()).count(), 2);
+    }
+
+    #[test]
+    fn without_the_regions_the_first_task_scans_everything() {
+        let table = KeyRangeRef::new(b"t1", b"t2");
+        // A gap between the cached regions: not trusted.
+        let regions = vec![region(1, b"", b"t1a", 1), region(2, b"t1b", b"", 2)];
+        let tasks = split(&regions, table, 2);
+        assert_eq!(tasks[0], vec![table.to_owned()]);
+        assert!(tasks[1].is_empty());
+        let tasks = split(&[], table, 3);
+        assert_eq!(tasks[0], vec![table.to_owned()]);
+    }
+
+    #[test]
+    fn a_tasks_ranges_narrow_the_scan() {
+        let scan = vec![KeyRange::new(b"t1", b"t2")];
+        let mine = vec![KeyRange::new(b"t1e", b"t1g"), KeyRange::new(b"t1", b"t1a")];
+        assert_eq!(
+            intersect_all(&scan, &mine),
+            vec![KeyRange::new(b"t1", b"t1a"), KeyRange::new(b"t1e", b"t1g")]
+        );
+        let points = vec![
+            KeyRange::new(b"t1b", b"t1b\0"),
+            KeyRange::new(b"t1f", b"t1f\0"),
+        ];
+        assert_eq!(
+            intersect_all(&points, &mine),
+            vec![KeyRange::new(b"t1f", b"t1f\0")]
+        );
+    }
+}

@@ -1,0 +1,88 @@
+//! MPP (issue 43): one query over three compute processes. A playground
+//! (3 stores, a compute process) and two more compute processes with
+//! `--mpp force`: the three find each other through meta's membership
+//! list, every region scan of a query on one of them runs as a task per
+//! compute process, and the 22 TPC-H queries at SF 0.01 answer exactly
+//! DuckDB's answers. A compute process that stops drops out of the list
+//! and the next queries run on the rest.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// `quarry sql --addr url --format csv sql`: (success, stdout + stderr).
+fn sql_at(url: &str, sql: &str) -> (bool, String) {
+    let out = Command::new(QUARRY)
+        .args(["sql", "--addr", url, "--format", "csv", sql])
+        .output()
+        .expect("run quarry sql");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// The plan of `sql` on `url` once its scans run as `tasks` tasks (the
+/// membership list takes a heartbeat or two to settle).
+fn plan_with_tasks(url: &str, sql: &str, tasks: usize, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    let want = format!("tasks={tasks}");
+    loop {
+        let (ok, plan) = sql_at(url, &format!("EXPLAIN {sql}"));
+        if ok && plan.contains(&want) {
+            return plan;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no plan with {want} within {within:?}:\n{plan}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    let a = pg.extra_compute(&["--mpp", "force"]);
+    let b = pg.extra_compute(&["--mpp", "force"]);
+    let q1 = quarry::answers::query("q1").unwrap();
+    let plan = plan_with_tasks(&a.url, q1, 3, Duration::from_secs(30));
+    assert!(plan.contains("DistributedExec"), "{plan}");
+    assert!(plan.contains("RegionScanExec"), "{plan}");
+    // Every compute process is a worker, the playground's too.
+    let status = status_text(&pg);
+    assert!(
+        status.contains("compute processes (MPP workers): 3"),
+        "{status}"
+    );
+    let (_, shown) = sql_at(&a.url, "SHOW mpp");
+    assert!(shown.contains("force"), "{shown}");
+    // The playground's own compute process plans as one process.
+    let local = pg.ok(&format!("EXPLAIN {q1}"));
+    assert!(!local.contains("DistributedExec"), "{local}");
+
+    let cases = tpch_cases(0.01);
+    let failures = mismatches(&a.url, &cases);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // One compute process is killed. The queries right after it still
+    // plan tasks for it (meta lists it until its heartbeat's TTL runs
+    // out): they fail on it, find it unreachable and run again on the
+    // other two, before anything reached the client.
+    drop(b);
+    let some: Vec<_> = cases
+        .into_iter()
+        .filter(|c| ["q1", "q3", "q6"].contains(&c.name.as_str()))
+        .collect();
+    let failures = mismatches(&a.url, &some);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Within the TTL it drops out of the plans.
+    let q6 = quarry::answers::query("q6").unwrap();
+    plan_with_tasks(&a.url, q6, 2, Duration::from_secs(15));
+    let failures = mismatches(&a.url, &some);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
