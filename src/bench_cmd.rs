@@ -106,6 +106,12 @@ pub enum BenchWhat {
         /// target; 10 is the one it names).
         #[arg(long, requires = "compare")]
         scale_to: Option<f64>,
+        /// Instead of the settings above: start this many compute
+        /// processes (each an MPP worker) and time each query through one
+        /// of them with `SET mpp` off, force and auto; print the ratios
+        /// and issue 43's overhead targets.
+        #[arg(long, conflicts_with = "compare")]
+        computes: Option<usize>,
     },
 }
 
@@ -240,6 +246,7 @@ pub async fn run(what: BenchWhat) -> Result<()> {
             layout,
             compare,
             scale_to,
+            computes,
         } => {
             init_logging("warn");
             let mut opts = BenchOptions {
@@ -253,6 +260,18 @@ pub async fn run(what: BenchWhat) -> Result<()> {
                 progress: !json,
                 layout: layout.layout(),
             };
+            if let Some(n) = computes {
+                let r = quarry::bench::bench_mpp(&opts, n).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&r)?);
+                } else {
+                    quarry::bench::print_mpp(&r);
+                }
+                if r.queries.iter().any(|q| q.answer.starts_with("mismatch")) {
+                    return Err(anyhow!("an answer did not match the expected one"));
+                }
+                return Ok(());
+            }
             if compare {
                 if let Some(big) = scale_to {
                     // Checked before the compare run, which takes minutes.

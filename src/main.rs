@@ -283,6 +283,10 @@ struct ComputeArgs {
     /// or force (a session's SET mpp overrides it).
     #[arg(long)]
     mpp: Option<String>,
+    /// The host:port other compute processes reach this one at for MPP
+    /// tasks (default: --addr).
+    #[arg(long)]
+    advertise_addr: Option<String>,
     /// In a transaction, FOR UPDATE of rows named by key locks them with
     /// one request that returns them.
     #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
@@ -611,6 +615,9 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     }
     if let Some(v) = a.mpp {
         cfg.mpp = v;
+    }
+    if let Some(v) = a.advertise_addr {
+        cfg.advertise_addr = v;
     }
     if let Some(v) = a.status_addr {
         cfg.status_addr = v;

@@ -66,6 +66,10 @@ pub struct ComputeConfig {
     /// `mpp/`): `off`, `auto` (scans of tables past a million rows) or
     /// `force`; a session's `SET mpp` overrides it.
     pub mpp: String,
+    /// The `host:port` other compute processes reach this one's gRPC port
+    /// at, for MPP tasks (empty: the address it listens on, which must
+    /// then not be a wildcard such as 0.0.0.0).
+    pub advertise_addr: String,
     /// `[security]`: TLS for Flight SQL clients (who then log in with a
     /// password) and mutual TLS to the stores (`quarry_proto::security`).
     pub security: quarry_proto::security::SecurityConfig,
@@ -100,6 +104,7 @@ impl Default for ComputeConfig {
             plan_cache_entries: DEFAULT_PLAN_CACHE_ENTRIES,
             stream_results_after_mb: 64,
             mpp: "off".into(),
+            advertise_addr: String::new(),
             security: Default::default(),
         }
     }

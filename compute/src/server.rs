@@ -34,7 +34,18 @@ pub async fn run(
         .map_err(|e| Error::Internal(e.to_string()))?;
     // Every compute process also runs other processes' MPP tasks, on
     // this one port (`mpp/`).
-    let engine = Arc::new(QueryEngine::serving(&cfg, Some(&local.to_string()))?);
+    let advertised = match cfg.advertise_addr.as_str() {
+        "" if local.ip().is_unspecified() => {
+            tracing::warn!(
+                "listening on {local}: MPP is off in this process (set advertise-addr to the \
+                 address other compute processes reach it at)"
+            );
+            None
+        }
+        "" => Some(local.to_string()),
+        addr => Some(addr.to_string()),
+    };
+    let engine = Arc::new(QueryEngine::serving(&cfg, advertised.as_deref())?);
     let worker = engine
         .sql_session()
         .worker()

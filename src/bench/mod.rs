@@ -31,8 +31,10 @@ use crate::local::LocalCluster;
 use crate::tpch::{self, Table};
 
 mod compare;
+mod mpp;
 
 pub use compare::{bench_compare, bench_scaled, print_compare, CompareReport, ScaledRun};
+pub use mpp::{bench_mpp, print_mpp, MppReport};
 
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -126,9 +128,24 @@ pub async fn run_interleaved(
     settings: &[(&str, &str)],
     opts: &BenchOptions,
 ) -> Result<Vec<QueryReport>> {
+    let with: Vec<(&str, &str, Option<&str>)> =
+        settings.iter().map(|(s, url)| (*s, *url, None)).collect();
+    run_interleaved_with(&with, opts).await
+}
+
+/// [`run_interleaved`], each setting's connection first running its
+/// statement (a `SET` for the connection's session), if any.
+pub async fn run_interleaved_with(
+    settings: &[(&str, &str, Option<&str>)],
+    opts: &BenchOptions,
+) -> Result<Vec<QueryReport>> {
     let mut clients = Vec::with_capacity(settings.len());
-    for (_, url) in settings {
-        clients.push(Client::connect(url).await?);
+    for (_, url, first) in settings {
+        let mut client = Client::connect(url).await?;
+        if let Some(sql) = first {
+            client.sql(sql).await?;
+        }
+        clients.push(client);
     }
     let mut out = Vec::new();
     for q in &opts.queries {
@@ -136,7 +153,7 @@ pub async fn run_interleaved(
             bail!("unknown query '{q}': known are q1 … q22 (or all), scan, topn");
         };
         let mut reports = Vec::with_capacity(settings.len());
-        for ((setting, _), client) in settings.iter().zip(clients.iter_mut()) {
+        for ((setting, _, _), client) in settings.iter().zip(clients.iter_mut()) {
             let warm = client.sql(sql).await?;
             let answer = match tpch::expected(q, opts.sf) {
                 None => "unknown".to_string(),

@@ -657,12 +657,16 @@ impl SqlSession {
         let mut config = task.session_config().clone();
         with_moment(&mut config, read_ts);
         let deadline = config.get_extension::<Deadline>().map(|d| d.0);
+        let config_zone = config.options().execution.time_zone.clone();
         if let Some(o) = config
             .options_mut()
             .extensions
             .get_mut::<crate::mpp::MppOptions>()
         {
             o.read_ts = read_ts;
+            if let Some(zone) = &config_zone {
+                o.time_zone = zone.clone();
+            }
             let at = deadline.unwrap_or_else(|| std::time::Instant::now() + self.scan.timeout);
             o.deadline_unix_ms = crate::mpp::MppOptions::deadline_of(at);
         }

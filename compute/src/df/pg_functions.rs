@@ -462,6 +462,9 @@ pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("lock_timeout", "0"),
     ("max_identifier_length", "63"),
     ("max_index_keys", "32"),
+    // Quarry's: when a query spreads over every compute process (`mpp/`);
+    // unset, compute's `mpp` decides (SHOW mpp answers that).
+    ("mpp", "off"),
     ("row_security", "on"),
     ("search_path", "\"$user\", public"),
     ("server_encoding", "UTF8"),

@@ -149,6 +149,14 @@ impl SqlSession {
         cache: bool,
         mode: crate::mpp::MppMode,
     ) -> Result<PlannedQuery> {
+        // `auto` plans as one process unless the statement reads a large
+        // table and there is more than one compute process to spread to.
+        let mode = match mode {
+            crate::mpp::MppMode::Auto if !self.auto_spreads(&query, &tables) => {
+                crate::mpp::MppMode::Off
+            }
+            m => m,
+        };
         let cache = cache && mode == crate::mpp::MppMode::Off;
         let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
         names.sort();
@@ -208,6 +216,28 @@ impl SqlSession {
             renamed: None,
             check: None,
             params: None,
+        })
+    }
+
+    /// Whether `mpp = 'auto'` spreads `query`: it names a table of at
+    /// least [`AUTO_MIN_ROWS`](crate::mpp::AUTO_MIN_ROWS) rows (by its
+    /// statistics) and more than one compute process is live.
+    fn auto_spreads(&self, query: &ParsedQuery, tables: &[TableDef]) -> bool {
+        let Some(workers) = self.workers() else {
+            return false;
+        };
+        if workers.urls().len() < 2 {
+            return false;
+        }
+        let Ok(refs) = self.base.resolve_table_references(&query.0) else {
+            return false;
+        };
+        refs.iter().any(|r| {
+            tables.iter().filter(|t| t.name == r.table()).any(|t| {
+                self.stats
+                    .get(t, &self.scan)
+                    .is_some_and(|s| s.rows >= crate::mpp::AUTO_MIN_ROWS)
+            })
         })
     }
 

@@ -112,9 +112,9 @@ pub struct RegionScanExec {
     shared: Option<Arc<SharedRun>>,
     /// Filters whose constants each run brings (`late_filters.rs`).
     late: Option<Arc<LateFilters>>,
-    /// In a distributed plan, each task's share of the table (`mpp/tasks.rs`):
-    /// task `i` scans only the keys in `task_ranges[i]`. Empty: all of it.
-    task_ranges: Vec<Vec<KeyRange>>,
+    /// In a distributed plan, this task's share of the table
+    /// (`mpp/tasks.rs`): it scans only these keys. None: all of it.
+    share: Option<Vec<KeyRange>>,
 }
 
 /// The dynamic filters (a join's, filled in at run time) inside `e`.
@@ -320,26 +320,34 @@ impl RegionScanExec {
             build_keys: Vec::new(),
             shared: None,
             late: None,
-            task_ranges: Vec::new(),
+            share: None,
         }
     }
 
-    /// The same scan run as `tasks.len()` tasks, task `i` over the keys
-    /// in `tasks[i]` (`mpp/tasks.rs`).
-    pub fn with_task_ranges(&self, tasks: Vec<Vec<KeyRange>>) -> Self {
+    /// The same scan over only the keys in `share`: one task's of a
+    /// distributed scan (`mpp/tasks.rs`).
+    pub fn with_share(&self, share: Vec<KeyRange>) -> Self {
         let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
-        scan.task_ranges = tasks;
+        scan.share = Some(share);
         scan
     }
 
-    /// Each task's key ranges (empty: not split into tasks).
-    pub fn task_ranges(&self) -> &[Vec<KeyRange>] {
-        &self.task_ranges
+    /// The keys this scan is limited to (None: the whole table).
+    pub fn share(&self) -> Option<&[KeyRange]> {
+        self.share.as_deref()
     }
 
     /// The DAG's output types.
     pub fn row_types(&self) -> &[DataType] {
         &self.row_types
+    }
+
+    /// Whether the scan reads a few rows by key: primary keys its filter
+    /// pins, or a selective index (not worth spreading over processes).
+    pub fn reads_few_rows(&self) -> bool {
+        super::point_get::pinned_handles(&self.table, &self.dag).is_some()
+            || crate::index::access::choose(&self.table, &self.dag, self.table_stats.as_deref())
+                .is_some()
     }
 
     /// The table's rows by its statistics, if known.
@@ -407,7 +415,7 @@ impl RegionScanExec {
         scan.table_stats = self.table_stats.clone();
         scan.build_keys = self.build_keys.clone();
         scan.late = self.late.clone();
-        scan.task_ranges = self.task_ranges.clone();
+        scan.share = self.share.clone();
         scan
     }
 
@@ -523,14 +531,8 @@ impl DisplayAs for RegionScanExec {
         if let Some(run) = &self.shared {
             write!(f, ", one run shared by {} scans", run.scans)?;
         }
-        if !self.task_ranges.is_empty() {
-            let shares: Vec<String> = self
-                .task_ranges
-                .iter()
-                .enumerate()
-                .map(|(i, r)| format!("t{i}: {} key ranges", r.len()))
-                .collect();
-            write!(f, ", tasks [{}]", shares.join(", "))?;
+        if let Some(share) = &self.share {
+            write!(f, ", share: {} key ranges", share.len())?;
         }
         let runtime = self.last_runtime_filter.lock();
         if !runtime.is_empty() {
@@ -540,9 +542,9 @@ impl DisplayAs for RegionScanExec {
             let s = &st.summary;
             // (A distributed scan's figures are those of the task that
             // ran in this process, if one did.)
-            let ran = match self.task_ranges.is_empty() {
+            let ran = match self.share.is_none() {
                 true => "ran",
-                false => "this process's task ran",
+                false => "this task ran",
             };
             write!(
                 f,
@@ -791,7 +793,7 @@ impl ExecutionPlan for RegionScanExec {
         // A selective lookup through an index: its rows' ranges instead.
         // (Not for a task of a distributed scan: its share is key ranges
         // of the table's rows.)
-        let access = match self.task_ranges.is_empty() {
+        let access = match self.share.is_none() {
             true => crate::index::access::choose(&self.table, &dag, self.table_stats.as_deref()),
             false => None,
         };
@@ -802,20 +804,9 @@ impl ExecutionPlan for RegionScanExec {
             .options()
             .extensions
             .get::<crate::mpp::MppOptions>();
-        let ranges = match self.task_ranges.is_empty() {
-            true => ranges,
-            false => {
-                let task = datafusion_distributed::DistributedTaskContext::from_ctx(&context);
-                let mine = self.task_ranges.get(task.task_index).ok_or_else(|| {
-                    DataFusionError::Internal(format!(
-                        "region scan task {} of {}, split into {}",
-                        task.task_index,
-                        task.task_count,
-                        self.task_ranges.len()
-                    ))
-                })?;
-                crate::mpp::tasks::intersect_all(&ranges, mine)
-            }
+        let ranges = match &self.share {
+            None => ranges,
+            Some(mine) => crate::mpp::tasks::intersect_all(&ranges, mine),
         };
         // The statement's deadline (absent: compute's query timeout).
         let deadline = context
@@ -831,7 +822,7 @@ impl ExecutionPlan for RegionScanExec {
             dag.read_ts = s.read_ts;
         } else if let Some(ts) = mpp.map(|o| o.read_ts).filter(|ts| *ts > 0) {
             dag.read_ts = ts;
-        } else if !self.task_ranges.is_empty() {
+        } else if mpp.is_some() {
             return Err(DataFusionError::Internal(
                 "a task of a distributed query came without its snapshot".into(),
             ));

@@ -4,7 +4,7 @@
 //!
 //! * A [`RegionScanExec`] travels as its table definition and coprocessor
 //!   DAG (Quarry's own protobuf messages), its output and row types
-//!   (Arrow schemas), and its tasks' key ranges. The worker rebuilds it
+//!   (Arrow schemas), and its task's share of the table's keys. The worker rebuilds it
 //!   over its own dispatcher and region cache. What a scan is handed at
 //!   run time by its neighbours in one process (join filters, a shared
 //!   run, the table's statistics for index choice) does not travel: a
@@ -61,14 +61,11 @@ struct RegionScanProto {
     row_types: Option<protobuf::Schema>,
     #[prost(string, tag = "5")]
     storage: String,
+    /// A task's share of the table's keys (`has_share`: none means all).
     #[prost(message, repeated, tag = "6")]
-    tasks: Vec<TaskRangesProto>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct TaskRangesProto {
-    #[prost(message, repeated, tag = "1")]
-    ranges: Vec<KeyRangeProto>,
+    share: Vec<KeyRangeProto>,
+    #[prost(bool, tag = "7")]
+    has_share: bool,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -111,15 +108,10 @@ impl PhysicalExtensionCodec for QuarryCodec {
                     .iter()
                     .map(|f| f.data_type().clone())
                     .collect();
-                let tasks = p
-                    .tasks
+                let share: Vec<KeyRange> = p
+                    .share
                     .into_iter()
-                    .map(|t| {
-                        t.ranges
-                            .into_iter()
-                            .map(|r| KeyRange::new(r.start, r.end))
-                            .collect()
-                    })
+                    .map(|r| KeyRange::new(r.start, r.end))
                     .collect();
                 let scan = RegionScanExec::new(
                     self.scan.clone(),
@@ -128,9 +120,11 @@ impl PhysicalExtensionCodec for QuarryCodec {
                     row_types,
                     Arc::new(schema),
                     p.storage,
-                )
-                .with_task_ranges(tasks);
-                Ok(Arc::new(scan))
+                );
+                Ok(Arc::new(match p.has_share {
+                    true => scan.with_share(share),
+                    false => scan,
+                }))
             }
             Some((&BUILD_KEYS, _)) => match inputs {
                 [input] => Ok(input.clone()),
@@ -166,19 +160,16 @@ impl PhysicalExtensionCodec for QuarryCodec {
             schema: Some(node.schema().as_ref().try_into()?),
             row_types: Some((&rows).try_into()?),
             storage: scan.storage().to_string(),
-            tasks: scan
-                .task_ranges()
+            share: scan
+                .share()
+                .unwrap_or_default()
                 .iter()
-                .map(|t| TaskRangesProto {
-                    ranges: t
-                        .iter()
-                        .map(|r| KeyRangeProto {
-                            start: r.start.clone(),
-                            end: r.end.clone(),
-                        })
-                        .collect(),
+                .map(|r| KeyRangeProto {
+                    start: r.start.clone(),
+                    end: r.end.clone(),
                 })
                 .collect(),
+            has_share: scan.share().is_some(),
         };
         buf.push(REGION_SCAN);
         p.encode(buf)

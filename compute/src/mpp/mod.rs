@@ -114,6 +114,9 @@ extensions_options! {
         pub read_ts: u64, default = 0
         /// The statement's deadline, milliseconds since the Unix epoch.
         pub deadline_unix_ms: u64, default = 0
+        /// The session's time zone (`datafusion.execution.time_zone`):
+        /// DataFusion's own options do not travel to workers.
+        pub time_zone: String, default = "+00:00".to_string()
     }
 }
 
@@ -189,18 +192,45 @@ pub fn worker(base: &SessionState, scan: &ScanContext) -> datafusion_distributed
             let base = base.clone();
             let scan = scan.clone();
             async move {
-                ctx.builder
+                let mut builder = ctx
+                    .builder
                     .with_scalar_functions(base.scalar_functions().values().cloned().collect())
                     .with_aggregate_functions(
                         base.aggregate_functions().values().cloned().collect(),
                     )
                     .with_window_functions(base.window_functions().values().cloned().collect())
+                    .with_higher_order_functions(
+                        base.higher_order_functions().values().cloned().collect(),
+                    )
                     .with_distributed_user_codec(codec::QuarryCodec::new(scan))
-                    .with_distributed_option_extension_from_headers::<MppOptions>(&ctx.headers)
-                    .map(|b| b.build())
+                    .with_distributed_worker_plan_rewrite_handler(checked_arithmetic)
+                    .with_distributed_option_extension_from_headers::<MppOptions>(&ctx.headers)?;
+                if let Some(config) = builder.config().as_mut() {
+                    let zone = config
+                        .options()
+                        .extensions
+                        .get::<MppOptions>()
+                        .map(|o| o.time_zone.clone());
+                    config.options_mut().execution.time_zone = zone;
+                }
+                Ok(builder.build())
             }
         },
     )
+}
+
+/// A stage as its worker runs it: integer arithmetic checked again
+/// (`df/checked_arithmetic.rs`), since `datafusion-proto` does not carry
+/// a `BinaryExpr`'s fail-on-overflow flag.
+fn checked_arithmetic(
+    ev: datafusion_distributed::WorkerPlanRewriteEvent,
+) -> datafusion::common::Result<datafusion_distributed::WorkerPlanRewriteEventResponse> {
+    use datafusion::physical_optimizer::PhysicalOptimizerRule;
+    let rule = crate::df::checked_arithmetic::CheckedArithmetic;
+    let plan = rule.optimize(ev.plan, ev.session_config.options())?;
+    Ok(datafusion_distributed::WorkerPlanRewriteEventResponse::new(
+        plan,
+    ))
 }
 
 /// Whether `config` plans a distributed query (its join filters and

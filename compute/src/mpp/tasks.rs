@@ -3,12 +3,16 @@
 //!
 //! * [`DesiredTasks`] (asked while the planner sizes each stage): one task
 //!   under `auto` for a table under [`AUTO_MIN_ROWS`](super::AUTO_MIN_ROWS)
-//!   rows, else as many as there are live compute processes (the planner
-//!   caps the count at that). It also fills the region cache with the
+//!   rows or a scan that reads a few rows by key (pinned primary keys, a
+//!   selective index), else as many as there are live compute processes
+//!   (the planner caps the count at that). It also fills the region cache with the
 //!   table's regions, which the second event reads without waiting.
 //! * [`scale_up_region_scan`] (once the count `n` is final): the table's
 //!   regions, ordered by leader store and then by key, dealt into `n`
-//!   contiguous runs, each clipped to the table's key range. Runs of one
+//!   contiguous runs, each clipped to the table's key range; the scan
+//!   becomes a `DistributedLeafExec` of `n` scans, task `i` running the
+//!   one limited to run `i` (and a stage run as one task, the original
+//!   scan of the whole table). Runs of one
 //!   store's regions go to one task, so each worker asks different stores
 //!   (TiFlash's split by leader). The runs are key ranges: together they
 //!   are the table's whole range, each key in exactly one, whatever the
@@ -21,7 +25,7 @@ use datafusion::common::Result as DfResult;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{
     DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler,
-    ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
+    DistributedLeafExec, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
 };
 use quarry_coprocessor::codec::key::table_record_range;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
@@ -58,7 +62,7 @@ impl DesiredTaskCountHandler for DesiredTasks {
             .extensions
             .get::<MppOptions>()
             .map_or(MppMode::Off, |o| o.mode());
-        let large = scan.table_rows().is_some_and(|r| r >= AUTO_MIN_ROWS);
+        let large = scan.table_rows().is_some_and(|r| r >= AUTO_MIN_ROWS) && !scan.reads_few_rows();
         let spread = match mode {
             MppMode::Off => false,
             MppMode::Auto => large,
@@ -95,8 +99,15 @@ pub fn scale_up_region_scan(
         .cached_regions(&start, &end)
         .unwrap_or_default();
     let tasks = split(&regions, KeyRangeRef::new(&start, &end), ev.task_count);
-    let scaled: Arc<dyn ExecutionPlan> = Arc::new(scan.with_task_ranges(tasks));
-    Some(Ok(ScaleUpLeafNodeEventResponse::new(scaled)))
+    let variants = tasks
+        .into_iter()
+        .map(|share| Arc::new(scan.with_share(share)) as Arc<dyn ExecutionPlan>);
+    // (Task i runs variant i; a stage that ends up run as one task, as
+    // the coordinator's own may, runs the original: the whole table.)
+    Some(
+        DistributedLeafExec::try_new(ev.plan.clone(), variants)
+            .map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))),
+    )
 }
 
 /// `table`'s key range in `n` disjoint parts whose union is all of it:

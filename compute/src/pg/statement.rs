@@ -193,8 +193,14 @@ pub fn session_statement(sql: &str) -> Option<Result<SessionStatement>> {
             [t, i, l] if t == "transaction" && i == "isolation" && l == "level" => {
                 Ok(S::Show("transaction_isolation".into()))
             }
-            // Quarry's own: SHOW TABLES, SHOW USERS, SHOW statement_timeout.
-            [name] if matches!(name.as_str(), "tables" | "users" | "statement_timeout") => {
+            // Quarry's own: SHOW TABLES, SHOW USERS, SHOW statement_timeout,
+            // SHOW mpp (the session's, else compute's).
+            [name]
+                if matches!(
+                    name.as_str(),
+                    "tables" | "users" | "statement_timeout" | "mpp"
+                ) =>
+            {
                 return None
             }
             [name] => Ok(S::Show(name.trim_matches('"').to_string())),
