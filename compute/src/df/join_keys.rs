@@ -400,16 +400,11 @@ impl PhysicalOptimizerRule for BloomJoinFilters {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         // A distributed plan's join and probe scan may run in different
         // processes (`mpp/`).
+        // (Each worker adds them to the stage it runs: `mpp/mod.rs`.)
         if crate::mpp::is_distributed(config) {
             return Ok(plan);
         }
-        plan.transform_up(|node| {
-            Ok(match with_build_keys(&node)? {
-                Some(n) => Transformed::yes(n),
-                None => Transformed::no(node),
-            })
-        })
-        .map(|t| t.data)
+        add_build_keys(plan)
     }
 
     fn name(&self) -> &str {
@@ -419,6 +414,18 @@ impl PhysicalOptimizerRule for BloomJoinFilters {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// `plan` with every hash join that can use them sending its build keys
+/// to its probe side's region scan.
+pub fn add_build_keys(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        Ok(match with_build_keys(&node)? {
+            Some(n) => Transformed::yes(n),
+            None => Transformed::no(node),
+        })
+    })
+    .map(|t| t.data)
 }
 
 /// `node` with its build keys reaching its probe side's region scan, when

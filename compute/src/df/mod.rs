@@ -371,6 +371,17 @@ pub struct Deadline(pub std::time::Instant);
 /// past it they go as a Bloom filter (`join_keys.rs`).
 pub const MAX_JOIN_KEYS_PUSHED: usize = crate::config::DEFAULT_JOIN_KEY_LIST_MAX;
 
+/// How hash joins hand their build keys to region scans (see
+/// [`SqlSession::new`]): IN lists up to `list_max` keys, no top-k or
+/// aggregation filters.
+pub fn join_filter_options(opts: &mut datafusion::config::ConfigOptions, list_max: usize) {
+    opts.optimizer.enable_join_dynamic_filter_pushdown = true;
+    opts.optimizer.hash_join_inlist_pushdown_max_distinct_values = list_max;
+    opts.optimizer.hash_join_inlist_pushdown_max_size = list_max * 16;
+    opts.optimizer.enable_topk_dynamic_filter_pushdown = false;
+    opts.optimizer.enable_aggregate_dynamic_filter_pushdown = false;
+}
+
 impl SqlSession {
     pub fn new(
         scan: ScanContext,
@@ -397,11 +408,7 @@ impl SqlSession {
         // travelling at SF 1 (measured: docs/performance.md). Top-k and aggregation filters stay off: they are
         // complete only once the scan under them has finished, and a
         // region scan waits for its filters before it starts.
-        let list_max = scan.join_key_list_max;
-        opts.optimizer.hash_join_inlist_pushdown_max_distinct_values = list_max;
-        opts.optimizer.hash_join_inlist_pushdown_max_size = list_max * 16;
-        opts.optimizer.enable_topk_dynamic_filter_pushdown = false;
-        opts.optimizer.enable_aggregate_dynamic_filter_pushdown = false;
+        join_filter_options(opts, scan.join_key_list_max);
         let mut state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()

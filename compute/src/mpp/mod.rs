@@ -44,12 +44,15 @@
 //!   table's statistics put it above [`AUTO_MIN_ROWS`] rows and more than
 //!   one compute process is live: Q6-sized work stays in one process.
 //!
+//! * **Join filters within a stage**: the coordinator plans without the
+//!   join filters handed to region scans (a join and the scan it probes
+//!   may end up in different stages); each worker adds them to the stage
+//!   it runs, where a join and its probe scan are in one process.
+//!
 //! Caveats of this first cut (each is a line in `docs/design-notes.md`):
-//! join filters handed to region scans (DataFusion's dynamic filters,
-//! Quarry's build-key Bloom filters) and shared scans are off in a
-//! distributed plan, since a filter's producer and its scan may run in
-//! different processes; queries in an explicit transaction, plans from
-//! the plan cache, and clusters with `[security]` stay in one process.
+//! shared scans are off in a distributed plan; queries in an explicit
+//! transaction, plans from the plan cache, and clusters with
+//! `[security]` stay in one process.
 
 pub mod codec;
 pub mod tasks;
@@ -202,8 +205,8 @@ pub fn worker(base: &SessionState, scan: &ScanContext) -> datafusion_distributed
                     .with_higher_order_functions(
                         base.higher_order_functions().values().cloned().collect(),
                     )
-                    .with_distributed_user_codec(codec::QuarryCodec::new(scan))
-                    .with_distributed_worker_plan_rewrite_handler(checked_arithmetic)
+                    .with_distributed_user_codec(codec::QuarryCodec::new(scan.clone()))
+                    .with_distributed_worker_plan_rewrite_handler(stage_as_one_process_plans_it)
                     .with_distributed_option_extension_from_headers::<MppOptions>(&ctx.headers)?;
                 if let Some(config) = builder.config().as_mut() {
                     let zone = config
@@ -211,7 +214,9 @@ pub fn worker(base: &SessionState, scan: &ScanContext) -> datafusion_distributed
                         .extensions
                         .get::<MppOptions>()
                         .map(|o| o.time_zone.clone());
-                    config.options_mut().execution.time_zone = zone;
+                    let opts = config.options_mut();
+                    opts.execution.time_zone = zone;
+                    crate::df::join_filter_options(opts, scan.join_key_list_max);
                 }
                 Ok(builder.build())
             }
@@ -219,15 +224,22 @@ pub fn worker(base: &SessionState, scan: &ScanContext) -> datafusion_distributed
     )
 }
 
-/// A stage as its worker runs it: integer arithmetic checked again
-/// (`df/checked_arithmetic.rs`), since `datafusion-proto` does not carry
-/// a `BinaryExpr`'s fail-on-overflow flag.
-fn checked_arithmetic(
+/// A stage as its worker runs it, finished as one process's plan is:
+/// its hash joins hand their build keys to the region scans they probe
+/// within the stage (DataFusion's dynamic filters, then Quarry's key
+/// filters, `df/join_keys.rs`; the coordinator leaves both out, not
+/// knowing which stage a join and its scan end up in), and its integer
+/// arithmetic checked (`df/checked_arithmetic.rs`: `datafusion-proto`
+/// does not carry a `BinaryExpr`'s fail-on-overflow flag).
+fn stage_as_one_process_plans_it(
     ev: datafusion_distributed::WorkerPlanRewriteEvent,
 ) -> datafusion::common::Result<datafusion_distributed::WorkerPlanRewriteEventResponse> {
+    use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
     use datafusion::physical_optimizer::PhysicalOptimizerRule;
-    let rule = crate::df::checked_arithmetic::CheckedArithmetic;
-    let plan = rule.optimize(ev.plan, ev.session_config.options())?;
+    let opts = ev.session_config.options();
+    let plan = FilterPushdown::new_post_optimization().optimize(ev.plan, opts)?;
+    let plan = crate::df::join_keys::add_build_keys(plan)?;
+    let plan = crate::df::checked_arithmetic::CheckedArithmetic.optimize(plan, opts)?;
     Ok(datafusion_distributed::WorkerPlanRewriteEventResponse::new(
         plan,
     ))

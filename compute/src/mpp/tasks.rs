@@ -2,7 +2,7 @@
 //! table: the distributed planner's two events for Quarry's leaf.
 //!
 //! * [`DesiredTasks`] (asked while the planner sizes each stage): one task
-//!   under `auto` for a table under [`AUTO_MIN_ROWS`](super::AUTO_MIN_ROWS)
+//!   under `auto` for a table under [`AUTO_MIN_ROWS`]
 //!   rows or a scan that reads a few rows by key (pinned primary keys, a
 //!   selective index), else as many as there are live compute processes
 //!   (the planner caps the count at that). It also fills the region cache with the
