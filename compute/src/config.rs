@@ -75,6 +75,39 @@ pub struct ComputeConfig {
     pub security: quarry_proto::security::SecurityConfig,
 }
 
+/// When a query's plan spreads over compute processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MppMode {
+    /// Every query in one process.
+    Off,
+    /// Large scans over every live compute process, the rest in one.
+    Auto,
+    /// Every region scan over every live compute process.
+    Force,
+}
+
+impl MppMode {
+    pub fn parse(value: &str) -> Result<MppMode> {
+        let v = value.trim().trim_matches('\'').trim();
+        match v.to_ascii_lowercase().as_str() {
+            "off" | "false" | "0" => Ok(MppMode::Off),
+            "auto" | "on" | "default" => Ok(MppMode::Auto),
+            "force" => Ok(MppMode::Force),
+            _ => Err(crate::plan_err!(
+                "invalid mpp '{v}': expected 'off', 'auto' or 'force'"
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MppMode::Off => "off",
+            MppMode::Auto => "auto",
+            MppMode::Force => "force",
+        }
+    }
+}
+
 /// Plans kept by default (`plan-cache-entries`; `df/plan_cache.rs`).
 pub const DEFAULT_PLAN_CACHE_ENTRIES: usize = 256;
 /// Build-side keys sent as an IN list by default (`join-key-list-max`;
@@ -133,7 +166,7 @@ impl ComputeConfig {
                 "max-message-mb must be below 4096".into(),
             ));
         }
-        crate::mpp::MppMode::parse(&self.mpp).map_err(|_| {
+        MppMode::parse(&self.mpp).map_err(|_| {
             Error::InvalidInput(format!(
                 "mpp must be 'off', 'auto' or 'force', got '{}'",
                 self.mpp

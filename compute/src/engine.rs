@@ -206,11 +206,12 @@ impl QueryEngine {
         let settings = Arc::new(SessionSettings::new(timeout));
         let sql = match worker_addr.filter(|_| !cfg.security.enabled()) {
             Some(addr) => {
-                let workers = crate::mpp::workers::Workers::new(addr)
+                let workers = crate::df::mpp::workers::Workers::new(addr)
                     .map_err(|e| Error::InvalidInput(format!("worker address {addr}: {e}")))?;
                 workers.spawn_heartbeat(cluster.clone());
-                let mode = crate::mpp::MppMode::parse(&cfg.mpp)?;
-                sql.with_mpp(workers, mode, settings.clone())
+                let mode = crate::config::MppMode::parse(&cfg.mpp)?;
+                let session = settings.clone();
+                sql.with_mpp(workers, mode, Arc::new(move || session.mpp()))
             }
             None => sql,
         };

@@ -9,7 +9,7 @@
 //!   1 session and engine  engine (statements: engine/dml, insert, alter,
 //!                         index_ddl, backup), session, session_settings,
 //!                         auth, params
-//!   2 planner             df (DataFusion and Quarry's rules), sql (the
+//!   2 planner             df (DataFusion and Quarry's rules, MPP in df/mpp), sql (the
 //!                         parser and Quarry's own statements), handle_order
 //!   3 execution           dispatch (region scans), kv_writer, sst_ingest,
 //!                         index (entries, access paths, index reads),

@@ -84,7 +84,6 @@ pub mod index;
 pub mod kv_writer;
 mod layers;
 pub mod metrics;
-pub mod mpp;
 pub mod output;
 pub mod params;
 pub mod pg;

@@ -29,7 +29,7 @@ pub const MAX_SESSIONS: usize = 65_536;
 struct Entry {
     statement_timeout: Duration,
     /// `SET mpp` (None: compute's `mpp`).
-    mpp: Option<crate::mpp::MppMode>,
+    mpp: Option<crate::config::MppMode>,
     last_used: Instant,
 }
 
@@ -68,7 +68,7 @@ impl SessionSettings {
 
     /// The MPP mode the request being served's session SET (None: it set
     /// none).
-    pub fn mpp(&self) -> Option<crate::mpp::MppMode> {
+    pub fn mpp(&self) -> Option<crate::config::MppMode> {
         let key = crate::caller::session_key()?;
         let sessions = self.sessions.lock();
         sessions
@@ -79,7 +79,7 @@ impl SessionSettings {
 
     /// Sets the MPP mode of the request being served's session (`None`:
     /// back to compute's).
-    pub fn set_mpp(&self, mode: Option<crate::mpp::MppMode>) -> Result<()> {
+    pub fn set_mpp(&self, mode: Option<crate::config::MppMode>) -> Result<()> {
         self.update(|e| e.mpp = mode)
     }
 

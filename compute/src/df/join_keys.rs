@@ -401,7 +401,7 @@ impl PhysicalOptimizerRule for BloomJoinFilters {
         // A distributed plan's join and probe scan may run in different
         // processes (`mpp/`).
         // (Each worker adds them to the stage it runs: `mpp/mod.rs`.)
-        if crate::mpp::is_distributed(config) {
+        if crate::df::mpp::is_distributed(config) {
             return Ok(plan);
         }
         add_build_keys(plan)

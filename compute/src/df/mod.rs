@@ -47,6 +47,7 @@ pub mod join_keys;
 pub mod late_filters;
 pub mod literal_shape;
 pub mod local_time;
+pub mod mpp;
 pub mod output_names;
 pub mod pg_catalog;
 pub mod pg_functions;
@@ -213,7 +214,7 @@ impl PlannedQuery {
         let Cached::No(ctx) = &self.cached else {
             return None;
         };
-        let distributed = crate::mpp::is_distributed(ctx.state_ref().read().config().options());
+        let distributed = crate::df::mpp::is_distributed(ctx.state_ref().read().config().options());
         distributed
             .then(|| self.check.as_ref().map(|c| c.query.clone()))
             .flatten()
@@ -317,16 +318,19 @@ pub struct SqlSession {
     mpp: Option<Arc<Mpp>>,
 }
 
+/// The MPP mode the session being served SET, if any.
+pub type SessionMode = Arc<dyn Fn() -> Option<crate::config::MppMode> + Send + Sync>;
+
 /// What planning a distributed query needs (`mpp/`).
 pub struct Mpp {
     /// This process's worker service (tasks routed here run in process).
     worker: datafusion_distributed::Worker,
     /// The live compute processes.
-    pub workers: Arc<crate::mpp::workers::Workers>,
+    pub workers: Arc<crate::df::mpp::workers::Workers>,
     /// `compute.mpp`: the mode of a session that did not SET one.
-    pub default_mode: crate::mpp::MppMode,
-    /// Flight SQL sessions' `SET mpp`.
-    pub settings: Arc<crate::session_settings::SessionSettings>,
+    pub default_mode: crate::config::MppMode,
+    /// The mode a Flight SQL session SET, if any (the session layer's).
+    pub session_mode: SessionMode,
     /// The base state with the distributed planner, per mode.
     auto: datafusion::execution::SessionState,
     force: datafusion::execution::SessionState,
@@ -438,12 +442,12 @@ impl SqlSession {
     /// when the session's `mpp` setting (else `default_mode`) says so.
     pub fn with_mpp(
         mut self,
-        workers: Arc<crate::mpp::workers::Workers>,
-        default_mode: crate::mpp::MppMode,
-        settings: Arc<crate::session_settings::SessionSettings>,
+        workers: Arc<crate::df::mpp::workers::Workers>,
+        default_mode: crate::config::MppMode,
+        session_mode: SessionMode,
     ) -> Self {
-        use crate::mpp::{distributed_state, MppMode};
-        let worker = crate::mpp::worker(&self.base, &self.scan);
+        use crate::df::mpp::{distributed_state, MppMode};
+        let worker = crate::df::mpp::worker(&self.base, &self.scan);
         let state =
             |mode| distributed_state(&self.base, &self.scan, workers.clone(), &worker, mode);
         let (auto, force) = (state(MppMode::Auto), state(MppMode::Force));
@@ -451,7 +455,7 @@ impl SqlSession {
             worker,
             workers,
             default_mode,
-            settings,
+            session_mode,
             auto,
             force,
         }));
@@ -467,8 +471,8 @@ impl SqlSession {
     /// The MPP mode of the statement being served: its session's `SET
     /// mpp` (a PostgreSQL connection's or a Flight SQL session's), else
     /// `compute.mpp`; `off` where this process serves no MPP.
-    pub fn mpp_mode(&self) -> crate::mpp::MppMode {
-        use crate::mpp::MppMode;
+    pub fn mpp_mode(&self) -> crate::config::MppMode {
+        use crate::config::MppMode;
         let Some(mpp) = &self.mpp else {
             return MppMode::Off;
         };
@@ -477,12 +481,12 @@ impl SqlSession {
                 return m;
             }
         }
-        mpp.settings.mpp().unwrap_or(mpp.default_mode)
+        (mpp.session_mode)().unwrap_or(mpp.default_mode)
     }
 
     /// The live compute processes, as this process last heard (None:
     /// it serves no MPP).
-    pub fn workers(&self) -> Option<&Arc<crate::mpp::workers::Workers>> {
+    pub fn workers(&self) -> Option<&Arc<crate::df::mpp::workers::Workers>> {
         self.mpp.as_ref().map(|m| &m.workers)
     }
 
@@ -538,14 +542,14 @@ impl SqlSession {
         &self,
         tables: Vec<(TableDef, Option<Arc<stats::TableStatistics>>)>,
     ) -> Result<SessionContext> {
-        self.context_in_mode(tables, crate::mpp::MppMode::Off)
+        self.context_in_mode(tables, crate::config::MppMode::Off)
     }
 
     /// [`Self::context_of`], planning distributed queries under `mode`.
     fn context_in_mode(
         &self,
         tables: Vec<(TableDef, Option<Arc<stats::TableStatistics>>)>,
-        mode: crate::mpp::MppMode,
+        mode: crate::config::MppMode,
     ) -> Result<SessionContext> {
         let schema = Arc::new(MemorySchemaProvider::new());
         for (def, stats) in tables {
@@ -556,8 +560,8 @@ impl SqlSession {
                 .map_err(from_df)?;
         }
         let base = match (&self.mpp, mode) {
-            (Some(m), crate::mpp::MppMode::Auto) => &m.auto,
-            (Some(m), crate::mpp::MppMode::Force) => &m.force,
+            (Some(m), crate::config::MppMode::Auto) => &m.auto,
+            (Some(m), crate::config::MppMode::Force) => &m.force,
             _ => &self.base,
         };
         self.context_in(schema, base)
@@ -668,14 +672,14 @@ impl SqlSession {
         if let Some(o) = config
             .options_mut()
             .extensions
-            .get_mut::<crate::mpp::MppOptions>()
+            .get_mut::<crate::df::mpp::MppOptions>()
         {
             o.read_ts = read_ts;
             if let Some(zone) = &config_zone {
                 o.time_zone = zone.clone();
             }
             let at = deadline.unwrap_or_else(|| std::time::Instant::now() + self.scan.timeout);
-            o.deadline_unix_ms = crate::mpp::MppOptions::deadline_of(at);
+            o.deadline_unix_ms = crate::df::mpp::MppOptions::deadline_of(at);
         }
         match Arc::try_unwrap(task) {
             Ok(task) => Ok(Arc::new(task.with_session_config(config))),

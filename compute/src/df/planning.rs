@@ -94,7 +94,7 @@ impl SqlSession {
     ) -> Result<PlannedQuery> {
         let mode = match autocommit {
             true => self.mpp_mode(),
-            false => crate::mpp::MppMode::Off,
+            false => crate::config::MppMode::Off,
         };
         match self
             .plan_over(query.clone(), tables.clone(), views, true, mode)
@@ -134,7 +134,7 @@ impl SqlSession {
         }
         // (Not offered to the plan cache: these reads carry the literals of
         // their UPDATE or DELETE, and rarely come again.)
-        self.plan_over(query, tables, &views, false, crate::mpp::MppMode::Off)
+        self.plan_over(query, tables, &views, false, crate::config::MppMode::Off)
             .await
     }
 
@@ -147,17 +147,17 @@ impl SqlSession {
         tables: Vec<TableDef>,
         views: &[ViewDef],
         cache: bool,
-        mode: crate::mpp::MppMode,
+        mode: crate::config::MppMode,
     ) -> Result<PlannedQuery> {
         // `auto` plans as one process unless the statement reads a large
         // table and there is more than one compute process to spread to.
         let mode = match mode {
-            crate::mpp::MppMode::Auto if !self.auto_spreads(&query, &tables) => {
-                crate::mpp::MppMode::Off
+            crate::config::MppMode::Auto if !self.auto_spreads(&query, &tables) => {
+                crate::config::MppMode::Off
             }
             m => m,
         };
-        let cache = cache && mode == crate::mpp::MppMode::Off;
+        let cache = cache && mode == crate::config::MppMode::Off;
         let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
         names.sort();
         let tables = self.with_stats(tables);
@@ -220,7 +220,7 @@ impl SqlSession {
     }
 
     /// Whether `mpp = 'auto'` spreads `query`: it names a table of at
-    /// least [`AUTO_MIN_ROWS`](crate::mpp::AUTO_MIN_ROWS) rows (by its
+    /// least [`AUTO_MIN_ROWS`](crate::df::mpp::AUTO_MIN_ROWS) rows (by its
     /// statistics) and more than one compute process is live.
     fn auto_spreads(&self, query: &ParsedQuery, tables: &[TableDef]) -> bool {
         let Some(workers) = self.workers() else {
@@ -236,7 +236,7 @@ impl SqlSession {
             tables.iter().filter(|t| t.name == r.table()).any(|t| {
                 self.stats
                     .get(t, &self.scan)
-                    .is_some_and(|s| s.rows >= crate::mpp::AUTO_MIN_ROWS)
+                    .is_some_and(|s| s.rows >= crate::df::mpp::AUTO_MIN_ROWS)
             })
         })
     }

@@ -803,10 +803,10 @@ impl ExecutionPlan for RegionScanExec {
             .session_config()
             .options()
             .extensions
-            .get::<crate::mpp::MppOptions>();
+            .get::<crate::df::mpp::MppOptions>();
         let ranges = match &self.share {
             None => ranges,
-            Some(mine) => crate::mpp::tasks::intersect_all(&ranges, mine),
+            Some(mine) => crate::df::mpp::tasks::intersect_all(&ranges, mine),
         };
         // The statement's deadline (absent: compute's query timeout).
         let deadline = context

@@ -164,7 +164,7 @@ impl SqlSession {
             }
             Cached::No(ctx) => {
                 // EXPLAIN of a distributed query shows its stages.
-                if let Some(batch) = crate::mpp::explain(&ctx.state(), &plan).await? {
+                if let Some(batch) = crate::df::mpp::explain(&ctx.state(), &plan).await? {
                     let batch = conform(batch, &schema)?;
                     return Ok(QueryStream {
                         schema,

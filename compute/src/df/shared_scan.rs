@@ -101,7 +101,7 @@ impl PhysicalOptimizerRule for ShareIdenticalScans {
         config: &ConfigOptions,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         // Scans of a distributed plan run in several processes (`mpp/`).
-        if crate::mpp::is_distributed(config) {
+        if crate::df::mpp::is_distributed(config) {
             return Ok(plan);
         }
         // Groups of equal aggregating scans, each as (table, DAG) and how

@@ -100,7 +100,7 @@ fn check_value(name: &str, value: &str) -> PgWireResult<()> {
         "standard_conforming_strings" => v == "on",
         "default_transaction_isolation" | "transaction_isolation" => v != "serializable",
         "transaction_read_only" | "default_transaction_read_only" => v == "off",
-        "mpp" => crate::mpp::MppMode::parse(&v).is_ok(),
+        "mpp" => crate::config::MppMode::parse(&v).is_ok(),
         _ => true,
     };
     match ok {

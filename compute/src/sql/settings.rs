@@ -24,7 +24,7 @@ pub enum SettingStatement {
     SetStatementTimeout(Option<Duration>),
     ShowStatementTimeout,
     /// `SET mpp = 'off' | 'auto' | 'force'` (`None`: compute's default).
-    SetMpp(Option<crate::mpp::MppMode>),
+    SetMpp(Option<crate::config::MppMode>),
     ShowMpp,
 }
 
@@ -113,7 +113,7 @@ fn parse_mpp(text: &str) -> Option<Result<SettingStatement>> {
             if value.eq_ignore_ascii_case("default") {
                 return Some(Ok(SettingStatement::SetMpp(None)));
             }
-            Some(crate::mpp::MppMode::parse(value).map(|m| SettingStatement::SetMpp(Some(m))))
+            Some(crate::config::MppMode::parse(value).map(|m| SettingStatement::SetMpp(Some(m))))
         }
         _ => None,
     }
@@ -177,7 +177,7 @@ pub fn show(d: Duration) -> String {
 #[cfg(test)]
 mod mpp_tests {
     use super::*;
-    use crate::mpp::MppMode;
+    use crate::config::MppMode;
 
     #[test]
     fn mpp_is_set_shown_and_reset() {

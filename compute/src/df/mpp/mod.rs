@@ -67,44 +67,13 @@ use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion_distributed::{DistributedExt, SessionStateBuilderExt};
 
 use crate::df::region_scan::ScanContext;
-use crate::{plan_err, Result};
+use crate::Result;
 
 /// A scan whose table has at least this many rows (by its statistics) is
 /// distributed under `mpp = 'auto'`.
 pub const AUTO_MIN_ROWS: u64 = 1_000_000;
 
-/// When a query's plan spreads over compute processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MppMode {
-    /// Every query in one process.
-    Off,
-    /// Large scans over every live compute process, the rest in one.
-    Auto,
-    /// Every region scan over every live compute process.
-    Force,
-}
-
-impl MppMode {
-    pub fn parse(value: &str) -> Result<MppMode> {
-        let v = value.trim().trim_matches('\'').trim();
-        match v.to_ascii_lowercase().as_str() {
-            "off" | "false" | "0" => Ok(MppMode::Off),
-            "auto" | "on" | "default" => Ok(MppMode::Auto),
-            "force" => Ok(MppMode::Force),
-            _ => Err(plan_err!(
-                "invalid mpp '{v}': expected 'off', 'auto' or 'force'"
-            )),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MppMode::Off => "off",
-            MppMode::Auto => "auto",
-            MppMode::Force => "force",
-        }
-    }
-}
+pub use crate::config::MppMode;
 
 extensions_options! {
     /// What every task of a distributed query needs from its coordinator,
