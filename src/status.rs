@@ -7,15 +7,20 @@ use quarry_coprocessor::codec::key::hex;
 use quarry_proto::meta::admin_client::AdminClient;
 use quarry_proto::meta::{RegionStatus, StatusRequest, StatusResponse};
 
-/// The status of the store at `addr`.
-pub async fn fetch(addr: &str) -> Result<StatusResponse> {
-    let ch = quarry_proto::security::endpoint(addr)
+/// A channel to the store at `addr`, with `quarry status`'s timeouts.
+async fn connect(addr: &str) -> Result<tonic::transport::Channel> {
+    quarry_proto::security::endpoint(addr)
         .map_err(anyhow::Error::msg)?
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(5))
         .connect()
         .await
-        .with_context(|| format!("connecting to {addr}"))?;
+        .with_context(|| format!("connecting to {addr}"))
+}
+
+/// The status of the store at `addr`.
+pub async fn fetch(addr: &str) -> Result<StatusResponse> {
+    let ch = connect(addr).await?;
     Ok(AdminClient::new(ch)
         .status(StatusRequest {})
         .await?
@@ -144,13 +149,7 @@ pub async fn compute_status(stores: &[String]) -> Result<String> {
     let mut last = anyhow::anyhow!("no store address given");
     for addr in stores {
         let listed = async {
-            let ch = quarry_proto::security::endpoint(addr)
-                .map_err(anyhow::Error::msg)?
-                .connect_timeout(Duration::from_secs(2))
-                .timeout(Duration::from_secs(5))
-                .connect()
-                .await
-                .with_context(|| format!("connecting to {addr}"))?;
+            let ch = connect(addr).await?;
             anyhow::Ok(
                 MetaClient::new(ch)
                     .get_computes(GetComputesRequest {})

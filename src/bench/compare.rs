@@ -10,8 +10,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use quarry_proto::meta::Layout;
 
 use super::{
-    bench_tpch, load, median, run_interleaved, run_queries, warn_if_busy, BenchOptions,
-    LoadSummary, QueryReport,
+    bench_tpch, check_same_answers, load, median, run_interleaved, run_queries, warn_if_busy,
+    BenchOptions, LoadSummary, QueryReport,
 };
 use crate::local::LocalCluster;
 use crate::tpch::{self, Table};
@@ -146,21 +146,7 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
     cluster.stop().await;
     let report = result?;
     // Every Quarry setting must give the same answer.
-    for q in &opts.queries {
-        let mut ds = report
-            .queries
-            .iter()
-            .filter(|r| &r.query == q && r.setting != "duckdb");
-        if let Some(first) = ds.next() {
-            if let Some(other) = ds.find(|r| r.digest != first.digest || r.rows != first.rows) {
-                bail!(
-                    "{q}: setting '{}' answered differently from '{}'",
-                    other.setting,
-                    first.setting
-                );
-            }
-        }
-    }
+    check_same_answers(&opts.queries, &report.queries, |r| r.setting != "duckdb")?;
     Ok(report)
 }
 

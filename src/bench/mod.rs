@@ -195,6 +195,29 @@ pub async fn run_interleaved_with(
     Ok(out)
 }
 
+/// Fails if two of `reports` for one of `queries` (those `compared`
+/// keeps) answered differently: the same rows and digest, or an error
+/// naming both settings.
+pub fn check_same_answers(
+    queries: &[String],
+    reports: &[QueryReport],
+    compared: impl Fn(&QueryReport) -> bool,
+) -> Result<()> {
+    for q in queries {
+        let mut ds = reports.iter().filter(|r| &r.query == q && compared(r));
+        if let Some(first) = ds.next() {
+            if let Some(other) = ds.find(|r| r.digest != first.digest || r.rows != first.rows) {
+                bail!(
+                    "{q}: setting '{}' answered differently from '{}'",
+                    other.setting,
+                    first.setting
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// CPU seconds the processes have used so far (Linux /proc).
 fn cpu_seconds(pids: &[u32]) -> f64 {
     let tick = 100.0; // USER_HZ on Linux

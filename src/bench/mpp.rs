@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use quarry_proto::meta::Layout;
 
-use super::{load, run_interleaved_with, warn_if_busy, BenchOptions, LoadSummary, QueryReport};
+use super::{
+    check_same_answers, load, run_interleaved_with, warn_if_busy, BenchOptions, LoadSummary,
+    QueryReport,
+};
 use crate::local::LocalCluster;
 
 /// What `--computes N` measured.
@@ -66,18 +69,7 @@ pub async fn bench_mpp(opts: &BenchOptions, computes: usize) -> Result<MppReport
     .await;
     cluster.stop().await;
     let report = result?;
-    for q in &opts.queries {
-        let mut ds = report.queries.iter().filter(|r| &r.query == q);
-        if let Some(first) = ds.next() {
-            if let Some(other) = ds.find(|r| r.digest != first.digest || r.rows != first.rows) {
-                bail!(
-                    "{q}: '{}' answered differently from '{}'",
-                    other.setting,
-                    first.setting
-                );
-            }
-        }
-    }
+    check_same_answers(&opts.queries, &report.queries, |_| true)?;
     Ok(report)
 }
 

@@ -109,12 +109,6 @@ impl Workers {
         dead
     }
 
-    /// The live compute processes as meta last listed them (`quarry
-    /// status`).
-    pub fn live(&self) -> Vec<ComputeInfo> {
-        self.live.read().clone()
-    }
-
     /// Heartbeats and refreshes the list until the workers are dropped.
     pub fn spawn_heartbeat(self: &Arc<Self>, cluster: Arc<Cluster>) {
         tokio::spawn(heartbeat(Arc::downgrade(self), cluster));
