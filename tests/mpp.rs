@@ -53,12 +53,18 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     let plan = plan_with_tasks(&a.url, q1, 3, Duration::from_secs(30));
     assert!(plan.contains("DistributedExec"), "{plan}");
     assert!(plan.contains("RegionScanExec"), "{plan}");
-    // Every compute process is a worker, the playground's too.
-    let status = status_text(&pg);
-    assert!(
-        status.contains("compute processes (MPP workers): 3"),
-        "{status}"
-    );
+    // Every compute process is a worker, the playground's too. (The
+    // coordinator's list can be a heartbeat ahead of what meta answers
+    // `quarry status`, so this waits a little too.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = status_text(&pg);
+        if status.contains("compute processes (MPP workers): 3") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
     let (_, shown) = sql_at(&a.url, "SHOW mpp");
     assert!(shown.contains("force"), "{shown}");
     // The playground's own compute process plans as one process.

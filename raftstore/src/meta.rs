@@ -159,6 +159,14 @@ pub struct Meta<E: Engine> {
 /// knows every hold after leading this long.
 pub const MAX_GC_HOLD_TTL: Duration = Duration::from_secs(5);
 
+/// How long a new meta leader waits before it lists compute processes:
+/// they heartbeat once a second (`compute/src/df/mpp/workers.rs`), so after
+/// this long each live one has been heard from, with a retry to spare. A
+/// list call waits at most this long, and only right after an election; a
+/// process's heartbeat TTL (3 s) outlasts the wait, so the wait never
+/// drops anyone.
+pub const COMPUTE_LIST_SETTLE: Duration = Duration::from_millis(1500);
+
 impl<E: Engine> Meta<E> {
     pub fn new(
         node: Arc<Node<E>>,
@@ -460,8 +468,20 @@ impl<E: Engine> Meta<E> {
 
     /// The compute processes heard from within their TTL: (id, address,
     /// time since last heard), sorted by id.
+    ///
+    /// A store that has just become the meta leader starts with an empty
+    /// list (the list lives in the leader's memory), so it answers only
+    /// once it has led for [`COMPUTE_LIST_SETTLE`], time for every live
+    /// process's next heartbeat to reach it. Before, `quarry status` right
+    /// after a meta leader change (a leader balance at start-up is enough)
+    /// listed no compute process at all.
     pub async fn computes(&self) -> Result<Vec<(String, String, Duration)>> {
         self.leader().await?;
+        let led = self.leading_for();
+        if led < COMPUTE_LIST_SETTLE {
+            tokio::time::sleep(COMPUTE_LIST_SETTLE - led).await;
+            self.leader().await?;
+        }
         let now = Instant::now();
         let mut computes = self.computes.lock();
         computes.retain(|_, (_, _, until)| *until > now);
