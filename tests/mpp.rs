@@ -84,11 +84,28 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
         "SELECT o_totalprice FROM orders WHERE o_orderkey = 7",
         "SELECT count(*) FROM (SELECT c_custkey AS k FROM customer UNION ALL SELECT s_suppkey FROM supplier) u",
         "SELECT count(*) FROM part WHERE p_size > (SELECT avg(p_size) FROM part)",
+        // Joins that emit build-side rows, their probe side narrowed by
+        // the build side's keys first (df/mpp/broadcast.rs): a left
+        // outer join, an anti join, a semi join over an aggregation.
+        "SELECT count(*), count(o_orderkey), sum(o_totalprice) FROM customer LEFT JOIN orders ON c_custkey = o_custkey AND o_orderpriority = '1-URGENT' WHERE c_nationkey = 3",
+        "SELECT count(*) FROM supplier WHERE s_nationkey < 5 AND NOT EXISTS (SELECT 1 FROM lineitem WHERE l_suppkey = s_suppkey AND l_quantity > 49)",
+        "SELECT count(*) FROM part WHERE p_size = 7 AND p_partkey IN (SELECT l_partkey FROM lineitem GROUP BY l_partkey HAVING sum(l_quantity) > 150)",
     ] {
         let (ok, distributed) = sql_at(&a.url, sql);
         assert!(ok, "{sql}: {distributed}");
         assert_eq!(distributed, pg.ok(sql), "{sql}");
     }
+    // Q4's EXISTS is a left semi join (it emits orders' rows, so orders
+    // cannot be broadcast): lineitem is first narrowed to the rows whose
+    // keys a broadcast copy of orders' keys has, in lineitem's own stage.
+    let q4 = quarry::answers::query("q4").unwrap();
+    let (_, plan) = sql_at(&a.url, &format!("EXPLAIN {q4}"));
+    assert!(
+        plan.contains("join_type=RightSemi, on=[(__reduce_key_0@0, l_orderkey"),
+        "{plan}"
+    );
+    assert!(plan.contains("NetworkBroadcastExec"), "{plan}");
+
     // Integer arithmetic on a worker is checked as in one process (the
     // product runs above a join, in a stage another process may run).
     let (ok, out) = sql_at(

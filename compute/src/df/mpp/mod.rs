@@ -44,6 +44,10 @@
 //!   table's statistics put it above [`AUTO_MIN_ROWS`] rows and more than
 //!   one compute process is live: Q6-sized work stays in one process.
 //!
+//! * **Broadcast joins** (`broadcast.rs`): a partitioned hash join whose
+//!   build side is estimated at most [`broadcast::BROADCAST_MAX_ROWS`]
+//!   rows becomes a broadcast join, so the join stays in its probe scan's
+//!   stage instead of shuffling both sides over the network.
 //! * **Join filters within a stage**: the coordinator plans without the
 //!   join filters handed to region scans (a join and the scan it probes
 //!   may end up in different stages); each worker adds them to the stage
@@ -54,6 +58,7 @@
 //! transaction, plans from the plan cache, and clusters with
 //! `[security]` stay in one process.
 
+pub mod broadcast;
 pub mod codec;
 pub mod tasks;
 pub mod workers;
@@ -143,6 +148,7 @@ pub fn distributed_state(
     });
     SessionStateBuilder::new_from_existing(base.clone())
         .with_config(config)
+        .with_physical_optimizer_rules(broadcast::after_join_selection(base.physical_optimizers()))
         // Tasks routed to this process run in it, not through its port.
         .with_distributed_local_worker_context(worker.to_local_worker_context(workers.own_url()))
         .with_distributed_worker_resolver(workers::Resolver(workers))

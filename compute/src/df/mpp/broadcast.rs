@@ -1,0 +1,424 @@
+//! Broadcast joins for distributed plans: a partitioned hash join with a
+//! small build side becomes a `CollectLeft` join, whose build side
+//! `datafusion-distributed` broadcasts to every task of the probe side's
+//! stage.
+//!
+//! DataFusion picks a join's mode for one process: it collects a build
+//! side into one hash table only under 128 K rows
+//! (`hash_join_single_partition_threshold_rows`), else it hash-partitions
+//! both sides, which in one process is an in-memory repartition. In a
+//! distributed plan a partitioned join costs two network shuffles, the
+//! probe side's whole (lineitem's 6 M rows in Q5, Q3 and Q21), and it
+//! parts the join from its probe scan: the build side's keys, which in one
+//! process narrow the probe scan in the stores (`df/join_keys.rs`), live
+//! in one stage and the scan in another. A broadcast sends the build side
+//! once per task instead, keeps the join in its probe scan's stage, and
+//! each worker hands the keys to that scan (`mpp::worker`'s stage
+//! rewrite). TiDB's MPP makes the same choice by
+//! `tidb_broadcast_join_threshold_count`, Spark by a size.
+//!
+//! The cost is memory: every task holds the build side's whole hash
+//! table, hence the bound, [`BROADCAST_MAX_ROWS`] by the statistics'
+//! estimate (`region_scan.rs`, selectivity and join cardinality from the
+//! tables' statistics). A join with unknown statistics stays partitioned.
+//!
+//! Joins that emit build-side rows (left semi, left anti, left outer)
+//! cannot be broadcast, and stay partitioned: both sides cross the
+//! network, and the probe side whole. When such a join's build side is
+//! small and its probe side at least twice as big, the rule narrows the
+//! probe side first by a **semi-join reduction** (Spark's injected
+//! runtime filter, in its semi-join form): below the join, the probe
+//! side becomes `probe ⋉ keys(build)`, a broadcast right-semi join of
+//! the build side's keys, placed as low as the keys can be followed
+//! (through projections, filters, repartitions and the group keys of
+//! aggregations), normally right above the probe side's region scan,
+//! where the worker hands the keys to the scan. `L ⋉ R`, `L ▷ R` and
+//! `L ⟕ R` are unchanged when R loses the rows that match no key of L
+//! (such rows never meet a row of L), so the answer is the same; the
+//! price is the build side computed twice (once for the join, once for
+//! its keys), hence the size bounds. Q4, Q17, Q20 and Q21 take this path.
+//!
+//! The rule runs right after DataFusion's `join_selection`, before the
+//! rules that add the repartitions and coalesces a mode needs
+//! (`EnforceDistribution`), so the plan's distribution is worked out for
+//! the mode chosen here. Only join types that never emit build-side rows
+//! are broadcast (a broadcast build side is in every task, so such rows
+//! would come out once per task): inner, right, right semi, right anti,
+//! right mark; the same list `datafusion-distributed` broadcasts.
+
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{JoinType, NullEquality, Result as DfResult};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::execution_plan::reset_plan_states;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions, StatisticsArgs,
+    StatisticsContext,
+};
+
+/// The most rows (by the statistics' estimate) a hash join's build side
+/// may have to be broadcast to every task of a distributed query.
+pub const BROADCAST_MAX_ROWS: usize = 1_000_000;
+
+/// `rules` with [`BroadcastSmallBuildSides`] right after DataFusion's
+/// `join_selection` (at the end if there is none).
+pub fn after_join_selection(
+    rules: &[Arc<dyn PhysicalOptimizerRule + Send + Sync>],
+) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+    let mut out = rules.to_vec();
+    let at = rules
+        .iter()
+        .position(|r| r.name() == "join_selection")
+        .map_or(out.len(), |i| i + 1);
+    out.insert(at, Arc::new(BroadcastSmallBuildSides));
+    out
+}
+
+/// Makes partitioned hash joins with a build side of at most
+/// [`BROADCAST_MAX_ROWS`] estimated rows `CollectLeft` (module docs).
+#[derive(Debug)]
+pub struct BroadcastSmallBuildSides;
+
+impl PhysicalOptimizerRule for BroadcastSmallBuildSides {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            if join.mode == PartitionMode::Auto || join.null_aware {
+                return Ok(Transformed::no(node));
+            }
+            let build_rows = match estimated_rows(join.left().as_ref()) {
+                Some(rows) if rows <= BROADCAST_MAX_ROWS => rows,
+                _ => return Ok(Transformed::no(node)),
+            };
+            if never_emits_build_rows(join.join_type()) {
+                if join.mode == PartitionMode::CollectLeft {
+                    return Ok(Transformed::no(node));
+                }
+                let collect = join
+                    .builder()
+                    .with_partition_mode(PartitionMode::CollectLeft)
+                    .build()?;
+                return Ok(Transformed::yes(Arc::new(collect) as Arc<dyn ExecutionPlan>));
+            }
+            match reduce_probe_side(join, build_rows)? {
+                Some(reduced) => Ok(Transformed::yes(reduced)),
+                None => Ok(Transformed::no(node)),
+            }
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "quarry_broadcast_small_build_sides"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// Whether a join of this type emits only rows that a probe-side row
+/// produced (so each task, holding the whole build side, emits its own
+/// share and nothing twice).
+fn never_emits_build_rows(join_type: &JoinType) -> bool {
+    matches!(
+        join_type,
+        JoinType::Inner
+            | JoinType::Right
+            | JoinType::RightSemi
+            | JoinType::RightAnti
+            | JoinType::RightMark
+    )
+}
+
+/// `join` (partitioned, its build side `build_rows` rows) with its probe
+/// side narrowed to the rows whose keys the build side has (module docs);
+/// None where that does not apply or would not pay.
+fn reduce_probe_side(
+    join: &HashJoinExec,
+    build_rows: usize,
+) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+    if !matches!(
+        join.join_type(),
+        JoinType::LeftSemi | JoinType::LeftAnti | JoinType::Left
+    ) {
+        return Ok(None);
+    }
+    // One reduction below another computes the first one's build side a
+    // third time (Q21: an anti join over a semi join over one chain of
+    // joins ran 1.5× slower with both reduced than with the lower one).
+    if join.left().exists(|p| Ok(is_reduction(p)))? {
+        return Ok(None);
+    }
+    // A probe side of unknown size (an aggregation's, say) is tried.
+    if estimated_rows(join.right().as_ref()).is_some_and(|p| p < build_rows.saturating_mul(2)) {
+        return Ok(None);
+    }
+    // The probe side's keys must be its columns, to be followed down.
+    let Some(probe_keys) = join
+        .on()
+        .iter()
+        .map(|(_, r)| r.downcast_ref::<Column>().map(|c| c.index()))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Ok(None);
+    };
+    // The build side again, its join keys only (a fresh copy: the
+    // original runs as the join's build side), or a cheaper plan whose
+    // keys include the build side's.
+    let keys = join
+        .on()
+        .iter()
+        .enumerate()
+        .map(|(i, (l, _))| (l.clone(), format!("{REDUCE_KEY}{i}")));
+    let build = Arc::new(ProjectionExec::try_new(
+        keys,
+        reset_plan_states(keys_superset(join.left().clone()))?,
+    )?) as Arc<dyn ExecutionPlan>;
+    let probe = semi_reduce(
+        join.right().clone(),
+        &probe_keys,
+        &build,
+        join.null_equality(),
+    )?;
+    let reduced = join
+        .builder()
+        .with_new_children(vec![join.left().clone(), probe])?
+        .build()?;
+    Ok(Some(Arc::new(reduced)))
+}
+
+/// Whether `plan` is a semi-join reduction this rule made.
+fn is_reduction(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.downcast_ref::<HashJoinExec>().is_some_and(|j| {
+        j.join_type() == &JoinType::RightSemi
+            && j.left()
+                .downcast_ref::<ProjectionExec>()
+                .and_then(|p| p.expr().first())
+                .is_some_and(|e| e.alias.starts_with(REDUCE_KEY))
+    })
+}
+
+/// The name of a reduction's build side's key columns (and a number).
+const REDUCE_KEY: &str = "__reduce_key_";
+
+/// A plan with `plan`'s columns whose rows include `plan`'s: `plan`
+/// without the semi and anti joins and filters on top of it, which only
+/// drop rows. (Q21's anti join's build side is a semi join over a chain
+/// of joins: its keys come from the chain alone, computed once more
+/// rather than twice.)
+fn keys_superset(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+    if let Some(j) = plan.downcast_ref::<HashJoinExec>() {
+        if matches!(j.join_type(), JoinType::LeftSemi | JoinType::LeftAnti)
+            && j.projection.is_none()
+        {
+            return keys_superset(j.left().clone());
+        }
+    }
+    if let Some(f) = plan.downcast_ref::<FilterExec>() {
+        if f.projection().is_none() {
+            return keys_superset(f.input().clone());
+        }
+    }
+    plan
+}
+
+/// `plan ⋉ build` on `plan`'s columns `keys` (the build side's columns in
+/// order), as low in `plan` as the key columns can be followed.
+fn semi_reduce(
+    plan: Arc<dyn ExecutionPlan>,
+    keys: &[usize],
+    build: &Arc<dyn ExecutionPlan>,
+    null_equality: NullEquality,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    if let Some(below) = keys_below(&plan, keys) {
+        let child = plan.children()[0].clone();
+        let reduced = semi_reduce(child, &below, build, null_equality)?;
+        return plan.replace_children(
+            vec![reduced],
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        );
+    }
+    let build_schema = build.schema();
+    let probe_schema = plan.schema();
+    let on = keys
+        .iter()
+        .enumerate()
+        .map(|(i, &k)| {
+            let b = Arc::new(Column::new(build_schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>;
+            let p = Arc::new(Column::new(probe_schema.field(k).name(), k)) as Arc<dyn PhysicalExpr>;
+            (b, p)
+        })
+        .collect();
+    Ok(Arc::new(HashJoinExec::try_new(
+        build.clone(),
+        plan,
+        on,
+        None,
+        &JoinType::RightSemi,
+        None,
+        PartitionMode::CollectLeft,
+        null_equality,
+        false,
+    )?))
+}
+
+/// Where `plan`'s output columns `keys` come from in its one child, if
+/// `plan` passes rows through unchanged on those columns (a row it drops
+/// or groups never differs on them from the rows it keeps): projections
+/// of plain columns, filters, repartitions, and aggregations whose group
+/// keys they are.
+fn keys_below(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<Vec<usize>> {
+    let column = |e: &Arc<dyn PhysicalExpr>| e.downcast_ref::<Column>().map(|c| c.index());
+    if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
+        return keys
+            .iter()
+            .map(|&k| column(&p.expr().get(k)?.expr))
+            .collect();
+    }
+    if let Some(f) = plan.downcast_ref::<FilterExec>() {
+        return f.projection().is_none().then(|| keys.to_vec());
+    }
+    if plan.is::<RepartitionExec>() {
+        return Some(keys.to_vec());
+    }
+    if let Some(a) = plan.downcast_ref::<AggregateExec>() {
+        let groups = a.group_expr();
+        if !groups.is_single() {
+            return None;
+        }
+        return keys
+            .iter()
+            .map(|&k| column(&groups.expr().get(k)?.0))
+            .collect();
+    }
+    None
+}
+
+/// The statistics' estimate of `plan`'s rows (None: unknown).
+fn estimated_rows(plan: &dyn ExecutionPlan) -> Option<usize> {
+    let stats = StatisticsContext::new()
+        .compute(plan, &StatisticsArgs::new())
+        .ok()?;
+    let rows = stats.num_rows.get_value().copied();
+    tracing::debug!(?rows, "broadcast: a partitioned join's build side");
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::NullEquality;
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::physical_expr::expressions::Column;
+
+    /// A source of `rows` rows (its statistics say exactly that many).
+    fn source(name: &str, rows: usize) -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Int64, false)]));
+        let keys = Int64Array::from_iter_values(0..rows as i64);
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap();
+        MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
+    }
+
+    fn join(build: usize, probe: usize, join_type: JoinType) -> Arc<dyn ExecutionPlan> {
+        let on = vec![(
+            Arc::new(Column::new("b", 0)) as _,
+            Arc::new(Column::new("p", 0)) as _,
+        )];
+        Arc::new(
+            HashJoinExec::try_new(
+                source("b", build),
+                source("p", probe),
+                on,
+                None,
+                &join_type,
+                None,
+                PartitionMode::Partitioned,
+                NullEquality::NullEqualsNothing,
+                false,
+            )
+            .unwrap(),
+        )
+    }
+
+    fn mode_after_rule(plan: Arc<dyn ExecutionPlan>) -> PartitionMode {
+        let plan = BroadcastSmallBuildSides
+            .optimize(plan, &ConfigOptions::default())
+            .unwrap();
+        plan.downcast_ref::<HashJoinExec>().unwrap().mode
+    }
+
+    #[test]
+    fn a_small_build_side_is_broadcast_a_large_one_stays_partitioned() {
+        assert_eq!(
+            mode_after_rule(join(500_000, 10, JoinType::Inner)),
+            PartitionMode::CollectLeft
+        );
+        assert_eq!(
+            mode_after_rule(join(BROADCAST_MAX_ROWS + 1, 10, JoinType::Inner)),
+            PartitionMode::Partitioned
+        );
+    }
+
+    #[test]
+    fn joins_that_emit_build_rows_are_never_broadcast() {
+        // Each task would emit the build side's unmatched (or matched)
+        // rows once: duplicates.
+        for t in [
+            JoinType::Left,
+            JoinType::LeftSemi,
+            JoinType::LeftAnti,
+            JoinType::Full,
+        ] {
+            assert_eq!(mode_after_rule(join(10, 10, t)), PartitionMode::Partitioned);
+        }
+        assert_eq!(
+            mode_after_rule(join(10, 10, JoinType::RightSemi)),
+            PartitionMode::CollectLeft
+        );
+    }
+
+    /// The probe side under a left semi, anti or outer join becomes
+    /// `probe ⋉ keys(build)`: a right semi join, its build side the
+    /// build's keys.
+    fn reduced_probe(join: Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+        let plan = BroadcastSmallBuildSides
+            .optimize(join, &ConfigOptions::default())
+            .unwrap();
+        let outer = plan.downcast_ref::<HashJoinExec>().unwrap();
+        let probe = outer.right().downcast_ref::<HashJoinExec>()?;
+        assert_eq!(probe.join_type(), &JoinType::RightSemi);
+        assert_eq!(probe.mode, PartitionMode::CollectLeft);
+        assert!(probe.left().downcast_ref::<ProjectionExec>().is_some());
+        Some(probe.right().clone())
+    }
+
+    #[test]
+    fn a_big_probe_side_under_a_left_semi_anti_or_outer_join_is_narrowed_first() {
+        for t in [JoinType::LeftSemi, JoinType::LeftAnti, JoinType::Left] {
+            assert!(reduced_probe(join(10, 100, t)).is_some(), "{t}");
+        }
+        // Not when the probe side is not much bigger: the build side is
+        // computed twice for it.
+        assert!(reduced_probe(join(100, 150, JoinType::LeftSemi)).is_none());
+        // Nor for a full join (it emits the probe side's unmatched rows).
+        assert!(reduced_probe(join(10, 100, JoinType::Full)).is_none());
+    }
+}
