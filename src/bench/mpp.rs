@@ -1,12 +1,14 @@
 //! `bench tpch --computes N`: one compute process against N (issue 43).
 //!
 //! An embedded cluster with N compute processes (each also an MPP worker,
-//! `compute/src/mpp/`); the queries run through one of them over three
+//! `compute/src/df/mpp/`); the queries run through one of them over three
 //! connections in turn: `SET mpp = 'off'` (the query in that process
 //! alone: the single-process baseline, with every other process idle),
 //! `'force'` (every region scan a task per compute process) and `'auto'`
-//! (only scans of tables past a million rows spread). On one machine N
-//! processes add no cores, so what this measures is MPP's overhead: the
+//! (spread only where a compute process on another host adds cores, so
+//! on the one machine this runs on, never: its column shows what
+//! deciding that costs). On one machine N processes add no cores, so what
+//! this measures is MPP's overhead: the
 //! issue's targets are the 22 queries' geometric mean with `auto` at most
 //! 1.1× the single process's, with `force` at most 1.5×.
 

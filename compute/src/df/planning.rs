@@ -150,7 +150,7 @@ impl SqlSession {
         mode: crate::config::MppMode,
     ) -> Result<PlannedQuery> {
         // `auto` plans as one process unless the statement reads a large
-        // table and there is more than one compute process to spread to.
+        // table and a compute process on another host can add cores.
         let mode = match mode {
             crate::config::MppMode::Auto if !self.auto_spreads(&query, &tables) => {
                 crate::config::MppMode::Off
@@ -221,12 +221,13 @@ impl SqlSession {
 
     /// Whether `mpp = 'auto'` spreads `query`: it names a table of at
     /// least [`AUTO_MIN_ROWS`](crate::df::mpp::AUTO_MIN_ROWS) rows (by its
-    /// statistics) and more than one compute process is live.
+    /// statistics) and a compute process on another host is live
+    /// ([`Workers::adds_cores`](crate::df::mpp::workers::Workers::adds_cores)).
     fn auto_spreads(&self, query: &ParsedQuery, tables: &[TableDef]) -> bool {
         let Some(workers) = self.workers() else {
             return false;
         };
-        if workers.urls().len() < 2 {
+        if !workers.adds_cores() {
             return false;
         }
         let Ok(refs) = self.base.resolve_table_references(&query.0) else {

@@ -40,9 +40,12 @@
 //! * **The switch** ([`MppMode`]): `mpp = 'off' | 'auto' | 'force'`, a
 //!   compute config key and a session setting. `off` plans exactly as
 //!   one process does. `force` distributes every region scan over every
-//!   live compute process. `auto` distributes a scan only when the
-//!   table's statistics put it above [`AUTO_MIN_ROWS`] rows and more than
-//!   one compute process is live: Q6-sized work stays in one process.
+//!   live compute process. `auto` distributes a statement only when a
+//!   live compute process runs on another host (processes on one host
+//!   share its cores: `Workers::adds_cores`) and it names a table whose
+//!   statistics put it above [`AUTO_MIN_ROWS`] rows; within it, a scan
+//!   that aggregates in the stores or reads a few rows by key stays one
+//!   task: Q6-sized work stays in one process.
 //!
 //! * **Broadcast joins** (`broadcast.rs`): a partitioned hash join whose
 //!   build side is estimated at most [`broadcast::BROADCAST_MAX_ROWS`]

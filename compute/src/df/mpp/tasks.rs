@@ -3,8 +3,8 @@
 //!
 //! * [`DesiredTasks`] (asked while the planner sizes each stage): one task
 //!   under `auto` for a table under [`AUTO_MIN_ROWS`]
-//!   rows or a scan that reads a few rows by key (pinned primary keys, a
-//!   selective index), else as many as there are live compute processes
+//!   rows, a scan that reads a few rows by key (pinned primary keys, a
+//!   selective index) or one that aggregates in the stores, else as many as there are live compute processes
 //!   (the planner caps the count at that). It also fills the region cache with the
 //!   table's regions, which the second event reads without waiting.
 //! * [`scale_up_region_scan`] (once the count `n` is final): the table's
@@ -62,7 +62,11 @@ impl DesiredTaskCountHandler for DesiredTasks {
             .extensions
             .get::<MppOptions>()
             .map_or(MppMode::Off, |o| o.mode());
-        let large = scan.table_rows().is_some_and(|r| r >= AUTO_MIN_ROWS) && !scan.reads_few_rows();
+        // An aggregating scan's work is done in the stores, whichever
+        // process asks; spreading it only adds a hop for its few rows.
+        let large = scan.table_rows().is_some_and(|r| r >= AUTO_MIN_ROWS)
+            && !scan.reads_few_rows()
+            && scan.dag().aggregation.is_none();
         let spread = match mode {
             MppMode::Off => false,
             MppMode::Auto => large,

@@ -78,6 +78,18 @@ impl Workers {
         urls
     }
 
+    /// Whether a live compute process runs on another host than this one:
+    /// only then can spreading a query add cores. A compute process
+    /// already runs a query on all of its host's cores (its
+    /// `target_partitions`), so processes sharing a host share those
+    /// cores, and a query spread over them only pays for the exchanges.
+    /// (Hosts are compared by the advertised addresses' host part; every
+    /// loopback address is this host.)
+    pub fn adds_cores(&self) -> bool {
+        let own = host_of(&self.own);
+        self.urls().iter().any(|u| host_of(u) != own)
+    }
+
     /// The workers of the current list whose port does not answer: each
     /// is left out of new plans for [`SUSPECT_FOR`]. (After a distributed
     /// query failed: a worker that died or was cut off.)
@@ -163,5 +175,42 @@ pub struct Resolver(pub Arc<Workers>);
 impl WorkerResolver for Resolver {
     fn get_urls(&self) -> Result<Vec<Url>, DataFusionError> {
         Ok(self.0.urls())
+    }
+}
+
+/// The host part of a worker URL, every loopback address as one.
+fn host_of(url: &Url) -> String {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) if ip.is_loopback() => "loopback".into(),
+        Some(url::Host::Ipv6(ip)) if ip.is_loopback() => "loopback".into(),
+        Some(url::Host::Domain(d)) if d.eq_ignore_ascii_case("localhost") => "loopback".into(),
+        Some(h) => h.to_string(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workers(own: &str, others: &[&str]) -> Arc<Workers> {
+        let w = Workers::new(own).unwrap();
+        *w.live.write() = others
+            .iter()
+            .map(|a| ComputeInfo {
+                id: a.to_string(),
+                addr: a.to_string(),
+                last_seen_ms: 0,
+            })
+            .collect();
+        w
+    }
+
+    #[test]
+    fn only_processes_on_other_hosts_add_cores() {
+        assert!(!workers("127.0.0.1:1", &[]).adds_cores());
+        assert!(!workers("127.0.0.1:1", &["127.0.0.1:2", "localhost:3", "[::1]:4"]).adds_cores());
+        assert!(!workers("10.0.0.5:1", &["10.0.0.5:2"]).adds_cores());
+        assert!(workers("10.0.0.5:1", &["10.0.0.5:2", "10.0.0.6:1"]).adds_cores());
     }
 }
