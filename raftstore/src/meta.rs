@@ -162,9 +162,10 @@ pub const MAX_GC_HOLD_TTL: Duration = Duration::from_secs(5);
 /// How long a new meta leader waits before it lists compute processes:
 /// they heartbeat once a second (`compute/src/df/mpp/workers.rs`), so after
 /// this long each live one has been heard from, with a retry to spare. A
-/// list call waits at most this long, and only right after an election; a
-/// process's heartbeat TTL (3 s) outlasts the wait, so the wait never
-/// drops anyone.
+/// list call waits at most this long, and only right after an election. A
+/// compute process heartbeats at a fixed rate, so one such wait delays its
+/// next heartbeat to 1.5 s after the last (plus round trips), inside its
+/// 3 s TTL: the wait drops no one.
 pub const COMPUTE_LIST_SETTLE: Duration = Duration::from_millis(1500);
 
 impl<E: Engine> Meta<E> {
@@ -477,6 +478,12 @@ impl<E: Engine> Meta<E> {
     /// listed no compute process at all.
     pub async fn computes(&self) -> Result<Vec<(String, String, Duration)>> {
         self.leader().await?;
+        // Leading since now at the latest (the duties loop notes it once a
+        // round, and a round may be long): the wait is one settle at most.
+        let unnoted = self.leading_since.lock().is_none();
+        if unnoted {
+            self.note_leadership(true);
+        }
         let led = self.leading_for();
         if led < COMPUTE_LIST_SETTLE {
             tokio::time::sleep(COMPUTE_LIST_SETTLE - led).await;

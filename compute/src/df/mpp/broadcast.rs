@@ -4,8 +4,9 @@
 //! stage.
 //!
 //! DataFusion picks a join's mode for one process: it collects a build
-//! side into one hash table only under 128 K rows
-//! (`hash_join_single_partition_threshold_rows`), else it hash-partitions
+//! side into one hash table only under 1 MiB or, where the size is not
+//! estimated (Quarry's scans estimate rows only), 128 K rows
+//! (`hash_join_single_partition_threshold[_rows]`), else it hash-partitions
 //! both sides, which in one process is an in-memory repartition. In a
 //! distributed plan a partitioned join costs two network shuffles, the
 //! probe side's whole (lineitem's 6 M rows in Q5, Q3 and Q21), and it
@@ -34,13 +35,20 @@
 //! aggregations), normally right above the probe side's region scan,
 //! where the worker hands the keys to the scan. `L ⋉ R`, `L ▷ R` and
 //! `L ⟕ R` are unchanged when R loses the rows that match no key of L
-//! (such rows never meet a row of L), so the answer is the same; the
-//! price is the build side computed twice (once for the join, once for
-//! its keys), hence the size bounds. Q4, Q17, Q20 and Q21 take this path.
+//! (such rows never meet a row of L), so the answer is the same, as long
+//! as the copy of L that gives the keys finds the same rows as L: so L
+//! must be repeatable (region scans at the query's one snapshot,
+//! projections, filters, joins; no LIMIT or top-k, which may pick
+//! different rows among ties, no aggregation, no volatile function).
+//! The price is the build side computed twice (once for the join, once
+//! for its keys; the copy leaves out semi joins, anti joins and filters on
+//! top of L when its keys are plain columns and it stays under the
+//! broadcast bound), hence the size bounds. Q4, Q17, Q20 and Q21 take
+//! this path.
 //!
 //! The rule runs right after DataFusion's `join_selection`, before the
 //! rules that add the repartitions and coalesces a mode needs
-//! (`EnforceDistribution`), so the plan's distribution is worked out for
+//! (`EnsureRequirements`), so the plan's distribution is worked out for
 //! the mode chosen here. Only join types that never emit build-side rows
 //! are broadcast (a broadcast build side is in every task, so such rows
 //! would come out once per task): inner, right, right semi, right anti,
@@ -48,8 +56,9 @@
 
 use std::sync::Arc;
 
+use crate::df::region_scan::RegionScanExec;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{JoinType, NullEquality, Result as DfResult};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
@@ -161,7 +170,7 @@ fn reduce_probe_side(
     }
     // One reduction below another computes the first one's build side a
     // third time (Q21: an anti join over a semi join over one chain of
-    // joins ran 1.5× slower with both reduced than with the lower one).
+    // joins ran 1.4× slower with both reduced than with the lower one).
     if join.left().exists(|p| Ok(is_reduction(p)))? {
         return Ok(None);
     }
@@ -180,16 +189,34 @@ fn reduce_probe_side(
     };
     // The build side again, its join keys only (a fresh copy: the
     // original runs as the join's build side), or a cheaper plan whose
-    // keys include the build side's.
+    // keys include the build side's: only where the keys are plain
+    // columns (a key expression a stripped filter guarded, a cast of
+    // text, say, could fail on rows the query never reaches), and only
+    // while it stays small enough to broadcast.
+    let plain_keys = join
+        .on()
+        .iter()
+        .all(|(l, _)| l.downcast_ref::<Column>().is_some());
+    let superset = keys_superset(join.left().clone());
+    let source = match plain_keys
+        && estimated_rows(superset.as_ref()).is_some_and(|r| r <= BROADCAST_MAX_ROWS)
+    {
+        true => superset,
+        false => join.left().clone(),
+    };
+    // The copy must find the same rows as the original: no LIMIT, no
+    // volatile expression, nothing that depends on the order rows come
+    // in (module docs).
+    if !repeatable(&source)? {
+        return Ok(None);
+    }
     let keys = join
         .on()
         .iter()
         .enumerate()
         .map(|(i, (l, _))| (l.clone(), format!("{REDUCE_KEY}{i}")));
-    let build = Arc::new(ProjectionExec::try_new(
-        keys,
-        reset_plan_states(keys_superset(join.left().clone()))?,
-    )?) as Arc<dyn ExecutionPlan>;
+    let build = Arc::new(ProjectionExec::try_new(keys, reset_plan_states(source)?)?)
+        as Arc<dyn ExecutionPlan>;
     let probe = semi_reduce(
         join.right().clone(),
         &probe_keys,
@@ -201,6 +228,46 @@ fn reduce_probe_side(
         .with_new_children(vec![join.left().clone(), probe])?
         .build()?;
     Ok(Some(Arc::new(reduced)))
+}
+
+/// Whether running `plan` again gives the same rows, as a set: it is
+/// made only of region scans without a limit (a snapshot read: every
+/// task reads at the query's one `read_ts`), in-memory or file sources,
+/// projections, filters, hash
+/// joins and repartitions, none with a row limit (`fetch`) and none
+/// evaluating a volatile expression (`random()`). Anything else (a LIMIT
+/// or top-k, which may keep different rows among ties; an aggregation,
+/// whose order-sensitive functions may answer differently; a window) is
+/// not reduced by.
+fn repeatable(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
+    use datafusion::datasource::source::DataSourceExec;
+    use datafusion::physical_expr_common::physical_expr::is_volatile;
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    let mut ok = true;
+    plan.apply(|node| {
+        let fine = node.fetch().is_none()
+            && if let Some(scan) = node.downcast_ref::<RegionScanExec>() {
+                scan.dag().limit == 0
+            } else if let Some(p) = node.downcast_ref::<ProjectionExec>() {
+                !p.expr().iter().any(|e| is_volatile(&e.expr))
+            } else if let Some(f) = node.downcast_ref::<FilterExec>() {
+                !is_volatile(f.predicate())
+            } else if let Some(j) = node.downcast_ref::<HashJoinExec>() {
+                !j.filter().is_some_and(|f| is_volatile(f.expression()))
+            } else {
+                // (A DataSourceExec is a memory table or files: the
+                // same rows each time.)
+                node.is::<RepartitionExec>()
+                    || node.is::<CoalescePartitionsExec>()
+                    || node.is::<DataSourceExec>()
+            };
+        ok = fine;
+        Ok(match fine {
+            true => TreeNodeRecursion::Continue,
+            false => TreeNodeRecursion::Stop,
+        })
+    })?;
+    Ok(ok)
 }
 
 /// Whether `plan` is a semi-join reduction this rule made.
@@ -291,6 +358,11 @@ fn keys_below(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<Vec<usize
             .map(|&k| column(&p.expr().get(k)?.expr))
             .collect();
     }
+    // Rows past a limit are not a filter's: a reduction below one would
+    // let other rows through it.
+    if plan.fetch().is_some() {
+        return None;
+    }
     if let Some(f) = plan.downcast_ref::<FilterExec>() {
         return f.projection().is_none().then(|| keys.to_vec());
     }
@@ -299,7 +371,7 @@ fn keys_below(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<Vec<usize
     }
     if let Some(a) = plan.downcast_ref::<AggregateExec>() {
         let groups = a.group_expr();
-        if !groups.is_single() {
+        if !groups.is_single() || a.limit_options().is_some() {
             return None;
         }
         return keys
@@ -420,5 +492,32 @@ mod tests {
         assert!(reduced_probe(join(100, 150, JoinType::LeftSemi)).is_none());
         // Nor for a full join (it emits the probe side's unmatched rows).
         assert!(reduced_probe(join(10, 100, JoinType::Full)).is_none());
+    }
+
+    /// A build side under a LIMIT may keep other rows when read a second
+    /// time (any 10 of them): its keys would narrow the probe side wrongly.
+    #[test]
+    fn a_build_side_that_may_read_differently_twice_is_not_reduced_by() {
+        use datafusion::physical_plan::limit::GlobalLimitExec;
+        let limited = Arc::new(GlobalLimitExec::new(source("b", 1000), 0, Some(10)));
+        let on = vec![(
+            Arc::new(Column::new("b", 0)) as _,
+            Arc::new(Column::new("p", 0)) as _,
+        )];
+        let semi = Arc::new(
+            HashJoinExec::try_new(
+                limited,
+                source("p", 100),
+                on,
+                None,
+                &JoinType::LeftSemi,
+                None,
+                PartitionMode::Partitioned,
+                NullEquality::NullEqualsNothing,
+                false,
+            )
+            .unwrap(),
+        );
+        assert!(reduced_probe(semi).is_none());
     }
 }

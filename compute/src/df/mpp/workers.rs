@@ -128,7 +128,13 @@ impl Workers {
 }
 
 async fn heartbeat(workers: Weak<Workers>, cluster: Arc<Cluster>) {
+    // At a fixed rate, not a pause after each round: a round that took
+    // long (a new meta leader waits before it lists, `Meta::computes`) is
+    // followed by the next at once, inside the TTL.
+    let mut every = tokio::time::interval(HEARTBEAT_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        every.tick().await;
         let Some(w) = workers.upgrade() else {
             return;
         };
@@ -165,7 +171,6 @@ async fn heartbeat(workers: Weak<Workers>, cluster: Arc<Cluster>) {
             }
         }
         drop(w);
-        tokio::time::sleep(HEARTBEAT_EVERY).await;
     }
 }
 
