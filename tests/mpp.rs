@@ -90,6 +90,8 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
         "SELECT count(*), count(o_orderkey), sum(o_totalprice) FROM customer LEFT JOIN orders ON c_custkey = o_custkey AND o_orderpriority = '1-URGENT' WHERE c_nationkey = 3",
         "SELECT count(*) FROM supplier WHERE s_nationkey < 5 AND NOT EXISTS (SELECT 1 FROM lineitem WHERE l_suppkey = s_suppkey AND l_quantity > 49)",
         "SELECT count(*) FROM part WHERE p_size = 7 AND p_partkey IN (SELECT l_partkey FROM lineitem GROUP BY l_partkey HAVING sum(l_quantity) > 150)",
+        // A build side under a LIMIT is not read twice for its keys.
+        "SELECT count(*), count(o_orderkey) FROM (SELECT c_custkey FROM customer ORDER BY c_custkey LIMIT 100) c LEFT JOIN orders ON o_custkey = c_custkey",
     ] {
         let (ok, distributed) = sql_at(&a.url, sql);
         assert!(ok, "{sql}: {distributed}");
