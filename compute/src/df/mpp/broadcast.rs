@@ -93,7 +93,9 @@ pub fn after_join_selection(
 }
 
 /// Makes partitioned hash joins with a build side of at most
-/// [`BROADCAST_MAX_ROWS`] estimated rows `CollectLeft` (module docs).
+/// [`BROADCAST_MAX_ROWS`] estimated rows `CollectLeft`, and narrows the
+/// probe side of left semi, anti and outer joins with such a build side
+/// by its keys (module docs).
 #[derive(Debug)]
 pub struct BroadcastSmallBuildSides;
 
