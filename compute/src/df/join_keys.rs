@@ -497,9 +497,34 @@ fn with_probe_filter(
         }
         return Some(Arc::new(scan.with_build_keys(sink.clone(), probe)));
     }
-    let column = key.as_ref().downcast_ref::<Column>()?;
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        let column = key.as_ref().downcast_ref::<Column>()?;
         return through_join(join, plan, column.index(), sink);
+    }
+    let below = key_below(plan, key)?;
+    let [child] = plan.children()[..] else {
+        return None;
+    };
+    let child = with_probe_filter(child, &below, sink)?;
+    replace_children_if_necessary(plan.clone(), vec![child]).ok()
+}
+
+/// Where a condition on `key` (an expression over `plan`'s output) may
+/// run instead: the same key as an expression over `plan`'s one child,
+/// when `plan` keeps or drops rows without looking at anything the
+/// condition could change. That is a node that passes rows through, a
+/// projection, a filter, or an aggregation of which `key` is a group key
+/// (a condition on a group key keeps or drops whole groups, so it may run
+/// before the grouping, and in the regions before their partial
+/// aggregation). Never a node with a row limit: which rows pass it would
+/// change. Used for join key filters here and for MPP's semi-join
+/// reductions (`mpp/broadcast.rs`).
+pub fn key_below(
+    plan: &Arc<dyn ExecutionPlan>,
+    key: &Arc<dyn PhysicalExpr>,
+) -> Option<Arc<dyn PhysicalExpr>> {
+    if plan.fetch().is_some() {
+        return None;
     }
     #[allow(deprecated)]
     let passes_rows = plan.downcast_ref::<BuildKeysExec>().is_some()
@@ -507,34 +532,29 @@ fn with_probe_filter(
         || plan.downcast_ref::<CoalesceBatchesExec>().is_some()
         || plan.downcast_ref::<CoalescePartitionsExec>().is_some()
         || plan.downcast_ref::<CooperativeExec>().is_some();
-    let below: Arc<dyn PhysicalExpr> = if passes_rows {
-        key.clone()
-    } else if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
-        p.expr().get(column.index())?.expr.clone()
-    } else if let Some(a) = plan.downcast_ref::<AggregateExec>() {
-        // A condition on a group key keeps or drops whole groups, so it
-        // may run before the grouping (and in the regions, before their
-        // partial aggregation).
+    if passes_rows {
+        return Some(key.clone());
+    }
+    let column = key.as_ref().downcast_ref::<Column>()?;
+    if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
+        return Some(p.expr().get(column.index())?.expr.clone());
+    }
+    if let Some(a) = plan.downcast_ref::<AggregateExec>() {
         let groups = a.group_expr();
         if !groups.is_single() || a.limit_options().is_some() {
             return None;
         }
-        groups.expr().get(column.index())?.0.clone()
-    } else if let Some(f) = plan.downcast_ref::<FilterExec>() {
+        return Some(groups.expr().get(column.index())?.0.clone());
+    }
+    if let Some(f) = plan.downcast_ref::<FilterExec>() {
         let index = match f.projection() {
             Some(p) => *p.get(column.index())?,
             None => column.index(),
         };
         let name = f.input().schema().field(index).name().clone();
-        Arc::new(Column::new(&name, index))
-    } else {
-        return None;
-    };
-    let [child] = plan.children()[..] else {
-        return None;
-    };
-    let child = with_probe_filter(child, &below, sink)?;
-    replace_children_if_necessary(plan.clone(), vec![child]).ok()
+        return Some(Arc::new(Column::new(&name, index)));
+    }
+    None
 }
 
 /// [`with_probe_filter`] below a join, on the input that output column

@@ -63,7 +63,6 @@ use datafusion::common::{JoinType, NullEquality, Result as DfResult};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
@@ -347,41 +346,18 @@ fn semi_reduce(
     )?))
 }
 
-/// Where `plan`'s output columns `keys` come from in its one child, if
-/// `plan` passes rows through unchanged on those columns (a row it drops
-/// or groups never differs on them from the rows it keeps): projections
-/// of plain columns, filters, repartitions, and aggregations whose group
-/// keys they are.
+/// Where `plan`'s output columns `keys` come from in its one child, where
+/// `plan` passes them down unchanged and a semi join on them may run
+/// below it (`join_keys::key_below`, the rule join key filters follow).
 fn keys_below(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<Vec<usize>> {
-    let column = |e: &Arc<dyn PhysicalExpr>| e.downcast_ref::<Column>().map(|c| c.index());
-    if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
-        return keys
-            .iter()
-            .map(|&k| column(&p.expr().get(k)?.expr))
-            .collect();
-    }
-    // Rows past a limit are not a filter's: a reduction below one would
-    // let other rows through it.
-    if plan.fetch().is_some() {
-        return None;
-    }
-    if let Some(f) = plan.downcast_ref::<FilterExec>() {
-        return f.projection().is_none().then(|| keys.to_vec());
-    }
-    if plan.is::<RepartitionExec>() {
-        return Some(keys.to_vec());
-    }
-    if let Some(a) = plan.downcast_ref::<AggregateExec>() {
-        let groups = a.group_expr();
-        if !groups.is_single() || a.limit_options().is_some() {
-            return None;
-        }
-        return keys
-            .iter()
-            .map(|&k| column(&groups.expr().get(k)?.0))
-            .collect();
-    }
-    None
+    let schema = plan.schema();
+    keys.iter()
+        .map(|&k| {
+            let key = Arc::new(Column::new(schema.field(k).name(), k)) as Arc<dyn PhysicalExpr>;
+            let below = crate::df::join_keys::key_below(plan, &key)?;
+            below.downcast_ref::<Column>().map(|c| c.index())
+        })
+        .collect()
 }
 
 /// The statistics' estimate of `plan`'s rows (None: unknown).
@@ -389,9 +365,7 @@ fn estimated_rows(plan: &dyn ExecutionPlan) -> Option<usize> {
     let stats = StatisticsContext::new()
         .compute(plan, &StatisticsArgs::new())
         .ok()?;
-    let rows = stats.num_rows.get_value().copied();
-    tracing::debug!(?rows, "broadcast: a partitioned join's build side");
-    rows
+    stats.num_rows.get_value().copied()
 }
 
 #[cfg(test)]
@@ -412,14 +386,24 @@ mod tests {
     }
 
     fn join(build: usize, probe: usize, join_type: JoinType) -> Arc<dyn ExecutionPlan> {
+        join_of(source("b", build), source("p", probe), join_type)
+    }
+
+    /// A partitioned join of `build` (one column, `b`) and `probe` (one
+    /// column, `p`) on their one column.
+    fn join_of(
+        build: Arc<dyn ExecutionPlan>,
+        probe: Arc<dyn ExecutionPlan>,
+        join_type: JoinType,
+    ) -> Arc<dyn ExecutionPlan> {
         let on = vec![(
             Arc::new(Column::new("b", 0)) as _,
             Arc::new(Column::new("p", 0)) as _,
         )];
         Arc::new(
             HashJoinExec::try_new(
-                source("b", build),
-                source("p", probe),
+                build,
+                probe,
                 on,
                 None,
                 &join_type,
@@ -502,24 +486,18 @@ mod tests {
     fn a_build_side_that_may_read_differently_twice_is_not_reduced_by() {
         use datafusion::physical_plan::limit::GlobalLimitExec;
         let limited = Arc::new(GlobalLimitExec::new(source("b", 1000), 0, Some(10)));
-        let on = vec![(
-            Arc::new(Column::new("b", 0)) as _,
-            Arc::new(Column::new("p", 0)) as _,
-        )];
-        let semi = Arc::new(
-            HashJoinExec::try_new(
-                limited,
-                source("p", 100),
-                on,
-                None,
-                &JoinType::LeftSemi,
-                None,
-                PartitionMode::Partitioned,
-                NullEquality::NullEqualsNothing,
-                false,
-            )
-            .unwrap(),
-        );
+        let semi = join_of(limited, source("p", 100), JoinType::LeftSemi);
         assert!(reduced_probe(semi).is_none());
+    }
+
+    /// Nor is a probe side narrowed below a row limit: other rows would
+    /// pass it. The reduction goes right above it.
+    #[test]
+    fn a_reduction_stays_above_a_row_limit_on_the_probe_side() {
+        use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+        let limited = CoalescePartitionsExec::new(source("p", 1000)).with_fetch(Some(500));
+        let semi = join_of(source("b", 10), Arc::new(limited), JoinType::LeftSemi);
+        let below = reduced_probe(semi).expect("a reduction");
+        assert_eq!(below.fetch(), Some(500));
     }
 }
