@@ -359,6 +359,20 @@ fn psycopg_asyncpg_and_sqlalchemy_run_unchanged() {
         );
     }
     assert_eq!(section(&s, "pipeline"), "a,b,c\n1,42,x\n");
+    // An extended batch is one implicit transaction: none of a failed
+    // pipeline's or executemany's rows stay; a good pipeline's all do.
+    assert_eq!(
+        section(&s, "extended batch"),
+        "failed,after_failed,after_good,failed_many,after_many,status\n\
+         22012,1,3,23505,3,IDLE\n"
+    );
+    // A declared NUMERIC types `v * $1` as NUMERIC (OID 1700), in both
+    // formats; one finer than the cast keeps is refused, not rounded.
+    assert_eq!(
+        section(&s, "declared types"),
+        "format,oid,value\ntext,1700,25.0000000000\nbinary,1700,25.0000000000\n\
+         too fine,22003\n"
+    );
     assert_eq!(
         section(&s, "transaction"),
         "inside,outside,status,after_rollback,after_commit,status_after\n1,0,INTRANS,0,1,IDLE\n"
@@ -408,6 +422,14 @@ fn psycopg_asyncpg_and_sqlalchemy_run_unchanged() {
         "type\nnumeric\ndate\n"
     );
     assert_eq!(section(&s, "insert status"), "status\nINSERT 0 1\n");
+    assert_eq!(
+        section(&s, "executemany"),
+        "failed,left,after_good\n23505,1,3\n"
+    );
+    assert_eq!(
+        section(&s, "cast parameter types"),
+        "types,x,d\nnumeric date,2.5,2024-02-29\n"
+    );
     assert_eq!(
         section(&s, "types"),
         "id,d,f,t,dt\n1,-1.250,0.5,é,2000-02-29\n2,,,,\n"
@@ -480,6 +502,7 @@ fn pgjdbc_runs_prepared_binary_statements_metadata_and_cancel() {
     assert_eq!(runs.len(), 3, "{prepared}");
     assert!(runs.iter().all(|r| r[2..] == runs[0][2..]), "{prepared}");
     assert_eq!(section(&s, "update count"), "count\n1\n");
+    assert_eq!(section(&s, "batch"), "failed,left\n23505,0\n");
     assert_eq!(
         section(&s, "after commit"),
         "id,amount,name\n7,-7.50,seven\n"

@@ -58,18 +58,22 @@ impl Error {
     /// The same error, its message followed by `context` (what became of
     /// the work around it).
     pub fn with_context(self, context: &str) -> Error {
-        let add = |m: String| format!("{m}; {context}");
+        self.map_message(|m| format!("{m}; {context}"))
+    }
+
+    /// The same error, its message rewritten by `f`.
+    pub fn map_message(self, f: impl FnOnce(String) -> String) -> Error {
         match self {
-            Error::InvalidInput(m) => Error::InvalidInput(add(m)),
-            Error::Overflow(m) => Error::Overflow(add(m)),
-            Error::Unavailable(m) => Error::Unavailable(add(m)),
-            Error::Deadline(m) => Error::Deadline(add(m)),
-            Error::Cancelled(m) => Error::Cancelled(add(m)),
-            Error::ResourceExhausted(m) => Error::ResourceExhausted(add(m)),
-            Error::Internal(m) => Error::Internal(add(m)),
-            Error::Conflict(m) => Error::Conflict(add(m)),
-            Error::Unauthenticated(m) => Error::Unauthenticated(add(m)),
-            Error::PermissionDenied(m) => Error::PermissionDenied(add(m)),
+            Error::InvalidInput(m) => Error::InvalidInput(f(m)),
+            Error::Overflow(m) => Error::Overflow(f(m)),
+            Error::Unavailable(m) => Error::Unavailable(f(m)),
+            Error::Deadline(m) => Error::Deadline(f(m)),
+            Error::Cancelled(m) => Error::Cancelled(f(m)),
+            Error::ResourceExhausted(m) => Error::ResourceExhausted(f(m)),
+            Error::Internal(m) => Error::Internal(f(m)),
+            Error::Conflict(m) => Error::Conflict(f(m)),
+            Error::Unauthenticated(m) => Error::Unauthenticated(f(m)),
+            Error::PermissionDenied(m) => Error::PermissionDenied(f(m)),
         }
     }
 }

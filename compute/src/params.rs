@@ -143,6 +143,67 @@ pub fn bind(stmt: &Numbered, params: &RecordBatch, row: usize) -> Result<String>
     }
 }
 
+/// `stmt` with placeholder `$n` written `CAST($n AS type)` for each
+/// `(n, type)` of `casts`: the statement typed by what a client declared
+/// its parameters to be, not by what the planner would infer for them.
+pub fn cast_placeholders(stmt: &Numbered, casts: &[(usize, &str)]) -> Result<Numbered> {
+    if casts.is_empty() {
+        return Ok(stmt.clone());
+    }
+    let mut parsed = parse_one(&stmt.sql, usize::MAX)
+        .ok_or_else(|| Error::Internal(format!("a numbered statement must parse: {}", stmt.sql)))?;
+    let flow = visit_expressions_mut(&mut parsed, |e| {
+        let Some(Ok(n)) = placeholder(e) else {
+            return ControlFlow::Continue(());
+        };
+        if let Some((_, type_name)) = casts.iter().find(|(i, _)| *i == n) {
+            let sql = format!("CAST(${n} AS {type_name})");
+            match sqlparser::parser::Parser::new(&sqlparser::dialect::GenericDialect {})
+                .try_with_sql(&sql)
+                .and_then(|mut p| p.parse_expr())
+            {
+                Ok(cast) => *e = cast,
+                Err(err) => {
+                    return ControlFlow::Break(Error::Internal(format!("{sql} must parse: {err}")))
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    });
+    match flow {
+        ControlFlow::Break(e) => Err(e),
+        ControlFlow::Continue(()) => Ok(Numbered {
+            sql: parsed.to_string(),
+            count: stmt.count,
+        }),
+    }
+}
+
+/// The type each placeholder is cast to where the statement casts it
+/// directly (`$1::numeric`, `CAST($2 AS DATE)`): `(n, type)`, the first
+/// such cast of each. This is the type PostgreSQL gives such a
+/// parameter, which the planner's inference may not find.
+pub fn cast_types(stmt: &Numbered) -> Vec<(usize, sqlparser::ast::DataType)> {
+    let mut found: Vec<(usize, sqlparser::ast::DataType)> = vec![];
+    let Some(mut parsed) = parse_one(&stmt.sql, usize::MAX) else {
+        return found;
+    };
+    let _ = visit_expressions_mut(&mut parsed, |e| {
+        if let Expr::Cast {
+            expr, data_type, ..
+        } = e
+        {
+            if let Some(Ok(n)) = placeholder(expr) {
+                if !found.iter().any(|(i, _)| *i == n) {
+                    found.push((n, data_type.clone()));
+                }
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    found
+}
+
 fn value(v: Value) -> Expr {
     Expr::value(v)
 }
@@ -229,6 +290,38 @@ mod tests {
             }
         );
         assert_eq!(numbered("not sql at all").count, 0);
+    }
+
+    #[test]
+    fn declared_types_cast_only_the_placeholders_named() {
+        let n = numbered("SELECT a * $1, $2 FROM t WHERE b = $1");
+        let cast = cast_placeholders(&n, &[(1, "DECIMAL(38, 10)")]).unwrap();
+        assert_eq!(
+            cast.sql,
+            "SELECT a * CAST($1 AS DECIMAL(38,10)), $2 FROM t WHERE b = CAST($1 AS DECIMAL(38,10))"
+        );
+        assert_eq!(cast.count, 2);
+        // The cast statement binds as any other.
+        let row = RecordBatch::try_from_iter([
+            ("$1", Arc::new(Int64Array::from(vec![7])) as ArrayRef),
+            ("$2", Arc::new(StringArray::from(vec!["x"])) as ArrayRef),
+        ])
+        .unwrap();
+        assert_eq!(
+            bind(&cast, &row, 0).unwrap(),
+            "SELECT a * CAST(7 AS DECIMAL(38,10)), 'x' FROM t WHERE b = CAST(7 AS DECIMAL(38,10))"
+        );
+        assert_eq!(cast_placeholders(&n, &[]).unwrap(), n);
+    }
+
+    #[test]
+    fn placeholders_cast_in_the_statement_take_the_cast_type() {
+        let n = numbered("SELECT a * $1::numeric FROM t WHERE d < CAST($2 AS DATE) AND e = $3");
+        let found: Vec<(usize, String)> = cast_types(&n)
+            .into_iter()
+            .map(|(i, t)| (i, t.to_string()))
+            .collect();
+        assert_eq!(found, vec![(1, "NUMERIC".into()), (2, "DATE".into())]);
     }
 
     #[test]

@@ -43,6 +43,9 @@ use crate::gc_hold::ReadHold;
 use crate::txn::Txns;
 use crate::{Error, Result};
 
+/// What a statement's error adds when it rolls its transaction back.
+pub const ROLLED_BACK: &str = "the transaction is rolled back; end it with ROLLBACK";
+
 /// How often an open transaction's primary lock is renewed.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// An open transaction unused this long is rolled back.
@@ -265,7 +268,7 @@ impl Sessions {
         if !keys.is_empty() {
             self.txns.rollback(txn.start_ts, keys).await;
         }
-        e.with_context("the transaction is rolled back; end it with ROLLBACK")
+        e.with_context(ROLLED_BACK)
     }
 
     /// Checks that `txn` may run a statement.

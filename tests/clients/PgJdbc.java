@@ -81,6 +81,28 @@ public class PgJdbc {
             try (Statement s = c.createStatement()) {
                 section("after commit", s.executeQuery("SELECT id, amount, name FROM pg_jdbc ORDER BY id"));
             }
+            // executeBatch in autocommit: one Sync, one implicit
+            // transaction; a duplicate key in the last row leaves none.
+            try (PreparedStatement p = c.prepareStatement("INSERT INTO pg_jdbc (id, name) VALUES (?, ?)")) {
+                for (long id : new long[] {20, 21, 7}) {
+                    p.setLong(1, id);
+                    p.setString(2, "batch");
+                    p.addBatch();
+                }
+                String failed = "none";
+                try {
+                    p.executeBatch();
+                } catch (java.sql.BatchUpdateException e) {
+                    failed = e.getSQLState();
+                }
+                try (Statement s = c.createStatement();
+                        ResultSet rs = s.executeQuery("SELECT count(*) FROM pg_jdbc WHERE name = 'batch'")) {
+                    rs.next();
+                    System.out.println("== batch");
+                    System.out.println("failed,left");
+                    System.out.println(failed + "," + rs.getLong(1));
+                }
+            }
             DatabaseMetaData md = c.getMetaData();
             System.out.println("== product");
             System.out.println("name,major");

@@ -68,6 +68,27 @@ async def main():
     section("computed", await conn.fetch(
         "SELECT CAST(3 AS SMALLINT) AS s, CAST(-7 AS INT) AS i, CAST(0.25 AS REAL) AS r,"
         " TIMESTAMP '1999-12-31 23:59:59.999999' AS ts, INTERVAL '1 day' AS iv, 1 > 2 AS b"))
+    # executemany is one implicit transaction (asyncpg sends one Sync):
+    # a duplicate key in its last row leaves none of its rows.
+    await conn.execute("CREATE TABLE pg_async_many (id BIGINT PRIMARY KEY)")
+    await conn.execute("INSERT INTO pg_async_many VALUES (1)")
+    try:
+        await conn.executemany("INSERT INTO pg_async_many VALUES ($1)", [(2,), (3,), (1,)])
+        failed = "none"
+    except asyncpg.PostgresError as e:
+        failed = e.sqlstate
+    left = await conn.fetchval("SELECT count(*) FROM pg_async_many")
+    await conn.executemany("INSERT INTO pg_async_many VALUES ($1)", [(4,), (5,)])
+    print("== executemany")
+    print("failed,left,after_good")
+    print(f"{failed},{left},{await conn.fetchval('SELECT count(*) FROM pg_async_many')}")
+    # A parameter the statement casts is typed by its cast, as
+    # PostgreSQL infers it (asyncpg encodes by that type).
+    stmt = await conn.prepare("SELECT $1::numeric * 2 AS x, CAST($2 AS DATE) AS d")
+    print("== cast parameter types")
+    print("types,x,d")
+    row = await stmt.fetchrow(decimal.Decimal("1.25"), datetime.date(2024, 2, 29))
+    print(f"{' '.join(t.name for t in stmt.get_parameters())},{row['x'].normalize()},{row['d']}")
     await conn.close()
 
 

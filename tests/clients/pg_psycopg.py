@@ -211,3 +211,53 @@ print("before,after")
 after = zones.info.parameter_status("TimeZone")
 print(f"{before},{after}")
 zones.close()
+
+# An extended-protocol batch (everything up to Sync) is one implicit
+# transaction, as in PostgreSQL: a pipeline whose third statement fails
+# leaves none of its rows; a good one commits all; executemany too; a
+# lone autocommit INSERT commits on its own.
+batch = psycopg.connect(conninfo, autocommit=True)
+batch.execute("CREATE TABLE pg_batch (id BIGINT PRIMARY KEY, v BIGINT)")
+batch.execute("INSERT INTO pg_batch VALUES (%s, %s)", (1, 10))
+try:
+    with batch.pipeline():
+        batch.execute("INSERT INTO pg_batch VALUES (%s, %s)", (2, 20))
+        batch.execute("INSERT INTO pg_batch VALUES (%s, %s)", (3, 30))
+        batch.execute("UPDATE pg_batch SET v = v / %s WHERE id = 1", (0,))
+        batch.execute("INSERT INTO pg_batch VALUES (%s, %s)", (4, 40))
+    failed_batch = "none"
+except psycopg.Error as e:
+    failed_batch = e.sqlstate
+after_failed = batch.execute("SELECT count(*) FROM pg_batch").fetchone()[0]
+with batch.pipeline():
+    batch.execute("INSERT INTO pg_batch VALUES (%s, %s)", (5, 50))
+    batch.execute("INSERT INTO pg_batch VALUES (%s, %s)", (6, 60))
+after_good = batch.execute("SELECT count(*) FROM pg_batch").fetchone()[0]
+try:
+    batch.cursor().executemany("INSERT INTO pg_batch VALUES (%s, %s)", [(7, 70), (1, 0)])
+    failed_many = "none"
+except psycopg.Error as e:
+    failed_many = e.sqlstate
+after_many = batch.execute("SELECT count(*) FROM pg_batch").fetchone()[0]
+print("== extended batch")
+print("failed,after_failed,after_good,failed_many,after_many,status")
+print(f"{failed_batch},{after_failed},{after_good},{failed_many},{after_many},"
+      f"{batch.info.transaction_status.name}")
+
+# Declared parameter types type the statement where they change its
+# result (PostgreSQL's rule): a NUMERIC bound to BIGINT * $1 makes a
+# NUMERIC column, described and sent as one, in text and binary.
+print("== declared types")
+print("format,oid,value")
+for binary in (False, True):
+    cur = batch.cursor(binary=binary)
+    cur.execute("SELECT v * %s AS x FROM pg_batch WHERE id = 1", (decimal.Decimal("2.5"),))
+    print(f"{'binary' if binary else 'text'},{cur.description[0].type_code},"
+          f"{show(cur.fetchone()[0])}")
+try:
+    batch.execute("SELECT v * %s FROM pg_batch WHERE id = 1",
+                  (decimal.Decimal("1.000000000001"),)).fetchall()
+    print("too fine,none")
+except psycopg.Error as e:
+    print(f"too fine,{e.sqlstate}")
+batch.close()

@@ -55,6 +55,70 @@ pub fn row(
         .map_err(Error::from)
 }
 
+/// The most digits after the point a NUMERIC parameter keeps where the
+/// statement is typed by its declaration ([`declared_sql_type`]).
+pub const DECLARED_NUMERIC_SCALE: i8 = 10;
+
+/// The SQL type a parameter declared as `t` is cast to where the
+/// statement would otherwise type it otherwise (`handler.rs`); None for a
+/// type Quarry does not cast to, which keeps the inferred type.
+pub fn declared_sql_type(t: &Type) -> Option<&'static str> {
+    Some(match *t {
+        Type::INT2 => "SMALLINT",
+        Type::INT4 => "INT",
+        Type::INT8 => "BIGINT",
+        Type::FLOAT4 => "REAL",
+        Type::FLOAT8 => "DOUBLE PRECISION",
+        // PostgreSQL's NUMERIC has no fixed scale; DataFusion's DECIMAL
+        // has one. A value with more digits after the point is refused
+        // at Bind ([`check_declared_numeric`]), never rounded.
+        Type::NUMERIC => "DECIMAL(38, 10)",
+        Type::BOOL => "BOOLEAN",
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => "VARCHAR",
+        Type::DATE => "DATE",
+        Type::TIMESTAMP => "TIMESTAMP",
+        Type::TIMESTAMPTZ => "TIMESTAMP WITH TIME ZONE",
+        Type::BYTEA => "BYTEA",
+        _ => return None,
+    })
+}
+
+/// The PostgreSQL type of SQL type `t`, for the types a parameter is
+/// commonly cast to in a statement (`$1::numeric`); None for others.
+pub fn pg_type_of_sql(t: &sqlparser::ast::DataType) -> Option<Type> {
+    use sqlparser::ast::{DataType as D, TimezoneInfo};
+    Some(match t {
+        D::Numeric(_) | D::Decimal(_) | D::Dec(_) => Type::NUMERIC,
+        D::SmallInt(_) | D::Int2(_) => Type::INT2,
+        D::Int(_) | D::Integer(_) | D::Int4(_) => Type::INT4,
+        D::BigInt(_) | D::Int8(_) => Type::INT8,
+        D::Real | D::Float4 => Type::FLOAT4,
+        D::Double(_) | D::DoublePrecision | D::Float8 => Type::FLOAT8,
+        D::Boolean | D::Bool => Type::BOOL,
+        D::Text | D::Varchar(_) | D::CharacterVarying(_) | D::String(_) => Type::TEXT,
+        D::Date => Type::DATE,
+        D::Timestamp(_, TimezoneInfo::WithTimeZone | TimezoneInfo::Tz) => Type::TIMESTAMPTZ,
+        D::Timestamp(_, _) => Type::TIMESTAMP,
+        D::Bytea => Type::BYTEA,
+        _ => return None,
+    })
+}
+
+/// Refuses a NUMERIC parameter with more digits after the point than
+/// the `DECIMAL(38, 10)` its declaration cast it to keeps.
+pub fn check_declared_numeric(row: &RecordBatch, i: usize) -> Result<()> {
+    match row.column(i).data_type() {
+        DataType::Decimal128(_, s) if *s > DECLARED_NUMERIC_SCALE => Err(Error::Overflow(format!(
+            "parameter ${}: a NUMERIC with {s} digits after the point, where the statement \
+             needs its type and keeps {DECLARED_NUMERIC_SCALE}; cast it in the statement \
+             (CAST(${} AS DECIMAL(38, {s})))",
+            i + 1,
+            i + 1
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn utf8(b: &[u8]) -> Result<&str> {
     std::str::from_utf8(b).map_err(|_| plan_err!("the value is not UTF-8"))
 }

@@ -5,8 +5,11 @@
 //! is and answers it. Parse works out what a statement takes and answers
 //! (`QueryEngine::shape`: the query planned, its result columns and the
 //! parameter types DataFusion infers, each given the client's OID where
-//! it gave one), so Describe of a statement or a portal needs no second
-//! look; Execute binds the parameters as literals (`decode.rs`,
+//! it gave one, or the type the statement casts it to), so Describe of a
+//! statement or a portal needs no second look. Where a declared type
+//! would change the result's types (`a * $1`, `$1` NUMERIC), the
+//! statement is planned with `CAST($n AS type)` around those parameters,
+//! so that what Describe says and what Execute sends agree; Execute binds the parameters as literals (`decode.rs`,
 //! `crate::params`) and runs the statement as a simple Query would.
 //!
 //! Transaction state is the session's: after each Query and Execute the
@@ -55,6 +58,16 @@ pub struct PgStatement {
     params: Vec<Type>,
     /// The result's columns (None: no rows, a command tag).
     result: Option<SchemaRef>,
+    /// Parameters (from 0) cast to `DECIMAL(38, 10)` by their declared
+    /// NUMERIC type: a bound value must fit its scale.
+    numeric_casts: Vec<usize>,
+}
+
+impl PgStatement {
+    /// The text as the client sent it.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
 }
 
 /// The session a connection's startup made.
@@ -67,7 +80,7 @@ pub fn session_of(client: &impl ClientInfo) -> PgWireResult<Arc<PgSession>> {
 }
 
 /// Waits for the statement `f` or a cancel request, whichever is first.
-async fn cancellable<F, T>(client: &impl ClientInfo, f: F) -> PgWireResult<T>
+pub(super) async fn cancellable<F, T>(client: &impl ClientInfo, f: F) -> PgWireResult<T>
 where
     F: std::future::Future<Output = PgWireResult<T>>,
 {
@@ -87,11 +100,42 @@ where
 
 /// The format of result column `i` under `format` (text past the codes
 /// given).
-fn format_of(format: &Format, i: usize) -> FieldFormat {
+pub(super) fn format_of(format: &Format, i: usize) -> FieldFormat {
     match format {
         Format::Individual(codes) if i >= codes.len() => FieldFormat::Text,
         f => f.format_for(i),
     }
+}
+
+/// A portal's statement with its bound parameters written in as literals.
+pub(super) fn bound_sql(portal: &Portal<PgStatement>) -> PgWireResult<String> {
+    let stmt = &portal.statement.statement;
+    Ok(match stmt.numbered.count {
+        0 if portal.parameters.is_empty() => stmt.sql.clone(),
+        _ => {
+            let format = &portal.parameter_format;
+            if let Format::Individual(codes) = format {
+                if codes.len() != portal.parameters.len() {
+                    return Err(pg_error(
+                        "08P01",
+                        format!(
+                            "bind message has {} parameter formats but {} parameters",
+                            codes.len(),
+                            portal.parameters.len()
+                        ),
+                    ));
+                }
+            }
+            let row = decode::row(&portal.parameters, &stmt.params, |i| {
+                format_of(format, i) == FieldFormat::Binary
+            })
+            .map_err(to_pg)?;
+            for &i in &stmt.numeric_casts {
+                decode::check_declared_numeric(&row, i).map_err(to_pg)?;
+            }
+            params::bind(&stmt.numbered, &row, 0).map_err(to_pg)?
+        }
+    })
 }
 
 pub struct Handler;
@@ -109,6 +153,13 @@ impl SimpleQueryHandler for Handler {
             return Err(PgWireError::NotReadyForQuery);
         }
         let session = session_of(client)?;
+        if session.take_deferred().is_some() {
+            return Err(pg_error(
+                "08P01",
+                "protocol violation: a simple Query arrived inside an extended-protocol batch \
+                 (before its Sync); the batch's write did not run",
+            ));
+        }
         client.set_state(PgWireConnectionState::QueryInProgress);
         let statements = statement::split(&query.query);
         // Several statements are one batch: one implicit transaction
@@ -216,7 +267,10 @@ where
 
 /// Sends the reported parameters that a statement changed (SET
 /// TimeZone, …) as ParameterStatus messages, as PostgreSQL does.
-async fn send_changed_parameters<C>(client: &mut C, session: &PgSession) -> PgWireResult<()>
+pub(super) async fn send_changed_parameters<C>(
+    client: &mut C,
+    session: &PgSession,
+) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin,
     C::Error: Debug,
@@ -235,7 +289,11 @@ where
 /// fails), and the connection's status is set so that pgwire's error
 /// path (ErrorResponse, then ReadyForQuery) reports it: idle outside a
 /// transaction (a failed COMMIT ended it), failed inside one.
-async fn failed<C: ClientInfo>(client: &mut C, session: &PgSession, e: PgWireError) -> PgWireError {
+pub(super) async fn failed<C: ClientInfo>(
+    client: &mut C,
+    session: &PgSession,
+    e: PgWireError,
+) -> PgWireError {
     if matches!(e, PgWireError::QueryCanceled) {
         session
             .statement_failed("canceling statement due to user request")
@@ -361,6 +419,7 @@ impl QueryParser for Handler {
                 sql,
                 params: vec![],
                 result,
+                numeric_casts: vec![],
             }));
         }
         if super::copy::parse(&sql).is_some() {
@@ -378,7 +437,7 @@ impl QueryParser for Handler {
                 Ok::<_, crate::Error>((numbered, shape))
             })
             .await;
-        let (numbered, shape) = match shaped {
+        let (mut numbered, mut shape) = match shaped {
             Ok(s) => s,
             Err(e) => {
                 // As in PostgreSQL, an error at Parse fails the transaction.
@@ -386,14 +445,59 @@ impl QueryParser for Handler {
                 return Err(to_pg(e));
             }
         };
+        let inferred = |shape: &crate::engine::StatementShape, i: usize| {
+            shape
+                .parameters
+                .fields()
+                .get(i)
+                .map(|f| encode::pg_type(f.data_type()).0)
+        };
+        // A parameter the client declared as another type than the one
+        // inferred: where that changes the result's types, the statement
+        // is typed by the declarations, so that what Describe says and
+        // what Execute sends agree (a NUMERIC bound to `a * $1` makes a
+        // NUMERIC column, not the BIGINT `a` suggests).
+        let casts: Vec<(usize, &str)> = (0..numbered.count)
+            .filter_map(|i| {
+                let declared = types.get(i).cloned().flatten()?;
+                let name = decode::declared_sql_type(&declared)?;
+                (inferred(&shape, i) != Some(declared)).then_some((i + 1, name))
+            })
+            .collect();
+        let mut numeric_casts = vec![];
+        if !casts.is_empty() && !shape.dataset.fields().is_empty() {
+            let cast = params::cast_placeholders(&numbered, &casts).map_err(to_pg)?;
+            let cast_shape = session.scoped(engine.shape(&cast)).await;
+            let result_types = |s: &crate::engine::StatementShape| {
+                s.dataset
+                    .fields()
+                    .iter()
+                    .map(|f| encode::pg_type(f.data_type()).0)
+                    .collect::<Vec<_>>()
+            };
+            if let Ok(cast_shape) = cast_shape {
+                if result_types(&cast_shape) != result_types(&shape) {
+                    numeric_casts = casts
+                        .iter()
+                        .filter(|(_, name)| name.starts_with("DECIMAL"))
+                        .map(|(n, _)| n - 1)
+                        .collect();
+                    (numbered, shape) = (cast, cast_shape);
+                }
+            }
+        }
+        // Undeclared: the type the statement casts it to, as PostgreSQL
+        // infers it, else the planner's.
+        let cast_in_statement = params::cast_types(&numbered);
         let params = (0..numbered.count)
             .map(|i| match types.get(i).cloned().flatten() {
                 Some(t) if t != Type::UNKNOWN => t,
-                _ => shape
-                    .parameters
-                    .fields()
-                    .get(i)
-                    .map_or(Type::TEXT, |f| encode::pg_type(f.data_type()).0),
+                _ => cast_in_statement
+                    .iter()
+                    .find(|(n, _)| *n == i + 1)
+                    .and_then(|(_, t)| decode::pg_type_of_sql(t))
+                    .or_else(|| inferred(&shape, i))
+                    .unwrap_or(Type::TEXT),
             })
             .collect();
         let result = match shape.dataset.fields().is_empty() {
@@ -405,6 +509,7 @@ impl QueryParser for Handler {
             numbered,
             params,
             result,
+            numeric_casts,
         }))
     }
 
@@ -465,30 +570,7 @@ impl ExtendedQueryHandler for Handler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = session_of(client)?;
-        let stmt = &portal.statement.statement;
-        let sql = match stmt.numbered.count {
-            0 if portal.parameters.is_empty() => stmt.sql.clone(),
-            _ => {
-                let format = &portal.parameter_format;
-                if let Format::Individual(codes) = format {
-                    if codes.len() != portal.parameters.len() {
-                        return Err(pg_error(
-                            "08P01",
-                            format!(
-                                "bind message has {} parameter formats but {} parameters",
-                                codes.len(),
-                                portal.parameters.len()
-                            ),
-                        ));
-                    }
-                }
-                let row = decode::row(&portal.parameters, &stmt.params, |i| {
-                    format_of(format, i) == FieldFormat::Binary
-                })
-                .map_err(to_pg)?;
-                params::bind(&stmt.numbered, &row, 0).map_err(to_pg)?
-            }
-        };
+        let sql = bound_sql(portal)?;
         let format = portal.result_column_format.clone();
         let format = move |i: usize| format_of(&format, i);
         // (Cancellation: pgwire's _on_execute waits on it around this.)

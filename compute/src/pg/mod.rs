@@ -15,6 +15,8 @@
 //!   the same;
 //! * `handler.rs`: simple and extended query, ReadyForQuery's state,
 //!   cancel;
+//! * `batch.rs`: an extended-protocol batch as one implicit transaction,
+//!   a lone write still an autocommit one;
 //! * `statement.rs`: splitting, the session's statements, PostgreSQL
 //!   syntax rewritten for DataFusion, command tags;
 //! * `copy.rs`: `COPY … FROM STDIN` (text and CSV) as batches of INSERTs;
@@ -27,6 +29,7 @@
 //! (`df/pg_catalog.rs`). What differs from PostgreSQL is written in
 //! `docs/postgres.md`.
 
+mod batch;
 mod copy;
 mod decode;
 mod encode;
@@ -51,6 +54,7 @@ pub use session::{SERVER_VERSION, SERVER_VERSION_NUM};
 /// Everything a connection is served with.
 struct Handlers {
     handler: Arc<handler::Handler>,
+    extended: Arc<batch::Batched>,
     startup: Arc<startup::Startup>,
     cancel: Arc<DefaultCancelHandler>,
 }
@@ -61,7 +65,7 @@ impl PgWireServerHandlers for Handlers {
     }
 
     fn extended_query_handler(&self) -> Arc<impl pgwire::api::query::ExtendedQueryHandler> {
-        self.handler.clone()
+        self.extended.clone()
     }
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
@@ -138,6 +142,7 @@ pub async fn serve(
     .map_err(|e| Error::InvalidInput(format!("[security] for PostgreSQL clients: {e}")))?;
     let handlers = Arc::new(Handlers {
         handler: Arc::new(handler::Handler),
+        extended: Arc::new(batch::Batched(handler::Handler)),
         startup: Arc::new(startup),
         cancel: Arc::new(DefaultCancelHandler::new(manager)),
     });

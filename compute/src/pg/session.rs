@@ -32,13 +32,10 @@
 //! statement failed).
 //!
 //! The extended protocol's batches (everything up to Sync: pgjdbc's
-//! `executeBatch`, asyncpg's `executemany`) are not made one: each
-//! Execute outside `BEGIN` commits on its own. Opening a transaction at a
-//! batch's first write made every single write sent that way (every
-//! autocommit statement of psycopg, asyncpg and pgjdbc) 2.2 times slower
-//! (a pessimistic lock, a second prewrite and two timestamps more;
-//! `docs/postgres.md`), and whether more Executes follow the first is
-//! known only when the next message comes.
+//! `executeBatch`, asyncpg's `executemany`, psycopg's pipelines) are
+//! implicit transactions too, opened when a write is followed by more
+//! than a Sync; a lone write and its Sync stay an autocommit write
+//! (`batch.rs` says how and why).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -47,6 +44,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use parking_lot::Mutex;
+use pgwire::api::portal::Portal;
 use pgwire::api::results::{CopyResponse, FieldFormat, QueryResponse, Response, Tag};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::CopyData;
@@ -54,6 +52,7 @@ use pgwire::messages::response::TransactionStatus;
 
 use super::copy::{self, Copy, CopyFrom, CopyTo};
 use super::encode;
+use super::handler::PgStatement;
 use super::sqlstate::{pg_error, to_pg};
 use super::statement::{self, Outcome, SessionStatement};
 use crate::caller::Caller;
@@ -124,9 +123,13 @@ pub struct PgSession {
     /// The open transaction failed: only COMMIT or ROLLBACK run.
     failed: AtomicBool,
     /// A batch of statements is under way (a simple Query of several
-    /// statements): its first write outside a transaction opens an
-    /// implicit one.
+    /// statements, or an extended-protocol batch with more than one
+    /// message after a write): its first write outside a transaction
+    /// opens an implicit one.
     in_batch: AtomicBool,
+    /// An extended-protocol write waiting for the next message
+    /// (`batch.rs`).
+    deferred: Mutex<Option<Arc<Portal<PgStatement>>>>,
     /// The open transaction is a batch's implicit one: it ends with the
     /// batch, committed, or rolled back if a statement failed.
     implicit: AtomicBool,
@@ -193,6 +196,7 @@ impl PgSession {
             txn: Mutex::new(None),
             failed: AtomicBool::new(false),
             in_batch: AtomicBool::new(false),
+            deferred: Mutex::new(None),
             implicit: AtomicBool::new(false),
             settings: Mutex::new(settings),
             heard: Mutex::new(Vec::new()),
@@ -256,8 +260,24 @@ impl PgSession {
         self.in_batch.store(true, Ordering::Relaxed);
     }
 
-    /// The batch has ended (the simple Query's last statement, or one that
-    /// failed):
+    /// Whether a batch is under way.
+    pub fn in_batch(&self) -> bool {
+        self.in_batch.load(Ordering::Relaxed)
+    }
+
+    /// Holds an extended-protocol write until the next message
+    /// (`batch.rs`).
+    pub fn defer(&self, portal: Arc<Portal<PgStatement>>) {
+        *self.deferred.lock() = Some(portal);
+    }
+
+    /// The held write, if any, no longer held.
+    pub fn take_deferred(&self) -> Option<Arc<Portal<PgStatement>>> {
+        self.deferred.lock().take()
+    }
+
+    /// The batch has ended (the simple Query's last statement, one that
+    /// failed, or an extended-protocol Sync):
     /// its implicit transaction, if one opened, commits, or rolls back if
     /// a statement in it failed.
     pub async fn end_batch(&self) -> PgWireResult<()> {
@@ -418,10 +438,19 @@ impl PgSession {
         };
         let r = match r {
             Ok(r) => r,
-            Err(e) => {
+            Err(mut e) => {
                 if txn.is_some() {
                     // The engine has rolled it back.
                     self.failed.store(true, Ordering::Relaxed);
+                }
+                if self.implicit.load(Ordering::Relaxed) {
+                    // No ROLLBACK to send: the batch's end takes it back.
+                    e = e.map_message(|m| {
+                        m.replace(
+                            crate::session::ROLLED_BACK,
+                            "the batch's implicit transaction is rolled back",
+                        )
+                    });
                 }
                 return Err(to_pg(e));
             }
