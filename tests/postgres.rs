@@ -366,6 +366,17 @@ fn psycopg_asyncpg_and_sqlalchemy_run_unchanged() {
         "failed,after_failed,after_good,failed_many,after_many,status\n\
          22012,1,3,23505,3,IDLE\n"
     );
+    // COPY FROM STDIN in binary: psycopg's rows, and Quarry's own binary
+    // COPY TO fed back, the same rows; data cut off is 22P04.
+    assert_eq!(
+        section(&s, "binary copy"),
+        "rows,first,second,round_trip\n\
+         5002,'1 1.5 -12.25 1998-12-01 tab\\there','2    ',True\n"
+    );
+    assert_eq!(
+        section(&s, "binary copy cut off"),
+        "22P04 COPY binary data: the data ends inside row 1\n"
+    );
     // A declared NUMERIC types `v * $1` as NUMERIC (OID 1700), in both
     // formats; one finer than the cast keeps is refused, not rounded.
     assert_eq!(

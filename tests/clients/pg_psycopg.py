@@ -261,3 +261,38 @@ try:
 except psycopg.Error as e:
     print(f"too fine,{e.sqlstate}")
 batch.close()
+
+# COPY FROM STDIN in binary format: rows psycopg encodes (int8, float8,
+# numeric, date, text, NULLs), then Quarry's own binary COPY TO fed back
+# into a second table: the same rows.
+bc = psycopg.connect(conninfo, autocommit=True)
+bc.execute("CREATE TABLE pg_bcopy (id BIGINT PRIMARY KEY, f DOUBLE, d DECIMAL(12,2), dt DATE, t VARCHAR)")
+bc.execute("CREATE TABLE pg_bcopy2 (id BIGINT PRIMARY KEY, f DOUBLE, d DECIMAL(12,2), dt DATE, t VARCHAR)")
+with bc.cursor().copy("COPY pg_bcopy FROM STDIN (FORMAT BINARY)") as cp:
+    cp.set_types(["int8", "float8", "numeric", "date", "text"])
+    cp.write_row((1, 1.5, decimal.Decimal("-12.25"), datetime.date(1998, 12, 1), "tab\there"))
+    cp.write_row((2, None, None, None, None))
+    for i in range(3, 5003):
+        cp.write_row((i, i / 4, decimal.Decimal(i) / 100, datetime.date(2000, 1, 1), f"r{i}"))
+with bc.cursor().copy("COPY pg_bcopy TO STDOUT (FORMAT BINARY)") as cp:
+    blob = b"".join(bytes(data) for data in cp)
+with bc.cursor().copy("COPY pg_bcopy2 FROM STDIN (FORMAT BINARY)") as cp:
+    cp.write(blob)
+query = "SELECT id, f, d, dt, t FROM {} ORDER BY id"
+same = bc.execute(query.format("pg_bcopy")).fetchall() == bc.execute(query.format("pg_bcopy2")).fetchall()
+print("== binary copy")
+print("rows,first,second,round_trip")
+first = bc.execute("SELECT id, f, d, dt, t FROM pg_bcopy WHERE id = 1").fetchone()
+second = bc.execute("SELECT id, f, d, dt, t FROM pg_bcopy WHERE id = 2").fetchone()
+print(f"{bc.execute('SELECT count(*) FROM pg_bcopy2').fetchone()[0]},"
+      f"{' '.join(show(v) for v in first)!r},{' '.join(show(v) for v in second)!r},{same}")
+try:
+    with bc.cursor().copy("COPY pg_bcopy FROM STDIN (FORMAT BINARY)") as cp:
+        # A header, then a row of 5 fields cut off inside its first.
+        cp.write(b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8 + b"\x00\x05\x00\x00\x00\x08\x00")
+    cut = "none"
+except psycopg.Error as e:
+    cut = f"{e.sqlstate} {str(e).splitlines()[0][:44]}"
+print("== binary copy cut off")
+print(cut)
+bc.close()

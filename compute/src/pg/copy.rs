@@ -1,5 +1,8 @@
 //! `COPY t [(columns)] FROM STDIN`: rows a client streams, in PostgreSQL's
-//! text format or CSV, written as INSERTs of up to [`BATCH_ROWS`] rows.
+//! text format, CSV or binary format, written as INSERTs of up to
+//! [`BATCH_ROWS`] rows. Binary values are read by their column's kind
+//! ([`binary_rows`]) into the text the other formats give, and from there
+//! take the same path.
 //!
 //! Each batch is one INSERT through the engine (`QueryEngine::sql_in`),
 //! so it is one transaction on its own (or part of the session's open
@@ -145,11 +148,6 @@ fn parse_copy(text: &str) -> Result<Copy> {
     match direction.to_ascii_lowercase().as_str() {
         "from" if query.is_some() => Err(plan_err!("syntax error: COPY (query) can only go TO STDOUT")),
         "from" if end.eq_ignore_ascii_case("stdin") => {
-            if options.binary {
-                return Err(Error::InvalidInput(
-                    "unsupported: COPY FROM STDIN in binary format; send text or CSV".into(),
-                ));
-            }
             Ok(Copy::From(CopyFrom { table, columns, options }))
         }
         "from" => Err(Error::InvalidInput(
@@ -392,15 +390,13 @@ pub fn rows(data: &str, copy: &CopyOptions, first: bool) -> Result<Vec<Vec<Optio
         .collect())
 }
 
-/// An INSERT of `rows` into `table` (`copy`'s columns), values as
-/// literals of their columns' types.
-pub fn insert_sql(
-    table: &TableDef,
+/// The columns a COPY into `table` fills, in the order its rows give
+/// them.
+pub fn columns<'a>(
+    table: &'a TableDef,
     copy: &CopyFrom,
-    rows: &[Vec<Option<String>>],
-    line: usize,
-) -> Result<String> {
-    let columns: Vec<&quarry_proto::meta::ColumnDef> = match copy.columns.is_empty() {
+) -> Result<Vec<&'a quarry_proto::meta::ColumnDef>> {
+    Ok(match copy.columns.is_empty() {
         true => table
             .columns
             .iter()
@@ -422,7 +418,139 @@ pub fn insert_sql(
                     })
             })
             .collect::<Result<_>>()?,
+    })
+}
+
+/// A binary COPY's header and trailer, as far as they have come.
+#[derive(Debug, Default)]
+pub struct BinaryState {
+    /// The header has been read.
+    header: bool,
+    /// The trailer (a field count of -1) has been read.
+    pub ended: bool,
+}
+
+/// The whole tuples at the front of `data`, a binary COPY's stream
+/// (PostgreSQL's format: a header, then per row a 16-bit field count and
+/// per field a 32-bit length, -1 for NULL, and the value's binary
+/// encoding; a count of -1 ends it), each value as the text
+/// [`insert_sql`] takes for its column's kind, and how many bytes they
+/// took. A tuple cut off at the end of `data` is left for the next call.
+/// Integers come as int8, int4 or int2 and floats as float8 or float4
+/// (Quarry stores every width as one), DECIMAL as numeric, DATE as date,
+/// VARCHAR as text.
+pub fn binary_rows(
+    data: &[u8],
+    kinds: &[TypeKind],
+    state: &mut BinaryState,
+    line: usize,
+) -> Result<(Vec<Vec<Option<String>>>, usize)> {
+    let bad = |what: String| Error::InvalidInput(format!("COPY binary data: {what}"));
+    let mut at = 0usize;
+    if !state.header {
+        let fixed = BINARY_SIGNATURE.len();
+        if data.len() < fixed {
+            return Ok((vec![], 0));
+        }
+        if data[..11] != BINARY_SIGNATURE[..11] {
+            return Err(bad(
+                "the signature PGCOPY\\n\\377\\r\\n\\0 is missing".into()
+            ));
+        }
+        let flags = u32::from_be_bytes(data[11..15].try_into().expect("4"));
+        if flags & 0x0001_0000 != 0 {
+            return Err(bad("rows with OIDs are not supported".into()));
+        }
+        let extension = u32::from_be_bytes(data[15..19].try_into().expect("4")) as usize;
+        if data.len() < fixed + extension {
+            return Ok((vec![], 0));
+        }
+        at = fixed + extension;
+        state.header = true;
+    }
+    let mut rows = vec![];
+    while !state.ended {
+        let start = at;
+        let Some(count) = data.get(at..at + 2) else {
+            break;
+        };
+        let count = i16::from_be_bytes(count.try_into().expect("2"));
+        at += 2;
+        if count == -1 {
+            state.ended = true;
+            break;
+        }
+        if count as usize != kinds.len() {
+            return Err(bad(format!(
+                "row {} has {count} fields for {} columns",
+                line + rows.len(),
+                kinds.len()
+            )));
+        }
+        let mut row = Vec::with_capacity(kinds.len());
+        let mut whole = true;
+        for kind in kinds {
+            let Some(len) = data.get(at..at + 4) else {
+                whole = false;
+                break;
+            };
+            let len = i32::from_be_bytes(len.try_into().expect("4"));
+            at += 4;
+            if len == -1 {
+                row.push(None);
+                continue;
+            }
+            let Some(value) = usize::try_from(len).ok().and_then(|l| data.get(at..at + l)) else {
+                if len < 0 {
+                    return Err(bad(format!("a field length of {len}")));
+                }
+                whole = false;
+                break;
+            };
+            at += value.len();
+            let text = binary_field(value, *kind)
+                .map_err(|e| bad(format!("row {}: {e}", line + rows.len())))?;
+            row.push(Some(text));
+        }
+        if !whole {
+            at = start;
+            break;
+        }
+        rows.push(row);
+    }
+    Ok((rows, at))
+}
+
+/// One binary field of a column of `kind`, as text.
+fn binary_field(value: &[u8], kind: TypeKind) -> Result<String> {
+    use pgwire::api::Type;
+    let t = match (kind, value.len()) {
+        (TypeKind::Bigint, 2) => Type::INT2,
+        (TypeKind::Bigint, 4) => Type::INT4,
+        (TypeKind::Bigint, _) => Type::INT8,
+        (TypeKind::Double, 4) => Type::FLOAT4,
+        (TypeKind::Double, _) => Type::FLOAT8,
+        (TypeKind::Decimal, _) => Type::NUMERIC,
+        (TypeKind::Date, _) => Type::DATE,
+        _ => {
+            return std::str::from_utf8(value)
+                .map(str::to_string)
+                .map_err(|_| plan_err!("a text value that is not UTF-8"))
+        }
     };
+    let array = super::decode::binary_value(value, &t)?;
+    Ok(arrow::util::display::array_value_to_string(&array, 0)?)
+}
+
+/// An INSERT of `rows` into `table` (`copy`'s columns), values as
+/// literals of their columns' types.
+pub fn insert_sql(
+    table: &TableDef,
+    copy: &CopyFrom,
+    rows: &[Vec<Option<String>>],
+    line: usize,
+) -> Result<String> {
+    let columns = columns(table, copy)?;
     let names: Vec<String> = columns.iter().map(|c| format!("\"{}\"", c.name)).collect();
     let mut sql = format!(
         "INSERT INTO \"{}\" ({}) VALUES ",
@@ -634,7 +762,7 @@ mod tests {
         assert!(c.options.csv && c.options.header && c.options.delimiter == b'|');
         assert!(parse("COPY t FROM '/etc/passwd'").unwrap().is_err());
         assert!(parse("COPY t TO '/tmp/x'").unwrap().is_err());
-        assert!(parse("COPY t FROM STDIN (FORMAT binary)").unwrap().is_err());
+        assert!(from("COPY t FROM STDIN (FORMAT binary)").options.binary);
         assert!(parse("COPY (SELECT 1) FROM STDIN").unwrap().is_err());
         assert!(parse("COPY (SELECT 1 TO STDOUT").unwrap().is_err());
         assert!(parse("SELECT 1").is_none());
@@ -742,5 +870,68 @@ mod tests {
         assert_eq!(&rows[0][..6], &[0, 2, 0, 0, 0, 8]);
         assert_eq!(out_prologue(&[], &binary).unwrap().len(), 19);
         assert_eq!(out_epilogue(&binary).unwrap(), [0xff, 0xff]);
+    }
+
+    #[test]
+    fn binary_rows_are_read_whole_tuples_at_a_time() {
+        // One row (BIGINT as int4, DOUBLE as float8, DECIMAL 12.50 as
+        // numeric, DATE 2000-01-02, VARCHAR), one of NULLs, the trailer.
+        let mut data = BINARY_SIGNATURE.to_vec();
+        let field = |d: &mut Vec<u8>, v: &[u8]| {
+            d.extend((v.len() as i32).to_be_bytes());
+            d.extend(v);
+        };
+        data.extend(5i16.to_be_bytes());
+        field(&mut data, &7i32.to_be_bytes());
+        field(&mut data, &1.5f64.to_be_bytes());
+        // numeric: ndigits 2, weight 0, sign +, dscale 2; digits 12, 5000.
+        let numeric: Vec<u8> = [2i16, 0, 0, 2, 12, 5000]
+            .iter()
+            .flat_map(|x| x.to_be_bytes())
+            .collect();
+        field(&mut data, &numeric);
+        field(&mut data, &1i32.to_be_bytes());
+        field(&mut data, "o'k".as_bytes());
+        data.extend(5i16.to_be_bytes());
+        for _ in 0..5 {
+            data.extend((-1i32).to_be_bytes());
+        }
+        data.extend((-1i16).to_be_bytes());
+        let kinds = [
+            TypeKind::Bigint,
+            TypeKind::Double,
+            TypeKind::Decimal,
+            TypeKind::Date,
+            TypeKind::Varchar,
+        ];
+        let s = |v: &str| Some(v.to_string());
+        let want = vec![
+            vec![s("7"), s("1.5"), s("12.50"), s("2000-01-02"), s("o'k")],
+            vec![None; 5],
+        ];
+        // Fed in pieces: a cut tuple waits for the rest.
+        let mut state = BinaryState::default();
+        let (rows, used) = binary_rows(&data[..40], &kinds, &mut state, 1).unwrap();
+        assert_eq!((rows.len(), used), (0, 19));
+        let (rows, used2) = binary_rows(&data[used..], &kinds, &mut state, 1).unwrap();
+        assert_eq!(rows, want);
+        assert_eq!(used + used2, data.len());
+        assert!(state.ended);
+        // A row with another field count, and a bad signature, are refused.
+        let mut short = BINARY_SIGNATURE.to_vec();
+        short.extend(2i16.to_be_bytes());
+        let e = binary_rows(&short, &kinds, &mut BinaryState::default(), 1).unwrap_err();
+        assert!(
+            e.to_string().contains("row 1 has 2 fields for 5 columns"),
+            "{e}"
+        );
+        let e = binary_rows(
+            b"NOTCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0",
+            &kinds,
+            &mut BinaryState::default(),
+            1,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("signature"), "{e}");
     }
 }

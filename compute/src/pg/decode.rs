@@ -250,7 +250,7 @@ fn out_of_range() -> Error {
 }
 
 /// One parameter in binary format, by its type.
-fn binary_value(b: &[u8], t: &Type) -> Result<ArrayRef> {
+pub(super) fn binary_value(b: &[u8], t: &Type) -> Result<ArrayRef> {
     let n = |len: usize| -> Result<&[u8]> {
         match b.len() == len {
             true => Ok(b),

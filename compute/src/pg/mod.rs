@@ -19,7 +19,8 @@
 //!   a lone write still an autocommit one;
 //! * `statement.rs`: splitting, the session's statements, PostgreSQL
 //!   syntax rewritten for DataFusion, command tags;
-//! * `copy.rs`: `COPY … FROM STDIN` (text and CSV) as batches of INSERTs;
+//! * `copy.rs`: `COPY … FROM STDIN` (text, CSV and binary) as batches of
+//!   INSERTs;
 //! * `encode.rs` / `decode.rs`: Arrow values as PostgreSQL text and
 //!   binary, and bound parameters back;
 //! * `sqlstate.rs`: Quarry's error categories as SQLSTATE codes.

@@ -60,8 +60,13 @@ use crate::df::pg_functions::{default_setting, DEFAULT_SETTINGS};
 use crate::engine::{Prepared, QueryEngine, QueryOutput};
 use crate::session::OpenTxn;
 use crate::Error;
+use quarry_proto::meta::TypeKind;
 
 pub use crate::df::pg_functions::{SERVER_VERSION, SERVER_VERSION_NUM};
+
+/// The pending bytes of a binary COPY that make it write the whole
+/// tuples among them.
+const BINARY_CHUNK: usize = 1 << 20;
 
 /// Settings PostgreSQL reports but does not let a session change.
 const READ_ONLY: [&str; 10] = [
@@ -161,6 +166,8 @@ struct CopyIn {
     pending: Vec<u8>,
     /// No batch written yet (a header line is still to skip).
     first: bool,
+    /// A binary COPY's header and trailer as read so far.
+    binary: copy::BinaryState,
     /// Rows written, and lines read.
     rows: usize,
     lines: usize,
@@ -502,20 +509,23 @@ impl PgSession {
                 .count(),
             n => n,
         };
+        let binary = copy.options.binary;
         *self.copy_in.lock().await = Some(CopyIn {
             copy,
             table,
             pending: Vec::new(),
             first: true,
+            binary: Default::default(),
             rows: 0,
             lines: 1,
             error: None,
         });
-        Ok(Response::CopyIn(pgwire::api::results::CopyResponse::new(
-            0,
-            columns,
-            futures::stream::empty(),
-        )))
+        let format = i8::from(binary);
+        let mut response =
+            pgwire::api::results::CopyResponse::new(0, columns, futures::stream::empty());
+        // (Marked binary after: `new` would add a trailer to the stream.)
+        response.format = format;
+        Ok(Response::CopyIn(response))
     }
 
     /// Runs a `COPY … TO STDOUT`'s query: its rows stream out as the
@@ -598,6 +608,15 @@ impl PgSession {
             return;
         }
         c.pending.extend_from_slice(data);
+        if c.copy.options.binary {
+            // Whole tuples, about a batch's worth at a time.
+            if c.pending.len() >= BINARY_CHUNK {
+                if let Err(e) = self.copy_write_binary(c, false).await {
+                    c.error = Some(to_pg(e));
+                }
+            }
+            return;
+        }
         // Whole lines only, and (for CSV) not inside a quoted field: CSV
         // waits for the end, text goes batch by batch.
         if c.copy.options.csv {
@@ -624,6 +643,10 @@ impl PgSession {
         if let Some(e) = c.error.take() {
             return Err(e);
         }
+        if c.copy.options.binary {
+            self.copy_write_binary(&mut c, true).await.map_err(to_pg)?;
+            return Ok(Tag::new("COPY").with_rows(c.rows));
+        }
         let chunk = std::mem::take(&mut c.pending);
         self.copy_write(&mut c, &chunk).await.map_err(to_pg)?;
         Ok(Tag::new("COPY").with_rows(c.rows))
@@ -642,6 +665,48 @@ impl PgSession {
         let rows = copy::rows(text, &c.copy.options, c.first)?;
         let header = usize::from(c.first && c.copy.options.header);
         c.first = false;
+        self.copy_rows(c, &rows, header).await?;
+        c.lines += header;
+        Ok(())
+    }
+
+    /// Writes the whole tuples at the front of a binary COPY's pending
+    /// data; at the end (`last`), refuses data cut off or without its
+    /// trailer.
+    async fn copy_write_binary(&self, c: &mut CopyIn, last: bool) -> crate::Result<()> {
+        let kinds: Vec<TypeKind> = copy::columns(&c.table, &c.copy)?
+            .iter()
+            .map(|col| {
+                col.field_type
+                    .as_ref()
+                    .map(|t| t.kind())
+                    .unwrap_or(TypeKind::Varchar)
+            })
+            .collect();
+        let (rows, used) = copy::binary_rows(&c.pending, &kinds, &mut c.binary, c.lines)?;
+        c.pending.drain(..used);
+        self.copy_rows(c, &rows, 0).await?;
+        if last && (!c.binary.ended || !c.pending.is_empty()) {
+            return Err(Error::InvalidInput(match c.binary.ended {
+                true => "COPY binary data: bytes after the trailer".into(),
+                false => format!(
+                    "COPY binary data: the data ends inside row {} or before the trailer \
+                     (a field count of -1); the rows before it were written",
+                    c.lines
+                ),
+            }));
+        }
+        Ok(())
+    }
+
+    /// Writes `rows` of a COPY as INSERTs of [`copy::BATCH_ROWS`] rows,
+    /// the first of them line `c.lines + header`.
+    async fn copy_rows(
+        &self,
+        c: &mut CopyIn,
+        rows: &[Vec<Option<String>>],
+        header: usize,
+    ) -> crate::Result<()> {
         let txn = self.txn();
         for batch in rows.chunks(copy::BATCH_ROWS) {
             let sql = copy::insert_sql(&c.table, &c.copy, batch, c.lines + header)?;
@@ -658,7 +723,6 @@ impl PgSession {
             c.rows += batch.len();
             c.lines += batch.len();
         }
-        c.lines += header;
         Ok(())
     }
 

@@ -75,6 +75,10 @@ fn invalid_input_code(m: &str) -> &'static str {
         "22P02"
     } else if has("duplicate key") {
         "23505"
+    } else if has("copy binary data") {
+        // bad_copy_file_format (checked before "not supported": a binary
+        // COPY with OIDs says both).
+        "22P04"
     } else if has("already exists") && (has("table") || has("view")) {
         "42P07"
     } else if has("already exists") {
@@ -132,6 +136,12 @@ mod tests {
             "42703"
         );
         assert_eq!(c(Error::InvalidInput("division by zero".into())), "22012");
+        assert_eq!(
+            c(Error::InvalidInput(
+                "COPY binary data: row 3 has 2 fields for 5 columns".into()
+            )),
+            "22P04"
+        );
         assert_eq!(
             c(Error::InvalidInput(
                 "the transaction was rolled back after an error (x); end it with ROLLBACK".into()
