@@ -13,8 +13,8 @@
 //!   rule that runs last, rebuilds every `+`, `-` and `*` whose operands are
 //!   integers with the checked kernels, and unary minus of an integer as a
 //!   checked `0 - x`, in the nodes that evaluate expressions in compute:
-//!   projections, filters, sorts' keys, and aggregations' group keys and
-//!   arguments. Checked kernels differ from the wrapping
+//!   projections, filters, sorts' keys, aggregations' group keys and
+//!   arguments, and joins' keys and conditions (hash and nested-loop). Checked kernels differ from the wrapping
 //!   ones only where a value overflows; floats and decimals are left as
 //!   DataFusion plans them (DECIMAL results are bounded by their precision
 //!   elsewhere, `df/aggregates.rs`).
@@ -28,7 +28,7 @@
 //!   reaches it: `SELECT 9223372036854775807 + 1` fails, `CASE WHEN false
 //!   THEN 9223372036854775807 + 1 ELSE 0 END` answers 0, as in PostgreSQL.
 //!
-//! Not covered yet: join conditions, window arguments and ordered
+//! Not covered yet: window arguments and ordered
 //! aggregates' arguments computed in compute (DataFusion evaluates those
 //! inside their own operators, and its window expressions without a
 //! frame cannot be rebuilt with new arguments; an ordered aggregate may
@@ -57,6 +57,10 @@ use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
+use datafusion::physical_plan::joins::utils::JoinFilter;
+use datafusion::physical_plan::joins::{
+    HashJoinExec, NestedLoopJoinExec, NestedLoopJoinExecBuilder,
+};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::ExecutionPlan;
@@ -139,6 +143,40 @@ fn checked_node(node: Arc<dyn ExecutionPlan>) -> DfResult<Transformed<Arc<dyn Ex
         let new = SortExec::new(ordering, sort.input().clone())
             .with_preserve_partitioning(sort.preserve_partitioning())
             .with_fetch(sort.fetch());
+        return Ok(Transformed::yes(Arc::new(new)));
+    }
+    if let Some(h) = node.downcast_ref::<HashJoinExec>() {
+        // Join keys computed in the join (`ON a.x + 1 = b.y`), each on its
+        // side's rows, and the join's other conditions on the joined
+        // columns: a wrapped value would match the wrong rows.
+        let (left, right) = (h.left().schema(), h.right().schema());
+        let mut changed = false;
+        let on = h
+            .on()
+            .iter()
+            .map(|(l, r)| {
+                Ok((
+                    checked(l, &left, &mut changed)?,
+                    checked(r, &right, &mut changed)?,
+                ))
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        let filter = checked_join_filter(h.filter(), &mut changed)?;
+        if !changed {
+            return Ok(Transformed::no(node));
+        }
+        let new = h.builder().with_on(on).with_filter(filter).build_exec()?;
+        return Ok(Transformed::yes(new));
+    }
+    if let Some(j) = node.downcast_ref::<NestedLoopJoinExec>() {
+        let mut changed = false;
+        let filter = checked_join_filter(j.filter(), &mut changed)?;
+        if !changed {
+            return Ok(Transformed::no(node));
+        }
+        let new = NestedLoopJoinExecBuilder::from(j)
+            .with_filter(filter)
+            .build()?;
         return Ok(Transformed::yes(Arc::new(new)));
     }
     if let Some(a) = node.downcast_ref::<AggregateExec>() {
@@ -225,6 +263,21 @@ fn checked_aggregate(a: &AggregateExec) -> DfResult<Option<Arc<dyn ExecutionPlan
     )?
     .with_limit_options(a.limit_options());
     Ok(Some(Arc::new(new)))
+}
+
+/// A join's filter with its integer arithmetic checked (over the filter's
+/// own schema, the joined columns it reads).
+fn checked_join_filter(
+    filter: Option<&JoinFilter>,
+    changed: &mut bool,
+) -> DfResult<Option<JoinFilter>> {
+    let Some(f) = filter else { return Ok(None) };
+    let expression = checked(f.expression(), f.schema(), changed)?;
+    Ok(Some(JoinFilter::new(
+        expression,
+        f.column_indices().to_vec(),
+        f.schema().clone(),
+    )))
 }
 
 /// `expr` with its integer `+ - *` checked; `changed` set if any was not.
