@@ -377,12 +377,18 @@ fn psycopg_asyncpg_and_sqlalchemy_run_unchanged() {
         section(&s, "binary copy cut off"),
         "22P04 COPY binary data: the data ends inside row 1\n"
     );
+    // A held write, then a Bind that pgwire refuses: the write's
+    // CommandComplete, the error, ReadyForQuery, and the write undone.
+    assert_eq!(
+        section(&s, "batch failed in the protocol"),
+        "replies,left\n12CEZ,0\n"
+    );
     // A declared NUMERIC types `v * $1` as NUMERIC (OID 1700), in both
     // formats; one finer than the cast keeps is refused, not rounded.
     assert_eq!(
         section(&s, "declared types"),
         "format,oid,value\ntext,1700,25.0000000000\nbinary,1700,25.0000000000\n\
-         too fine,22003\n"
+         where,int2,25.0000000000\ntoo fine,22003\n"
     );
     assert_eq!(
         section(&s, "transaction"),

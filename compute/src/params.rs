@@ -179,6 +179,35 @@ pub fn cast_placeholders(stmt: &Numbered, casts: &[(usize, &str)]) -> Result<Num
     }
 }
 
+/// The placeholders that appear in a SELECT list of `stmt` (at any
+/// depth): the ones that can give a result column its type, where one in
+/// a WHERE clause cannot.
+pub fn in_select_lists(stmt: &Numbered) -> Vec<usize> {
+    struct Lists(Vec<usize>);
+    impl sqlparser::ast::Visitor for Lists {
+        type Break = ();
+        fn pre_visit_select(&mut self, select: &sqlparser::ast::Select) -> ControlFlow<()> {
+            for item in &select.projection {
+                let _ = sqlparser::ast::visit_expressions(item, |e| {
+                    if let Some(Ok(n)) = placeholder(e) {
+                        if !self.0.contains(&n) {
+                            self.0.push(n);
+                        }
+                    }
+                    ControlFlow::<()>::Continue(())
+                });
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let Some(parsed) = parse_one(&stmt.sql, usize::MAX) else {
+        return vec![];
+    };
+    let mut lists = Lists(vec![]);
+    let _ = sqlparser::ast::Visit::visit(&parsed, &mut lists);
+    lists.0
+}
+
 /// The type each placeholder is cast to where the statement casts it
 /// directly (`$1::numeric`, `CAST($2 AS DATE)`): `(n, type)`, the first
 /// such cast of each. This is the type PostgreSQL gives such a
@@ -312,6 +341,17 @@ mod tests {
             "SELECT a * CAST(7 AS DECIMAL(38,10)), 'x' FROM t WHERE b = CAST(7 AS DECIMAL(38,10))"
         );
         assert_eq!(cast_placeholders(&n, &[]).unwrap(), n);
+    }
+
+    #[test]
+    fn placeholders_in_select_lists_are_found_at_any_depth_and_no_others() {
+        let n = numbered(
+            "SELECT a * $1, (SELECT $2) FROM t WHERE b = $3 \
+             UNION ALL SELECT $4 FROM (SELECT $5 AS x) s WHERE c < $6",
+        );
+        let mut found = in_select_lists(&n);
+        found.sort();
+        assert_eq!(found, vec![1, 2, 4, 5]);
     }
 
     #[test]

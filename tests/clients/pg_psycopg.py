@@ -254,6 +254,11 @@ for binary in (False, True):
     cur.execute("SELECT v * %s AS x FROM pg_batch WHERE id = 1", (decimal.Decimal("2.5"),))
     print(f"{'binary' if binary else 'text'},{cur.description[0].type_code},"
           f"{show(cur.fetchone()[0])}")
+# A declared type in WHERE (psycopg sends 1 as int2) types nothing; the
+# scale of a NUMERIC is its value's (trailing zeros lose nothing).
+row = batch.execute("SELECT v * %s AS x FROM pg_batch WHERE id = %s",
+                    (decimal.Decimal("2.500000000000"), 1)).fetchone()
+print(f"where,int2,{show(row[0])}")
 try:
     batch.execute("SELECT v * %s FROM pg_batch WHERE id = 1",
                   (decimal.Decimal("1.000000000001"),)).fetchall()
@@ -296,3 +301,60 @@ except psycopg.Error as e:
 print("== binary copy cut off")
 print(cut)
 bc.close()
+
+# A batch whose later message fails in the protocol layer (a Bind of a
+# statement that does not exist) after a write: the write is rolled back
+# with the batch, as in PostgreSQL. Raw protocol messages, as no driver
+# sends this on purpose.
+import socket
+import struct
+
+params = psycopg.conninfo.conninfo_to_dict(conninfo)
+raw_setup = psycopg.connect(conninfo, autocommit=True)
+raw_setup.execute("CREATE TABLE pg_raw (id BIGINT PRIMARY KEY)")
+
+
+def message(kind, body):
+    return kind + struct.pack("!I", len(body) + 4) + body
+
+
+def cstr(s):
+    return s.encode() + b"\0"
+
+
+sock = socket.create_connection((params.get("host", "127.0.0.1"), int(params["port"])))
+startup = struct.pack("!I", 196608) + cstr("user") + cstr(params.get("user", "root")) \
+    + cstr("database") + cstr(params.get("dbname", "quarry")) + b"\0"
+sock.sendall(struct.pack("!I", len(startup) + 4) + startup)
+
+
+def read_until_ready():
+    kinds, buf = [], b""
+    while True:
+        while len(buf) < 5:
+            buf += sock.recv(65536)
+        kind, length = buf[:1], struct.unpack("!I", buf[1:5])[0]
+        while len(buf) < 1 + length:
+            buf += sock.recv(65536)
+        kinds.append(kind.decode())
+        buf = buf[1 + length:]
+        if kind == b"Z":
+            return kinds
+
+
+read_until_ready()
+sock.sendall(
+    message(b"P", cstr("") + cstr("INSERT INTO pg_raw VALUES (1)") + struct.pack("!H", 0))
+    + message(b"B", cstr("") + cstr("") + struct.pack("!HHH", 0, 0, 0))
+    + message(b"E", cstr("") + struct.pack("!I", 0))
+    + message(b"B", cstr("") + cstr("no_such_statement") + struct.pack("!HHH", 0, 0, 0))
+    + message(b"S", b"")
+)
+replies = read_until_ready()
+sock.sendall(message(b"X", b""))
+sock.close()
+left = raw_setup.execute("SELECT count(*) FROM pg_raw").fetchone()[0]
+print("== batch failed in the protocol")
+print("replies,left")
+print(f"{''.join(replies)},{left}")
+raw_setup.close()

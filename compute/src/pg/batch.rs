@@ -102,10 +102,12 @@ impl Batched {
             Some(Entry::Value(p)) => p,
             _ => return None,
         };
-        let write = matches!(
-            statement::outcome(portal.statement.statement.sql()),
-            Outcome::Count(_)
-        );
+        let stmt = &portal.statement.statement;
+        // (A RETURNING write read in pieces, an Execute with a row limit,
+        // runs as it comes: pgwire's portal keeps its place. pgjdbc sends
+        // a limit of 1 with every write; without RETURNING it is no limit.)
+        let write = matches!(statement::outcome(stmt.sql()), Outcome::Count(_))
+            && (message.max_rows == 0 || !stmt.returns_rows());
         write.then_some(portal)
     }
 }
@@ -253,7 +255,15 @@ impl ExtendedQueryHandler for Batched {
         let session = session_of(client)?;
         let held = session.take_deferred();
         // After an error (AwaitingSync) the batch is over: a write held
-        // before it is dropped, as PostgreSQL rolls the batch back.
+        // before it is dropped, and its implicit transaction, if one
+        // opened, rolls back, whichever message failed (pgwire's own
+        // Bind and Describe errors do not pass through the session), as
+        // PostgreSQL rolls the batch back.
+        if matches!(client.state(), PgWireConnectionState::AwaitingSync) {
+            session
+                .statement_failed("an earlier message of the batch failed")
+                .await;
+        }
         if let (Some(held), PgWireConnectionState::ReadyForQuery) = (held, client.state()) {
             // The batch was this one write: an autocommit write.
             if let Err(e) = run_held(client, &session, &held).await {

@@ -16,8 +16,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Date32Array, Decimal128Array, Float64Array, Int64Array, RecordBatch,
-    StringArray, TimestampMicrosecondArray,
+    Array, ArrayRef, BooleanArray, Date32Array, Decimal128Array, Float64Array, Int64Array,
+    RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use bytes::Bytes;
@@ -107,14 +107,27 @@ pub fn pg_type_of_sql(t: &sqlparser::ast::DataType) -> Option<Type> {
 /// Refuses a NUMERIC parameter with more digits after the point than
 /// the `DECIMAL(38, 10)` its declaration cast it to keeps.
 pub fn check_declared_numeric(row: &RecordBatch, i: usize) -> Result<()> {
-    match row.column(i).data_type() {
-        DataType::Decimal128(_, s) if *s > DECLARED_NUMERIC_SCALE => Err(Error::Overflow(format!(
-            "parameter ${}: a NUMERIC with {s} digits after the point, where the statement \
+    let column = row.column(i);
+    match column.data_type() {
+        // Digits past the tenth that are all zeros lose nothing.
+        DataType::Decimal128(_, s)
+            if *s > DECLARED_NUMERIC_SCALE
+                && column
+                    .as_any()
+                    .downcast_ref::<Decimal128Array>()
+                    .filter(|a| !a.is_null(0))
+                    .is_some_and(|a| {
+                        a.value(0) % 10i128.pow((*s - DECLARED_NUMERIC_SCALE) as u32) != 0
+                    }) =>
+        {
+            Err(Error::Overflow(format!(
+                "parameter ${}: a NUMERIC with {s} digits after the point, where the statement \
              needs its type and keeps {DECLARED_NUMERIC_SCALE}; cast it in the statement \
              (CAST(${} AS DECIMAL(38, {s})))",
-            i + 1,
-            i + 1
-        ))),
+                i + 1,
+                i + 1
+            )))
+        }
         _ => Ok(()),
     }
 }
@@ -188,6 +201,10 @@ fn value(v: Option<&[u8]>, t: &Type, binary: bool) -> Result<ArrayRef> {
 /// `+05:30`, `-0800`): the zone's offset in seconds (None inside when
 /// it is malformed).
 fn split_zone(text: &str) -> (&str, Option<Option<i64>>) {
+    // ISO 8601's `Z` is UTC.
+    if let Some(local) = text.strip_suffix(['Z', 'z']) {
+        return (local.trim_end(), Some(Some(0)));
+    }
     // The zone starts at the last + or - after the time's colons.
     let Some(time_at) = text.find(':') else {
         return (text, None);
@@ -223,6 +240,30 @@ fn cast_text(text: &str, to: &DataType) -> Result<ArrayRef> {
 
 /// A decimal's text as a DECIMAL(38, its own scale) column.
 fn decimal(text: &str) -> Option<ArrayRef> {
+    // An exponent (`1.5e3`, `25E-2`, as PostgreSQL's numeric input takes)
+    // moves the point: written out plainly first.
+    if let Some(at) = text.find(['e', 'E']) {
+        let exponent: i32 = text[at + 1..].parse().ok()?;
+        let mantissa = &text[..at];
+        let (sign, unsigned) = match mantissa.strip_prefix('-') {
+            Some(m) => ("-", m),
+            None => ("", mantissa.strip_prefix('+').unwrap_or(mantissa)),
+        };
+        let (int, frac) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+        if exponent.unsigned_abs() > 76 || frac.contains(['+', '-']) {
+            return None;
+        }
+        let digits = format!("{int}{frac}");
+        let point = int.len() as i32 + exponent;
+        let plain = match point {
+            p if p <= 0 => format!("0.{}{digits}", "0".repeat(p.unsigned_abs() as usize)),
+            p if p as usize >= digits.len() => {
+                format!("{digits}{}", "0".repeat(p as usize - digits.len()))
+            }
+            p => format!("{}.{}", &digits[..p as usize], &digits[p as usize..]),
+        };
+        return decimal(&format!("{sign}{plain}"));
+    }
     let (int, frac) = text.split_once('.').unwrap_or((text, ""));
     let digits = int.trim_start_matches(['-', '+']);
     if digits.is_empty() && frac.is_empty()
@@ -381,6 +422,44 @@ mod tests {
             "SELECT DATE '1994-01-01', TIMESTAMP '2020-01-02T03:04:05.600', \
              TIMESTAMP WITH TIME ZONE '2020-01-01T21:34:05Z'"
         );
+    }
+
+    #[test]
+    fn numerics_with_exponents_and_utc_as_z_are_read_as_postgresql_reads_them() {
+        let got = bound(
+            "SELECT $1, $2, $3, $4, $5",
+            &[
+                Some(b"1.5e3"),
+                Some(b"25E-2"),
+                Some(b"-1.25e1"),
+                Some(b"7e0"),
+                Some(b"2020-01-02 03:04:05Z"),
+            ],
+            &[
+                Type::NUMERIC,
+                Type::NUMERIC,
+                Type::NUMERIC,
+                Type::NUMERIC,
+                Type::TIMESTAMPTZ,
+            ],
+            false,
+        );
+        assert_eq!(
+            got,
+            "SELECT 1500, 0.25, -12.5, 7, TIMESTAMP WITH TIME ZONE '2020-01-02T03:04:05Z'"
+        );
+    }
+
+    #[test]
+    fn a_declared_numeric_finer_than_its_cast_is_refused_unless_the_rest_is_zeros() {
+        let one = |text: &[u8]| {
+            let values = [Some(Bytes::copy_from_slice(text))];
+            row(&values, &[Type::NUMERIC], |_| false).unwrap()
+        };
+        assert!(check_declared_numeric(&one(b"2.5"), 0).is_ok());
+        assert!(check_declared_numeric(&one(b"2.500000000000"), 0).is_ok());
+        let e = check_declared_numeric(&one(b"1.000000000001"), 0).unwrap_err();
+        assert!(e.to_string().contains("12 digits after the point"), "{e}");
     }
 
     #[test]

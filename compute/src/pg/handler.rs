@@ -68,6 +68,11 @@ impl PgStatement {
     pub fn sql(&self) -> &str {
         &self.sql
     }
+
+    /// Whether it answers rows (a query, or a write with RETURNING).
+    pub fn returns_rows(&self) -> bool {
+        self.result.is_some()
+    }
 }
 
 /// The session a connection's startup made.
@@ -452,18 +457,24 @@ impl QueryParser for Handler {
                 .get(i)
                 .map(|f| encode::pg_type(f.data_type()).0)
         };
-        // A parameter the client declared as another type than the one
-        // inferred: where that changes the result's types, the statement
-        // is typed by the declarations, so that what Describe says and
-        // what Execute sends agree (a NUMERIC bound to `a * $1` makes a
-        // NUMERIC column, not the BIGINT `a` suggests).
-        let casts: Vec<(usize, &str)> = (0..numbered.count)
+        // A parameter in a SELECT list that the client declared as another
+        // type than the one inferred: where that changes the result's
+        // types, the statement is typed by the declarations, so that what
+        // Describe says and what Execute sends agree (a NUMERIC bound to
+        // `a * $1` makes a NUMERIC column, not the BIGINT `a` suggests).
+        // One in a WHERE clause cannot type a result column: it is
+        // compared as bound.
+        let mut casts: Vec<(usize, &str)> = (0..numbered.count)
             .filter_map(|i| {
                 let declared = types.get(i).cloned().flatten()?;
                 let name = decode::declared_sql_type(&declared)?;
                 (inferred(&shape, i) != Some(declared)).then_some((i + 1, name))
             })
             .collect();
+        if !casts.is_empty() && !shape.dataset.fields().is_empty() {
+            let in_lists = params::in_select_lists(&numbered);
+            casts.retain(|(n, _)| in_lists.contains(n));
+        }
         let mut numeric_casts = vec![];
         if !casts.is_empty() && !shape.dataset.fields().is_empty() {
             let cast = params::cast_placeholders(&numbered, &casts).map_err(to_pg)?;
