@@ -13,7 +13,8 @@
 //! whether another follows.
 //!
 //! So the decision waits for the next message. An Execute of a write
-//! (INSERT, UPDATE, DELETE) with no transaction open is held back
+//! (INSERT, UPDATE, DELETE; not a RETURNING one read with a row limit)
+//! with no transaction open is held back
 //! ([`PgSession::defer`]), and nothing is sent for it yet: PostgreSQL's
 //! protocol lets a server keep its output until Sync or Flush, and a
 //! client that waits for an answer sends one of them.
@@ -31,8 +32,9 @@
 //! out before the next message's. A connection that closes before Sync
 //! never runs the held write; the client was never told it ran, and
 //! PostgreSQL would have rolled the batch back. An error that pgwire
-//! itself raises after the held write (a malformed message) drops it at
-//! the Sync that follows, as PostgreSQL rolls the batch back. A simple
+//! itself raises after the batch's first write (a Bind of a statement
+//! that does not exist) fails the batch at the Sync that follows, which
+//! rolls it back, as PostgreSQL does. A simple
 //! Query in the middle of an extended batch (no client does this) is
 //! refused with 08P01 and the held write dropped.
 
