@@ -21,6 +21,7 @@
 //!   syntax rewritten for DataFusion, command tags;
 //! * `copy.rs`: `COPY … FROM STDIN` (text, CSV and binary) as batches of
 //!   INSERTs;
+//!   `session/copy_io.rs`: a session's COPY under way;
 //! * `encode.rs` / `decode.rs`: Arrow values as PostgreSQL text and
 //!   binary, and bound parameters back;
 //! * `sqlstate.rs`: Quarry's error categories as SQLSTATE codes.
