@@ -3,9 +3,8 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
-use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::Int64Type;
-use arrow::datatypes::Schema;
+use arrow::array::{ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Int64Type, Schema};
 use futures::StreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -233,7 +232,7 @@ impl FileSink {
             max_handle,
         } = job;
         let schema = batches[0].schema();
-        let props = writer_properties(&schema)?;
+        let props = writer_properties(&schema, &batches[0])?;
         let path = format!("{}/part-{:05}.parquet", self.dir, index);
         let mut upload = Upload::new(
             self.rt.clone(),
@@ -271,8 +270,13 @@ impl FileSink {
 
 /// How a backup's files are encoded.
 ///
-/// * No dictionaries: the interning cost more than their space saved on
-///   TPC-H (Snappy still shrinks repeated strings).
+/// * Dictionaries only for string columns with few distinct values in
+///   the file's first batch ([`few_distinct`]): a flag, a ship mode or a
+///   market segment becomes a few bits a row (RLE over dictionary
+///   indexes) where Snappy had to read and shrink every plain string
+///   (half of lineitem's string bytes, and most of Snappy's time, were
+///   such columns). Interning every column cost more than it saved; a
+///   dictionary that outgrows its page limit falls back to plain.
 /// * Integer columns (INT32 and INT64 in Parquet: BIGINT, DATE,
 ///   DECIMAL up to 18 digits) as DELTA_BINARY_PACKED,
 ///   uncompressed: each block of 128 values keeps only the bits its
@@ -287,7 +291,7 @@ impl FileSink {
 ///   reads whole files), and none for strings, whose min and max cost a
 ///   comparison per value (5% of compute's CPU in a backup) and prune
 ///   little.
-fn writer_properties(schema: &Schema) -> Result<WriterProperties> {
+fn writer_properties(schema: &Schema, sample: &RecordBatch) -> Result<WriterProperties> {
     let mut props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_dictionary_enabled(false)
@@ -299,10 +303,13 @@ fn writer_properties(schema: &Schema) -> Result<WriterProperties> {
     if parquet.num_columns() != schema.fields().len() {
         bail!("a table's columns are not one Parquet column each");
     }
-    for column in parquet.columns() {
+    for (i, column) in parquet.columns().iter().enumerate() {
         let path = column.path().clone();
         if column.physical_type() == PhysicalType::BYTE_ARRAY {
             props = props.set_column_statistics_enabled(path.clone(), EnabledStatistics::None);
+            if sample.columns().get(i).is_some_and(few_distinct) {
+                props = props.set_column_dictionary_enabled(path.clone(), true);
+            }
         }
         if matches!(
             column.physical_type(),
@@ -317,6 +324,42 @@ fn writer_properties(schema: &Schema) -> Result<WriterProperties> {
 }
 
 const DELTA_COMPRESSION: Compression = Compression::UNCOMPRESSED;
+
+/// Rows of a file's first batch that [`few_distinct`] looks at.
+const DICTIONARY_SAMPLE: usize = 4096;
+
+/// Whether a string column's first [`DICTIONARY_SAMPLE`] values hold at
+/// most one distinct value in 16 (TPC-H's flags, modes, priorities and
+/// segments hold 2 to 25 in 4,096; its names and comments nearly 4,096).
+/// A column that is not a string or binary one is not looked at.
+fn few_distinct(column: &ArrayRef) -> bool {
+    let rows = column.len().min(DICTIONARY_SAMPLE);
+    let limit = rows / 16;
+    let within = |values: &mut dyn Iterator<Item = Option<&[u8]>>| {
+        let mut seen = std::collections::HashSet::with_capacity(limit + 1);
+        values
+            .take(rows)
+            .all(|v| seen.insert(v) || seen.len() <= limit)
+    };
+    rows > 0
+        && match column.data_type() {
+            DataType::Utf8 => within(
+                &mut column
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|v| v.map(str::as_bytes)),
+            ),
+            DataType::LargeUtf8 => within(
+                &mut column
+                    .as_string::<i64>()
+                    .iter()
+                    .map(|v| v.map(str::as_bytes)),
+            ),
+            DataType::Binary => within(&mut column.as_binary::<i32>().iter()),
+            DataType::LargeBinary => within(&mut column.as_binary::<i64>().iter()),
+            _ => false,
+        }
+}
 
 /// A file's bytes on their way to the store as they are encoded: chunks
 /// of [`UPLOAD_CHUNK`] (one put for a file that fits in one, a multipart
@@ -578,7 +621,7 @@ mod tests {
         )
         .unwrap();
         let mut file = Vec::new();
-        let props = writer_properties(&schema).unwrap();
+        let props = writer_properties(&schema, &batch).unwrap();
         let mut w = ArrowWriter::try_new(&mut file, schema, Some(props)).unwrap();
         w.write(&batch).unwrap();
         w.close().unwrap();
@@ -603,5 +646,59 @@ mod tests {
             // No statistics for strings, for the rest per chunk.
             assert_eq!(chunk.statistics().is_some(), *name != "s", "{name}");
         }
+    }
+
+    #[test]
+    fn strings_with_few_values_get_a_dictionary_and_read_back_the_same() {
+        use arrow::array::{BinaryArray, StringArray};
+        use arrow::datatypes::Field;
+        use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        use std::sync::Arc;
+        let rows = 10_000;
+        let modes = ["AIR", "MAIL", "SHIP", "TRUCK"];
+        let mode: StringArray = (0..rows)
+            .map(|i| (i % 7 != 3).then(|| modes[i % 4]))
+            .collect();
+        let comment: StringArray = (0..rows).map(|i| Some(format!("note {i}"))).collect();
+        let flag: BinaryArray = (0..rows).map(|i| Some(&b"AR"[i % 2..=i % 2])).collect();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("mode", DataType::Utf8, true),
+            Field::new("comment", DataType::Utf8, false),
+            Field::new("flag", DataType::Binary, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(mode), Arc::new(comment), Arc::new(flag)],
+        )
+        .unwrap();
+        assert!(few_distinct(batch.column(0)));
+        assert!(!few_distinct(batch.column(1)));
+        assert!(few_distinct(batch.column(2)));
+        let mut file = Vec::new();
+        let props = writer_properties(&schema, &batch).unwrap();
+        let mut w = ArrowWriter::try_new(&mut file, schema, Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let file = bytes::Bytes::from(file);
+        let reader = SerializedFileReader::new(file.clone()).unwrap();
+        let group = reader.metadata().row_group(0);
+        let dictionary = |i: usize| {
+            group
+                .column(i)
+                .encodings()
+                .any(|e| e == Encoding::RLE_DICTIONARY)
+        };
+        assert!(dictionary(0), "mode");
+        assert!(!dictionary(1), "comment");
+        assert!(dictionary(2), "flag");
+        let read: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let read = arrow::compute::concat_batches(&batch.schema(), &read).unwrap();
+        assert_eq!(read, batch);
     }
 }
