@@ -339,7 +339,7 @@ fn few_distinct(column: &ArrayRef) -> bool {
         let mut seen = std::collections::HashSet::with_capacity(limit + 1);
         values
             .take(rows)
-            .all(|v| seen.insert(v) || seen.len() <= limit)
+            .all(|v| !seen.insert(v) || seen.len() <= limit)
     };
     rows > 0
         && match column.data_type() {
