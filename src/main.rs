@@ -634,10 +634,15 @@ async fn compute(a: ComputeArgs) -> Result<()> {
     )));
     let console = quarry::console::Console::new(cfg.stores.clone());
     let status = status_suffix(&cfg.status_addr, Some(console.clone())).await?;
+    // The address it registers under as an MPP worker (`server::run`).
+    let advertised = cfg.advertise_addr.clone();
     quarry_compute::server::run(
         cfg,
         move |addr, pg| {
-            console.set_compute_addr(addr.to_string());
+            console.set_compute_addr(match advertised.as_str() {
+                "" => addr.to_string(),
+                a => a.to_string(),
+            });
             let pg = pg.map(|a| format!(" postgres {a}")).unwrap_or_default();
             println!("compute listening on {addr}{status}{pg}");
             let _ = std::io::stdout().flush();

@@ -65,6 +65,25 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
         assert!(Instant::now() < deadline, "{status}");
         std::thread::sleep(Duration::from_millis(300));
     }
+    // The console lists the same three, its own process once, each with
+    // its last heartbeat.
+    let console = pg.status_urls.last().expect("compute's status URL");
+    let (code, cluster) = http(console, "GET", "/api/cluster", "");
+    assert_eq!(code, 200, "{cluster}");
+    let view: serde_json::Value = serde_json::from_str(&cluster).unwrap();
+    let computes = view["computes"].as_array().expect("computes");
+    assert_eq!(computes.len(), 3, "{cluster}");
+    assert_eq!(
+        computes.iter().filter(|c| c["this"] == true).count(),
+        1,
+        "{cluster}"
+    );
+    assert!(
+        computes
+            .iter()
+            .all(|c| c["up"] == true && c["heartbeat_ms_ago"].is_u64()),
+        "{cluster}"
+    );
     let (_, shown) = sql_at(&a.url, "SHOW mpp");
     assert!(shown.contains("force"), "{shown}");
     // The playground's own compute process plans as one process.

@@ -8,7 +8,9 @@
 //!
 //! * `GET /api/cluster`: the stores from the meta region, each asked for
 //!   its status (up or down, its regions and leaders, the data each
-//!   region holds by RocksDB's estimate, raft's applied index), and the
+//!   region holds by RocksDB's estimate, raft's applied index), the
+//!   compute processes the meta leader lists (MPP's membership: each
+//!   heartbeats every second and drops out when it stops), and the
 //!   regions by table for the key-range heat map;
 //! * `GET /api/queries`: the queries running in this process with their
 //!   plans and live operator metrics (`quarry_compute::activity`);
@@ -26,8 +28,10 @@
 //! only; and a cancel must carry the `x-quarry-console` header, which a
 //! page from another site cannot send without a CORS preflight this port
 //! never grants. The SQL text, users and plans it shows are readable by
-//! anyone who reaches the port (`docs/security.md`). Other compute processes are not listed: they do not register
-//! anywhere yet (issue 43's membership list will add them).
+//! anyone who reaches the port (`docs/security.md`). A compute process
+//! that does not serve MPP tasks (`[security]` on, or no address other
+//! processes can reach) does not register, so only the page's own
+//! process shows it.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -36,7 +40,7 @@ use anyhow::Result;
 use hyper::{Method, StatusCode};
 use quarry_compute::cluster::{Cluster, Routes};
 use quarry_coprocessor::codec::key::{hex, table_data_range};
-use quarry_proto::meta::StatusResponse;
+use quarry_proto::meta::{GetComputesRequest, StatusResponse};
 use serde::Serialize;
 
 /// The page, built into the binary.
@@ -90,6 +94,9 @@ struct ComputeView {
     addr: String,
     up: bool,
     this: bool,
+    /// When the meta leader last heard from it (None: the page's own
+    /// process, not registered).
+    heartbeat_ms_ago: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -110,8 +117,8 @@ impl Console {
         })
     }
 
-    /// Records this process's Flight SQL address (it binds after the
-    /// status port).
+    /// Records this process's address (the one it registers under when
+    /// it serves MPP tasks; it binds after the status port).
     pub fn set_compute_addr(&self, addr: String) {
         let _ = self.compute_addr.set(addr);
     }
@@ -188,6 +195,7 @@ impl Console {
                 addr: self.compute_addr.get().cloned().unwrap_or_default(),
                 up: true,
                 this: true,
+                heartbeat_ms_ago: None,
             }],
             error: String::new(),
         };
@@ -198,6 +206,7 @@ impl Console {
                 return view;
             }
         };
+        self.add_computes(&mut view.computes).await;
         let tables = self.cluster.list_tables().await.unwrap_or_default();
         let asked = stores.iter().map(|s| async move {
             match tokio::time::timeout(STORE_TIMEOUT, crate::status::fetch(&s.addr)).await {
@@ -265,6 +274,32 @@ impl Console {
         view.regions
             .sort_by(|a, b| (&a.table, &a.start).cmp(&(&b.table, &b.start)));
         view
+    }
+
+    /// The compute processes registered with the meta leader, after the
+    /// page's own: the one with this process's address is this one (its
+    /// entry gains the heartbeat), the rest are listed up, as the leader
+    /// lists only those heard from within their TTL.
+    async fn add_computes(&self, computes: &mut Vec<ComputeView>) {
+        let listed = self
+            .cluster
+            .meta("listing compute processes", |mut c| async move {
+                c.get_computes(GetComputesRequest {}).await
+            })
+            .await;
+        let Ok(mut listed) = listed else { return };
+        listed.computes.sort_by(|a, b| a.addr.cmp(&b.addr));
+        for c in listed.computes {
+            match computes.iter_mut().find(|v| v.this && v.addr == c.addr) {
+                Some(this) => this.heartbeat_ms_ago = Some(c.last_seen_ms),
+                None => computes.push(ComputeView {
+                    addr: c.addr,
+                    up: true,
+                    this: false,
+                    heartbeat_ms_ago: Some(c.last_seen_ms),
+                }),
+            }
+        }
     }
 }
 
