@@ -4,7 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use arrow::array::{ArrayRef, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Int64Type, Schema};
+use arrow::datatypes::{DataType, Int64Type};
 use futures::StreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -232,7 +232,7 @@ impl FileSink {
             max_handle,
         } = job;
         let schema = batches[0].schema();
-        let props = writer_properties(&schema, &batches[0])?;
+        let props = writer_properties(&batches[0])?;
         let path = format!("{}/part-{:05}.parquet", self.dir, index);
         let mut upload = Upload::new(
             self.rt.clone(),
@@ -268,7 +268,7 @@ impl FileSink {
     }
 }
 
-/// How a backup's files are encoded.
+/// How a backup's file is encoded, decided from its first batch.
 ///
 /// * Dictionaries only for string columns with few distinct values in
 ///   the file's first batch ([`few_distinct`]): a flag, a ship mode or a
@@ -291,7 +291,8 @@ impl FileSink {
 ///   reads whole files), and none for strings, whose min and max cost a
 ///   comparison per value (5% of compute's CPU in a backup) and prune
 ///   little.
-fn writer_properties(schema: &Schema, sample: &RecordBatch) -> Result<WriterProperties> {
+fn writer_properties(first: &RecordBatch) -> Result<WriterProperties> {
+    let schema = first.schema();
     let mut props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_dictionary_enabled(false)
@@ -299,7 +300,7 @@ fn writer_properties(schema: &Schema, sample: &RecordBatch) -> Result<WriterProp
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
     // Every column Quarry stores is a flat primitive: one Parquet leaf
     // per field, its path the field's name.
-    let parquet = ArrowSchemaConverter::new().convert(schema)?;
+    let parquet = ArrowSchemaConverter::new().convert(&schema)?;
     if parquet.num_columns() != schema.fields().len() {
         bail!("a table's columns are not one Parquet column each");
     }
@@ -307,7 +308,7 @@ fn writer_properties(schema: &Schema, sample: &RecordBatch) -> Result<WriterProp
         let path = column.path().clone();
         if column.physical_type() == PhysicalType::BYTE_ARRAY {
             props = props.set_column_statistics_enabled(path.clone(), EnabledStatistics::None);
-            if sample.columns().get(i).is_some_and(few_distinct) {
+            if first.columns().get(i).is_some_and(few_distinct) {
                 props = props.set_column_dictionary_enabled(path.clone(), true);
             }
         }
@@ -556,6 +557,7 @@ impl FileWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::datatypes::Schema;
 
     #[test]
     fn table_directories_are_safe_paths_that_never_collide() {
@@ -621,7 +623,7 @@ mod tests {
         )
         .unwrap();
         let mut file = Vec::new();
-        let props = writer_properties(&schema, &batch).unwrap();
+        let props = writer_properties(&batch).unwrap();
         let mut w = ArrowWriter::try_new(&mut file, schema, Some(props)).unwrap();
         w.write(&batch).unwrap();
         w.close().unwrap();
@@ -676,7 +678,7 @@ mod tests {
         assert!(!few_distinct(batch.column(1)));
         assert!(few_distinct(batch.column(2)));
         let mut file = Vec::new();
-        let props = writer_properties(&schema, &batch).unwrap();
+        let props = writer_properties(&batch).unwrap();
         let mut w = ArrowWriter::try_new(&mut file, schema, Some(props)).unwrap();
         w.write(&batch).unwrap();
         w.close().unwrap();
