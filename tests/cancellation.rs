@@ -580,3 +580,98 @@ fn a_streamed_answer_dropped_by_its_client_stops_the_scans_within_a_second() {
     );
     on_every_store(&pg, "coprocessor_slow_batch", None);
 }
+
+/// `quarry_compute_mpp_task_streams_running` of each compute process's status
+/// URL: the stage tasks of distributed queries each one holds.
+fn mpp_tasks(urls: &[String]) -> Vec<i64> {
+    urls.iter()
+        .map(|url| {
+            http(url, "GET", "/metrics", "")
+                .1
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("quarry_compute_mpp_task_streams_running ")?
+                        .parse()
+                        .ok()
+                })
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// A query spread over three compute processes (MPP, issue 43) that its
+/// client drops while every process runs a task of it: every task on
+/// every compute process and every scan on the stores stops within a
+/// second (`datafusion-distributed` ends the tasks when their coordinator
+/// drops its side of them; each task's region scans stop with it).
+#[test]
+fn a_cancelled_distributed_query_stops_every_task_and_scan_within_a_second() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start_lineitem(&[]);
+    let a = pg.extra_compute(&["--mpp", "force"]);
+    let b = pg.extra_compute(&["--mpp", "force"]);
+    let computes = vec![
+        pg.status_urls[pg.stores.len()].clone(),
+        a.status_url.clone(),
+        b.status_url.clone(),
+    ];
+    runtime().block_on(async {
+        let mut c = Client::connect(&a.url).await.unwrap();
+        // The membership list takes a heartbeat or two to hold all three.
+        let t0 = Instant::now();
+        loop {
+            let plan = csv(&c.sql(&format!("EXPLAIN {SLOW_QUERY}")).await.unwrap());
+            if plan.contains("tasks=3") {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "{plan}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        slow_scans(&pg);
+        let query = tokio::spawn(async move { c.sql(SLOW_QUERY).await.map(|_| ()) });
+        until_scanning(&pg, || query.is_finished()).await;
+        // Every compute process runs one of its scan's three tasks.
+        let t0 = Instant::now();
+        loop {
+            let urls = computes.clone();
+            let tasks = tokio::task::spawn_blocking(move || mpp_tasks(&urls))
+                .await
+                .unwrap();
+            if tasks.iter().all(|n| *n > 0) {
+                break;
+            }
+            assert!(!query.is_finished(), "finished before it was cancelled");
+            assert!(t0.elapsed() < Duration::from_secs(10), "tasks: {tasks:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        query.abort();
+        assert!(query.await.is_err_and(|e| e.is_cancelled()));
+    });
+    let cancelled = Instant::now();
+    let stores = &pg.status_urls[..pg.stores.len()];
+    loop {
+        let (scans, tasks) = (running_tasks(stores), mpp_tasks(&computes));
+        if scans == 0 && tasks.iter().all(|n| *n == 0) {
+            break;
+        }
+        assert!(
+            cancelled.elapsed() < Duration::from_secs(1),
+            "a second after the cancel: {scans} scans on the stores, tasks per compute process {tasks:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The processes go on: the query answers in full once scans are quick.
+    on_every_store(&pg, "coprocessor_slow_batch", None);
+    let (ok, out) = {
+        let o = std::process::Command::new(QUARRY)
+            .args(["sql", "--addr", &a.url, "--format", "csv", SLOW_QUERY])
+            .output()
+            .unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    assert!(ok, "{out}");
+    assert_eq!(out, pg.ok(SLOW_QUERY));
+}

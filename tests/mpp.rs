@@ -127,6 +127,41 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     );
     assert!(plan.contains("NetworkBroadcastExec"), "{plan}");
 
+    // EXPLAIN ANALYZE shows each node's rows and time, each task's
+    // times, the bytes its exchanges moved, and which compute process ran
+    // each task: Q3's scans run as three tasks, one on each process.
+    let q3 = quarry::answers::query("q3").unwrap();
+    let (ok, analyzed) = sql_at(&a.url, &format!("EXPLAIN ANALYZE {q3}"));
+    assert!(ok, "{analyzed}");
+    assert!(analyzed.contains("output_rows="), "{analyzed}");
+    assert!(analyzed.contains("elapsed_compute="), "{analyzed}");
+    assert!(analyzed.contains("plan_finished_at={0:"), "{analyzed}");
+    assert!(analyzed.contains("bytes_transferred="), "{analyzed}");
+    // Each worker's metrics land on the node that made them, though the
+    // worker adds nodes of its own (join key taps, stream counts): a
+    // network read's on a network node, a scan's rows on its scan.
+    for line in analyzed
+        .lines()
+        .filter(|l| l.contains("bytes_transferred="))
+    {
+        assert!(line.contains("Network"), "{line}\n{analyzed}");
+    }
+    for line in analyzed
+        .lines()
+        .filter(|l| l.contains("DistributedLeafExec"))
+    {
+        assert!(!line.contains("fetch_time"), "{line}\n{analyzed}");
+    }
+    let workers = analyzed
+        .split_once("Workers (each task's compute process):")
+        .unwrap_or_else(|| panic!("no workers section:\n{analyzed}"))
+        .1;
+    assert!(workers.contains("task 2 → "), "{workers}");
+    for compute in [&a.url, &b.url, &pg.compute] {
+        let addr = compute.trim_start_matches("http://");
+        assert!(workers.contains(addr), "{addr} ran no task:\n{workers}");
+    }
+
     // Integer arithmetic on a worker is checked as in one process (the
     // product runs above a join, in a stage another process may run).
     let (ok, out) = sql_at(
@@ -151,4 +186,31 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     plan_with_tasks(&a.url, q6, 2, Duration::from_secs(15));
     let failures = mismatches(&a.url, &some);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A worker holds each task of a distributed query to the query memory
+/// limit of its own process (`compute.query-memory-limit-mb`, DataFusion's
+/// memory pool per task): a join whose share on one worker does not fit
+/// fails the query with the limit named, and the processes go on.
+#[test]
+fn a_task_past_its_workers_memory_limit_fails_the_query_with_the_limit_named() {
+    let pg = Playground::start_lineitem(&[]);
+    let a = pg.extra_compute(&["--mpp", "force"]);
+    let small = pg.extra_compute(&["--mpp", "force", "--query-memory-limit-mb", "1"]);
+    // A self-join of lineitem's 60,175 rows, its build side carrying
+    // three strings: a third of it, one task's share, is past 1 MiB.
+    let join = "SELECT count(*), sum(length(a.l_comment || a.l_shipinstruct || a.l_shipmode) \
+                + length(b.l_comment || b.l_shipinstruct || b.l_shipmode)) \
+                FROM lineitem a JOIN lineitem b \
+                ON a.l_orderkey = b.l_orderkey AND a.l_linenumber = b.l_linenumber";
+    plan_with_tasks(&a.url, join, 3, Duration::from_secs(30));
+    let (ok, out) = sql_at(&a.url, join);
+    assert!(!ok, "{out}");
+    assert!(out.contains("compute.query-memory-limit-mb"), "{out}");
+    // A query within the limit runs on all three, the process with the
+    // small pool too; the join answers in one process.
+    let (ok, out) = sql_at(&a.url, "SELECT count(*) AS n FROM lineitem");
+    assert_eq!((ok, out.as_str()), (true, "n\n60175\n"));
+    assert!(pg.ok(join).starts_with("count(*)"));
+    drop(small);
 }

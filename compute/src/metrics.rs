@@ -23,8 +23,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use prometheus::{
-    register_histogram_vec, register_int_counter, register_int_counter_vec, HistogramVec,
-    IntCounter, IntCounterVec,
+    register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
+    HistogramVec, IntCounter, IntCounterVec, IntGauge,
 };
 
 macro_rules! metric {
@@ -76,6 +76,28 @@ metric!(MPP_RETRIES: IntCounter = register_int_counter!(
     "quarry_compute_mpp_retries_total",
     "Queries over several compute processes run again after a worker became unreachable (mpp/)"
 ));
+
+metric!(MPP_TASK_STREAMS: IntGauge = register_int_gauge!(
+    "quarry_compute_mpp_task_streams_running",
+    "Partitions of distributed queries' stage tasks this process runs as a worker (its own queries' included), each from its start until its stream ends or is dropped"
+));
+
+/// One partition of a distributed query's stage task, counted in
+/// `quarry_compute_mpp_task_streams_running` until dropped.
+#[derive(Debug)]
+pub struct MppTaskStream(());
+
+/// Counts a task's partition as streaming until the guard drops.
+pub fn mpp_task_stream() -> MppTaskStream {
+    MPP_TASK_STREAMS.inc();
+    MppTaskStream(())
+}
+
+impl Drop for MppTaskStream {
+    fn drop(&mut self) {
+        MPP_TASK_STREAMS.dec();
+    }
+}
 
 /// Counts a distributed query run again without an unreachable worker.
 pub fn mpp_retry() {

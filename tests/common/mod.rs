@@ -190,15 +190,18 @@ impl Playground {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        // "compute listening on ADDR status URL"
-        let addr = line
-            .split_once("listening on ")
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .unwrap()
-            .to_string();
+        // "compute listening on ADDR status URL[ postgres ADDR]"
+        let word_after = |label: &str| {
+            line.split_once(label)
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .unwrap_or_else(|| panic!("no {label:?} in {line:?}"))
+                .to_string()
+        };
+        let addr = word_after("listening on ");
         ExtraCompute {
             child,
             url: format!("http://{addr}"),
+            status_url: word_after(" status "),
         }
     }
 
@@ -317,6 +320,8 @@ impl Drop for Playground {
 pub struct ExtraCompute {
     child: Child,
     pub url: String,
+    /// Its status port's URL (metrics, the console).
+    pub status_url: String,
 }
 
 impl Drop for ExtraCompute {

@@ -447,9 +447,18 @@ impl SqlSession {
         session_mode: SessionMode,
     ) -> Self {
         use crate::df::mpp::{distributed_state, MppMode};
-        let worker = crate::df::mpp::worker(&self.base, &self.scan);
-        let state =
-            |mode| distributed_state(&self.base, &self.scan, workers.clone(), &worker, mode);
+        let channels = crate::df::mpp::Channels::default();
+        let worker = crate::df::mpp::worker(&self.base, &self.scan, &channels, self.memory_limit);
+        let state = |mode| {
+            distributed_state(
+                &self.base,
+                &self.scan,
+                workers.clone(),
+                &worker,
+                &channels,
+                mode,
+            )
+        };
         let (auto, force) = (state(MppMode::Auto), state(MppMode::Force));
         self.mpp = Some(Arc::new(Mpp {
             worker,
@@ -680,6 +689,8 @@ impl SqlSession {
             }
             let at = deadline.unwrap_or_else(|| std::time::Instant::now() + self.scan.timeout);
             o.deadline_unix_ms = crate::df::mpp::MppOptions::deadline_of(at);
+            // Where its tasks run, for EXPLAIN ANALYZE (`mpp/routes.rs`).
+            config.set_extension(Arc::new(crate::df::mpp::routes::TaskRoutes::default()));
         }
         match Arc::try_unwrap(task) {
             Ok(task) => Ok(Arc::new(task.with_session_config(config))),

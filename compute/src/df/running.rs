@@ -198,8 +198,19 @@ impl SqlSession {
         let read_ts = read_ts.await?;
         let hold = self.txns.hold_read(read_ts);
         let task = self.at_snapshot(task, read_ts)?;
+        let routes = task
+            .session_config()
+            .get_extension::<crate::df::mpp::routes::TaskRoutes>();
         let stream =
             datafusion::physical_plan::execute_stream(physical.clone(), task).map_err(from_df)?;
+        let stream = match routes {
+            // EXPLAIN ANALYZE of a distributed query names each task's
+            // worker.
+            Some(routes) if physical.name() == "DistributedAnalyzeExec" => {
+                crate::df::mpp::routes::naming_workers(stream, physical.clone(), routes)
+            }
+            _ => stream,
+        };
         let registration = crate::activity::register(&sql, physical.clone());
         let running = Running {
             stream,

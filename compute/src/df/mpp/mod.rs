@@ -63,6 +63,8 @@
 
 pub mod broadcast;
 pub mod codec;
+mod folded;
+pub mod routes;
 pub mod tasks;
 pub mod workers;
 
@@ -130,6 +132,15 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The gRPC channels to other compute processes' workers, one per worker
+/// URL, kept for the whole process and shared by every query and task in
+/// it (a clone shares them). `datafusion-distributed` otherwise keeps
+/// its channels per `RuntimeEnv`, and a query with a memory limit has a
+/// runtime of its own: each query would connect to every worker anew
+/// (`plan_send_latency` in EXPLAIN ANALYZE) and leave the connections
+/// idle for minutes.
+pub type Channels = datafusion_distributed::grpc::DefaultChannelResolver;
+
 /// `base` (a session state with Quarry's functions and rules) able to
 /// plan distributed queries over `workers`: the distributed planner, the
 /// codec, the region scans' task handlers, [`MppOptions`] propagated to
@@ -140,6 +151,7 @@ pub fn distributed_state(
     scan: &ScanContext,
     workers: Arc<workers::Workers>,
     worker: &datafusion_distributed::Worker,
+    channels: &Channels,
     mode: MppMode,
 ) -> SessionState {
     let mut config = base.config().clone();
@@ -154,7 +166,9 @@ pub fn distributed_state(
         .with_physical_optimizer_rules(broadcast::after_join_selection(base.physical_optimizers()))
         // Tasks routed to this process run in it, not through its port.
         .with_distributed_local_worker_context(worker.to_local_worker_context(workers.own_url()))
-        .with_distributed_worker_resolver(workers::Resolver(workers))
+        .with_distributed_worker_resolver(workers::Resolver(workers.clone()))
+        .with_distributed_channel_resolver(channels.clone())
+        .with_distributed_route_tasks_handler(routes::handler(workers))
         .with_distributed_planner()
         .with_distributed_user_codec(codec::QuarryCodec::new(scan.clone()))
         .with_distributed_desired_task_count_handler(tasks::DesiredTasks::new(scan.clone()))
@@ -163,18 +177,36 @@ pub fn distributed_state(
 }
 
 /// The worker service: each task's session has `base`'s functions, the
-/// codec over this process's region scans, and the [`MppOptions`] its
-/// coordinator sent.
-pub fn worker(base: &SessionState, scan: &ScanContext) -> datafusion_distributed::Worker {
+/// codec over this process's region scans, the [`MppOptions`] its
+/// coordinator sent, and, where queries have a memory limit
+/// (`memory_limit` bytes, 0 for none), a memory pool of its own: a task
+/// past it fails its query with the limit named (its sorts and
+/// aggregations spill first), as a query in one process does. Each of a
+/// task's partitions counts in `quarry_compute_mpp_task_streams_running`
+/// while it streams (`folded.rs`).
+pub fn worker(
+    base: &SessionState,
+    scan: &ScanContext,
+    channels: &Channels,
+    memory_limit: usize,
+) -> datafusion_distributed::Worker {
     let base = base.clone();
     let scan = scan.clone();
+    let channels = channels.clone();
     datafusion_distributed::Worker::from_session_builder(
         move |ctx: datafusion_distributed::WorkerQueryContext| {
             let base = base.clone();
             let scan = scan.clone();
+            let channels = channels.clone();
             async move {
-                let mut builder = ctx
-                    .builder
+                let mut builder = ctx.builder.with_distributed_channel_resolver(channels);
+                if memory_limit > 0 {
+                    let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+                        .with_memory_limit(memory_limit, 1.0)
+                        .build_arc()?;
+                    builder = builder.with_runtime_env(runtime);
+                }
+                let mut builder = builder
                     .with_scalar_functions(base.scalar_functions().values().cloned().collect())
                     .with_aggregate_functions(
                         base.aggregate_functions().values().cloned().collect(),
@@ -218,6 +250,9 @@ fn stage_as_one_process_plans_it(
     let plan = FilterPushdown::new_post_optimization().optimize(ev.plan, opts)?;
     let plan = crate::df::join_keys::add_build_keys(plan)?;
     let plan = crate::df::checked_arithmetic::CheckedArithmetic.optimize(plan, opts)?;
+    // Added nodes folded into their inputs: EXPLAIN ANALYZE matches
+    // this stage's metrics to the coordinator's plan node by node.
+    let plan = folded::as_planned(plan)?;
     Ok(datafusion_distributed::WorkerPlanRewriteEventResponse::new(
         plan,
     ))
