@@ -45,7 +45,9 @@ use crate::df::join_keys::BuildKeysExec;
 
 /// `stage` (the plan a worker runs for one task) with the nodes the
 /// worker added folded into their inputs and its partitions' streams
-/// counted.
+/// counted. The worker's last rewrite: a rule run after it would find
+/// the folded nodes only as their inputs (a second `add_build_keys`
+/// would tap a build side again).
 pub fn as_planned(stage: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
     let stage = stage
         .transform_up(|node| {
@@ -106,6 +108,12 @@ impl ExecutionPlan for Folded {
 
     fn input_distribution_requirements(&self) -> InputDistributionRequirements {
         self.input().input_distribution_requirements()
+    }
+
+    fn required_input_ordering(
+        &self,
+    ) -> Vec<Option<datafusion::physical_expr::OrderingRequirements>> {
+        self.input().required_input_ordering()
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {

@@ -49,7 +49,7 @@ fn route(workers: &Workers, next: &AtomicUsize, ev: &RouteTasksEvent) -> RouteTa
         n => {
             // `urls()` always holds this process.
             let live = workers.urls();
-            let start = next.fetch_add(1, Ordering::Relaxed);
+            let start = next.fetch_add(1, Ordering::Relaxed) % live.len();
             (0..n)
                 .map(|i| live[(start + i) % live.len()].clone())
                 .collect()
