@@ -15,16 +15,19 @@ use std::time::{Duration, Instant};
 use common::*;
 use quarry_client::Client;
 
+/// The gauge `name` on the status port at `url` (0 when absent).
+fn gauge(url: &str, name: &str) -> i64 {
+    http(url, "GET", "/metrics", "")
+        .1
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// `quarry_coprocessor_running` summed over the stores' status `urls`.
 fn running_tasks(urls: &[String]) -> i64 {
     urls.iter()
-        .map(|url| {
-            http(url, "GET", "/metrics", "")
-                .1
-                .lines()
-                .find_map(|l| l.strip_prefix("quarry_coprocessor_running ")?.parse().ok())
-                .unwrap_or(0)
-        })
+        .map(|url| gauge(url, "quarry_coprocessor_running"))
         .sum()
 }
 
@@ -581,21 +584,12 @@ fn a_streamed_answer_dropped_by_its_client_stops_the_scans_within_a_second() {
     on_every_store(&pg, "coprocessor_slow_batch", None);
 }
 
-/// `quarry_compute_mpp_task_streams_running` of each compute process's status
-/// URL: the stage tasks of distributed queries each one holds.
+/// `quarry_compute_mpp_task_streams_running` of each compute process's
+/// status URL: the partitions of distributed queries' stage tasks each
+/// one is streaming.
 fn mpp_tasks(urls: &[String]) -> Vec<i64> {
     urls.iter()
-        .map(|url| {
-            http(url, "GET", "/metrics", "")
-                .1
-                .lines()
-                .find_map(|l| {
-                    l.strip_prefix("quarry_compute_mpp_task_streams_running ")?
-                        .parse()
-                        .ok()
-                })
-                .unwrap_or(0)
-        })
+        .map(|url| gauge(url, "quarry_compute_mpp_task_streams_running"))
         .collect()
 }
 

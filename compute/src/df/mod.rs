@@ -654,17 +654,9 @@ impl SqlSession {
         Ok(ctx)
     }
 
-    /// A query's own runtime, with a memory pool of its own, when queries
-    /// have a memory limit: one query past its limit fails alone.
+    /// A query's own runtime ([`runtime_with_limit`]).
     fn query_runtime(&self) -> Result<Option<Arc<datafusion::execution::runtime_env::RuntimeEnv>>> {
-        if self.memory_limit == 0 {
-            return Ok(None);
-        }
-        datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-            .with_memory_limit(self.memory_limit, 1.0)
-            .build_arc()
-            .map(Some)
-            .map_err(from_df)
+        runtime_with_limit(self.memory_limit).map_err(from_df)
     }
 
     /// `task` with the query's snapshot (and deadline) in its config,
@@ -732,4 +724,20 @@ pub(crate) fn session_time_zone() -> Option<String> {
     pg_functions::session_zone(settings.get("timezone")?)
         .ok()
         .flatten()
+}
+
+/// A runtime with a memory pool of its own, of `memory_limit` bytes (None
+/// where queries have no limit, 0): one query's (`SqlSession`), or one
+/// task's on an MPP worker (`mpp::worker`). One past its limit fails
+/// alone.
+pub(crate) fn runtime_with_limit(
+    memory_limit: usize,
+) -> datafusion::common::Result<Option<Arc<datafusion::execution::runtime_env::RuntimeEnv>>> {
+    if memory_limit == 0 {
+        return Ok(None);
+    }
+    datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+        .with_memory_limit(memory_limit, 1.0)
+        .build_arc()
+        .map(Some)
 }

@@ -200,10 +200,7 @@ pub fn worker(
             let channels = channels.clone();
             async move {
                 let mut builder = ctx.builder.with_distributed_channel_resolver(channels);
-                if memory_limit > 0 {
-                    let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-                        .with_memory_limit(memory_limit, 1.0)
-                        .build_arc()?;
+                if let Some(runtime) = crate::df::runtime_with_limit(memory_limit)? {
                     builder = builder.with_runtime_env(runtime);
                 }
                 let mut builder = builder
