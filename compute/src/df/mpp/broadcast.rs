@@ -240,7 +240,7 @@ fn reduce_probe_side(
 /// or top-k, which may keep different rows among ties; an aggregation,
 /// whose order-sensitive functions may answer differently; a window) is
 /// not reduced by.
-fn repeatable(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
+pub(super) fn repeatable(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
     use datafusion::datasource::source::DataSourceExec;
     use datafusion::physical_expr_common::physical_expr::is_volatile;
     use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -322,6 +322,37 @@ fn semi_reduce(
             ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
         );
     }
+    // Some of the keys only: Q2's `ps_partkey = p_partkey AND
+    // ps_supplycost = min(ps_supplycost)` above its aggregation, whose
+    // group key is the first and whose aggregate the second. A semi join
+    // on some of the keys drops only rows that match no build-side row on
+    // all of them, so it may go below on those, with the build side's
+    // keys narrowed to them: the aggregation then reads only the groups
+    // of the parts the outer query found.
+    let each: Vec<Option<usize>> = keys.iter().map(|&k| key_below_one(&plan, k)).collect();
+    if each.iter().any(Option::is_some) {
+        let schema = build.schema();
+        let kept = each
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.is_some())
+            .map(|(i, _)| {
+                let name = schema.field(i).name().clone();
+                (
+                    Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
+                    name,
+                )
+            });
+        let narrower =
+            Arc::new(ProjectionExec::try_new(kept, build.clone())?) as Arc<dyn ExecutionPlan>;
+        let below: Vec<usize> = each.into_iter().flatten().collect();
+        let child = plan.children()[0].clone();
+        let reduced = semi_reduce(child, &below, &narrower, null_equality)?;
+        return plan.replace_children(
+            vec![reduced],
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        );
+    }
     let build_schema = build.schema();
     let probe_schema = plan.schema();
     let on = keys
@@ -350,14 +381,16 @@ fn semi_reduce(
 /// `plan` passes them down unchanged and a semi join on them may run
 /// below it (`join_keys::key_below`, the rule join key filters follow).
 fn keys_below(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<Vec<usize>> {
+    keys.iter().map(|&k| key_below_one(plan, k)).collect()
+}
+
+/// Where `plan`'s output column `key` comes from in its one child (as
+/// [`keys_below`], for one column).
+fn key_below_one(plan: &Arc<dyn ExecutionPlan>, key: usize) -> Option<usize> {
     let schema = plan.schema();
-    keys.iter()
-        .map(|&k| {
-            let key = Arc::new(Column::new(schema.field(k).name(), k)) as Arc<dyn PhysicalExpr>;
-            let below = crate::df::join_keys::key_below(plan, &key)?;
-            below.downcast_ref::<Column>().map(|c| c.index())
-        })
-        .collect()
+    let key = Arc::new(Column::new(schema.field(key).name(), key)) as Arc<dyn PhysicalExpr>;
+    let below = crate::df::join_keys::key_below(plan, &key)?;
+    below.downcast_ref::<Column>().map(|c| c.index())
 }
 
 /// The statistics' estimate of `plan`'s rows (None: unknown).
@@ -375,6 +408,7 @@ mod tests {
     use arrow::datatypes::{DataType, Field, Schema};
     use datafusion::common::NullEquality;
     use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::datasource::source::DataSourceExec;
     use datafusion::physical_expr::expressions::Column;
 
     /// A source of `rows` rows (its statistics say exactly that many).
@@ -488,6 +522,89 @@ mod tests {
         let limited = Arc::new(GlobalLimitExec::new(source("b", 1000), 0, Some(10)));
         let semi = join_of(limited, source("p", 100), JoinType::LeftSemi);
         assert!(reduced_probe(semi).is_none());
+    }
+
+    /// Q2's shape: a left semi join on a group key and an aggregate of
+    /// the probe side's aggregation. The reduction goes below the
+    /// aggregation on the group key alone (a semi join on some of the
+    /// keys drops only rows that match on none of all of them), so the
+    /// aggregation reads only the groups the build side has.
+    #[test]
+    fn a_reduction_on_a_group_key_and_an_aggregate_goes_below_the_grouping_on_the_key() {
+        use datafusion::functions_aggregate::min_max::min_udaf;
+        use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+        use datafusion::physical_plan::aggregates::{
+            AggregateExec, AggregateMode, PhysicalGroupBy,
+        };
+        let two = |a: &str, b: &str, rows: i64| {
+            let schema = Arc::new(Schema::new(vec![
+                Field::new(a, DataType::Int64, false),
+                Field::new(b, DataType::Int64, false),
+            ]));
+            let keys = Arc::new(Int64Array::from_iter_values(0..rows));
+            let batch = RecordBatch::try_new(schema.clone(), vec![keys.clone(), keys]).unwrap();
+            MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
+                as Arc<dyn ExecutionPlan>
+        };
+        let rows = two("p", "c", 1000);
+        let schema = rows.schema();
+        let min = AggregateExprBuilder::new(min_udaf(), vec![Arc::new(Column::new("c", 1))])
+            .schema(schema.clone())
+            .alias("m")
+            .build()
+            .unwrap();
+        let grouped = Arc::new(
+            AggregateExec::try_new(
+                AggregateMode::Single,
+                PhysicalGroupBy::new_single(vec![(Arc::new(Column::new("p", 0)), "p".into())]),
+                vec![Arc::new(min)],
+                vec![None],
+                rows,
+                schema,
+            )
+            .unwrap(),
+        ) as Arc<dyn ExecutionPlan>;
+        let on = vec![
+            (
+                Arc::new(Column::new("b", 0)) as _,
+                Arc::new(Column::new("p", 0)) as _,
+            ),
+            (
+                Arc::new(Column::new("bm", 1)) as _,
+                Arc::new(Column::new("m", 1)) as _,
+            ),
+        ];
+        let semi = Arc::new(
+            HashJoinExec::try_new(
+                two("b", "bm", 10),
+                grouped,
+                on,
+                None,
+                &JoinType::LeftSemi,
+                None,
+                PartitionMode::Partitioned,
+                NullEquality::NullEqualsNothing,
+                false,
+            )
+            .unwrap(),
+        );
+        let probe = BroadcastSmallBuildSides
+            .optimize(semi, &ConfigOptions::default())
+            .unwrap()
+            .downcast_ref::<HashJoinExec>()
+            .unwrap()
+            .right()
+            .clone();
+        let aggregation = probe
+            .downcast_ref::<AggregateExec>()
+            .expect("the aggregation stays on top");
+        let below = aggregation
+            .input()
+            .downcast_ref::<HashJoinExec>()
+            .expect("a reduction below the aggregation");
+        assert_eq!(below.join_type(), &JoinType::RightSemi);
+        assert_eq!(below.on().len(), 1, "on the group key alone");
+        assert!(below.right().downcast_ref::<DataSourceExec>().is_some());
     }
 
     /// Nor is a probe side narrowed below a row limit: other rows would

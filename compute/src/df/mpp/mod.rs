@@ -64,6 +64,7 @@
 pub mod broadcast;
 pub mod codec;
 mod folded;
+pub mod replicate;
 pub mod routes;
 pub mod tasks;
 pub mod workers;
@@ -74,7 +75,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use datafusion::common::extensions_options;
 use datafusion::config::ConfigExtension;
 use datafusion::execution::{SessionState, SessionStateBuilder};
-use datafusion_distributed::{DistributedExt, SessionStateBuilderExt};
+use datafusion_distributed::{DistributedConfig, DistributedExt, SessionStateBuilderExt};
 
 use crate::df::region_scan::ScanContext;
 use crate::Result;
@@ -161,19 +162,34 @@ pub fn distributed_state(
         mode: mode.as_str().into(),
         ..Default::default()
     });
-    SessionStateBuilder::new_from_existing(base.clone())
+    let mut builder = SessionStateBuilder::new_from_existing(base.clone())
         .with_config(config)
         .with_physical_optimizer_rules(broadcast::after_join_selection(base.physical_optimizers()))
         // Tasks routed to this process run in it, not through its port.
         .with_distributed_local_worker_context(worker.to_local_worker_context(workers.own_url()))
         .with_distributed_worker_resolver(workers::Resolver(workers.clone()))
         .with_distributed_channel_resolver(channels.clone())
-        .with_distributed_route_tasks_handler(routes::handler(workers))
+        .with_distributed_route_tasks_handler(routes::handler(workers.clone()))
         .with_distributed_planner()
         .with_distributed_user_codec(codec::QuarryCodec::new(scan.clone()))
         .with_distributed_desired_task_count_handler(tasks::DesiredTasks::new(scan.clone()))
-        .with_distributed_scale_up_leaf_node_handler(tasks::scale_up_region_scan)
-        .build()
+        .with_distributed_scale_up_leaf_node_handler(tasks::scale_up_region_scan);
+    // Batches between processes on one host are not compressed: LZ4
+    // (the library's default) only spends CPU there, the cores the
+    // query runs on.
+    if !workers.adds_cores() {
+        if let Some(d) = builder
+            .config()
+            .as_mut()
+            .and_then(|c| DistributedConfig::from_config_options_mut(c.options_mut()).ok())
+        {
+            d.compression = "none".into();
+        }
+    }
+    if let Some(inner) = builder.query_planner().take() {
+        builder = builder.with_query_planner(Arc::new(replicate::ReplicatingPlanner { inner }));
+    }
+    builder.build()
 }
 
 /// The worker service: each task's session has `base`'s functions, the
@@ -190,28 +206,38 @@ pub fn worker(
     channels: &Channels,
     memory_limit: usize,
 ) -> datafusion_distributed::Worker {
-    let base = base.clone();
+    let functions = Arc::new(Functions::of(base));
     let scan = scan.clone();
     let channels = channels.clone();
     datafusion_distributed::Worker::from_session_builder(
-        move |ctx: datafusion_distributed::WorkerQueryContext| {
-            let base = base.clone();
+        move |mut ctx: datafusion_distributed::WorkerQueryContext| {
+            let functions = functions.clone();
             let scan = scan.clone();
             let channels = channels.clone();
             async move {
-                let mut builder = ctx.builder.with_distributed_channel_resolver(channels);
-                if let Some(runtime) = crate::df::runtime_with_limit(memory_limit)? {
+                // A bare builder with the task's config and runtime, not
+                // the library's `with_default_features` one: a task only
+                // decodes and runs a physical plan, and registering the
+                // default functions and then `base`'s (which include
+                // them) for every task was a tenth of a worker's CPU in
+                // Q2 (`docs/performance.md`).
+                let mut builder = SessionStateBuilder::new();
+                if let Some(config) = ctx.builder.config().take() {
+                    builder = builder.with_config(config);
+                }
+                let runtime = match crate::df::runtime_with_limit(memory_limit)? {
+                    Some(limited) => Some(limited),
+                    None => ctx.builder.runtime_env().take(),
+                };
+                if let Some(runtime) = runtime {
                     builder = builder.with_runtime_env(runtime);
                 }
                 let mut builder = builder
-                    .with_scalar_functions(base.scalar_functions().values().cloned().collect())
-                    .with_aggregate_functions(
-                        base.aggregate_functions().values().cloned().collect(),
-                    )
-                    .with_window_functions(base.window_functions().values().cloned().collect())
-                    .with_higher_order_functions(
-                        base.higher_order_functions().values().cloned().collect(),
-                    )
+                    .with_distributed_channel_resolver(channels)
+                    .with_scalar_functions(functions.scalar.clone())
+                    .with_aggregate_functions(functions.aggregate.clone())
+                    .with_window_functions(functions.window.clone())
+                    .with_higher_order_functions(functions.higher_order.clone())
                     .with_distributed_user_codec(codec::QuarryCodec::new(scan.clone()))
                     .with_distributed_worker_plan_rewrite_handler(stage_as_one_process_plans_it)
                     .with_distributed_option_extension_from_headers::<MppOptions>(&ctx.headers)?;
@@ -229,6 +255,31 @@ pub fn worker(
             }
         },
     )
+}
+
+/// `base`'s functions, each once (a session state lists a function under
+/// each of its aliases too, and a builder registers every alias again).
+struct Functions {
+    scalar: Vec<Arc<datafusion::logical_expr::ScalarUDF>>,
+    aggregate: Vec<Arc<datafusion::logical_expr::AggregateUDF>>,
+    window: Vec<Arc<datafusion::logical_expr::WindowUDF>>,
+    higher_order: Vec<Arc<datafusion::logical_expr::HigherOrderUDF>>,
+}
+
+impl Functions {
+    fn of(base: &SessionState) -> Functions {
+        fn once<T>(all: impl Iterator<Item = Arc<T>>) -> Vec<Arc<T>> {
+            let mut seen = std::collections::HashSet::new();
+            all.filter(|f| seen.insert(Arc::as_ptr(f) as *const () as usize))
+                .collect()
+        }
+        Functions {
+            scalar: once(base.scalar_functions().values().cloned()),
+            aggregate: once(base.aggregate_functions().values().cloned()),
+            window: once(base.window_functions().values().cloned()),
+            higher_order: once(base.higher_order_functions().values().cloned()),
+        }
+    }
 }
 
 /// A stage as its worker runs it, finished as one process's plan is:

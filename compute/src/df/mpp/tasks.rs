@@ -4,8 +4,9 @@
 //! * [`DesiredTasks`] (asked while the planner sizes each stage): one task
 //!   under `auto` for a table under [`AUTO_MIN_ROWS`]
 //!   rows, a scan that reads a few rows by key (pinned primary keys, a
-//!   selective index) or one that aggregates in the stores, else as many as there are live compute processes
-//!   (the planner caps the count at that). It also fills the region cache with the
+//!   selective index) or one that aggregates in the stores, else one per
+//!   region of the table (the planner caps the count at the live compute
+//!   processes: a task per process). It also fills the region cache with the
 //!   table's regions, which the second event reads without waiting.
 //! * [`scale_up_region_scan`] (once the count `n` is final): the table's
 //!   regions, ordered by leader store and then by key, dealt into `n`
@@ -76,15 +77,19 @@ impl DesiredTaskCountHandler for DesiredTasks {
             return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
         }
         // The regions, for the split that follows (a failure here only
-        // leaves the scan in one task).
+        // leaves the scan in one task). A task per region at most: a
+        // task given no region would scan nothing, yet cost a stage's
+        // set-up on its worker and a stream to every consumer.
         let (start, end) = table_record_range(scan.table().id);
-        if let Err(e) = self.scan.dispatcher.regions(&start, &end).await {
-            tracing::debug!(table = %scan.table().name, "MPP: regions unknown: {e}");
-            return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
+        match self.scan.dispatcher.regions(&start, &end).await {
+            Ok(regions) => Some(Ok(DesiredTaskCountEventResponse::desired(
+                regions.len().clamp(1, AS_MANY_AS_WORKERS),
+            ))),
+            Err(e) => {
+                tracing::debug!(table = %scan.table().name, "MPP: regions unknown: {e}");
+                Some(Ok(DesiredTaskCountEventResponse::maximum(1)))
+            }
         }
-        Some(Ok(DesiredTaskCountEventResponse::desired(
-            AS_MANY_AS_WORKERS,
-        )))
     }
 }
 

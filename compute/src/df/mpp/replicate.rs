@@ -1,0 +1,219 @@
+//! Small broadcast build sides computed where they are used: a
+//! one-task stage that only reads small tables and feeds a broadcast
+//! join is taken out of its own stage and run inside every task of the
+//! stage that joins with it.
+//!
+//! ```text
+//!  before                                   after
+//!  Stage 7 (3 tasks)                        Stage 7 (3 tasks)
+//!    HashJoin(n_nationkey = s_nationkey)      HashJoin(n_nationkey = s_nationkey)
+//!      Coalesce                                 Coalesce
+//!        [Stage 5] NetworkBroadcast               RegionScan nation   (in each task)
+//!      HashJoin(s_suppkey = ps_suppkey)         HashJoin(s_suppkey = ps_suppkey)
+//!        Coalesce                                 Coalesce
+//!          [Stage 6] NetworkBroadcast               RegionScan supplier  ◀ nation's keys
+//!        RegionScan partsupp (task's share)       RegionScan partsupp    ◀ supplier's keys
+//!  Stage 5: Broadcast ◀ RegionScan nation
+//!  Stage 6: Broadcast ◀ RegionScan supplier
+//! ```
+//!
+//! Why: `datafusion-distributed` gives every broadcast build side a
+//! stage of its own, and a stage is a wall for the join key filters
+//! that, in one process, narrow a scan by the keys of the joins above it
+//! (`df/join_keys.rs`; the workers add them within the stage they run).
+//! TPC-H's dimension chains (region → nation → supplier → partsupp in
+//! Q2 and Q11, nation → customer/supplier in Q5, Q7, Q8) lose exactly
+//! those filters: Q11's partsupp scan returned all 800 K rows at SF 1
+//! in place of the 32 K of German suppliers, and every tiny stage cost a
+//! task set-up on a worker and a stream per consumer task. With the
+//! small side in the consumer's stage, the worker hands keys down the
+//! chain as one process does, and the stage and its streams are gone.
+//!
+//! The price is the small side read once per consumer task instead of
+//! once in all, hence the bounds: the stage runs as one task (its tables
+//! have one region each, or are small enough for `auto` to keep them in
+//! one), it has no exchange of its own, the tables it reads have at most
+//! [`REPLICATE_MAX_ROWS`] rows together by their statistics (or are read
+//! by key), and it reads the same rows every time ([`super::broadcast`]'s
+//! `repeatable`: region scans at the query's one snapshot, no LIMIT, no
+//! volatile function), so every task's copy is the same build side the
+//! broadcast would have sent. This is the same trade as TiDB's
+//! broadcast join of a small table, with the table read where it is
+//! joined instead of shipped there.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::Result as DfResult;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::context::QueryPlanner;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_distributed::{
+    BroadcastExec, NetworkBoundary, NetworkBoundaryExt, NetworkBroadcastExec, Stage,
+};
+
+use crate::df::region_scan::RegionScanExec;
+
+/// The most rows (by the tables' statistics, summed over the scans) a
+/// one-task broadcast stage may read to be run in every consumer task.
+pub const REPLICATE_MAX_ROWS: u64 = 200_000;
+
+/// The distributed query planner followed by [`replicate_small_broadcasts`].
+#[derive(Debug)]
+pub struct ReplicatingPlanner {
+    pub inner: Arc<dyn QueryPlanner + Send + Sync>,
+}
+
+#[async_trait]
+impl QueryPlanner for ReplicatingPlanner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session: &dyn Session,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let plan = self
+            .inner
+            .create_physical_plan(logical_plan, session)
+            .await?;
+        replicate_small_broadcasts(plan)
+    }
+}
+
+/// `plan` with every broadcast of a small one-task stage replaced by the
+/// stage's plan itself (module docs). Bottom-up, so a chain of them
+/// (nation into supplier's stage, then that into partsupp's) folds whole.
+pub fn replicate_small_broadcasts(
+    plan: Arc<dyn ExecutionPlan>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let Some(nb) = node.downcast_ref::<NetworkBroadcastExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Stage::Local(stage) = nb.input_stage() else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(head) = stage.plan.downcast_ref::<BroadcastExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let input = head.input().clone();
+        if stage.tasks == 1 && replicable(&input)? {
+            return Ok(Transformed::yes(input));
+        }
+        Ok(Transformed::no(node))
+    })
+    .map(|t| t.data)
+}
+
+/// Whether every task may compute `plan` itself: no exchange in it, the
+/// same rows each time, and small tables only.
+fn replicable(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
+    if plan.exists(|p| Ok(p.is_network_boundary()))? || !super::broadcast::repeatable(plan)? {
+        return Ok(false);
+    }
+    let mut rows = 0u64;
+    let mut small = true;
+    plan.apply(|node| {
+        if !node.children().is_empty() {
+            return Ok(TreeNodeRecursion::Continue);
+        }
+        small = if let Some(scan) = node.downcast_ref::<RegionScanExec>() {
+            if scan.reads_few_rows() {
+                true
+            } else if let Some(r) = scan.table_rows() {
+                rows = rows.saturating_add(r);
+                rows <= REPLICATE_MAX_ROWS
+            } else {
+                false
+            }
+        } else {
+            // A memory table or files: read in place, no store asked.
+            node.is::<DataSourceExec>()
+        };
+        Ok(match small {
+            true => TreeNodeRecursion::Continue,
+            false => TreeNodeRecursion::Stop,
+        })
+    })?;
+    Ok(small)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::{JoinType, NullEquality};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::physical_expr::expressions::Column;
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+    use datafusion::physical_plan::limit::GlobalLimitExec;
+
+    fn source(name: &str) -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Int64, false)]));
+        let keys = Int64Array::from_iter_values(0..10);
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap();
+        MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
+    }
+
+    /// A broadcast join of `build`, computed in a stage of `tasks` tasks.
+    fn broadcast_join(build: Arc<dyn ExecutionPlan>, tasks: usize) -> Arc<dyn ExecutionPlan> {
+        let broadcast = Arc::new(BroadcastExec::new(build, 3));
+        let network = Arc::new(NetworkBroadcastExec::try_new(broadcast, tasks).unwrap());
+        let on = vec![(
+            Arc::new(Column::new("b", 0)) as _,
+            Arc::new(Column::new("p", 0)) as _,
+        )];
+        Arc::new(
+            HashJoinExec::try_new(
+                Arc::new(CoalescePartitionsExec::new(network)),
+                source("p"),
+                on,
+                None,
+                &JoinType::Inner,
+                None,
+                PartitionMode::CollectLeft,
+                NullEquality::NullEqualsNothing,
+                false,
+            )
+            .unwrap(),
+        )
+    }
+
+    fn broadcasts(plan: &Arc<dyn ExecutionPlan>) -> usize {
+        let mut n = 0;
+        plan.apply(|p| {
+            n += usize::from(p.is::<NetworkBroadcastExec>());
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        n
+    }
+
+    #[test]
+    fn a_small_one_task_broadcast_runs_in_its_consumer() {
+        let plan = replicate_small_broadcasts(broadcast_join(source("b"), 1)).unwrap();
+        assert_eq!(broadcasts(&plan), 0);
+        let join = plan.downcast_ref::<HashJoinExec>().unwrap();
+        let coalesce = join
+            .left()
+            .downcast_ref::<CoalescePartitionsExec>()
+            .unwrap();
+        assert!(coalesce.input().is::<DataSourceExec>());
+    }
+
+    /// A stage of several tasks (each computing part of the build side),
+    /// or one that may read other rows a second time (any 5 of them),
+    /// stays a broadcast.
+    #[test]
+    fn a_many_task_or_unrepeatable_broadcast_stays() {
+        let plan = replicate_small_broadcasts(broadcast_join(source("b"), 3)).unwrap();
+        assert_eq!(broadcasts(&plan), 1);
+        let limited = Arc::new(GlobalLimitExec::new(source("b"), 0, Some(5)));
+        let plan = replicate_small_broadcasts(broadcast_join(limited, 1)).unwrap();
+        assert_eq!(broadcasts(&plan), 1);
+    }
+}
