@@ -116,14 +116,26 @@ impl PhysicalOptimizerRule for BroadcastSmallBuildSides {
                 _ => return Ok(Transformed::no(node)),
             };
             if never_emits_build_rows(join.join_type()) {
-                if join.mode == PartitionMode::CollectLeft {
-                    return Ok(Transformed::no(node));
+                let (join, changed) = match join.mode {
+                    PartitionMode::CollectLeft => (node.clone(), false),
+                    _ => {
+                        let collect = join
+                            .builder()
+                            .with_partition_mode(PartitionMode::CollectLeft)
+                            .build()?;
+                        (Arc::new(collect) as Arc<dyn ExecutionPlan>, true)
+                    }
+                };
+                // A small dimension table's keys, past the shuffles
+                // below the join (`across_shuffles.rs`).
+                let collected = join.downcast_ref::<HashJoinExec>().expect("a hash join");
+                if let Some(reduced) = super::across_shuffles::reduce_below_shuffles(collected)? {
+                    return Ok(Transformed::yes(reduced));
                 }
-                let collect = join
-                    .builder()
-                    .with_partition_mode(PartitionMode::CollectLeft)
-                    .build()?;
-                return Ok(Transformed::yes(Arc::new(collect) as Arc<dyn ExecutionPlan>));
+                return Ok(match changed {
+                    true => Transformed::yes(join),
+                    false => Transformed::no(join),
+                });
             }
             match reduce_probe_side(join, build_rows)? {
                 Some(reduced) => Ok(Transformed::yes(reduced)),
@@ -272,7 +284,7 @@ pub(super) fn repeatable(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
 }
 
 /// Whether `plan` is a semi-join reduction this rule made.
-fn is_reduction(plan: &Arc<dyn ExecutionPlan>) -> bool {
+pub(super) fn is_reduction(plan: &Arc<dyn ExecutionPlan>) -> bool {
     plan.downcast_ref::<HashJoinExec>().is_some_and(|j| {
         j.join_type() == &JoinType::RightSemi
             && j.left()
@@ -283,7 +295,7 @@ fn is_reduction(plan: &Arc<dyn ExecutionPlan>) -> bool {
 }
 
 /// The name of a reduction's build side's key columns (and a number).
-const REDUCE_KEY: &str = "__reduce_key_";
+pub(super) const REDUCE_KEY: &str = "__reduce_key_";
 
 /// A plan with `plan`'s columns whose rows include `plan`'s: `plan`
 /// without the semi and anti joins and filters on top of it, which only
@@ -386,7 +398,7 @@ fn keys_below(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<Vec<usize
 
 /// Where `plan`'s output column `key` comes from in its one child (as
 /// [`keys_below`], for one column).
-fn key_below_one(plan: &Arc<dyn ExecutionPlan>, key: usize) -> Option<usize> {
+pub(super) fn key_below_one(plan: &Arc<dyn ExecutionPlan>, key: usize) -> Option<usize> {
     let schema = plan.schema();
     let key = Arc::new(Column::new(schema.field(key).name(), key)) as Arc<dyn PhysicalExpr>;
     let below = crate::df::join_keys::key_below(plan, &key)?;
@@ -394,7 +406,7 @@ fn key_below_one(plan: &Arc<dyn ExecutionPlan>, key: usize) -> Option<usize> {
 }
 
 /// The statistics' estimate of `plan`'s rows (None: unknown).
-fn estimated_rows(plan: &dyn ExecutionPlan) -> Option<usize> {
+pub(super) fn estimated_rows(plan: &dyn ExecutionPlan) -> Option<usize> {
     let stats = StatisticsContext::new()
         .compute(plan, &StatisticsArgs::new())
         .ok()?;

@@ -61,6 +61,7 @@
 //! transaction, plans from the plan cache, and clusters with
 //! `[security]` stay in one process.
 
+mod across_shuffles;
 pub mod broadcast;
 pub mod codec;
 mod folded;

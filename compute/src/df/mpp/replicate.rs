@@ -98,18 +98,34 @@ pub fn replicate_small_broadcasts(
         let Some(head) = stage.plan.downcast_ref::<BroadcastExec>() else {
             return Ok(Transformed::no(node));
         };
-        let input = head.input().clone();
-        if stage.tasks == 1 && replicable(&input)? {
-            return Ok(Transformed::yes(input));
+        if stage.tasks != 1 {
+            return Ok(Transformed::no(node));
         }
-        Ok(Transformed::no(node))
+        let input = without_local_broadcasts(head.input().clone())?;
+        match replicable(&input)? {
+            true => Ok(Transformed::yes(input)),
+            false => Ok(Transformed::no(node)),
+        }
+    })
+    .map(|t| t.data)
+}
+
+/// `plan` without the broadcasts to a single consumer task that the
+/// library leaves where it took a one-task-to-one-task exchange out (a
+/// stage replicated into its consumer, now a part of this one): each
+/// passes its input's partitions through, but serves each partition to
+/// one consumer only, once.
+fn without_local_broadcasts(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| match node.downcast_ref::<BroadcastExec>() {
+        Some(b) if b.consumer_task_count() == 1 => Ok(Transformed::yes(b.input().clone())),
+        _ => Ok(Transformed::no(node)),
     })
     .map(|t| t.data)
 }
 
 /// Whether every task may compute `plan` itself: no exchange in it, the
 /// same rows each time, and small tables only.
-fn replicable(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
+pub(super) fn replicable(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
     if plan.exists(|p| Ok(p.is_network_boundary()))? || !super::broadcast::repeatable(plan)? {
         return Ok(false);
     }
