@@ -51,6 +51,12 @@
 //!   build side is estimated at most [`broadcast::BROADCAST_MAX_ROWS`]
 //!   rows becomes a broadcast join, so the join stays in its probe scan's
 //!   stage instead of shuffling both sides over the network.
+//! * **Dimension tables where they are joined** (`replicate.rs`,
+//!   `across_shuffles.rs`): a small one-task broadcast stage runs inside
+//!   each task of the stage that joins it, and a small selective
+//!   dimension's keys go below the shuffles under its join as a
+//!   right-semi join, so the key filters below reach the scans they
+//!   narrow in one process.
 //! * **Join filters within a stage**: the coordinator plans without the
 //!   join filters handed to region scans (a join and the scan it probes
 //!   may end up in different stages); each worker adds them to the stage
