@@ -82,7 +82,8 @@ pub enum MppMode {
     Off,
     /// Large scans over every live compute process, the rest in one.
     Auto,
-    /// Every region scan over every live compute process.
+    /// Every region scan over the live compute processes (a task per
+    /// region at most).
     Force,
 }
 

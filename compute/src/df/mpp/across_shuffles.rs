@@ -35,7 +35,7 @@
 //! it), and selective (at most half its tables' rows by the statistics:
 //! a whole table's keys narrow nothing). Only single-key inner joins are followed, and only through
 //! nodes the key passes unchanged (`join_keys::key_below`) and inner
-//! joins; the path stops at other joins and at a reduction already made.
+//! joins without a row limit; the path stops at other joins.
 
 use std::sync::Arc;
 
@@ -67,7 +67,10 @@ pub(super) fn reduce_below_shuffles(
     let Some(probe_key) = probe_key.downcast_ref::<Column>() else {
         return Ok(None);
     };
+    // (Nor over a build side that holds a reduction already: each copy
+    // would compute that one's build side again.)
     if build_key.downcast_ref::<Column>().is_none()
+        || join.left().exists(|p| Ok(is_reduction(p)))?
         || !super::replicate::replicable(join.left())?
         || !selective(join.left())
     {
@@ -141,7 +144,9 @@ fn sink(
         };
     }
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
-        if join.join_type() == &JoinType::Inner && !is_reduction(&plan) {
+        // (An inner join with a row limit passes only some of its rows:
+        // narrowing below it would let others through.)
+        if join.join_type() == &JoinType::Inner && plan.fetch().is_none() {
             let index = match &join.projection {
                 Some(p) => match p.get(key) {
                     Some(&i) => i,

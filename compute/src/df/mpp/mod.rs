@@ -39,8 +39,8 @@
 //!   a timestamp of its own.
 //! * **The switch** ([`MppMode`]): `mpp = 'off' | 'auto' | 'force'`, a
 //!   compute config key and a session setting. `off` plans exactly as
-//!   one process does. `force` distributes every region scan over every
-//!   live compute process. `auto` distributes a statement only when a
+//!   one process does. `force` distributes every region scan over the
+//!   live compute processes, a task per region at most. `auto` distributes a statement only when a
 //!   live compute process runs on another host (processes on one host
 //!   share its cores: `Workers::adds_cores`) and it names a table whose
 //!   statistics put it above [`AUTO_MIN_ROWS`] rows; within it, a scan

@@ -50,7 +50,8 @@ use datafusion::common::Result as DfResult;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::context::QueryPlanner;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 use datafusion_distributed::{
     BroadcastExec, NetworkBoundary, NetworkBoundaryExt, NetworkBroadcastExec, Stage,
 };
@@ -88,8 +89,14 @@ impl QueryPlanner for ReplicatingPlanner {
 pub fn replicate_small_broadcasts(
     plan: Arc<dyn ExecutionPlan>,
 ) -> DfResult<Arc<dyn ExecutionPlan>> {
+    // At the coalesce the library puts above every broadcast, and only
+    // one without a row limit: a first-N of a build side computed again
+    // in each task could keep other rows in each.
     plan.transform_up(|node| {
-        let Some(nb) = node.downcast_ref::<NetworkBroadcastExec>() else {
+        let Some(coalesce) = node.downcast_ref::<CoalescePartitionsExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(nb) = coalesce.input().downcast_ref::<NetworkBroadcastExec>() else {
             return Ok(Transformed::no(node));
         };
         let Stage::Local(stage) = nb.input_stage() else {
@@ -98,14 +105,18 @@ pub fn replicate_small_broadcasts(
         let Some(head) = stage.plan.downcast_ref::<BroadcastExec>() else {
             return Ok(Transformed::no(node));
         };
-        if stage.tasks != 1 {
+        if stage.tasks != 1 || coalesce.fetch().is_some() {
             return Ok(Transformed::no(node));
         }
         let input = without_local_broadcasts(head.input().clone())?;
-        match replicable(&input)? {
-            true => Ok(Transformed::yes(input)),
-            false => Ok(Transformed::no(node)),
+        if !replicable(&input)? {
+            return Ok(Transformed::no(node));
         }
+        let replaced = node.replace_children(
+            vec![input],
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )?;
+        Ok(Transformed::yes(replaced))
     })
     .map(|t| t.data)
 }
@@ -164,7 +175,6 @@ mod tests {
     use datafusion::common::{JoinType, NullEquality};
     use datafusion::datasource::memory::MemorySourceConfig;
     use datafusion::physical_expr::expressions::Column;
-    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
     use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
     use datafusion::physical_plan::limit::GlobalLimitExec;
 
@@ -223,13 +233,19 @@ mod tests {
 
     /// A stage of several tasks (each computing part of the build side),
     /// or one that may read other rows a second time (any 5 of them),
-    /// stays a broadcast.
+    /// or one read up to a row limit, stays a broadcast.
     #[test]
     fn a_many_task_or_unrepeatable_broadcast_stays() {
         let plan = replicate_small_broadcasts(broadcast_join(source("b"), 3)).unwrap();
         assert_eq!(broadcasts(&plan), 1);
         let limited = Arc::new(GlobalLimitExec::new(source("b"), 0, Some(5)));
         let plan = replicate_small_broadcasts(broadcast_join(limited, 1)).unwrap();
+        assert_eq!(broadcasts(&plan), 1);
+        // Nor a broadcast read up to a row limit (its first 5 rows).
+        let broadcast = Arc::new(BroadcastExec::new(source("b"), 3));
+        let network = Arc::new(NetworkBroadcastExec::try_new(broadcast, 1).unwrap());
+        let first = Arc::new(CoalescePartitionsExec::new(network).with_fetch(Some(5)));
+        let plan = replicate_small_broadcasts(first).unwrap();
         assert_eq!(broadcasts(&plan), 1);
     }
 }
