@@ -42,7 +42,6 @@ use std::sync::Arc;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{JoinType, NullEquality, Result as DfResult};
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
@@ -173,21 +172,7 @@ fn sink(
     if !crossed {
         return Ok(None);
     }
-    let build_key =
-        Arc::new(Column::new(build.schema().field(0).name(), 0)) as Arc<dyn PhysicalExpr>;
-    let probe_key =
-        Arc::new(Column::new(plan.schema().field(key).name(), key)) as Arc<dyn PhysicalExpr>;
-    Ok(Some(Arc::new(HashJoinExec::try_new(
-        build.clone(),
-        plan,
-        vec![(build_key, probe_key)],
-        None,
-        &JoinType::RightSemi,
-        None,
-        PartitionMode::CollectLeft,
-        null_equality,
-        false,
-    )?)))
+    super::broadcast::semi_join(build, plan, &[key], null_equality).map(Some)
 }
 
 /// Whether `plan` is the final step of an aggregation in parts (a

@@ -365,6 +365,17 @@ fn semi_reduce(
             ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
         );
     }
+    semi_join(build, plan, keys, null_equality)
+}
+
+/// `plan ⋉ build`: a broadcast right-semi join of `build`'s columns, in
+/// order, to `plan`'s columns `keys`.
+pub(super) fn semi_join(
+    build: &Arc<dyn ExecutionPlan>,
+    plan: Arc<dyn ExecutionPlan>,
+    keys: &[usize],
+    null_equality: NullEquality,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
     let build_schema = build.schema();
     let probe_schema = plan.schema();
     let on = keys
