@@ -557,6 +557,29 @@ pub fn key_below(
     None
 }
 
+/// The input (left: true) and its column that `join`'s output column
+/// `index` comes from, when a condition on that column may run on that
+/// input before the join: every column of an inner join (its rows are
+/// pairs of input rows), the preserved side of an outer join, the side a
+/// semi or anti join outputs (None otherwise). Join key filters follow
+/// it here, MPP's reductions across shuffles in `mpp/across_shuffles.rs`.
+pub fn input_of_join_column(join: &HashJoinExec, index: usize) -> Option<(bool, usize)> {
+    let index = match &join.projection {
+        Some(p) => *p.get(index)?,
+        None => index,
+    };
+    let left_len = join.left().schema().fields().len();
+    match join.join_type() {
+        JoinType::Inner if index < left_len => Some((true, index)),
+        JoinType::Inner => Some((false, index - left_len)),
+        JoinType::Left if index < left_len => Some((true, index)),
+        JoinType::Right if index >= left_len => Some((false, index - left_len)),
+        JoinType::LeftSemi | JoinType::LeftAnti => Some((true, index)),
+        JoinType::RightSemi | JoinType::RightAnti => Some((false, index)),
+        _ => None,
+    }
+}
+
 /// [`with_probe_filter`] below a join, on the input that output column
 /// `index` comes from, when a condition on that column may run before the
 /// join: every column of an inner join (its rows are pairs of input rows),
@@ -568,20 +591,7 @@ fn through_join(
     index: usize,
     sink: &Arc<BuildKeys>,
 ) -> Option<Arc<dyn ExecutionPlan>> {
-    let index = match &join.projection {
-        Some(p) => *p.get(index)?,
-        None => index,
-    };
-    let left_len = join.left().schema().fields().len();
-    let (on_left, child_index) = match join.join_type() {
-        JoinType::Inner if index < left_len => (true, index),
-        JoinType::Inner => (false, index - left_len),
-        JoinType::Left if index < left_len => (true, index),
-        JoinType::Right if index >= left_len => (false, index - left_len),
-        JoinType::LeftSemi | JoinType::LeftAnti => (true, index),
-        JoinType::RightSemi | JoinType::RightAnti => (false, index),
-        _ => return None,
-    };
+    let (on_left, child_index) = input_of_join_column(join, index)?;
     let child = if on_left { join.left() } else { join.right() };
     let name = child.schema().fields().get(child_index)?.name().clone();
     let below: Arc<dyn PhysicalExpr> = Arc::new(Column::new(&name, child_index));

@@ -33,9 +33,10 @@
 //! the same rows every time), which also makes it cheap to compute again
 //! in each task (`replicate.rs` then runs it inside the stage that uses
 //! it), and selective (at most half its tables' rows by the statistics:
-//! a whole table's keys narrow nothing). Only single-key inner joins are followed, and only through
-//! nodes the key passes unchanged (`join_keys::key_below`) and inner
-//! joins without a row limit; the path stops at other joins.
+//! a whole table's keys narrow nothing). Only single-key inner joins are
+//! followed, and only through nodes the key passes unchanged
+//! (`join_keys::key_below`) and inner joins without a row limit
+//! (`join_keys::input_of_join_column`); the path stops at other joins.
 
 use std::sync::Arc;
 
@@ -146,19 +147,11 @@ fn sink(
         // (An inner join with a row limit passes only some of its rows:
         // narrowing below it would let others through.)
         if join.join_type() == &JoinType::Inner && plan.fetch().is_none() {
-            let index = match &join.projection {
-                Some(p) => match p.get(key) {
-                    Some(&i) => i,
-                    None => return Ok(None),
-                },
-                None => key,
-            };
-            let left_len = join.left().schema().fields().len();
-            let (side, key) = match index < left_len {
-                true => (0, index),
-                false => (1, index - left_len),
+            let Some((on_left, key)) = crate::df::join_keys::input_of_join_column(join, key) else {
+                return Ok(None);
             };
             let crossed = crossed || join.mode == PartitionMode::Partitioned;
+            let side = usize::from(!on_left);
             let child = join.children()[side].clone();
             let Some(child) = sink(child, key, build, null_equality, crossed)? else {
                 return Ok(None);

@@ -326,40 +326,37 @@ fn semi_reduce(
     build: &Arc<dyn ExecutionPlan>,
     null_equality: NullEquality,
 ) -> DfResult<Arc<dyn ExecutionPlan>> {
-    if let Some(below) = keys_below(&plan, keys) {
-        let child = plan.children()[0].clone();
-        let reduced = semi_reduce(child, &below, build, null_equality)?;
-        return plan.replace_children(
-            vec![reduced],
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        );
-    }
-    // Some of the keys only: Q2's `ps_partkey = p_partkey AND
-    // ps_supplycost = min(ps_supplycost)` above its aggregation, whose
-    // group key is the first and whose aggregate the second. A semi join
-    // on some of the keys drops only rows that match no build-side row on
-    // all of them, so it may go below on those, with the build side's
-    // keys narrowed to them: the aggregation then reads only the groups
-    // of the parts the outer query found.
+    // As low as the keys can be followed. Where only some can (Q2's
+    // `ps_partkey = p_partkey AND ps_supplycost = min(ps_supplycost)`
+    // above its aggregation, whose group key is the first and whose
+    // aggregate the second), it goes below on those, with the build
+    // side's keys narrowed to them: a semi join on some of the keys
+    // drops only rows that match no build-side row on all of them, and
+    // the aggregation then reads only the groups of the parts the outer
+    // query found.
     let each: Vec<Option<usize>> = keys.iter().map(|&k| key_below_one(&plan, k)).collect();
     if each.iter().any(Option::is_some) {
-        let schema = build.schema();
-        let kept = each
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.is_some())
-            .map(|(i, _)| {
-                let name = schema.field(i).name().clone();
-                (
-                    Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
-                    name,
-                )
-            });
-        let narrower =
-            Arc::new(ProjectionExec::try_new(kept, build.clone())?) as Arc<dyn ExecutionPlan>;
+        let build = match each.iter().all(Option::is_some) {
+            true => build.clone(),
+            false => {
+                let schema = build.schema();
+                let kept = each
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.is_some())
+                    .map(|(i, _)| {
+                        let name = schema.field(i).name().clone();
+                        (
+                            Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
+                            name,
+                        )
+                    });
+                Arc::new(ProjectionExec::try_new(kept, build.clone())?) as Arc<dyn ExecutionPlan>
+            }
+        };
         let below: Vec<usize> = each.into_iter().flatten().collect();
         let child = plan.children()[0].clone();
-        let reduced = semi_reduce(child, &below, &narrower, null_equality)?;
+        let reduced = semi_reduce(child, &below, &build, null_equality)?;
         return plan.replace_children(
             vec![reduced],
             ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
@@ -400,15 +397,9 @@ pub(super) fn semi_join(
     )?))
 }
 
-/// Where `plan`'s output columns `keys` come from in its one child, where
-/// `plan` passes them down unchanged and a semi join on them may run
-/// below it (`join_keys::key_below`, the rule join key filters follow).
-fn keys_below(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<Vec<usize>> {
-    keys.iter().map(|&k| key_below_one(plan, k)).collect()
-}
-
-/// Where `plan`'s output column `key` comes from in its one child (as
-/// [`keys_below`], for one column).
+/// Where `plan`'s output column `key` comes from in its one child, where
+/// `plan` passes it down unchanged and a semi join on it may run below
+/// it (`join_keys::key_below`, the rule join key filters follow).
 pub(super) fn key_below_one(plan: &Arc<dyn ExecutionPlan>, key: usize) -> Option<usize> {
     let schema = plan.schema();
     let key = Arc::new(Column::new(schema.field(key).name(), key)) as Arc<dyn PhysicalExpr>;

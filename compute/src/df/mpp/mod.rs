@@ -40,9 +40,10 @@
 //! * **The switch** ([`MppMode`]): `mpp = 'off' | 'auto' | 'force'`, a
 //!   compute config key and a session setting. `off` plans exactly as
 //!   one process does. `force` distributes every region scan over the
-//!   live compute processes, a task per region at most. `auto` distributes a statement only when a
-//!   live compute process runs on another host (processes on one host
-//!   share its cores: `Workers::adds_cores`) and it names a table whose
+//!   live compute processes, a task per region at most. `auto`
+//!   distributes a statement only when a live compute process runs on
+//!   another host (processes on one host share its cores:
+//!   `Workers::adds_cores`) and it names a table whose
 //!   statistics put it above [`AUTO_MIN_ROWS`] rows; within it, a scan
 //!   that aggregates in the stores or reads a few rows by key stays one
 //!   task: Q6-sized work stays in one process.
