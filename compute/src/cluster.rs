@@ -93,6 +93,10 @@ pub struct Cluster {
     meta_first: std::sync::atomic::AtomicUsize,
     channels: Mutex<HashMap<String, Channel>>,
     meta_timeout: Duration,
+    /// Why the last call to meta that did not answer failed, until one
+    /// answers: a caller that stops waiting for a call made on its behalf
+    /// (a timestamp) says whether meta is down or only slow.
+    meta_failing: Mutex<Option<String>>,
     /// The catalog kept between statements (`catalog_cache.rs`).
     catalogs: crate::catalog_cache::CatalogCache,
 }
@@ -104,8 +108,15 @@ impl Cluster {
             meta_first: std::sync::atomic::AtomicUsize::new(0),
             channels: Mutex::new(HashMap::new()),
             meta_timeout,
+            meta_failing: Mutex::new(None),
             catalogs: Default::default(),
         }
+    }
+
+    /// Why meta's last unanswered call failed, while no call since has
+    /// been answered (None: meta answers, or has not been asked).
+    pub fn meta_failure(&self) -> Option<String> {
+        self.meta_failing.lock().clone()
     }
 
     pub fn channel(&self, addr: &str) -> Result<Channel> {
@@ -136,13 +147,23 @@ impl Cluster {
     /// Calls the Meta service, trying each configured store until one
     /// answers. While the meta region has no reachable leader (an election
     /// after its leader died) the rounds repeat with backoff, within
-    /// `meta_timeout`; an error that is the caller's fault returns at once.
+    /// `meta_timeout`, or what is left of the statement's deadline when a
+    /// statement makes the call (`statement_deadline.rs`): a statement
+    /// whose meta region lost its quorum fails within its timeout as
+    /// unavailable, naming the meta service, rather than outliving it. An
+    /// error that is the caller's fault returns at once.
     pub async fn meta<T, F, Fut>(&self, what: &str, call: F) -> Result<T>
     where
         F: Fn(MetaClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
-        self.meta_within(what, self.meta_timeout, Duration::from_secs(4), call)
+        let timeout = match crate::statement_deadline::current_deadline() {
+            Some(d) => self
+                .meta_timeout
+                .min(d.saturating_duration_since(std::time::Instant::now())),
+            None => self.meta_timeout,
+        };
+        self.meta_within(what, timeout, Duration::from_secs(4), call)
             .await
     }
 
@@ -195,6 +216,7 @@ impl Cluster {
                     Ok(Ok(r)) => {
                         self.meta_first
                             .store(i, std::sync::atomic::Ordering::Relaxed);
+                        *self.meta_failing.lock() = None;
                         return Ok(r.into_inner());
                     }
                     Ok(Err(st)) => match st.code() {
@@ -208,6 +230,8 @@ impl Cluster {
                     },
                     Err(_) => last = format!("{addr}: no answer in time"),
                 }
+                tracing::debug!("{what}: meta at {addr} failed: {last}");
+                *self.meta_failing.lock() = Some(last.clone());
             }
             let msg = || {
                 format!(

@@ -731,10 +731,12 @@ impl QueryEngine {
                         }
                     }
                 }
+                // Planning reads the catalog and statistics from meta:
+                // within the statement's timeout too.
                 let planned = match txn {
                     // Checked against its snapshot's catalog as it runs.
-                    None => self.sql.plan_kept(query).await?,
-                    Some(_) => self.sql.plan(query).await?,
+                    None => self.within_deadline(self.sql.plan_kept(query)).await?,
+                    Some(_) => self.within_deadline(self.sql.plan(query)).await?,
                 };
                 return Ok(Prepared::Query(Box::new(planned)));
             }

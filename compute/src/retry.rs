@@ -188,8 +188,10 @@ impl Retry<'_> {
     /// Locates `work`'s regions and runs one piece per region, at most
     /// `concurrency` at once, until all are done or one fails.
     pub async fn run<W: RegionWork>(&self, work: W, deadline: Instant) -> Result<()> {
-        self.run_split(work, deadline, Failures::default(), self.cfg.concurrency)
-            .await
+        // Locating regions asks meta: within the same deadline (the
+        // pieces may run in a task no statement scoped).
+        let run = self.run_split(work, deadline, Failures::default(), self.cfg.concurrency);
+        crate::statement_deadline::with_deadline(deadline, run).await
     }
 
     fn run_split<W: RegionWork>(
@@ -296,6 +298,20 @@ impl Retry<'_> {
             let mut last: Option<String> = None;
             loop {
                 let now = Instant::now();
+                if now >= deadline && unavailable_since.is_some() {
+                    // Waiting for a leader that never came: the region is
+                    // unavailable, and the deadline is when we stopped.
+                    return Err(Error::Unavailable(format!(
+                        "region {} has no reachable leader (store {} at {} and its other \
+                         replicas tried); the {} deadline ran out waiting for one{}",
+                        region.region.id,
+                        region.store_id(),
+                        region.addr,
+                        self.cfg.what,
+                        last.map(|l| format!("; the last try was answered: {l}"))
+                            .unwrap_or_default()
+                    )));
+                }
                 if now >= deadline {
                     return Err(Error::Deadline(format!(
                         "{} deadline exceeded while waiting for region {} on store {} ({}){}",
@@ -332,6 +348,16 @@ impl Retry<'_> {
                             )
                         };
                         if Instant::now() + self.cfg.backoff_base >= deadline {
+                            // Refused: the store is down, which is what
+                            // the caller should hear; no answer in time:
+                            // the deadline is.
+                            if st.code() == tonic::Code::Unavailable {
+                                return Err(Error::Unavailable(format!(
+                                    "{}; the {} deadline ran out before another replica answered",
+                                    what(),
+                                    self.cfg.what
+                                )));
+                            }
                             return Err(Error::Deadline(format!(
                                 "{} deadline exceeded: store {} at {} did not answer in time (region {}): {}",
                                 self.cfg.what,

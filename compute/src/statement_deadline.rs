@@ -30,6 +30,19 @@ pub async fn with_deadline<F: Future>(deadline: Instant, f: F) -> F::Output {
     DEADLINE.scope(deadline, f).await
 }
 
+/// `f` under the deadline of the statement being run in this task, if
+/// any: for a task the statement spawns (a task-local value does not
+/// cross `tokio::spawn`).
+pub fn carried<F: Future>(f: F) -> impl Future<Output = F::Output> {
+    let deadline = current_deadline();
+    async move {
+        match deadline {
+            Some(at) => with_deadline(at, f).await,
+            None => f.await,
+        }
+    }
+}
+
 /// The deadline of the statement being run in this task, if any.
 pub fn current_deadline() -> Option<Instant> {
     DEADLINE.try_with(|d| *d).ok()

@@ -71,8 +71,28 @@ impl Tso {
             let me = self.clone();
             tokio::spawn(async move { me.serve().await });
         }
-        rx.await
-            .map_err(|_| Error::Internal("the timestamp task stopped".into()))?
+        // The request is served by a task of its own, which no statement's
+        // deadline bounds: a statement waits for it until its deadline, and
+        // then says whether meta is down or only slow.
+        let answer = match crate::statement_deadline::current_deadline() {
+            Some(at) => match tokio::time::timeout_at(at.into(), rx).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    return Err(match self.cluster.meta_failure() {
+                        Some(why) => Error::Unavailable(format!(
+                            "getting a timestamp: the meta service is unavailable ({why})"
+                        )),
+                        None => Error::Deadline(
+                            "getting a timestamp: the meta service did not answer before the \
+                             statement's deadline"
+                                .into(),
+                        ),
+                    })
+                }
+            },
+            None => rx.await,
+        };
+        answer.map_err(|_| Error::Internal("the timestamp task stopped".into()))?
     }
 
     /// Serves the queue, one batch per request, until it is empty.

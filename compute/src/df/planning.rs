@@ -54,7 +54,9 @@ impl SqlSession {
             Freshness::Unconfirmed => {
                 let txns = self.txns.clone();
                 let asked = std::time::Instant::now();
-                let stamp = tokio::spawn(async move { txns.stamp().await });
+                let stamp = tokio::spawn(crate::statement_deadline::carried(async move {
+                    txns.stamp().await
+                }));
                 let _abort = AbortOnDrop(stamp.abort_handle());
                 tokio::task::yield_now().await; // (see `stream_fresh`)
                 let planned = plan_kept().await;

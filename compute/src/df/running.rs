@@ -67,7 +67,9 @@ impl SqlSession {
         let announced = q.schema();
         let txns = self.txns.clone();
         let asked = std::time::Instant::now();
-        let stamp = tokio::spawn(async move { txns.stamp().await });
+        let stamp = tokio::spawn(crate::statement_deadline::carried(async move {
+            txns.stamp().await
+        }));
         let _abort = AbortOnDrop(stamp.abort_handle());
         // Let the request go out before physical planning holds this
         // thread: a task spawned here waits in this worker's next-task

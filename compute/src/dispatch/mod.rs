@@ -207,20 +207,25 @@ impl Dispatcher {
         };
         let retry_stats = Arc::new(RetryStats::default());
         let (cache, cfg, counters) = (self.cache.clone(), self.retry.clone(), retry_stats.clone());
-        let task = tokio::spawn(async move {
-            if let (0, Some(txns)) = (work.dag.read_ts, &work.txns) {
-                // No snapshot named (statistics, tools): the newest.
-                let mut dag = (*work.dag).clone();
-                dag.read_ts = txns.timestamp().await?;
-                work.dag = Arc::new(dag);
-            }
-            let retry = Retry {
-                cache: &cache,
-                cfg: &cfg,
-                stats: &counters,
-            };
-            retry.run(work, deadline).await
-        });
+        // The task runs under the scan's deadline: the timestamp and region
+        // look-ups it asks meta for end there too.
+        let task = tokio::spawn(crate::statement_deadline::with_deadline(
+            deadline,
+            async move {
+                if let (0, Some(txns)) = (work.dag.read_ts, &work.txns) {
+                    // No snapshot named (statistics, tools): the newest.
+                    let mut dag = (*work.dag).clone();
+                    dag.read_ts = txns.timestamp().await?;
+                    work.dag = Arc::new(dag);
+                }
+                let retry = Retry {
+                    cache: &cache,
+                    cfg: &cfg,
+                    stats: &counters,
+                };
+                retry.run(work, deadline).await
+            },
+        ));
         ScanStream {
             state: Some(StreamState {
                 arrived,
