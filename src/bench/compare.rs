@@ -1,6 +1,7 @@
 //! `bench tpch --compare`: every setting side by side in one run, DuckDB
-//! over the same rows, and issue 15's targets as measured (the module
-//! docs of `bench` say what each setting is).
+//! over the same rows, the same queries through Python ADBC (`adbc.rs`),
+//! and issues 15's and 47's targets as measured (the module docs of
+//! `bench` say what each setting is).
 
 use std::io::Write as _;
 use std::path::Path;
@@ -9,9 +10,10 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use quarry_proto::meta::Layout;
 
+use super::adbc::{adbc_times, THROUGH_ADBC};
 use super::{
-    bench_tpch, check_same_answers, load, median, run_interleaved, run_queries, warn_if_busy,
-    BenchOptions, LoadSummary, QueryReport,
+    bench_tpch, check_same_answers, load, median, python_with, run_interleaved, run_queries,
+    warn_if_busy, BenchOptions, LoadSummary, QueryReport,
 };
 use crate::local::LocalCluster;
 use crate::tpch::{self, Table};
@@ -53,6 +55,8 @@ pub struct CompareReport {
     pub queries: Vec<QueryReport>,
     /// Why DuckDB was not measured, if it was not.
     pub duckdb_skipped: Option<String>,
+    /// Why the queries were not timed through ADBC, if they were not.
+    pub adbc_skipped: Option<String>,
     /// Q1 and Q6 at a larger scale factor (`--scale-to`), if asked for.
     pub scaled: Option<ScaledRun>,
 }
@@ -123,6 +127,19 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
             )
             .await?,
         );
+        // Through a real client, while the column layout is loaded.
+        let rows: std::collections::HashMap<String, usize> = queries
+            .iter()
+            .filter(|r| r.setting == "column")
+            .map(|r| (r.query.clone(), r.rows))
+            .collect();
+        let adbc_skipped = match adbc_times(&arrow_url, opts, |q| rows.get(q).copied()).await {
+            Ok(a) => {
+                queries.extend(a);
+                None
+            }
+            Err(e) => Some(format!("{e:#}")),
+        };
         warn_if_busy(&cluster, "the column layout's").await;
         loads.push(load(&cluster, opts, Layout::Row).await?);
         queries.extend(run_queries(&cluster.compute_url(), "row", opts).await?);
@@ -139,6 +156,7 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
             loads,
             queries,
             duckdb_skipped,
+            adbc_skipped,
             scaled: None,
         })
     }
@@ -146,36 +164,27 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
     cluster.stop().await;
     let report = result?;
     // Every Quarry setting must give the same answer.
-    check_same_answers(&opts.queries, &report.queries, |r| r.setting != "duckdb")?;
+    check_same_answers(&opts.queries, &report.queries, |r| {
+        r.setting != "duckdb" && r.setting != THROUGH_ADBC
+    })?;
+    if let Some(wrong) = report
+        .queries
+        .iter()
+        .find(|r| r.setting == THROUGH_ADBC && r.answer.starts_with("MISMATCH"))
+    {
+        bail!("{} through ADBC: {}", wrong.query, wrong.answer);
+    }
     Ok(report)
 }
 
-/// The Python that has DuckDB: $QUARRY_PYTHON, the anchors' venv, or
-/// python3.
+/// The Python that has DuckDB ([`python_with`]).
 fn duckdb_python() -> Result<String> {
-    let mut candidates = Vec::new();
-    if let Ok(p) = std::env::var("QUARRY_PYTHON") {
-        candidates.push(p);
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        let venv = Path::new(&home).join(".cache/quarry-anchors/venv/bin/python");
-        candidates.push(venv.to_string_lossy().into_owned());
-    }
-    candidates.push("python3".into());
-    for c in candidates {
-        let ok = std::process::Command::new(&c)
-            .args(["-c", "import duckdb"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Ok(c);
-        }
-    }
-    Err(anyhow!(
-        "no Python with the duckdb package (set QUARRY_PYTHON, or run ../shared/bench/anchors/run.sh once)"
-    ))
+    python_with("import duckdb").ok_or_else(|| {
+        anyhow!(
+            "no Python with the duckdb package (set QUARRY_PYTHON, pip install duckdb into \
+             $QUARRY_VENV, or run ../shared/bench/anchors/run.sh once)"
+        )
+    })
 }
 
 const DUCKDB_SCRIPT: &str = r#"
@@ -361,16 +370,29 @@ pub fn print_compare(r: &CompareReport) {
         if let (Some(c), Some(w)) = (col, med(q, DECIMAL128_WIRE)) {
             parts.push(format!("decimal128-on-wire/decimal64 {:.2}", w / c));
         }
+        if let Some(a) = med(q, THROUGH_ADBC) {
+            if let Some(d) = med(q, "duckdb") {
+                parts.push(format!("adbc/duckdb {:.2}", a / d));
+            }
+            if let Some(c) = col {
+                parts.push(format!("adbc/in-process {:.2}", a / c));
+            }
+        }
         println!("{q}: {}", parts.join(", "));
     }
-    if let Some(g) = tpch_geomean(r) {
-        println!(
-            "column/duckdb over {} TPC-H queries: geometric mean {:.2}, worst {} {:.2}",
-            g.queries, g.mean, g.worst.0, g.worst.1
-        );
+    for (setting, label) in [("column", "column"), (THROUGH_ADBC, "adbc")] {
+        if let Some(g) = tpch_geomean(r, setting) {
+            println!(
+                "{label}/duckdb over {} TPC-H queries: geometric mean {:.2}, worst {} {:.2}",
+                g.queries, g.mean, g.worst.0, g.worst.1
+            );
+        }
     }
     if let Some(why) = &r.duckdb_skipped {
         println!("duckdb: not measured: {why}");
+    }
+    if let Some(why) = &r.adbc_skipped {
+        println!("through ADBC: not measured: {why}");
     }
     print_targets(r);
 }
@@ -437,7 +459,7 @@ fn print_targets(r: &CompareReport) {
         }
         None => println!("  SF 10 / SF 1 <= 11: not in this run (--scale-to 10)"),
     }
-    match tpch_geomean(r).filter(|g| g.queries == crate::answers::QUERIES.len()) {
+    match tpch_geomean(r, "column").filter(|g| g.queries == crate::answers::QUERIES.len()) {
         Some(g) => println!(
             "  {} TPC-H queries' column/duckdb geometric mean <= {TPCH22_BEFORE_ISSUE_15} \
              (before issue 15, another sitting): {:.2} ({})",
@@ -447,22 +469,58 @@ fn print_targets(r: &CompareReport) {
         ),
         None => println!("  the 22 TPC-H queries' geometric mean: not in this run (--queries all)"),
     }
+    print_client_targets(r);
 }
 
-/// Column ÷ DuckDB over the TPC-H queries a run timed on both.
+/// Issue 47's targets, through ADBC against DuckDB from the same Python.
+fn print_client_targets(r: &CompareReport) {
+    let med = |q: &str, s: &str| r.median_ms(q, s);
+    let verdict = |ok: bool| if ok { "met" } else { "not met" };
+    for (q, limit) in [("q1", 0.2), ("q6", 0.5)] {
+        if let (Some(a), Some(d)) = (med(q, THROUGH_ADBC), med(q, "duckdb")) {
+            let x = a / d;
+            println!(
+                "  {q} adbc/duckdb <= {limit}: {x:.2} ({})",
+                verdict(x <= limit)
+            );
+        }
+    }
+    match tpch_geomean(r, THROUGH_ADBC).filter(|g| g.queries == crate::answers::QUERIES.len()) {
+        Some(g) => {
+            println!(
+                "  {} TPC-H queries' adbc/duckdb geometric mean <= 1.0: {:.2} ({})",
+                g.queries,
+                g.mean,
+                verdict(g.mean <= 1.0)
+            );
+            println!(
+                "  no query's adbc/duckdb above 2: worst {} {:.2} ({})",
+                g.worst.0,
+                g.worst.1,
+                verdict(g.worst.1 <= 2.0)
+            );
+        }
+        None => println!(
+            "  the 22 TPC-H queries through ADBC: not in this run (--queries all, and a Python \
+             with adbc_driver_flightsql)"
+        ),
+    }
+}
+
+/// A setting ÷ DuckDB over the TPC-H queries a run timed on both.
 struct Geomean<'a> {
     queries: usize,
     mean: f64,
     worst: (&'a str, f64),
 }
 
-/// The geometric mean of column ÷ DuckDB over the TPC-H queries `r` timed
-/// on both, and the worst ratio; none for fewer than two queries.
-fn tpch_geomean(r: &CompareReport) -> Option<Geomean<'_>> {
+/// The geometric mean of `setting` ÷ DuckDB over the TPC-H queries `r`
+/// timed on both, and the worst ratio; none for fewer than two queries.
+fn tpch_geomean<'a>(r: &'a CompareReport, setting: &str) -> Option<Geomean<'a>> {
     let ratios: Vec<(&str, f64)> = r
         .queries
         .iter()
-        .filter(|q| q.setting == "column" && q.query.starts_with('q'))
+        .filter(|q| q.setting == setting && q.query.starts_with('q'))
         .filter_map(|q| {
             Some((
                 q.query.as_str(),

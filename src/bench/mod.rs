@@ -11,8 +11,9 @@
 //! process started with `--encode rows`), decimals as stored instead of
 //! narrowed on the wire (a third, `--encode arrow-decimal128`), and DuckDB
 //! in memory over the same generated rows when its Python package can be
-//! imported; then prints the ratios and a `targets:` block, issue 15's
-//! targets as measured. `--scale-to SF` then loads lineitem at that scale
+//! imported, and the column layout's queries once more through Python
+//! ADBC, a real Flight SQL client (`adbc.rs`); then prints the ratios and
+//! a `targets:` block, issues 15's and 47's targets as measured. `--scale-to SF` then loads lineitem at that scale
 //! into a fresh cluster and times Q1 and Q6 there, for the scaling target;
 //! `--queries all` gives the 22 queries' geometric mean against DuckDB.
 //! Every setting's answers are checked against each other (an
@@ -30,6 +31,7 @@ use crate::load::{load_tpch, LoadOptions};
 use crate::local::LocalCluster;
 use crate::tpch::{self, Table};
 
+mod adbc;
 mod compare;
 mod mpp;
 
@@ -75,6 +77,33 @@ pub struct LoadSummary {
     pub rows: u64,
     pub seconds: f64,
     pub regions: usize,
+}
+
+/// The first Python that runs `import` (a statement): `$QUARRY_PYTHON`,
+/// `$QUARRY_VENV` (default `~/.cache/quarry-venv`, where
+/// `scripts/setup.sh` puts ADBC's driver), the anchors' venv
+/// (`~/.cache/quarry-anchors/venv`, DuckDB's), then `python3`.
+pub fn python_with(import: &str) -> Option<String> {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let venv = std::env::var_os("QUARRY_VENV")
+        .map(std::path::PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".cache/quarry-venv")));
+    let mut candidates: Vec<String> = std::env::var("QUARRY_PYTHON").into_iter().collect();
+    for v in venv
+        .into_iter()
+        .chain(home.map(|h| h.join(".cache/quarry-anchors/venv")))
+    {
+        candidates.push(v.join("bin/python").to_string_lossy().into_owned());
+    }
+    candidates.push("python3".into());
+    candidates.into_iter().find(|c| {
+        std::process::Command::new(c)
+            .args(["-c", import])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {
