@@ -17,12 +17,9 @@
 //! autocommit connection; the answer's row count must be the in-process
 //! run's.
 
-use std::time::Duration;
+use anyhow::{anyhow, bail, Result};
 
-use anyhow::{anyhow, bail, Context, Result};
-
-use super::{median, python_with, BenchOptions, QueryReport};
-use crate::tpch;
+use super::{median, python_json, python_with, queries_json, BenchOptions, QueryReport};
 
 /// The setting's name in the report.
 pub const THROUGH_ADBC: &str = "column, through ADBC";
@@ -71,45 +68,18 @@ pub async fn adbc_times(
         Some(rest) => format!("grpc://{rest}"),
         None => bail!("timing through ADBC needs a plain-text compute address, not {url}"),
     };
-    let queries: serde_json::Map<String, serde_json::Value> = opts
-        .queries
-        .iter()
-        .filter_map(|q| tpch::query(q).map(|sql| (q.clone(), sql.into())))
-        .collect();
-    let out = tokio::time::timeout(
-        Duration::from_secs(1800),
-        tokio::process::Command::new(&python)
-            .args([
-                "-c",
-                SCRIPT,
-                &uri,
-                &opts.runs.max(1).to_string(),
-                &serde_json::Value::Object(queries).to_string(),
-            ])
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .map_err(|_| anyhow!("the ADBC client did not finish within 30 minutes"))??;
-    if !out.status.success() {
-        bail!(
-            "the ADBC client failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or("");
     #[derive(serde::Deserialize)]
     struct Timed {
         times: Vec<f64>,
         rows: usize,
     }
+    let args = [
+        uri,
+        opts.runs.max(1).to_string(),
+        queries_json(opts).to_string(),
+    ];
     let timed: std::collections::HashMap<String, Timed> =
-        serde_json::from_str(last).context("reading the ADBC client's times")?;
+        python_json(&python, SCRIPT, &args, "the ADBC client").await?;
     Ok(opts
         .queries
         .iter()

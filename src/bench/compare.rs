@@ -5,18 +5,17 @@
 
 use std::io::Write as _;
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use quarry_proto::meta::Layout;
 
 use super::adbc::{adbc_times, THROUGH_ADBC};
 use super::{
-    bench_tpch, check_same_answers, load, median, python_with, run_interleaved, run_queries,
-    warn_if_busy, BenchOptions, LoadSummary, QueryReport,
+    bench_tpch, check_same_answers, load, median, python_json, python_with, queries_json,
+    run_interleaved, run_queries, warn_if_busy, BenchOptions, LoadSummary, QueryReport,
 };
 use crate::local::LocalCluster;
-use crate::tpch::{self, Table};
+use crate::tpch::Table;
 
 /// `--compare --scale-to SF`: Q1 and Q6 (those of `base`'s queries) on a
 /// fresh embedded cluster holding lineitem at `sf`, column layout, with
@@ -228,41 +227,18 @@ async fn duckdb_times(dir: &Path, opts: &BenchOptions) -> Result<Vec<QueryReport
         );
         paths.push(path);
     }
-    let queries: serde_json::Map<String, serde_json::Value> = opts
-        .queries
-        .iter()
-        .filter_map(|q| tpch::query(q).map(|sql| (q.clone(), sql.into())))
-        .collect();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let out = tokio::time::timeout(
-        Duration::from_secs(1800),
-        tokio::process::Command::new(&python)
-            .args([
-                "-c",
-                DUCKDB_SCRIPT,
-                &threads.to_string(),
-                &opts.runs.max(1).to_string(),
-                &serde_json::Value::Object(tables).to_string(),
-                &serde_json::Value::Object(queries).to_string(),
-            ])
-            .output(),
-    )
-    .await
-    .map_err(|_| anyhow!("DuckDB did not finish within 30 minutes"))??;
+    let args = [
+        threads.to_string(),
+        opts.runs.max(1).to_string(),
+        serde_json::Value::Object(tables).to_string(),
+        queries_json(opts).to_string(),
+    ];
+    let times = python_json(&python, DUCKDB_SCRIPT, &args, "DuckDB").await;
     for p in paths {
         let _ = std::fs::remove_file(p);
     }
-    if !out.status.success() {
-        bail!("DuckDB failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or("");
-    let times: std::collections::HashMap<String, Vec<f64>> =
-        serde_json::from_str(last).context("reading DuckDB's times")?;
+    let times: std::collections::HashMap<String, Vec<f64>> = times?;
     Ok(opts
         .queries
         .iter()

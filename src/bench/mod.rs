@@ -106,6 +106,49 @@ pub fn python_with(import: &str) -> Option<String> {
     })
 }
 
+/// The TPC-H texts of `opts.queries` (those that have one), by name, as
+/// a JSON object for a Python script.
+pub fn queries_json(opts: &BenchOptions) -> serde_json::Value {
+    serde_json::Value::Object(
+        opts.queries
+            .iter()
+            .filter_map(|q| tpch::query(q).map(|sql| (q.clone(), sql.into())))
+            .collect(),
+    )
+}
+
+/// Runs a Python `script` with `args` (at most 30 minutes; killed if the
+/// bench stops first) and reads the JSON object on the last line that
+/// starts one; `who` names it in errors.
+pub async fn python_json<T: serde::de::DeserializeOwned>(
+    python: &str,
+    script: &str,
+    args: &[String],
+    who: &str,
+) -> Result<T> {
+    let out = tokio::time::timeout(
+        Duration::from_secs(1800),
+        tokio::process::Command::new(python)
+            .arg("-c")
+            .arg(script)
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .map_err(|_| anyhow!("{who} did not finish within 30 minutes"))??;
+    if !out.status.success() {
+        bail!("{who} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
+    serde_json::from_str(last).with_context(|| format!("reading {who}'s times"))
+}
+
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
