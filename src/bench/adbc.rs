@@ -17,7 +17,7 @@
 //! autocommit connection; the answer's row count must be the in-process
 //! run's.
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 
 use super::{median, python_json, python_with, queries_json, BenchOptions, QueryReport};
 
@@ -46,24 +46,25 @@ conn.close()
 print(json.dumps(out))
 "#;
 
-/// The Python that has the ADBC Flight SQL driver ([`python_with`]).
-fn adbc_python() -> Result<String> {
+/// The Python that has the ADBC Flight SQL driver ([`python_with`]), or
+/// why the setting is skipped.
+pub fn adbc_python() -> std::result::Result<String, String> {
     python_with("import adbc_driver_flightsql.dbapi, pyarrow").ok_or_else(|| {
-        anyhow!(
-            "no Python with adbc_driver_flightsql (set QUARRY_PYTHON, or run scripts/setup.sh once)"
-        )
+        "no Python with adbc_driver_flightsql (set QUARRY_PYTHON, or run scripts/setup.sh once)"
+            .to_string()
     })
 }
 
-/// Times `opts.queries` through ADBC against the compute process at `url`
-/// (`http://host:port`); `rows_of` gives each query's row count from the
-/// in-process run, which the answer must have.
+/// Times `opts.queries` through ADBC (run by `python`) against the compute
+/// process at `url` (`http://host:port`); `rows_of` gives each query's row
+/// count from the in-process run, which the answer must have: a client
+/// that fails, or an answer of another length, fails the bench.
 pub async fn adbc_times(
+    python: &str,
     url: &str,
     opts: &BenchOptions,
     rows_of: impl Fn(&str) -> Option<usize>,
 ) -> Result<Vec<QueryReport>> {
-    let python = adbc_python()?;
     let uri = match url.strip_prefix("http://") {
         Some(rest) => format!("grpc://{rest}"),
         None => bail!("timing through ADBC needs a plain-text compute address, not {url}"),
@@ -79,28 +80,26 @@ pub async fn adbc_times(
         queries_json(opts).to_string(),
     ];
     let timed: std::collections::HashMap<String, Timed> =
-        python_json(&python, SCRIPT, &args, "the ADBC client").await?;
-    Ok(opts
-        .queries
-        .iter()
-        .filter_map(|q| {
-            let t = timed.get(q)?;
-            let answer = match rows_of(q) {
-                Some(n) if n == t.rows => "rows match".to_string(),
-                Some(n) => format!("MISMATCH: {} rows, in-process {n}", t.rows),
-                None => "unknown".to_string(),
-            };
-            Some(QueryReport {
-                query: q.clone(),
-                setting: THROUGH_ADBC.into(),
-                sf: opts.sf,
-                runs: t.times.len(),
-                min_ms: t.times.iter().copied().fold(f64::INFINITY, f64::min),
-                median_ms: median(t.times.clone()),
-                rows: t.rows,
-                answer,
-                digest: 0,
-            })
-        })
-        .collect())
+        python_json(python, SCRIPT, &args, "the ADBC client").await?;
+    let mut out = Vec::new();
+    for q in &opts.queries {
+        let Some(t) = timed.get(q) else { continue };
+        let answer = match rows_of(q) {
+            Some(n) if n == t.rows => "rows match",
+            Some(n) => bail!("{q} through ADBC: {} rows, in-process {n}", t.rows),
+            None => "unknown",
+        };
+        out.push(QueryReport {
+            query: q.clone(),
+            setting: THROUGH_ADBC.into(),
+            sf: opts.sf,
+            runs: t.times.len(),
+            min_ms: t.times.iter().copied().fold(f64::INFINITY, f64::min),
+            median_ms: median(t.times.clone()),
+            rows: t.rows,
+            answer: answer.into(),
+            digest: 0,
+        });
+    }
+    Ok(out)
 }

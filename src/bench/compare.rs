@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context, Result};
 use quarry_proto::meta::Layout;
 
-use super::adbc::{adbc_times, THROUGH_ADBC};
+use super::adbc::{adbc_python, adbc_times, THROUGH_ADBC};
 use super::{
     bench_tpch, check_same_answers, load, median, python_json, python_with, queries_json,
     run_interleaved, run_queries, warn_if_busy, BenchOptions, LoadSummary, QueryReport,
@@ -132,12 +132,14 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
             .filter(|r| r.setting == "column")
             .map(|r| (r.query.clone(), r.rows))
             .collect();
-        let adbc_skipped = match adbc_times(&arrow_url, opts, |q| rows.get(q).copied()).await {
-            Ok(a) => {
-                queries.extend(a);
+        // (Skipped only without the driver: a failure fails the bench.)
+        let adbc_skipped = match adbc_python() {
+            Ok(python) => {
+                let rows_of = |q: &str| rows.get(q).copied();
+                queries.extend(adbc_times(&python, &arrow_url, opts, rows_of).await?);
                 None
             }
-            Err(e) => Some(format!("{e:#}")),
+            Err(why) => Some(why),
         };
         warn_if_busy(&cluster, "the column layout's").await;
         loads.push(load(&cluster, opts, Layout::Row).await?);
@@ -163,16 +165,10 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
     cluster.stop().await;
     let report = result?;
     // Every Quarry setting must give the same answer.
+    // (ADBC's answers were checked by their row counts as they came.)
     check_same_answers(&opts.queries, &report.queries, |r| {
         r.setting != "duckdb" && r.setting != THROUGH_ADBC
     })?;
-    if let Some(wrong) = report
-        .queries
-        .iter()
-        .find(|r| r.setting == THROUGH_ADBC && r.answer.starts_with("MISMATCH"))
-    {
-        bail!("{} through ADBC: {}", wrong.query, wrong.answer);
-    }
     Ok(report)
 }
 
@@ -380,13 +376,7 @@ fn print_targets(r: &CompareReport) {
     let verdict = |ok: bool| if ok { "met" } else { "not met" };
     println!("targets:");
     for (q, limit) in [("q1", 0.25), ("q6", 0.5)] {
-        if let (Some(c), Some(d)) = (med(q, "column"), med(q, "duckdb")) {
-            let x = c / d;
-            println!(
-                "  {q} column/duckdb <= {limit}: {x:.2} ({})",
-                verdict(x <= limit)
-            );
-        }
+        print_duckdb_ratio_target(r, q, "column", "column", limit);
     }
     for q in ["scan", "topn"] {
         if let (Some(c), Some(w)) = (med(q, "column"), med(q, "column, rows on the wire")) {
@@ -450,16 +440,9 @@ fn print_targets(r: &CompareReport) {
 
 /// Issue 47's targets, through ADBC against DuckDB from the same Python.
 fn print_client_targets(r: &CompareReport) {
-    let med = |q: &str, s: &str| r.median_ms(q, s);
     let verdict = |ok: bool| if ok { "met" } else { "not met" };
     for (q, limit) in [("q1", 0.2), ("q6", 0.5)] {
-        if let (Some(a), Some(d)) = (med(q, THROUGH_ADBC), med(q, "duckdb")) {
-            let x = a / d;
-            println!(
-                "  {q} adbc/duckdb <= {limit}: {x:.2} ({})",
-                verdict(x <= limit)
-            );
-        }
+        print_duckdb_ratio_target(r, q, THROUGH_ADBC, "adbc", limit);
     }
     match tpch_geomean(r, THROUGH_ADBC).filter(|g| g.queries == crate::answers::QUERIES.len()) {
         Some(g) => {
@@ -480,6 +463,16 @@ fn print_client_targets(r: &CompareReport) {
             "  the 22 TPC-H queries through ADBC: not in this run (--queries all, and a Python \
              with adbc_driver_flightsql)"
         ),
+    }
+}
+
+/// The target `q`'s `setting` ÷ DuckDB ≤ `limit` (`label` names the
+/// setting), when both were timed.
+fn print_duckdb_ratio_target(r: &CompareReport, q: &str, setting: &str, label: &str, limit: f64) {
+    if let (Some(s), Some(d)) = (r.median_ms(q, setting), r.median_ms(q, "duckdb")) {
+        let x = s / d;
+        let verdict = if x <= limit { "met" } else { "not met" };
+        println!("  {q} {label}/duckdb <= {limit}: {x:.2} ({verdict})");
     }
 }
 
