@@ -49,6 +49,7 @@ pub mod literal_shape;
 pub mod local_time;
 pub mod mpp;
 pub mod output_names;
+pub mod partition_hull;
 pub mod pg_catalog;
 pub mod pg_functions;
 pub mod pg_keys;

@@ -51,6 +51,7 @@ use quarry_proto::meta::TableDef;
 
 use super::join_keys::BuildKeys;
 use super::late_filters::{LateFilters, QueryParams};
+use super::partition_hull;
 use super::pushdown;
 use super::selectivity::{selectivity, DEFAULT_SELECTIVITY};
 use super::shared_scan::SharedRun;
@@ -196,19 +197,18 @@ impl DynamicFilters {
     /// A condition storage can evaluate that every row passing `e` passes
     /// (None: none found). A partitioned join's filter is a CASE over the
     /// probe row's hash partition, each branch that partition's build keys;
-    /// the OR of the branches keeps every row any partition can match.
+    /// the OR of the branches keeps every row any partition can match,
+    /// sent as the plain bounds and key list it amounts to
+    /// (`partition_hull.rs`).
     /// Conjuncts storage cannot evaluate are dropped, which only widens.
     fn widen(&self, e: &Arc<dyn PhysicalExpr>) -> Option<Expr> {
         if let Some(case) = e.as_ref().downcast_ref::<CaseExpr>() {
-            let mut any: Option<Expr> = None;
-            for (_, then) in case.when_then_expr() {
-                let branch = self.widen_all(then)?;
-                any = Some(match any {
-                    None => branch,
-                    Some(a) => Expr::logic(LogicOp::Or, a, branch).ok()?,
-                });
-            }
-            return any;
+            let branches = case
+                .when_then_expr()
+                .iter()
+                .map(|(_, then)| self.widen_all(then))
+                .collect::<Option<Vec<Expr>>>()?;
+            return partition_hull::hull(branches);
         }
         pushdown::physical(e, &mut |i| self.columns.get(i).cloned())
             .filter(|x| x.data_type() == DataType::Boolean)
