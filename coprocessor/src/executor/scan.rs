@@ -29,7 +29,9 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
 
-use super::kernels::{all_rows, and_packed, compare_range, indices, narrow_range, IntSet};
+use super::kernels::{
+    all_rows, compare_range, indices, narrow_bloom, narrow_range, narrow_set, IntSet,
+};
 use super::{BatchExecutor, BatchResult, Chunk};
 use crate::codec::key::{row_keys_end, KeyKind, RECORD_KEY_LEN, ROWID_COLUMN_ID};
 use crate::codec::mvcc::{
@@ -535,14 +537,14 @@ impl ZoneFilter {
         for (id, set) in &self.sets {
             if let ColumnView::Int(v) = pack.column(*id)? {
                 if !v.has_nulls() {
-                    and_packed(&v, n, &mut bits, |x| set.contains(x));
+                    narrow_set(&v, n, &mut bits, set);
                 }
             }
         }
         for (id, bloom) in &self.blooms {
             if let ColumnView::Int(v) = pack.column(*id)? {
                 if !v.has_nulls() {
-                    and_packed(&v, n, &mut bits, |x| bloom.may_contain(x));
+                    narrow_bloom(&v, n, &mut bits, bloom);
                 }
             }
         }

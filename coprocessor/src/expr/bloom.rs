@@ -44,12 +44,14 @@ type Block = [u32; 8];
 #[derive(Clone)]
 pub struct Bloom(Arc<[Block]>);
 
+#[inline(always)]
 fn hash(key: i64) -> u64 {
     mix64(key as u64)
 }
 
 /// MurmurHash3's 64-bit finalizer: every input bit moves every output
 /// bit. The Bloom filter and `aggregate::sketch` hash with it.
+#[inline(always)]
 pub(crate) fn mix64(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
@@ -59,7 +61,7 @@ pub(crate) fn mix64(mut h: u64) -> u64 {
 }
 
 /// The bit each word of a block tests for `h`.
-#[inline]
+#[inline(always)]
 fn mask(h: u64) -> Block {
     let x = h as u32;
     let mut m = [0u32; 8];
@@ -88,11 +90,23 @@ impl Bloom {
 
     /// False when `key` was certainly not added; true when it may have
     /// been.
-    #[inline]
+    ///
+    /// Every word is tested, without an early exit: a key that was not
+    /// added finds its first missing bit at a random word, a branch
+    /// mispredicted about half the time, while the eight tests together
+    /// are one vector AND (two under SSE2). On 6 million probes of a
+    /// 150-thousand-key filter that took 130 ms with the early exit, 60 ms
+    /// without, and 20 ms in an AVX2 kernel (`executor::kernels`).
+    #[inline(always)]
     pub fn may_contain(&self, key: i64) -> bool {
         let h = hash(key);
         let b = &self.0[block_index(h, self.0.len())];
-        b.iter().zip(mask(h)).all(|(w, m)| w & m != 0)
+        let m = mask(h);
+        let mut missing = 0u32;
+        for i in 0..8 {
+            missing |= !b[i] & m[i];
+        }
+        missing == 0
     }
 
     pub fn size_bytes(&self) -> usize {
@@ -135,7 +149,7 @@ impl Bloom {
 }
 
 /// The block `h` falls in, of `n`: the high half scaled to `0..n`.
-#[inline]
+#[inline(always)]
 fn block_index(h: u64, n: usize) -> usize {
     (((h >> 32) * n as u64) >> 32) as usize
 }

@@ -12,7 +12,7 @@ use arrow::datatypes::DataType;
 
 use super::core::Early;
 use super::node::scale_of;
-use super::source::{and_int, and_range, Source};
+use super::source::{and_int, and_int_probed, and_range, Source};
 use crate::codec::pack::is_int_type;
 use crate::executor::kernels::{and_masks, compare_range, IntSet};
 use crate::expr::{Bloom, CmpOp, Expr, LogicOp, ScalarValue};
@@ -322,10 +322,10 @@ kernel! {
             }
             Pred::IntIn { col, set, negated } => {
                 let neg = *negated;
-                and_int(&src[*col], n, bits, |v| set.contains(v) != neg);
+                and_int_probed(&src[*col], n, bits, |v| set.contains(v) != neg);
             }
             Pred::Bloom { col, filter } => {
-                and_int(&src[*col], n, bits, |v| filter.may_contain(v));
+                and_int_probed(&src[*col], n, bits, |v| filter.may_contain(v));
             }
             Pred::Const(_) | Pred::NullCheck { .. } => {
                 return Err(internal!("a constant filter reached the kernels").into())

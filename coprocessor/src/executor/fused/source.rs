@@ -6,7 +6,7 @@
 use arrow::array::StringArray;
 
 use crate::codec::pack::{DictView, IntView};
-use crate::executor::kernels::{and_masks, and_packed, and_range_packed};
+use crate::executor::kernels::{and_masks, and_packed, and_probed, and_range_packed, probe_word};
 
 thread_local! {
     /// [`Source::gather`]'s buffer for a whole widened column.
@@ -84,6 +84,29 @@ pub(super) fn and_range(src: &Source<'_>, n: usize, bits: &mut [u64], lo: i64, h
             let span = hi.wrapping_sub(lo) as u64;
             and_int(src, n, bits, move |x| (x.wrapping_sub(lo) as u64) <= span)
         }
+    }
+}
+
+/// [`and_int`] for a test that costs more than a compare (a set or Bloom
+/// probe): only the rows still selected are tested where few are left
+/// ([`and_probed`]).
+#[inline(always)]
+pub(super) fn and_int_probed(
+    src: &Source<'_>,
+    n: usize,
+    bits: &mut [u64],
+    keep: impl Fn(i64) -> bool,
+) {
+    match src {
+        Source::Packed(v) => and_probed(v, n, bits, keep),
+        Source::Values(v, ..) => {
+            for (w, word) in bits.iter_mut().enumerate() {
+                let base = w * 64;
+                let vals = &v[base..(base + 64).min(n)];
+                probe_word(word, vals.len(), |i| vals[i], &keep);
+            }
+        }
+        _ => bits.fill(0),
     }
 }
 
