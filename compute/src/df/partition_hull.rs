@@ -47,14 +47,14 @@ struct Bounds {
 }
 
 impl Bounds {
-    /// Adds `c` if it bounds or lists `e`; false if it says nothing of it.
-    fn add(&mut self, e: &Expr, c: &Expr) -> bool {
+    /// Narrows these bounds by `c` if it bounds or lists `e`.
+    fn add(&mut self, e: &Expr, c: &Expr) {
         match c {
             Expr::Compare { op, left, right } => {
                 let (op, v) = match (left.as_ref(), right.as_ref()) {
                     (x, Expr::Literal(ScalarValue::Int64(v))) if x == e => (*op, *v),
                     (Expr::Literal(ScalarValue::Int64(v)), x) if x == e => (op.flip(), *v),
-                    _ => return false,
+                    _ => return,
                 };
                 let (lo, hi) = match op {
                     CmpOp::Eq => (Some(v), Some(v)),
@@ -62,7 +62,7 @@ impl Bounds {
                     CmpOp::Gt => (v.checked_add(1), None),
                     CmpOp::Le => (None, Some(v)),
                     CmpOp::Lt => (None, v.checked_sub(1)),
-                    CmpOp::Ne => return false,
+                    CmpOp::Ne => return,
                 };
                 if let Some(lo) = lo {
                     self.lo = Some(self.lo.map_or(lo, |l| l.max(lo)));
@@ -70,7 +70,6 @@ impl Bounds {
                 if let Some(hi) = hi {
                     self.hi = Some(self.hi.map_or(hi, |h| h.min(hi)));
                 }
-                true
             }
             Expr::InList {
                 expr,
@@ -86,15 +85,14 @@ impl Bounds {
                     })
                     .collect::<Option<HashSet<i64>>>()
                 else {
-                    return false;
+                    return;
                 };
                 self.keys = Some(match self.keys.take() {
                     None => keys,
                     Some(k) => k.intersection(&keys).copied().collect(),
                 });
-                true
             }
-            _ => false,
+            _ => {}
         }
     }
 }
@@ -181,13 +179,17 @@ pub fn hull(branches: Vec<Expr>) -> Option<Expr> {
         }
     }
     if out.is_empty() {
-        return branches
-            .into_iter()
-            .reduce(|a, b| Expr::logic(LogicOp::Or, a.clone(), b).unwrap_or(a));
+        return joined(LogicOp::Or, branches);
     }
-    Expr::logic_n(LogicOp::And, out.clone())
-        .ok()
-        .or_else(|| out.into_iter().next())
+    joined(LogicOp::And, out)
+}
+
+/// `exprs` joined by `op` (an argument that cannot join is left out),
+/// None for none.
+pub fn joined(op: LogicOp, exprs: impl IntoIterator<Item = Expr>) -> Option<Expr> {
+    exprs
+        .into_iter()
+        .reduce(|a, b| Expr::logic(op, a.clone(), b).unwrap_or(a))
 }
 
 #[cfg(test)]

@@ -216,10 +216,12 @@ impl DynamicFilters {
 
     /// The AND of what storage can evaluate of `e`'s conjuncts.
     fn widen_all(&self, e: &Arc<dyn PhysicalExpr>) -> Option<Expr> {
-        split_conjunction(e)
-            .into_iter()
-            .filter_map(|c| self.widen(c))
-            .reduce(|a, b| Expr::logic(LogicOp::And, a.clone(), b).unwrap_or(a))
+        partition_hull::joined(
+            LogicOp::And,
+            split_conjunction(e)
+                .into_iter()
+                .filter_map(|c| self.widen(c)),
+        )
     }
 }
 
