@@ -57,6 +57,11 @@ if ! "$QUARRY_VENV/bin/python" -c 'import adbc_driver_flightsql.dbapi, pyarrow' 
   python3 -m venv "$QUARRY_VENV"
   "$QUARRY_VENV/bin/pip" install -q "adbc_driver_flightsql==1.13.0" "pyarrow==26.0.1"
 fi
+# DuckDB for `bench tpch --compare` (and tests/cluster.rs's check of it).
+if ! "$QUARRY_VENV/bin/python" -c 'import duckdb' >/dev/null 2>&1; then
+  echo "installing DuckDB into $QUARRY_VENV"
+  "$QUARRY_VENV/bin/pip" install -q "duckdb==2.0.1"
+fi
 # PostgreSQL clients for tests/postgres.rs.
 if ! "$QUARRY_VENV/bin/python" -c 'import psycopg, asyncpg, sqlalchemy' >/dev/null 2>&1; then
   echo "installing psycopg, asyncpg and SQLAlchemy into $QUARRY_VENV"

@@ -106,6 +106,12 @@ pub enum BenchWhat {
         /// target; 10 is the one it names).
         #[arg(long, requires = "compare")]
         scale_to: Option<f64>,
+        /// With --compare: settings to leave out, comma-separated: row,
+        /// rows-on-wire, decimal128, adbc, duckdb (at SF 10, `--skip
+        /// row,rows-on-wire,decimal128` keeps the run to the in-process,
+        /// ADBC and DuckDB tables).
+        #[arg(long, value_delimiter = ',', value_enum, requires = "compare")]
+        skip: Vec<quarry::bench::Skippable>,
         /// Instead of the settings above: start this many compute
         /// processes (each an MPP worker) and time each query through one
         /// of them with `SET mpp` off, force and auto; print the ratios
@@ -246,6 +252,7 @@ pub async fn run(what: BenchWhat) -> Result<()> {
             layout,
             compare,
             scale_to,
+            skip,
             computes,
         } => {
             init_logging("warn");
@@ -259,6 +266,7 @@ pub async fn run(what: BenchWhat) -> Result<()> {
                 cluster_args: ClusterArgs::default(),
                 progress: !json,
                 layout: layout.layout(),
+                reference: Default::default(),
             };
             if let Some(n) = computes {
                 let r = quarry::bench::bench_mpp(&opts, n).await?;
@@ -284,12 +292,14 @@ pub async fn run(what: BenchWhat) -> Result<()> {
                         ));
                     }
                 }
-                for extra in ["scan", "topn"] {
+                // The many-rows queries measure the wire.
+                let wire = !skip.contains(&quarry::bench::Skippable::RowsOnWire);
+                for extra in ["scan", "topn"].into_iter().filter(|_| wire) {
                     if !opts.queries.iter().any(|q| q == extra) {
                         opts.queries.push(extra.into());
                     }
                 }
-                let mut r = bench_compare(&opts).await?;
+                let mut r = bench_compare(&opts, &skip).await?;
                 // A failed scaled run is reported with the compare run's
                 // numbers, not instead of them.
                 let mut scaled_failed = None;

@@ -391,6 +391,16 @@ impl LocalCluster {
         }
     }
 
+    /// Every child running now: (name, pid), stores first.
+    pub fn processes(&self) -> Vec<(String, u32)> {
+        self.stores
+            .iter()
+            .chain(&self.compute)
+            .chain(&self.extra)
+            .map(|p| (p.name.clone(), p.pid))
+            .collect()
+    }
+
     pub fn store_addrs(&self) -> Vec<String> {
         self.stores.iter().map(|p| p.addr.clone()).collect()
     }

@@ -110,6 +110,77 @@ fn tpch_q1_q6_and_a_top_n_at_sf_0_01_match_duckdb() {
     });
 }
 
+/// `bench tpch --compare` at a scale with no committed answers: DuckDB,
+/// run first over the same generated rows, answers every query, and each
+/// of Quarry's answers is checked against it (exact decimals; a
+/// difference fails the bench). Every process's peak memory is reported.
+#[test]
+fn bench_compare_checks_every_answer_against_this_runs_duckdb() {
+    let python = venv_python("duckdb, adbc_driver_flightsql.dbapi", "DuckDB and ADBC");
+    let out = Command::new(QUARRY)
+        .args([
+            "bench",
+            "tpch",
+            "--sf",
+            "0.02",
+            "--compare",
+            "--queries",
+            "all",
+            "--runs",
+            "1",
+            "--skip",
+            "row,rows-on-wire,decimal128",
+            "--json",
+        ])
+        .env("QUARRY_PYTHON", &python)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let queries = report["queries"].as_array().unwrap();
+    let answer = |setting: &str, want: &str| {
+        queries
+            .iter()
+            .filter(|q| q["setting"] == setting && q["answer"] == want)
+            .count()
+    };
+    // No answer is committed at SF 0.02: all 22 were DuckDB's of this run.
+    assert_eq!(answer("column", "match DuckDB"), 22, "{stdout}");
+    assert_eq!(answer("duckdb", "reference"), 22, "{stdout}");
+    assert_eq!(answer("column, through ADBC", "rows match"), 22, "{stdout}");
+    assert!(report["duckdb_skipped"].is_null(), "{stdout}");
+    // Skipped settings are not timed.
+    assert!(!queries.iter().any(|q| q["setting"] == "row"), "{stdout}");
+    let peaks = report["peak_rss"].as_array().unwrap();
+    let names: Vec<&str> = peaks
+        .iter()
+        .map(|p| p["process"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "duckdb (Python, in memory)",
+            "storage 1",
+            "storage 2",
+            "storage 3",
+            "compute",
+            "bench (loader and client)"
+        ],
+        "{stdout}"
+    );
+    for p in peaks {
+        for phase in ["load_bytes", "queries_bytes"] {
+            let bytes = p[phase].as_u64().unwrap_or(0);
+            assert!(bytes > 10 << 20, "{phase} of {p}: {stdout}");
+        }
+    }
+}
+
 #[test]
 fn bad_input_gets_a_clear_error_and_exit_code_1() {
     let _serial = SERIAL.lock();

@@ -11,10 +11,12 @@ use quarry_proto::meta::Layout;
 
 use super::adbc::{adbc_python, adbc_times, THROUGH_ADBC};
 use super::{
-    bench_tpch, check_same_answers, load, median, python_json, python_with, queries_json,
-    run_interleaved, run_queries, warn_if_busy, BenchOptions, LoadSummary, QueryReport,
+    bench_tpch, check_same_answers, finish_peaks, load, load_peaks, median, python_json,
+    python_with, queries_json, run_interleaved, run_queries, warn_if_busy, BenchOptions,
+    LoadSummary, PeakRss, QueryReport, Reference,
 };
 use crate::local::LocalCluster;
+use crate::tpch;
 use crate::tpch::Table;
 
 /// `--compare --scale-to SF`: Q1 and Q6 (those of `base`'s queries) on a
@@ -58,6 +60,9 @@ pub struct CompareReport {
     pub adbc_skipped: Option<String>,
     /// Q1 and Q6 at a larger scale factor (`--scale-to`), if asked for.
     pub scaled: Option<ScaledRun>,
+    /// Each process's peak resident memory: DuckDB's, then the cluster's
+    /// and the bench's own during the column layout's load and queries.
+    pub peak_rss: Vec<PeakRss>,
 }
 
 /// Q1 and Q6 timed on a fresh embedded cluster at a larger scale factor,
@@ -92,40 +97,88 @@ impl CompareReport {
 /// baseline of narrow decimals on the wire.
 const DECIMAL128_WIRE: &str = "column, Decimal128 on wire";
 
-/// `bench tpch --compare`: every setting side by side in one run.
-pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
+/// A setting `--compare` can leave out (`--skip`): at SF 10 the row
+/// layout's second load and rows on the wire cost more time than the run
+/// has, and say nothing the SF 1 run does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum Skippable {
+    /// The row layout (a second load of every table).
+    Row,
+    /// Rows instead of Arrow chunks on the wire (and the `scan`/`topn`
+    /// queries that measure it).
+    RowsOnWire,
+    /// Decimals as stored (Decimal128) on the wire.
+    Decimal128,
+    /// The queries through Python ADBC.
+    Adbc,
+    /// DuckDB over the same rows.
+    Duckdb,
+}
+
+/// `bench tpch --compare`: every setting side by side in one run, but
+/// those in `skip`.
+///
+/// DuckDB runs first, alone on the machine (no cluster yet: at SF 10 the
+/// two would not fit in memory together); where no answer is committed at
+/// this scale, its answers become what Quarry's are checked against.
+/// Then the cluster is started and loaded, and each setting is timed. The
+/// peak resident memory of every process is recorded for the column
+/// layout's load and, separately, for its timed queries.
+pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<CompareReport> {
     if opts.addr.is_some() {
         bail!("--compare starts its own cluster; leave out --addr");
     }
     let dir = tempfile::Builder::new()
         .prefix("quarry-compare-")
         .tempdir()?;
+    let mut opts = opts.clone();
+    let mut queries = Vec::new();
+    let mut peaks = Vec::new();
+    let duckdb_skipped = if skip.contains(&Skippable::Duckdb) {
+        Some("left out (--skip duckdb)".to_string())
+    } else {
+        match duckdb_run(dir.path(), &opts).await {
+            Ok(run) => {
+                queries.extend(run.reports);
+                peaks.push(run.peak);
+                opts.reference = std::sync::Arc::new(run.answers);
+                None
+            }
+            Err(e) => Some(format!("{e:#}")),
+        }
+    };
+    let opts = &opts;
     let mut cluster = LocalCluster::start(dir.path(), opts.stores, &opts.cluster_args).await?;
     let result = async {
-        let rows_url = cluster
-            .start_extra_compute("compute-rows", &["--encode".into(), "rows".into()])
-            .await?;
-        let wide_url = cluster
-            .start_extra_compute(
+        let mut settings = vec![("column", cluster.compute_url())];
+        for (s, name, setting, encode) in [
+            (
+                Skippable::RowsOnWire,
+                "compute-rows",
+                "column, rows on the wire",
+                "rows",
+            ),
+            (
+                Skippable::Decimal128,
                 "compute-decimal128",
-                &["--encode".into(), "arrow-decimal128".into()],
-            )
-            .await?;
-        let mut loads = Vec::new();
-        let mut queries = Vec::new();
-        loads.push(load(&cluster, opts, Layout::Column).await?);
+                DECIMAL128_WIRE,
+                "arrow-decimal128",
+            ),
+        ] {
+            if !skip.contains(&s) {
+                let url = cluster
+                    .start_extra_compute(name, &["--encode".into(), encode.into()])
+                    .await?;
+                settings.push((setting, url));
+            }
+        }
+        let mut loads = vec![load(&cluster, opts, Layout::Column).await?];
+        let mut procs = cluster.processes();
+        procs.push(("bench (loader and client)".into(), std::process::id()));
+        let mut cluster_peaks = load_peaks(&procs);
         let arrow_url = cluster.compute_url();
-        queries.extend(
-            run_interleaved(
-                &[
-                    ("column", arrow_url.as_str()),
-                    ("column, rows on the wire", rows_url.as_str()),
-                    (DECIMAL128_WIRE, wide_url.as_str()),
-                ],
-                opts,
-            )
-            .await?,
-        );
+        let settings: Vec<(&str, &str)> = settings.iter().map(|(s, u)| (*s, u.as_str())).collect();
+        queries.extend(run_interleaved(&settings, opts).await?);
         // Through a real client, while the column layout is loaded.
         let rows: std::collections::HashMap<String, usize> = queries
             .iter()
@@ -134,6 +187,7 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
             .collect();
         // (Skipped only without the driver: a failure fails the bench.)
         let adbc_skipped = match adbc_python() {
+            _ if skip.contains(&Skippable::Adbc) => Some("left out (--skip adbc)".to_string()),
             Ok(python) => {
                 let rows_of = |q: &str| rows.get(q).copied();
                 queries.extend(adbc_times(&python, &arrow_url, opts, rows_of).await?);
@@ -141,24 +195,21 @@ pub async fn bench_compare(opts: &BenchOptions) -> Result<CompareReport> {
             }
             Err(why) => Some(why),
         };
+        finish_peaks(&mut cluster_peaks, &procs);
+        peaks.extend(cluster_peaks);
         warn_if_busy(&cluster, "the column layout's").await;
-        loads.push(load(&cluster, opts, Layout::Row).await?);
-        queries.extend(run_queries(&cluster.compute_url(), "row", opts).await?);
-        warn_if_busy(&cluster, "the row layout's").await;
-        let duckdb = duckdb_times(dir.path(), opts).await;
-        let duckdb_skipped = match duckdb {
-            Ok(d) => {
-                queries.extend(d);
-                None
-            }
-            Err(e) => Some(format!("{e:#}")),
-        };
+        if !skip.contains(&Skippable::Row) {
+            loads.push(load(&cluster, opts, Layout::Row).await?);
+            queries.extend(run_queries(&cluster.compute_url(), "row", opts).await?);
+            warn_if_busy(&cluster, "the row layout's").await;
+        }
         Ok::<_, anyhow::Error>(CompareReport {
             loads,
             queries,
             duckdb_skipped,
             adbc_skipped,
             scaled: None,
+            peak_rss: peaks,
         })
     }
     .await;
@@ -183,63 +234,121 @@ fn duckdb_python() -> Result<String> {
 }
 
 const DUCKDB_SCRIPT: &str = r#"
-import json, sys, time, duckdb
-threads, runs, tables, queries = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
+import csv, decimal, io, json, sys, time, duckdb
+threads, runs, tables, queries, answer_for = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4]), set(json.loads(sys.argv[5]))
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+def cell(v):
+    # As scripts/duckdb_answer.py writes the committed answers.
+    if v is None:
+        return ""
+    if isinstance(v, decimal.Decimal):
+        return format(v, "f")
+    return str(v)
 con = duckdb.connect()
 con.execute(f"SET threads={threads}")
 con.execute("SET enable_progress_bar=false")
 for name, t in tables.items():
     con.execute(t["ddl"])
     con.execute(f"COPY {name} FROM '{t['path']}' (DELIMITER '|', HEADER false)")
+load_peak = peak()
+try:
+    open("/proc/self/clear_refs", "w").write("5")
+except OSError:
+    pass
 def fetch(r):
     return r.to_arrow_table() if hasattr(r, "to_arrow_table") else r.arrow()
-out = {}
+out, answers = {}, {}
 for name, sql in queries.items():
-    fetch(con.execute(sql))
+    if name in answer_for:
+        cur = con.execute(sql)
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow([d[0] for d in cur.description])
+        for row in cur.fetchall():
+            w.writerow([cell(v) for v in row])
+        types = ",".join(str(d[1]) for d in cur.description)
+        answers[name] = {"csv": buf.getvalue(), "types": types}
+    else:
+        fetch(con.execute(sql))
     times = []
     for _ in range(runs):
         t = time.perf_counter()
         fetch(con.execute(sql))
         times.append((time.perf_counter() - t) * 1e3)
     out[name] = times
-print(json.dumps(out))
+print(json.dumps({"times": out, "answers": answers, "load_peak": load_peak, "queries_peak": peak()}))
 "#;
 
-/// DuckDB in memory over the same rows (every table the bench loaded,
+/// What DuckDB gave in a `--compare` run.
+struct DuckdbRun {
+    reports: Vec<QueryReport>,
+    /// Its answers to the TPC-H queries with no answer committed at this
+    /// scale factor.
+    answers: std::collections::HashMap<String, Reference>,
+    peak: PeakRss,
+}
+
+/// DuckDB in memory over the same rows (every table the bench loads,
 /// written as `|`-separated text and created with Quarry's DDL), with as
-/// many threads as this machine has cores.
-async fn duckdb_times(dir: &Path, opts: &BenchOptions) -> Result<Vec<QueryReport>> {
+/// many threads as this machine has cores: its times, its peak memory, and
+/// its answers where none are committed at this scale.
+async fn duckdb_run(dir: &Path, opts: &BenchOptions) -> Result<DuckdbRun> {
     let python = duckdb_python()?;
     let sf = opts.sf;
     let mut tables = serde_json::Map::new();
     let mut paths = Vec::new();
+    let mut writers = Vec::new();
     for &t in &opts.tables {
         let path = dir.join(format!("{}.tbl", t.name()));
         let p = path.clone();
-        tokio::task::spawn_blocking(move || write_tbl(t, &p, sf)).await??;
+        // One table per thread: at SF 10 the text takes minutes to write.
+        writers.push(tokio::task::spawn_blocking(move || write_tbl(t, &p, sf)));
         tables.insert(
             t.name().into(),
             serde_json::json!({ "ddl": t.ddl(), "path": path.to_string_lossy() }),
         );
         paths.push(path);
     }
+    let written = futures::future::try_join_all(writers).await;
+    let answer_for: Vec<&String> = opts
+        .queries
+        .iter()
+        .filter(|q| q.starts_with('q') && tpch::expected(q, sf).is_none())
+        .collect();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let args = [
         threads.to_string(),
         opts.runs.max(1).to_string(),
         serde_json::Value::Object(tables).to_string(),
         queries_json(opts).to_string(),
+        serde_json::to_string(&answer_for)?,
     ];
-    let times = python_json(&python, DUCKDB_SCRIPT, &args, "DuckDB").await;
+    #[derive(serde::Deserialize)]
+    struct Out {
+        times: std::collections::HashMap<String, Vec<f64>>,
+        answers: std::collections::HashMap<String, Reference>,
+        load_peak: Option<u64>,
+        queries_peak: Option<u64>,
+    }
+    let out = match written {
+        Ok(w) => match w.into_iter().collect::<Result<Vec<()>>>() {
+            Ok(_) => python_json::<Out>(&python, DUCKDB_SCRIPT, &args, "DuckDB").await,
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e.into()),
+    };
     for p in paths {
         let _ = std::fs::remove_file(p);
     }
-    let times: std::collections::HashMap<String, Vec<f64>> = times?;
-    Ok(opts
+    let out = out?;
+    let reports = opts
         .queries
         .iter()
         .filter_map(|q| {
-            let t = times.get(q)?.clone();
+            let t = out.times.get(q)?.clone();
             Some(QueryReport {
                 query: q.clone(),
                 setting: "duckdb".into(),
@@ -252,7 +361,16 @@ async fn duckdb_times(dir: &Path, opts: &BenchOptions) -> Result<Vec<QueryReport
                 digest: 0,
             })
         })
-        .collect())
+        .collect();
+    Ok(DuckdbRun {
+        reports,
+        answers: out.answers,
+        peak: PeakRss {
+            process: "duckdb (Python, in memory)".into(),
+            load_bytes: out.load_peak,
+            queries_bytes: out.queries_peak,
+        },
+    })
 }
 
 /// Writes `table` at `sf` as dbgen's `|`-separated text.
@@ -366,7 +484,30 @@ pub fn print_compare(r: &CompareReport) {
     if let Some(why) = &r.adbc_skipped {
         println!("through ADBC: not measured: {why}");
     }
+    print_peaks(&r.peak_rss);
     print_targets(r);
+}
+
+/// Each process's peak resident memory, in MiB, in the load and in the
+/// timed queries.
+fn print_peaks(peaks: &[PeakRss]) {
+    if peaks.is_empty() {
+        return;
+    }
+    let mib =
+        |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.0}", b as f64 / 1048576.0));
+    println!(
+        "{:<28} {:>14} {:>17}",
+        "peak RSS (MiB)", "during load", "during queries"
+    );
+    for p in peaks {
+        println!(
+            "{:<28} {:>14} {:>17}",
+            p.process,
+            mib(p.load_bytes),
+            mib(p.queries_bytes)
+        );
+    }
 }
 
 /// The performance targets (issue 15) and where this run stands on each:

@@ -35,7 +35,9 @@ mod adbc;
 mod compare;
 mod mpp;
 
-pub use compare::{bench_compare, bench_scaled, print_compare, CompareReport, ScaledRun};
+pub use compare::{
+    bench_compare, bench_scaled, print_compare, CompareReport, ScaledRun, Skippable,
+};
 pub use mpp::{bench_mpp, print_mpp, MppReport};
 
 #[derive(Debug, Clone)]
@@ -50,6 +52,36 @@ pub struct BenchOptions {
     pub cluster_args: crate::local::ClusterArgs,
     pub progress: bool,
     pub layout: Layout,
+    /// Answers DuckDB gave earlier in this run (`--compare`), by query:
+    /// what a result is checked against where no answer is committed at
+    /// this scale ([`expected_answer`]).
+    pub reference: std::sync::Arc<std::collections::HashMap<String, Reference>>,
+}
+
+/// DuckDB's answer to one query, as `scripts/duckdb_answer.py` writes
+/// them: CSV with a header, and its column types on one line.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Reference {
+    pub csv: String,
+    pub types: String,
+}
+
+/// What query `q`'s result is checked against, and the word its report
+/// says when they agree: DuckDB's committed answer at this scale factor
+/// (`match`), else the one DuckDB gave earlier in this run (`match
+/// DuckDB`; `--compare` at a scale with no committed answers), else
+/// nothing.
+pub fn expected_answer<'a>(
+    opts: &'a BenchOptions,
+    q: &str,
+) -> Option<(&'a str, &'a str, &'static str)> {
+    match tpch::expected(q, opts.sf) {
+        Some(csv) => Some((csv, tpch::expected_types(q), "match")),
+        None => {
+            let r = opts.reference.get(q)?;
+            Some((&r.csv, &r.types, "match DuckDB"))
+        }
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -63,7 +95,9 @@ pub struct QueryReport {
     pub min_ms: f64,
     pub median_ms: f64,
     pub rows: usize,
-    /// "match", "unknown" (no known answer at this scale) or the mismatch.
+    /// "match" (DuckDB's committed answer), "match DuckDB" (the answer
+    /// DuckDB gave in this run), "unknown" (no known answer at this scale)
+    /// or the mismatch.
     pub answer: String,
     /// Order-independent digest of the answer (settings must agree).
     #[serde(skip)]
@@ -176,6 +210,55 @@ pub fn digest(batches: &[RecordBatch]) -> u64 {
     sum
 }
 
+/// One process's peak resident memory (Linux's VmHWM) in two phases of
+/// a run: the load, and the timed queries after it (the peak is reset in
+/// between, [`reset_peak_rss`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PeakRss {
+    pub process: String,
+    pub load_bytes: Option<u64>,
+    pub queries_bytes: Option<u64>,
+}
+
+/// Process `pid`'s peak resident memory so far (`VmHWM` in
+/// `/proc/PID/status`), if it can be read.
+pub fn peak_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Starts process `pid`'s peak resident memory again from its current
+/// size (`5` into `/proc/PID/clear_refs`); false if the kernel refused.
+pub fn reset_peak_rss(pid: u32) -> bool {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
+}
+
+/// The peaks of `procs` (name, pid) during a load, then resets them so
+/// that [`finish_peaks`] reads the queries' alone.
+fn load_peaks(procs: &[(String, u32)]) -> Vec<PeakRss> {
+    procs
+        .iter()
+        .map(|(name, pid)| {
+            let load_bytes = peak_rss(*pid);
+            reset_peak_rss(*pid);
+            PeakRss {
+                process: name.clone(),
+                load_bytes,
+                queries_bytes: None,
+            }
+        })
+        .collect()
+}
+
+/// Fills in the peaks since [`load_peaks`].
+fn finish_peaks(peaks: &mut [PeakRss], procs: &[(String, u32)]) {
+    for (p, (_, pid)) in peaks.iter_mut().zip(procs) {
+        p.queries_bytes = peak_rss(*pid);
+    }
+}
+
 fn layout_name(l: Layout) -> &'static str {
     match l {
         Layout::Column => "column",
@@ -227,10 +310,10 @@ pub async fn run_interleaved_with(
         let mut reports = Vec::with_capacity(settings.len());
         for ((setting, _, _), client) in settings.iter().zip(clients.iter_mut()) {
             let warm = client.sql(sql).await?;
-            let answer = match tpch::expected(q, opts.sf) {
+            let answer = match expected_answer(opts, q) {
                 None => "unknown".to_string(),
-                Some(csv) => match crate::answers::check(&warm, csv, tpch::expected_types(q)) {
-                    Ok(()) => "match".into(),
+                Some((csv, types, agreed)) => match crate::answers::check(&warm, csv, types) {
+                    Ok(()) => agreed.into(),
                     Err(e) => format!("mismatch: {e}"),
                 },
             };
