@@ -92,10 +92,19 @@ use super::region_scan::RegionScanExec;
 pub const BLOOM_BITS_PER_KEY: usize = 12;
 
 /// Past this many build keys no filter is sent: at twelve bits a key the
-/// filter would cost every region 1.5 MB of request, and a build side that
-/// large rarely leaves much of the probe side out (TPC-H Q18 joins all 1.5
-/// million orders).
-pub const MAX_BLOOM_KEYS: usize = 1 << 20;
+/// filter costs every region 6 MB of request. Whether a big build side
+/// leaves much of the probe side out is [`BLOOM_MAX_SHARE`]'s question
+/// (TPC-H Q18 joins all 1.5 million orders per SF, and gets none); this
+/// limit only bounds the request. It was a quarter of this: at SF 10, Q3's
+/// 1.45 million qualifying orders then sent no filter, and 32 million
+/// lineitem rows travelled to compute for a join that kept a tenth of
+/// them.
+pub const MAX_BLOOM_KEYS: usize = 1 << 22;
+
+/// Build keys past a join's list limit and up to this many are
+/// deduplicated (a sort: about 5 ms at this size) before the filter is
+/// chosen; past it their count, repeats included, decides.
+const DEDUP_MAX: usize = 1 << 18;
 
 /// Keys filling this share of the span between the smallest and the
 /// largest are sent as bounds only (a Bloom filter would keep everything).
@@ -212,10 +221,24 @@ impl BuildKeys {
         if c.given_up {
             return none(format!("over {MAX_BLOOM_KEYS} keys"));
         }
-        let keys = &c.values;
         if listed {
             return none("the join's IN list has them".into());
         }
+        // A build side's key column can repeat its values (TPC-H Q5's 20
+        // thousand Asian suppliers at SF 10 carry five nation keys).
+        // Counted with their repeats the keys look too many for a list,
+        // or for a Bloom filter that leaves enough out; up to
+        // `DEDUP_MAX` they are counted distinct.
+        let distinct_keys;
+        let keys: &[i64] = if c.values.len() > list_max && c.values.len() <= DEDUP_MAX {
+            let mut v = c.values.clone();
+            v.sort_unstable();
+            v.dedup();
+            distinct_keys = v;
+            &distinct_keys
+        } else {
+            &c.values
+        };
         let (Some(lo), Some(hi)) = (keys.iter().min(), keys.iter().max()) else {
             // No build row: no probe row can join.
             return KeyFilter {
@@ -235,7 +258,7 @@ impl BuildKeys {
             };
         }
         if keys.len() <= list_max {
-            let mut list = keys.clone();
+            let mut list = keys.to_vec();
             list.sort_unstable();
             list.dedup();
             let shown = format!("keys({}: {} keys)", self.key, list.len());
@@ -667,9 +690,18 @@ mod tests {
             most.shown
         );
         assert!(most.condition.is_none());
+        // Many build rows, few distinct keys (Q5's suppliers by nation):
+        // a list of the distinct ones, not a Bloom filter refused for
+        // keeping most rows.
+        let repeated = keys_of((0..20_000).map(|k| (k % 5) * 7 + 8).collect());
+        assert_eq!(
+            shape(repeated.filter(&probe, false, 1000, Some(25))),
+            "list 5"
+        );
         let sink = sparse(10);
         sink.add(&arrow::array::Int64Array::from(vec![0; MAX_BLOOM_KEYS]));
-        assert!(shape(sink.filter(&probe, false, 1000, None)).contains("over 1048576 keys"));
+        let over = format!("over {MAX_BLOOM_KEYS} keys");
+        assert!(shape(sink.filter(&probe, false, 1000, None)).contains(&over));
         // Dense keys: their bounds; no keys: nothing joins.
         assert_eq!(
             shape(keys_of((5..50_000).collect()).filter(&probe, false, 10, None)),
