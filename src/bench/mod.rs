@@ -17,7 +17,12 @@
 //! into a fresh cluster and times Q1 and Q6 there, for the scaling target;
 //! `--queries all` gives the 22 queries' geometric mean against DuckDB.
 //! Every setting's answers are checked against each other (an
-//! order-independent digest of the result) and, where known, DuckDB's.
+//! order-independent digest of the result) and against DuckDB's: the
+//! committed answers where the scale has them, else the ones DuckDB gave
+//! at the start of the same run (it runs first, alone on the machine, so
+//! that at SF 10 the two engines never hold their data at once). `--skip`
+//! leaves settings out; every process's peak resident memory (VmHWM) is
+//! reported for the load and, reset in between, for the timed queries.
 
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
