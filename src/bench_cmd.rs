@@ -314,6 +314,22 @@ pub async fn run(what: BenchWhat) -> Result<()> {
                 } else {
                     print_compare(&r);
                 }
+                // DuckDB was asked for and failed: the answers it was to
+                // check are unchecked, which must not pass quietly.
+                if let Some(why) = &r.duckdb_skipped {
+                    let unchecked = r
+                        .queries
+                        .iter()
+                        .filter(|q| q.setting == "column" && q.query.starts_with('q'))
+                        .filter(|q| q.answer == "unknown")
+                        .count();
+                    if unchecked > 0 && !skip.contains(&quarry::bench::Skippable::Duckdb) {
+                        return Err(anyhow!(
+                            "{unchecked} answers are unchecked: DuckDB, which gives them at this \
+                             scale, was not measured ({why}); --skip duckdb to time without it"
+                        ));
+                    }
+                }
                 let scaled = r.scaled.iter().flat_map(|s| &s.queries);
                 if r.queries
                     .iter()

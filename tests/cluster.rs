@@ -116,6 +116,7 @@ fn tpch_q1_q6_and_a_top_n_at_sf_0_01_match_duckdb() {
 /// difference fails the bench). Every process's peak memory is reported.
 #[test]
 fn bench_compare_checks_every_answer_against_this_runs_duckdb() {
+    let _serial = SERIAL.lock();
     let python = venv_python("duckdb, adbc_driver_flightsql.dbapi", "DuckDB and ADBC");
     let out = Command::new(QUARRY)
         .args([

@@ -223,6 +223,10 @@ pub struct PeakRss {
     pub process: String,
     pub load_bytes: Option<u64>,
     pub queries_bytes: Option<u64>,
+    /// Whether the peak was reset after the load (a refused reset would
+    /// leave the load's peak in the queries'; none is reported then).
+    #[serde(skip)]
+    pub reset: bool,
 }
 
 /// Process `pid`'s peak resident memory so far (`VmHWM` in
@@ -245,14 +249,11 @@ pub fn reset_peak_rss(pid: u32) -> bool {
 fn load_peaks(procs: &[(String, u32)]) -> Vec<PeakRss> {
     procs
         .iter()
-        .map(|(name, pid)| {
-            let load_bytes = peak_rss(*pid);
-            reset_peak_rss(*pid);
-            PeakRss {
-                process: name.clone(),
-                load_bytes,
-                queries_bytes: None,
-            }
+        .map(|(name, pid)| PeakRss {
+            process: name.clone(),
+            load_bytes: peak_rss(*pid),
+            queries_bytes: None,
+            reset: reset_peak_rss(*pid),
         })
         .collect()
 }
@@ -260,7 +261,7 @@ fn load_peaks(procs: &[(String, u32)]) -> Vec<PeakRss> {
 /// Fills in the peaks since [`load_peaks`].
 fn finish_peaks(peaks: &mut [PeakRss], procs: &[(String, u32)]) {
     for (p, (_, pid)) in peaks.iter_mut().zip(procs) {
-        p.queries_bytes = peak_rss(*pid);
+        p.queries_bytes = peak_rss(*pid).filter(|_| p.reset);
     }
 }
 

@@ -92,10 +92,11 @@ use super::region_scan::RegionScanExec;
 pub const BLOOM_BITS_PER_KEY: usize = 12;
 
 /// Past this many build keys no filter is sent: at twelve bits a key the
-/// filter costs every region 6 MB of request. Whether a big build side
-/// leaves much of the probe side out is [`BLOOM_MAX_SHARE`]'s question
-/// (TPC-H Q18 joins all 1.5 million orders per SF, and gets none); this
-/// limit only bounds the request. It was a quarter of this: at SF 10, Q3's
+/// filter costs every region 6 MB of request (counted as the keys
+/// arrive, repeats included). Whether a big build side leaves much of the
+/// probe side out is [`BLOOM_MAX_SHARE`]'s question (TPC-H Q18 joins all
+/// 1.5 million orders per SF, and gets none); this limit bounds the
+/// request and the keys kept. It was a quarter of this: at SF 10, Q3's
 /// 1.45 million qualifying orders then sent no filter, and 32 million
 /// lineitem rows travelled to compute for a join that kept a tenth of
 /// them.
@@ -225,16 +226,22 @@ impl BuildKeys {
         // Counted with their repeats the keys look too many for a list, or
         // for a Bloom filter that leaves enough out. Past the list limit
         // their distinct count is estimated, and where it is under half
-        // of them the repeats are dropped.
+        // of them, or few enough for a list, the repeats are dropped.
         let distinct_keys;
-        let keys: &[i64] =
-            if c.values.len() > list_max && distinct_estimate(&c.values) * 2 < c.values.len() {
-                let set: std::collections::HashSet<i64> = c.values.iter().copied().collect();
-                distinct_keys = set.into_iter().collect::<Vec<i64>>();
-                &distinct_keys
-            } else {
-                &c.values
-            };
+        let estimate = match c.values.len() > list_max {
+            true => distinct_estimate(&c.values),
+            false => c.values.len(),
+        };
+        let repeats = estimate * 2 < c.values.len() || estimate <= list_max;
+        let keys: &[i64] = if estimate < c.values.len() && repeats {
+            let mut set: std::collections::HashSet<i64, foldhash::fast::RandomState> =
+                std::collections::HashSet::with_capacity_and_hasher(estimate, Default::default());
+            set.extend(c.values.iter().copied());
+            distinct_keys = set.into_iter().collect::<Vec<i64>>();
+            &distinct_keys
+        } else {
+            &c.values
+        };
         let (Some(lo), Some(hi)) = (keys.iter().min(), keys.iter().max()) else {
             // No build row: no probe row can join.
             return KeyFilter {
