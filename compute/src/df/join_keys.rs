@@ -82,7 +82,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 use parking_lot::Mutex;
-use quarry_coprocessor::expr::{Bloom, Expr, ScalarValue};
+use quarry_coprocessor::expr::{mix64, Bloom, Expr, ScalarValue};
 use tokio::sync::watch;
 
 use super::pushdown;
@@ -308,15 +308,9 @@ fn distinct_estimate(keys: &[i64]) -> usize {
     const BITS: usize = 1 << LOG_BITS;
     let mut map = vec![0u64; BITS / 64];
     for &k in keys {
-        // MurmurHash3's 64-bit finalizer: keys in steps (order keys)
-        // must land as if at random, which a bare multiply does not give.
-        let mut h = k as u64;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^= h >> 33;
-        let h = (h >> (64 - LOG_BITS)) as usize;
+        // Keys in steps (order keys) must land as if at random, which a
+        // bare multiply does not give; the Bloom filter's mixer does.
+        let h = (mix64(k as u64) >> (64 - LOG_BITS)) as usize;
         map[h / 64] |= 1 << (h % 64);
     }
     let set: usize = map.iter().map(|w| w.count_ones() as usize).sum();

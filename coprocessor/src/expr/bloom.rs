@@ -50,9 +50,10 @@ fn hash(key: i64) -> u64 {
 }
 
 /// MurmurHash3's 64-bit finalizer: every input bit moves every output
-/// bit. The Bloom filter and `aggregate::sketch` hash with it.
+/// bit. The Bloom filter and `aggregate::sketch` hash with it, and
+/// compute's estimate of a join's distinct build keys.
 #[inline(always)]
-pub(crate) fn mix64(mut h: u64) -> u64 {
+pub fn mix64(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;

@@ -38,7 +38,7 @@
 //! `CASE WHEN b <> 0 THEN a / b END` cannot divide by zero either.
 
 mod bloom;
-pub(crate) use bloom::mix64;
+pub use bloom::mix64;
 mod eval;
 mod int_set;
 pub mod scalar;
