@@ -89,15 +89,23 @@ impl QueryEngine {
     ) -> Result<T> {
         let deadline = Instant::now() + self.settings.statement_timeout();
         match statement_deadline::with_deadline(deadline, f).await {
-            // (A store or leader missing until the deadline reads as
-            // unavailable: the timeout is still what ended it.)
-            Err(e @ (Error::Deadline(_) | Error::Unavailable(_)))
-                if (matches!(e, Error::Deadline(_)) || Instant::now() >= deadline)
-                    && !e.to_string().contains("SET statement_timeout") =>
-            {
-                Err(e.with_context(&self.timeout_named()))
+            // A store, a leader or the meta service missing or slow until
+            // the deadline reads as unavailable where it was seen, but the
+            // timeout is what ended the write's tries: it fails as past its
+            // deadline, its message still naming what did not answer.
+            Err(Error::Unavailable(m)) if Instant::now() >= deadline => {
+                Err(self.named_deadline(Error::Deadline(m)))
             }
+            Err(e @ Error::Deadline(_)) => Err(self.named_deadline(e)),
             r => r,
+        }
+    }
+
+    /// A deadline error with its timeout named, once.
+    fn named_deadline(&self, e: Error) -> Error {
+        match e.to_string().contains("SET statement_timeout") {
+            true => e,
+            false => e.with_context(&self.timeout_named()),
         }
     }
 }
