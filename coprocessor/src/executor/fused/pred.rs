@@ -322,10 +322,12 @@ kernel! {
             }
             Pred::IntIn { col, set, negated } => {
                 let neg = *negated;
-                and_int_probed(&src[*col], n, bits, |v| set.contains(v) != neg);
+                and_int_probed(&src[*col], n, bits, #[inline(always)]
+                    |v| set.contains(v) != neg);
             }
             Pred::Bloom { col, filter } => {
-                and_int_probed(&src[*col], n, bits, |v| filter.may_contain(v));
+                and_int_probed(&src[*col], n, bits, #[inline(always)]
+                    |v| filter.may_contain(v));
             }
             Pred::Const(_) | Pred::NullCheck { .. } => {
                 return Err(internal!("a constant filter reached the kernels").into())
