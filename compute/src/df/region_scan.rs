@@ -53,7 +53,7 @@ use super::join_keys::BuildKeys;
 use super::late_filters::{LateFilters, QueryParams};
 use super::partition_hull;
 use super::pushdown;
-use super::selectivity::{selectivity, DEFAULT_SELECTIVITY};
+use super::selectivity::{conjunction, DEFAULT_SELECTIVITY};
 use super::shared_scan::SharedRun;
 use super::stats::TableStatistics;
 use crate::dispatch::{DispatchStats, Dispatcher};
@@ -686,14 +686,16 @@ impl ExecutionPlan for RegionScanExec {
                 .and_then(|c| table.columns.get(&c.column_id))
         };
         let kept = match &self.dag.selection {
-            Some(s) => s
-                .conditions
-                .iter()
-                .map(|c| match Expr::from_proto(c, &scan_types) {
-                    Ok(e) => selectivity(&e, &column, table.rows),
-                    Err(_) => DEFAULT_SELECTIVITY,
-                })
-                .product(),
+            Some(s) => {
+                let (known, unknown): (Vec<_>, Vec<_>) = s
+                    .conditions
+                    .iter()
+                    .map(|c| Expr::from_proto(c, &scan_types))
+                    .partition(|e| e.is_ok());
+                let known: Vec<Expr> = known.into_iter().filter_map(|e| e.ok()).collect();
+                conjunction(&known, &column, table.rows)
+                    * DEFAULT_SELECTIVITY.powi(unknown.len() as i32)
+            }
             None => 1.0,
         };
         let mut rows = ((table.rows as f64 * kept).ceil() as usize).max(1);

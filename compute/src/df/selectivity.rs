@@ -15,6 +15,7 @@
 //! | `col IS NULL`                | NULLs / rows                         |
 //! | `col LIKE p`                 | ½ per literal character of p; without wildcards, as `=` |
 //! | `a AND b`, `a OR b`, `NOT a` | s(a)·s(b), s(a)+s(b)−s(a)·s(b), 1−s(a) |
+//! | `col >= lo AND col < hi`     | s(≥ lo) + s(< hi) − 1: the part of [min, max] between |
 //! | anything else                | a fifth (DataFusion's default)       |
 //!
 //! Without statistics for a column its conditions count as "anything
@@ -23,7 +24,14 @@
 //! 200,000 parts (1/25 · 1/40 estimates 200), where "a fifth" made the
 //! part side look bigger than lineitem grouped by part, so DataFusion
 //! built its hash table on the grouped side and the parts' keys could no
-//! longer cut lineitem in the regions. Left out: histograms (skewed
+//! longer cut lineitem in the regions.
+//!
+//! A column's lower and upper bounds in one conjunction are one range,
+//! not two independent conditions (PostgreSQL pairs them the same way):
+//! Q14's month of lineitem, `l_shipdate >= '1995-09-01' AND l_shipdate <
+//! '1995-10-01'`, keeps 1.2% of the rows, where the product of its two
+//! sides, 46% and 54%, said a quarter, and lineitem's 76 k rows looked
+//! bigger than all 200 k parts. Left out: histograms (skewed
 //! columns), correlated columns, LIKE patterns against the column's values (a
 //! LIKE's estimate counts only its pattern's literal characters).
 
@@ -42,13 +50,17 @@ pub fn selectivity<'a>(
     rows: u64,
 ) -> f64 {
     let s = match condition {
-        Expr::Logic { op, args } => args
+        Expr::Logic {
+            op: LogicOp::And,
+            args,
+        } => conjunction(args.iter(), column, rows),
+        Expr::Logic {
+            op: LogicOp::Or,
+            args,
+        } => args
             .iter()
             .map(|a| selectivity(a, column, rows))
-            .reduce(|a, b| match op {
-                LogicOp::And => a * b,
-                LogicOp::Or => a + b - a * b,
-            })
+            .reduce(|a, b| a + b - a * b)
             .unwrap_or(1.0),
         Expr::Not(e) => 1.0 - selectivity(e, column, rows),
         Expr::Compare { op, left, right } => compare(*op, left, right, column)
@@ -97,6 +109,84 @@ pub fn selectivity<'a>(
         _ => DEFAULT_SELECTIVITY,
     };
     s.clamp(0.0, 1.0)
+}
+
+/// The share of rows every one of `conditions` keeps: the product of
+/// their shares, except that a column's lower and upper bounds (`col >=
+/// lo`, `col < hi`, either way round, the tightest of each side) count as
+/// one range, s(lower) + s(upper) − 1, the part of [min, max] between
+/// them; at least one value's share (1 / NDV) when they overlap nowhere
+/// in the statistics' view.
+pub fn conjunction<'a, 'e>(
+    conditions: impl IntoIterator<Item = &'e Expr>,
+    column: &dyn Fn(usize) -> Option<&'a ColumnStatistics>,
+    rows: u64,
+) -> f64 {
+    // Per column: (its statistics, the tightest lower side's share, the
+    // tightest upper side's share).
+    let mut ranges: Vec<(usize, &'a ColumnStatistics, f64, f64)> = Vec::new();
+    let mut product = 1.0;
+    for c in conditions {
+        if let Expr::Logic {
+            op: LogicOp::And,
+            args,
+        } = c
+        {
+            product *= conjunction(args.iter(), column, rows);
+            continue;
+        }
+        let Some((index, stats, lower, share)) = range_side(c, column) else {
+            product *= selectivity(c, column, rows);
+            continue;
+        };
+        let slot = match ranges.iter().position(|r| r.0 == index) {
+            Some(i) => &mut ranges[i],
+            None => {
+                ranges.push((index, stats, 1.0, 1.0));
+                ranges.last_mut().expect("pushed")
+            }
+        };
+        match lower {
+            true => slot.2 = slot.2.min(share),
+            false => slot.3 = slot.3.min(share),
+        }
+    }
+    for (_, stats, lower, upper) in ranges {
+        let share = match (lower < 1.0, upper < 1.0) {
+            (true, true) => (lower + upper - 1.0).max(1.0 / stats.distinct.max(1) as f64),
+            _ => lower * upper,
+        };
+        product *= share;
+    }
+    product.clamp(0.0, 1.0)
+}
+
+/// A range comparison of a column with statistics and a literal, either
+/// way round: (the column's index, its statistics, whether it bounds the
+/// column from below, the share it keeps).
+fn range_side<'a>(
+    condition: &Expr,
+    column: &dyn Fn(usize) -> Option<&'a ColumnStatistics>,
+) -> Option<(usize, &'a ColumnStatistics, bool, f64)> {
+    let Expr::Compare { op, left, right } = condition else {
+        return None;
+    };
+    let (op, col, literal) = match (left.as_ref(), right.as_ref()) {
+        (c @ Expr::Column { .. }, l @ Expr::Literal(_)) => (*op, c, l),
+        (l @ Expr::Literal(_), c @ Expr::Column { .. }) => (flip(*op), c, l),
+        _ => return None,
+    };
+    let lower = match op {
+        CmpOp::Gt | CmpOp::Ge => true,
+        CmpOp::Lt | CmpOp::Le => false,
+        CmpOp::Eq | CmpOp::Ne => return None,
+    };
+    let Expr::Column { index, .. } = col else {
+        return None;
+    };
+    let stats = column(*index)?;
+    let share = compare(op, col, literal, column)?;
+    Some((*index, stats, lower, share))
 }
 
 /// The share of strings `LIKE pattern` keeps: each literal character
@@ -289,5 +379,49 @@ mod tests {
         assert!((selectivity(&flipped, &stats, 10) - 0.25).abs() < 1e-9);
         let out_of_range = cmp(CmpOp::Lt, col(0, DataType::Date32), ScalarValue::Date(-5));
         assert_eq!(selectivity(&out_of_range, &stats, 10), 0.0);
+    }
+
+    #[test]
+    fn a_columns_two_bounds_are_one_range() {
+        let days = ColumnStatistics {
+            min: S::Date32(Some(0)),
+            max: S::Date32(Some(1000)),
+            nulls: 0,
+            distinct: 1000,
+        };
+        let other = ColumnStatistics {
+            distinct: 4,
+            ..days.clone()
+        };
+        let stats = |i: usize| [&days, &other].get(i).copied();
+        let ge = |v| cmp(CmpOp::Ge, col(0, DataType::Date32), ScalarValue::Date(v));
+        let lt = |v| cmp(CmpOp::Lt, col(0, DataType::Date32), ScalarValue::Date(v));
+        // A month of a thousand days: 3%, not 0.54 × 0.46 (Q14's shipdate).
+        let month = [ge(460), lt(490)];
+        let s = conjunction(&month, &stats, 10);
+        assert!((s - 0.03).abs() < 1e-9, "{s}");
+        // The same inside one AND, written the other way round, with the
+        // tightest of two lower bounds and another column's equality.
+        let flipped = Expr::Compare {
+            op: CmpOp::Gt,
+            left: Box::new(Expr::Literal(ScalarValue::Date(490))),
+            right: col(0, DataType::Date32),
+        };
+        let and = Expr::Logic {
+            op: LogicOp::And,
+            args: vec![
+                ge(100),
+                flipped,
+                ge(460),
+                cmp(CmpOp::Eq, col(1, DataType::Date32), ScalarValue::Date(1)),
+            ],
+        };
+        let s = selectivity(&and, &stats, 10);
+        assert!((s - 0.03 * 0.25).abs() < 1e-9, "{s}");
+        // Bounds that do not overlap: one value's share, not a negative.
+        let s = conjunction(&[ge(600), lt(400)], &stats, 10);
+        assert!((s - 0.001).abs() < 1e-12, "{s}");
+        // One side alone is its own share.
+        assert!((conjunction(&[ge(250)], &stats, 10) - 0.75).abs() < 1e-9);
     }
 }
