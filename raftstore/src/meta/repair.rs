@@ -92,14 +92,19 @@ impl<E: Engine> Meta<E> {
             .iter()
             .find(|p| dead.contains(&p.store_id))
             .copied();
+        // A dead store's last heartbeat still lists the regions it led
+        // then: asking it would fail every round, and the region's new
+        // leader, on a live store, would never be asked.
         let leader_store = {
             let live = self.live.lock();
             region
                 .peers
                 .iter()
                 .find(|p| {
-                    live.get(&p.store_id)
-                        .is_some_and(|l| l.leaders.contains(&region.id))
+                    !dead.contains(&p.store_id)
+                        && live
+                            .get(&p.store_id)
+                            .is_some_and(|l| l.leaders.contains(&region.id))
                 })
                 .map(|p| p.store_id)
         };
