@@ -317,12 +317,7 @@ pub async fn run(what: BenchWhat) -> Result<()> {
                 // DuckDB was asked for and failed: the answers it was to
                 // check are unchecked, which must not pass quietly.
                 if let Some(why) = &r.duckdb_skipped {
-                    let unchecked = r
-                        .queries
-                        .iter()
-                        .filter(|q| q.setting == "column" && q.query.starts_with('q'))
-                        .filter(|q| q.answer == "unknown")
-                        .count();
+                    let unchecked = r.tpch("column").filter(|q| q.answer == "unknown").count();
                     if unchecked > 0 && !skip.contains(&quarry::bench::Skippable::Duckdb) {
                         return Err(anyhow!(
                             "{unchecked} answers are unchecked: DuckDB, which gives them at this \

@@ -87,6 +87,17 @@ impl CompareReport {
             .map(|x| x.median_ms)
     }
 
+    /// The reports of the TPC-H queries (`q1`…`q22`) timed under setting
+    /// `s`.
+    pub fn tpch<'a, 'b>(
+        &'a self,
+        s: &'b str,
+    ) -> impl Iterator<Item = &'a QueryReport> + use<'a, 'b> {
+        self.queries
+            .iter()
+            .filter(move |q| q.setting == s && q.query.starts_with('q'))
+    }
+
     /// The scale factor the settings were compared at.
     fn sf(&self) -> f64 {
         self.loads.first().map_or(0.0, |l| l.sf)
@@ -633,9 +644,7 @@ struct Geomean<'a> {
 /// timed on both, and the worst ratio; none for fewer than two queries.
 fn tpch_geomean<'a>(r: &'a CompareReport, setting: &str) -> Option<Geomean<'a>> {
     let ratios: Vec<(&str, f64)> = r
-        .queries
-        .iter()
-        .filter(|q| q.setting == setting && q.query.starts_with('q'))
+        .tpch(setting)
         .filter_map(|q| {
             Some((
                 q.query.as_str(),

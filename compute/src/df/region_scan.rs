@@ -687,14 +687,15 @@ impl ExecutionPlan for RegionScanExec {
         };
         let kept = match &self.dag.selection {
             Some(s) => {
-                let (known, unknown): (Vec<_>, Vec<_>) = s
-                    .conditions
-                    .iter()
-                    .map(|c| Expr::from_proto(c, &scan_types))
-                    .partition(|e| e.is_ok());
-                let known: Vec<Expr> = known.into_iter().filter_map(|e| e.ok()).collect();
-                conjunction(&known, &column, table.rows)
-                    * DEFAULT_SELECTIVITY.powi(unknown.len() as i32)
+                // A condition that does not decode counts as unknown.
+                let (mut known, mut unknown) = (Vec::new(), 0);
+                for c in &s.conditions {
+                    match Expr::from_proto(c, &scan_types) {
+                        Ok(e) => known.push(e),
+                        Err(_) => unknown += 1,
+                    }
+                }
+                conjunction(&known, &column, table.rows) * DEFAULT_SELECTIVITY.powi(unknown)
             }
             None => 1.0,
         };
