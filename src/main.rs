@@ -659,11 +659,6 @@ async fn status_suffix(
     addr: &str,
     console: Option<std::sync::Arc<quarry::console::Console>>,
 ) -> Result<String> {
-    // Failpoints named in the environment are on from the start (a build
-    // without the feature has none to switch).
-    if quarry_proto::failpoint::ENABLED {
-        quarry_proto::failpoint::configure_from_env().map_err(anyhow::Error::msg)?;
-    }
     if addr.is_empty() {
         return Ok(String::new());
     }
@@ -975,6 +970,14 @@ async fn run_printed(
 fn main() {
     allocator::tune();
     let cli = Cli::parse();
+    // Failpoints named in the environment are on from the start, in every
+    // command (a build without the feature has none to switch).
+    if quarry_proto::failpoint::ENABLED {
+        if let Err(e) = quarry_proto::failpoint::configure_from_env() {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    }
     // Room for recursion over expressions as deep as a statement may nest
     // (`quarry_compute::sql::MAX_EXPR_DEPTH`): evaluating and dropping
     // them recurses without growing the stack as DataFusion's planner does.

@@ -72,6 +72,7 @@ mod alter;
 mod dropped;
 mod heartbeats;
 mod repair;
+pub mod restores;
 mod users;
 mod views;
 pub use alter::next_column_id;

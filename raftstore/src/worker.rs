@@ -4,7 +4,9 @@
 //!   and refresh the store address book raft messages are routed with —
 //!   in a loop of its own, so that slow duties below never delay it;
 //! * on the meta leader: give the meta region its replicas on joining
-//!   stores, and move replicas off stores down past `max-store-down-secs`;
+//!   stores, move replicas off stores down past `max-store-down-secs`,
+//!   destroy dropped tables' regions, and put right the tables of
+//!   restores that stopped half-way ([`crate::meta::restores`]);
 //! * split regions this store leads once they pass `region-split-size-mb`
 //!   (new ids come from meta, the split goes through raft, and meta learns
 //!   the new regions afterwards; until then requests with the old epoch get
@@ -144,6 +146,11 @@ impl<E: Engine> Worker<E> {
                 }
                 if let Err(e) = self.meta.meta().collect_dropped().await {
                     tracing::warn!("destroying dropped regions: {e}");
+                }
+                if round % 4 == 0 {
+                    if let Err(e) = self.meta.meta().reap_restores().await {
+                        tracing::warn!("tables of interrupted restores: {e}");
+                    }
                 }
             }
             // Keeps the region, leader and RocksDB gauges (metrics.rs) fresh.

@@ -36,6 +36,22 @@ pub struct Manifest {
     /// When the backup started, in seconds since the Unix epoch.
     pub started_unix_s: u64,
     pub tables: Vec<TableEntry>,
+    /// The views as of the snapshot, in a backup of every table (one of
+    /// named tables keeps none). Absent in backups from before views were
+    /// kept, which restore as having none.
+    #[serde(default)]
+    pub views: Vec<ViewEntry>,
+}
+
+/// A view's definition, as CREATE VIEW stored it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ViewEntry {
+    pub name: String,
+    /// The defining query, as written after AS.
+    pub sql: String,
+    /// The names given in CREATE VIEW name (a, b, ...); empty: the query's.
+    #[serde(default)]
+    pub columns: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -128,6 +144,7 @@ impl Manifest {
             read_ts,
             started_unix_s,
             tables: vec![],
+            views: vec![],
         }
     }
 

@@ -17,7 +17,9 @@
 //! (with more underscores when a column has that name) when it has no
 //! primary key. Files cover ascending, disjoint handle ranges. The
 //! manifest (`backup.json`, written last: a directory without one holds no
-//! backup) names the snapshot, each table's definition (the protobuf
+//! backup) names the snapshot, the views as of it (in a backup of every
+//! table; a restore of every table defines them again once the tables are
+//! in), each table's definition (the protobuf
 //! `TableDef`, and its columns in words), its row count and
 //! [`Checksum`](crate::load_file::Checksum) (the row count and per column
 //! the count of values and their exact sum), and each file with its rows,
@@ -48,13 +50,17 @@
 //! online (`CREATE INDEX`). The renames and drops skip the statements'
 //! wait for other compute processes' kept catalogs to lapse; the restore
 //! waits once, before it answers. A failure drops the half-made table and
-//! those not yet built; those a crash left are each dropped by the next
-//! restore of the same name.
+//! those not yet built. A restore whose process dies cannot: while it
+//! runs it renews a hold per table with the meta leader (`lease.rs`), and
+//! once that lapses the meta leader drops its half-built tables, and gives
+//! a table it had renamed aside its name back
+//! (`quarry_raftstore::meta::restores`).
 //!
 //! Locations go through the `object_store` crate: a local directory (or
 //! `file://` URL) now; an S3-compatible store needs the crate's `aws`
 //! feature and credentials in the statement (`docs/operations.md`).
 
+mod lease;
 mod manifest;
 mod read;
 mod write;
@@ -69,7 +75,7 @@ use object_store::ObjectStore;
 use quarry_compute::engine::{QueryEngine, QueryOutput};
 use quarry_compute::sql::backup::BackupStatement;
 
-pub use manifest::{FileEntry, Manifest, TableEntry, MANIFEST};
+pub use manifest::{FileEntry, Manifest, TableEntry, ViewEntry, MANIFEST};
 pub use read::{restore, RestoreOptions};
 pub use write::{backup, BackupOptions, FILE_ROWS};
 

@@ -18,13 +18,14 @@ use quarry_coprocessor::codec::key::{pack_key, record_key};
 use quarry_coprocessor::codec::pack::PackBuilder;
 use quarry_coprocessor::codec::row::{array_datum, Datum, RowEncoder};
 use quarry_coprocessor::types::arrow_type;
-use quarry_proto::meta::{IndexState, TableDef};
+use quarry_proto::meta::{CreateTableRequest, IndexState, TableDef, ViewDef};
+use quarry_raftstore::meta::restores::{REPLACED, RESTORE_REQUEST, RESTORING};
 use tokio::sync::mpsc;
 
-use super::manifest::{FileEntry, Manifest, TableEntry, MANIFEST};
-use super::write::{REPLACED, RESTORING};
+use super::lease::RestoreLease;
+use super::manifest::{FileEntry, Manifest, TableEntry, ViewEntry, MANIFEST};
 use super::{Location, TableDone};
-use crate::load::{create_presplit, write_batches, Sink, WritePath, REGION_BYTES, SST_BATCH_BYTES};
+use crate::load::{write_batches, Sink, WritePath, REGION_BYTES, SST_BATCH_BYTES};
 use crate::load_file::{quote, table_checksum, Checksum};
 
 #[derive(Debug, Clone)]
@@ -64,6 +65,22 @@ pub async fn restore(
             }
         }
     }
+    // The views come back with a restore of every table (a backup of
+    // named tables has none).
+    let views = if opts.tables.is_empty() {
+        manifest.views.as_slice()
+    } else {
+        &[]
+    };
+    if !opts.replace && !views.is_empty() {
+        let have = engine.cluster().catalog().await?.views;
+        if let Some(v) = views.iter().find(|v| have.iter().any(|h| h.name == v.name)) {
+            bail!(
+                "view {} exists; drop it first, or RESTORE … WITH REPLACE",
+                v.name
+            );
+        }
+    }
     for e in &chosen {
         e.table_def()?;
         check_files(e, &loc.shown)?;
@@ -71,6 +88,10 @@ pub async fn restore(
             fetch(&loc, f).await?;
         }
     }
+    // Taken before anything is made: while it lasts, the meta leader
+    // leaves this restore's tables alone (`lease.rs`).
+    let names: Vec<&str> = chosen.iter().map(|e| e.name.as_str()).collect();
+    let _lease = RestoreLease::take(engine, &names).await?;
     let made = make_tables(engine, &chosen).await?;
     let mut done: Vec<TableDone> = Vec::new();
     let mut failed = None;
@@ -93,6 +114,9 @@ pub async fn restore(
             }
         }
     }
+    if failed.is_none() {
+        failed = restore_views(engine, views, opts.replace).await.err();
+    }
     // The renames and drops did not each wait for other compute
     // processes' kept catalogs to lapse, as the statements do
     // (`catalog_cache.rs`): the restore waits once, before it answers.
@@ -101,6 +125,31 @@ pub async fn restore(
         Some(err) => Err(err),
         None => Ok((done, manifest)),
     }
+}
+
+/// Defines the backup's views again (replacing those of the same name
+/// when `replace`), once every table is restored. Their queries are
+/// stored as they were, not planned again: a view over another view
+/// needs no order, and each plans when it is used, as it did before.
+async fn restore_views(engine: &QueryEngine, views: &[ViewEntry], replace: bool) -> Result<()> {
+    for v in views {
+        let def = ViewDef {
+            name: v.name.clone(),
+            sql: v.sql.clone(),
+            columns: v.columns.clone(),
+        };
+        engine
+            .cluster()
+            .create_view(def, replace)
+            .await
+            .with_context(|| {
+                format!("the tables are restored; restoring view {} failed", v.name)
+            })?;
+    }
+    if !views.is_empty() {
+        tracing::info!("restored {} views", views.len());
+    }
+    Ok(())
 }
 
 /// What pack building relies on: files in ascending, disjoint handle
@@ -213,7 +262,22 @@ async fn make_table<'a>(engine: &QueryEngine, e: &'a TableEntry) -> Result<Made<
     new.handle_column_id = def.key_position().map_or(0, |p| p as i64 + 1);
     let stores = meta.get_stores().await?.len();
     let splits = split_handles(e, stores);
-    let (table, _) = create_presplit(&meta, new, &splits).await?;
+    // Marked as a restore's, so that the meta leader drops it if this
+    // restore dies before it is named (`quarry_raftstore::meta::restores`).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let request_id = [RESTORE_REQUEST, format!("{}:{nanos:x}", e.name).as_bytes()].concat();
+    let table = meta
+        .create_table(CreateTableRequest {
+            table: Some(new),
+            split_handles: splits.clone(),
+            request_id,
+            ..Default::default()
+        })
+        .await?
+        .table
+        .ok_or_else(|| anyhow!("meta returned no table"))?;
     meta.forget_catalog();
     Ok(Made {
         entry: e,
@@ -397,6 +461,9 @@ async fn take_name(engine: &QueryEngine, e: &TableEntry, temp: &str, replace: bo
         meta.drop_table(&aside, true).await?;
         rename_table(engine, &e.name, &aside).await?;
     }
+    // A test's crash lands here: the worst moment, the old table aside
+    // and the new one not yet named.
+    let _ = quarry_proto::failpoint::hit("restore_before_name");
     if let Err(err) = rename_table(engine, temp, &e.name).await {
         if replacing {
             rename_table(engine, &aside, &e.name)

@@ -14,10 +14,11 @@ use parquet::basic::{Compression, Encoding, Type as PhysicalType};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use quarry_compute::engine::QueryEngine;
 use quarry_proto::meta::TableDef;
+use quarry_raftstore::meta::restores::{REPLACED, RESTORING};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use super::manifest::{ChecksumEntry, FileEntry, Manifest, TableEntry, MANIFEST};
+use super::manifest::{ChecksumEntry, FileEntry, Manifest, TableEntry, ViewEntry, MANIFEST};
 use super::{Location, TableDone};
 use crate::load_file::Checksum;
 
@@ -31,13 +32,6 @@ pub const FILE_ROWS: usize = 1 << 18;
 
 /// Rows per Parquet row group.
 const ROW_GROUP_ROWS: usize = 1 << 17;
-
-/// Prefix of the tables a restore is building (never backed up).
-pub const RESTORING: &str = "__restore_";
-
-/// Prefix of a table a restore WITH REPLACE renamed aside until the new
-/// one has its name (never backed up).
-pub const REPLACED: &str = "__replaced_";
 
 #[derive(Debug, Clone)]
 pub struct BackupOptions {
@@ -59,13 +53,14 @@ pub async fn backup(
             loc.shown
         );
     }
-    let (read_ts, tables) = snapshot(engine, &opts.tables).await?;
+    let (read_ts, tables, views) = snapshot(engine, &opts.tables).await?;
     // The versions the snapshot reads stay until the last table is read.
     let _hold = engine.txns().hold_read(read_ts);
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let mut manifest = Manifest::new(read_ts, started);
+    manifest.views = views;
     let mut done = Vec::new();
     for table in &tables {
         let entry = backup_table(engine, &loc, table, read_ts)
@@ -86,10 +81,14 @@ pub async fn backup(
     Ok((done, manifest))
 }
 
-/// A timestamp and the tables as of it: the catalog read between two
-/// timestamps' worth of DDL would not be the snapshot's, so the catalog's
-/// version must be the one the timestamp saw.
-async fn snapshot(engine: &QueryEngine, names: &[String]) -> Result<(u64, Vec<TableDef>)> {
+/// A timestamp and the tables as of it, with the views when every table
+/// is chosen: the catalog read between two timestamps' worth of DDL would
+/// not be the snapshot's, so the catalog's version must be the one the
+/// timestamp saw.
+async fn snapshot(
+    engine: &QueryEngine,
+    names: &[String],
+) -> Result<(u64, Vec<TableDef>, Vec<ViewEntry>)> {
     for _ in 0..10 {
         let stamp = engine.txns().stamp().await?;
         let catalog = engine.cluster().catalog().await?;
@@ -102,7 +101,16 @@ async fn snapshot(engine: &QueryEngine, names: &[String]) -> Result<(u64, Vec<Ta
             .filter(|t| !t.name.starts_with(RESTORING) && !t.name.starts_with(REPLACED))
             .collect();
         if names.is_empty() {
-            return Ok((stamp.ts, all));
+            let views = catalog
+                .views
+                .into_iter()
+                .map(|v| ViewEntry {
+                    name: v.name,
+                    sql: v.sql,
+                    columns: v.columns,
+                })
+                .collect();
+            return Ok((stamp.ts, all, views));
         }
         let chosen = names
             .iter()
@@ -114,7 +122,7 @@ async fn snapshot(engine: &QueryEngine, names: &[String]) -> Result<(u64, Vec<Ta
                 })
             })
             .collect::<Result<_>>()?;
-        return Ok((stamp.ts, chosen));
+        return Ok((stamp.ts, chosen, vec![]));
     }
     bail!("the catalog kept changing (DDL) while the backup took its snapshot; run it again")
 }

@@ -1,0 +1,87 @@
+//! A running restore's sign of life: a GC hold per table it restores,
+//! `restore:<name>` (`quarry_raftstore::meta::restores`), renewed every
+//! second with a TTL of five. While the hold lasts, the meta leader leaves
+//! the restore's `__restore_<name>` and `__replaced_<name>` tables alone;
+//! once it lapses (the restore's process died) it drops or renames them
+//! back. The hold keeps GC at the restore's first timestamp until it ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use quarry_compute::cluster::Cluster;
+use quarry_compute::engine::QueryEngine;
+use quarry_proto::meta::HoldGcRequest;
+use quarry_raftstore::meta::restores::restore_holder;
+use quarry_raftstore::meta::MAX_GC_HOLD_TTL;
+
+/// How often the holds are renewed (their TTL is [`MAX_GC_HOLD_TTL`]).
+const RENEW_EVERY: Duration = Duration::from_secs(1);
+
+/// The holds of one restore; released when dropped.
+pub struct RestoreLease {
+    cluster: Arc<Cluster>,
+    holders: Vec<String>,
+    renewing: tokio::task::JoinHandle<()>,
+}
+
+impl RestoreLease {
+    /// Takes the holds for `tables` (the meta leader has them when this
+    /// returns) and starts renewing them.
+    pub async fn take(engine: &QueryEngine, tables: &[&str]) -> Result<RestoreLease> {
+        let ts = engine.txns().timestamp().await?;
+        let cluster = engine.cluster().clone();
+        let holders: Vec<String> = tables.iter().map(|t| restore_holder(t)).collect();
+        hold(&cluster, &holders, ts)
+            .await
+            .context("registering the restore with the meta service")?;
+        let renewing = tokio::spawn({
+            let (cluster, holders) = (cluster.clone(), holders.clone());
+            async move {
+                loop {
+                    tokio::time::sleep(RENEW_EVERY).await;
+                    if let Err(e) = hold(&cluster, &holders, ts).await {
+                        tracing::warn!("renewing the restore's hold: {e}");
+                    }
+                }
+            }
+        });
+        Ok(RestoreLease {
+            cluster,
+            holders,
+            renewing,
+        })
+    }
+}
+
+impl Drop for RestoreLease {
+    fn drop(&mut self) {
+        self.renewing.abort();
+        let (cluster, holders) = (self.cluster.clone(), std::mem::take(&mut self.holders));
+        // Released at once rather than after the TTL; a release that is
+        // lost lapses by itself.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = hold(&cluster, &holders, 0).await;
+            });
+        }
+    }
+}
+
+/// Holds (`ts` 0: releases) each of `holders` at `ts`.
+async fn hold(cluster: &Cluster, holders: &[String], ts: u64) -> Result<()> {
+    for holder in holders {
+        let req = HoldGcRequest {
+            holder: holder.clone(),
+            min_read_ts: ts,
+            ttl_ms: MAX_GC_HOLD_TTL.as_millis() as u64,
+        };
+        cluster
+            .meta("holding a restore's tables", |mut c| {
+                let req = req.clone();
+                async move { c.hold_gc(req).await }
+            })
+            .await?;
+    }
+    Ok(())
+}
