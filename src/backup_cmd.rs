@@ -48,7 +48,8 @@ fn engine_for(store: &[String]) -> Result<quarry_compute::engine::QueryEngine> {
         // Whole-table reads: not slow queries to report.
         slow_query_ms: 0,
         ..Default::default()
-    })?)
+    })?
+    .without_analysis())
 }
 
 /// What `quarry backup` and `quarry restore` print.

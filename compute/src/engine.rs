@@ -231,6 +231,13 @@ impl QueryEngine {
         })
     }
 
+    /// An engine that never analyzes tables (`SqlSession::without_analysis`):
+    /// for one load, backup or restore.
+    pub fn without_analysis(mut self) -> Self {
+        self.sql = self.sql.without_analysis();
+        self
+    }
+
     /// Logins: who may use this process (`auth.rs`).
     pub fn auth(&self) -> &Arc<Auth> {
         &self.auth

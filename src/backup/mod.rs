@@ -180,7 +180,9 @@ impl quarry_compute::engine::backup::BackupRestore for Hook {
         _engine: &QueryEngine,
         stmt: BackupStatement,
     ) -> quarry_compute::Result<QueryOutput> {
-        let engine = QueryEngine::new(&self.cfg)?;
+        // The process's own engine analyzes the tables when they are
+        // queried; this one lives for the statement.
+        let engine = QueryEngine::new(&self.cfg)?.without_analysis();
         let word = stmt.word();
         let job = tokio::spawn(async move {
             let done = match stmt {

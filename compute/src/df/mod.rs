@@ -304,6 +304,9 @@ pub struct SqlSession {
     txns: Arc<crate::txn::Txns>,
     /// Table and column statistics for join planning (`stats.rs`).
     stats: Arc<stats::TableStats>,
+    /// Whether statements start analyses of the tables they read (off in
+    /// the short-lived engines of loads, backups and restores).
+    analyze: bool,
     /// Optimized plans of statements seen before (`plan_cache.rs`).
     plans: PlanCache,
     /// Each query's memory pool, in bytes (0: unbounded): hash tables,
@@ -432,6 +435,7 @@ impl SqlSession {
             cluster,
             txns,
             stats: Arc::default(),
+            analyze: true,
             plans: PlanCache::new(plan_cache::DEFAULT_ENTRIES),
             memory_limit: 0,
             pg_catalog,
@@ -507,6 +511,16 @@ impl SqlSession {
     }
 
     /// Gives each query a memory pool of `bytes` (0: unbounded).
+    /// Plans without table statistics and never starts an analysis: for
+    /// an engine that lives for one load, backup or restore, whose
+    /// statements are scans and aggregates with no join to order, and
+    /// whose analyses would read every column again only to be dropped
+    /// with it.
+    pub fn without_analysis(mut self) -> Self {
+        self.analyze = false;
+        self
+    }
+
     pub fn with_memory_limit(mut self, bytes: usize) -> Self {
         self.memory_limit = bytes;
         self
@@ -528,7 +542,7 @@ impl SqlSession {
             .map(|def| {
                 // (Statistics describe the table's own columns.)
                 let with_rowid = def.columns.iter().any(|c| c.id == ROWID_COLUMN_ID);
-                let stats = match with_rowid {
+                let stats = match with_rowid || !self.analyze {
                     false => self.stats.get(&def, &self.scan),
                     true => None,
                 };
