@@ -323,6 +323,7 @@ pub(crate) async fn create_presplit(
     meta: &Cluster,
     table: quarry_proto::meta::TableDef,
     splits: &[i64],
+    request_id: Vec<u8>,
 ) -> Result<(
     quarry_proto::meta::TableDef,
     Vec<quarry_proto::meta::RegionRoute>,
@@ -332,7 +333,7 @@ pub(crate) async fn create_presplit(
             table: Some(table),
             split_handles: splits.to_vec(),
             if_not_exists: false,
-            ..Default::default()
+            request_id,
         })
         .await?;
     let table = created
@@ -462,7 +463,7 @@ async fn load_table(
         opts.batch_bytes
     };
     let splits = t.split_handles(opts.sf, regions);
-    let (table, routes) = create_presplit(meta, ct.table_def(), &splits).await?;
+    let (table, routes) = create_presplit(meta, ct.table_def(), &splits, vec![]).await?;
     let routes = Arc::new(routes);
     if routes.len() != splits.len() + 1 {
         bail!(

@@ -147,7 +147,7 @@ impl<E: Engine> Worker<E> {
                 if let Err(e) = self.meta.meta().collect_dropped().await {
                     tracing::warn!("destroying dropped regions: {e}");
                 }
-                if round % 4 == 0 {
+                if round.is_multiple_of(4) {
                     if let Err(e) = self.meta.meta().reap_restores().await {
                         tracing::warn!("tables of interrupted restores: {e}");
                     }

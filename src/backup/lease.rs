@@ -3,7 +3,8 @@
 //! second with a TTL of five. While the hold lasts, the meta leader leaves
 //! the restore's `__restore_<name>` and `__replaced_<name>` tables alone;
 //! once it lapses (the restore's process died) it drops or renames them
-//! back. The hold keeps GC at the restore's first timestamp until it ends.
+//! back. Each renewal holds at a fresh timestamp, so GC is kept back by
+//! about a second, however long the restore.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use quarry_compute::cluster::Cluster;
 use quarry_compute::engine::QueryEngine;
+use quarry_compute::txn::Txns;
 use quarry_proto::meta::HoldGcRequest;
 use quarry_raftstore::meta::restores::restore_holder;
 use quarry_raftstore::meta::MAX_GC_HOLD_TTL;
@@ -29,10 +31,10 @@ impl RestoreLease {
     /// Takes the holds for `tables` (the meta leader has them when this
     /// returns) and starts renewing them.
     pub async fn take(engine: &QueryEngine, tables: &[&str]) -> Result<RestoreLease> {
-        let ts = engine.txns().timestamp().await?;
+        let txns = engine.txns().clone();
         let cluster = engine.cluster().clone();
         let holders: Vec<String> = tables.iter().map(|t| restore_holder(t)).collect();
-        hold(&cluster, &holders, ts)
+        renew(&txns, &cluster, &holders)
             .await
             .context("registering the restore with the meta service")?;
         let renewing = tokio::spawn({
@@ -40,7 +42,7 @@ impl RestoreLease {
             async move {
                 loop {
                     tokio::time::sleep(RENEW_EVERY).await;
-                    if let Err(e) = hold(&cluster, &holders, ts).await {
+                    if let Err(e) = renew(&txns, &cluster, &holders).await {
                         tracing::warn!("renewing the restore's hold: {e}");
                     }
                 }
@@ -68,20 +70,27 @@ impl Drop for RestoreLease {
     }
 }
 
-/// Holds (`ts` 0: releases) each of `holders` at `ts`.
+/// Holds each of `holders` at a fresh timestamp.
+async fn renew(txns: &Txns, cluster: &Cluster, holders: &[String]) -> Result<()> {
+    let ts = txns.timestamp().await?;
+    hold(cluster, holders, ts).await
+}
+
+/// Holds (`ts` 0: releases) each of `holders` at `ts`, all at once.
 async fn hold(cluster: &Cluster, holders: &[String], ts: u64) -> Result<()> {
-    for holder in holders {
+    let calls = holders.iter().map(|holder| {
         let req = HoldGcRequest {
             holder: holder.clone(),
             min_read_ts: ts,
             ttl_ms: MAX_GC_HOLD_TTL.as_millis() as u64,
         };
-        cluster
-            .meta("holding a restore's tables", |mut c| {
-                let req = req.clone();
-                async move { c.hold_gc(req).await }
-            })
-            .await?;
+        cluster.meta("holding a restore's tables", move |mut c| {
+            let req = req.clone();
+            async move { c.hold_gc(req).await }
+        })
+    });
+    for r in futures::future::join_all(calls).await {
+        r?;
     }
     Ok(())
 }

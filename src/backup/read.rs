@@ -18,14 +18,14 @@ use quarry_coprocessor::codec::key::{pack_key, record_key};
 use quarry_coprocessor::codec::pack::PackBuilder;
 use quarry_coprocessor::codec::row::{array_datum, Datum, RowEncoder};
 use quarry_coprocessor::types::arrow_type;
-use quarry_proto::meta::{CreateTableRequest, IndexState, TableDef, ViewDef};
+use quarry_proto::meta::{IndexState, TableDef, ViewDef};
 use quarry_raftstore::meta::restores::{REPLACED, RESTORE_REQUEST, RESTORING};
 use tokio::sync::mpsc;
 
 use super::lease::RestoreLease;
 use super::manifest::{FileEntry, Manifest, TableEntry, ViewEntry, MANIFEST};
 use super::{Location, TableDone};
-use crate::load::{write_batches, Sink, WritePath, REGION_BYTES, SST_BATCH_BYTES};
+use crate::load::{create_presplit, write_batches, Sink, WritePath, REGION_BYTES, SST_BATCH_BYTES};
 use crate::load_file::{quote, table_checksum, Checksum};
 
 #[derive(Debug, Clone)]
@@ -72,9 +72,21 @@ pub async fn restore(
     } else {
         &[]
     };
-    if !opts.replace && !views.is_empty() {
-        let have = engine.cluster().catalog().await?.views;
-        if let Some(v) = views.iter().find(|v| have.iter().any(|h| h.name == v.name)) {
+    if !views.is_empty() {
+        let have = engine.cluster().catalog().await?;
+        if let Some(v) = views
+            .iter()
+            .find(|v| have.tables.iter().any(|t| t.name == v.name))
+        {
+            bail!(
+                "a table named {} exists; the backup's view of that name cannot be restored",
+                v.name
+            );
+        }
+        let exists = views
+            .iter()
+            .find(|v| have.views.iter().any(|h| h.name == v.name));
+        if let (false, Some(v)) = (opts.replace, exists) {
             bail!(
                 "view {} exists; drop it first, or RESTORE … WITH REPLACE",
                 v.name
@@ -268,16 +280,7 @@ async fn make_table<'a>(engine: &QueryEngine, e: &'a TableEntry) -> Result<Made<
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let request_id = [RESTORE_REQUEST, format!("{}:{nanos:x}", e.name).as_bytes()].concat();
-    let table = meta
-        .create_table(CreateTableRequest {
-            table: Some(new),
-            split_handles: splits.clone(),
-            request_id,
-            ..Default::default()
-        })
-        .await?
-        .table
-        .ok_or_else(|| anyhow!("meta returned no table"))?;
+    let (table, _) = create_presplit(&meta, new, &splits, request_id).await?;
     meta.forget_catalog();
     Ok(Made {
         entry: e,

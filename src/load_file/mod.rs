@@ -515,7 +515,7 @@ async fn create_table(
     let splits: Vec<i64> = (1..regions as u64)
         .map(|i| 1 + (rows * i / regions as u64) as i64)
         .collect();
-    let (table, _) = create_presplit(meta, ct.table_def(), &splits).await?;
+    let (table, _) = create_presplit(meta, ct.table_def(), &splits, vec![]).await?;
     Ok((table, splits))
 }
 

@@ -510,7 +510,6 @@ impl SqlSession {
         self
     }
 
-    /// Gives each query a memory pool of `bytes` (0: unbounded).
     /// Plans without table statistics and never starts an analysis: for
     /// an engine that lives for one load, backup or restore, whose
     /// statements are scans and aggregates with no join to order, and
@@ -521,6 +520,7 @@ impl SqlSession {
         self
     }
 
+    /// Gives each query a memory pool of `bytes` (0: unbounded).
     pub fn with_memory_limit(mut self, bytes: usize) -> Self {
         self.memory_limit = bytes;
         self

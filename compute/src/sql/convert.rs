@@ -37,6 +37,22 @@ fn ident(i: &ast::Ident) -> String {
     }
 }
 
+/// Prefixes of the names RESTORE builds and sets tables aside under
+/// (`raftstore/src/meta/restores.rs`, whose meta leader drops or renames
+/// the tables of a restore that died): no statement may give a table such
+/// a name.
+pub const RESTORE_PREFIXES: [&str; 2] = ["__restore_", "__replaced_"];
+
+/// `name`, unless it is one that RESTORE keeps for itself.
+fn new_table_name(name: String) -> Result<String> {
+    match RESTORE_PREFIXES.iter().find(|p| name.starts_with(*p)) {
+        Some(p) => Err(plan_err!(
+            "table name {name}: names starting with {p} are kept for RESTORE's tables"
+        )),
+        None => Ok(name),
+    }
+}
+
 fn object_name(n: &ast::ObjectName) -> Result<String> {
     match n.0.last() {
         Some(ast::ObjectNamePart::Identifier(i)) if n.0.len() <= 2 => Ok(ident(i)),
@@ -547,7 +563,7 @@ fn convert_create(ct: ast::CreateTable) -> Result<CreateTable> {
     if ct.or_replace || ct.temporary || ct.external {
         return unsupported("CREATE OR REPLACE / TEMPORARY / EXTERNAL TABLE");
     }
-    let name = object_name(&ct.name)?;
+    let name = new_table_name(object_name(&ct.name)?)?;
     let mut columns = Vec::new();
     let mut primary_key = None;
     let mut unique: Vec<Vec<usize>> = Vec::new();
@@ -719,7 +735,7 @@ fn convert_alter(op: ast::AlterTableOperation) -> Result<AlterOp> {
         Op::RenameTable {
             table_name: ast::RenameTableNameKind::To(n) | ast::RenameTableNameKind::As(n),
         } => Ok(AlterOp::RenameTable {
-            new: object_name(&n)?,
+            new: new_table_name(object_name(&n)?)?,
         }),
         other => unsupported(format!(
             "ALTER TABLE {other} (Quarry alters tables by ADD COLUMN, DROP COLUMN, RENAME COLUMN \

@@ -18,19 +18,29 @@
 //! the crash interrupted the one way that loses nothing:
 //!
 //! * `__restore_<name>` made by a restore (its `created_by` starts with
-//!   [`RESTORE_REQUEST`], so a user's table that merely has such a name is
-//!   never touched) is dropped; if `<name>` is missing and
+//!   [`RESTORE_REQUEST`]) is dropped; if `<name>` is missing and
 //!   `__replaced_<name>` is there, the old table is first renamed back:
 //!   the replacement is undone, as a failed one is;
 //! * `__replaced_<name>` beside a `<name>` that a restore made (the new
 //!   table took its name; the crash came before the old one was dropped)
 //!   is dropped, as the restore would have.
 //!
+//! No statement may name a table with either prefix (compute refuses it:
+//! `RESTORE_PREFIXES` in `quarry_compute::sql::convert`), so the reaper
+//! never meets a user's table; a restore drops a leftover of its own name
+//! before it starts anyway.
+//!
 //! The holds live in the meta leader's memory, as all GC holds do: a new
 //! leader reaps nothing until it has led for [`MAX_GC_HOLD_TTL`], by when
-//! every live restore has renewed its hold with it. The hold keeps GC at
-//! the restore's start for its run, which costs what a query of that
-//! length costs.
+//! every live restore has renewed its hold with it. Each renewal holds at
+//! a fresh timestamp, so a long restore keeps GC back by a second, not by
+//! its length.
+//!
+//! CAVEAT: a restore that cannot renew for a whole TTL (5 s: a meta
+//! leader that hangs, a process stopped) is taken for dead; its tables are
+//! put right as above and the restore then fails (it finds its table
+//! gone, or its name back), so nothing is lost, but the error it reports
+//! may describe the state before the reaper's repair.
 
 use std::time::Instant;
 
@@ -62,12 +72,8 @@ fn made_by_restore(t: &TableDef) -> bool {
 }
 
 impl<E: Engine> Meta<E> {
-    /// Whether a restore of `name` has renewed its hold lately (true while
-    /// this leader may not have heard from every holder yet).
+    /// Whether a restore of `name` has renewed its hold within its TTL.
     fn restore_running(&self, name: &str) -> bool {
-        if self.leading_for() < MAX_GC_HOLD_TTL {
-            return true;
-        }
         let now = Instant::now();
         self.gc_holds
             .lock()
@@ -77,49 +83,60 @@ impl<E: Engine> Meta<E> {
 
     /// On the meta leader: puts right the tables of restores that stopped
     /// without finishing (see the module docs). Returns how many tables
-    /// it dropped or renamed.
+    /// it dropped or renamed; a table it cannot put right (a rename back
+    /// to a name taken since) is logged and tried again next round,
+    /// without holding up the others.
     pub async fn reap_restores(&self) -> Result<usize> {
         if self.leading_for() < MAX_GC_HOLD_TTL {
             return Ok(0);
         }
         let tables = self.tables().await?;
-        let named = |n: &str| tables.iter().find(|t| t.name == n);
         let mut done = 0;
         for t in &tables {
-            if let Some(name) = t.name.strip_prefix(RESTORING) {
-                if !made_by_restore(t) || self.restore_running(name) {
-                    continue;
-                }
-                let aside = format!("{REPLACED}{name}");
-                if let (None, Some(old)) = (named(name), named(&aside)) {
-                    let mut back = old.clone();
-                    back.name = name.to_string();
-                    self.alter_table(&aside, back, &old.encode_to_vec()).await?;
-                    tracing::warn!(
-                        table = name,
-                        "an interrupted restore had renamed the table aside; it has its name back"
-                    );
-                    done += 1;
-                }
-                self.drop_table(&t.name, true).await?;
+            match self.reap_one(t, &tables).await {
+                Ok(n) => done += n,
+                Err(e) => tracing::warn!(table = t.name, "an interrupted restore's table: {e}"),
+            }
+        }
+        Ok(done)
+    }
+
+    async fn reap_one(&self, t: &TableDef, tables: &[TableDef]) -> Result<usize> {
+        let named = |n: &str| tables.iter().find(|t| t.name == n);
+        let mut done = 0;
+        if let Some(name) = t.name.strip_prefix(RESTORING) {
+            if !made_by_restore(t) || self.restore_running(name) {
+                return Ok(0);
+            }
+            let aside = format!("{REPLACED}{name}");
+            if let (None, Some(old)) = (named(name), named(&aside)) {
+                let mut back = old.clone();
+                back.name = name.to_string();
+                self.alter_table(&aside, back, &old.encode_to_vec()).await?;
                 tracing::warn!(
                     table = name,
-                    "dropped the half-built table of an interrupted restore"
-                );
-                done += 1;
-            } else if let Some(name) = t.name.strip_prefix(REPLACED) {
-                let restored = named(name).is_some_and(made_by_restore);
-                let building = named(&format!("{RESTORING}{name}")).is_some();
-                if !restored || building || self.restore_running(name) {
-                    continue;
-                }
-                self.drop_table(&t.name, true).await?;
-                tracing::warn!(
-                    table = name,
-                    "dropped the old table an interrupted restore had replaced"
+                    "an interrupted restore had renamed the table aside; it has its name back"
                 );
                 done += 1;
             }
+            self.drop_table(&t.name, true).await?;
+            tracing::warn!(
+                table = name,
+                "dropped the half-built table of an interrupted restore"
+            );
+            done += 1;
+        } else if let Some(name) = t.name.strip_prefix(REPLACED) {
+            let restored = named(name).is_some_and(made_by_restore);
+            let building = named(&format!("{RESTORING}{name}")).is_some();
+            if !restored || building || self.restore_running(name) {
+                return Ok(0);
+            }
+            self.drop_table(&t.name, true).await?;
+            tracing::warn!(
+                table = name,
+                "dropped the old table an interrupted restore had replaced"
+            );
+            done += 1;
         }
         Ok(done)
     }
