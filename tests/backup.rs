@@ -42,6 +42,23 @@ fn tables(pg: &Playground) -> String {
     pg.ok("SHOW TABLES")
 }
 
+/// `quarry COMMAND --store … ARGS DIR` against `pg`'s stores, as an
+/// operator runs it: it must succeed; returns what it printed.
+fn quarry_cli(pg: &Playground, command: &str, args: &[&str], dir: &Path) -> String {
+    let out = Command::new(QUARRY)
+        .args([command, "--store", &pg.store_addrs().join(",")])
+        .args(args)
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn a_backup_under_writes_restores_exactly_into_a_fresh_cluster() {
     let src = Playground::start(&["--stores", "3", "--sf", "0.01"]);
@@ -229,17 +246,7 @@ fn bad_backups_are_refused_by_name_and_leave_no_table() {
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("good");
     // Through the command line, as an operator would.
-    let out = Command::new(QUARRY)
-        .args(["backup", "--store", &pg.store_addrs().join(",")])
-        .arg(&good)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let said = String::from_utf8_lossy(&out.stdout);
+    let said = quarry_cli(&pg, "backup", &[], &good);
     assert!(said.contains("backed up t: 3000 rows, 1 files"), "{said}");
 
     // A table of the same name is not overwritten unless asked.
@@ -323,17 +330,7 @@ fn bad_backups_are_refused_by_name_and_leave_no_table() {
     );
 
     // The good one, through the command line, then again in place.
-    let out = Command::new(QUARRY)
-        .args(["restore", "--store", &pg.store_addrs().join(",")])
-        .arg(&good)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("restored t: 3000 rows"));
+    assert!(quarry_cli(&pg, "restore", &[], &good).contains("restored t: 3000 rows"));
     assert_eq!(pg.ok(sums), want);
     assert_eq!(pg.ok(view), "n,lo\n100,2901\n");
     assert_eq!(
@@ -390,16 +387,7 @@ fn a_restore_killed_half_way_leaves_the_table_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let backup = dir.path().join("b");
     let stores = pg.store_addrs().join(",");
-    let out = Command::new(QUARRY)
-        .args(["backup", "--store", &stores, "--tables", "t"])
-        .arg(&backup)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    quarry_cli(&pg, "backup", &["--tables", "t"], &backup);
     // The table as it is now differs from the backup.
     pg.ok("UPDATE t SET v = 'changed' WHERE id <= 10");
     let sums = "SELECT count(*) AS n, min(v) AS lo, max(v) AS hi FROM t";
@@ -457,16 +445,7 @@ fn a_restore_killed_half_way_leaves_the_table_as_it_was() {
     assert!(now.contains("\nt\n"), "{now}");
     assert_eq!(pg.ok(sums), before);
     // And a restore that is let finish replaces it.
-    let out = Command::new(QUARRY)
-        .args(["restore", "--store", &stores, "--replace"])
-        .arg(&backup)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    quarry_cli(&pg, "restore", &["--replace"], &backup);
     assert_eq!(pg.ok(sums), "n,lo,hi\n2000,v1,v999\n");
 }
 
