@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine as _;
 use prost::Message;
 use quarry_coprocessor::types::{arrow_type, sql_name};
-use quarry_proto::meta::TableDef;
+use quarry_proto::meta::{TableDef, ViewDef};
 use serde::{Deserialize, Serialize};
 
 use crate::load_file::{Checksum, ColumnSum};
@@ -41,6 +41,26 @@ pub struct Manifest {
     /// kept, which restore as having none.
     #[serde(default)]
     pub views: Vec<ViewEntry>,
+}
+
+impl From<ViewDef> for ViewEntry {
+    fn from(v: ViewDef) -> Self {
+        ViewEntry {
+            name: v.name,
+            sql: v.sql,
+            columns: v.columns,
+        }
+    }
+}
+
+impl From<&ViewEntry> for ViewDef {
+    fn from(v: &ViewEntry) -> Self {
+        ViewDef {
+            name: v.name.clone(),
+            sql: v.sql.clone(),
+            columns: v.columns.clone(),
+        }
+    }
 }
 
 /// A view's definition, as CREATE VIEW stored it.

@@ -145,14 +145,9 @@ pub async fn restore(
 /// needs no order, and each plans when it is used, as it did before.
 async fn restore_views(engine: &QueryEngine, views: &[ViewEntry], replace: bool) -> Result<()> {
     for v in views {
-        let def = ViewDef {
-            name: v.name.clone(),
-            sql: v.sql.clone(),
-            columns: v.columns.clone(),
-        };
         engine
             .cluster()
-            .create_view(def, replace)
+            .create_view(ViewDef::from(v), replace)
             .await
             .with_context(|| {
                 format!("the tables are restored; restoring view {} failed", v.name)

@@ -101,15 +101,7 @@ async fn snapshot(
             .filter(|t| !t.name.starts_with(RESTORING) && !t.name.starts_with(REPLACED))
             .collect();
         if names.is_empty() {
-            let views = catalog
-                .views
-                .into_iter()
-                .map(|v| ViewEntry {
-                    name: v.name,
-                    sql: v.sql,
-                    columns: v.columns,
-                })
-                .collect();
+            let views = catalog.views.into_iter().map(ViewEntry::from).collect();
             return Ok((stamp.ts, all, views));
         }
         let chosen = names
@@ -566,6 +558,12 @@ impl FileWriter {
 mod tests {
     use super::*;
     use arrow::datatypes::Schema;
+
+    /// What SQL refuses to name a table is what the meta leader reaps.
+    #[test]
+    fn sql_reserves_the_names_restores_use() {
+        assert_eq!(quarry_compute::sql::RESTORE_PREFIXES, [RESTORING, REPLACED]);
+    }
 
     #[test]
     fn table_directories_are_safe_paths_that_never_collide() {

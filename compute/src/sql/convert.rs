@@ -40,7 +40,8 @@ fn ident(i: &ast::Ident) -> String {
 /// Prefixes of the names RESTORE builds and sets tables aside under
 /// (`raftstore/src/meta/restores.rs`, whose meta leader drops or renames
 /// the tables of a restore that died): no statement may give a table such
-/// a name.
+/// a name. Compute does not link the storage crate, so the binary, which
+/// links both, checks that the two agree (`src/backup/write.rs`'s tests).
 pub const RESTORE_PREFIXES: [&str; 2] = ["__restore_", "__replaced_"];
 
 /// `name`, unless it is one that RESTORE keeps for itself.

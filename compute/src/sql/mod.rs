@@ -17,7 +17,7 @@ use quarry_proto::compute::LogicalExpr;
 use quarry_proto::meta::{FieldType, Layout};
 
 pub(crate) use convert::for_update_target;
-pub use convert::{convert_statement, parse};
+pub use convert::{convert_statement, parse, RESTORE_PREFIXES};
 pub use guard::{check_size, parse_df, parse_plain, DEFAULT_MAX_STATEMENT_BYTES, MAX_EXPR_DEPTH};
 
 /// One parsed statement.
