@@ -13,7 +13,8 @@ use quarry::local::{ClusterArgs, LocalCluster, Proc};
 use quarry::tpch::Table;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::{load_summary, shutdown_signal, table_list, tables_or_all, LayoutArg};
+use crate::server_cmd::shutdown_signal;
+use crate::{load_summary, table_list, tables_or_all, LayoutArg};
 
 #[derive(Args)]
 pub struct PlaygroundArgs {
