@@ -10,7 +10,9 @@
 //!   scans and for an index lookup's single-row reads alike;
 //! * a failed meta write fails its DDL cleanly and takes no name; a
 //!   refused split leaves the region whole and every answer unchanged; a
-//!   split whose report to meta fails is reported again.
+//!   split whose report to meta fails is reported again; a CREATE TABLE
+//!   whose commit is lost after its peers were made is retried, and the
+//!   lost try's peers are destroyed.
 //!
 //! The snapshot points are tested in the in-process cluster
 //! (`raftstore/tests/cluster/failpoints.rs`).
@@ -353,6 +355,57 @@ fn an_index_lookup_whose_rows_a_store_refuses_in_part_is_retried_and_stays_exact
         "{e}"
     );
     assert_eq!(pg.ok(q), want);
+}
+
+/// Every region peer on every store (leaders and followers); every store
+/// must answer.
+fn peers(pg: &Playground) -> usize {
+    let all = statuses(&pg.store_addrs());
+    assert_eq!(all.len(), pg.stores.len(), "a store did not answer");
+    all.iter().map(|s| s.regions.len()).sum()
+}
+
+#[test]
+fn a_create_table_whose_commit_is_lost_leaves_no_peers_behind() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01", "--tables", "nation"]);
+    let before = peers(&pg);
+    let create = |name: &str| {
+        format!("CREATE TABLE {name} (id BIGINT PRIMARY KEY, v BIGINT) WITH (split_handles = '10,20,30')")
+    };
+    // The meta leader makes the 4 regions' 12 peers, then its commit is
+    // overtaken by a leader change and lost (StaleCommand): compute
+    // retries with the same request id and the second try makes 12 more.
+    on_every_store(&pg, "meta_create_lost", Some("1*return"));
+    assert_eq!(pg.ok(&create("t")), "result\nCREATE TABLE (4 regions)\n");
+    on_every_store(&pg, "meta_create_lost", None);
+    // Here the commit applies and its answer is lost: the retry finds its
+    // own table, and makes no peers.
+    on_every_store(&pg, "meta_create_unanswered", Some("1*return"));
+    assert_eq!(pg.ok(&create("u")), "result\nCREATE TABLE (4 regions)\n");
+    on_every_store(&pg, "meta_create_unanswered", None);
+    for t in ["t", "u"] {
+        pg.ok(&format!("INSERT INTO {t} VALUES (5, 1), (25, 2), (35, 4)"));
+    }
+    let sums = "SELECT (SELECT sum(v) FROM t) AS t, (SELECT sum(v) FROM u) AS u";
+    assert_eq!(pg.ok(sums), "t,u\n7,7\n");
+    // The lost try's regions stay pending for 30 s, then their peers go;
+    // the two tables' 24 stay.
+    let t0 = Instant::now();
+    while peers(&pg) != before + 24 && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(peers(&pg), before + 24, "the lost try's peers stayed");
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(peers(&pg), before + 24);
+    assert_eq!(pg.ok(sums), "t,u\n7,7\n");
+    pg.ok("DROP TABLE t");
+    pg.ok("DROP TABLE u");
+    let t0 = Instant::now();
+    while peers(&pg) != before && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(peers(&pg), before);
 }
 
 #[test]

@@ -38,6 +38,9 @@
 //! | `meta_write` | a write to the meta region (catalog, ids, users) | the meta write fails |
 //! | `raft_isolate` | raft messages this store sends and receives | all are dropped: the store is cut off |
 //! | `split_report` | a store telling meta the regions of a split it made | the report fails (retried in the background) |
+//! | `meta_create_lost` | a CREATE TABLE's commit on the meta leader, after its peers were made | the commit is lost (StaleCommand): its regions stay pending until the meta leader reclaims them |
+//! | `meta_create_unanswered` | the same, after the commit applied | its answer is lost (StaleCommand): the retry finds its table |
+//! | `restore_before_name` | a restore WITH REPLACE, between renaming the old table aside and naming the new one | nothing (use `sleep(ms)` and kill the restore there) |
 //! | `clock_skew` | a store's wall clock ([`wall_clock_ms`]: the oracle, GC) | `return(MS)`: the clock is MS ms ahead (or behind, negative) |
 //! | `stale_read` | compute's timestamp for a query's reads | `return(MS)`: queries read MS ms in the past (a broken build for `quarry chaos` to catch) |
 

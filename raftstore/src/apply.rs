@@ -366,7 +366,7 @@ pub(crate) fn exec_write<E: Engine>(
         };
         if changed {
             return Err(Error::InvalidInput(format!(
-                "region {}: key {} changed; the rows to compact changed",
+                "region {}: key {} changed since the write was planned; it is refused whole",
                 region.id,
                 hex(k)
             )));
@@ -375,7 +375,7 @@ pub(crate) fn exec_write<E: Engine>(
     for k in &w.must_not_exist {
         if ctx.lookup(k)?.is_some() {
             return Err(Error::InvalidInput(format!(
-                "region {}: key {} appeared; the rows to compact changed",
+                "region {}: key {} appeared since the write was planned; it is refused whole",
                 region.id,
                 hex(k)
             )));

@@ -65,6 +65,9 @@ pub const TSO_LIMIT: &[u8] = b"mo";
 /// Regions of dropped tables whose peers are still to be destroyed
 /// (`meta/dropped.rs`), by region id: the region as it was.
 pub const DROPPED_REGION: &[u8] = b"mg";
+/// Regions of a CREATE TABLE whose peers may exist but whose commit has
+/// not happened (`meta/pending.rs`), by region id: the region as planned.
+pub const PENDING_REGION: &[u8] = b"mp";
 /// Users who may log in to compute, by name (`UserDef`).
 pub const USER: &[u8] = b"mu";
 /// Views, by name (`ViewDef`; `meta/views.rs`).
@@ -101,6 +104,12 @@ pub fn user_key(name: &str) -> Vec<u8> {
 
 pub fn dropped_region_key(region_id: u64) -> Vec<u8> {
     let mut k = DROPPED_REGION.to_vec();
+    k.extend_from_slice(&region_id.to_be_bytes());
+    k
+}
+
+pub fn pending_region_key(region_id: u64) -> Vec<u8> {
+    let mut k = PENDING_REGION.to_vec();
     k.extend_from_slice(&region_id.to_be_bytes());
     k
 }

@@ -29,6 +29,10 @@
 //! (rotating, so leaders spread), asks every store to create its peer, and
 //! only then commits the table and the directory entries. A failure on the
 //! way destroys the peers already created and names the store that failed.
+//! The regions are written as pending before any peer exists and stop
+//! being pending in the commit, so peers of a create that stopped without
+//! knowing whether it committed are found and destroyed too
+//! (`meta/pending.rs`).
 //!
 //! A retried CREATE TABLE (its first try answered too late) carries the
 //! first try's `request_id`, which the table keeps, so it finds its own
@@ -71,6 +75,7 @@ pub use heartbeats::{COMPUTE_LIST_SETTLE, MAX_GC_HOLD_TTL, STORE_DOWN_AFTER};
 mod alter;
 mod dropped;
 mod heartbeats;
+mod pending;
 mod repair;
 pub mod restores;
 mod users;
@@ -84,6 +89,10 @@ const FIRST_ID: u64 = 16;
 /// How many peers CREATE TABLE creates at once (a table pre-split into
 /// thousands of regions must not open tens of thousands of calls).
 const DDL_CONCURRENCY: usize = 64;
+
+/// A create checks that this store still leads the meta region once per
+/// this many peers it makes.
+const LEADER_CHECK_EVERY: usize = 4 * DDL_CONCURRENCY;
 
 /// Bits of a timestamp below its physical milliseconds.
 pub const TSO_LOGICAL_BITS: u32 = 18;
@@ -151,6 +160,9 @@ pub struct Meta<E: Engine> {
     /// Compute processes that serve MPP tasks: id → (address, last heard,
     /// until).
     computes: Mutex<HashMap<String, (String, Instant, Instant)>>,
+    /// Pending regions of creates (`meta/pending.rs`): id → when this
+    /// leader first saw them pending.
+    pending_seen: Mutex<HashMap<u64, Instant>>,
 }
 
 impl<E: Engine> Meta<E> {
@@ -172,6 +184,7 @@ impl<E: Engine> Meta<E> {
             leading_since: Mutex::new(None),
             gc_holds: Mutex::new(HashMap::new()),
             computes: Mutex::new(HashMap::new()),
+            pending_seen: Mutex::new(HashMap::new()),
         }
     }
 
@@ -259,6 +272,18 @@ impl<E: Engine> Meta<E> {
         puts: Vec<(Vec<u8>, Vec<u8>)>,
         deletes: Vec<Vec<u8>>,
     ) -> Result<()> {
+        self.propose_if(region, puts, deletes, vec![]).await
+    }
+
+    /// [`Meta::propose`], applied only if every key of `must_exist` is
+    /// there when it applies (else refused whole, `InvalidInput`).
+    async fn propose_if(
+        &self,
+        region: &Region,
+        puts: Vec<(Vec<u8>, Vec<u8>)>,
+        deletes: Vec<Vec<u8>>,
+        must_exist: Vec<Vec<u8>>,
+    ) -> Result<()> {
         if quarry_proto::failpoint::fires_on("meta_write", self.node.store_id) {
             return Err(Error::Unavailable(quarry_proto::failpoint::injected(
                 "meta_write",
@@ -282,6 +307,7 @@ impl<E: Engine> Meta<E> {
                         .map(|(key, value)| KvPair { key, value })
                         .collect(),
                     deletes,
+                    must_exist,
                     ..Default::default()
                 },
             )
@@ -462,19 +488,9 @@ impl<E: Engine> Meta<E> {
             )));
         }
         if let Some(existing) = self.get_table(&table.name).await? {
-            let ours = !req.request_id.is_empty() && existing.created_by == req.request_id;
-            if req.if_not_exists || ours {
-                let routes = self.routes_for_table(existing.id).await?;
-                return Ok(CreateTableResponse {
-                    table: Some(existing),
-                    regions: routes,
-                    already_existed: !ours,
-                });
-            }
-            return Err(Error::InvalidInput(format!(
-                "table {} already exists",
-                table.name
-            )));
+            return self
+                .found(&req.request_id, req.if_not_exists, existing)
+                .await;
         }
         for (i, c) in table.columns.iter_mut().enumerate() {
             c.id = i as i64 + 1;
@@ -533,6 +549,21 @@ impl<E: Engine> Meta<E> {
             })
             .collect();
 
+        // Pending before any peer exists, so that peers this create leaves
+        // behind, however it ends, are found (`meta/pending.rs`).
+        let meta_region = self.leader().await?;
+        self.propose(&meta_region, Self::pending_puts(&regions), vec![])
+            .await?;
+        // That write has applied here, and so has every entry before it: a
+        // try of this statement whose commit applied late is seen now,
+        // where the look-up above (a lease read) may have missed it.
+        if let Some(existing) = self.get_table(&table.name).await? {
+            self.abandon_pending(&regions).await?;
+            return self
+                .found(&req.request_id, req.if_not_exists, existing)
+                .await;
+        }
+
         // Create every peer on its store, in parallel; undo on failure.
         let jobs: Vec<(Region, StoreInfo)> = regions
             .iter()
@@ -545,8 +576,24 @@ impl<E: Engine> Meta<E> {
                 })
             })
             .collect();
-        let created: Vec<Result<()>> = futures::stream::iter(jobs.clone())
-            .map(|(r, s)| async move { self.create_on_store(&r, &s).await })
+        // A store that stops leading the meta region stops making peers
+        // within a few batches: the next leader may reclaim this create's
+        // regions and destroy them, and a peer made after that would be
+        // nobody's.
+        let deposed: Mutex<Option<Error>> = Mutex::new(None);
+        let deposed = &deposed;
+        let created: Vec<Result<()>> = futures::stream::iter(jobs.clone().into_iter().enumerate())
+            .map(|(i, (r, s))| async move {
+                if i % LEADER_CHECK_EVERY == LEADER_CHECK_EVERY - 1 {
+                    if let Err(e) = self.leader().await {
+                        *deposed.lock() = Some(e);
+                    }
+                }
+                if let Some(e) = deposed.lock().clone() {
+                    return Err(e);
+                }
+                self.create_on_store(&r, &s).await
+            })
             .buffered(DDL_CONCURRENCY)
             .collect()
             .await;
@@ -559,6 +606,19 @@ impl<E: Engine> Meta<E> {
                 .collect::<Vec<()>>()
                 .await
         };
+        // Undoes a create that did not commit: its peers go now, and again
+        // from the dropped queue until every one is gone (or, where this
+        // store no longer leads, once the next leader reclaims them).
+        let planned = &regions;
+        let give_up = move |made: Vec<(Region, StoreInfo)>, e: Error| async move {
+            undo(made).await;
+            if let Err(q) = self.abandon_pending(planned).await {
+                tracing::warn!(
+                    "a failed CREATE TABLE's regions stay pending until a meta leader reclaims them: {q}"
+                );
+            }
+            Err(e)
+        };
         if let Some(Err(e)) = created.iter().find(|r| r.is_err()) {
             let e = e.clone();
             let made = jobs
@@ -567,31 +627,87 @@ impl<E: Engine> Meta<E> {
                 .filter(|(_, c)| c.is_ok())
                 .map(|(j, _)| j.clone())
                 .collect();
-            undo(made).await;
-            return Err(e);
+            return give_up(made, e).await;
         }
 
+        // The commit: the table and its regions, and the regions no longer
+        // pending. It applies only if they all still are: a leader that
+        // reclaimed them (this store lost the leadership for long enough,
+        // and won it back) took them first, and then nothing commits.
         let mut puts = vec![(keys::table_key(&table.name), table.encode_to_vec())];
         for r in &regions {
             puts.push((keys::region_key(r.id), r.encode_to_vec()));
         }
-        let committed = match self.leader().await {
-            Ok(meta_region) => self.propose(&meta_region, puts, vec![]).await,
-            Err(e) => Err(e),
+        let pending = Self::pending_deletes(&regions);
+        let committed = if quarry_proto::failpoint::fires_on("meta_create_lost", self.node.store_id)
+        {
+            // As if a leader change overtook the commit and lost it.
+            Err(crate::peer::propose::stale_command(keys::META_REGION_ID))
+        } else {
+            match self.leader().await {
+                Ok(meta_region) => {
+                    self.propose_if(&meta_region, puts, pending.clone(), pending)
+                        .await
+                }
+                Err(e) => Err(e),
+            }
         };
-        if let Err(e) = committed {
+        let committed = committed.and_then(|()| {
+            if quarry_proto::failpoint::fires_on("meta_create_unanswered", self.node.store_id) {
+                // As if the commit applied and its answer was lost.
+                Err(crate::peer::propose::stale_command(keys::META_REGION_ID))
+            } else {
+                Ok(())
+            }
+        });
+        match committed {
+            Ok(()) => {}
             // Refused before it was proposed (this store no longer leads
             // the meta region): nothing can commit it, so the peers go.
-            // Once proposed it may still commit, and they must stay.
-            if matches!(&e, Error::Region(re) if re.not_leader.is_some()) {
-                undo(jobs).await;
+            Err(e) if matches!(&e, Error::Region(re) if re.not_leader.is_some()) => {
+                return give_up(jobs, e).await;
             }
-            return Err(e);
+            // Refused at apply: the regions had been reclaimed.
+            Err(Error::InvalidInput(m)) => {
+                let e = Error::Unavailable(format!(
+                    "creating table {}: a new meta leader reclaimed its regions before it committed ({m}); try again",
+                    table.name
+                ));
+                return give_up(jobs, e).await;
+            }
+            // Proposed, outcome unknown: it may still commit, and the peers
+            // must stay; if it did not, its regions stay pending and are
+            // reclaimed.
+            Err(e) => return Err(e),
         }
         Ok(CreateTableResponse {
             table: Some(table),
             regions: self.routes_for_table(table_id).await?,
             already_existed: false,
+        })
+    }
+
+    /// The answer to a CREATE TABLE whose name `existing` has: the table,
+    /// if this statement made it (a retry) or it says IF NOT EXISTS, else
+    /// "already exists".
+    async fn found(
+        &self,
+        request_id: &[u8],
+        if_not_exists: bool,
+        existing: TableDef,
+    ) -> Result<CreateTableResponse> {
+        let ours = !request_id.is_empty() && existing.created_by == request_id;
+        if !(if_not_exists || ours) {
+            return Err(Error::InvalidInput(format!(
+                "table {} already exists",
+                existing.name
+            )));
+        }
+        let routes = self.routes_for_table(existing.id).await?;
+        Ok(CreateTableResponse {
+            table: Some(existing),
+            regions: routes,
+            already_existed: !ours,
         })
     }
 

@@ -144,6 +144,9 @@ impl<E: Engine> Worker<E> {
                 if let Err(e) = self.meta.meta().repair_replicas().await {
                     tracing::warn!("re-creating replicas: {e}");
                 }
+                if let Err(e) = self.meta.meta().reclaim_abandoned_creates().await {
+                    tracing::warn!("regions of creates that never committed: {e}");
+                }
                 if let Err(e) = self.meta.meta().collect_dropped().await {
                     tracing::warn!("destroying dropped regions: {e}");
                 }

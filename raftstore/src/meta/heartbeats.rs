@@ -73,6 +73,7 @@ impl<E: Engine> Meta<E> {
                 self.live.lock().clear();
                 self.gc_holds.lock().clear();
                 self.computes.lock().clear();
+                self.pending_seen.lock().clear();
             }
             _ => {}
         }
