@@ -99,7 +99,7 @@ impl<E: Engine> Meta<E> {
     }
 
     /// On the meta leader: moves the regions pending for
-    /// [`ABANDONED_AFTER`] (see the module docs) to the dropped queue.
+    /// `ABANDONED_AFTER` (30 s; see the module docs) to the dropped queue.
     /// Returns how many it moved.
     pub async fn reclaim_abandoned_creates(&self) -> Result<usize> {
         // A create in progress here holds the lock; its regions wait.
