@@ -558,7 +558,11 @@ impl<E: Engine> Meta<E> {
         // try of this statement whose commit applied late is seen now,
         // where the look-up above (a lease read) may have missed it.
         if let Some(existing) = self.get_table(&table.name).await? {
-            self.abandon_pending(&regions).await?;
+            // No peer was made: a failed move only leaves entries the
+            // reclaim queues later, and the answer stands.
+            if let Err(e) = self.abandon_pending(&regions).await {
+                tracing::warn!("an unneeded CREATE TABLE's regions stay pending: {e}");
+            }
             return self
                 .found(&req.request_id, req.if_not_exists, existing)
                 .await;
