@@ -245,6 +245,29 @@ impl Cluster {
         }
     }
 
+    /// Holds GC (`min_read_ts` 0: releases) for `holder` at `min_read_ts`
+    /// for `ttl`, in the meta leader's memory; `what` names the holder in
+    /// errors.
+    pub async fn hold_gc(
+        &self,
+        what: &str,
+        holder: &str,
+        min_read_ts: u64,
+        ttl: Duration,
+    ) -> Result<()> {
+        let req = HoldGcRequest {
+            holder: holder.to_string(),
+            min_read_ts,
+            ttl_ms: ttl.as_millis() as u64,
+        };
+        self.meta(what, |mut c| {
+            let req = req.clone();
+            async move { c.hold_gc(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
     pub async fn get_table(&self, name: &str) -> Result<Option<TableDef>> {
         let req = GetTableRequest { name: name.into() };
         Ok(self

@@ -25,7 +25,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use quarry_proto::meta::HoldGcRequest;
 
 use crate::cluster::Cluster;
 
@@ -115,18 +114,10 @@ async fn report(holds: Weak<ReadHolds>) {
         if oldest == 0 && reported == 0 {
             continue;
         }
-        let req = HoldGcRequest {
-            holder: h.holder.clone(),
-            min_read_ts: oldest,
-            ttl_ms: HOLD_TTL.as_millis() as u64,
-        };
-        let cluster = h.cluster.clone();
+        let (cluster, holder) = (h.cluster.clone(), h.holder.clone());
         drop(h);
         match cluster
-            .meta("holding the GC safe point", |mut c| {
-                let req = req.clone();
-                async move { c.hold_gc(req).await }
-            })
+            .hold_gc("holding the GC safe point", &holder, oldest, HOLD_TTL)
             .await
         {
             Ok(_) => reported = oldest,

@@ -13,7 +13,6 @@ use anyhow::{Context, Result};
 use quarry_compute::cluster::Cluster;
 use quarry_compute::engine::QueryEngine;
 use quarry_compute::txn::Txns;
-use quarry_proto::meta::HoldGcRequest;
 use quarry_raftstore::meta::restores::restore_holder;
 use quarry_raftstore::meta::MAX_GC_HOLD_TTL;
 
@@ -78,17 +77,9 @@ async fn renew(txns: &Txns, cluster: &Cluster, holders: &[String]) -> Result<()>
 
 /// Holds (`ts` 0: releases) each of `holders` at `ts`, all at once.
 async fn hold(cluster: &Cluster, holders: &[String], ts: u64) -> Result<()> {
-    let calls = holders.iter().map(|holder| {
-        let req = HoldGcRequest {
-            holder: holder.clone(),
-            min_read_ts: ts,
-            ttl_ms: MAX_GC_HOLD_TTL.as_millis() as u64,
-        };
-        cluster.meta("holding a restore's tables", move |mut c| {
-            let req = req.clone();
-            async move { c.hold_gc(req).await }
-        })
-    });
+    let calls = holders
+        .iter()
+        .map(|holder| cluster.hold_gc("holding a restore's tables", holder, ts, MAX_GC_HOLD_TTL));
     for r in futures::future::join_all(calls).await {
         r?;
     }
