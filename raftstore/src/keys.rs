@@ -90,10 +90,15 @@ pub fn view_key(name: &str) -> Vec<u8> {
     k
 }
 
-pub fn region_key(region_id: u64) -> Vec<u8> {
-    let mut k = REGION.to_vec();
-    k.extend_from_slice(&region_id.to_be_bytes());
+/// `prefix` then `id` big-endian, so a prefix's keys sort by id.
+fn id_key(prefix: &[u8], id: u64) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
     k
+}
+
+pub fn region_key(region_id: u64) -> Vec<u8> {
+    id_key(REGION, region_id)
 }
 
 pub fn user_key(name: &str) -> Vec<u8> {
@@ -103,21 +108,15 @@ pub fn user_key(name: &str) -> Vec<u8> {
 }
 
 pub fn dropped_region_key(region_id: u64) -> Vec<u8> {
-    let mut k = DROPPED_REGION.to_vec();
-    k.extend_from_slice(&region_id.to_be_bytes());
-    k
+    id_key(DROPPED_REGION, region_id)
 }
 
 pub fn pending_region_key(region_id: u64) -> Vec<u8> {
-    let mut k = PENDING_REGION.to_vec();
-    k.extend_from_slice(&region_id.to_be_bytes());
-    k
+    id_key(PENDING_REGION, region_id)
 }
 
 pub fn store_key(store_id: u64) -> Vec<u8> {
-    let mut k = STORE.to_vec();
-    k.extend_from_slice(&store_id.to_be_bytes());
-    k
+    id_key(STORE, store_id)
 }
 
 pub fn next_handle_key(table_id: i64) -> Vec<u8> {
