@@ -293,12 +293,16 @@ fn secure_children(
         "--key-path".into(),
         certs.key.display().to_string(),
     ];
-    args.store.extend(paths.iter().cloned());
-    args.store.extend([
+    // Stores, and compute processes' MPP worker service, admit only the
+    // cluster's own certificate.
+    let allowed = [
         "--cert-allowed-cn".to_string(),
         quarry::secure::NODE_CN.to_string(),
-    ]);
+    ];
+    args.store.extend(paths.iter().cloned());
+    args.store.extend(allowed.iter().cloned());
     args.compute.extend(paths);
+    args.compute.extend(allowed);
     quarry::secure::install_cluster_tls(&certs.config())?;
     Ok(certs)
 }

@@ -47,6 +47,18 @@
 //! `quarry playground --secure` and `quarry user add --superuser`) manage
 //! users; every user may change their own password and run any other
 //! statement. Per-table grants are not built (`docs/security.md`).
+//!
+//! OTHER COMPUTE PROCESSES
+//!
+//! The same port serves MPP tasks (`df/mpp/`, the worker service). Those
+//! calls come from the cluster's compute processes, not from users: a
+//! task carries its plan and its snapshot and reads any table, so no
+//! user's token opens it. In a secure cluster the port asks every TLS
+//! client for a certificate without requiring one (clients with a
+//! password have none), and the worker service admits only callers whose
+//! certificate the handshake verified against the cluster's CA, with
+//! `cert-allowed-cn` if set: UNAUTHENTICATED without one, PERMISSION_DENIED
+//! for a name not listed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -82,6 +94,9 @@ pub const RECHECK: Duration = Duration::from_secs(30);
 const MAX_PASSWORD_BYTES: usize = 1024;
 /// The Flight method that needs no token: it is how one is obtained.
 const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
+/// The MPP worker service's methods (`datafusion-distributed`'s
+/// `worker.WorkerService`): cluster certificates, not tokens.
+const WORKER_PATHS: &str = "/worker.WorkerService/";
 
 /// The client address tonic recorded for an incoming request (plaintext
 /// or TLS).
@@ -108,6 +123,9 @@ struct Session {
 pub struct Auth {
     cluster: Arc<Cluster>,
     required: bool,
+    /// The common names a worker call's certificate may carry (empty:
+    /// any certificate the cluster's CA signed).
+    worker_cns: Vec<String>,
     sessions: Mutex<HashMap<String, Session>>,
     /// Turns to check a password ([`MAX_CONCURRENT_LOGINS`] per core).
     logins: tokio::sync::Semaphore,
@@ -242,11 +260,15 @@ impl Session {
 }
 
 impl Auth {
-    pub fn new(cluster: Arc<Cluster>, required: bool) -> Self {
+    /// Logins for a process that requires them or not; with them, MPP
+    /// worker calls need a certificate of the cluster's CA, and with
+    /// `worker_cns` one of those common names.
+    pub fn new(cluster: Arc<Cluster>, required: bool, worker_cns: Vec<String>) -> Self {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Auth {
             cluster,
             required,
+            worker_cns,
             sessions: Mutex::new(HashMap::new()),
             logins: tokio::sync::Semaphore::new(MAX_CONCURRENT_LOGINS * cores),
         }
@@ -492,8 +514,9 @@ fn dummy_hash() -> String {
 }
 
 /// Admits a request: the handshake always (it is how a token is
-/// obtained), everything else with a valid token when logins are
-/// required, run with its caller in scope ([`crate::caller`]).
+/// obtained), an MPP worker call with a cluster certificate, everything
+/// else with a valid token when logins are required, run with its caller
+/// in scope ([`crate::caller`]).
 #[derive(Clone)]
 pub struct AuthLayer {
     auth: Arc<Auth>,
@@ -541,32 +564,50 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
             let peer = peer_of(&req);
-            if !auth.required || req.uri().path() == HANDSHAKE_PATH {
-                let scope = Scope {
-                    login: None,
-                    peer,
-                    session: None,
-                    settings: None,
-                };
-                return SCOPE.scope(scope, inner.call(req)).await;
-            }
-            let header = req
-                .headers()
-                .get(http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok());
-            match auth.check(header).await {
-                Ok(login) => {
-                    let scope = Scope {
-                        login: Some(login),
-                        peer,
-                        session: None,
-                        settings: None,
-                    };
-                    SCOPE.scope(scope, inner.call(req)).await
+            let path = req.uri().path();
+            let login = if !auth.required || path == HANDSHAKE_PATH {
+                None
+            } else if path.starts_with(WORKER_PATHS) {
+                // Another compute process: its certificate, no login.
+                if let Err(refused) = worker_caller(&req, &auth.worker_cns) {
+                    return Ok(refused.into_http());
                 }
-                Err(e) => Ok(tonic::Status::from(e).into_http()),
-            }
+                None
+            } else {
+                let header = req
+                    .headers()
+                    .get(http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok());
+                match auth.check(header).await {
+                    Ok(login) => Some(login),
+                    Err(e) => return Ok(tonic::Status::from(e).into_http()),
+                }
+            };
+            let scope = Scope {
+                login,
+                peer,
+                session: None,
+                settings: None,
+            };
+            SCOPE.scope(scope, inner.call(req)).await
         })
+    }
+}
+
+/// Whether an MPP worker call comes from one of the cluster's processes:
+/// a client certificate the TLS handshake verified against the cluster's
+/// CA (the port asks for one, `server.rs`), named as `allowed` says.
+fn worker_caller<B>(
+    req: &http::Request<B>,
+    allowed: &[String],
+) -> std::result::Result<(), tonic::Status> {
+    use quarry_proto::security::{check_cn, peer_cert_cn, PeerCert};
+    match peer_cert_cn(req) {
+        PeerCert::Verified(cn) => check_cn(allowed, cn.as_deref()),
+        PeerCert::None => Err(tonic::Status::unauthenticated(
+            "MPP worker calls need a client certificate signed by the cluster's CA \
+             (they come from other compute processes; a login does not open them)",
+        )),
     }
 }
 

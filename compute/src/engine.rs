@@ -164,8 +164,8 @@ impl QueryEngine {
     /// The engine of a compute process whose gRPC server is at
     /// `worker_addr` (`host:port`): it also serves MPP tasks, heartbeats
     /// its address to meta and plans queries over every live compute
-    /// process as `mpp` says (`mpp/`). Not with `[security]`, whose
-    /// worker calls would need the cluster's certificates.
+    /// process as `mpp` says (`mpp/`); with `[security]` its worker calls
+    /// go over mutual TLS (`mpp/channels.rs`).
     pub fn serving(cfg: &ComputeConfig, worker_addr: Option<&str>) -> Result<Self> {
         cfg.validate()?;
         crate::metrics::set_slow_query_threshold(cfg.slow_query_ms);
@@ -204,7 +204,7 @@ impl QueryEngine {
         .with_memory_limit(cfg.query_memory_limit_mb as usize * (1 << 20))
         .with_plan_cache(cfg.plan_cache_entries);
         let settings = Arc::new(SessionSettings::new(timeout));
-        let sql = match worker_addr.filter(|_| !cfg.security.enabled()) {
+        let sql = match worker_addr {
             Some(addr) => {
                 let workers = crate::df::mpp::workers::Workers::new(addr)
                     .map_err(|e| Error::InvalidInput(format!("worker address {addr}: {e}")))?;
@@ -215,7 +215,11 @@ impl QueryEngine {
             }
             None => sql,
         };
-        let auth = Arc::new(Auth::new(cluster.clone(), cfg.security.enabled()));
+        let auth = Arc::new(Auth::new(
+            cluster.clone(),
+            cfg.security.enabled(),
+            cfg.security.cert_allowed_cn.clone(),
+        ));
         Ok(QueryEngine {
             auth,
             sql,

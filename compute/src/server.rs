@@ -1,7 +1,8 @@
 //! Starting and stopping a compute process: bind, serve Flight SQL (and
 //! PostgreSQL's protocol, with `pg-addr`) until `shutdown`, then drain. With `[security]`, Flight SQL is served over
-//! TLS, every call but the handshake needs a login (`auth.rs`), and the
-//! stores are called with this process's certificate.
+//! TLS, every call but the handshake needs a login (`auth.rs`) or, for
+//! MPP worker calls, the cluster's certificate, and the stores and other
+//! compute processes are called with this process's certificate.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -81,9 +82,11 @@ pub async fn run(
     }
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &tls {
-        // Clients prove who they are with a password, not a certificate.
+        // Clients prove who they are with a password; other compute
+        // processes' MPP calls with the cluster's certificate, which the
+        // port asks for without requiring it (`auth.rs`).
         builder = builder
-            .tls_config(tls.server(false))
+            .tls_config(tls.server_optional_client_cert())
             .map_err(|e| Error::InvalidInput(format!("[security]: {e}")))?;
     }
     let serving = tokio::spawn(

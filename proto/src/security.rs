@@ -9,9 +9,11 @@
 //!   the CA (mutual TLS), so only the cluster's own processes (other
 //!   stores, compute, an operator holding a cluster certificate) can call
 //!   its services: raft, KV, coprocessor, meta (DDL, users) and admin;
-//! * **compute** serves Flight SQL over TLS without asking clients for a
-//!   certificate (clients log in with a password, `compute/src/auth.rs`),
-//!   and presents its own certificate when it calls stores;
+//! * **compute** serves Flight SQL over TLS, asking clients for a
+//!   certificate without requiring one: clients log in with a password
+//!   (`compute/src/auth.rs`), and other compute processes' MPP worker
+//!   calls must present the cluster's. It presents its own certificate
+//!   when it calls stores and other compute processes;
 //! * every outgoing connection inside the cluster is made by
 //!   [`endpoint`], which uses `https` and the process's client identity
 //!   once [`install_client`] has been called at start-up, and plain
@@ -48,7 +50,8 @@ pub struct SecurityConfig {
     /// The certificate's private key (PEM).
     pub key_path: String,
     /// If not empty, a peer's certificate must carry one of these common
-    /// names (stores only: compute's clients log in with passwords).
+    /// names: every call to a store, and MPP worker calls to compute
+    /// (compute's clients log in with passwords instead).
     pub cert_allowed_cn: Vec<String>,
     /// Serve plaintext on an address other than loopback.
     pub insecure: bool,
@@ -110,6 +113,15 @@ impl Tls {
         }
     }
 
+    /// The server side of a port that serves both clients without a
+    /// certificate (they log in with a password) and the cluster's own
+    /// processes, which present one: a certificate is asked for but not
+    /// required, and one that is presented must be signed by the CA (a
+    /// service that needs one checks [`peer_cert_cn`]).
+    pub fn server_optional_client_cert(&self) -> ServerTlsConfig {
+        self.server(true).client_auth_optional(true)
+    }
+
     /// The client side: trust the CA, present this process's certificate.
     pub fn client(&self) -> ClientTlsConfig {
         ClientTlsConfig::new()
@@ -164,6 +176,47 @@ pub fn common_name(der: &[u8]) -> Option<String> {
     cn.as_str().ok().map(str::to_string)
 }
 
+/// What a request's caller proved with its TLS client certificate.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PeerCert {
+    /// No certificate (or not a TLS connection).
+    None,
+    /// A certificate the TLS handshake verified against the CA, with its
+    /// common name if it has one.
+    Verified(Option<String>),
+}
+
+/// The client certificate of `req`'s connection. A server configured
+/// with the CA as client root ([`Tls::server`] or
+/// [`Tls::server_optional_client_cert`]) has verified it in the handshake.
+pub fn peer_cert_cn<B>(req: &http::Request<B>) -> PeerCert {
+    let certs = req
+        .extensions()
+        .get::<TlsConnectInfo<TcpConnectInfo>>()
+        .and_then(|i| i.peer_certs());
+    match certs.as_ref().and_then(|c| c.first()) {
+        Some(cert) => PeerCert::Verified(common_name(cert)),
+        None => PeerCert::None,
+    }
+}
+
+/// Whether `cn` passes `allowed` (empty: any certificate of the CA):
+/// PERMISSION_DENIED names the CN that is not allowed.
+pub fn check_cn(allowed: &[String], cn: Option<&str>) -> Result<(), tonic::Status> {
+    if allowed.is_empty() {
+        return Ok(());
+    }
+    match cn {
+        Some(cn) if allowed.iter().any(|a| a == cn) => Ok(()),
+        Some(cn) => Err(tonic::Status::permission_denied(format!(
+            "certificate CN '{cn}' is not in this server's cert-allowed-cn"
+        ))),
+        None => Err(tonic::Status::permission_denied(
+            "a client certificate with a common name is required (cert-allowed-cn)",
+        )),
+    }
+}
+
 /// Checks the client certificate's common name of every request against
 /// `allowed` (nothing is checked when it is empty): PERMISSION_DENIED
 /// names the CN that is not allowed.
@@ -176,23 +229,11 @@ pub fn cn_check_layer<B>(
         if allowed.is_empty() {
             return Ok(req);
         }
-        let certs = req
-            .extensions()
-            .get::<TlsConnectInfo<TcpConnectInfo>>()
-            .and_then(|i| i.peer_certs());
-        let cn = certs
-            .as_ref()
-            .and_then(|c| c.first())
-            .and_then(|c| common_name(c));
-        match cn {
-            Some(cn) if allowed.iter().any(|a| *a == cn) => Ok(req),
-            Some(cn) => Err(tonic::Status::permission_denied(format!(
-                "certificate CN '{cn}' is not in this server's cert-allowed-cn"
-            ))),
-            None => Err(tonic::Status::permission_denied(
-                "a client certificate with a common name is required (cert-allowed-cn)",
-            )),
-        }
+        let cn = match peer_cert_cn(&req) {
+            PeerCert::Verified(cn) => cn,
+            PeerCert::None => None,
+        };
+        check_cn(&allowed, cn.as_deref()).map(|()| req)
     };
     tower::filter::FilterLayer::new(check)
 }

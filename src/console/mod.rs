@@ -29,8 +29,8 @@
 //! page from another site cannot send without a CORS preflight this port
 //! never grants. The SQL text, users and plans it shows are readable by
 //! anyone who reaches the port (`docs/security.md`). A compute process
-//! that does not serve MPP tasks (`[security]` on, or no address other
-//! processes can reach) does not register, so only the page's own
+//! that does not serve MPP tasks (no address other processes can
+//! reach) does not register, so only the page's own
 //! process shows it.
 
 use std::sync::{Arc, OnceLock};

@@ -122,6 +122,8 @@ impl Playground {
                     compute = addr.to_string();
                 }
                 ["ca", path] => ca = Some(path.to_string()),
+                // More compute processes (`--computes N`).
+                ["compute", _n, "addr", _url] => {}
                 ["postgres:", "addr", addr, ..] => postgres = addr.to_string(),
                 ["ready"] => break,
                 _ => panic!("unexpected playground line: {line}"),

@@ -329,6 +329,9 @@ pub type SessionMode = Arc<dyn Fn() -> Option<crate::config::MppMode> + Send + S
 pub struct Mpp {
     /// This process's worker service (tasks routed here run in process).
     worker: datafusion_distributed::Worker,
+    /// The runtimes (memory pools) of distributed queries here: a
+    /// coordinated query's own is its local tasks' too.
+    runtimes: Arc<crate::df::mpp::runtimes::QueryRuntimes>,
     /// The live compute processes.
     pub workers: Arc<crate::df::mpp::workers::Workers>,
     /// `compute.mpp`: the mode of a session that did not SET one.
@@ -453,7 +456,8 @@ impl SqlSession {
     ) -> Self {
         use crate::df::mpp::{distributed_state, MppMode};
         let channels = crate::df::mpp::Channels::default();
-        let worker = crate::df::mpp::worker(&self.base, &self.scan, &channels, self.memory_limit);
+        let runtimes = crate::df::mpp::runtimes::QueryRuntimes::new(self.memory_limit);
+        let worker = crate::df::mpp::worker(&self.base, &self.scan, &channels, runtimes.clone());
         let state = |mode| {
             distributed_state(
                 &self.base,
@@ -467,6 +471,7 @@ impl SqlSession {
         let (auto, force) = (state(MppMode::Auto), state(MppMode::Force));
         self.mpp = Some(Arc::new(Mpp {
             worker,
+            runtimes,
             workers,
             default_mode,
             session_mode,
@@ -685,6 +690,7 @@ impl SqlSession {
         with_moment(&mut config, read_ts);
         let deadline = config.get_extension::<Deadline>().map(|d| d.0);
         let config_zone = config.options().execution.time_zone.clone();
+        let mut query_id = None;
         if let Some(o) = config
             .options_mut()
             .extensions
@@ -696,13 +702,23 @@ impl SqlSession {
             }
             let at = deadline.unwrap_or_else(|| std::time::Instant::now() + self.scan.timeout);
             o.deadline_unix_ms = crate::df::mpp::MppOptions::deadline_of(at);
+            if let Some(mpp) = &self.mpp {
+                o.query_id = crate::df::mpp::runtimes::new_query_id(mpp.workers.own_url().as_str());
+                query_id = Some(o.query_id.clone());
+            }
             // Where its tasks run, for EXPLAIN ANALYZE (`mpp/routes.rs`).
             config.set_extension(Arc::new(crate::df::mpp::routes::TaskRoutes::default()));
         }
-        match Arc::try_unwrap(task) {
-            Ok(task) => Ok(Arc::new(task.with_session_config(config))),
-            Err(_) => self.task_over(config),
+        let task = match Arc::try_unwrap(task) {
+            Ok(task) => Arc::new(task.with_session_config(config)),
+            Err(_) => self.task_over(config)?,
+        };
+        // A distributed query's tasks in this process share its memory
+        // pool (`mpp/runtimes.rs`).
+        if let (Some(id), Some(mpp)) = (query_id, &self.mpp) {
+            mpp.runtimes.register(&id, &task.runtime_env());
         }
+        Ok(task)
     }
 
     /// The task context a copy of a kept physical plan runs in: the base
@@ -742,9 +758,9 @@ pub(crate) fn session_time_zone() -> Option<String> {
 }
 
 /// A runtime with a memory pool of its own, of `memory_limit` bytes (None
-/// where queries have no limit, 0): one query's (`SqlSession`), or one
-/// task's on an MPP worker (`mpp::worker`). One past its limit fails
-/// alone.
+/// where queries have no limit, 0): one query's (`SqlSession`), shared on
+/// each process with the query's MPP tasks there (`mpp/runtimes.rs`). One
+/// past its limit fails alone.
 pub(crate) fn runtime_with_limit(
     memory_limit: usize,
 ) -> datafusion::common::Result<Option<Arc<datafusion::execution::runtime_env::RuntimeEnv>>> {

@@ -62,18 +62,23 @@
 //!   join filters handed to region scans (a join and the scan it probes
 //!   may end up in different stages); each worker adds them to the stage
 //!   it runs, where a join and its probe scan are in one process.
+//! * **Secure clusters** (`channels.rs`, `auth.rs`): worker calls go over
+//!   mutual TLS with the process's cluster certificate, and a worker
+//!   admits only callers that present one signed by the cluster's CA (a
+//!   client's login does not open the worker service).
 //!
 //! Caveats of this first cut (each is a line in `docs/design-notes.md`):
 //! shared scans are off in a distributed plan; queries in an explicit
-//! transaction, plans from the plan cache, and clusters with
-//! `[security]` stay in one process.
+//! transaction and plans from the plan cache stay in one process.
 
 mod across_shuffles;
 pub mod broadcast;
+mod channels;
 pub mod codec;
 mod folded;
 pub mod replicate;
 pub mod routes;
+pub mod runtimes;
 pub mod tasks;
 pub mod workers;
 
@@ -108,6 +113,9 @@ extensions_options! {
         /// The session's time zone (`datafusion.execution.time_zone`):
         /// DataFusion's own options do not travel to workers.
         pub time_zone: String, default = "+00:00".to_string()
+        /// Which query a task belongs to: the tasks of one query in a
+        /// process share its memory pool (`runtimes.rs`).
+        pub query_id: String, default = String::new()
     }
 }
 
@@ -141,14 +149,7 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The gRPC channels to other compute processes' workers, one per worker
-/// URL, kept for the whole process and shared by every query and task in
-/// it (a clone shares them). `datafusion-distributed` otherwise keeps
-/// its channels per `RuntimeEnv`, and a query with a memory limit has a
-/// runtime of its own: each query would connect to every worker anew
-/// (`plan_send_latency` in EXPLAIN ANALYZE) and leave the connections
-/// idle for minutes.
-pub type Channels = datafusion_distributed::grpc::DefaultChannelResolver;
+pub use channels::Channels;
 
 /// `base` (a session state with Quarry's functions and rules) able to
 /// plan distributed queries over `workers`: the distributed planner, the
@@ -202,17 +203,18 @@ pub fn distributed_state(
 
 /// The worker service: each task's session has `base`'s functions, the
 /// codec over this process's region scans, the [`MppOptions`] its
-/// coordinator sent, and, where queries have a memory limit
-/// (`memory_limit` bytes, 0 for none), a memory pool of its own: a task
-/// past it fails its query with the limit named (its sorts and
-/// aggregations spill first), as a query in one process does. Each of a
-/// task's partitions counts in `quarry_compute_mpp_task_streams_running`
-/// while it streams (`folded.rs`).
+/// coordinator sent, and, where queries have a memory limit, its query's
+/// runtime in this process (`runtimes`): the memory pool that every task
+/// of the query here shares, and on the coordinator the query itself. A
+/// query past it fails with the limit named (its sorts and aggregations
+/// spill first), as a query in one process does. Each of a task's
+/// partitions counts in `quarry_compute_mpp_task_streams_running` while
+/// it streams (`folded.rs`).
 pub fn worker(
     base: &SessionState,
     scan: &ScanContext,
     channels: &Channels,
-    memory_limit: usize,
+    runtimes: Arc<runtimes::QueryRuntimes>,
 ) -> datafusion_distributed::Worker {
     let functions = Arc::new(Functions::of(base));
     let scan = scan.clone();
@@ -222,6 +224,7 @@ pub fn worker(
             let functions = functions.clone();
             let scan = scan.clone();
             let channels = channels.clone();
+            let runtimes = runtimes.clone();
             async move {
                 // A bare builder with the task's config and runtime, not
                 // the library's `with_default_features` one: a task only
@@ -233,13 +236,6 @@ pub fn worker(
                 if let Some(config) = ctx.builder.config().take() {
                     builder = builder.with_config(config);
                 }
-                let runtime = match crate::df::runtime_with_limit(memory_limit)? {
-                    Some(limited) => Some(limited),
-                    None => ctx.builder.runtime_env().take(),
-                };
-                if let Some(runtime) = runtime {
-                    builder = builder.with_runtime_env(runtime);
-                }
                 let mut builder = builder
                     .with_distributed_channel_resolver(channels)
                     .with_scalar_functions(functions.scalar.clone())
@@ -249,15 +245,25 @@ pub fn worker(
                     .with_distributed_user_codec(codec::QuarryCodec::new(scan.clone()))
                     .with_distributed_worker_plan_rewrite_handler(stage_as_one_process_plans_it)
                     .with_distributed_option_extension_from_headers::<MppOptions>(&ctx.headers)?;
+                let mut query_id = String::new();
                 if let Some(config) = builder.config().as_mut() {
-                    let zone = config
+                    let (zone, id) = config
                         .options()
                         .extensions
                         .get::<MppOptions>()
-                        .map(|o| o.time_zone.clone());
+                        .map(|o| (Some(o.time_zone.clone()), o.query_id.clone()))
+                        .unwrap_or_default();
+                    query_id = id;
                     let opts = config.options_mut();
                     opts.execution.time_zone = zone;
                     crate::df::join_filter_options(opts, scan.join_key_list_max);
+                }
+                let runtime = match runtimes.of(&query_id)? {
+                    Some(limited) => Some(limited),
+                    None => ctx.builder.runtime_env().take(),
+                };
+                if let Some(runtime) = runtime {
+                    builder = builder.with_runtime_env(runtime);
                 }
                 Ok(builder.build())
             }
