@@ -182,6 +182,27 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     );
     assert!(!ok && out.contains("overflow"), "{out}");
 
+    // A query in an explicit transaction spreads too, at the
+    // transaction's snapshot: every task sees its uncommitted DELETE (the
+    // stores answer a read at its start_ts with its own writes).
+    let kept = pg.ok("SELECT count(*) AS n FROM orders WHERE o_orderkey >= 1000");
+    let (ok, out) = sql_at(
+        &a.url,
+        "BEGIN; DELETE FROM orders WHERE o_orderkey < 1000; \
+         SELECT count(*) AS n FROM orders; EXPLAIN SELECT count(*) AS n FROM orders; ROLLBACK",
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&kept),
+        "want {kept:?} in the transaction:\n{out}"
+    );
+    assert!(
+        out.contains("DistributedExec") && out.contains("tasks=3"),
+        "{out}"
+    );
+    assert!(out.ends_with("result\nROLLBACK\n"), "{out}");
+    assert_eq!(pg.ok("SELECT count(*) AS n FROM orders"), "n\n15000\n");
+
     // One compute process is killed. The queries right after it still
     // plan tasks for it (meta lists it until its heartbeat's TTL runs
     // out): they fail on it, find it unreachable and run again on the

@@ -20,8 +20,7 @@ impl SqlSession {
     /// Plans `query` against the cluster's tables now (one meta call).
     pub async fn plan(&self, query: ParsedQuery) -> Result<PlannedQuery> {
         let catalog = self.cluster.catalog().await?;
-        self.plan_in(query, catalog.tables, &catalog.views, false)
-            .await
+        self.plan_in(query, catalog.tables, &catalog.views).await
     }
 
     /// Plans an autocommit query over the catalog this process keeps,
@@ -45,8 +44,7 @@ impl SqlSession {
             });
             planned
         };
-        let plan_kept =
-            || self.plan_in(query.clone(), catalog.tables.clone(), &catalog.views, true);
+        let plan_kept = || self.plan_in(query.clone(), catalog.tables.clone(), &catalog.views);
         let kept = match freshness {
             // Just read: its errors are the query's.
             Freshness::Read => return Ok(check(plan_kept().await?, catalog.catalog_version)),
@@ -79,25 +77,23 @@ impl SqlSession {
         // Out of date, or an error that may be the kept catalog's.
         let catalog = self.cluster.catalog().await?;
         let planned = self
-            .plan_in(query.clone(), catalog.tables, &catalog.views, true)
+            .plan_in(query.clone(), catalog.tables, &catalog.views)
             .await?;
         Ok(check(planned, catalog.catalog_version))
     }
 
-    /// Plans `query` over `tables` and `views`; an autocommit query
-    /// (`autocommit`) may be distributed over every compute process, as
-    /// the session's `mpp` setting says (`mpp/`).
+    /// Plans `query` over `tables` and `views`, distributed over every
+    /// compute process as the session's `mpp` setting says (`mpp/`). A
+    /// query in a transaction may be too: its tasks read at the
+    /// transaction's start_ts, at which the stores answer with its own
+    /// uncommitted writes (its locks) as every process reads them.
     pub(super) async fn plan_in(
         &self,
         query: ParsedQuery,
         tables: Vec<TableDef>,
         views: &[ViewDef],
-        autocommit: bool,
     ) -> Result<PlannedQuery> {
-        let mode = match autocommit {
-            true => self.mpp_mode(),
-            false => crate::config::MppMode::Off,
-        };
+        let mode = self.mpp_mode();
         match self
             .plan_over(query.clone(), tables.clone(), views, true, mode)
             .await

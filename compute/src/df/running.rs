@@ -108,7 +108,7 @@ impl SqlSession {
         // rather than run a plan older than its snapshot).
         let catalog = self.cluster.catalog().await?;
         let again = self
-            .plan_in(check.query, catalog.tables, &catalog.views, true)
+            .plan_in(check.query, catalog.tables, &catalog.views)
             .await?;
         let changed = || {
             Error::Conflict(
