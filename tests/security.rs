@@ -98,18 +98,26 @@ fn list_tables(store: &str, tls: Option<ClientTlsConfig>) -> String {
     })
 }
 
-/// A raw Flight client of a secure compute, over TLS.
-async fn raw_flight(pg: &Playground) -> FlightServiceClient<Channel> {
-    let ca = std::fs::read(pg.ca.as_deref().unwrap()).unwrap();
-    let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
-    let ch = Endpoint::from_shared(pg.compute.clone())
+/// A TLS channel to `url`, trusting the CA certificate at `ca`, with
+/// `identity` as the client certificate if given.
+async fn tls_channel(url: &str, ca: &str, identity: Option<Identity>) -> Channel {
+    let ca = Certificate::from_pem(std::fs::read(ca).unwrap());
+    let mut tls = ClientTlsConfig::new().ca_certificate(ca);
+    if let Some(id) = identity {
+        tls = tls.identity(id);
+    }
+    Endpoint::from_shared(url.to_string())
         .unwrap()
         .tls_config(tls)
         .unwrap()
         .connect()
         .await
-        .unwrap();
-    FlightServiceClient::new(ch)
+        .unwrap()
+}
+
+/// A raw Flight client of a secure compute, over TLS.
+async fn raw_flight(pg: &Playground) -> FlightServiceClient<Channel> {
+    FlightServiceClient::new(tls_channel(&pg.compute, pg.ca.as_deref().unwrap(), None).await)
 }
 
 /// `authorization: Bearer …` for `user`, from a handshake.
@@ -410,19 +418,7 @@ fn a_secure_playground_needs_tls_certificates_and_logins() {
 /// given: "ok", or the status code and message.
 fn worker_info(compute: &str, ca: &str, identity: Option<Identity>) -> String {
     RT.block_on(async {
-        let ca = Certificate::from_pem(std::fs::read(ca).unwrap());
-        let mut tls = ClientTlsConfig::new().ca_certificate(ca);
-        if let Some(id) = identity {
-            tls = tls.identity(id);
-        }
-        let ch = Endpoint::from_shared(compute.to_string())
-            .unwrap()
-            .tls_config(tls)
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        let mut grpc = tonic::client::Grpc::new(ch);
+        let mut grpc = tonic::client::Grpc::new(tls_channel(compute, ca, identity).await);
         grpc.ready().await.unwrap();
         let path = http::uri::PathAndQuery::from_static("/worker.WorkerService/GetWorkerInfo");
         let codec = tonic_prost::ProstCodec::<(), ()>::default();

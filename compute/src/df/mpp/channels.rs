@@ -79,17 +79,13 @@ impl Channels {
 /// "transport error"; the cause names a refused connection or a TLS
 /// failure).
 fn source_of(e: &tonic::transport::Error) -> String {
-    let mut cause: &dyn std::error::Error = e;
-    while let Some(next) = cause.source() {
-        cause = next;
+    let mut innermost = None;
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        innermost = Some(c);
+        cause = c.source();
     }
-    match std::ptr::eq(
-        cause as *const dyn std::error::Error as *const (),
-        e as *const tonic::transport::Error as *const (),
-    ) {
-        true => String::new(),
-        false => format!(": {cause}"),
-    }
+    innermost.map_or(String::new(), |c| format!(": {c}"))
 }
 
 #[async_trait::async_trait]
