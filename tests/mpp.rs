@@ -139,6 +139,36 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     );
     assert!(plan.contains("NetworkBroadcastExec"), "{plan}");
 
+    // Keys across stages (df/mpp/cross_stage.rs). Q21's anti join of
+    // late lineitem rows is partitioned (it emits its build side's rows),
+    // so its own keys are spread over its tasks; but its build side's
+    // order keys all come out of a broadcast semi join further down, in
+    // another stage. Each process's copy of that join posts its keys on
+    // the process's board, and the anti join's probe scan, below a
+    // shuffle, waits for them and reads only those orders' rows. (Its
+    // answer is among the 22 checked above.)
+    let q21 = quarry::answers::query("q21").unwrap();
+    let (ok, analyzed) = sql_at(&a.url, &format!("EXPLAIN ANALYZE {q21}"));
+    assert!(ok, "{analyzed}");
+    assert!(
+        analyzed.contains("CrossStageKeysExec: key=__reduce_key_0"),
+        "{analyzed}"
+    );
+    let late = analyzed
+        .lines()
+        .filter(|l| {
+            l.contains("table=lineitem, storage=[scan l_orderkey, l_suppkey; filter l_receiptdate > l_commitdate], keys from other stages: 2")
+        })
+        .count();
+    assert_eq!(
+        late, 3,
+        "the anti join's probe tasks wait for no keys:\n{analyzed}"
+    );
+    assert!(
+        analyzed.contains("runtime filter: [keys(slot"),
+        "no scan used keys from another stage:\n{analyzed}"
+    );
+
     // EXPLAIN ANALYZE shows each node's rows and time, each task's
     // times, the bytes its exchanges moved, and which compute process ran
     // each task: Q3's scans run as three tasks, one on each process.

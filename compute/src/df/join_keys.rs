@@ -85,7 +85,6 @@ use parking_lot::Mutex;
 use quarry_coprocessor::expr::{mix64, Bloom, Expr, ScalarValue};
 use tokio::sync::watch;
 
-use super::pushdown;
 use super::region_scan::RegionScanExec;
 
 /// Bits of Bloom filter per build key: about 1% of other keys pass.
@@ -148,7 +147,7 @@ pub struct KeyFilter {
 }
 
 impl BuildKeys {
-    fn new(key: String, partitions: usize) -> Arc<BuildKeys> {
+    pub(crate) fn new(key: String, partitions: usize) -> Arc<BuildKeys> {
         Arc::new(BuildKeys {
             key,
             keys: Mutex::new(Collected {
@@ -159,7 +158,7 @@ impl BuildKeys {
         })
     }
 
-    fn add(&self, keys: &dyn Array) {
+    pub(crate) fn add(&self, keys: &dyn Array) {
         let mut c = self.keys.lock();
         if c.given_up {
             return;
@@ -176,7 +175,12 @@ impl BuildKeys {
         c.values.extend(keys.iter().flatten());
     }
 
-    fn partition_ended(&self) {
+    /// No filter from these keys (a key that did not evaluate).
+    pub(crate) fn give_up(&self) {
+        self.keys.lock().given_up = true;
+    }
+
+    pub(crate) fn partition_ended(&self) {
         let mut c = self.keys.lock();
         c.ended += 1;
         if c.ended >= c.partitions {
@@ -421,7 +425,7 @@ impl ExecutionPlan for BuildKeysExec {
                         .and_then(|v| v.into_array(batch.num_rows()))
                     {
                         Ok(keys) => sink.add(keys.as_ref()),
-                        Err(_) => sink.keys.lock().given_up = true,
+                        Err(_) => sink.give_up(),
                     }
                 }
                 b
@@ -477,12 +481,13 @@ pub fn add_build_keys(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn Executio
     .map(|t| t.data)
 }
 
-/// `node` with its build keys reaching its probe side's region scan, when
-/// `node` is a hash join that can use them.
-fn with_build_keys(node: &Arc<dyn ExecutionPlan>) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
-    let Some(join) = node.downcast_ref::<HashJoinExec>() else {
-        return Ok(None);
-    };
+/// Whether `join`'s build keys may narrow its probe side: its type drops
+/// probe rows without a match (inner, left, left semi, left anti unless
+/// null-aware, right semi) and NULL keys never equal. A null-aware anti
+/// join (NOT IN) answers nothing once its probe side holds a NULL key,
+/// which a key filter would drop. (Also MPP's keys across stages,
+/// `mpp/cross_stage.rs`.)
+pub(crate) fn narrows_probe_side(join: &HashJoinExec) -> bool {
     let drops_unmatched_probe_rows = matches!(
         join.join_type(),
         JoinType::Inner
@@ -491,12 +496,18 @@ fn with_build_keys(node: &Arc<dyn ExecutionPlan>) -> DfResult<Option<Arc<dyn Exe
             | JoinType::LeftAnti
             | JoinType::RightSemi
     );
-    // A null-aware anti join (NOT IN) answers nothing once its probe side
-    // holds a NULL key, which a key filter would drop.
-    if !drops_unmatched_probe_rows
-        || join.null_equality() != NullEquality::NullEqualsNothing
-        || join.null_aware
-    {
+    drops_unmatched_probe_rows
+        && join.null_equality() == NullEquality::NullEqualsNothing
+        && !join.null_aware
+}
+
+/// `node` with its build keys reaching its probe side's region scan, when
+/// `node` is a hash join that can use them.
+fn with_build_keys(node: &Arc<dyn ExecutionPlan>) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+        return Ok(None);
+    };
+    if !narrows_probe_side(join) {
         return Ok(None);
     }
     if join
@@ -539,11 +550,7 @@ fn with_probe_filter(
         if !scan.context().join_bloom_filters {
             return None;
         }
-        let outputs = scan.outputs_before_aggregation()?;
-        let probe = pushdown::physical(key, &mut |i| outputs.get(i).cloned().flatten())?;
-        if probe.data_type() != DataType::Int64 {
-            return None;
-        }
+        let probe = scan.probe_key(key)?;
         return Some(Arc::new(scan.with_build_keys(sink.clone(), probe)));
     }
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
@@ -577,6 +584,9 @@ pub fn key_below(
     }
     #[allow(deprecated)]
     let passes_rows = plan.downcast_ref::<BuildKeysExec>().is_some()
+        || plan
+            .downcast_ref::<crate::df::mpp::cross_stage::CrossStageKeysExec>()
+            .is_some()
         || plan.downcast_ref::<RepartitionExec>().is_some()
         || plan.downcast_ref::<CoalesceBatchesExec>().is_some()
         || plan.downcast_ref::<CoalescePartitionsExec>().is_some()

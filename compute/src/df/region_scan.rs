@@ -108,6 +108,11 @@ pub struct RegionScanExec {
     /// Hash joins' build keys, each with the probe key over the scan's
     /// columns: a Bloom filter of them joins the selection (`join_keys.rs`).
     build_keys: Vec<(Arc<BuildKeys>, Expr)>,
+    /// In a distributed plan, the keys of hash joins in other stages, by
+    /// their slot on this process's board (`mpp/cross_stage.rs`), each
+    /// with the probe key over the scan's columns: found by the query's
+    /// id when the scan runs, then used as `build_keys`.
+    remote_keys: Vec<(u32, Expr)>,
     /// The run this scan shares with identical scans of the plan, if any
     /// (`shared_scan.rs`).
     shared: Option<Arc<SharedRun>>,
@@ -320,6 +325,7 @@ impl RegionScanExec {
             last_runtime_filter: Arc::new(Mutex::new(Vec::new())),
             table_stats: None,
             build_keys: Vec::new(),
+            remote_keys: Vec::new(),
             shared: None,
             late: None,
             share: None,
@@ -376,7 +382,10 @@ impl RegionScanExec {
     /// scans (a plan holding one is planned for each run:
     /// `plan_cache::reusable`).
     pub fn has_run_state(&self) -> bool {
-        self.dynamic.is_some() || !self.build_keys.is_empty() || self.shared.is_some()
+        self.dynamic.is_some()
+            || !self.build_keys.is_empty()
+            || !self.remote_keys.is_empty()
+            || self.shared.is_some()
     }
 
     pub fn dag(&self) -> &DagRequest {
@@ -416,6 +425,7 @@ impl RegionScanExec {
         scan.dynamic = self.dynamic.clone();
         scan.table_stats = self.table_stats.clone();
         scan.build_keys = self.build_keys.clone();
+        scan.remote_keys = self.remote_keys.clone();
         scan.late = self.late.clone();
         scan.share = self.share.clone();
         scan
@@ -426,6 +436,35 @@ impl RegionScanExec {
         let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
         scan.build_keys.push((keys, probe));
         scan
+    }
+
+    /// The same scan, also narrowed by the build keys that a hash join in
+    /// another stage of a distributed query leaves on `slot` of each
+    /// process's board (`mpp/cross_stage.rs`), on `probe`.
+    pub fn with_remote_keys(&self, slot: u32, probe: Expr) -> Self {
+        let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
+        scan.remote_keys.push((slot, probe));
+        scan
+    }
+
+    /// The slots and probe keys of [`Self::with_remote_keys`].
+    pub fn remote_keys(&self) -> &[(u32, Expr)] {
+        &self.remote_keys
+    }
+
+    /// `key` (an expression over the scan's output) as an expression over
+    /// the columns it reads, if it is a BIGINT that the regions can test
+    /// before any aggregation: what a join key filter tests.
+    pub fn probe_key(&self, key: &Arc<dyn PhysicalExpr>) -> Option<Expr> {
+        let outputs = self.outputs_before_aggregation()?;
+        let probe = pushdown::physical(key, &mut |i| outputs.get(i).cloned().flatten())?;
+        (probe.data_type() == DataType::Int64).then_some(probe)
+    }
+
+    /// The types of the columns the DAG's table scan reads (the input of
+    /// a probe key).
+    pub fn read_types(&self) -> Result<Vec<DataType>, Error> {
+        self.scan_types()
     }
 
     pub fn set_table_stats(&mut self, stats: Option<Arc<TableStatistics>>) {
@@ -524,6 +563,9 @@ impl DisplayAs for RegionScanExec {
         }
         if !self.build_keys.is_empty() {
             write!(f, ", join key filters: {}", self.build_keys.len())?;
+        }
+        if !self.remote_keys.is_empty() {
+            write!(f, ", keys from other stages: {}", self.remote_keys.len())?;
         }
         if let Some(a) =
             crate::index::access::choose(&self.table, &self.dag, self.table_stats.as_deref())
@@ -650,6 +692,7 @@ impl ExecutionPlan for RegionScanExec {
         let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
         scan.dynamic = None;
         scan.build_keys.clear();
+        scan.remote_keys.clear();
         // The same properties (same schema): the operators above see an
         // unchanged child and are copied, not planned again.
         scan.properties = self.properties.clone();
@@ -834,7 +877,17 @@ impl ExecutionPlan for RegionScanExec {
         }
         let row_types = self.row_types.clone();
         let dynamic = self.dynamic.clone();
-        let build_keys = self.build_keys.clone();
+        let mut build_keys = self.build_keys.clone();
+        // Keys from joins in other stages, on this process's board under
+        // the query's id (`mpp/cross_stage.rs`).
+        if let Some(query) = mpp.map(|o| o.query_id.as_str()).filter(|q| !q.is_empty()) {
+            for (slot, probe) in &self.remote_keys {
+                build_keys.push((
+                    crate::df::mpp::cross_stage::board_entry(query, *slot),
+                    probe.clone(),
+                ));
+            }
+        }
         let key_list_max = self.ctx.join_key_list_max;
         // Each scan column's distinct values, from the table's statistics.
         let probe_distinct: Vec<Option<u64>> = match (&self.dag.scan, &self.table_stats) {

@@ -11,6 +11,10 @@
 //!   distributed plan has none of the first two (`mpp/mod.rs`), and
 //!   without statistics a worker scans rather than looks up an index,
 //!   which is slower, never wrong.
+//! * A scan's keys from joins in other stages (`cross_stage.rs`) travel
+//!   as their slots and probe keys (coprocessor expressions), and a
+//!   [`CrossStageKeysExec`] as its slot and key column: the two meet on
+//!   the worker's board by the query's id.
 //! * A [`BuildKeysExec`] passes its input through unchanged; it travels
 //!   as nothing and is decoded as its input (the keys it would copy have
 //!   no scan in this process to go to).
@@ -28,6 +32,10 @@ use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::TableDef;
 
+use datafusion::physical_expr::expressions::Column;
+use quarry_coprocessor::expr::Expr;
+
+use super::cross_stage::CrossStageKeysExec;
 use crate::df::join_keys::BuildKeysExec;
 use crate::df::region_scan::{RegionScanExec, ScanContext};
 
@@ -47,6 +55,7 @@ impl QuarryCodec {
 /// The first byte of an encoded node: which node it is.
 const REGION_SCAN: u8 = 1;
 const BUILD_KEYS: u8 = 2;
+const CROSS_STAGE_KEYS: u8 = 3;
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct RegionScanProto {
@@ -66,6 +75,28 @@ struct RegionScanProto {
     share: Vec<KeyRangeProto>,
     #[prost(bool, tag = "7")]
     has_share: bool,
+    /// Keys from joins in other stages: a slot and a probe key each.
+    #[prost(message, repeated, tag = "8")]
+    remote_keys: Vec<RemoteKeyProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RemoteKeyProto {
+    #[prost(uint32, tag = "1")]
+    slot: u32,
+    /// The probe key over the scan's columns, a coprocessor expression.
+    #[prost(bytes = "vec", tag = "2")]
+    probe: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct CrossStageKeysProto {
+    #[prost(uint32, tag = "1")]
+    slot: u32,
+    #[prost(string, tag = "2")]
+    column: String,
+    #[prost(uint32, tag = "3")]
+    index: u32,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -121,10 +152,31 @@ impl PhysicalExtensionCodec for QuarryCodec {
                     Arc::new(schema),
                     p.storage,
                 );
-                Ok(Arc::new(match p.has_share {
+                let mut scan = match p.has_share {
                     true => scan.with_share(share),
                     false => scan,
-                }))
+                };
+                if !p.remote_keys.is_empty() {
+                    let read = scan.read_types().map_err(|e| bad("region scan", e))?;
+                    for k in &p.remote_keys {
+                        let e = quarry_proto::coprocessor::Expr::decode(k.probe.as_slice())
+                            .map_err(|e| bad("probe key", e))?;
+                        let probe = Expr::from_proto(&e, &read).map_err(|e| bad("probe key", e))?;
+                        scan = scan.with_remote_keys(k.slot, probe);
+                    }
+                }
+                Ok(Arc::new(scan))
+            }
+            Some((&CROSS_STAGE_KEYS, body)) => {
+                let p = CrossStageKeysProto::decode(body).map_err(|e| bad("stage keys", e))?;
+                match inputs {
+                    [input] => Ok(Arc::new(CrossStageKeysExec::new(
+                        input.clone(),
+                        Column::new(&p.column, p.index as usize),
+                        p.slot,
+                    ))),
+                    _ => internal_err!("CrossStageKeysExec with {} inputs", inputs.len()),
+                }
             }
             Some((&BUILD_KEYS, _)) => match inputs {
                 [input] => Ok(input.clone()),
@@ -143,6 +195,17 @@ impl PhysicalExtensionCodec for QuarryCodec {
         if node.as_ref().downcast_ref::<BuildKeysExec>().is_some() {
             buf.push(BUILD_KEYS);
             return Ok(());
+        }
+        if let Some(keys) = node.as_ref().downcast_ref::<CrossStageKeysExec>() {
+            let p = CrossStageKeysProto {
+                slot: keys.slot(),
+                column: keys.key().name().to_string(),
+                index: keys.key().index() as u32,
+            };
+            buf.push(CROSS_STAGE_KEYS);
+            return p
+                .encode(buf)
+                .map_err(|e| DataFusionError::Internal(format!("encoding stage keys: {e}")));
         }
         let Some(scan) = node.as_ref().downcast_ref::<RegionScanExec>() else {
             return internal_err!("{} cannot run on another compute process", node.name());
@@ -170,6 +233,21 @@ impl PhysicalExtensionCodec for QuarryCodec {
                 })
                 .collect(),
             has_share: scan.share().is_some(),
+            remote_keys: scan
+                .remote_keys()
+                .iter()
+                .map(|(slot, probe)| {
+                    Ok(RemoteKeyProto {
+                        slot: *slot,
+                        probe: probe
+                            .to_proto()
+                            .map_err(|e| {
+                                DataFusionError::Internal(format!("encoding a probe key: {e}"))
+                            })?
+                            .encode_to_vec(),
+                    })
+                })
+                .collect::<DfResult<Vec<_>>>()?,
         };
         buf.push(REGION_SCAN);
         p.encode(buf)

@@ -62,6 +62,11 @@
 //!   join filters handed to region scans (a join and the scan it probes
 //!   may end up in different stages); each worker adds them to the stage
 //!   it runs, where a join and its probe scan are in one process.
+//! * **Join keys across stages** (`cross_stage.rs`): a broadcast join's
+//!   build keys, whole in each of its tasks, go through a board in each
+//!   process to the region scans of the stages below its probe side's
+//!   shuffles (and to those below any join whose build key they bound:
+//!   Q21's anti join), which wait for them as for a join in their stage.
 //! * **Secure clusters** (`channels.rs`, `auth.rs`): worker calls go over
 //!   mutual TLS with the process's cluster certificate, and a worker
 //!   admits only callers that present one signed by the cluster's CA (a
@@ -77,6 +82,7 @@ mod across_shuffles;
 pub mod broadcast;
 mod channels;
 pub mod codec;
+pub mod cross_stage;
 mod folded;
 pub mod replicate;
 pub mod routes;
@@ -198,7 +204,10 @@ pub fn distributed_state(
         }
     }
     if let Some(inner) = builder.query_planner().take() {
-        builder = builder.with_query_planner(Arc::new(replicate::ReplicatingPlanner { inner }));
+        builder = builder.with_query_planner(Arc::new(replicate::ReplicatingPlanner {
+            inner,
+            workers: workers.clone(),
+        }));
     }
     builder.build()
 }

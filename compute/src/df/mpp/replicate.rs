@@ -62,10 +62,13 @@ use crate::df::region_scan::RegionScanExec;
 /// one-task broadcast stage may read to be run in every consumer task.
 pub const REPLICATE_MAX_ROWS: u64 = 200_000;
 
-/// The distributed query planner followed by [`replicate_small_broadcasts`].
+/// The distributed query planner followed by [`replicate_small_broadcasts`]
+/// and then by the join keys that cross stages
+/// (`cross_stage::keys_across_stages`, over `workers`' live processes).
 #[derive(Debug)]
 pub struct ReplicatingPlanner {
     pub inner: Arc<dyn QueryPlanner + Send + Sync>,
+    pub workers: Arc<super::workers::Workers>,
 }
 
 #[async_trait]
@@ -79,7 +82,8 @@ impl QueryPlanner for ReplicatingPlanner {
             .inner
             .create_physical_plan(logical_plan, session)
             .await?;
-        replicate_small_broadcasts(plan)
+        let plan = replicate_small_broadcasts(plan)?;
+        super::cross_stage::keys_across_stages(plan, self.workers.urls().len())
     }
 }
 

@@ -37,6 +37,12 @@ pub struct Workers {
     suspects: RwLock<Vec<(Url, std::time::Instant)>>,
 }
 
+impl std::fmt::Debug for Workers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Workers({})", self.own)
+    }
+}
+
 /// How long a worker found unreachable is left out of new plans.
 pub const SUSPECT_FOR: Duration = Duration::from_secs(6);
 /// How long a probe of a worker's port waits.

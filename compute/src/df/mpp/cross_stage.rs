@@ -1,0 +1,640 @@
+//! Join keys across stages: a broadcast hash join's build keys narrow the
+//! region scans of the stages below its probe side's shuffles, through a
+//! board in each compute process (TiFlash's runtime filters between MPP
+//! tasks; Spark's runtime filters and dynamic partition pruning).
+//!
+//! ```text
+//!  TPC-H Q18 under mpp = 'force'
+//!
+//!  Stage 6 (a task on every process)
+//!    HashJoin(RightSemi, CollectLeft, l_orderkey = o_orderkey)
+//!      CrossStageKeysExec(slot 0) ── 57 keys ──▶ board[query, slot 0]
+//!        broadcast of Stage 2 (the 57 big orders)       │ (in this process)
+//!      HashJoin(Partitioned, o_orderkey = l_orderkey)    │
+//!        shuffle of Stage 4                              │
+//!        shuffle of Stage 5                              │
+//!  Stage 4:  … RegionScanExec(orders)   waits for slot 0 ◀┤
+//!  Stage 5:  RegionScanExec(lineitem)   waits for slot 0 ◀┘
+//! ```
+//!
+//! In one process a hash join hands its build keys to the region scan its
+//! probe key comes from (`df/join_keys.rs`): the stores send only the rows
+//! that can join. In a distributed plan the workers do that only within
+//! the stage they run, so a join above a shuffle narrowed nothing below
+//! it: Q18 shuffled all of orders and lineitem to join them, for 57
+//! orders. The semi-join reductions of `broadcast.rs` and
+//! `across_shuffles.rs` copy a build side into the stage below where it
+//! is cheap to compute again; Q18's is an aggregation of all of lineitem.
+//!
+//! Here the keys travel at run time instead, without a network hop:
+//! * A broadcast join's build side is whole in every task of its stage,
+//!   so every process that runs one of the stage's tasks holds all the
+//!   keys once the build side is in. [`CrossStageKeysExec`], over the
+//!   build side, copies them to this process's board under the query's
+//!   id (`MppOptions::query_id`) and a slot number.
+//! * The coordinator ([`keys_across_stages`], after the plan is cut into
+//!   stages) follows the probe key down the probe side, through the
+//!   nodes and joins `join_keys` follows and through shuffles and
+//!   gathers into the stages below (an inner join's key on to both of its
+//!   inputs), and tags each region scan it reaches past a shuffle with
+//!   the slot. Such a scan, when it runs, waits for its slot on its own
+//!   process's board, as it waits for a join in its own stage, bounded
+//!   the same way, and then adds the keys to its regions' selection.
+//!
+//! Why this cannot hang or go wrong:
+//! * The join's stage reads the scans' output, so its tasks run while
+//!   the scans do, and each collects its build side before it reads its
+//!   probe side: the keys come from work the scans do not wait on.
+//! * The slot is used only where the join's stage has at least as many
+//!   tasks as there are live compute processes, so the route handler
+//!   (`routes.rs`) deals one to each, and every scan's process has the
+//!   keys. A process that joined since the plan was made may run a scan
+//!   with no join of the slot: the scan's bounded wait
+//!   (`region_scan::MAX_FILTER_WAIT`) passes and it reads unnarrowed.
+//! * Keys only ever drop probe rows the join would drop: the same join
+//!   types and key paths as in one process, and a build side with no
+//!   shuffle or task share in its stage (all of its rows in each task).
+//!
+//! The board holds each slot's keys while a join or scan of the query in
+//! this process holds them, and forgets them after.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, LazyLock, Weak};
+
+use arrow::datatypes::DataType;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{JoinType, Result as DfResult};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+use datafusion_distributed::{DistributedLeafExec, NetworkCoalesceExec, NetworkShuffleExec, Stage};
+use futures::StreamExt;
+use parking_lot::Mutex;
+
+use super::MppOptions;
+use crate::df::join_keys::{self, BuildKeys};
+use crate::df::region_scan::RegionScanExec;
+
+/// The keys of each (query id, slot) in this process.
+type Board = HashMap<(String, u32), Weak<BuildKeys>>;
+
+static BOARD: LazyLock<Mutex<Board>> = LazyLock::new(Default::default);
+
+/// The keys of `slot` of `query` in this process: the ones its join is
+/// filling, or an empty set that the join will fill when it starts.
+pub fn board_entry(query: &str, slot: u32) -> Arc<BuildKeys> {
+    let mut board = BOARD.lock();
+    if let Some(keys) = board
+        .get(&(query.to_string(), slot))
+        .and_then(Weak::upgrade)
+    {
+        return keys;
+    }
+    // Ended queries' slots go as new ones come.
+    board.retain(|_, keys| keys.strong_count() > 0);
+    // A broadcast build side is one partition: one end fills the slot.
+    let keys = BuildKeys::new(format!("slot {slot}"), 1);
+    board.insert((query.to_string(), slot), Arc::downgrade(&keys));
+    keys
+}
+
+/// Slots on the board, for tests.
+#[cfg(test)]
+fn board_len() -> usize {
+    BOARD
+        .lock()
+        .values()
+        .filter(|k| k.strong_count() > 0)
+        .count()
+}
+
+/// A broadcast hash join's build side, passed through unchanged while its
+/// join key is copied to its slot on the board (module docs).
+#[derive(Debug)]
+pub struct CrossStageKeysExec {
+    input: Arc<dyn ExecutionPlan>,
+    /// The build key: a BIGINT column of the input.
+    key: Column,
+    slot: u32,
+    /// The slots this node filled, kept while the plan lives (the task
+    /// does): a scan of the query that starts after the build side ended
+    /// still finds them.
+    held: Mutex<Vec<Arc<BuildKeys>>>,
+}
+
+impl CrossStageKeysExec {
+    pub fn new(input: Arc<dyn ExecutionPlan>, key: Column, slot: u32) -> Self {
+        CrossStageKeysExec {
+            input,
+            key,
+            slot,
+            held: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn key(&self) -> &Column {
+        &self.key
+    }
+
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+}
+
+impl DisplayAs for CrossStageKeysExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "CrossStageKeysExec: key={}, slot={}",
+            self.key, self.slot
+        )
+    }
+}
+
+impl ExecutionPlan for CrossStageKeysExec {
+    fn name(&self) -> &str {
+        "CrossStageKeysExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(CrossStageKeysExec::new(
+            children.swap_remove(0),
+            self.key.clone(),
+            self.slot,
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let query = context
+            .session_config()
+            .options()
+            .extensions
+            .get::<MppOptions>()
+            .map(|o| o.query_id.clone())
+            .unwrap_or_default();
+        let input = self.input.execute(partition, context)?;
+        if query.is_empty() {
+            return Ok(input);
+        }
+        let sink = board_entry(&query, self.slot);
+        self.held.lock().push(sink.clone());
+        let schema = input.schema();
+        let key = self.key.index();
+        let end = sink.clone();
+        let mut ended = false;
+        let batches = input
+            .map(move |b| {
+                if let Ok(batch) = &b {
+                    match batch.columns().get(key) {
+                        Some(keys) => sink.add(keys.as_ref()),
+                        None => sink.give_up(),
+                    }
+                }
+                b
+            })
+            .chain(futures::stream::poll_fn(move |_| {
+                if !ended {
+                    ended = true;
+                    end.partition_ended();
+                }
+                std::task::Poll::Ready(None)
+            }));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+    }
+}
+
+/// `plan` (a distributed plan, cut into stages) with each broadcast hash
+/// join whose probe key reaches region scans past a shuffle sending them
+/// its keys (module docs), `workers` being the live compute processes.
+pub fn keys_across_stages(
+    plan: Arc<dyn ExecutionPlan>,
+    workers: usize,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let mut slots = 0u32;
+    // The coordinator's own stage is one task.
+    rewrite(plan, 1, workers, &mut slots)
+}
+
+/// [`keys_across_stages`] below `plan`, which runs in a stage of `tasks`
+/// tasks.
+fn rewrite(
+    plan: Arc<dyn ExecutionPlan>,
+    tasks: usize,
+    workers: usize,
+    slots: &mut u32,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let child_tasks = match stage_below(&plan) {
+        Some(stage) => stage.task_count(),
+        None => tasks,
+    };
+    let children = plan
+        .children()
+        .into_iter()
+        .map(|c| rewrite(c.clone(), child_tasks, workers, slots))
+        .collect::<DfResult<Vec<_>>>()?;
+    let plan = replace_children_if_necessary(plan, children)?;
+    let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
+        return Ok(plan);
+    };
+    if !join_keys::narrows_probe_side(join) {
+        return Ok(plan);
+    }
+    let publishes = tasks >= workers.max(2) && publishes(join)?;
+    let left_schema = join.left().schema();
+    let (mut left, mut right) = (join.left().clone(), join.right().clone());
+    let mut sent = false;
+    for (build, probe) in join.on() {
+        let Some(build) = build.downcast_ref::<Column>() else {
+            continue;
+        };
+        if build.data_type(&left_schema)? != DataType::Int64 {
+            continue;
+        }
+        // This join's own keys, where its build side is whole in each
+        // of its tasks.
+        if publishes {
+            if let Some(r) = follow(&right, probe, *slots, false) {
+                left = Arc::new(CrossStageKeysExec::new(left, build.clone(), *slots));
+                right = r;
+                *slots += 1;
+                sent = true;
+                continue;
+            }
+        }
+        // Keys that bound the build key's values, posted by joins below
+        // the build side (any join's, partitioned ones too: Q21's anti
+        // join of late lineitem rows, whose orders are bounded by a
+        // broadcast semi join in a stage below).
+        let mut found = Vec::new();
+        let mut next = *slots;
+        let build_key: Arc<dyn PhysicalExpr> = Arc::new(build.clone());
+        let bounded = bounds(&left, &build_key, tasks, workers, &mut next, &mut found)?;
+        let mut tagged = right.clone();
+        let mut any = false;
+        for slot in found {
+            if let Some(r) = follow(&tagged, probe, slot, false) {
+                tagged = r;
+                any = true;
+            }
+        }
+        if any {
+            (left, right, *slots, sent) = (bounded, tagged, next, true);
+        }
+    }
+    if !sent {
+        return Ok(plan);
+    }
+    replace_children_if_necessary(plan, vec![left, right])
+}
+
+/// `plan` with the joins that bound the values of `key` (an expression
+/// over `plan`'s output) posting their build keys, and those joins'
+/// slots in `found`: a broadcast join whose probe key `key` comes from
+/// (every row it outputs has one of its build keys), found through the
+/// nodes `key` passes unchanged, shuffles and gathers, and joins whose
+/// rows carry a key equal to the other input's (inner and semi joins on
+/// it). `tasks`: the tasks of `plan`'s stage; a join posts only where
+/// its stage has a task on every live process.
+fn bounds(
+    plan: &Arc<dyn ExecutionPlan>,
+    key: &Arc<dyn PhysicalExpr>,
+    tasks: usize,
+    workers: usize,
+    slots: &mut u32,
+    found: &mut Vec<u32>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    use datafusion_distributed::NetworkBoundaryExt;
+    if plan.is_network_boundary() {
+        let (Some(stage), [child]) = (stage_below(plan), &plan.children()[..]) else {
+            return Ok(plan.clone());
+        };
+        let below = bounds(child, key, stage.task_count(), workers, slots, found)?;
+        return replace_children_if_necessary(plan.clone(), vec![below]);
+    }
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        let Some(column) = key.as_ref().downcast_ref::<Column>() else {
+            return Ok(plan.clone());
+        };
+        if plan.fetch().is_some() {
+            return Ok(plan.clone());
+        }
+        return bounds_through_join(join, plan, column.index(), tasks, workers, slots, found);
+    }
+    let Some(below) = join_keys::key_below(plan, key) else {
+        return Ok(plan.clone());
+    };
+    let [child] = &plan.children()[..] else {
+        return Ok(plan.clone());
+    };
+    let child = bounds(child, &below, tasks, workers, slots, found)?;
+    replace_children_if_necessary(plan.clone(), vec![child])
+}
+
+/// [`bounds`] at a join, output column `index` being the key.
+fn bounds_through_join(
+    join: &HashJoinExec,
+    plan: &Arc<dyn ExecutionPlan>,
+    index: usize,
+    tasks: usize,
+    workers: usize,
+    slots: &mut u32,
+    found: &mut Vec<u32>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let Some((on_left, child_index)) = join_keys::input_of_join_column(join, index) else {
+        return Ok(plan.clone());
+    };
+    // Rows out of an inner or semi join met a row of the other input
+    // with an equal key.
+    let matched = matches!(
+        join.join_type(),
+        JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
+    );
+    let other = match matched {
+        true => join.on().iter().find_map(|(l, r)| {
+            let (mine, other) = if on_left { (l, r) } else { (r, l) };
+            let mine = mine.downcast_ref::<Column>()?;
+            let other = other.downcast_ref::<Column>()?;
+            (mine.index() == child_index).then(|| other.clone())
+        }),
+        false => None,
+    };
+    let mut children = vec![join.left().clone(), join.right().clone()];
+    // A broadcast join bounds its probe key by its build keys.
+    if let (false, Some(build)) = (on_left, &other) {
+        let left_type = build.data_type(&join.left().schema())?;
+        if left_type == DataType::Int64 && tasks >= workers.max(2) && publishes(join)? {
+            match posted_slot(join.left(), build) {
+                Some(slot) => found.push(slot),
+                None => {
+                    children[0] = Arc::new(CrossStageKeysExec::new(
+                        children[0].clone(),
+                        build.clone(),
+                        *slots,
+                    ));
+                    found.push(*slots);
+                    *slots += 1;
+                }
+            }
+        }
+    }
+    let side = usize::from(!on_left);
+    let name = children[side].schema().field(child_index).name().clone();
+    let key: Arc<dyn PhysicalExpr> = Arc::new(Column::new(&name, child_index));
+    children[side] = bounds(&children[side], &key, tasks, workers, slots, found)?;
+    if let Some(other) = other {
+        let side = usize::from(on_left);
+        let key: Arc<dyn PhysicalExpr> = Arc::new(other);
+        children[side] = bounds(&children[side], &key, tasks, workers, slots, found)?;
+    }
+    replace_children_if_necessary(plan.clone(), children)
+}
+
+/// The slot that a join's build side (`left`) already posts `key` to.
+fn posted_slot(left: &Arc<dyn ExecutionPlan>, key: &Column) -> Option<u32> {
+    let mut node = left;
+    while let Some(keys) = node.downcast_ref::<CrossStageKeysExec>() {
+        if keys.key().index() == key.index() {
+            return Some(keys.slot());
+        }
+        node = &keys.input;
+    }
+    None
+}
+
+/// The stage under `plan` when it is a network boundary with its stage
+/// in this plan.
+fn stage_below(plan: &Arc<dyn ExecutionPlan>) -> Option<&Stage> {
+    use datafusion_distributed::NetworkBoundaryExt;
+    let boundary = plan.as_network_boundary()?;
+    matches!(boundary.input_stage(), Stage::Local(_)).then(|| boundary.input_stage())
+}
+
+/// Whether `join` may send its build keys to other stages: it narrows
+/// its probe side as in one process, collects a build side of one
+/// partition, and that build side is whole in each task (no shuffle,
+/// gather or task share of a scan in its stage; a broadcast brings all
+/// of its input).
+fn publishes(join: &HashJoinExec) -> DfResult<bool> {
+    use datafusion_distributed::NetworkBoundaryExt;
+    if join.mode != PartitionMode::CollectLeft
+        || !join_keys::narrows_probe_side(join)
+        || join.left().properties().partitioning.partition_count() != 1
+    {
+        return Ok(false);
+    }
+    let mut whole = true;
+    join.left().apply(|node| {
+        if node.is::<DistributedLeafExec>() {
+            whole = false;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        if node.is::<NetworkShuffleExec>() || node.is::<NetworkCoalesceExec>() {
+            whole = false;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        // A broadcast brings all of its stage's rows to each task,
+        // whatever that stage holds.
+        if node.as_network_boundary().is_some() {
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(whole)
+}
+
+/// `plan` with its region scans that `key` (an expression over `plan`'s
+/// output) comes from tagged with `slot`, where they run in another
+/// stage (`crossed`: a shuffle or gather lies above `plan`); None where
+/// no such scan is reached.
+fn follow(
+    plan: &Arc<dyn ExecutionPlan>,
+    key: &Arc<dyn PhysicalExpr>,
+    slot: u32,
+    crossed: bool,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
+        if !crossed || !scan.context().join_bloom_filters {
+            return None;
+        }
+        let probe = scan.probe_key(key)?;
+        return Some(Arc::new(scan.with_remote_keys(slot, probe)));
+    }
+    if let Some(leaf) = plan.downcast_ref::<DistributedLeafExec>() {
+        let tag = |p: &Arc<dyn ExecutionPlan>| follow(p, key, slot, crossed);
+        let original = tag(leaf.original())?;
+        let variants = leaf
+            .variants()
+            .iter()
+            .map(tag)
+            .collect::<Option<Vec<_>>>()?;
+        return DistributedLeafExec::try_new(original, variants)
+            .ok()
+            .map(|l| Arc::new(l) as Arc<dyn ExecutionPlan>);
+    }
+    if plan.is::<NetworkShuffleExec>() || plan.is::<NetworkCoalesceExec>() {
+        // The stage below outputs the same columns.
+        let [stage] = plan.children()[..] else {
+            return None;
+        };
+        let below = follow(stage, key, slot, true)?;
+        return replace_children_if_necessary(plan.clone(), vec![below]).ok();
+    }
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        if plan.fetch().is_some() {
+            return None;
+        }
+        let column = key.as_ref().downcast_ref::<Column>()?;
+        return through_join(join, plan, column.index(), slot, crossed);
+    }
+    let below = join_keys::key_below(plan, key)?;
+    let [child] = plan.children()[..] else {
+        return None;
+    };
+    let child = follow(child, &below, slot, crossed)?;
+    replace_children_if_necessary(plan.clone(), vec![child]).ok()
+}
+
+/// [`follow`] below a join, into the input that output column `index`
+/// comes from (`join_keys::input_of_join_column`), and, where that is one
+/// of an inner join's keys, into the other input by its side of the key
+/// too: rows of either input without the key never join.
+fn through_join(
+    join: &HashJoinExec,
+    plan: &Arc<dyn ExecutionPlan>,
+    index: usize,
+    slot: u32,
+    crossed: bool,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    let (on_left, child_index) = join_keys::input_of_join_column(join, index)?;
+    let column_of = |child: &Arc<dyn ExecutionPlan>, i: usize| -> Option<Arc<dyn PhysicalExpr>> {
+        let name = child.schema().fields().get(i)?.name().clone();
+        Some(Arc::new(Column::new(&name, i)))
+    };
+    let mut children = vec![join.left().clone(), join.right().clone()];
+    let mut paths = vec![(usize::from(!on_left), child_index)];
+    if join.join_type() == &JoinType::Inner {
+        for (l, r) in join.on() {
+            let (mine, other) = match on_left {
+                true => (l, r),
+                false => (r, l),
+            };
+            let is_this = mine
+                .downcast_ref::<Column>()
+                .is_some_and(|c| c.index() == child_index);
+            if let (true, Some(other)) = (is_this, other.downcast_ref::<Column>()) {
+                paths.push((usize::from(on_left), other.index()));
+                break;
+            }
+        }
+    }
+    let mut tagged = false;
+    for (side, i) in paths {
+        let key = column_of(&children[side], i)?;
+        if let Some(c) = follow(&children[side], &key, slot, crossed) {
+            children[side] = c;
+            tagged = true;
+        }
+    }
+    if !tagged {
+        return None;
+    }
+    replace_children_if_necessary(plan.clone(), children).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{Field, Schema};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::prelude::SessionConfig;
+
+    fn keys_source(keys: Vec<i64>) -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(keys))]).unwrap();
+        MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
+    }
+
+    fn context(query: &str) -> Arc<TaskContext> {
+        let config = SessionConfig::new().with_option_extension(MppOptions {
+            query_id: query.into(),
+            ..Default::default()
+        });
+        Arc::new(TaskContext::default().with_session_config(config))
+    }
+
+    /// A join's keys reach a scan of the same query in this process
+    /// through the board, whichever starts first, and only that query's.
+    #[tokio::test]
+    async fn the_board_hands_a_joins_keys_to_the_querys_scans() {
+        let soon = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        // The scan first: it waits on an empty slot.
+        let early = board_entry("q-board-1", 0);
+        let exec = CrossStageKeysExec::new(keys_source(vec![5, 9, 5]), Column::new("k", 0), 0);
+        let rows: usize = exec
+            .execute(0, context("q-board-1"))
+            .unwrap()
+            .map(|b| b.unwrap().num_rows())
+            .fold(0, |n, r| async move { n + r })
+            .await;
+        assert_eq!(rows, 3, "the build side passes through whole");
+        assert!(early.wait(soon).await, "the slot is filled at the end");
+        let probe = quarry_coprocessor::expr::Expr::Column {
+            index: 0,
+            data_type: DataType::Int64,
+        };
+        let f = early.filter(&probe, false, 100, None);
+        assert!(f.shown.contains("2 keys"), "{}", f.shown);
+        // A scan that starts after the join ended finds the keys while
+        // the join's plan lives.
+        assert!(board_entry("q-board-1", 0).wait(soon).await);
+        // Another query's slot 0 is its own, and empty.
+        let other = board_entry("q-board-2", 0);
+        let quick = std::time::Instant::now() + std::time::Duration::from_millis(50);
+        assert!(!other.wait(quick).await);
+        // Without a query id (not a distributed task) nothing is posted.
+        let before = board_len();
+        let bare = CrossStageKeysExec::new(keys_source(vec![1]), Column::new("k", 0), 7);
+        let _ = bare
+            .execute(0, Arc::new(TaskContext::default()))
+            .unwrap()
+            .count()
+            .await;
+        assert_eq!(board_len(), before);
+        drop((exec, early, other));
+    }
+}
