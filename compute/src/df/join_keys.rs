@@ -160,7 +160,9 @@ impl BuildKeys {
 
     pub(crate) fn add(&self, keys: &dyn Array) {
         let mut c = self.keys.lock();
-        if c.given_up {
+        // Complete already: more keys can only be repeats (another
+        // task's copy of a broadcast build side, `mpp/cross_stage.rs`).
+        if c.given_up || c.ended >= c.partitions {
             return;
         }
         let Some(keys) = keys.as_primitive_opt::<Int64Type>() else {
@@ -753,8 +755,10 @@ mod tests {
             shape(per_part.filter(&probe, false, 1000, Some(9_000))),
             "bloom"
         );
-        let sink = sparse(10);
+        let sink = BuildKeys::new("k@0".into(), 1);
+        sink.add(&arrow::array::Int64Array::from(vec![3, 6, 9]));
         sink.add(&arrow::array::Int64Array::from(vec![0; MAX_BLOOM_KEYS]));
+        sink.partition_ended();
         let over = format!("over {MAX_BLOOM_KEYS} keys");
         assert!(shape(sink.filter(&probe, false, 1000, None)).contains(&over));
         // Dense keys: their bounds; no keys: nothing joins.

@@ -473,7 +473,7 @@ impl RegionScanExec {
 
     /// Whether a join narrows this scan at run time.
     pub fn has_join_filters(&self) -> bool {
-        self.dynamic.is_some() || !self.build_keys.is_empty()
+        self.dynamic.is_some() || !self.build_keys.is_empty() || !self.remote_keys.is_empty()
     }
 
     /// The same scan, without join filters, sharing `run` with the plan's
@@ -482,6 +482,7 @@ impl RegionScanExec {
         let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
         scan.dynamic = None;
         scan.build_keys.clear();
+        scan.remote_keys.clear();
         scan.last_run = run.last_run.clone();
         scan.shared = Some(run);
         scan
@@ -910,13 +911,13 @@ impl ExecutionPlan for RegionScanExec {
                 None => Vec::new(),
             };
             let mut shown: Vec<String> = added.iter().map(|(_, s)| s.clone()).collect();
+            // One bound for all of them: a scan waits at most
+            // MAX_FILTER_WAIT for its joins' keys, however many joins.
+            let bound = deadline.min(Instant::now() + MAX_FILTER_WAIT);
             for (keys, probe) in &build_keys {
                 // As for DataFusion's filters: past the bound, go on
                 // without this one.
-                if !keys
-                    .wait(deadline.min(Instant::now() + MAX_FILTER_WAIT))
-                    .await
-                {
+                if !keys.wait(bound).await {
                     continue;
                 }
                 let listed = added.iter().any(|(e, _)| lists_keys_of(e, probe));

@@ -39,12 +39,21 @@
 //!   inputs), and tags each region scan it reaches past a shuffle with
 //!   the slot. Such a scan, when it runs, waits for its slot on its own
 //!   process's board, as it waits for a join in its own stage, bounded
-//!   the same way, and then adds the keys to its regions' selection.
+//!   the same way, and then adds the keys to its regions' selection (a
+//!   list, a range, a Bloom filter or none, as `join_keys` judges them).
+//! * A join of any mode whose build key's values all come out of such a
+//!   broadcast join further down its build side hands that join's slot
+//!   to its own probe side's scans (`bounds`): Q21's partitioned anti
+//!   join of late lineitem rows, whose orders a broadcast semi join in a
+//!   stage below allows.
 //!
 //! Why this cannot hang or go wrong:
-//! * The join's stage reads the scans' output, so its tasks run while
-//!   the scans do, and each collects its build side before it reads its
-//!   probe side: the keys come from work the scans do not wait on.
+//! * A join whose keys a scan waits for either reads that scan's output
+//!   (its probe side) or sits on the build side of a join that does
+//!   (the bounds above); a hash join collects its build side before it
+//!   reads its probe side, so the keys come from work the scans do not
+//!   wait on, and the wait is bounded besides: one bound for all of a
+//!   scan's joins, then it reads unnarrowed.
 //! * The slot is used only where the join's stage has at least as many
 //!   tasks as there are live compute processes, so the route handler
 //!   (`routes.rs`) deals one to each, and every scan's process has the
@@ -56,7 +65,9 @@
 //!   shuffle or task share in its stage (all of its rows in each task).
 //!
 //! The board holds each slot's keys while a join or scan of the query in
-//! this process holds them, and forgets them after.
+//! this process holds them (the join's node keeps them for its task's
+//! life: up to 32 MiB a slot at `MAX_BLOOM_KEYS`); an ended query's
+//! entries are swept when the next slot is made.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -457,7 +468,9 @@ fn publishes(join: &HashJoinExec) -> DfResult<bool> {
     }
     let mut whole = true;
     join.left().apply(|node| {
-        if node.is::<DistributedLeafExec>() {
+        // (The library's union that runs some of its children in each
+        // task is not exported: known by its name.)
+        if node.is::<DistributedLeafExec>() || node.name() == "ChildrenIsolatorUnionExec" {
             whole = false;
             return Ok(TreeNodeRecursion::Stop);
         }
@@ -622,6 +635,16 @@ mod tests {
         // A scan that starts after the join ended finds the keys while
         // the join's plan lives.
         assert!(board_entry("q-board-1", 0).wait(soon).await);
+        // Another task's copy of the build side on this process adds
+        // nothing to a complete slot (its keys are the same).
+        let again = CrossStageKeysExec::new(keys_source(vec![5, 9, 11]), Column::new("k", 0), 0);
+        let _ = again
+            .execute(0, context("q-board-1"))
+            .unwrap()
+            .count()
+            .await;
+        let f = early.filter(&probe, false, 100, None);
+        assert!(f.shown.contains("2 keys"), "{}", f.shown);
         // Another query's slot 0 is its own, and empty.
         let other = board_entry("q-board-2", 0);
         let quick = std::time::Instant::now() + std::time::Duration::from_millis(50);
@@ -635,6 +658,6 @@ mod tests {
             .count()
             .await;
         assert_eq!(board_len(), before);
-        drop((exec, early, other));
+        drop((exec, again, early, other));
     }
 }
