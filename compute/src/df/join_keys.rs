@@ -178,7 +178,7 @@ impl BuildKeys {
     }
 
     /// No filter from these keys (a key that did not evaluate).
-    pub(crate) fn give_up(&self) {
+    fn give_up(&self) {
         self.keys.lock().given_up = true;
     }
 
@@ -415,32 +415,43 @@ impl ExecutionPlan for BuildKeysExec {
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let input = self.input.execute(partition, context)?;
-        let schema = input.schema();
-        let (key, sink) = (self.key.clone(), self.sink.clone());
-        let end = self.sink.clone();
-        let mut ended = false;
-        let batches = input
-            .map(move |b| {
-                if let Ok(batch) = &b {
-                    match key
-                        .evaluate(batch)
-                        .and_then(|v| v.into_array(batch.num_rows()))
-                    {
-                        Ok(keys) => sink.add(keys.as_ref()),
-                        Err(_) => sink.give_up(),
-                    }
-                }
-                b
-            })
-            .chain(futures::stream::poll_fn(move |_| {
-                if !ended {
-                    ended = true;
-                    end.partition_ended();
-                }
-                std::task::Poll::Ready(None)
-            }));
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+        Ok(tap_keys(input, self.key.clone(), self.sink.clone()))
     }
+}
+
+/// `input` unchanged, each batch's `key` copied into `sink` as it passes
+/// and the partition's end told to it (a key that does not evaluate: no
+/// filter). The tap of [`BuildKeysExec`] and of MPP's
+/// `CrossStageKeysExec`.
+pub(crate) fn tap_keys(
+    input: SendableRecordBatchStream,
+    key: Arc<dyn PhysicalExpr>,
+    sink: Arc<BuildKeys>,
+) -> SendableRecordBatchStream {
+    let schema = input.schema();
+    let end = sink.clone();
+    let mut ended = false;
+    let batches = input
+        .map(move |b| {
+            if let Ok(batch) = &b {
+                match key
+                    .evaluate(batch)
+                    .and_then(|v| v.into_array(batch.num_rows()))
+                {
+                    Ok(keys) => sink.add(keys.as_ref()),
+                    Err(_) => sink.give_up(),
+                }
+            }
+            b
+        })
+        .chain(futures::stream::poll_fn(move |_| {
+            if !ended {
+                ended = true;
+                end.partition_ended();
+            }
+            std::task::Poll::Ready(None)
+        }));
+    Box::pin(RecordBatchStreamAdapter::new(schema, batches))
 }
 
 /// The physical optimizer rule: see the module docs.

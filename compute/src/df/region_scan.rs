@@ -461,12 +461,6 @@ impl RegionScanExec {
         (probe.data_type() == DataType::Int64).then_some(probe)
     }
 
-    /// The types of the columns the DAG's table scan reads (the input of
-    /// a probe key).
-    pub fn read_types(&self) -> Result<Vec<DataType>, Error> {
-        self.scan_types()
-    }
-
     pub fn set_table_stats(&mut self, stats: Option<Arc<TableStatistics>>) {
         self.table_stats = stats;
     }
@@ -488,8 +482,9 @@ impl RegionScanExec {
         scan
     }
 
-    /// The types of the columns the DAG's table scan reads.
-    fn scan_types(&self) -> Result<Vec<DataType>, Error> {
+    /// The types of the columns the DAG's table scan reads (the input of
+    /// a probe key).
+    pub fn scan_types(&self) -> Result<Vec<DataType>, Error> {
         let scan = self
             .dag
             .scan

@@ -24,16 +24,15 @@ use std::sync::Arc;
 use arrow::datatypes::{Field, Schema};
 use datafusion::common::{internal_err, DataFusionError, Result as DfResult};
 use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use datafusion_proto::protobuf;
 use prost::Message;
+use quarry_coprocessor::expr::Expr;
 use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::TableDef;
-
-use datafusion::physical_expr::expressions::Column;
-use quarry_coprocessor::expr::Expr;
 
 use super::cross_stage::CrossStageKeysExec;
 use crate::df::join_keys::BuildKeysExec;
@@ -157,7 +156,7 @@ impl PhysicalExtensionCodec for QuarryCodec {
                     false => scan,
                 };
                 if !p.remote_keys.is_empty() {
-                    let read = scan.read_types().map_err(|e| bad("region scan", e))?;
+                    let read = scan.scan_types().map_err(|e| bad("region scan", e))?;
                     for k in &p.remote_keys {
                         let e = quarry_proto::coprocessor::Expr::decode(k.probe.as_slice())
                             .map_err(|e| bad("probe key", e))?;

@@ -81,12 +81,10 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 use datafusion_distributed::{DistributedLeafExec, NetworkCoalesceExec, NetworkShuffleExec, Stage};
-use futures::StreamExt;
 use parking_lot::Mutex;
 
 use super::MppOptions;
@@ -222,28 +220,7 @@ impl ExecutionPlan for CrossStageKeysExec {
         }
         let sink = board_entry(&query, self.slot);
         self.held.lock().push(sink.clone());
-        let schema = input.schema();
-        let key = self.key.index();
-        let end = sink.clone();
-        let mut ended = false;
-        let batches = input
-            .map(move |b| {
-                if let Ok(batch) = &b {
-                    match batch.columns().get(key) {
-                        Some(keys) => sink.add(keys.as_ref()),
-                        None => sink.give_up(),
-                    }
-                }
-                b
-            })
-            .chain(futures::stream::poll_fn(move |_| {
-                if !ended {
-                    ended = true;
-                    end.partition_ended();
-                }
-                std::task::Poll::Ready(None)
-            }));
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+        Ok(join_keys::tap_keys(input, Arc::new(self.key.clone()), sink))
     }
 }
 
@@ -394,12 +371,7 @@ fn bounds_through_join(
         JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
     );
     let other = match matched {
-        true => join.on().iter().find_map(|(l, r)| {
-            let (mine, other) = if on_left { (l, r) } else { (r, l) };
-            let mine = mine.downcast_ref::<Column>()?;
-            let other = other.downcast_ref::<Column>()?;
-            (mine.index() == child_index).then(|| other.clone())
-        }),
+        true => equal_key_across(join, on_left, child_index),
         false => None,
     };
     let mut children = vec![join.left().clone(), join.right().clone()];
@@ -431,6 +403,18 @@ fn bounds_through_join(
         children[side] = bounds(&children[side], &key, tasks, workers, slots, found)?;
     }
     replace_children_if_necessary(plan.clone(), children)
+}
+
+/// The column of `join`'s other input that its keys pair with column
+/// `index` of one input (the left one when `on_left`), where both are
+/// plain columns.
+fn equal_key_across(join: &HashJoinExec, on_left: bool, index: usize) -> Option<Column> {
+    join.on().iter().find_map(|(l, r)| {
+        let (mine, other) = if on_left { (l, r) } else { (r, l) };
+        let mine = mine.downcast_ref::<Column>()?;
+        let other = other.downcast_ref::<Column>()?;
+        (mine.index() == index).then(|| other.clone())
+    })
 }
 
 /// The slot that a join's build side (`left`) already posts `key` to.
@@ -559,18 +543,8 @@ fn through_join(
     let mut children = vec![join.left().clone(), join.right().clone()];
     let mut paths = vec![(usize::from(!on_left), child_index)];
     if join.join_type() == &JoinType::Inner {
-        for (l, r) in join.on() {
-            let (mine, other) = match on_left {
-                true => (l, r),
-                false => (r, l),
-            };
-            let is_this = mine
-                .downcast_ref::<Column>()
-                .is_some_and(|c| c.index() == child_index);
-            if let (true, Some(other)) = (is_this, other.downcast_ref::<Column>()) {
-                paths.push((usize::from(on_left), other.index()));
-                break;
-            }
+        if let Some(other) = equal_key_across(join, on_left, child_index) {
+            paths.push((usize::from(on_left), other.index()));
         }
     }
     let mut tagged = false;
@@ -594,6 +568,7 @@ mod tests {
     use arrow::datatypes::{Field, Schema};
     use datafusion::datasource::memory::MemorySourceConfig;
     use datafusion::prelude::SessionConfig;
+    use futures::StreamExt;
 
     fn keys_source(keys: Vec<i64>) -> Arc<dyn ExecutionPlan> {
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
