@@ -49,6 +49,15 @@
 //! A join on several BIGINT columns sends one filter per column (Q5's
 //! supplier join on supplier and nation keys).
 //!
+//! Where every key of a join reaches a region scan this way, the join's
+//! own dynamic filter is taken out of those scans
+//! (`without_own_dynamic_filter`) and DataFusion builds none: the keys
+//! give the same IN list, or their bounds (which go with a Bloom filter,
+//! and alone where no filter pays), and DataFusion's list, a
+//! `ScalarValue` per key (a struct of them per row for a join on two
+//! columns, which storage cannot test), cost more than the rest of the
+//! query in TPC-H Q5 and Q20.
+//!
 //! Left out: keys other than BIGINT (TPC-H's are all BIGINT); deciding
 //! at plan time that a filter will not pay (the scan still waits for the
 //! build side before it learns that its keys are too many).
@@ -126,8 +135,11 @@ pub struct BuildKeys {
 #[derive(Default)]
 struct Collected {
     values: Vec<i64>,
-    /// More than [`MAX_BLOOM_KEYS`], or a key that is not BIGINT: no
-    /// filter.
+    /// The smallest and the largest key, also past [`MAX_BLOOM_KEYS`].
+    bounds: Option<(i64, i64)>,
+    /// More than [`MAX_BLOOM_KEYS`]: their bounds only.
+    too_many: bool,
+    /// A key that is not BIGINT, or did not evaluate: no filter.
     given_up: bool,
     partitions: usize,
     ended: usize,
@@ -169,8 +181,17 @@ impl BuildKeys {
             c.given_up = true;
             return;
         };
+        if let (Some(lo), Some(hi)) = (arrow::compute::min(keys), arrow::compute::max(keys)) {
+            c.bounds = Some(match c.bounds {
+                Some((l, h)) => (l.min(lo), h.max(hi)),
+                None => (lo, hi),
+            });
+        }
+        if c.too_many {
+            return;
+        }
         if c.values.len() + keys.len() - keys.null_count() > MAX_BLOOM_KEYS {
-            c.given_up = true;
+            c.too_many = true;
             c.values = Vec::new();
             return;
         }
@@ -220,11 +241,28 @@ impl BuildKeys {
             condition: None,
             shown: format!("no bloom({}): {why}", self.key),
         };
+        let range = |lo: i64, hi: i64| {
+            let bound = |v| Expr::literal(ScalarValue::Int64(v));
+            Expr::between(probe.clone(), bound(lo), bound(hi), false)
+        };
+        // Where no list or Bloom filter pays, the keys' bounds still let
+        // the regions skip packs by their zone maps (what DataFusion's
+        // own filter of the join sent, before `without_own_dynamic_filter`).
+        let bounds_only = |why: String| match c.bounds.map(|(lo, hi)| (lo, hi, range(lo, hi))) {
+            Some((lo, hi, Ok(e))) => KeyFilter {
+                condition: Some(e),
+                shown: format!("range({}: {lo}..={hi}; no bloom: {why})", self.key),
+            },
+            _ => none(why),
+        };
         if c.given_up {
-            return none(format!("over {MAX_BLOOM_KEYS} keys"));
+            return none("a key that is not BIGINT".into());
         }
         if listed {
             return none("the join's IN list has them".into());
+        }
+        if c.too_many {
+            return bounds_only(format!("over {MAX_BLOOM_KEYS} keys"));
         }
         // A build side's key column can repeat its values (TPC-H Q5's 20
         // thousand Asian suppliers at SF 10 carry five nation keys; Q9's
@@ -255,10 +293,9 @@ impl BuildKeys {
                 shown: format!("no keys({})", self.key),
             };
         };
+        let (lo, hi) = (*lo, *hi);
         if is_dense(keys) {
-            let (lo, hi) = (*lo, *hi);
-            let bound = |v| Expr::literal(ScalarValue::Int64(v));
-            return match Expr::between(probe.clone(), bound(lo), bound(hi), false) {
+            return match range(lo, hi) {
                 Ok(e) => KeyFilter {
                     condition: Some(e),
                     shown: format!("range({}: {lo}..={hi}, dense)", self.key),
@@ -281,7 +318,7 @@ impl BuildKeys {
         }
         if let Some(distinct) = probe_distinct {
             if keys.len() as f64 > distinct as f64 * BLOOM_MAX_SHARE {
-                return none(format!(
+                return bounds_only(format!(
                     "{} keys of about {distinct} values would keep most rows",
                     keys.len()
                 ));
@@ -294,7 +331,8 @@ impl BuildKeys {
             keys.len(),
             bloom.size_bytes() / 1024
         );
-        match Expr::in_bloom(probe.clone(), bloom) {
+        // With the keys' bounds, which the regions' zone maps use.
+        match Expr::in_bloom(probe.clone(), bloom).and_then(|b| Expr::and(range(lo, hi)?, b)) {
             Ok(e) => KeyFilter {
                 condition: Some(e),
                 shown,
@@ -533,22 +571,76 @@ fn with_build_keys(node: &Arc<dyn ExecutionPlan>) -> DfResult<Option<Arc<dyn Exe
     }
     let left_schema = join.left().schema();
     let (mut left, mut right) = (join.left().clone(), join.right().clone());
-    let mut filtered = false;
+    let mut sinks = Vec::new();
+    let mut every_key = true;
     // Each BIGINT key its own filter: Q5's supplier join sends its
     // suppliers to lineitem and their nations to customer.
     for (build, probe) in join.on() {
         if build.data_type(&left_schema)? != DataType::Int64 {
+            every_key = false;
             continue;
         }
         let keys = BuildKeysExec::new(left.clone(), build.clone());
-        if let Some(r) = with_probe_filter(&right, probe, &keys.sink) {
-            (left, right, filtered) = (Arc::new(keys), r, true);
+        match with_probe_filter(&right, probe, &keys.sink) {
+            Some(r) => {
+                sinks.push(keys.sink.clone());
+                (left, right) = (Arc::new(keys), r);
+            }
+            None => every_key = false,
         }
     }
-    if !filtered {
+    if sinks.is_empty() {
         return Ok(None);
     }
+    if every_key {
+        right = without_own_dynamic_filter(node, right, &sinks)?;
+    }
     replace_children_if_necessary(node.clone(), vec![left, right]).map(Some)
+}
+
+/// `probe` (the probe side of `join`, each of whose keys reaches a region
+/// scan as one of `sinks`) without `join`'s own dynamic filter in those
+/// scans. The keys say all that filter would: an IN list of the same keys
+/// while they are few, else their bounds ([`BuildKeys::filter`]). Kept,
+/// it has DataFusion build an IN list of `ScalarValue`s from the build
+/// side (a struct of them for a join on two columns, which the regions
+/// cannot test) that the scan then drops as redundant: in TPC-H Q20 with
+/// three compute processes that was a fifth of their CPU. With no
+/// consumer left, the join builds none.
+fn without_own_dynamic_filter(
+    join: &Arc<dyn ExecutionPlan>,
+    probe: Arc<dyn ExecutionPlan>,
+    sinks: &[Arc<BuildKeys>],
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let ids: Vec<u64> = join
+        .dynamic_expressions_produced()
+        .iter()
+        .filter_map(|e| e.expression_id())
+        .collect();
+    if ids.is_empty() {
+        return Ok(probe);
+    }
+    probe
+        .transform_up(|node| {
+            let Some(scan) = node.downcast_ref::<RegionScanExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            if !sinks.iter().any(|s| scan.has_build_keys(s)) {
+                return Ok(Transformed::no(node));
+            }
+            let mut changed = None;
+            for id in &ids {
+                let current = changed.as_ref().unwrap_or(scan);
+                if let Some(s) = current.without_dynamic_filter(*id) {
+                    changed = Some(s);
+                }
+            }
+            Ok(match changed {
+                Some(s) => Transformed::yes(Arc::new(s) as Arc<dyn ExecutionPlan>),
+                None => Transformed::no(node),
+            })
+        })
+        .map(|t| t.data)
 }
 
 /// `plan` with `sink`'s filter on its region scan, `key` being the probe
@@ -679,6 +771,7 @@ fn through_join(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use quarry_coprocessor::expr::LogicOp;
 
     #[test]
     fn distinct_keys_are_estimated_within_a_few_percent() {
@@ -718,7 +811,11 @@ mod tests {
         let sparse = |n: i64| keys_of((0..n).map(|k| k * 3).collect());
         let shape = |f: KeyFilter| match f.condition {
             Some(Expr::InList { list, .. }) => format!("list {}", list.len()),
-            Some(Expr::InBloom { .. }) => "bloom".into(),
+            // A Bloom filter goes with the keys' bounds.
+            Some(Expr::Logic {
+                op: LogicOp::And,
+                args,
+            }) if matches!(args.last(), Some(Expr::InBloom { .. })) => "bloom".into(),
             Some(Expr::Compare { .. } | Expr::Logic { .. }) => "range".into(),
             Some(Expr::Literal(ScalarValue::Boolean(false))) => "nothing".into(),
             Some(other) => format!("{other:?}"),
@@ -750,7 +847,8 @@ mod tests {
             "{}",
             most.shown
         );
-        assert!(most.condition.is_none());
+        // Their bounds still go: the regions' zone maps skip packs by them.
+        assert_eq!(shape(most), "range");
         // Many build rows, few distinct keys (Q5's suppliers by nation):
         // a list of the distinct ones, not a Bloom filter refused for
         // keeping most rows.
@@ -770,8 +868,15 @@ mod tests {
         sink.add(&arrow::array::Int64Array::from(vec![3, 6, 9]));
         sink.add(&arrow::array::Int64Array::from(vec![0; MAX_BLOOM_KEYS]));
         sink.partition_ended();
-        let over = format!("over {MAX_BLOOM_KEYS} keys");
-        assert!(shape(sink.filter(&probe, false, 1000, None)).contains(&over));
+        let over = sink.filter(&probe, false, 1000, None);
+        assert!(
+            over.shown.contains(&format!(
+                "range(k@0: 0..=9; no bloom: over {MAX_BLOOM_KEYS} keys"
+            )),
+            "{}",
+            over.shown
+        );
+        assert_eq!(shape(over), "range");
         // Dense keys: their bounds; no keys: nothing joins.
         assert_eq!(
             shape(keys_of((5..50_000).collect()).filter(&probe, false, 10, None)),

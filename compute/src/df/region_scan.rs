@@ -447,6 +447,34 @@ impl RegionScanExec {
         scan
     }
 
+    /// Whether `keys` narrow this scan (a [`Self::with_build_keys`] of it).
+    pub fn has_build_keys(&self, keys: &Arc<BuildKeys>) -> bool {
+        self.build_keys.iter().any(|(k, _)| Arc::ptr_eq(k, keys))
+    }
+
+    /// The same scan without the dynamic filters whose producer's
+    /// expression id is `id` (a hash join's, which then finds no
+    /// consumer and builds none: `join_keys.rs`); None when it holds none.
+    pub fn without_dynamic_filter(&self, id: u64) -> Option<Self> {
+        let d = self.dynamic.as_ref()?;
+        let (dropped, kept): (Vec<_>, Vec<_>) = d.filters.iter().cloned().partition(|f| {
+            dynamic_parts(f)
+                .iter()
+                .any(|p| p.expression_id() == Some(id))
+        });
+        if dropped.is_empty() {
+            return None;
+        }
+        let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
+        scan.dynamic = (!kept.is_empty()).then(|| {
+            Arc::new(DynamicFilters {
+                filters: kept,
+                columns: d.columns.clone(),
+            })
+        });
+        Some(scan)
+    }
+
     /// The slots and probe keys of [`Self::with_remote_keys`].
     pub fn remote_keys(&self) -> &[(u32, Expr)] {
         &self.remote_keys
