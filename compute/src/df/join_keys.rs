@@ -628,14 +628,7 @@ fn without_own_dynamic_filter(
             if !sinks.iter().any(|s| scan.has_build_keys(s)) {
                 return Ok(Transformed::no(node));
             }
-            let mut changed = None;
-            for id in &ids {
-                let current = changed.as_ref().unwrap_or(scan);
-                if let Some(s) = current.without_dynamic_filter(*id) {
-                    changed = Some(s);
-                }
-            }
-            Ok(match changed {
+            Ok(match scan.without_dynamic_filters(&ids) {
                 Some(s) => Transformed::yes(Arc::new(s) as Arc<dyn ExecutionPlan>),
                 None => Transformed::no(node),
             })

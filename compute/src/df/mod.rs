@@ -41,6 +41,7 @@
 pub mod aggregates;
 pub mod checked_arithmetic;
 pub mod decorrelate;
+mod dynamic_filters;
 pub mod float_division;
 pub mod functions;
 pub mod join_keys;

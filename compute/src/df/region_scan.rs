@@ -22,14 +22,10 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
-use datafusion::common::tree_node::TreeNode;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result as DfResult, Statistics};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::expressions::{CaseExpr, DynamicFilterPhysicalExpr};
-use datafusion::physical_expr::utils::split_conjunction;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_expr_common::physical_expr::snapshot_physical_expr;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation,
@@ -43,15 +39,15 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 use parking_lot::Mutex;
-use quarry_coprocessor::expr::{Expr, LogicOp};
+use quarry_coprocessor::expr::Expr;
 use quarry_coprocessor::storage::KeyRange;
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::TableDef;
 
+use super::dynamic_filters::{dynamic_parts, lists_keys_of, DynamicFilters, MAX_FILTER_WAIT};
 use super::join_keys::BuildKeys;
 use super::late_filters::{LateFilters, QueryParams};
-use super::partition_hull;
 use super::pushdown;
 use super::selectivity::{conjunction, DEFAULT_SELECTIVITY};
 use super::shared_scan::SharedRun;
@@ -121,179 +117,6 @@ pub struct RegionScanExec {
     /// In a distributed plan, this task's share of the table
     /// (`mpp/tasks.rs`): it scans only these keys. None: all of it.
     share: Option<Vec<KeyRange>>,
-}
-
-/// The dynamic filters (a join's, filled in at run time) inside `e`.
-fn dynamic_parts(e: &Arc<dyn PhysicalExpr>) -> Vec<Arc<dyn PhysicalExpr>> {
-    let mut found = Vec::new();
-    let _ = e.apply(|x| {
-        if x.as_ref()
-            .downcast_ref::<DynamicFilterPhysicalExpr>()
-            .is_some()
-        {
-            found.push(x.clone());
-        }
-        Ok(TreeNodeRecursion::Continue)
-    });
-    found
-}
-
-/// How long a scan waits for a join's build side to finish its filter.
-const MAX_FILTER_WAIT: Duration = Duration::from_secs(5);
-
-/// A hash join's dynamic filters on this scan's output, and that output
-/// as expressions over the scan's columns (so a filter still translates
-/// after a rule has changed what the node outputs).
-#[derive(Debug)]
-struct DynamicFilters {
-    filters: Vec<Arc<dyn PhysicalExpr>>,
-    columns: Vec<Expr>,
-}
-
-impl DynamicFilters {
-    /// `dag` with every translatable conjunct of the filters added to its
-    /// selection, once each filter's producer has finished (the join's
-    /// build side) or the deadline has passed. Returns the conjuncts added,
-    /// and their text.
-    async fn narrow(&self, dag: &mut DagRequest, deadline: Instant) -> Vec<(Expr, String)> {
-        let mut shown = Vec::new();
-        for f in &self.filters {
-            for d in &dynamic_parts(f) {
-                if let Some(d) = d.as_ref().downcast_ref::<DynamicFilterPhysicalExpr>() {
-                    // Scanning without the filter is only slower, never
-                    // wrong: past the bound, go on with what it says now.
-                    let bound = deadline.min(Instant::now() + MAX_FILTER_WAIT);
-                    let until = tokio::time::Instant::from_std(bound);
-                    let _ = tokio::time::timeout_at(until, d.wait_complete()).await;
-                }
-            }
-            let Ok(current) = snapshot_physical_expr(f.clone()) else {
-                continue;
-            };
-            for conjunct in split_conjunction(&current) {
-                let (widened, dropped) = match self.widen(conjunct) {
-                    Some(e) => without_dense_key_lists(e),
-                    None => continue,
-                };
-                if let Ok(c) = widened.to_proto() {
-                    let added = widened.clone();
-                    dag.selection
-                        .get_or_insert_with(Default::default)
-                        .conditions
-                        .push(c);
-                    let mut text = conjunct.to_string();
-                    if dropped {
-                        text = format!("(key list dropped: dense) {text}");
-                    }
-                    shown.push((
-                        added,
-                        if text.len() > 120 {
-                            format!("{}…", text.chars().take(120).collect::<String>())
-                        } else {
-                            text
-                        },
-                    ));
-                }
-            }
-        }
-        shown
-    }
-
-    /// A condition storage can evaluate that every row passing `e` passes
-    /// (None: none found). A partitioned join's filter is a CASE over the
-    /// probe row's hash partition, each branch that partition's build keys;
-    /// the OR of the branches keeps every row any partition can match,
-    /// sent as the plain bounds and key list it amounts to
-    /// (`partition_hull.rs`).
-    /// Conjuncts storage cannot evaluate are dropped, which only widens.
-    fn widen(&self, e: &Arc<dyn PhysicalExpr>) -> Option<Expr> {
-        if let Some(case) = e.as_ref().downcast_ref::<CaseExpr>() {
-            let branches = case
-                .when_then_expr()
-                .iter()
-                .map(|(_, then)| self.widen_all(then))
-                .collect::<Option<Vec<Expr>>>()?;
-            return partition_hull::hull(branches);
-        }
-        pushdown::physical(e, &mut |i| self.columns.get(i).cloned())
-            .filter(|x| x.data_type() == DataType::Boolean)
-    }
-
-    /// The AND of what storage can evaluate of `e`'s conjuncts.
-    fn widen_all(&self, e: &Arc<dyn PhysicalExpr>) -> Option<Expr> {
-        partition_hull::joined(
-            LogicOp::And,
-            split_conjunction(e)
-                .into_iter()
-                .filter_map(|c| self.widen(c)),
-        )
-    }
-}
-
-/// True when `e` keeps only rows whose `probe` is in an IN list (as
-/// DataFusion's join filter does while the build keys are few).
-fn lists_keys_of(e: &Expr, probe: &Expr) -> bool {
-    match e {
-        Expr::InList {
-            expr,
-            negated: false,
-            ..
-        } => expr.as_ref() == probe,
-        Expr::Logic {
-            op: LogicOp::And,
-            args,
-        } => args.iter().any(|a| lists_keys_of(a, probe)),
-        Expr::Logic {
-            op: LogicOp::Or,
-            args,
-        } => args.iter().all(|a| lists_keys_of(a, probe)),
-        _ => false,
-    }
-}
-
-/// A key list is dropped when its keys fill at least this share of the
-/// range between the smallest and the largest (the bounds stay).
-const DENSE_KEYS: f64 = 0.9;
-
-/// `e` without its IN lists of keys when, together, they let nearly every
-/// key in their range through (a join with all of `part` on its build
-/// side): such a list would cost every region a quarter million probes
-/// and two megabytes of request to keep almost nothing back. Returns
-/// whether lists were dropped.
-fn without_dense_key_lists(e: Expr) -> (Expr, bool) {
-    fn keys(e: &Expr, out: &mut std::collections::HashSet<i64>) {
-        match e {
-            Expr::InList { set: Some(s), .. } => out.extend(s.0.iter().copied()),
-            Expr::Logic { args, .. } => {
-                for a in args {
-                    keys(a, out);
-                }
-            }
-            _ => {}
-        }
-    }
-    fn drop_lists(e: Expr) -> Expr {
-        match e {
-            Expr::InList { set: Some(_), .. } => {
-                Expr::literal(quarry_coprocessor::expr::ScalarValue::Boolean(true))
-            }
-            Expr::Logic { op, args } => {
-                let args: Vec<Expr> = args.into_iter().map(drop_lists).collect();
-                Expr::logic_n(op, args.clone()).unwrap_or(Expr::Logic { op, args })
-            }
-            other => other,
-        }
-    }
-    let mut all = std::collections::HashSet::new();
-    keys(&e, &mut all);
-    let (Some(lo), Some(hi)) = (all.iter().min(), all.iter().max()) else {
-        return (e, false);
-    };
-    let span = (*hi as i128 - *lo as i128 + 1) as f64;
-    if (all.len() as f64) < DENSE_KEYS * span {
-        return (e, false);
-    }
-    (drop_lists(e), true)
 }
 
 impl RegionScanExec {
@@ -452,26 +275,13 @@ impl RegionScanExec {
         self.build_keys.iter().any(|(k, _)| Arc::ptr_eq(k, keys))
     }
 
-    /// The same scan without the dynamic filters whose producer's
-    /// expression id is `id` (a hash join's, which then finds no
+    /// The same scan without the dynamic filters whose producers'
+    /// expression ids are in `ids` (a hash join's, which then finds no
     /// consumer and builds none: `join_keys.rs`); None when it holds none.
-    pub fn without_dynamic_filter(&self, id: u64) -> Option<Self> {
-        let d = self.dynamic.as_ref()?;
-        let (dropped, kept): (Vec<_>, Vec<_>) = d.filters.iter().cloned().partition(|f| {
-            dynamic_parts(f)
-                .iter()
-                .any(|p| p.expression_id() == Some(id))
-        });
-        if dropped.is_empty() {
-            return None;
-        }
+    pub fn without_dynamic_filters(&self, ids: &[u64]) -> Option<Self> {
+        let d = self.dynamic.as_ref().filter(|d| d.holds_any(ids))?;
         let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
-        scan.dynamic = (!kept.is_empty()).then(|| {
-            Arc::new(DynamicFilters {
-                filters: kept,
-                columns: d.columns.clone(),
-            })
-        });
+        scan.dynamic = d.without(ids);
         Some(scan)
     }
 
