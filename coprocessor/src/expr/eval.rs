@@ -23,6 +23,7 @@ use arrow::array::{new_null_array, Int64Array, StringArray};
 use arrow::compute::kernels::temporal::{date_part, DatePart as ArrowDatePart};
 use arrow::compute::kernels::zip::zip;
 
+use super::like::LikeMatcher;
 use super::{ArithOp, CmpOp, DatePart, Expr, LogicOp, ScalarValue};
 use crate::types::{self, fits_precision, sql_name, POW10};
 use crate::{internal, Result};
@@ -414,6 +415,13 @@ impl Expr {
                 negated,
             } => {
                 let v = expr.eval(batch, mask)?;
+                if let ColumnarValue::Array(a) = &v {
+                    if let (Some(values), Some(m)) =
+                        (a.as_string_opt::<i32>(), LikeMatcher::new(pattern))
+                    {
+                        return Ok(ColumnarValue::Array(Arc::new(m.evaluate(values, *negated))));
+                    }
+                }
                 let scalar = v.is_scalar();
                 let vd = v.datum()?;
                 let pat = Scalar::new(arrow::array::StringArray::from(vec![pattern.as_str()]));

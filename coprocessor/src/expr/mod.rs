@@ -41,6 +41,7 @@ mod bloom;
 pub use bloom::mix64;
 mod eval;
 mod int_set;
+mod like;
 pub mod scalar;
 mod wire;
 
