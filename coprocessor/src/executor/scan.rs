@@ -518,6 +518,13 @@ impl ZoneFilter {
                 _ => {}
             }
         }
+        for (id, set) in &self.sets {
+            if let ColumnView::Int(v) = pack.column(*id)? {
+                if !set.any_in(v.min, v.max) {
+                    return Ok(false);
+                }
+            }
+        }
         Ok(true)
     }
 

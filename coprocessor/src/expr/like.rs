@@ -98,8 +98,8 @@ impl<'p> LikeMatcher<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::compute::kernels::comparison::{like, nlike};
     use arrow::array::Scalar;
+    use arrow::compute::kernels::comparison::{like, nlike};
 
     /// Arrow's kernel is the oracle: every pattern and value pair must
     /// agree, both ways.
@@ -108,8 +108,16 @@ mod tests {
         for p in patterns {
             let m = LikeMatcher::new(p).expect("a %-only pattern");
             let pat = Scalar::new(StringArray::from(vec![*p]));
-            assert_eq!(m.evaluate(&array, false), like(&array, &pat).unwrap(), "LIKE {p:?}");
-            assert_eq!(m.evaluate(&array, true), nlike(&array, &pat).unwrap(), "NOT LIKE {p:?}");
+            assert_eq!(
+                m.evaluate(&array, false),
+                like(&array, &pat).unwrap(),
+                "LIKE {p:?}"
+            );
+            assert_eq!(
+                m.evaluate(&array, true),
+                nlike(&array, &pat).unwrap(),
+                "NOT LIKE {p:?}"
+            );
         }
     }
 

@@ -21,13 +21,19 @@ use crate::{internal, invalid_input, overflow, Result};
 ///
 /// A GROUP BY of one integer column (an order, part or supplier key: TPC-H
 /// Q18's 1.5 million orders) keeps its keys as plain integers; others as
-/// a row of [`KeyValue`]s.
+/// a row of [`KeyValue`]s. Integer keys that arrive in ascending order
+/// (rows stored in key order) are only appended: `int_index` stays empty
+/// and a repeated key is found by binary search, until a key arrives out
+/// of order and the index is built.
 #[derive(Default)]
 pub(super) struct Groups {
     keys: Vec<Vec<KeyValue>>,
     index: KeyMap<Vec<KeyValue>, u32>,
+    /// The key of each group, by slot.
     int_keys: Vec<i64>,
     int_index: KeyMap<i64, u32>,
+    /// A key has come out of order: `int_index` holds every group.
+    int_unordered: bool,
     counts: Vec<i64>,
     /// Per program: per group.
     sums: Vec<Vec<i128>>,
@@ -63,6 +69,22 @@ impl Groups {
     }
 
     fn int_slot(&mut self, key: i64) -> u32 {
+        if !self.int_unordered {
+            match self.int_keys.last() {
+                Some(last) if key == *last => return self.int_keys.len() as u32 - 1,
+                Some(last) if key < *last => match self.int_keys.binary_search(&key) {
+                    Ok(s) => return s as u32,
+                    Err(_) => {
+                        self.int_unordered = true;
+                        self.int_index = (0..).zip(&self.int_keys).map(|(s, k)| (*k, s)).collect();
+                    }
+                },
+                _ => {
+                    self.int_keys.push(key);
+                    return self.new_group();
+                }
+            }
+        }
         if let Some(s) = self.int_index.get(&key) {
             return *s;
         }
@@ -478,6 +500,31 @@ pub(super) fn int_array(t: &DataType, vals: impl Iterator<Item = Option<i64>>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integer_keys_in_order_then_out_of_order_keep_one_slot_per_key() {
+        let mut g = Groups::new(0);
+        let keys = [1, 1, 2, 5, 5, 9, 2, 5, 3, 1, 9, 3, 10, -4, -4];
+        let slots: Vec<u32> = keys.iter().map(|k| g.int_slot(*k)).collect();
+        for (i, a) in keys.iter().enumerate() {
+            assert_eq!(g.int_keys[slots[i] as usize], *a, "slot of {a}");
+            for (j, b) in keys.iter().enumerate() {
+                assert_eq!(slots[i] == slots[j], a == b, "{a} and {b}");
+            }
+        }
+        assert_eq!(g.counts.len(), 7);
+        assert!(g.int_unordered);
+    }
+
+    #[test]
+    fn integer_keys_in_order_need_no_index() {
+        let mut g = Groups::new(0);
+        for k in [3, 3, 4, 8, 8, 8, 20, 4, 3] {
+            g.int_slot(k);
+        }
+        assert_eq!(g.int_keys, vec![3, 4, 8, 20]);
+        assert!(g.int_index.is_empty() && !g.int_unordered);
+    }
 
     #[test]
     fn sums_in_one_pass_match_one_column_at_a_time() {

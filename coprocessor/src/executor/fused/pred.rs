@@ -255,6 +255,19 @@ pub(super) fn live<'p>(preds: &'p [Pred], src: &[Source<'_>]) -> Result<Vec<&'p 
                 return Err(Early::Skipped)
             }
             Pred::Range { col, lo, hi } => (*col, *lo, *hi),
+            Pred::IntIn {
+                col,
+                set,
+                negated: false,
+            } => {
+                if let Some((min, max)) = src[*col].range() {
+                    if !set.any_in(min, max) {
+                        return Err(Early::Skipped);
+                    }
+                }
+                live.push((u64::MAX, p));
+                continue;
+            }
             Pred::NotEq { .. } | Pred::IntIn { .. } | Pred::StrIn { .. } | Pred::Bloom { .. } => {
                 live.push((u64::MAX, p));
                 continue;
