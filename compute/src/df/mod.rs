@@ -61,6 +61,7 @@ pub mod region_scan;
 pub mod rules;
 pub mod selectivity;
 pub mod shared_scan;
+pub mod start_early;
 pub mod stats;
 pub mod table;
 pub mod views;

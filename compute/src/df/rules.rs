@@ -62,6 +62,8 @@ pub fn install(state: SessionState) -> SessionState {
     rules.push(Arc::new(super::shared_scan::ShareIdenticalScans));
     // Last: whatever arithmetic is left in compute is checked.
     rules.push(Arc::new(super::checked_arithmetic::CheckedArithmetic));
+    // A nested-loop join's right side runs while its left is collected.
+    rules.push(Arc::new(super::start_early::StartRightEarly));
     datafusion::execution::SessionStateBuilder::new_from_existing(state)
         .with_physical_optimizer_rules(rules)
         .build()

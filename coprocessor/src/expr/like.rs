@@ -39,9 +39,7 @@ impl<'p> LikeMatcher<'p> {
             return None;
         }
         let parts: Vec<&str> = pattern.split('%').collect();
-        let Some((&first, rest)) = parts.split_first() else {
-            return None;
-        };
+        let (&first, rest) = parts.split_first()?;
         let Some((&last, between)) = rest.split_last() else {
             return Some(LikeMatcher {
                 prefix: first.as_bytes(),

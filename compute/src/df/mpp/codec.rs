@@ -37,6 +37,7 @@ use quarry_proto::meta::TableDef;
 use super::cross_stage::CrossStageKeysExec;
 use crate::df::join_keys::BuildKeysExec;
 use crate::df::region_scan::{RegionScanExec, ScanContext};
+use crate::df::start_early::StartEarlyExec;
 
 /// The codec of Quarry's nodes (registered on the coordinator and on
 /// every worker).
@@ -55,6 +56,7 @@ impl QuarryCodec {
 const REGION_SCAN: u8 = 1;
 const BUILD_KEYS: u8 = 2;
 const CROSS_STAGE_KEYS: u8 = 3;
+const START_EARLY: u8 = 4;
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct RegionScanProto {
@@ -177,6 +179,10 @@ impl PhysicalExtensionCodec for QuarryCodec {
                     _ => internal_err!("CrossStageKeysExec with {} inputs", inputs.len()),
                 }
             }
+            Some((&START_EARLY, _)) => match inputs {
+                [input] => Ok(input.clone()),
+                _ => internal_err!("StartEarlyExec with {} inputs", inputs.len()),
+            },
             Some((&BUILD_KEYS, _)) => match inputs {
                 [input] => Ok(input.clone()),
                 _ => internal_err!("BuildKeysExec with {} inputs", inputs.len()),
@@ -193,6 +199,10 @@ impl PhysicalExtensionCodec for QuarryCodec {
     ) -> DfResult<()> {
         if node.as_ref().downcast_ref::<BuildKeysExec>().is_some() {
             buf.push(BUILD_KEYS);
+            return Ok(());
+        }
+        if node.as_ref().downcast_ref::<StartEarlyExec>().is_some() {
+            buf.push(START_EARLY);
             return Ok(());
         }
         if let Some(keys) = node.as_ref().downcast_ref::<CrossStageKeysExec>() {

@@ -1,0 +1,156 @@
+//! A nested-loop join's two inputs at once.
+//!
+//! DataFusion's `NestedLoopJoinExec` collects its left input, then polls
+//! its right one: nothing below the right side starts before the left
+//! side has ended. An uncorrelated scalar subquery becomes such a join
+//! (TPC-H Q11's `HAVING sum(…) > (SELECT sum(…) * 0.0001 …)`, Q22's
+//! `c_acctbal > (SELECT avg(c_acctbal) …)`), and both of its sides are
+//! chains of region scans that mostly wait on round trips to the stores:
+//! run one after the other, the query costs the sum of two latencies.
+//!
+//! [`StartRightEarly`], a physical optimizer rule, puts a
+//! [`StartEarlyExec`] over each nested-loop join's right input. When the
+//! join executes a partition, the wrapper starts driving that partition
+//! of its input on a task of its own, and hands the join its batches
+//! through a channel of two: the right side's scans, joins and
+//! aggregations run while the left side is collected, and once two
+//! batches wait the task waits too, so at most two batches are held
+//! ahead of the join.
+//!
+//! CAVEATS
+//!
+//! * A join whose left side turns out empty would not have needed its
+//!   right side (an inner join answers no rows); that work is done anyway
+//!   up to the two batches. Dropping the join's stream (an answer
+//!   complete, a cancel, an error) aborts the task.
+//! * Across MPP stages the wrapper is not sent: a worker's copy of the
+//!   plan runs its right side in turn, as DataFusion does.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::Result as DfResult;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
+use datafusion::physical_plan::joins::NestedLoopJoinExec;
+use datafusion::physical_plan::stream::RecordBatchReceiverStream;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+use futures::StreamExt;
+
+/// Batches a started input may hold ahead of its consumer.
+const AHEAD: usize = 2;
+
+/// Its input, started when executed rather than when first polled.
+#[derive(Debug)]
+pub struct StartEarlyExec {
+    input: Arc<dyn ExecutionPlan>,
+}
+
+impl StartEarlyExec {
+    pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
+        StartEarlyExec { input }
+    }
+}
+
+impl DisplayAs for StartEarlyExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "StartEarlyExec")
+    }
+}
+
+impl ExecutionPlan for StartEarlyExec {
+    fn name(&self) -> &str {
+        "StartEarlyExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(StartEarlyExec::new(children.swap_remove(0))))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let mut builder = RecordBatchReceiverStream::builder(self.schema(), AHEAD);
+        let tx = builder.tx();
+        let input = self.input.clone();
+        builder.spawn(async move {
+            let mut batches = input.execute(partition, context)?;
+            while let Some(b) = batches.next().await {
+                let failed = b.is_err();
+                // The consumer is gone (or got the error): stop.
+                if tx.send(b).await.is_err() || failed {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        Ok(builder.build())
+    }
+}
+
+/// The physical optimizer rule: see the module docs.
+#[derive(Debug)]
+pub struct StartRightEarly;
+
+impl PhysicalOptimizerRule for StartRightEarly {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            let Some(join) = node.downcast_ref::<NestedLoopJoinExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            let right = join.right();
+            if right.downcast_ref::<StartEarlyExec>().is_some() {
+                return Ok(Transformed::no(node));
+            }
+            let started: Arc<dyn ExecutionPlan> = Arc::new(StartEarlyExec::new(right.clone()));
+            let left = join.left().clone();
+            Ok(Transformed::yes(replace_children_if_necessary(
+                node.clone(),
+                vec![left, started],
+            )?))
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "quarry_start_right_early"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
