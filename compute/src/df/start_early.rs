@@ -154,3 +154,99 @@ impl PhysicalOptimizerRule for StartRightEarly {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use arrow::array::{AsArray, Int64Array, RecordBatch};
+    use arrow::datatypes::Int64Type;
+    use datafusion::datasource::MemTable;
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::physical_plan::collect;
+    use datafusion::prelude::SessionContext;
+
+    /// A session over `t(k, v)` = (1, 10) … (10, 100), with the rule or
+    /// without it.
+    fn session(early: bool) -> SessionContext {
+        let state = SessionStateBuilder::new().with_default_features().build();
+        let mut rules = state.physical_optimizers().to_vec();
+        if early {
+            rules.push(Arc::new(StartRightEarly));
+        }
+        let state = SessionStateBuilder::new_from_existing(state)
+            .with_physical_optimizer_rules(rules)
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        let t = RecordBatch::try_from_iter([
+            ("k", Arc::new(Int64Array::from_iter_values(1..=10)) as _),
+            (
+                "v",
+                Arc::new(Int64Array::from_iter_values((1..=10).map(|k| k * 10))) as _,
+            ),
+        ])
+        .unwrap();
+        let table = MemTable::try_new(t.schema(), vec![vec![t]]).unwrap();
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        ctx
+    }
+
+    fn count_nodes(plan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
+        let here = usize::from(plan.name() == name);
+        here + plan
+            .children()
+            .into_iter()
+            .map(|c| count_nodes(c, name))
+            .sum::<usize>()
+    }
+
+    #[tokio::test]
+    async fn a_nested_loop_join_starts_its_right_side_and_answers_the_same() {
+        // Only a comparison joins them: a nested-loop join.
+        let sql = "SELECT a.k FROM t a JOIN t b ON a.v > b.v * 8 ORDER BY a.k";
+        let mut answers = Vec::new();
+        for early in [false, true] {
+            let ctx = session(early);
+            let plan = ctx
+                .sql(sql)
+                .await
+                .unwrap()
+                .create_physical_plan()
+                .await
+                .unwrap();
+            assert_eq!(
+                count_nodes(&plan, "NestedLoopJoinExec"),
+                1,
+                "an inequality join is a nested-loop join"
+            );
+            assert_eq!(count_nodes(&plan, "StartEarlyExec"), usize::from(early));
+            let batches = collect(plan, ctx.task_ctx()).await.unwrap();
+            let keys: Vec<i64> = batches
+                .iter()
+                .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+                .collect();
+            answers.push(keys);
+        }
+        // a.v > 8 × b.v: b = 1 for a = 9 and 10.
+        assert_eq!(answers[0], vec![9, 10]);
+        assert_eq!(answers[0], answers[1]);
+    }
+
+    #[test]
+    fn the_rule_wraps_a_right_side_once() {
+        let ctx = session(true);
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let plan = rt.block_on(async {
+            ctx.sql("SELECT a.k FROM t a JOIN t b ON a.v > b.v * 8")
+                .await
+                .unwrap()
+                .create_physical_plan()
+                .await
+                .unwrap()
+        });
+        let again = StartRightEarly
+            .optimize(plan, &ConfigOptions::default())
+            .unwrap();
+        assert_eq!(count_nodes(&again, "StartEarlyExec"), 1);
+    }
+}
