@@ -179,13 +179,11 @@ impl PhysicalExtensionCodec for QuarryCodec {
                     _ => internal_err!("CrossStageKeysExec with {} inputs", inputs.len()),
                 }
             }
-            Some((&START_EARLY, _)) => match inputs {
+            // Wrappers that only matter in the process that planned them:
+            // a worker runs their input.
+            Some((&(tag @ BUILD_KEYS | tag @ START_EARLY), _)) => match inputs {
                 [input] => Ok(input.clone()),
-                _ => internal_err!("StartEarlyExec with {} inputs", inputs.len()),
-            },
-            Some((&BUILD_KEYS, _)) => match inputs {
-                [input] => Ok(input.clone()),
-                _ => internal_err!("BuildKeysExec with {} inputs", inputs.len()),
+                _ => internal_err!("local wrapper {tag} with {} inputs", inputs.len()),
             },
             _ => internal_err!("a plan node this compute process does not know"),
         }
@@ -197,12 +195,15 @@ impl PhysicalExtensionCodec for QuarryCodec {
         buf: &mut Vec<u8>,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> DfResult<()> {
-        if node.as_ref().downcast_ref::<BuildKeysExec>().is_some() {
-            buf.push(BUILD_KEYS);
-            return Ok(());
-        }
-        if node.as_ref().downcast_ref::<StartEarlyExec>().is_some() {
-            buf.push(START_EARLY);
+        let local_wrapper = if node.as_ref().downcast_ref::<BuildKeysExec>().is_some() {
+            Some(BUILD_KEYS)
+        } else if node.as_ref().downcast_ref::<StartEarlyExec>().is_some() {
+            Some(START_EARLY)
+        } else {
+            None
+        };
+        if let Some(tag) = local_wrapper {
+            buf.push(tag);
             return Ok(());
         }
         if let Some(keys) = node.as_ref().downcast_ref::<CrossStageKeysExec>() {
