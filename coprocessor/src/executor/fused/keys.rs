@@ -298,8 +298,8 @@ fn int_codes(src: &Source<'_>, rows: Selected, sel: &[u32]) -> IntCodes {
             .collect();
         return (codes, distinct);
     }
-    // Sized for every row a distinct key: grown from empty, the map was
-    // rehashed several times per block (TPC-H Q15's supplier keys: 8% of
+    // Sized as if every row held a distinct key: grown from empty, the
+    // map was rehashed several times per block (TPC-H Q15's supplier keys: 8% of
     // the stores' time in `reserve_rehash`).
     let mut index: KeyMap<i64, u32> =
         KeyMap::with_capacity_and_hasher(values.len(), Default::default());
