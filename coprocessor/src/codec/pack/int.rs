@@ -182,6 +182,19 @@ impl<'a> IntView<'a> {
         decode_all(self, out)
     }
 
+    /// Decodes the values of rows `rows` into `out` (cleared first), as
+    /// [`IntView::decode_into`] does every value.
+    pub fn decode_range_into(&self, rows: std::ops::Range<usize>, out: &mut Vec<i64>) {
+        let w = self.width as usize;
+        let part = IntView {
+            data: &self.data()[rows.start * w..rows.end * w],
+            rows: rows.len(),
+            nulls: None,
+            ..*self
+        };
+        decode_all(&part, out)
+    }
+
     /// The values at rows `sel` into `out` (cleared first).
     pub fn gather_into(&self, sel: &[u32], out: &mut Vec<i64>) {
         out.clear();

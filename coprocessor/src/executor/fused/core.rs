@@ -10,6 +10,7 @@
 //! generic way comes before the first change to the groups, so a block is
 //! counted by exactly one path.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
@@ -17,10 +18,11 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, SchemaRef};
 use quarry_proto::coprocessor::ExecSummary;
 
+use super::block::{BlockTotals, CHUNK_ROWS};
 use super::groups::Groups;
 use super::keys::{KeyLayout, Slots};
-use super::node::{Node, Val};
-use super::plan::FusedPlan;
+use super::node::{Ranges, Val};
+use super::plan::{col_ranges, FusedPlan};
 use super::pred::{live, Pred};
 use super::rows::RowBlock;
 use super::source::Source;
@@ -111,36 +113,37 @@ impl Scratch {
     }
 }
 
-/// The columns the programs read, over the rows read (`rows`, and `sel`
-/// when not dense), decoded into `bufs`; the others empty.
+/// The columns the programs read, over `chunk`, a range of the rows read
+/// (`rows`, and `sel` when not dense): a block's decoded values borrowed,
+/// a pack's decoded into `bufs`; the others empty.
 fn program_inputs<'b>(
-    progs: &[Node],
-    src: &[Source<'_>],
+    need: &[bool],
+    src: &'b [Source<'_>],
     rows: Selected,
     sel: &[u32],
+    chunk: Range<usize>,
     bufs: &'b mut Vec<Vec<i64>>,
 ) -> Vec<&'b [i64]> {
     if bufs.len() < src.len() {
         bufs.resize_with(src.len(), Vec::new);
     }
-    let mut need = vec![false; src.len()];
-    for p in progs {
-        p.visit_columns(&mut |c| need[c] = true);
-    }
     for (c, buf) in bufs.iter_mut().enumerate() {
-        if !need[c] {
-            continue;
-        }
-        if rows.dense {
-            src[c].decode_into(buf);
-        } else {
-            src[c].gather(sel, buf);
+        match (&src[c], rows.dense) {
+            _ if !need[c] => {}
+            (Source::Values(..), true) => {}
+            (s, true) => s.decode_range_into(chunk.clone(), buf),
+            (s, false) => s.gather(&sel[chunk.clone()], buf),
         }
     }
     let bufs: &'b Vec<Vec<i64>> = bufs;
     bufs.iter()
-        .zip(&need)
-        .map(|(buf, need)| if *need { buf.as_slice() } else { &[] })
+        .zip(need)
+        .zip(src)
+        .map(|((buf, need), s)| match (s, need) {
+            (_, false) => &[][..],
+            (Source::Values(v, ..), true) if rows.dense => &v[chunk.clone()],
+            _ => buf.as_slice(),
+        })
         .collect()
 }
 
@@ -337,36 +340,48 @@ impl Core {
         let live = live(&plan.preds, src)?;
         let rows = sc.select(&live, src, n)?;
         // 2. The argument programs' bounds (no state changes before).
-        let bounds = plan.prog_bounds(src).ok_or(Early::Fallback)?;
+        let cols = col_ranges(src);
+        let bounds = plan.prog_bounds(&cols).ok_or(Early::Fallback)?;
         // 3. Group slots of the rows: a lookup table over the keys' codes.
         let layout = KeyLayout::new(&plan.keys, src, rows, &sc.sel)?;
         let locals = sc
             .slots
             .assign(&layout, &plan.keys, src, rows, &sc.bits, &sc.sel)?;
-        // 4. The programs over the rows.
-        let inputs = program_inputs(&plan.progs, src, rows, &sc.sel, &mut sc.decoded);
-        let mut values: Vec<Val> = Vec::with_capacity(plan.progs.len());
+        // 4. The programs over the rows, a chunk at a time, into the
+        // block's totals per slot (see `block.rs`).
+        let mut need = vec![false; src.len()];
         for p in &plan.progs {
-            let v = p.eval(&inputs, &values, &mut sc.values);
-            values.push(v);
+            p.visit_columns(&mut |c| need[c] = true);
         }
-        // 5. Accumulate per local slot, then fold into the groups.
-        let of_keys = groups.slots_for(&plan.keys, &layout, src, &sc.slots.local_keys)?;
-        let group_of = sc.slots.group_per_slot(of_keys, locals);
         let slots = &sc.slots;
-        groups.add(
-            plan,
-            &group_of,
-            &slots.local,
-            &slots.counts,
-            locals,
-            &values,
-            &bounds,
-        )?;
-        sc.values.extend(values.into_iter().filter_map(|v| match v {
-            Val::Owned(v) => Some(v),
-            _ => None,
-        }));
+        let mut totals = BlockTotals::new(plan, locals, &bounds, &slots.counts);
+        for lo in (0..rows.m).step_by(CHUNK_ROWS) {
+            let chunk = lo..(lo + CHUNK_ROWS).min(rows.m);
+            let inputs = program_inputs(&need, src, rows, &sc.sel, chunk.clone(), &mut sc.decoded);
+            let mut values: Vec<Val> = Vec::with_capacity(plan.progs.len());
+            for p in &plan.progs {
+                let ranges = Ranges {
+                    cols: &cols,
+                    progs: &bounds,
+                };
+                let v = p.eval(&inputs, &values, &mut sc.values, ranges);
+                values.push(v);
+            }
+            let local = if locals.single {
+                &[][..]
+            } else {
+                &slots.local[chunk.clone()]
+            };
+            totals.add(&values, local, chunk.len());
+            sc.values.extend(values.into_iter().filter_map(|v| match v {
+                Val::Owned(v) => Some(v),
+                _ => None,
+            }));
+        }
+        // 5. The block's totals into the groups.
+        let of_keys = groups.slots_for(&plan.keys, &layout, src, &slots.local_keys)?;
+        let group_of = slots.group_per_slot(of_keys, locals);
+        totals.fold(groups, &group_of, &slots.counts)?;
         Ok(())
     }
 }

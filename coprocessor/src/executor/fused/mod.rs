@@ -28,7 +28,8 @@
 //!   node's range is derived from the block's min/max (interval
 //!   arithmetic); when it fits i64 and the node's DECIMAL precision, the
 //!   block is computed with plain i64 arithmetic that provably cannot
-//!   overflow, and sums are accumulated in i64 per block (when
+//!   overflow (a product whose factors fit i32 as one 32 × 32 → 64-bit
+//!   multiply), and sums are accumulated in i64 per block (when
 //!   `max |value| × rows` fits) and folded into i128 per group.
 //!
 //! Anything else — a NULL in the block, a range that might overflow, a key
@@ -55,12 +56,16 @@
 //!   decoded (the width-specialized loops themselves are in `kernels.rs`
 //!   and `codec/pack/int.rs`);
 //! * `keys.rs`: the group keys' lookup table and the rows' local slots;
-//! * `groups.rs`: the per-group totals, what a block adds to them, and the
-//!   partial states they end as;
+//! * `block.rs`: what a block adds to the groups, per local slot, summed
+//!   a chunk of 2048 rows at a time so that the programs' vectors stay in
+//!   the core's caches;
+//! * `groups.rs`: the per-group totals, the blocks' totals folded into
+//!   them, and the partial states they end as;
 //! * `core.rs`: a block through those steps, or the generic path;
 //! * this file: the executor, which feeds the core the scan's rows and
 //!   packs.
 
+mod block;
 mod core;
 mod groups;
 mod keys;

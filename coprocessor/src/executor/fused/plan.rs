@@ -160,13 +160,19 @@ impl FusedPlan {
     /// Each program's value range over a block, or None when some node
     /// might leave i64 or its precision there (the block goes the generic
     /// way).
-    pub(super) fn prog_bounds(&self, src: &[Source<'_>]) -> Option<Vec<(i128, i128)>> {
-        let ranges: Vec<(i64, i64)> = src.iter().map(|s| s.range().unwrap_or((0, 0))).collect();
+    /// `cols` are the block's columns' ranges ([`col_ranges`]).
+    pub(super) fn prog_bounds(&self, cols: &[(i64, i64)]) -> Option<Vec<(i128, i128)>> {
         let mut out = Vec::with_capacity(self.progs.len());
         for p in &self.progs {
-            let b = p.bounds(&ranges, &out)?;
+            let b = p.bounds(cols, &out)?;
             out.push(b);
         }
         Some(out)
     }
+}
+
+/// Each column's min and max over a block ((0, 0) for a column that is
+/// not an integer one).
+pub(super) fn col_ranges(src: &[Source<'_>]) -> Vec<(i64, i64)> {
+    src.iter().map(|s| s.range().unwrap_or((0, 0))).collect()
 }

@@ -37,23 +37,29 @@ impl Source<'_> {
         }
     }
 
-    /// The values at `sel` into `buf`.
+    /// The values at `sel` (ascending) into `buf`.
     pub(super) fn gather(&self, sel: &[u32], buf: &mut Vec<i64>) {
         buf.clear();
+        let (Some(first), Some(last)) = (sel.first(), sel.last()) else {
+            return;
+        };
+        let span = *first as usize..*last as usize + 1;
         match self {
             Source::Values(v, ..) => buf.extend(sel.iter().map(|i| v[*i as usize])),
-            // Past about one selected row per cache line of what a whole
-            // pass reads and writes (the stored bytes and 8 a row into the
-            // buffer), one sequential pass (which the prefetcher streams)
-            // beats a miss per row.
-            Source::Packed(v) if sel.len() * 64 >= v.len() * (v.width() + 8) && v.width() > 0 => {
-                // The whole column in a buffer kept per thread: a fresh
-                // one (8 bytes a row) per pack and column cost malloc's
+            // Past about one selected row per cache line of what a pass
+            // over the rows `sel` spans reads and writes (the stored bytes
+            // and 8 a row into the buffer), one sequential pass (which the
+            // prefetcher streams) beats a miss per row.
+            Source::Packed(v)
+                if sel.len() * 64 >= span.len() * (v.width() + 8) && v.width() > 0 =>
+            {
+                // The span in a buffer kept per thread: a fresh one (8
+                // bytes a row) per pack and column cost malloc's
                 // consolidation of freed chunks, 2–3% of a store's Q6
                 // samples.
                 WIDE.with_borrow_mut(|all| {
-                    v.decode_into(all);
-                    buf.extend(sel.iter().map(|i| all[*i as usize]));
+                    v.decode_range_into(span.clone(), all);
+                    buf.extend(sel.iter().map(|i| all[*i as usize - span.start]));
                 })
             }
             Source::Packed(v) => v.gather_into(sel, buf),
@@ -64,11 +70,20 @@ impl Source<'_> {
     /// Every value into `buf` (an integer column).
     pub(super) fn decode_into(&self, buf: &mut Vec<i64>) {
         match self {
+            Source::Values(v, ..) => self.decode_range_into(0..v.len(), buf),
+            Source::Packed(v) => v.decode_into(buf),
+            _ => buf.clear(),
+        }
+    }
+
+    /// The values of rows `rows` into `buf` (an integer column).
+    pub(super) fn decode_range_into(&self, rows: std::ops::Range<usize>, buf: &mut Vec<i64>) {
+        match self {
             Source::Values(v, ..) => {
                 buf.clear();
-                buf.extend_from_slice(v)
+                buf.extend_from_slice(&v[rows])
             }
-            Source::Packed(v) => v.decode_into(buf),
+            Source::Packed(v) => v.decode_range_into(rows, buf),
             _ => buf.clear(),
         }
     }

@@ -490,6 +490,29 @@ fn whole_packs_use_the_fused_kernels() {
     assert_eq!(summary.blocks_scanned, 5);
 }
 
+/// Blocks longer than the chunks the programs run over
+/// (`block::CHUNK_ROWS`): packs and delta blocks of several chunks, their
+/// rows read in place (Q1: nearly every row passes), gathered one by one
+/// (Q6: few pass) and through a decoded span (Q6 where nearly half pass).
+#[test]
+fn blocks_of_several_chunks_match_the_generic_executors() {
+    let half_pass_q6: Vec<Row> = tpch_like(12_000)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            r.date = Some(9000 + (i % 365) as i32);
+            r.disc = Some(5 + (i % 3) as i64);
+            r
+        })
+        .collect();
+    for rows in [tpch_like(12_000), half_pass_q6] {
+        for (pack_rows, delta_every) in [(12_000, 0), (5000, 0), (12_000, 1)] {
+            same_answer(&rows, pack_rows, delta_every, false);
+            same_answer(&rows, pack_rows, delta_every, true);
+        }
+    }
+}
+
 /// The final stage over `partials`, or its error.
 fn try_final(
     partials: &[RecordBatch],
