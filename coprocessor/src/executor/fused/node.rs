@@ -322,8 +322,8 @@ impl Node {
     }
 }
 
-/// Whether the node's values over the block (`ranges`) fit i32.
 impl Node {
+    /// Whether the node's values over the block (`ranges`) fit i32.
     fn fits_i32(&self, ranges: Ranges<'_>) -> bool {
         self.bounds(ranges.cols, ranges.progs)
             .is_some_and(|(lo, hi)| lo >= i32::MIN as i128 && hi <= i32::MAX as i128)
