@@ -5,8 +5,9 @@
 //!
 //! The fused steps are, in order: the filters (the zone map decides which
 //! conjuncts run, they narrow a selection bitmap), the argument programs'
-//! bounds, the rows' group slots, the programs over the rows, and the
-//! accumulation into the groups. Every step that can send a block the
+//! bounds, the rows' group slots, the programs over the rows and their
+//! sums per slot (2048 rows at a time: `block.rs`), and those totals
+//! folded into the groups. Every step that can send a block the
 //! generic way comes before the first change to the groups, so a block is
 //! counted by exactly one path.
 

@@ -485,7 +485,7 @@ kernel! {
 
 /// Rows per slot: with few slots (Q1's six and a discard slot), the
 /// AVX-512 kernel where it runs ([`crate::simd::counts_in_slots`]); else
-/// four interleaved counters (see `sum_by_slot` in `groups.rs`).
+/// four interleaved counters (see `sum_by_slot` in `block.rs`).
 pub(super) fn count_by_slot(slots: &[u32], nslots: usize) -> Vec<i64> {
     if let Some(counts) = crate::simd::counts_in_slots(slots, nslots) {
         return counts;
