@@ -45,7 +45,8 @@ pub(super) struct BlockTotals {
     /// program `together[k]`), over the even rows and the odd rows.
     even: Vec<i64>,
     odd: Vec<i64>,
-    /// The slots with rows, for the AVX-512 kernel; empty when too many.
+    /// The slots with rows, for the AVX-512 kernel (which declines more
+    /// than it takes, or none).
     ids: Vec<u32>,
     /// The other summed programs, with their sums.
     each: Vec<(usize, Sums)>,
@@ -91,12 +92,9 @@ impl BlockTotals {
         }
         let width = together.len();
         let real = &counts[..locals.real.min(counts.len())];
-        let mut ids: Vec<u32> = (0..real.len() as u32)
+        let ids: Vec<u32> = (0..real.len() as u32)
             .filter(|s| real[*s as usize] > 0)
             .collect();
-        if ids.len() > crate::simd::MASKED_SLOTS_MAX {
-            ids.clear();
-        }
         let slots = if locals.single { 1 } else { locals.total };
         let each = (0..n)
             .filter(|p| need_sum[*p] && !together.contains(p))
@@ -128,10 +126,7 @@ impl BlockTotals {
         let total = self.locals.total;
         if !self.together.is_empty() {
             let cols: Vec<&[i64]> = self.together.iter().map(|p| &vals[*p][..]).collect();
-            let masked = (!self.ids.is_empty())
-                .then(|| crate::simd::sums_in_slots(&cols, local, &self.ids, total))
-                .flatten();
-            match masked {
+            match crate::simd::sums_in_slots(&cols, local, &self.ids, total) {
                 Some(sums) => self.even.iter_mut().zip(sums).for_each(|(a, b)| {
                     *a = a.wrapping_add(b);
                 }),

@@ -356,15 +356,15 @@ impl Core {
         }
         let slots = &sc.slots;
         let mut totals = BlockTotals::new(plan, locals, &bounds, &slots.counts);
+        let ranges = Ranges {
+            cols: &cols,
+            progs: &bounds,
+        };
         for lo in (0..rows.m).step_by(CHUNK_ROWS) {
             let chunk = lo..(lo + CHUNK_ROWS).min(rows.m);
             let inputs = program_inputs(&need, src, rows, &sc.sel, chunk.clone(), &mut sc.decoded);
             let mut values: Vec<Val> = Vec::with_capacity(plan.progs.len());
             for p in &plan.progs {
-                let ranges = Ranges {
-                    cols: &cols,
-                    progs: &bounds,
-                };
                 let v = p.eval(&inputs, &values, &mut sc.values, ranges);
                 values.push(v);
             }
