@@ -9,11 +9,11 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context, Result};
 use quarry_proto::meta::Layout;
 
-use super::adbc::{adbc_python, adbc_times, THROUGH_ADBC};
+use super::adbc::{adbc_and_duckdb_python, adbc_python, adbc_times, THROUGH_ADBC};
 use super::{
-    bench_tpch, check_same_answers, finish_peaks, load, load_peaks, median, python_json,
-    python_with, queries_json, reset_peak_rss, run_interleaved, run_queries, warn_if_busy,
-    BenchOptions, LoadSummary, PeakRss, QueryReport, Reference,
+    bench_tpch, check_same_answers, finish_peaks, load, load_peaks, python_json, python_with,
+    queries_json, reset_peak_rss, run_interleaved, run_queries, warn_if_busy, BenchOptions,
+    LoadSummary, PeakRss, QueryReport, Reference,
 };
 use crate::local::LocalCluster;
 use crate::tpch;
@@ -58,6 +58,9 @@ pub struct CompareReport {
     pub duckdb_skipped: Option<String>,
     /// Why the queries were not timed through ADBC, if they were not.
     pub adbc_skipped: Option<String>,
+    /// Whether DuckDB's `duckdb` times were taken beside the ADBC client's,
+    /// query by query (`adbc.rs`); its first run's are then `duckdb, alone`.
+    pub duckdb_beside_adbc: bool,
     /// Q1 and Q6 at a larger scale factor (`--scale-to`), if asked for.
     pub scaled: Option<ScaledRun>,
     /// Each process's peak resident memory: DuckDB's, then the cluster's
@@ -104,6 +107,16 @@ impl CompareReport {
     }
 }
 
+/// DuckDB's first run, before the cluster starts, where its `duckdb` times
+/// come from its second run beside the ADBC client.
+const DUCKDB_ALONE: &str = "duckdb, alone";
+
+/// Up to this scale factor DuckDB in memory fits beside the cluster (at SF
+/// 1: about 1.4 GB beside the stores' 2 GB), and is timed a second time
+/// beside the ADBC client; at SF 10 the two (14 GB and 15 GB) would not fit
+/// in this machine's 24 GB, and DuckDB's times are its first run's.
+const BESIDE_UP_TO_SF: f64 = 1.0;
+
 /// The setting whose compute asks for decimals as stored (Decimal128), the
 /// baseline of narrow decimals on the wire.
 const DECIMAL128_WIRE: &str = "column, Decimal128 on wire";
@@ -132,7 +145,9 @@ pub enum Skippable {
 /// DuckDB runs first, alone on the machine (no cluster yet: at SF 10 the
 /// two would not fit in memory together); where no answer is committed at
 /// this scale, its answers become what Quarry's are checked against.
-/// Then the cluster is started and loaded, and each setting is timed. The
+/// Then the cluster is started and loaded, and each setting is timed; up to
+/// [`BESIDE_UP_TO_SF`] DuckDB is timed again, query by query with the ADBC client
+/// (`adbc.rs`), and those are the times the ratios use. The
 /// peak resident memory of every process is recorded for the column
 /// layout's load and, separately, for its timed queries.
 pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<CompareReport> {
@@ -145,14 +160,17 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
     let mut opts = opts.clone();
     let mut queries = Vec::new();
     let mut peaks = Vec::new();
+    let keep_for_adbc = opts.sf <= BESIDE_UP_TO_SF && !skip.contains(&Skippable::Adbc);
+    let mut beside = None;
     let duckdb_skipped = if skip.contains(&Skippable::Duckdb) {
         Some("left out (--skip duckdb)".to_string())
     } else {
-        match duckdb_run(dir.path(), &opts).await {
+        match duckdb_run(dir.path(), &opts, keep_for_adbc).await {
             Ok(run) => {
                 queries.extend(run.reports);
                 peaks.push(run.peak);
                 opts.reference = std::sync::Arc::new(run.answers);
+                beside = run.beside;
                 None
             }
             Err(e) => Some(format!("{e:#}")),
@@ -199,11 +217,28 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
             .map(|r| (r.query.clone(), r.rows))
             .collect();
         // (Skipped only without the driver: a failure fails the bench.)
+        let rows_of = |q: &str| rows.get(q).copied();
+        let mut duckdb_beside_adbc = false;
         let adbc_skipped = match adbc_python() {
             _ if skip.contains(&Skippable::Adbc) => Some("left out (--skip adbc)".to_string()),
             Ok(python) => {
-                let rows_of = |q: &str| rows.get(q).copied();
-                queries.extend(adbc_times(&python, &arrow_url, opts, rows_of).await?);
+                let both = beside
+                    .as_ref()
+                    .and_then(|b| Some((adbc_and_duckdb_python()?, b)));
+                match both {
+                    Some((python, beside)) => {
+                        let timed =
+                            adbc_times(&python, &arrow_url, opts, Some(beside), rows_of).await?;
+                        for r in queries.iter_mut().filter(|r| r.setting == "duckdb") {
+                            r.setting = DUCKDB_ALONE.into();
+                        }
+                        queries.extend(timed);
+                        duckdb_beside_adbc = true;
+                    }
+                    None => {
+                        queries.extend(adbc_times(&python, &arrow_url, opts, None, rows_of).await?)
+                    }
+                }
                 None
             }
             Err(why) => Some(why),
@@ -221,6 +256,7 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
             queries,
             duckdb_skipped,
             adbc_skipped,
+            duckdb_beside_adbc,
             scaled: None,
             peak_rss: peaks,
         })
@@ -231,7 +267,7 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
     // Every Quarry setting must give the same answer.
     // (ADBC's answers were checked by their row counts as they came.)
     check_same_answers(&opts.queries, &report.queries, |r| {
-        r.setting != "duckdb" && r.setting != THROUGH_ADBC
+        !r.setting.starts_with("duckdb") && r.setting != THROUGH_ADBC
     })?;
     Ok(report)
 }
@@ -246,8 +282,32 @@ fn duckdb_python() -> Result<String> {
     })
 }
 
+/// DuckDB in memory, as both scripts that time it start it: `threads`
+/// threads, and `tables` (`{name: {ddl, path}}`, the text files
+/// [`duckdb_run`] writes) created and copied in; and how a query's answer
+/// is fetched (into Arrow, as ADBC's is). A Python prelude: it imports
+/// DuckDB only when called.
+pub(super) const DUCKDB_PRELUDE: &str = r#"
+def duckdb_loaded(threads, tables):
+    import duckdb
+    con = duckdb.connect()
+    con.execute(f"SET threads={threads}")
+    con.execute("SET enable_progress_bar=false")
+    for name, t in tables.items():
+        con.execute(t["ddl"])
+        con.execute(f"COPY {name} FROM '{t['path']}' (DELIMITER '|', HEADER false)")
+    return con
+def duckdb_arrow(con, sql):
+    # A relation's own Arrow export: through a DB-API cursor (`execute`)
+    # DuckDB 2 copies the rows once more and warns that it does.
+    r = con.sql(sql)
+    return r.to_arrow_table() if hasattr(r, "to_arrow_table") else r.arrow()
+"#;
+
+/// DuckDB's own run ([`duckdb_run`]): its answers, its times alone, its
+/// peak memory. Follows [`DUCKDB_PRELUDE`].
 const DUCKDB_SCRIPT: &str = r#"
-import csv, decimal, io, json, sys, time, duckdb
+import csv, decimal, io, json, sys, time
 threads, runs, tables, queries, answer_for = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4]), set(json.loads(sys.argv[5]))
 def peak():
     for line in open("/proc/self/status"):
@@ -260,12 +320,7 @@ def cell(v):
     if isinstance(v, decimal.Decimal):
         return format(v, "f")
     return str(v)
-con = duckdb.connect()
-con.execute(f"SET threads={threads}")
-con.execute("SET enable_progress_bar=false")
-for name, t in tables.items():
-    con.execute(t["ddl"])
-    con.execute(f"COPY {name} FROM '{t['path']}' (DELIMITER '|', HEADER false)")
+con = duckdb_loaded(threads, tables)
 load_peak = peak()
 try:
     with open("/proc/self/clear_refs", "w") as f:
@@ -273,8 +328,6 @@ try:
     reset = True
 except OSError:
     reset = False
-def fetch(r):
-    return r.to_arrow_table() if hasattr(r, "to_arrow_table") else r.arrow()
 out, answers = {}, {}
 for name, sql in queries.items():
     if name in answer_for:
@@ -286,12 +339,11 @@ for name, sql in queries.items():
             w.writerow([cell(v) for v in row])
         types = ",".join(str(d[1]) for d in cur.description)
         answers[name] = {"csv": buf.getvalue(), "types": types}
-    else:
-        fetch(con.execute(sql))
+    duckdb_arrow(con, sql)
     times = []
     for _ in range(runs):
         t = time.perf_counter()
-        fetch(con.execute(sql))
+        duckdb_arrow(con, sql)
         times.append((time.perf_counter() - t) * 1e3)
     out[name] = times
 print(json.dumps({"times": out, "answers": answers, "load_peak": load_peak, "queries_peak": peak() if reset else None}))
@@ -304,13 +356,23 @@ struct DuckdbRun {
     /// scale factor.
     answers: std::collections::HashMap<String, Reference>,
     peak: PeakRss,
+    /// What DuckDB's second run, beside the ADBC client, loads
+    /// (`{threads, tables}`), where the tables' files were kept for it.
+    beside: Option<serde_json::Value>,
+}
+
+/// How many threads DuckDB runs with: as many as this machine has cores.
+fn duckdb_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 /// DuckDB in memory over the same rows (every table the bench loads,
-/// written as `|`-separated text and created with Quarry's DDL), with as
-/// many threads as this machine has cores: its times, its peak memory, and
-/// its answers where none are committed at this scale.
-async fn duckdb_run(dir: &Path, opts: &BenchOptions) -> Result<DuckdbRun> {
+/// written as `|`-separated text and created with Quarry's DDL), with
+/// [`duckdb_threads`]: its times, its peak memory, and its answers where
+/// none are committed at this scale. With `keep`, the text files stay in
+/// `dir` for DuckDB's second run beside the ADBC client, and the run says
+/// how to load them ([`DuckdbRun::beside`]).
+async fn duckdb_run(dir: &Path, opts: &BenchOptions, keep: bool) -> Result<DuckdbRun> {
     let python = duckdb_python()?;
     let sf = opts.sf;
     let mut tables = serde_json::Map::new();
@@ -333,11 +395,11 @@ async fn duckdb_run(dir: &Path, opts: &BenchOptions) -> Result<DuckdbRun> {
         .iter()
         .filter(|q| q.starts_with('q') && tpch::expected(q, sf).is_none())
         .collect();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let tables = serde_json::Value::Object(tables);
     let args = [
-        threads.to_string(),
+        duckdb_threads().to_string(),
         opts.runs.max(1).to_string(),
-        serde_json::Value::Object(tables).to_string(),
+        tables.to_string(),
         queries_json(opts).to_string(),
         serde_json::to_string(&answer_for)?,
     ];
@@ -348,15 +410,18 @@ async fn duckdb_run(dir: &Path, opts: &BenchOptions) -> Result<DuckdbRun> {
         load_peak: Option<u64>,
         queries_peak: Option<u64>,
     }
+    let script = format!("{DUCKDB_PRELUDE}{DUCKDB_SCRIPT}");
     let out = match written {
         Ok(w) => match w.into_iter().collect::<Result<Vec<()>>>() {
-            Ok(_) => python_json::<Out>(&python, DUCKDB_SCRIPT, &args, "DuckDB").await,
+            Ok(_) => python_json::<Out>(&python, &script, &args, "DuckDB").await,
             Err(e) => Err(e),
         },
         Err(e) => Err(e.into()),
     };
-    for p in paths {
-        let _ = std::fs::remove_file(p);
+    if !keep || out.is_err() {
+        for p in paths {
+            let _ = std::fs::remove_file(p);
+        }
     }
     let out = out?;
     let reports = opts
@@ -364,17 +429,7 @@ async fn duckdb_run(dir: &Path, opts: &BenchOptions) -> Result<DuckdbRun> {
         .iter()
         .filter_map(|q| {
             let t = out.times.get(q)?.clone();
-            Some(QueryReport {
-                query: q.clone(),
-                setting: "duckdb".into(),
-                sf,
-                runs: t.len(),
-                min_ms: t.iter().copied().fold(f64::INFINITY, f64::min),
-                median_ms: median(t),
-                rows: 0,
-                answer: "reference".into(),
-                digest: 0,
-            })
+            Some(QueryReport::timed(q, "duckdb", sf, t, 0, "reference"))
         })
         .collect();
     Ok(DuckdbRun {
@@ -386,6 +441,7 @@ async fn duckdb_run(dir: &Path, opts: &BenchOptions) -> Result<DuckdbRun> {
             queries_bytes: out.queries_peak,
             reset: out.queries_peak.is_some(),
         },
+        beside: keep.then(|| serde_json::json!({ "threads": duckdb_threads(), "tables": tables })),
     })
 }
 
@@ -493,6 +549,12 @@ pub fn print_compare(r: &CompareReport) {
                 g.queries, g.mean, g.worst.0, g.worst.1
             );
         }
+    }
+    if r.duckdb_beside_adbc {
+        println!(
+            "duckdb: timed beside the ADBC client, query by query in one Python process \
+             (the ratios use these); `{DUCKDB_ALONE}` is its first run, before the cluster started"
+        );
     }
     if let Some(why) = &r.duckdb_skipped {
         println!("duckdb: not measured: {why}");

@@ -93,7 +93,7 @@ pub fn expected_answer<'a>(
 pub struct QueryReport {
     pub query: String,
     /// What was measured (`column`, `row`, `column, rows on the wire`,
-    /// `duckdb`).
+    /// `duckdb`, `duckdb, alone`).
     pub setting: String,
     pub sf: f64,
     pub runs: usize,
@@ -107,6 +107,31 @@ pub struct QueryReport {
     /// Order-independent digest of the answer (settings must agree).
     #[serde(skip)]
     pub digest: u64,
+}
+
+impl QueryReport {
+    /// A query timed `times` (ms each) under `setting` at `sf`, outside the
+    /// bench's own client (DuckDB, the ADBC driver): no digest.
+    pub fn timed(
+        q: &str,
+        setting: &str,
+        sf: f64,
+        times: Vec<f64>,
+        rows: usize,
+        answer: &str,
+    ) -> Self {
+        QueryReport {
+            query: q.into(),
+            setting: setting.into(),
+            sf,
+            runs: times.len(),
+            min_ms: times.iter().copied().fold(f64::INFINITY, f64::min),
+            median_ms: median(times),
+            rows,
+            answer: answer.into(),
+            digest: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
