@@ -146,7 +146,7 @@ pub enum Skippable {
 /// two would not fit in memory together); where no answer is committed at
 /// this scale, its answers become what Quarry's are checked against.
 /// Then the cluster is started and loaded, and each setting is timed; up to
-/// [`BESIDE_UP_TO_SF`] DuckDB is timed again, query by query with the ADBC client
+/// `BESIDE_UP_TO_SF` DuckDB is timed again, query by query with the ADBC client
 /// (`adbc.rs`), and those are the times the ratios use. The
 /// peak resident memory of every process is recorded for the column
 /// layout's load and, separately, for its timed queries.
