@@ -160,6 +160,7 @@ fn bench_compare_checks_every_answer_against_this_runs_duckdb() {
     assert_eq!(answer("duckdb, alone", "reference"), 22, "{stdout}");
     assert_eq!(answer("duckdb", "reference"), 22, "{stdout}");
     assert_eq!(report["duckdb_beside_adbc"], true, "{stdout}");
+    assert!(report["duckdb_beside_skipped"].is_null(), "{stdout}");
     // Skipped settings are not timed.
     assert!(!queries.iter().any(|q| q["setting"] == "row"), "{stdout}");
     let peaks = report["peak_rss"].as_array().unwrap();

@@ -66,7 +66,7 @@ def timed(f, sql):
     return first, times
 out = {}
 for name, sql in queries.items():
-    d = timed(duckdb, sql)[1] if duck else None
+    d = timed(duckdb, sql)[1] if duck is not None else None
     rows, times = timed(quarry, sql)
     out[name] = {"times": times, "duckdb": d, "rows": rows}
 cur.close()

@@ -61,6 +61,8 @@ pub struct CompareReport {
     /// Whether DuckDB's `duckdb` times were taken beside the ADBC client's,
     /// query by query (`adbc.rs`); its first run's are then `duckdb, alone`.
     pub duckdb_beside_adbc: bool,
+    /// Why they were not, where DuckDB and the ADBC client were both timed.
+    pub duckdb_beside_skipped: Option<String>,
     /// Q1 and Q6 at a larger scale factor (`--scale-to`), if asked for.
     pub scaled: Option<ScaledRun>,
     /// Each process's peak resident memory: DuckDB's, then the cluster's
@@ -160,7 +162,18 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
     let mut opts = opts.clone();
     let mut queries = Vec::new();
     let mut peaks = Vec::new();
-    let keep_for_adbc = opts.sf <= BESIDE_UP_TO_SF && !skip.contains(&Skippable::Adbc);
+    // DuckDB's files are kept for its second run beside the ADBC client
+    // where that run can happen; why not, where it cannot.
+    let mut beside_skipped = if opts.sf > BESIDE_UP_TO_SF {
+        Some(format!(
+            "above SF {BESIDE_UP_TO_SF} DuckDB and the cluster do not fit in memory together"
+        ))
+    } else if adbc_and_duckdb_python().is_none() {
+        Some("no Python imports both duckdb and adbc_driver_flightsql".to_string())
+    } else {
+        None
+    };
+    let keep_for_adbc = beside_skipped.is_none() && !skip.contains(&Skippable::Adbc);
     let mut beside = None;
     let duckdb_skipped = if skip.contains(&Skippable::Duckdb) {
         Some("left out (--skip duckdb)".to_string())
@@ -225,10 +238,22 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
                 let both = beside
                     .as_ref()
                     .and_then(|b| Some((adbc_and_duckdb_python()?, b)));
-                match both {
+                // DuckDB failing beside the client (its memory beside the
+                // cluster's) costs its second times, not the run.
+                let paired = match both {
                     Some((python, beside)) => {
-                        let timed =
-                            adbc_times(&python, &arrow_url, opts, Some(beside), rows_of).await?;
+                        match adbc_times(&python, &arrow_url, opts, Some(beside), rows_of).await {
+                            Ok(timed) => Some(timed),
+                            Err(e) => {
+                                beside_skipped = Some(format!("{e:#}"));
+                                None
+                            }
+                        }
+                    }
+                    None => None,
+                };
+                match paired {
+                    Some(timed) => {
                         for r in queries.iter_mut().filter(|r| r.setting == "duckdb") {
                             r.setting = DUCKDB_ALONE.into();
                         }
@@ -243,6 +268,10 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
             }
             Err(why) => Some(why),
         };
+        // DuckDB's text files (a gigabyte at SF 1) are not needed further.
+        if beside.is_some() {
+            remove_tbl_files(dir.path(), opts);
+        }
         finish_peaks(&mut cluster_peaks, &procs);
         peaks.extend(cluster_peaks);
         warn_if_busy(&cluster, "the column layout's").await;
@@ -251,12 +280,17 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
             queries.extend(run_queries(&cluster.compute_url(), "row", opts).await?);
             warn_if_busy(&cluster, "the row layout's").await;
         }
+        // (Only said where both were timed: otherwise the report says why
+        // one was not.)
+        let duckdb_beside_skipped = beside_skipped
+            .filter(|_| !duckdb_beside_adbc && adbc_skipped.is_none() && duckdb_skipped.is_none());
         Ok::<_, anyhow::Error>(CompareReport {
             loads,
             queries,
             duckdb_skipped,
             adbc_skipped,
             duckdb_beside_adbc,
+            duckdb_beside_skipped,
             scaled: None,
             peak_rss: peaks,
         })
@@ -272,14 +306,18 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
     Ok(report)
 }
 
-/// The Python that has DuckDB ([`python_with`]).
+/// The Python that has DuckDB ([`python_with`]): the one that also has
+/// the ADBC driver if any does, so that DuckDB's run alone and its run
+/// beside the client are the same DuckDB.
 fn duckdb_python() -> Result<String> {
-    python_with("import duckdb").ok_or_else(|| {
-        anyhow!(
-            "no Python with the duckdb package (set QUARRY_PYTHON, pip install duckdb into \
+    adbc_and_duckdb_python()
+        .or_else(|| python_with("import duckdb"))
+        .ok_or_else(|| {
+            anyhow!(
+                "no Python with the duckdb package (set QUARRY_PYTHON, pip install duckdb into \
              $QUARRY_VENV, or run ../shared/bench/anchors/run.sh once)"
-        )
-    })
+            )
+        })
 }
 
 /// DuckDB in memory, as both scripts that time it start it: `threads`
@@ -376,10 +414,9 @@ async fn duckdb_run(dir: &Path, opts: &BenchOptions, keep: bool) -> Result<Duckd
     let python = duckdb_python()?;
     let sf = opts.sf;
     let mut tables = serde_json::Map::new();
-    let mut paths = Vec::new();
     let mut writers = Vec::new();
     for &t in &opts.tables {
-        let path = dir.join(format!("{}.tbl", t.name()));
+        let path = tbl_path(dir, t);
         let p = path.clone();
         // One table per thread: at SF 10 the text takes minutes to write.
         writers.push(tokio::task::spawn_blocking(move || write_tbl(t, &p, sf)));
@@ -387,7 +424,6 @@ async fn duckdb_run(dir: &Path, opts: &BenchOptions, keep: bool) -> Result<Duckd
             t.name().into(),
             serde_json::json!({ "ddl": t.ddl(), "path": path.to_string_lossy() }),
         );
-        paths.push(path);
     }
     let written = futures::future::try_join_all(writers).await;
     let answer_for: Vec<&String> = opts
@@ -419,9 +455,7 @@ async fn duckdb_run(dir: &Path, opts: &BenchOptions, keep: bool) -> Result<Duckd
         Err(e) => Err(e.into()),
     };
     if !keep || out.is_err() {
-        for p in paths {
-            let _ = std::fs::remove_file(p);
-        }
+        remove_tbl_files(dir, opts);
     }
     let out = out?;
     let reports = opts
@@ -443,6 +477,18 @@ async fn duckdb_run(dir: &Path, opts: &BenchOptions, keep: bool) -> Result<Duckd
         },
         beside: keep.then(|| serde_json::json!({ "threads": duckdb_threads(), "tables": tables })),
     })
+}
+
+/// Where [`duckdb_run`] writes `table`'s text in `dir`.
+fn tbl_path(dir: &Path, table: Table) -> std::path::PathBuf {
+    dir.join(format!("{}.tbl", table.name()))
+}
+
+/// Removes the text files [`duckdb_run`] wrote for `opts`' tables.
+fn remove_tbl_files(dir: &Path, opts: &BenchOptions) {
+    for &t in &opts.tables {
+        let _ = std::fs::remove_file(tbl_path(dir, t));
+    }
 }
 
 /// Writes `table` at `sf` as dbgen's `|`-separated text.
@@ -555,6 +601,9 @@ pub fn print_compare(r: &CompareReport) {
             "duckdb: timed beside the ADBC client, query by query in one Python process \
              (the ratios use these); `{DUCKDB_ALONE}` is its first run, before the cluster started"
         );
+    }
+    if let Some(why) = &r.duckdb_beside_skipped {
+        println!("duckdb: timed alone only, not beside the ADBC client: {why}");
     }
     if let Some(why) = &r.duckdb_skipped {
         println!("duckdb: not measured: {why}");
