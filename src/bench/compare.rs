@@ -114,7 +114,7 @@ impl CompareReport {
 const DUCKDB_ALONE: &str = "duckdb, alone";
 
 /// Up to this scale factor DuckDB in memory fits beside the cluster (at SF
-/// 1: about 1.4 GB beside the stores' 2 GB), and is timed a second time
+/// 1: about 1.5 GB beside the stores' 3 GB), and is timed a second time
 /// beside the ADBC client; at SF 10 the two (14 GB and 15 GB) would not fit
 /// in this machine's 24 GB, and DuckDB's times are its first run's.
 const BESIDE_UP_TO_SF: f64 = 1.0;
