@@ -163,12 +163,14 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
     let mut queries = Vec::new();
     let mut peaks = Vec::new();
     // DuckDB's files are kept for its second run beside the ADBC client
-    // where that run can happen; why not, where it cannot.
+    // where that run can happen; why not, where it cannot. (The Python that
+    // has both is found once: each probe starts an interpreter.)
+    let both_python = adbc_and_duckdb_python();
     let mut beside_skipped = if opts.sf > BESIDE_UP_TO_SF {
         Some(format!(
             "above SF {BESIDE_UP_TO_SF} DuckDB and the cluster do not fit in memory together"
         ))
-    } else if adbc_and_duckdb_python().is_none() {
+    } else if both_python.is_none() {
         Some("no Python imports both duckdb and adbc_driver_flightsql".to_string())
     } else {
         None
@@ -178,7 +180,7 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
     let duckdb_skipped = if skip.contains(&Skippable::Duckdb) {
         Some("left out (--skip duckdb)".to_string())
     } else {
-        match duckdb_run(dir.path(), &opts, keep_for_adbc).await {
+        match duckdb_run(dir.path(), &opts, both_python.as_deref(), keep_for_adbc).await {
             Ok(run) => {
                 queries.extend(run.reports);
                 peaks.push(run.peak);
@@ -235,14 +237,12 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
         let adbc_skipped = match adbc_python() {
             _ if skip.contains(&Skippable::Adbc) => Some("left out (--skip adbc)".to_string()),
             Ok(python) => {
-                let both = beside
-                    .as_ref()
-                    .and_then(|b| Some((adbc_and_duckdb_python()?, b)));
+                let both = both_python.as_deref().zip(beside.as_ref());
                 // DuckDB failing beside the client (its memory beside the
                 // cluster's) costs its second times, not the run.
                 let paired = match both {
                     Some((python, beside)) => {
-                        match adbc_times(&python, &arrow_url, opts, Some(beside), rows_of).await {
+                        match adbc_times(python, &arrow_url, opts, Some(beside), rows_of).await {
                             Ok(timed) => Some(timed),
                             Err(e) => {
                                 beside_skipped = Some(format!("{e:#}"));
@@ -306,18 +306,15 @@ pub async fn bench_compare(opts: &BenchOptions, skip: &[Skippable]) -> Result<Co
     Ok(report)
 }
 
-/// The Python that has DuckDB ([`python_with`]): the one that also has
-/// the ADBC driver if any does, so that DuckDB's run alone and its run
-/// beside the client are the same DuckDB.
+/// A Python that has DuckDB ([`python_with`]), where none that also has
+/// the ADBC driver was found ([`duckdb_run`] prefers that one).
 fn duckdb_python() -> Result<String> {
-    adbc_and_duckdb_python()
-        .or_else(|| python_with("import duckdb"))
-        .ok_or_else(|| {
-            anyhow!(
-                "no Python with the duckdb package (set QUARRY_PYTHON, pip install duckdb into \
+    python_with("import duckdb").ok_or_else(|| {
+        anyhow!(
+            "no Python with the duckdb package (set QUARRY_PYTHON, pip install duckdb into \
              $QUARRY_VENV, or run ../shared/bench/anchors/run.sh once)"
-            )
-        })
+        )
+    })
 }
 
 /// DuckDB in memory, as both scripts that time it start it: `threads`
@@ -407,11 +404,22 @@ fn duckdb_threads() -> usize {
 /// DuckDB in memory over the same rows (every table the bench loads,
 /// written as `|`-separated text and created with Quarry's DDL), with
 /// [`duckdb_threads`]: its times, its peak memory, and its answers where
-/// none are committed at this scale. With `keep`, the text files stay in
+/// none are committed at this scale. It runs in `both_python` (the Python
+/// that also has the ADBC driver, so that DuckDB's run alone and its run
+/// beside the client are the same DuckDB) if there is one, else in
+/// [`duckdb_python`]. With `keep`, the text files stay in
 /// `dir` for DuckDB's second run beside the ADBC client, and the run says
 /// how to load them ([`DuckdbRun::beside`]).
-async fn duckdb_run(dir: &Path, opts: &BenchOptions, keep: bool) -> Result<DuckdbRun> {
-    let python = duckdb_python()?;
+async fn duckdb_run(
+    dir: &Path,
+    opts: &BenchOptions,
+    both_python: Option<&str>,
+    keep: bool,
+) -> Result<DuckdbRun> {
+    let python = match both_python {
+        Some(p) => p.to_string(),
+        None => duckdb_python()?,
+    };
     let sf = opts.sf;
     let mut tables = serde_json::Map::new();
     let mut writers = Vec::new();
