@@ -25,4 +25,9 @@ pub struct ColumnStatistics {
     pub nulls: u64,
     /// Estimated (HyperLogLog, about 1.6% error).
     pub distinct: u64,
+    /// Whether the regions' ranges of this (integer or date) column
+    /// overlapped at most at their ends: the column rises with the row
+    /// handle, as an order key does in a table loaded in order. Groups by
+    /// such a column each live in one region (`df/group_sieve.rs`).
+    pub clustered: bool,
 }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, SchemaRef};
 use arrow::ipc::writer::StreamWriter;
 use quarry_proto::coprocessor::{CopRequest, CopResponse, DagRequest, EncodeType, ExecSummary};
 use quarry_proto::meta::Layout;
@@ -35,6 +35,7 @@ use crate::executor::{
     ZoneFilter,
 };
 use crate::expr::Expr;
+use crate::sieve::GroupSieve;
 use crate::storage::{KeyRange, Storage};
 use crate::types::arrow_type;
 use crate::{invalid_input, Error, Result};
@@ -265,14 +266,30 @@ struct Output {
     remaining: Vec<KeyRange>,
 }
 
+/// The group sieve `dag` asks for over an aggregation whose output is
+/// `schema` (`sieve.rs`); refused without an aggregation.
+fn group_sieve(dag: &DagRequest, schema: &SchemaRef) -> Result<Option<GroupSieve>> {
+    let Some(proto) = &dag.group_sieve else {
+        return Ok(None);
+    };
+    let agg = dag
+        .aggregation
+        .as_ref()
+        .ok_or_else(|| invalid_input!("a group sieve needs an aggregation"))?;
+    GroupSieve::from_proto(proto, agg.group_by.len(), schema).map(Some)
+}
+
 fn run(
     exec: &mut dyn BatchExecutor,
+    sieve: Option<&GroupSieve>,
     encode: EncodeType,
     max_bytes: u64,
     stop: &Stop,
     summary: &mut ExecSummary,
 ) -> Result<Output> {
     let schema = exec.schema();
+    // A sieve judges the response's groups together: they wait here.
+    let mut held = Vec::new();
     let wire = crate::ipc::wire_schema(encode, schema.clone());
     let narrowing = !Arc::ptr_eq(&wire, &schema);
     let mut ipc = match encode {
@@ -295,7 +312,9 @@ fn run(
         let r = exec.next_batch(batch_rows)?;
         let batch = r.chunk.materialize()?;
         summary.num_batches += 1;
-        if batch.num_rows() > 0 {
+        if batch.num_rows() > 0 && sieve.is_some() {
+            held.push(batch);
+        } else if batch.num_rows() > 0 {
             summary.output_rows += batch.num_rows() as u64;
             match &mut ipc {
                 Some(w) if narrowing => w.write(&crate::ipc::narrow(&batch, &wire)?)?,
@@ -314,6 +333,16 @@ fn run(
         if max_bytes > 0 && written >= max_bytes {
             remaining = exec.remaining_ranges()?;
             break;
+        }
+    }
+    if let Some(sieve) = sieve {
+        for batch in sieve.apply(&schema, held)? {
+            summary.output_rows += batch.num_rows() as u64;
+            match &mut ipc {
+                Some(w) if narrowing => w.write(&crate::ipc::narrow(&batch, &wire)?)?,
+                Some(w) => w.write(&batch)?,
+                None => encode_rows(batch.columns(), &mut rows_out)?,
+            }
         }
     }
     let data = match ipc {
@@ -393,6 +422,10 @@ pub fn handle_parts<S: Storage>(
             all.extend(batches);
         }
         let schema = schema.ok_or_else(|| crate::internal!("no part answered"))?;
+        // The parts answer as one response: the sieve judges them together.
+        if let Some(sieve) = group_sieve(dag, &schema)? {
+            all = sieve.apply(&schema, all)?;
+        }
         let encode = EncodeType::try_from(req.encode_type)
             .map_err(|_| invalid_input!("unknown encode type {}", req.encode_type))?;
         for b in &all {
@@ -468,10 +501,12 @@ pub fn handle<S: Storage>(storage: S, req: &CopRequest, stop: &Stop, wait_ns: u6
             .ok_or_else(|| invalid_input!("coprocessor request without a DAG"))?;
         let ranges = req.ranges.iter().map(KeyRange::from_proto).collect();
         let mut exec = build_executors(storage, dag, ranges)?;
+        let sieve = group_sieve(dag, &exec.schema())?;
         let encode = EncodeType::try_from(req.encode_type)
             .map_err(|_| invalid_input!("unknown encode type {}", req.encode_type))?;
         let out = run(
             exec.as_mut(),
+            sieve.as_ref(),
             encode,
             req.max_response_bytes,
             stop,

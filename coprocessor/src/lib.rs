@@ -58,6 +58,7 @@ pub mod executor;
 pub mod expr;
 pub mod ipc;
 pub mod key_range;
+pub mod sieve;
 pub mod simd;
 pub mod storage;
 pub mod types;

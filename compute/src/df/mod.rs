@@ -44,6 +44,7 @@ pub mod decorrelate;
 mod dynamic_filters;
 pub mod float_division;
 pub mod functions;
+pub mod group_sieve;
 pub mod join_keys;
 pub mod late_filters;
 pub mod literal_shape;

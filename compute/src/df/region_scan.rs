@@ -299,6 +299,32 @@ impl RegionScanExec {
         (probe.data_type() == DataType::Int64).then_some(probe)
     }
 
+    /// Whether output column `i` of an aggregating scan is a group key
+    /// that reads a table column the statistics call clustered (its
+    /// regions' value ranges apart: `group_sieve.rs`).
+    pub fn clustered_output(&self, i: usize) -> bool {
+        let (Some(aggregation), Some(scan), Some(stats)) =
+            (&self.dag.aggregation, &self.dag.scan, &self.table_stats)
+        else {
+            return false;
+        };
+        let Ok(scan_types) = self.scan_types() else {
+            return false;
+        };
+        match aggregation
+            .group_by
+            .get(i)
+            .and_then(|e| Expr::from_proto(e, &scan_types).ok())
+        {
+            Some(Expr::Column { index, .. }) => scan
+                .columns
+                .get(index)
+                .and_then(|c| stats.columns.get(&c.column_id))
+                .is_some_and(|c| c.clustered),
+            _ => false,
+        }
+    }
+
     pub fn set_table_stats(&mut self, stats: Option<Arc<TableStatistics>>) {
         self.table_stats = stats;
     }
@@ -659,6 +685,11 @@ impl ExecutionPlan for RegionScanExec {
             )));
         }
         let mut dag = self.dag.clone();
+        // A task of a distributed scan sees only its share's key ranges,
+        // too few to check a group sieve by (`group_sieve.rs`).
+        if self.share.is_some() {
+            dag.group_sieve = None;
+        }
         // A shape's scan: its filters with this run's values.
         if let Some(late) = &self.late {
             let params = context
@@ -778,6 +809,13 @@ impl ExecutionPlan for RegionScanExec {
                 }
                 _ => ranges,
             };
+            if dag.group_sieve.is_some() {
+                let (batches, stats, said) =
+                    super::group_sieve::run(&dispatcher, &dag, ranges, row_types, deadline).await;
+                runtime_filter.lock().push(said);
+                *started.lock() = Some(stats);
+                return batches;
+            }
             let scan = dispatcher.stream(&dag, ranges, row_types, deadline);
             *started.lock() = Some(scan.stats());
             scan.boxed()

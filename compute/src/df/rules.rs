@@ -55,6 +55,8 @@ use super::region_scan::RegionScanExec;
 pub fn install(state: SessionState) -> SessionState {
     let mut rules = state.physical_optimizers().to_vec();
     rules.push(Arc::new(PartialAggregateIntoRegions));
+    // Over the partial aggregations the rule above put in the regions.
+    rules.push(Arc::new(super::group_sieve::HavingIntoRegions));
     rules.push(Arc::new(TopKIntoRegions));
     // Last: it wraps join build sides, which the rules above do not expect.
     rules.push(Arc::new(super::join_keys::BloomJoinFilters));
@@ -70,7 +72,7 @@ pub fn install(state: SessionState) -> SessionState {
 }
 
 /// `plan` with every node `replace` answers for replaced, children first.
-fn replace_bottom_up(
+pub(super) fn replace_bottom_up(
     plan: Arc<dyn ExecutionPlan>,
     replace: impl Fn(&Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>>,
 ) -> DfResult<Arc<dyn ExecutionPlan>> {

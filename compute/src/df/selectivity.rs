@@ -306,9 +306,11 @@ mod tests {
             max: S::Utf8(None),
             nulls: 0,
             distinct: 25,
+            clustered: false,
         };
         let container = ColumnStatistics {
             distinct: 40,
+            clustered: false,
             ..brand.clone()
         };
         let stats = |i: usize| [&brand, &container].get(i).copied();
@@ -354,6 +356,7 @@ mod tests {
             max: S::Utf8(None),
             nulls: 0,
             distinct: 1000,
+            clustered: false,
         };
         let stats = |i: usize| (i == 0).then_some(&name);
         assert_eq!(selectivity(&like("abc", false), &stats, 10), 0.001);
@@ -366,6 +369,7 @@ mod tests {
             max: S::Date32(Some(1000)),
             nulls: 0,
             distinct: 1000,
+            clustered: false,
         };
         let stats = |i: usize| (i == 0).then_some(&days);
         let ge = cmp(CmpOp::Ge, col(0, DataType::Date32), ScalarValue::Date(250));
@@ -388,9 +392,11 @@ mod tests {
             max: S::Date32(Some(1000)),
             nulls: 0,
             distinct: 1000,
+            clustered: false,
         };
         let other = ColumnStatistics {
             distinct: 4,
+            clustered: false,
             ..days.clone()
         };
         let stats = |i: usize| [&days, &other].get(i).copied();

@@ -36,6 +36,11 @@
 //! string column of the table). They are estimates for planning; no
 //! answer depends on them.
 //!
+//! The regions' partial MIN and MAX also say whether a column is
+//! *clustered*: whether its regions' value ranges overlapped at most at
+//! their ends, as an order key's do in a table loaded in order. Grouping
+//! by such a column lets a HAVING run in the regions (`group_sieve.rs`).
+//!
 //! Left out: an UPDATE that keeps the row count (there is none yet) does
 //! not trigger a new analysis; histograms; LIKE selectivity.
 
@@ -44,13 +49,14 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::array::{Array, AsArray};
+use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::ScalarValue;
 use parking_lot::Mutex;
 use quarry_coprocessor::aggregate::{AggregateFunction, Aggregator};
 use quarry_coprocessor::codec::key::table_record_range;
 use quarry_coprocessor::expr::Expr;
+use quarry_coprocessor::sieve::key_values;
 use quarry_coprocessor::storage::KeyRange;
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::{AggFunc, AggKind, Aggregation, ColumnInfo, DagRequest, TableScan};
@@ -163,7 +169,7 @@ pub async fn count_rows(table: &TableDef, scan: &ScanContext) -> Result<u64> {
         kind: AggKind::CountStar as i32,
         arg: None,
     }];
-    let result = aggregate(table, vec![], funcs, aggs, scan).await?;
+    let (result, _) = aggregate(table, vec![], funcs, aggs, scan).await?;
     let c = result.column(0).as_primitive::<Int64Type>();
     Ok(if c.is_empty() || c.is_null(0) {
         0
@@ -173,14 +179,15 @@ pub async fn count_rows(table: &TableDef, scan: &ScanContext) -> Result<u64> {
 }
 
 /// One aggregation (no grouping) of `columns` over all of `table`'s
-/// regions, merged: one row.
+/// regions, merged: one row; and the regions' partial states as they
+/// came (a row per region, or per part of one).
 async fn aggregate(
     table: &TableDef,
     columns: Vec<ColumnInfo>,
     funcs: Vec<AggregateFunction>,
     aggs: Vec<AggFunc>,
     scan: &ScanContext,
-) -> Result<arrow::array::RecordBatch> {
+) -> Result<(RecordBatch, Vec<RecordBatch>)> {
     let dag = DagRequest {
         scan: Some(TableScan {
             table_id: table.id,
@@ -195,6 +202,7 @@ async fn aggregate(
     };
     let state_types: Vec<DataType> = funcs.iter().flat_map(|f| f.state_types()).collect();
     let mut merged = Aggregator::final_stage(vec![], funcs)?;
+    let mut partials = Vec::new();
     let (start, end) = table_record_range(table.id);
     scan.dispatcher
         .run(
@@ -204,11 +212,33 @@ async fn aggregate(
             Instant::now() + scan.timeout,
             &mut |b| {
                 merged.merge(&b)?;
+                partials.push(b);
                 Ok(ControlFlow::Continue(()))
             },
         )
         .await?;
-    Ok(merged.finish()?)
+    Ok((merged.finish()?, partials))
+}
+
+/// Whether the value ranges in the partial MIN and MAX state columns
+/// `min` and `max` (a row per region) overlap at most at their ends.
+fn clustered(partials: &[RecordBatch], min: usize, max: usize) -> bool {
+    let mut ranges = Vec::new();
+    for b in partials {
+        let (Ok(lo), Ok(hi)) = (key_values(b.column(min)), key_values(b.column(max))) else {
+            return false;
+        };
+        let (lo, hi) = (
+            lo.as_primitive::<Int64Type>(),
+            hi.as_primitive::<Int64Type>(),
+        );
+        for i in 0..b.num_rows() {
+            if lo.is_valid(i) && hi.is_valid(i) {
+                ranges.push((lo.value(i), hi.value(i)));
+            }
+        }
+    }
+    super::group_sieve::ranges_apart(&ranges)
 }
 
 /// Runs the statistics aggregation of `table` over all its regions.
@@ -242,7 +272,7 @@ pub async fn analyze(table: &TableDef, scan: &ScanContext) -> Result<TableStatis
             });
         }
     }
-    let result = aggregate(table, columns.clone(), funcs, aggs, scan).await?;
+    let (result, partials) = aggregate(table, columns.clone(), funcs, aggs, scan).await?;
     let count = |i: usize| -> u64 {
         let c = result.column(i).as_primitive::<Int64Type>();
         if c.is_empty() || c.is_null(0) {
@@ -265,13 +295,18 @@ pub async fn analyze(table: &TableDef, scan: &ScanContext) -> Result<TableStatis
             max: ScalarValue::Null,
             nulls: 0,
             distinct: 0,
+            clustered: false,
         };
         for &kind in per_column(t).unwrap_or_default() {
             match kind {
                 AggKind::Count => c.nulls = rows.saturating_sub(count(at)),
                 AggKind::ApproxDistinct => c.distinct = count(at),
                 AggKind::Min => c.min = scalar(at)?,
-                AggKind::Max => c.max = scalar(at)?,
+                // MAX follows MIN (`per_column`).
+                AggKind::Max => {
+                    c.max = scalar(at)?;
+                    c.clustered = clustered(&partials, at - 1, at);
+                }
                 _ => {}
             }
             at += 1;

@@ -149,6 +149,7 @@ impl QuarryTable {
             top_n: None,
             read_ts: 0,
             not_fill_cache: false,
+            group_sieve: None,
         };
         let mut scan = RegionScanExec::new(
             self.ctx.clone(),

@@ -113,6 +113,9 @@ pub struct DispatchStats {
     pub retries: u64,
     pub response_bytes: u64,
     pub summary: ExecSummary,
+    /// With a group sieve: each response's smallest and largest key
+    /// (`df/group_sieve.rs`).
+    pub key_ranges: Vec<(i64, i64)>,
 }
 
 fn add_summary(into: &mut ExecSummary, s: &ExecSummary) {
@@ -234,6 +237,7 @@ impl Dispatcher {
                 encode: self.cfg.encode,
                 widen: true,
                 row_types,
+                sieve_key: dag.group_sieve.as_ref().map(|s| s.key_column as usize),
                 stats: Arc::new(Mutex::new(DispatchStats::default())),
                 retry_stats,
             }),
@@ -288,6 +292,8 @@ struct StreamState {
     /// (what plans expect); see [`ScanStream::keeping_decimal64`].
     widen: bool,
     row_types: Vec<DataType>,
+    /// The group sieve's key column, whose range each response notes.
+    sieve_key: Option<usize>,
     stats: Arc<Mutex<DispatchStats>>,
     retry_stats: Arc<RetryStats>,
 }
@@ -314,7 +320,16 @@ impl StreamState {
                     }
                     self.count();
                     match decode(self.encode, self.widen, page.data, &self.row_types) {
-                        Ok(batches) => self.ready.extend(batches),
+                        Ok(batches) => {
+                            if let Some(key) = self.sieve_key {
+                                match crate::df::group_sieve::key_range(&batches, key) {
+                                    Ok(Some(r)) => self.stats.lock().key_ranges.push(r),
+                                    Ok(None) => {}
+                                    Err(e) => return Some((Err(e), self)),
+                                }
+                            }
+                            self.ready.extend(batches)
+                        }
                         Err(e) => return Some((Err(e), self)),
                     }
                 }
