@@ -551,6 +551,18 @@ fn a_having_on_an_order_key_is_judged_in_the_regions_and_rechecked_after_a_write
         tpch::expected("q18", 0.01).unwrap(),
     );
     assert_eq!(pg.ok(q), "l_orderkey,s\n6882,303.00\n29158,305.00\n");
+    // COUNT's state is its final value; AVG's (a sum and a count) is not,
+    // and a supplier key is spread over every region (not clustered).
+    let sieves = |sql: &str| pg.ok(&format!("EXPLAIN {sql}")).contains("having");
+    assert!(sieves(
+        "SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING count(*) > 6"
+    ));
+    assert!(!sieves(
+        "SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING avg(l_quantity) > 45"
+    ));
+    assert!(!sieves(
+        "SELECT l_suppkey FROM lineitem GROUP BY l_suppkey HAVING sum(l_quantity) > 700"
+    ));
 
     // An order whose total the HAVING rejects, inside a region's range.
     let near = pg.ok(
