@@ -41,9 +41,11 @@
 //! Holding the batches costs nothing here: the final aggregation above
 //! waits for its whole input anyway.
 //!
-//! Left out: a distributed (MPP) task's scan runs without the sieve, since
-//! one task sees only its own regions' ranges; filters that reach the
-//! aggregation through a projection; string keys.
+//! Under MPP a sieved scan runs as one task (`mpp/tasks.rs`), which sees
+//! every response; a scan that is nevertheless a task with a share of the
+//! table drops the sieve, since it would see only its share's ranges.
+//! Left out: filters that reach the aggregation through a projection;
+//! string keys.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -4,7 +4,8 @@
 //! * [`DesiredTasks`] (asked while the planner sizes each stage): one task
 //!   under `auto` for a table under [`AUTO_MIN_ROWS`]
 //!   rows, a scan that reads a few rows by key (pinned primary keys, a
-//!   selective index) or one that aggregates in the stores, else one per
+//!   selective index) or one that aggregates in the stores, one task in
+//!   every mode for a scan with a group sieve, else one per
 //!   region of the table (the planner caps the count at the live compute
 //!   processes: a task per process). It also fills the region cache with the
 //!   table's regions, which the second event reads without waiting.
@@ -57,6 +58,12 @@ impl DesiredTaskCountHandler for DesiredTasks {
         ev: DesiredTaskCountEvent<'_>,
     ) -> Option<DfResult<DesiredTaskCountEventResponse>> {
         let scan = ev.plan.as_ref().downcast_ref::<RegionScanExec>()?;
+        // A scan with a group sieve answers a few rows, and its check
+        // needs every response's key range in one place: one task in
+        // every mode (`group_sieve.rs`).
+        if scan.dag().group_sieve.is_some() {
+            return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
+        }
         let mode = ev
             .session_config
             .options()
