@@ -7,8 +7,9 @@
 //! network, and compute builds a hash table of all of them to merge states
 //! that, for almost every group, came from one region alone.
 //!
-//! When a group's rows all lie in one response, that response's partial
-//! state is the group's final state, and the HAVING can run in the store.
+//! When a group's rows all lie in one response and the response holds one
+//! row for it, that row's partial state is the group's final state, and
+//! the HAVING can run in the store.
 //! Whether they do depends on every other response, which no store sees;
 //! what a store can say is where its groups lie. So the sieve works on one
 //! key column, and in each response:
@@ -16,14 +17,22 @@
 //! * the groups whose key is the response's smallest or largest value, and
 //!   groups whose key is NULL, always stay (another response may hold more
 //!   of them);
+//! * so do rows whose key value comes more than once in the response. One
+//!   response may hold several partial rows of one group: a region cut
+//!   into parts scanned side by side answers with every part's groups
+//!   (`endpoint::handle_parts`), and the fused aggregation answers with
+//!   its own groups and those of the blocks it handed to the generic path
+//!   (`executor/fused`). Each such row holds only part of the group's
+//!   state, so none may be judged alone;
 //! * every other group stays only if the conditions (over the
 //!   aggregation's output columns: keys, then states) accept it.
 //!
 //! The smallest and largest keys are still in the answer, so compute
 //! reads each response's key range from the rows themselves. If the
 //! ranges of all of a scan's responses overlap at most at their ends, a
-//! group left out lay strictly inside one response's range and in no
-//! other response: its state there was final, and the HAVING, which
+//! group left out lay strictly inside one response's range, in no other
+//! response and in one row of its own: its state there was final, and the
+//! HAVING, which
 //! compute applies again above the merge, would have rejected it too.
 //! If any two ranges overlap further, compute cannot tell, and it asks
 //! again without the sieve (`compute/src/df/group_sieve.rs`). Nothing in
@@ -33,6 +42,8 @@
 //!
 //! Only states that are their own final value may be judged here — SUM,
 //! COUNT, MIN, MAX — which the planner checks before it asks.
+
+use std::collections::HashMap;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::buffer::BooleanBuffer;
@@ -110,10 +121,15 @@ impl GroupSieve {
             .selection
             .take()
             .unwrap_or_else(|| BooleanBuffer::new_set(chunk.batch.num_rows()));
+        // How many rows each key value has in this response.
+        let mut rows_of: HashMap<i64, u32> = HashMap::with_capacity(keys.len());
+        for k in keys.iter().flatten() {
+            *rows_of.entry(k).or_default() += 1;
+        }
         let at_ends = BooleanBuffer::collect_bool(keys.len(), |i| {
             keys.is_null(i) || {
                 let k = keys.value(i);
-                k == lo || k == hi
+                k == lo || k == hi || rows_of.get(&k).is_some_and(|&n| n > 1)
             }
         });
         let keep = &accepted | &at_ends;
@@ -213,6 +229,26 @@ mod tests {
                 (None, 40),
                 (Some(3), 301)
             ]
+        );
+    }
+
+    #[test]
+    fn a_group_in_several_rows_of_one_response_is_never_judged_by_one_of_them() {
+        let sieve = sum_over_300();
+        // Key 5 in two rows (two parts of a region, or a fused and a
+        // generic block): 200 + 200 passes the HAVING, neither alone does.
+        let out = sieve
+            .apply(
+                &schema(),
+                vec![
+                    batch(vec![Some(1), Some(5), Some(6)], vec![10, 200, 20]),
+                    batch(vec![Some(5), Some(9)], vec![200, 30]),
+                ],
+            )
+            .unwrap();
+        assert_eq!(
+            rows(&out),
+            vec![(Some(1), 10), (Some(5), 200), (Some(5), 200), (Some(9), 30)]
         );
     }
 

@@ -458,6 +458,74 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
     assert_eq!(totals(&[b]), totals(&batches(&whole)));
 }
 
+#[test]
+fn a_sieve_over_a_region_cut_into_parts_never_judges_one_part_of_a_group() {
+    use super::handle_parts;
+    use crate::storage::KeyRange;
+    use quarry_proto::coprocessor::GroupSieve;
+    // SELECT qty, COUNT(*) GROUP BY qty HAVING COUNT(*) > 1: every qty
+    // comes twice (h and h + 50), so every group passes; with the cuts
+    // at 30 and 71, qty 21..=28 has one row in the first part and one in
+    // the last, inside the response's key range, each counting 1.
+    let dag = DagRequest {
+        scan: Some(scan(&[2])),
+        aggregation: Some(Aggregation {
+            group_by: vec![at(0, 2).to_proto().unwrap()],
+            aggs: vec![AggFunc {
+                kind: AggKind::CountStar as i32,
+                arg: None,
+            }],
+        }),
+        ..Default::default()
+    };
+    let over_one = Expr::compare(
+        CmpOp::Gt,
+        Expr::Column {
+            index: 1,
+            data_type: DataType::Int64,
+        },
+        Expr::literal(ScalarValue::Int64(1)),
+    )
+    .unwrap();
+    let sieved = DagRequest {
+        group_sieve: Some(GroupSieve {
+            key_column: 0,
+            conditions: vec![over_one.to_proto().unwrap()],
+        }),
+        ..dag.clone()
+    };
+    let (start, end) = table_record_range(TABLE);
+    let cuts = [start, record_key(TABLE, 30), record_key(TABLE, 71), end];
+    let parts: Vec<Vec<KeyRange>> = cuts
+        .windows(2)
+        .map(|w| vec![KeyRange::new(w[0].clone(), w[1].clone())])
+        .collect();
+    let storage = region();
+    let make = || storage.clone();
+    let counts = |bs: &[RecordBatch]| {
+        let mut t = std::collections::BTreeMap::new();
+        for b in bs {
+            let (k, c) = (
+                b.column(0).as_primitive::<Int64Type>(),
+                b.column(1).as_primitive::<Int64Type>(),
+            );
+            for r in 0..b.num_rows() {
+                *t.entry(k.is_valid(r).then(|| k.value(r))).or_insert(0) += c.value(r);
+            }
+        }
+        t
+    };
+    let whole = counts(&batches(&handle(
+        region(),
+        &request(dag),
+        &Stop::default(),
+        0,
+    )));
+    let split = handle_parts(&make, parts, &request(sieved), &Stop::default(), 0);
+    assert_eq!(counts(&batches(&split)), whole);
+    assert_eq!(whole.len(), 46, "45 values of qty and NULL");
+}
+
 /// Request decoding under fuzzing: valid requests with bytes changed, cut
 /// or inserted, and plain garbage, decoded as the gRPC layer would and run
 /// over a region. Whatever decodes is answered (rows or an error inside
