@@ -149,6 +149,27 @@ pub fn key_values(column: &ArrayRef) -> Result<ArrayRef> {
     })
 }
 
+/// The smallest and largest non-NULL value of column `key` over one
+/// response's `batches` (what compute checks a sieved scan's responses
+/// by); None when it has none.
+pub fn key_range(batches: &[RecordBatch], key: usize) -> Result<Option<(i64, i64)>> {
+    let mut range: Option<(i64, i64)> = None;
+    for b in batches {
+        let Some(column) = b.columns().get(key) else {
+            continue;
+        };
+        let values = key_values(column)?;
+        let values = values.as_primitive::<Int64Type>();
+        if let (Some(lo), Some(hi)) = (arrow::compute::min(values), arrow::compute::max(values)) {
+            range = Some(match range {
+                None => (lo, hi),
+                Some((l, h)) => (l.min(lo), h.max(hi)),
+            });
+        }
+    }
+    Ok(range)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -259,6 +280,19 @@ mod tests {
         assert_eq!(rows(&sieve.apply(&schema(), two).unwrap()).len(), 2);
         let nulls = vec![batch(vec![None, None, None], vec![1, 2, 3])];
         assert_eq!(rows(&sieve.apply(&schema(), nulls).unwrap()).len(), 3);
+    }
+
+    #[test]
+    fn a_response_key_range_spans_its_batches_and_skips_nulls() {
+        use arrow::array::Date32Array;
+        let b = |v: Vec<Option<i64>>| batch(v.clone(), vec![0; v.len()]);
+        let batches = vec![b(vec![Some(7), None]), b(vec![Some(3), Some(12)])];
+        assert_eq!(key_range(&batches, 0).unwrap(), Some((3, 12)));
+        assert_eq!(key_range(&[b(vec![None])], 0).unwrap(), None);
+        let dates = Arc::new(Schema::new(vec![Field::new("d", DataType::Date32, true)]));
+        let d = RecordBatch::try_new(dates, vec![Arc::new(Date32Array::from(vec![9000, 8000]))])
+            .unwrap();
+        assert_eq!(key_range(&[d], 0).unwrap(), Some((8000, 9000)));
     }
 
     #[test]

@@ -33,7 +33,7 @@
 //! leaves out groups the filter would reject.
 //!
 //! **The check** ([`run`]). The dispatcher notes each response's smallest
-//! and largest key (the sieve keeps both rows, so they are in the data);
+//! and largest key (`quarry_coprocessor::sieve::key_range`) (the sieve keeps both rows, so they are in the data);
 //! the scan hands nothing on until every region has answered. If the
 //! ranges overlap at most at their ends, every group left out was whole in
 //! its response, and the held batches go on. Otherwise — rows written
@@ -51,8 +51,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Int64Type};
+use arrow::array::RecordBatch;
+use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::Result as DfResult;
 use datafusion::physical_expr::utils::split_conjunction;
@@ -72,7 +72,7 @@ use futures::StreamExt;
 use parking_lot::Mutex;
 use quarry_coprocessor::aggregate::AggregateFunction;
 use quarry_coprocessor::expr::Expr;
-use quarry_coprocessor::sieve::{key_values, sievable_key};
+use quarry_coprocessor::sieve::sievable_key;
 use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::coprocessor::{AggKind, DagRequest, GroupSieve};
 
@@ -251,26 +251,6 @@ fn passes_batches(plan: &Arc<dyn ExecutionPlan>) -> bool {
             || plan.downcast_ref::<CooperativeExec>().is_some())
 }
 
-/// The smallest and largest non-NULL value of column `key` over one
-/// response's `batches`; None when it has none.
-pub fn key_range(batches: &[RecordBatch], key: usize) -> Result<Option<(i64, i64)>> {
-    let mut range: Option<(i64, i64)> = None;
-    for b in batches {
-        let Some(column) = b.columns().get(key) else {
-            continue;
-        };
-        let values = key_values(column)?;
-        let values = values.as_primitive::<Int64Type>();
-        if let (Some(lo), Some(hi)) = (arrow::compute::min(values), arrow::compute::max(values)) {
-            range = Some(match range {
-                None => (lo, hi),
-                Some((l, h)) => (l.min(lo), h.max(hi)),
-            });
-        }
-    }
-    Ok(range)
-}
-
 /// Whether `ranges` overlap at most at their ends: sorted by their
 /// starts, each ends at or before the next one starts.
 pub fn ranges_apart(ranges: &[(i64, i64)]) -> bool {
@@ -342,22 +322,5 @@ mod tests {
         assert!(!ranges_apart(&[(1, 5), (4, 10)]));
         // A row written later, far from its neighbours' keys.
         assert!(!ranges_apart(&[(1, 100), (101, 200), (3, 300)]));
-    }
-
-    #[test]
-    fn a_response_key_range_spans_its_batches_and_skips_nulls() {
-        use arrow::array::{Date32Array, Int64Array};
-        use arrow::datatypes::{Field, Schema};
-        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true)]));
-        let b = |v: Vec<Option<i64>>| {
-            RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(v))]).unwrap()
-        };
-        let batches = vec![b(vec![Some(7), None]), b(vec![Some(3), Some(12)])];
-        assert_eq!(key_range(&batches, 0).unwrap(), Some((3, 12)));
-        assert_eq!(key_range(&[b(vec![None])], 0).unwrap(), None);
-        let dates = Arc::new(Schema::new(vec![Field::new("d", DataType::Date32, true)]));
-        let d = RecordBatch::try_new(dates, vec![Arc::new(Date32Array::from(vec![9000, 8000]))])
-            .unwrap();
-        assert_eq!(key_range(&[d], 0).unwrap(), Some((8000, 9000)));
     }
 }

@@ -114,7 +114,7 @@ pub struct DispatchStats {
     pub response_bytes: u64,
     pub summary: ExecSummary,
     /// With a group sieve: each response's smallest and largest key
-    /// (`df/group_sieve.rs`).
+    /// (checked by the planner's `df/group_sieve.rs`).
     pub key_ranges: Vec<(i64, i64)>,
 }
 
@@ -322,10 +322,10 @@ impl StreamState {
                     match decode(self.encode, self.widen, page.data, &self.row_types) {
                         Ok(batches) => {
                             if let Some(key) = self.sieve_key {
-                                match crate::df::group_sieve::key_range(&batches, key) {
+                                match quarry_coprocessor::sieve::key_range(&batches, key) {
                                     Ok(Some(r)) => self.stats.lock().key_ranges.push(r),
                                     Ok(None) => {}
-                                    Err(e) => return Some((Err(e), self)),
+                                    Err(e) => return Some((Err(e.into()), self)),
                                 }
                             }
                             self.ready.extend(batches)
