@@ -32,8 +32,8 @@
 //! ranges of all of a scan's responses overlap at most at their ends, a
 //! group left out lay strictly inside one response's range, in no other
 //! response and in one row of its own: its state there was final, and the
-//! HAVING, which
-//! compute applies again above the merge, would have rejected it too.
+//! HAVING, which compute applies again above the merge, would have
+//! rejected it too.
 //! If any two ranges overlap further, compute cannot tell, and it asks
 //! again without the sieve (`compute/src/df/group_sieve.rs`). Nothing in
 //! the store depends on how the table's rows are ordered; the order only
@@ -121,15 +121,11 @@ impl GroupSieve {
             .selection
             .take()
             .unwrap_or_else(|| BooleanBuffer::new_set(chunk.batch.num_rows()));
-        // How many rows each key value has in this response.
-        let mut rows_of: HashMap<i64, u32> = HashMap::with_capacity(keys.len());
-        for k in keys.iter().flatten() {
-            *rows_of.entry(k).or_default() += 1;
-        }
+        let repeated = repeated_keys(keys);
         let at_ends = BooleanBuffer::collect_bool(keys.len(), |i| {
             keys.is_null(i) || {
                 let k = keys.value(i);
-                k == lo || k == hi || rows_of.get(&k).is_some_and(|&n| n > 1)
+                k == lo || k == hi || repeated[i]
             }
         });
         let keep = &accepted | &at_ends;
@@ -138,6 +134,29 @@ impl GroupSieve {
             &BooleanArray::new(keep, None),
         )?])
     }
+}
+
+/// Whether each row's key value comes more than once among `keys`.
+///
+/// A clustered key's groups come out of the aggregation in key order (in
+/// the order first met, which is the table's), so that case is one pass
+/// over neighbours; anything else counts the values in a hash map.
+fn repeated_keys(keys: &arrow::array::Int64Array) -> Vec<bool> {
+    let v = keys.values();
+    let n = v.len();
+    if keys.null_count() == 0 && v.windows(2).all(|w| w[0] <= w[1]) {
+        return (0..n)
+            .map(|i| (i > 0 && v[i - 1] == v[i]) || (i + 1 < n && v[i + 1] == v[i]))
+            .collect();
+    }
+    let mut rows_of: HashMap<i64, u32, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(n, Default::default());
+    for k in keys.iter().flatten() {
+        *rows_of.entry(k).or_default() += 1;
+    }
+    (0..n)
+        .map(|i| keys.is_valid(i) && rows_of.get(&v[i]).is_some_and(|&c| c > 1))
+        .collect()
 }
 
 /// A key column as 64-bit integers (DATE as its day number).
@@ -270,6 +289,21 @@ mod tests {
         assert_eq!(
             rows(&out),
             vec![(Some(1), 10), (Some(5), 200), (Some(5), 200), (Some(9), 30)]
+        );
+    }
+
+    #[test]
+    fn repeated_keys_are_found_in_key_order_and_out_of_it() {
+        use arrow::array::Int64Array;
+        let sorted = Int64Array::from(vec![1, 2, 2, 3, 7, 7, 7, 9]);
+        assert_eq!(
+            repeated_keys(&sorted),
+            vec![false, true, true, false, true, true, true, false]
+        );
+        let shuffled = Int64Array::from(vec![Some(7), Some(2), None, Some(7), Some(1), None]);
+        assert_eq!(
+            repeated_keys(&shuffled),
+            vec![true, false, false, true, false, false]
         );
     }
 
