@@ -388,10 +388,20 @@ fn a_region_sum_past_bigint_ships_exact() {
     );
 }
 
+/// The table's range cut before rows 30 and 71: three parts, as
+/// `handle_parts` takes them.
+fn three_parts() -> Vec<Vec<crate::storage::KeyRange>> {
+    use crate::storage::KeyRange;
+    let (start, end) = table_record_range(TABLE);
+    let cuts = [start, record_key(TABLE, 30), record_key(TABLE, 71), end];
+    cuts.windows(2)
+        .map(|w| vec![KeyRange::new(w[0].clone(), w[1].clone())])
+        .collect()
+}
+
 #[test]
 fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
     use super::handle_parts;
-    use crate::storage::KeyRange;
     // SELECT flag, SUM(price), COUNT(qty) GROUP BY flag, in 3 parts.
     let dag = DagRequest {
         scan: Some(scan(&[1, 2, 3])),
@@ -410,12 +420,7 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
         }),
         ..Default::default()
     };
-    let (start, end) = table_record_range(TABLE);
-    let cuts = [start, record_key(TABLE, 30), record_key(TABLE, 71), end];
-    let parts: Vec<Vec<KeyRange>> = cuts
-        .windows(2)
-        .map(|w| vec![KeyRange::new(w[0].clone(), w[1].clone())])
-        .collect();
+    let parts = three_parts();
     let storage = region();
     let make = || storage.clone();
     // Totals per flag, however the partial rows are spread.
@@ -461,7 +466,6 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
 #[test]
 fn a_sieve_over_a_region_cut_into_parts_never_judges_one_part_of_a_group() {
     use super::handle_parts;
-    use crate::storage::KeyRange;
     use quarry_proto::coprocessor::GroupSieve;
     // SELECT qty, COUNT(*) GROUP BY qty HAVING COUNT(*) > 1: every qty
     // comes twice (h and h + 50), so every group passes; with the cuts
@@ -494,12 +498,7 @@ fn a_sieve_over_a_region_cut_into_parts_never_judges_one_part_of_a_group() {
         }),
         ..dag.clone()
     };
-    let (start, end) = table_record_range(TABLE);
-    let cuts = [start, record_key(TABLE, 30), record_key(TABLE, 71), end];
-    let parts: Vec<Vec<KeyRange>> = cuts
-        .windows(2)
-        .map(|w| vec![KeyRange::new(w[0].clone(), w[1].clone())])
-        .collect();
+    let parts = three_parts();
     let storage = region();
     let make = || storage.clone();
     let counts = |bs: &[RecordBatch]| {
