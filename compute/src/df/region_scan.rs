@@ -409,6 +409,68 @@ impl RegionScanExec {
             ),
         }
     }
+
+    /// The estimated rows out of a plain scan: the table's row count, the
+    /// share of it the filter keeps (`selectivity.rs`), at most the limit;
+    /// and for each output that is a table
+    /// column with statistics, its range, NULLs and distinct values (at
+    /// most the rows out). Aggregating scans are unknown. The join order
+    /// (`join_order.rs`) asks it before DataFusion does.
+    pub fn estimated_statistics(&self) -> Statistics {
+        let mut stats = Statistics::new_unknown(&self.schema);
+        let Some(table) = self.table_stats.as_deref() else {
+            return stats;
+        };
+        if self.dag.aggregation.is_some() {
+            return stats;
+        }
+        let (Some(scan), Ok(scan_types)) = (self.dag.scan.as_ref(), self.scan_types()) else {
+            return stats;
+        };
+        let column = |i: usize| {
+            scan.columns
+                .get(i)
+                .and_then(|c| table.columns.get(&c.column_id))
+        };
+        let kept = match &self.dag.selection {
+            Some(s) => {
+                // A condition that does not decode counts as unknown.
+                let (mut known, mut unknown) = (Vec::new(), 0);
+                for c in &s.conditions {
+                    match Expr::from_proto(c, &scan_types) {
+                        Ok(e) => known.push(e),
+                        Err(_) => unknown += 1,
+                    }
+                }
+                conjunction(&known, &column, table.rows) * DEFAULT_SELECTIVITY.powi(unknown)
+            }
+            None => 1.0,
+        };
+        let mut rows = ((table.rows as f64 * kept).ceil() as usize).max(1);
+        if self.dag.limit > 0 {
+            rows = rows.min(self.dag.limit as usize);
+        }
+        stats.num_rows = Precision::Inexact(rows);
+        let Some(outputs) = self.plain_outputs() else {
+            return stats;
+        };
+        for (out, expr) in stats.column_statistics.iter_mut().zip(&outputs) {
+            let Expr::Column { index, .. } = expr else {
+                continue;
+            };
+            let Some(c) = column(*index) else {
+                continue;
+            };
+            // Min and max only bound a column: a filter may narrow it.
+            if !c.min.is_null() && !c.max.is_null() {
+                out.min_value = Precision::Inexact(c.min.clone());
+                out.max_value = Precision::Inexact(c.max.clone());
+            }
+            out.null_count = Precision::Inexact((c.nulls as f64 * kept) as usize);
+            out.distinct_count = Precision::Inexact((c.distinct as usize).min(rows));
+        }
+        stats
+    }
 }
 
 impl DisplayAs for RegionScanExec {
@@ -563,69 +625,13 @@ impl ExecutionPlan for RegionScanExec {
         Some(self.metrics.clone_inner())
     }
 
-    /// The estimated rows out of a plain scan: the table's row count, the
-    /// share of it the filter keeps (`selectivity.rs`), at most the limit;
-    /// and for each output that is a table
-    /// column with statistics, its range, NULLs and distinct values (at
-    /// most the rows out). Aggregating scans are unknown.
+    /// The scan's own estimate ([`RegionScanExec::estimated_statistics`]).
     fn statistics_from_inputs(
         &self,
         _input_stats: &[Arc<Statistics>],
         _args: &StatisticsArgs,
     ) -> DfResult<Arc<Statistics>> {
-        let mut stats = Statistics::new_unknown(&self.schema);
-        let Some(table) = self.table_stats.as_deref() else {
-            return Ok(Arc::new(stats));
-        };
-        if self.dag.aggregation.is_some() {
-            return Ok(Arc::new(stats));
-        }
-        let (Some(scan), Ok(scan_types)) = (self.dag.scan.as_ref(), self.scan_types()) else {
-            return Ok(Arc::new(stats));
-        };
-        let column = |i: usize| {
-            scan.columns
-                .get(i)
-                .and_then(|c| table.columns.get(&c.column_id))
-        };
-        let kept = match &self.dag.selection {
-            Some(s) => {
-                // A condition that does not decode counts as unknown.
-                let (mut known, mut unknown) = (Vec::new(), 0);
-                for c in &s.conditions {
-                    match Expr::from_proto(c, &scan_types) {
-                        Ok(e) => known.push(e),
-                        Err(_) => unknown += 1,
-                    }
-                }
-                conjunction(&known, &column, table.rows) * DEFAULT_SELECTIVITY.powi(unknown)
-            }
-            None => 1.0,
-        };
-        let mut rows = ((table.rows as f64 * kept).ceil() as usize).max(1);
-        if self.dag.limit > 0 {
-            rows = rows.min(self.dag.limit as usize);
-        }
-        stats.num_rows = Precision::Inexact(rows);
-        let Some(outputs) = self.plain_outputs() else {
-            return Ok(Arc::new(stats));
-        };
-        for (out, expr) in stats.column_statistics.iter_mut().zip(&outputs) {
-            let Expr::Column { index, .. } = expr else {
-                continue;
-            };
-            let Some(c) = column(*index) else {
-                continue;
-            };
-            // Min and max only bound a column: a filter may narrow it.
-            if !c.min.is_null() && !c.max.is_null() {
-                out.min_value = Precision::Inexact(c.min.clone());
-                out.max_value = Precision::Inexact(c.max.clone());
-            }
-            out.null_count = Precision::Inexact((c.nulls as f64 * kept) as usize);
-            out.distinct_count = Precision::Inexact((c.distinct as usize).min(rows));
-        }
-        Ok(Arc::new(stats))
+        Ok(Arc::new(self.estimated_statistics()))
     }
 
     /// Keeps the join filters DataFusion offers after optimization (its

@@ -167,6 +167,25 @@ impl QuarryTable {
     }
 }
 
+impl QuarryTable {
+    /// What a scan of this table with `projection`, `filters` and `limit`
+    /// would tell DataFusion about its output (rows, and per column
+    /// distinct values), from the table's last statistics: the estimate
+    /// the join order (`join_order.rs`) reads while the plan is still
+    /// logical. None without statistics, or for filters the scan cannot
+    /// take.
+    pub fn estimate(
+        &self,
+        projection: Option<&Vec<usize>>,
+        filters: &[LExpr],
+        limit: Option<usize>,
+    ) -> Option<Statistics> {
+        self.stats.as_ref()?;
+        let scan = self.region_scan(projection, filters, limit).ok()?;
+        Some(scan.estimated_statistics())
+    }
+}
+
 #[async_trait]
 impl TableProvider for QuarryTable {
     fn schema(&self) -> SchemaRef {
