@@ -50,15 +50,27 @@
 //! on a cold start): the plan keeps its order rather than guess; a
 //! null-equal key or NOT IN semantics (not a plain inner join), or a
 //! join without equal keys, ends the graph there; a graph whose parts
-//! could only be joined by a cross product. A leaf's own joins are
+//! could only be joined by a cross product; more than sixteen leaves;
+//! leaves whose columns only the projections between the joins kept
+//! apart (a derived table's hidden columns named like another leaf's),
+//! which then stay where they are while the joins inside are looked at
+//! on their own; a volatile key or condition (`random()`), which must
+//! not be merged with another or moved. A leaf's own joins are
 //! reordered on their own. The new tree ends in a projection to the
 //! columns the old one had, in its order, so nothing above changes;
 //! DataFusion's projection pruning, which runs after this rule, prunes
 //! the new tree's columns again.
 //!
-//! Left out: join keys implied by transitivity (Q9's `ps_suppkey =
-//! l_suppkey = s_suppkey` does not join partsupp to supplier directly);
-//! outer joins, which may not move across each other as freely; cost
+//! Keys are classes of equal expressions: `a = b` and `b = c` make `a`
+//! and `c` joinable too (Q9's `ps_suppkey = l_suppkey = s_suppkey` joins
+//! partsupp to supplier before lineitem is there). Each join takes, per
+//! class with members on both sides, just the keys that make them equal.
+//! A new order replaces the old only when its estimated cost (the rows
+//! its joins keep, summed) is lower, so equal estimates keep the plan as
+//! it is in each of the optimizer's passes.
+//!
+//! Left out: outer joins, which may not move across each other as
+//! freely; joins inside subqueries DataFusion did not decorrelate; cost
 //! beyond row counts (a wide build side costs more than a narrow one of
 //! the same rows); dynamic programming over all orders, which for the
 //! eight tables of TPC-H's largest join would still be cheap but would
@@ -69,7 +81,7 @@ use std::sync::Arc;
 
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{Column, DFSchemaRef, NullEquality, Result as DfResult};
+use datafusion::common::{Column, DFSchema, DFSchemaRef, NullEquality, Result as DfResult};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
@@ -83,6 +95,11 @@ use super::table::QuarryTable;
 /// The share of rows a filter DataFusion keeps above a scan is taken to
 /// keep (DataFusion's default selectivity).
 const FILTER_SELECTIVITY: f64 = 0.2;
+
+/// The most leaves of a graph this rule orders: each greedy step weighs
+/// every pair of parts, so a graph of many more would cost planning
+/// time out of proportion (TPC-H's largest has eight).
+const MAX_LEAVES: usize = 16;
 
 /// The logical optimizer rule (installed after DataFusion's
 /// `push_down_filter`, so that scans carry their filters).
@@ -216,18 +233,41 @@ impl Graph {
     /// The leaf whose output has every column `e` reads.
     fn leaf_of(&self, e: &Expr) -> Option<usize> {
         let columns = e.column_refs();
-        let first = columns.iter().next()?;
-        let leaf = self
-            .leaves
-            .iter()
-            .position(|l| l.schema().has_column(first))?;
+        let leaf = self.only_leaf_with(columns.iter().next()?)?;
         let schema = self.leaves[leaf].schema();
         columns.iter().all(|c| schema.has_column(c)).then_some(leaf)
     }
 
-    /// The graph's keys as classes of equal expressions; None if a key
-    /// reads no single leaf, or a class mixes types.
+    /// The one leaf whose output has `column`; None if none or several
+    /// do.
+    fn only_leaf_with(&self, column: &Column) -> Option<usize> {
+        let mut with = self
+            .leaves
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.schema().has_column(column))
+            .map(|(i, _)| i);
+        let leaf = with.next()?;
+        with.next().is_none().then_some(leaf)
+    }
+
+    /// The graph's keys as classes of equal expressions; None if the
+    /// leaves' columns clash once joined directly, a key or condition
+    /// reads no single leaf or is volatile, or a class mixes types.
     fn classes(&self) -> Option<Keys> {
+        // The leaves' columns must be told apart without the projections
+        // between the joins (a derived table's hidden columns may share
+        // names with another leaf's), as the new joins will need.
+        let mut all = DFSchema::empty();
+        for leaf in &self.leaves {
+            all = all.join(leaf.schema()).ok()?;
+        }
+        let volatile = |e: &Expr| e.is_volatile();
+        if self.keys.iter().any(|(l, r)| volatile(l) || volatile(r))
+            || self.filters.iter().any(volatile)
+        {
+            return None;
+        }
         let mut members: Vec<Member> = Vec::new();
         let mut parent: Vec<usize> = Vec::new();
         fn root(parent: &mut [usize], mut i: usize) -> usize {
@@ -285,7 +325,7 @@ impl Graph {
             .map(|f| {
                 let mut leaves = Vec::new();
                 for c in f.column_refs() {
-                    let leaf = self.leaves.iter().position(|l| l.schema().has_column(c))?;
+                    let leaf = self.only_leaf_with(c)?;
                     if !leaves.contains(&leaf) {
                         leaves.push(leaf);
                     }
@@ -326,37 +366,71 @@ struct Keys {
 fn reorder_graph(node: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
     let mut graph = Graph::default();
     let shape = graph.flatten(&node, true);
+    // Leaves whose columns only the projections between the joins kept
+    // apart, or keys this rule cannot place: the tree stays, and the
+    // traversal goes on into it (its inner joins may be graphs of their
+    // own).
+    let Some(keys) = graph.classes() else {
+        return Ok(Transformed::no(node));
+    };
     let mut leaves_changed = false;
     for leaf in graph.leaves.iter_mut() {
         let t = reorder(std::mem::take(leaf))?;
         leaves_changed |= t.transformed;
         *leaf = t.data;
     }
-    let keys = graph.classes();
-    let order = match (graph.leaves.len() >= 3, &keys) {
-        (true, Some(keys)) => graph
+    let order = match graph.leaves.len() {
+        3..=MAX_LEAVES => graph
             .leaves
             .iter()
             .map(estimate)
             .collect::<Option<Vec<_>>>()
-            .and_then(|estimates| greedy_order(&graph, keys, &estimates)),
+            .and_then(|estimates| {
+                let order = greedy_order(&graph, &keys, &estimates)?;
+                // Only a cheaper tree replaces the one there: equal
+                // estimates keep the plan as it is, pass after pass.
+                let cost = |t: &Tree| tree_cost(t, &graph, &keys, &estimates).0;
+                (cost(&order) < cost(&shape) * (1.0 - 1e-9)).then_some(order)
+            }),
         _ => None,
     };
-    let tree = match (order, keys.is_some()) {
-        (Some(order), _) if order != shape => order,
-        (_, true) if leaves_changed => shape,
-        // Keys that read no single leaf: the old tree, over the new leaves.
-        (_, false) if leaves_changed => {
-            let t = node.map_children(reorder)?;
-            return Ok(Transformed::new(t.data, true, TreeNodeRecursion::Jump));
-        }
-        _ => return Ok(Transformed::new(node, false, TreeNodeRecursion::Jump)),
+    let tree = match order {
+        Some(order) => order,
+        None if leaves_changed => shape,
+        None => return Ok(Transformed::new(node, false, TreeNodeRecursion::Jump)),
     };
-    let keys = keys.expect("a tree to build has keys");
     let mut placed = vec![false; keys.filters.len()];
     let (joined, _) = build(&tree, &graph.leaves, &keys, &mut placed)?;
     let plan = restore_columns(joined, node.schema())?;
     Ok(Transformed::new(plan, true, TreeNodeRecursion::Jump))
+}
+
+/// The estimated rows of `tree`, and the sum of the rows each of its
+/// joins keeps (infinite where a join has no key).
+fn tree_cost(tree: &Tree, graph: &Graph, keys: &Keys, estimates: &[Estimate]) -> (f64, Part) {
+    match tree {
+        Tree::Leaf(i) => (
+            0.0,
+            Part {
+                tree: tree.clone(),
+                leaves: HashSet::from([*i]),
+                rows: estimates[*i].rows.max(1.0),
+            },
+        ),
+        Tree::Join(l, r) => {
+            let (lc, left) = tree_cost(l, graph, keys, estimates);
+            let (rc, right) = tree_cost(r, graph, keys, estimates);
+            let rows = joined_rows(graph, keys, estimates, &left, &right);
+            let mut leaves = left.leaves;
+            leaves.extend(right.leaves);
+            let part = Part {
+                tree: tree.clone(),
+                leaves,
+                rows: rows.unwrap_or(left.rows * right.rows),
+            };
+            (lc + rc + rows.unwrap_or(f64::INFINITY), part)
+        }
+    }
 }
 
 /// A leaf's estimate, when it is a table scan under nodes that keep its

@@ -247,3 +247,54 @@ fn a_joins_other_condition_goes_to_the_lowest_join_with_its_leaves() {
     assert!(shown.contains("Inner Join: n1.k = s.nk\n"), "{shown}");
     assert!(shown.contains("Inner Join: n2.k = c.nk\n"), "{shown}");
 }
+
+#[test]
+fn leaves_whose_columns_clash_without_the_projections_are_left_alone() {
+    // `(SELECT b.v FROM a JOIN b ON a.id = b.id) JOIN (SELECT c.id + 0
+    // AS id, c.w FROM c) ON c.w = b.v`: joined directly, a's `a.id` and
+    // the derived table's unqualified `id` would be ambiguous.
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("w", DataType::Int64, false),
+    ]);
+    let derived = table_scan(Some("c"), &schema, None)
+        .unwrap()
+        .project([
+            (col("c.id") + datafusion::logical_expr::lit(0i64)).alias("id"),
+            col("c.w"),
+        ])
+        .unwrap()
+        .build()
+        .unwrap();
+    let graph = Graph {
+        leaves: vec![leaf("a", &["id"]), leaf("b", &["id", "v"]), derived],
+        keys: vec![key("a.id", "b.id"), key("c.w", "b.v")],
+        filters: Vec::new(),
+    };
+    assert!(graph.classes().is_none());
+}
+
+#[test]
+fn a_new_order_must_cost_less_than_the_old() {
+    let (graph, estimates) = q9();
+    let keys = graph.classes().unwrap();
+    let order = greedy_order(&graph, &keys, &estimates).unwrap();
+    // The FROM order, as DataFusion joins it: part ⋈ lineitem, then
+    // supplier, partsupp, orders, nation.
+    let from = [1, 3, 4, 5]
+        .into_iter()
+        .fold(join(Tree::Leaf(0), Tree::Leaf(2)), |t, i| {
+            join(t, Tree::Leaf(i))
+        });
+    let cost = |t: &Tree| tree_cost(t, &graph, &keys, &estimates).0;
+    assert!(
+        cost(&order) < cost(&from),
+        "{} vs {}",
+        cost(&order),
+        cost(&from)
+    );
+    assert_eq!(cost(&order), cost(&order.clone()));
+    // A tree that needs a cross product costs without bound.
+    let cross = join(join(Tree::Leaf(0), Tree::Leaf(4)), Tree::Leaf(2));
+    assert!(cost(&cross).is_infinite());
+}
