@@ -405,8 +405,9 @@ fn reorder_graph(node: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
     Ok(Transformed::new(plan, true, TreeNodeRecursion::Jump))
 }
 
-/// The estimated rows of `tree`, and the sum of the rows each of its
-/// joins keeps (infinite where a join has no key).
+/// The cost of `tree`: the sum of the rows each of its joins keeps
+/// (infinite where a join has no key); and `tree` as a part, with its
+/// estimated rows.
 fn tree_cost(tree: &Tree, graph: &Graph, keys: &Keys, estimates: &[Estimate]) -> (f64, Part) {
     match tree {
         Tree::Leaf(i) => (
