@@ -130,18 +130,7 @@ impl OptimizerRule for ReorderJoins {
 
 /// Installs the rule right after `push_down_filter`.
 pub fn install(state: &mut datafusion::execution::SessionState) {
-    let mut rules = state.optimizers().to_vec();
-    let at = rules
-        .iter()
-        .position(|r| r.name() == "push_down_filter")
-        .map_or(rules.len(), |i| i + 1);
-    rules.insert(at, Arc::new(ReorderJoins));
-    let _ = std::mem::replace(
-        state,
-        datafusion::execution::SessionStateBuilder::new_from_existing(state.clone())
-            .with_optimizer_rules(rules)
-            .build(),
-    );
+    super::add_optimizer_rule_after(state, "push_down_filter", Arc::new(ReorderJoins));
 }
 
 /// `plan` with every join graph in it reordered, outermost first; a

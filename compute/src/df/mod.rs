@@ -777,3 +777,24 @@ pub(crate) fn runtime_with_limit(
         .build_arc()
         .map(Some)
 }
+
+/// Puts `rule` among `state`'s logical optimizer rules right after the
+/// one named `after` (last if there is none by that name).
+pub(crate) fn add_optimizer_rule_after(
+    state: &mut datafusion::execution::SessionState,
+    after: &str,
+    rule: Arc<dyn datafusion::optimizer::OptimizerRule + Send + Sync>,
+) {
+    let mut rules = state.optimizers().to_vec();
+    let at = rules
+        .iter()
+        .position(|r| r.name() == after)
+        .map_or(rules.len(), |i| i + 1);
+    rules.insert(at, rule);
+    let _ = std::mem::replace(
+        state,
+        SessionStateBuilder::new_from_existing(state.clone())
+            .with_optimizer_rules(rules)
+            .build(),
+    );
+}

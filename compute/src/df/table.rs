@@ -165,9 +165,7 @@ impl QuarryTable {
         }
         Ok(scan)
     }
-}
 
-impl QuarryTable {
     /// What a scan of this table with `projection`, `filters` and `limit`
     /// would tell DataFusion about its output (rows, and per column
     /// distinct values), from the table's last statistics: the estimate

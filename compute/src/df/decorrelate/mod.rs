@@ -161,17 +161,10 @@ impl OptimizerRule for DecorrelateLeftovers {
 /// `scalar_subquery_to_join`.
 pub fn install(state: &mut datafusion::execution::SessionState) {
     state.add_analyzer_rule(Arc::new(DecorrelateRefused));
-    let mut rules = state.optimizers().to_vec();
-    let at = rules
-        .iter()
-        .position(|r| r.name() == "scalar_subquery_to_join")
-        .map_or(rules.len(), |i| i + 1);
-    rules.insert(at, Arc::new(DecorrelateLeftovers));
-    let _ = std::mem::replace(
+    super::add_optimizer_rule_after(
         state,
-        datafusion::execution::SessionStateBuilder::new_from_existing(state.clone())
-            .with_optimizer_rules(rules)
-            .build(),
+        "scalar_subquery_to_join",
+        Arc::new(DecorrelateLeftovers),
     );
 }
 
