@@ -625,3 +625,35 @@ fn joins_are_ordered_by_the_statistics_and_answers_stay_exact() {
         );
     }
 }
+
+/// TPC-H Q11's HAVING subquery repeats its join (nation ⋈ supplier ⋈
+/// partsupp): the plan runs it once for both uses
+/// (`compute/src/df/shared_subplan/`), and the answers of the queries
+/// that share (Q2, Q11, Q15) stay DuckDB's.
+#[test]
+fn a_join_the_query_repeats_runs_once_and_answers_stay_exact() {
+    let pg = Playground::start(&["--stores", "3", "--sf", "0.01"]);
+    let q11 = tpch::query("q11").unwrap();
+    let plan = pg.ok(&format!("EXPLAIN {q11}"));
+    assert_eq!(plan.matches("SharedSubplan: id=0").count(), 2, "{plan}");
+    assert_eq!(
+        plan.matches("SharedSubplanExec: id=0, uses=2").count(),
+        2,
+        "{plan}"
+    );
+    // Of the two copies of partsupp's scan, one ran.
+    let analyzed = pg.ok(&format!("EXPLAIN ANALYZE {q11}"));
+    let scans: Vec<&str> = analyzed
+        .lines()
+        .filter(|l| l.contains("RegionScanExec: table=partsupp"))
+        .collect();
+    assert_eq!(scans.len(), 2, "{analyzed}");
+    let ran = scans.iter().filter(|l| l.contains("ran: ")).count();
+    assert_eq!(ran, 1, "{analyzed}");
+    for q in ["q2", "q11", "q15"] {
+        assert_csv_matches(
+            &pg.ok(tpch::query(q).unwrap()),
+            tpch::expected(q, 0.01).unwrap(),
+        );
+    }
+}

@@ -63,6 +63,7 @@ pub mod region_scan;
 pub mod rules;
 pub mod selectivity;
 pub mod shared_scan;
+pub mod shared_subplan;
 pub mod start_early;
 pub mod stats;
 pub mod table;
@@ -436,6 +437,7 @@ impl SqlSession {
         decorrelate::install(&mut state);
         join_order::install(&mut state);
         let state = rules::install(state);
+        let state = shared_subplan::install(state);
         let (state, pg_catalog) = pg_catalog::install(state, cluster.clone())?;
         Ok(SqlSession {
             base: state,

@@ -34,9 +34,11 @@
 //! aggregating scan feeds a Final aggregation, which waits for all of them
 //! anyway. An error in the run reaches every consumer.
 //!
-//! Left out: sharing plain scans (Q2's and Q11's two reads of partsupp,
-//! Q17's and Q21's of lineitem) would need a bounded buffer and consumers
-//! that advance together, and their join filters differ.
+//! Left out: sharing plain scans (Q17's and Q21's reads of lineitem,
+//! whose filters differ) would need a bounded buffer and consumers that
+//! advance together. Joins and aggregations a query repeats whole (Q2's
+//! and Q11's reads of partsupp with their joins) share one run one level
+//! up, in the logical plan (`shared_subplan/`).
 
 use std::sync::Arc;
 

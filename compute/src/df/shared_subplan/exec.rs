@@ -1,0 +1,331 @@
+//! The shared plan's run: [`SharedSubplanExec`] over each copy, and
+//! [`AssignSharedRuns`], which gives the copies of one id one
+//! [`SharedRun`].
+//!
+//! The run is one output partition (DataFusion coalesces the copy's
+//! partitions under the marker), so one copy runs it whole: the first
+//! copy polled runs its own plan and keeps its batches; a copy polled
+//! while that runs waits for it; every copy then replays the batches.
+//! Were partitions shared one by one, two copies could each run part of
+//! the plan, and each would build its joins' hash tables and scan their
+//! probe sides whole.
+//!
+//! A run whose batches pass [`SHARED_BYTES_MAX`], or more than the
+//! query's memory pool grants, stops being shared: the copy that ran it
+//! hands on what it kept and streams the rest of its own plan, and the
+//! others run theirs, so no copy's plan runs twice at once. A run that
+//! fails fails every use with the same error. A copy dropped while it
+//! runs (a LIMIT above it met, a cancel) leaves the run to the next copy
+//! that asks, which runs its own plan.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DataFusionError, Result as DfResult, Statistics};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{Distribution, EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
+use futures::{StreamExt, TryStreamExt};
+use parking_lot::Mutex;
+
+/// The most bytes of batches a shared run keeps for its uses.
+pub const SHARED_BYTES_MAX: usize = 64 << 20;
+
+/// One use of a shared plan, over its own copy of the plan.
+#[derive(Debug)]
+pub struct SharedSubplanExec {
+    id: usize,
+    input: Arc<dyn ExecutionPlan>,
+    /// The run every copy of `id` shares, and this copy's place among
+    /// them ([`AssignSharedRuns`]); None: this copy runs on its own.
+    run: Option<(Arc<SharedRun>, usize)>,
+    properties: Arc<PlanProperties>,
+}
+
+impl SharedSubplanExec {
+    pub fn new(id: usize, input: Arc<dyn ExecutionPlan>) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(input.schema()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        );
+        SharedSubplanExec {
+            id,
+            input,
+            run: None,
+            properties: Arc::new(properties),
+        }
+    }
+
+    fn with_run(&self, run: Option<(Arc<SharedRun>, usize)>) -> Self {
+        SharedSubplanExec {
+            id: self.id,
+            input: self.input.clone(),
+            run,
+            properties: self.properties.clone(),
+        }
+    }
+}
+
+impl DisplayAs for SharedSubplanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "SharedSubplanExec: id={}", self.id)?;
+        match &self.run {
+            Some((run, _)) => write!(f, ", uses={}", run.uses),
+            None => write!(f, ", not shared"),
+        }
+    }
+}
+
+impl ExecutionPlan for SharedSubplanExec {
+    fn name(&self) -> &str {
+        "SharedSubplanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        vec![Distribution::SinglePartition]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    /// The copy's, whole: what the join above chooses its build side by.
+    fn child_stats_requests(&self, _: Option<usize>) -> Vec<ChildStats> {
+        vec![ChildStats::At(None)]
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        _: &StatisticsArgs,
+    ) -> DfResult<Arc<Statistics>> {
+        Ok(input_stats[0].clone())
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let mut new = SharedSubplanExec::new(self.id, children.swap_remove(0));
+        new.run = self.run.clone();
+        Ok(Arc::new(new))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let Some((run, me)) = self.run.clone() else {
+            return self.input.execute(partition, context);
+        };
+        let own = self.input.clone();
+        let schema = self.schema();
+        let batches =
+            futures::stream::once(async move { run.stream(me, own, context).await }).try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+    }
+}
+
+/// What a shared run came to.
+#[derive(Debug)]
+enum Outcome {
+    /// Every batch, kept for every use (and counted in the query's pool).
+    Kept(Vec<RecordBatch>, #[allow(dead_code)] MemoryReservation),
+    Failed(Arc<DataFusionError>),
+    /// Too large to keep: the runner streams on, the others run their own.
+    TooLarge,
+}
+
+/// The run that the copies of one shared plan share.
+pub struct SharedRun {
+    outcome: tokio::sync::OnceCell<Outcome>,
+    /// A run too large to keep: the copy that ran it (its place), what it
+    /// kept and the rest of its stream.
+    handoff: Mutex<Option<(usize, Vec<RecordBatch>, SendableRecordBatchStream)>>,
+    /// How many copies use it (for EXPLAIN).
+    pub uses: usize,
+    max_bytes: usize,
+}
+
+impl fmt::Debug for SharedRun {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.debug_struct("SharedRun")
+            .field("outcome", &self.outcome)
+            .field("uses", &self.uses)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedRun {
+    pub fn new(uses: usize, max_bytes: usize) -> Self {
+        SharedRun {
+            outcome: tokio::sync::OnceCell::new(),
+            handoff: Mutex::new(None),
+            uses,
+            max_bytes,
+        }
+    }
+
+    /// The batches for the copy at place `me`, whose plan is `own`.
+    pub async fn stream(
+        self: Arc<Self>,
+        me: usize,
+        own: Arc<dyn ExecutionPlan>,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let schema = own.schema();
+        let outcome = self
+            .outcome
+            .get_or_init(|| self.run(me, own.clone(), context.clone()))
+            .await;
+        let replay = |batches: Vec<RecordBatch>| -> SendableRecordBatchStream {
+            Box::pin(RecordBatchStreamAdapter::new(
+                schema.clone(),
+                futures::stream::iter(batches.into_iter().map(Ok)),
+            ))
+        };
+        match outcome {
+            Outcome::Kept(batches, _) => Ok(replay(batches.clone())),
+            Outcome::Failed(e) => Err(DataFusionError::Shared(e.clone())),
+            Outcome::TooLarge => {
+                let mine = {
+                    let mut handoff = self.handoff.lock();
+                    match handoff.as_ref() {
+                        Some((runner, _, _)) if *runner == me => handoff.take(),
+                        _ => None,
+                    }
+                };
+                match mine {
+                    Some((_, kept, rest)) => {
+                        let rest = replay(kept).chain(rest);
+                        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rest)))
+                    }
+                    None => own.execute(0, context),
+                }
+            }
+        }
+    }
+
+    /// Runs `own` and keeps its batches, up to the limits.
+    async fn run(
+        &self,
+        me: usize,
+        own: Arc<dyn ExecutionPlan>,
+        context: Arc<TaskContext>,
+    ) -> Outcome {
+        let reservation = MemoryConsumer::new("SharedSubplan").register(context.memory_pool());
+        let mut stream = match own.execute(0, context) {
+            Ok(s) => s,
+            Err(e) => return Outcome::Failed(Arc::new(e)),
+        };
+        let mut kept = Vec::new();
+        while let Some(next) = stream.next().await {
+            let batch = match next {
+                Ok(b) => b,
+                Err(e) => return Outcome::Failed(Arc::new(e)),
+            };
+            let bytes = batch.get_array_memory_size();
+            kept.push(batch);
+            if reservation.size() + bytes > self.max_bytes || reservation.try_grow(bytes).is_err() {
+                *self.handoff.lock() = Some((me, kept, stream));
+                return Outcome::TooLarge;
+            }
+        }
+        Outcome::Kept(kept, reservation)
+    }
+}
+
+/// The physical optimizer rule: gives the copies of each shared plan one
+/// run (a shared plan with one copy left runs it on its own). Runs last,
+/// so that the copies it hands the run are the plans that will run.
+#[derive(Debug)]
+pub struct AssignSharedRuns;
+
+impl PhysicalOptimizerRule for AssignSharedRuns {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // Each id's copies, by their schemas (copies that disagree, which
+        // the logical rule does not make, do not share).
+        let mut ids: Vec<(usize, usize, bool)> = Vec::new();
+        let mut schemas = Vec::new();
+        plan.apply(|node| {
+            if let Some(s) = node.downcast_ref::<SharedSubplanExec>() {
+                match ids.iter().position(|i| i.0 == s.id) {
+                    Some(i) => {
+                        ids[i].1 += 1;
+                        ids[i].2 &= schemas[i] == s.schema();
+                    }
+                    None => {
+                        ids.push((s.id, 1, true));
+                        schemas.push(s.schema());
+                    }
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        if ids.is_empty() {
+            return Ok(plan);
+        }
+        let runs: Vec<Option<Arc<SharedRun>>> = ids
+            .iter()
+            .map(|&(_, uses, same)| {
+                (uses >= 2 && same).then(|| Arc::new(SharedRun::new(uses, SHARED_BYTES_MAX)))
+            })
+            .collect();
+        let mut places = vec![0; ids.len()];
+        plan.transform_down(|node| {
+            let Some(s) = node.downcast_ref::<SharedSubplanExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            let i = ids.iter().position(|i| i.0 == s.id).unwrap_or_default();
+            let run = runs[i].clone().map(|r| (r, places[i]));
+            places[i] += 1;
+            let new: Arc<dyn ExecutionPlan> = Arc::new(s.with_run(run));
+            Ok(Transformed::new(new, true, TreeNodeRecursion::Jump))
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "quarry_assign_shared_runs"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests;

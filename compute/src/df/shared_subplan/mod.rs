@@ -1,0 +1,435 @@
+//! One run for a join or aggregation that a query computes twice.
+//!
+//! DataFusion inlines every reference to a view, a CTE or a repeated
+//! subquery, so a query that names the same work twice computes it twice.
+//! TPC-H Q11 is the example: its `HAVING sum(…) > (SELECT sum(…) * 0.0001
+//! FROM partsupp, supplier, nation WHERE … 'GERMANY')` repeats the outer
+//! query's join, so the plan reads nation, then supplier, then the
+//! 31.7 thousand German rows of partsupp, twice, and the two partsupp
+//! scans queue behind each other in the same stores. Q15's `revenue0`
+//! view, a quarter of lineitem grouped by supplier, is aggregated twice
+//! in compute (its region scans already run once: `shared_scan.rs`).
+//!
+//! [`ShareCommonSubplans`], a logical optimizer rule that runs after
+//! DataFusion's own, finds joins and aggregations that appear more than
+//! once and puts one plan for them, [`SharedSubplan`], where each
+//! appeared:
+//!
+//! ```text
+//!  Aggregate(sum by ps_partkey)           Aggregate(sum)
+//!    Projection(ps_partkey, …)              Projection(ps_availqty, …)
+//!      SharedSubplan id=0 ─────────┬─────────── SharedSubplan id=0
+//!        Join(s_suppkey = ps_suppkey)    the same plan, reading every
+//!          …                             column either copy read
+//! ```
+//!
+//! *What counts as the same.* Two subtrees are the same when they are
+//! built of the same table scans (table, filters, limit), filters, joins,
+//! aggregations, aliases and computing projections, in the same shape:
+//! the columns each reads are not part of it, since projection pruning
+//! gives each copy just what its parent uses (Q11's outer copy reads
+//! `ps_partkey`, the subquery's does not). The shared plan reads every
+//! column either read, and a projection over each use gives that use its
+//! own columns back. Only the largest such subtrees share (a join inside
+//! a shared join is not shared again). Nothing volatile (`random()`),
+//! correlated or holding a subquery shares.
+//!
+//! *Running it.* Each use plans the shared plan (DataFusion's physical
+//! planner plans every input it meets), and [`SharedSubplanExec`]
+//! marks each copy. A physical rule, run last (`exec.rs`), gives the
+//! copies of one id one [`SharedRun`](exec::SharedRun): the first copy
+//! polled runs its plan and keeps its batches, and the others replay
+//! them. Filters from above never cross the marker: DataFusion's dynamic
+//! filters stop at a node that does not take them, and a join's
+//! build-key filters (`join_keys.rs`) only travel through the operators
+//! they know, so the one run reads what every use needs.
+//!
+//! CAVEATS
+//!
+//! * The shared run is collected before any use sees its first batch.
+//!   Past [`exec::SHARED_BYTES_MAX`] (or what the query's memory pool
+//!   allows) it stops being shared: the copy that ran it streams on, and
+//!   every other copy runs its own plan, as before this rule.
+//! * A use on the probe side of a join above loses that join's key filter
+//!   on the scans inside: the shared run must serve every use.
+//! * Distributed plans (`mpp/`) plan each copy on its own: the marker is
+//!   not planned there.
+
+pub mod exec;
+
+use std::collections::HashMap;
+use std::fmt::{self, Write};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchemaRef, Result as DfResult};
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::{
+    Expr, Extension, LogicalPlan, Projection, TableScanBuilder, UserDefinedLogicalNode,
+    UserDefinedLogicalNodeCore,
+};
+use datafusion::optimizer::optimizer::ApplyOrder;
+use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+
+pub use exec::{AssignSharedRuns, SharedSubplanExec};
+
+/// Installs the logical rule (after every other), the physical planner
+/// that plans its marker, and the physical rule that joins the copies.
+pub fn install(state: SessionState) -> SessionState {
+    let mut optimizers = state.optimizers().to_vec();
+    optimizers.push(Arc::new(ShareCommonSubplans));
+    let mut rules = state.physical_optimizers().to_vec();
+    rules.push(Arc::new(AssignSharedRuns));
+    datafusion::execution::SessionStateBuilder::new_from_existing(state)
+        .with_optimizer_rules(optimizers)
+        .with_query_planner(Arc::new(QuarryQueryPlanner))
+        .with_physical_optimizer_rules(rules)
+        .build()
+}
+
+/// One use of a plan shared with other uses of the same `id`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd)]
+pub struct SharedSubplan {
+    pub id: usize,
+    pub input: LogicalPlan,
+}
+
+impl UserDefinedLogicalNodeCore for SharedSubplan {
+    fn name(&self) -> &str {
+        "SharedSubplan"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        vec![&self.input]
+    }
+
+    fn schema(&self) -> &DFSchemaRef {
+        self.input.schema()
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        Vec::new()
+    }
+
+    fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "SharedSubplan: id={}", self.id)
+    }
+
+    fn with_exprs_and_inputs(&self, _: Vec<Expr>, mut inputs: Vec<LogicalPlan>) -> DfResult<Self> {
+        Ok(SharedSubplan {
+            id: self.id,
+            input: inputs.swap_remove(0),
+        })
+    }
+}
+
+/// The logical optimizer rule: see the module docs.
+#[derive(Debug, Default)]
+pub struct ShareCommonSubplans;
+
+impl OptimizerRule for ShareCommonSubplans {
+    fn name(&self) -> &str {
+        "quarry_share_common_subplans"
+    }
+
+    fn apply_order(&self) -> Option<ApplyOrder> {
+        None
+    }
+
+    fn supports_rewrite(&self) -> bool {
+        true
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _: &dyn OptimizerConfig,
+    ) -> DfResult<Transformed<LogicalPlan>> {
+        share(plan)
+    }
+}
+
+/// `plan` with its repeated joins and aggregations shared.
+pub fn share(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+    // A test's switch: each use runs its own copy (to time both side by
+    // side in one cluster).
+    if quarry_proto::failpoint::hit("shared_subplan_off").is_some() {
+        return Ok(Transformed::no(plan));
+    }
+    // The optimizer runs its rules several times: once is enough.
+    if plan.exists(|n| Ok(shared_id(n).is_some()))? {
+        return Ok(Transformed::no(plan));
+    }
+    // How often each candidate's shape appears anywhere in the plan.
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    plan.apply(|node| {
+        if let Some(s) = candidate(node) {
+            *counts.entry(s).or_default() += 1;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if counts.values().all(|&n| n < 2) {
+        return Ok(Transformed::no(plan));
+    }
+    // The largest repeated subtrees, top down, by shape.
+    let repeated =
+        |node: &LogicalPlan| candidate(node).filter(|s| counts.get(s).is_some_and(|&n| n >= 2));
+    let mut uses: Vec<(String, Vec<LogicalPlan>)> = Vec::new();
+    plan.apply(|node| {
+        let Some(s) = repeated(node) else {
+            return Ok(TreeNodeRecursion::Continue);
+        };
+        match uses.iter_mut().find(|u| u.0 == s) {
+            Some(u) => u.1.push(node.clone()),
+            None => uses.push((s, vec![node.clone()])),
+        }
+        Ok(TreeNodeRecursion::Jump)
+    })?;
+    // One plan per shape that still appears twice, reading what each use
+    // reads; a shape whose uses cannot be merged stays as it is.
+    let mut shared: HashMap<String, (usize, LogicalPlan)> = HashMap::new();
+    for (s, plans) in uses {
+        if plans.len() < 2 {
+            continue;
+        }
+        let Ok(merged) = plans[1..]
+            .iter()
+            .try_fold(plans[0].clone(), |m, p| merge(&m, p))
+        else {
+            continue;
+        };
+        let covers = plans.iter().all(|p| {
+            p.schema()
+                .columns()
+                .iter()
+                .all(|c| merged.schema().has_column(c))
+        });
+        if covers {
+            let id = shared.len();
+            shared.insert(s, (id, merged));
+        }
+    }
+    if shared.is_empty() {
+        return Ok(Transformed::no(plan));
+    }
+    plan.transform_down(|node| {
+        let Some(s) = repeated(&node) else {
+            return Ok(Transformed::no(node));
+        };
+        let Some((id, merged)) = shared.get(&s) else {
+            return Ok(Transformed::new(node, false, TreeNodeRecursion::Jump));
+        };
+        let marker = LogicalPlan::Extension(Extension {
+            node: Arc::new(SharedSubplan {
+                id: *id,
+                input: merged.clone(),
+            }),
+        });
+        let own = node.schema().columns().into_iter().map(Expr::Column);
+        let projected = Projection::try_new(own.collect(), Arc::new(marker))?;
+        Ok(Transformed::new(
+            LogicalPlan::Projection(projected),
+            true,
+            TreeNodeRecursion::Jump,
+        ))
+    })
+}
+
+/// The id of a [`SharedSubplan`] node.
+fn shared_id(plan: &LogicalPlan) -> Option<usize> {
+    match plan {
+        LogicalPlan::Extension(e) => {
+            let node: &dyn UserDefinedLogicalNode = e.node.as_ref();
+            node.as_any().downcast_ref::<SharedSubplan>().map(|s| s.id)
+        }
+        _ => None,
+    }
+}
+
+/// The shape of a join or aggregation worth sharing (see [`shape`]).
+fn candidate(plan: &LogicalPlan) -> Option<String> {
+    match plan {
+        LogicalPlan::Join(_) | LogicalPlan::Aggregate(_) => shape(plan),
+        _ => None,
+    }
+}
+
+/// What a subtree computes, less the columns it passes on: equal for two
+/// subtrees that one plan reading both's columns can stand for. None for
+/// a subtree with anything but scans, filters, joins, aggregations,
+/// aliases and projections, or with a volatile, correlated or subquery
+/// expression.
+pub(crate) fn shape(plan: &LogicalPlan) -> Option<String> {
+    let mut out = String::new();
+    write_shape(plan, &mut out)?;
+    Some(out)
+}
+
+fn write_shape(plan: &LogicalPlan, out: &mut String) -> Option<()> {
+    match plan {
+        LogicalPlan::Projection(p) if passes_columns(p) => return write_shape(&p.input, out),
+        LogicalPlan::TableScan(scan) => {
+            if !scan.filters.iter().all(fixed) {
+                return None;
+            }
+            let filters: Vec<String> = scan.filters.iter().map(|f| f.to_string()).collect();
+            let _ = write!(
+                out,
+                "Scan({}; [{}]; {:?})",
+                scan.table_name,
+                filters.join(", "),
+                scan.fetch
+            );
+            return Some(());
+        }
+        LogicalPlan::Join(j) => {
+            let _ = write!(
+                out,
+                "{:?}/{:?}/{:?}/{:?} ",
+                j.join_type, j.join_constraint, j.null_equality, j.null_aware
+            );
+        }
+        LogicalPlan::Projection(_)
+        | LogicalPlan::Filter(_)
+        | LogicalPlan::Aggregate(_)
+        | LogicalPlan::SubqueryAlias(_) => {}
+        _ => return None,
+    }
+    if !plan.expressions().iter().all(fixed) {
+        return None;
+    }
+    let _ = write!(out, "{}(", plan.display());
+    for input in plan.inputs() {
+        write_shape(input, out)?;
+        out.push(';');
+    }
+    out.push(')');
+    Some(())
+}
+
+/// A projection that only passes columns on.
+fn passes_columns(p: &Projection) -> bool {
+    p.expr.iter().all(|e| matches!(e, Expr::Column(_)))
+}
+
+/// An expression whose value one run may stand for in every use: not
+/// volatile, not correlated, without a subquery (whose plan its text
+/// does not show).
+fn fixed(e: &Expr) -> bool {
+    !e.exists(|e| {
+        Ok(e.is_volatile_node()
+            || matches!(
+                e,
+                Expr::ScalarSubquery(_)
+                    | Expr::Exists(_)
+                    | Expr::InSubquery(_)
+                    | Expr::OuterReferenceColumn(..)
+            ))
+    })
+    .unwrap_or(true)
+}
+
+/// One plan of the shape `a` and `b` share, reading the columns of both.
+fn merge(a: &LogicalPlan, b: &LogicalPlan) -> DfResult<LogicalPlan> {
+    match (a, b) {
+        (LogicalPlan::Projection(pa), LogicalPlan::Projection(pb))
+            if passes_columns(pa) && passes_columns(pb) =>
+        {
+            let input = merge(&pa.input, &pb.input)?;
+            let mut expr = pa.expr.clone();
+            for e in &pb.expr {
+                if !expr.contains(e) {
+                    expr.push(e.clone());
+                }
+            }
+            Ok(LogicalPlan::Projection(Projection::try_new(
+                expr,
+                Arc::new(input),
+            )?))
+        }
+        (LogicalPlan::Projection(pa), _) if passes_columns(pa) => merge(&pa.input, b),
+        (_, LogicalPlan::Projection(pb)) if passes_columns(pb) => merge(a, &pb.input),
+        (LogicalPlan::TableScan(sa), LogicalPlan::TableScan(sb)) => {
+            let projection = match (&sa.projection, &sb.projection) {
+                (Some(pa), Some(pb)) => {
+                    let mut p: Vec<usize> = pa.iter().chain(pb).copied().collect();
+                    p.sort_unstable();
+                    p.dedup();
+                    Some(p)
+                }
+                _ => None,
+            };
+            let mut requests = sa.statistics_requests.clone();
+            requests.extend(sb.statistics_requests.iter().cloned());
+            let scan = TableScanBuilder::new(sa.table_name.clone(), sa.source.clone())
+                .with_projection(projection)
+                .with_filters(sa.filters.clone())
+                .with_fetch(sa.fetch)
+                .with_statistics_requests(requests)
+                .build()?;
+            Ok(LogicalPlan::TableScan(scan))
+        }
+        _ => {
+            let (ia, ib) = (a.inputs(), b.inputs());
+            if ia.len() != ib.len() {
+                return datafusion::common::plan_err!("shared subplans of different shapes");
+            }
+            let inputs = ia
+                .into_iter()
+                .zip(ib)
+                .map(|(x, y)| merge(x, y))
+                .collect::<DfResult<Vec<_>>>()?;
+            a.with_new_exprs(a.expressions(), inputs)
+        }
+    }
+}
+
+/// DataFusion's physical planner, planning [`SharedSubplan`] too.
+#[derive(Debug)]
+struct QuarryQueryPlanner;
+
+#[async_trait]
+impl QueryPlanner for QuarryQueryPlanner {
+    async fn create_physical_plan(
+        &self,
+        plan: &LogicalPlan,
+        session: &dyn datafusion::catalog::Session,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(SharedSubplanPlanner)])
+            .create_physical_plan(plan, session)
+            .await
+    }
+}
+
+#[derive(Debug)]
+struct SharedSubplanPlanner;
+
+#[async_trait]
+impl ExtensionPlanner for SharedSubplanPlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        physical_inputs: &[Arc<dyn ExecutionPlan>],
+        session: &dyn datafusion::catalog::Session,
+        _ctx: &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext,
+    ) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(shared) = node.as_any().downcast_ref::<SharedSubplan>() else {
+            return Ok(None);
+        };
+        let input = physical_inputs[0].clone();
+        // Each process of a distributed plan runs its own copy.
+        if crate::df::mpp::is_distributed(session.config_options()) {
+            return Ok(Some(input));
+        }
+        Ok(Some(Arc::new(SharedSubplanExec::new(shared.id, input))))
+    }
+}
+
+#[cfg(test)]
+mod tests;
