@@ -299,6 +299,23 @@ impl RegionScanExec {
         (probe.data_type() == DataType::Int64).then_some(probe)
     }
 
+    /// The distinct values the table's statistics give the column that
+    /// `key` (over the scan's output) reads, when it reads one BIGINT
+    /// column: what a join key filter on it is weighed against.
+    pub fn key_distinct(&self, key: &Arc<dyn PhysicalExpr>) -> Option<u64> {
+        let (Some(scan), Some(stats)) = (&self.dag.scan, &self.table_stats) else {
+            return None;
+        };
+        match self.probe_key(key)? {
+            Expr::Column { index, .. } => scan
+                .columns
+                .get(index)
+                .and_then(|c| stats.columns.get(&c.column_id))
+                .map(|c| c.distinct),
+            _ => None,
+        }
+    }
+
     /// Whether output column `i` of an aggregating scan is a group key
     /// that reads a table column the statistics call clustered (its
     /// regions' value ranges apart: `group_sieve.rs`).

@@ -58,6 +58,8 @@ pub fn install(state: SessionState) -> SessionState {
     // Over the partial aggregations the rule above put in the regions.
     rules.push(Arc::new(super::group_sieve::HavingIntoRegions));
     rules.push(Arc::new(TopKIntoRegions));
+    // Before the join filters: a copy not shared takes them as before.
+    rules.push(Arc::new(super::shared_subplan::AssignSharedRuns));
     // Last: it wraps join build sides, which the rules above do not expect.
     rules.push(Arc::new(super::join_keys::BloomJoinFilters));
     // After the join filters: a scan that shares its run may drop them.

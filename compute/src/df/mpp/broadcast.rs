@@ -408,7 +408,7 @@ pub(super) fn key_below_one(plan: &Arc<dyn ExecutionPlan>, key: usize) -> Option
 }
 
 /// The statistics' estimate of `plan`'s rows (None: unknown).
-pub(super) fn estimated_rows(plan: &dyn ExecutionPlan) -> Option<usize> {
+pub(crate) fn estimated_rows(plan: &dyn ExecutionPlan) -> Option<usize> {
     let stats = StatisticsContext::new()
         .compute(plan, &StatisticsArgs::new())
         .ok()?;

@@ -18,6 +18,7 @@
 //! runs (a LIMIT above it met, a cancel) leaves the run to the next copy
 //! that asks, which runs its own plan.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -27,9 +28,11 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result as DfResult, Statistics};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{Distribution, EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -38,6 +41,10 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
+
+use crate::df::join_keys::{input_of_join_column, key_below, narrows_probe_side, BLOOM_MAX_SHARE};
+use crate::df::mpp::broadcast::estimated_rows;
+use crate::df::region_scan::RegionScanExec;
 
 /// The most bytes of batches a shared run keeps for its uses.
 pub const SHARED_BYTES_MAX: usize = 64 << 20;
@@ -265,8 +272,15 @@ impl SharedRun {
 }
 
 /// The physical optimizer rule: gives the copies of each shared plan one
-/// run (a shared plan with one copy left runs it on its own). Runs last,
-/// so that the copies it hands the run are the plans that will run.
+/// run, or takes the marker out where sharing would cost more than it
+/// saves, so that the copies plan on as if never shared: a plan with one
+/// copy left, copies whose schemas differ (the logical rule does not
+/// make those), and a plan that a hash join's build keys would reach
+/// (`join_keys.rs`: a join above whose probe side leads to the copy
+/// through operators that pass rows on), since the one run must serve
+/// every use and could not take those keys. Runs before the join key
+/// filters are placed, which then pass through the copies left alone and
+/// stop at the markers kept.
 #[derive(Debug)]
 pub struct AssignSharedRuns;
 
@@ -276,8 +290,7 @@ impl PhysicalOptimizerRule for AssignSharedRuns {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        // Each id's copies, by their schemas (copies that disagree, which
-        // the logical rule does not make, do not share).
+        // Each id's copies, and whether their schemas agree.
         let mut ids: Vec<(usize, usize, bool)> = Vec::new();
         let mut schemas = Vec::new();
         plan.apply(|node| {
@@ -298,10 +311,12 @@ impl PhysicalOptimizerRule for AssignSharedRuns {
         if ids.is_empty() {
             return Ok(plan);
         }
+        let narrowed = narrowed_by_joins(&plan)?;
         let runs: Vec<Option<Arc<SharedRun>>> = ids
             .iter()
-            .map(|&(_, uses, same)| {
-                (uses >= 2 && same).then(|| Arc::new(SharedRun::new(uses, SHARED_BYTES_MAX)))
+            .map(|&(id, uses, same)| {
+                (uses >= 2 && same && !narrowed.contains(&id))
+                    .then(|| Arc::new(SharedRun::new(uses, SHARED_BYTES_MAX)))
             })
             .collect();
         let mut places = vec![0; ids.len()];
@@ -310,9 +325,11 @@ impl PhysicalOptimizerRule for AssignSharedRuns {
                 return Ok(Transformed::no(node));
             };
             let i = ids.iter().position(|i| i.0 == s.id).unwrap_or_default();
-            let run = runs[i].clone().map(|r| (r, places[i]));
+            let new: Arc<dyn ExecutionPlan> = match &runs[i] {
+                Some(run) => Arc::new(s.with_run(Some((run.clone(), places[i])))),
+                None => s.input.clone(),
+            };
             places[i] += 1;
-            let new: Arc<dyn ExecutionPlan> = Arc::new(s.with_run(run));
             Ok(Transformed::new(new, true, TreeNodeRecursion::Jump))
         })
         .map(|t| t.data)
@@ -324,6 +341,73 @@ impl PhysicalOptimizerRule for AssignSharedRuns {
 
     fn schema_check(&self) -> bool {
         true
+    }
+}
+
+/// The ids of the markers through which some hash join's keys would
+/// reach a scan on its probe side, walking down as the join key filters
+/// do, and cut it: not where the build side's rows are estimated at more
+/// than [`BLOOM_MAX_SHARE`] of the probe column's distinct values, the
+/// share past which the scan goes without the filter (TPC-H Q15's
+/// supplier join over its `revenue0` view).
+fn narrowed_by_joins(plan: &Arc<dyn ExecutionPlan>) -> DfResult<HashSet<usize>> {
+    let mut ids = HashSet::new();
+    plan.apply(|node| {
+        if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+            if narrows_probe_side(join) {
+                let build_rows = estimated_rows(join.left().as_ref());
+                for (_, probe) in join.on() {
+                    reach(join.right(), probe, build_rows, None, &mut ids);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(ids)
+}
+
+/// Adds to `ids` the marker (`within`, or one below) through which a
+/// condition on `key` (over `plan`'s output) reaches a scan that keys
+/// from `build_rows` rows would cut.
+fn reach(
+    plan: &Arc<dyn ExecutionPlan>,
+    key: &Arc<dyn PhysicalExpr>,
+    build_rows: Option<usize>,
+    within: Option<usize>,
+    ids: &mut HashSet<usize>,
+) {
+    if let Some(marker) = plan.downcast_ref::<SharedSubplanExec>() {
+        return reach(&marker.input, key, build_rows, Some(marker.id), ids);
+    }
+    if plan.children().is_empty() {
+        let distinct = plan
+            .downcast_ref::<RegionScanExec>()
+            .and_then(|scan| scan.key_distinct(key));
+        let too_many = match (build_rows, distinct) {
+            (Some(rows), Some(d)) => rows as f64 > d as f64 * BLOOM_MAX_SHARE,
+            _ => false,
+        };
+        if !too_many {
+            ids.extend(within);
+        }
+        return;
+    }
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        let Some(column) = key.as_ref().downcast_ref::<Column>() else {
+            return;
+        };
+        let Some((on_left, index)) = input_of_join_column(join, column.index()) else {
+            return;
+        };
+        let child = if on_left { join.left() } else { join.right() };
+        if let Some(field) = child.schema().fields().get(index) {
+            let below: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), index));
+            reach(child, &below, build_rows, within, ids);
+        }
+        return;
+    }
+    if let (Some(below), [child]) = (key_below(plan, key), &plan.children()[..]) {
+        reach(child, &below, build_rows, within, ids);
     }
 }
 

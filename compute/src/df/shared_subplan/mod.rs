@@ -36,13 +36,17 @@
 //!
 //! *Running it.* Each use plans the shared plan (DataFusion's physical
 //! planner plans every input it meets), and [`SharedSubplanExec`]
-//! marks each copy. A physical rule, run last (`exec.rs`), gives the
+//! marks each copy. A physical rule ([`AssignSharedRuns`]) gives the
 //! copies of one id one [`SharedRun`](exec::SharedRun): the first copy
 //! polled runs its plan and keeps its batches, and the others replay
 //! them. Filters from above never cross the marker: DataFusion's dynamic
 //! filters stop at a node that does not take them, and a join's
 //! build-key filters (`join_keys.rs`) only travel through the operators
-//! they know, so the one run reads what every use needs.
+//! they know, so the one run reads what every use needs. Where a hash
+//! join's keys would have reached into a copy, and so cut its scans,
+//! the rule takes the markers of that id out instead, and each copy runs
+//! with its filters as if never shared: one unfiltered run can cost more
+//! than two filtered ones.
 //!
 //! CAVEATS
 //!
@@ -50,8 +54,9 @@
 //!   Past [`exec::SHARED_BYTES_MAX`] (or what the query's memory pool
 //!   allows) it stops being shared: the copy that ran it streams on, and
 //!   every other copy runs its own plan, as before this rule.
-//! * A use on the probe side of a join above loses that join's key filter
-//!   on the scans inside: the shared run must serve every use.
+//! * The marker stops DataFusion's own dynamic filters before the rule
+//!   decides; a copy the rule leaves alone gets Quarry's key filters
+//!   (BIGINT keys) but not DataFusion's for other key types.
 //! * Distributed plans (`mpp/`) plan each copy on its own: the marker is
 //!   not planned there.
 
@@ -77,17 +82,16 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, Phy
 
 pub use exec::{AssignSharedRuns, SharedSubplanExec};
 
-/// Installs the logical rule (after every other), the physical planner
-/// that plans its marker, and the physical rule that joins the copies.
+/// Installs the logical rule (after every other) and the physical
+/// planner that plans its marker. The physical rule that gives the
+/// copies their run, [`AssignSharedRuns`], is among Quarry's physical
+/// rules (`rules.rs`), before the join key filters.
 pub fn install(state: SessionState) -> SessionState {
     let mut optimizers = state.optimizers().to_vec();
     optimizers.push(Arc::new(ShareCommonSubplans));
-    let mut rules = state.physical_optimizers().to_vec();
-    rules.push(Arc::new(AssignSharedRuns));
     datafusion::execution::SessionStateBuilder::new_from_existing(state)
         .with_optimizer_rules(optimizers)
         .with_query_planner(Arc::new(QuarryQueryPlanner))
-        .with_physical_optimizer_rules(rules)
         .build()
 }
 

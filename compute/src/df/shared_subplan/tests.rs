@@ -24,7 +24,17 @@ fn session(shared: bool) -> SessionContext {
         .with_config(config)
         .with_default_features()
         .build();
-    let state = if shared { install(state) } else { state };
+    let state = match shared {
+        true => {
+            let state = install(state);
+            let mut rules = state.physical_optimizers().to_vec();
+            rules.push(Arc::new(AssignSharedRuns));
+            SessionStateBuilder::new_from_existing(state)
+                .with_physical_optimizer_rules(rules)
+                .build()
+        }
+        false => state,
+    };
     let ctx = SessionContext::new_with_state(state);
     let column = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as arrow::array::ArrayRef;
     let t = RecordBatch::try_from_iter([
@@ -138,6 +148,26 @@ async fn joins_with_different_filters_do_not_share() {
     // avg(v) over w > 1 (k = 2, 8, 14, 20) is 110.
     rows.sort();
     assert_eq!(rows, ["14", "16", "20"]);
+}
+
+#[tokio::test]
+async fn a_use_that_a_join_above_would_narrow_is_not_shared() {
+    // One use of `j` is the probe side of a join with one row, whose key
+    // would cut it; the run could not take that key for both uses.
+    let sql = "
+        WITH j AS (SELECT t.k AS k, t.v AS v FROM t JOIN u ON t.k = u.k)
+        SELECT count(*) FROM j JOIN (SELECT 2 AS k) s ON j.k = s.k
+        UNION ALL
+        SELECT count(*) FROM j";
+    let (logical, physical, mut rows) = run(&session(true), sql).await;
+    assert_eq!(
+        logical.matches("SharedSubplan: id=0").count(),
+        2,
+        "{logical}"
+    );
+    assert!(!physical.contains("SharedSubplanExec"), "{physical}");
+    rows.sort();
+    assert_eq!(rows, ["1", "10"]);
 }
 
 #[tokio::test]
