@@ -36,7 +36,7 @@ use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    displayable, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     SendableRecordBatchStream,
 };
 use futures::{StreamExt, TryStreamExt};
@@ -144,6 +144,12 @@ impl ExecutionPlan for SharedSubplanExec {
         let mut new = SharedSubplanExec::new(self.id, children.swap_remove(0));
         new.run = self.run.clone();
         Ok(Arc::new(new))
+    }
+
+    /// A fresh copy runs on its own: a plan run again (a recursive
+    /// query's term, each round) must not replay an earlier run.
+    fn reset_state(self: Arc<Self>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(self.with_run(None)))
     }
 
     fn execute(
@@ -274,8 +280,8 @@ impl SharedRun {
 /// The physical optimizer rule: gives the copies of each shared plan one
 /// run, or takes the marker out where sharing would cost more than it
 /// saves, so that the copies plan on as if never shared: a plan with one
-/// copy left, copies whose schemas differ (the logical rule does not
-/// make those), and a plan that a hash join's build keys would reach
+/// copy left, copies that differ (the logical rule does not make those),
+/// and a plan that a hash join's build keys would reach
 /// (`join_keys.rs`: a join above whose probe side leads to the copy
 /// through operators that pass rows on), since the one run must serve
 /// every use and could not take those keys. Runs before the join key
@@ -290,19 +296,25 @@ impl PhysicalOptimizerRule for AssignSharedRuns {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        // Each id's copies, and whether their schemas agree.
+        // Each id's copies, and whether they are the same plan (the
+        // optimizer's passes after the logical rule could, in principle,
+        // change one copy and not the other).
         let mut ids: Vec<(usize, usize, bool)> = Vec::new();
-        let mut schemas = Vec::new();
+        let mut plans = Vec::new();
         plan.apply(|node| {
             if let Some(s) = node.downcast_ref::<SharedSubplanExec>() {
+                let shown = (
+                    s.schema(),
+                    displayable(s.input.as_ref()).indent(true).to_string(),
+                );
                 match ids.iter().position(|i| i.0 == s.id) {
                     Some(i) => {
                         ids[i].1 += 1;
-                        ids[i].2 &= schemas[i] == s.schema();
+                        ids[i].2 &= plans[i] == shown;
                     }
                     None => {
                         ids.push((s.id, 1, true));
-                        schemas.push(s.schema());
+                        plans.push(shown);
                     }
                 }
             }

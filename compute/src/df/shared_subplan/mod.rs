@@ -23,8 +23,9 @@
 //!          …                             column either copy read
 //! ```
 //!
-//! *What counts as the same.* Two subtrees are the same when they are
-//! built of the same table scans (table, filters, limit), filters, joins,
+//! *What counts as the same.* Two subtrees are the same ([`Shape`], by
+//! DataFusion's expression equality) when they are built of the same
+//! scans of Quarry's tables (table id, filters, limit), filters, joins,
 //! aggregations, aliases and computing projections, in the same shape:
 //! the columns each reads are not part of it, since projection pruning
 //! gives each copy just what its parent uses (Q11's outer copy reads
@@ -57,22 +58,28 @@
 //! * The marker stops DataFusion's own dynamic filters before the rule
 //!   decides; a copy the rule leaves alone gets Quarry's key filters
 //!   (BIGINT keys) but not DataFusion's for other key types.
+//! * A kept run holds its batches, and their share of the query's memory
+//!   pool, until the query ends, not only until the last use replayed it.
+//! * A HAVING over a shared aggregation is not judged in the regions
+//!   (`group_sieve.rs` does not look through the marker).
+//! * Recursive queries are left alone: their terms run once per round.
 //! * Distributed plans (`mpp/`) plan each copy on its own: the marker is
 //!   not planned there.
 
 pub mod exec;
 
 use std::collections::HashMap;
-use std::fmt::{self, Write};
+use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchemaRef, Result as DfResult};
+use datafusion::datasource::source_as_provider;
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{
-    Expr, Extension, LogicalPlan, Projection, TableScanBuilder, UserDefinedLogicalNode,
+    Expr, Extension, LogicalPlan, Projection, TableScan, TableScanBuilder, UserDefinedLogicalNode,
     UserDefinedLogicalNodeCore,
 };
 use datafusion::optimizer::optimizer::ApplyOrder;
@@ -81,6 +88,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
 pub use exec::{AssignSharedRuns, SharedSubplanExec};
+
+use super::table::QuarryTable;
 
 /// Installs the logical rule (after every other) and the physical
 /// planner that plans its marker. The physical rule that gives the
@@ -169,8 +178,13 @@ pub fn share(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
         return Ok(Transformed::no(plan));
     }
     // How often each candidate's shape appears anywhere in the plan.
-    let mut counts: HashMap<String, usize> = HashMap::new();
+    // (A recursive query's term runs once per round, over that round's
+    // rows: nothing in it is shared.)
+    let mut counts: HashMap<Shape, usize> = HashMap::new();
     plan.apply(|node| {
+        if matches!(node, LogicalPlan::RecursiveQuery(_)) {
+            return Ok(TreeNodeRecursion::Jump);
+        }
         if let Some(s) = candidate(node) {
             *counts.entry(s).or_default() += 1;
         }
@@ -182,8 +196,11 @@ pub fn share(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
     // The largest repeated subtrees, top down, by shape.
     let repeated =
         |node: &LogicalPlan| candidate(node).filter(|s| counts.get(s).is_some_and(|&n| n >= 2));
-    let mut uses: Vec<(String, Vec<LogicalPlan>)> = Vec::new();
+    let mut uses: Vec<(Shape, Vec<LogicalPlan>)> = Vec::new();
     plan.apply(|node| {
+        if matches!(node, LogicalPlan::RecursiveQuery(_)) {
+            return Ok(TreeNodeRecursion::Jump);
+        }
         let Some(s) = repeated(node) else {
             return Ok(TreeNodeRecursion::Continue);
         };
@@ -195,7 +212,7 @@ pub fn share(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
     })?;
     // One plan per shape that still appears twice, reading what each use
     // reads; a shape whose uses cannot be merged stays as it is.
-    let mut shared: HashMap<String, (usize, LogicalPlan)> = HashMap::new();
+    let mut shared: HashMap<Shape, (usize, LogicalPlan)> = HashMap::new();
     for (s, plans) in uses {
         if plans.len() < 2 {
             continue;
@@ -221,6 +238,9 @@ pub fn share(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
         return Ok(Transformed::no(plan));
     }
     plan.transform_down(|node| {
+        if matches!(node, LogicalPlan::RecursiveQuery(_)) {
+            return Ok(Transformed::new(node, false, TreeNodeRecursion::Jump));
+        }
         let Some(s) = repeated(&node) else {
             return Ok(Transformed::no(node));
         };
@@ -255,7 +275,7 @@ fn shared_id(plan: &LogicalPlan) -> Option<usize> {
 }
 
 /// The shape of a join or aggregation worth sharing (see [`shape`]).
-fn candidate(plan: &LogicalPlan) -> Option<String> {
+fn candidate(plan: &LogicalPlan) -> Option<Shape> {
     match plan {
         LogicalPlan::Join(_) | LogicalPlan::Aggregate(_) => shape(plan),
         _ => None,
@@ -263,56 +283,85 @@ fn candidate(plan: &LogicalPlan) -> Option<String> {
 }
 
 /// What a subtree computes, less the columns it passes on: equal for two
-/// subtrees that one plan reading both's columns can stand for. None for
-/// a subtree with anything but scans, filters, joins, aggregations,
-/// aliases and projections, or with a volatile, correlated or subquery
-/// expression.
-pub(crate) fn shape(plan: &LogicalPlan) -> Option<String> {
-    let mut out = String::new();
-    write_shape(plan, &mut out)?;
-    Some(out)
+/// subtrees that one plan reading both's columns can stand for. Compared
+/// as expressions (DataFusion's `Expr` equality), never as text, which
+/// could make two different literals alike.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Shape {
+    /// The node's kind and what its expressions alone do not say (a
+    /// join's type and key count, an aggregation's group count, an
+    /// alias, a scan's table id and limit).
+    node: String,
+    exprs: Vec<Expr>,
+    inputs: Vec<Shape>,
 }
 
-fn write_shape(plan: &LogicalPlan, out: &mut String) -> Option<()> {
-    match plan {
-        LogicalPlan::Projection(p) if passes_columns(p) => return write_shape(&p.input, out),
+/// The [`Shape`] of `plan`. None for a subtree with anything but scans
+/// of Quarry's tables, filters, joins, aggregations, aliases and
+/// projections (a table function's or a recursive query's work table's
+/// scan is named, not identified, by its table name), or with a
+/// volatile, correlated or subquery expression.
+pub(crate) fn shape(plan: &LogicalPlan) -> Option<Shape> {
+    let node = match plan {
+        LogicalPlan::Projection(p) if passes_columns(p) => return shape(&p.input),
         LogicalPlan::TableScan(scan) => {
+            let table = table_identity(scan)?;
             if !scan.filters.iter().all(fixed) {
                 return None;
             }
-            let filters: Vec<String> = scan.filters.iter().map(|f| f.to_string()).collect();
-            let _ = write!(
-                out,
-                "Scan({}; [{}]; {:?})",
-                scan.table_name,
-                filters.join(", "),
-                scan.fetch
-            );
-            return Some(());
+            return Some(Shape {
+                node: format!("scan {table} {} {:?}", scan.table_name, scan.fetch),
+                exprs: scan.filters.clone(),
+                inputs: Vec::new(),
+            });
         }
-        LogicalPlan::Join(j) => {
-            let _ = write!(
-                out,
-                "{:?}/{:?}/{:?}/{:?} ",
-                j.join_type, j.join_constraint, j.null_equality, j.null_aware
-            );
-        }
-        LogicalPlan::Projection(_)
-        | LogicalPlan::Filter(_)
-        | LogicalPlan::Aggregate(_)
-        | LogicalPlan::SubqueryAlias(_) => {}
+        LogicalPlan::Join(j) => format!(
+            "join {:?} {:?} {:?} {} {} {}",
+            j.join_type,
+            j.join_constraint,
+            j.null_equality,
+            j.null_aware,
+            j.on.len(),
+            j.filter.is_some()
+        ),
+        LogicalPlan::Aggregate(a) => format!("aggregate {}", a.group_expr.len()),
+        LogicalPlan::SubqueryAlias(a) => format!("alias {:?}", a.alias.to_string()),
+        LogicalPlan::Projection(_) => "projection".to_string(),
+        LogicalPlan::Filter(_) => "filter".to_string(),
         _ => return None,
-    }
-    if !plan.expressions().iter().all(fixed) {
+    };
+    let exprs = plan.expressions();
+    if !exprs.iter().all(fixed) {
         return None;
     }
-    let _ = write!(out, "{}(", plan.display());
-    for input in plan.inputs() {
-        write_shape(input, out)?;
-        out.push(';');
+    let inputs = plan
+        .inputs()
+        .into_iter()
+        .map(shape)
+        .collect::<Option<Vec<_>>>()?;
+    Some(Shape {
+        node,
+        exprs,
+        inputs,
+    })
+}
+
+/// What a scan reads: a Quarry table, by its id. (In unit tests, also
+/// DataFusion's in-memory tables, by their place in memory.)
+fn table_identity(scan: &TableScan) -> Option<String> {
+    let provider = source_as_provider(&scan.source).ok()?;
+    if let Some(table) = provider.downcast_ref::<QuarryTable>() {
+        return Some(format!("table {}", table.definition().id));
     }
-    out.push(')');
-    Some(())
+    #[cfg(test)]
+    if provider
+        .downcast_ref::<datafusion::datasource::MemTable>()
+        .is_some()
+    {
+        let at = Arc::as_ptr(&provider) as *const () as usize;
+        return Some(format!("memory table {at:x}"));
+    }
+    None
 }
 
 /// A projection that only passes columns on.
@@ -321,8 +370,7 @@ fn passes_columns(p: &Projection) -> bool {
 }
 
 /// An expression whose value one run may stand for in every use: not
-/// volatile, not correlated, without a subquery (whose plan its text
-/// does not show).
+/// volatile, not correlated, without a subquery.
 fn fixed(e: &Expr) -> bool {
     !e.exists(|e| {
         Ok(e.is_volatile_node()
@@ -358,6 +406,9 @@ fn merge(a: &LogicalPlan, b: &LogicalPlan) -> DfResult<LogicalPlan> {
         (LogicalPlan::Projection(pa), _) if passes_columns(pa) => merge(&pa.input, b),
         (_, LogicalPlan::Projection(pb)) if passes_columns(pb) => merge(a, &pb.input),
         (LogicalPlan::TableScan(sa), LogicalPlan::TableScan(sb)) => {
+            if !Arc::ptr_eq(&sa.source, &sb.source) && sa.table_name != sb.table_name {
+                return datafusion::common::plan_err!("shared scans of different tables");
+            }
             let projection = match (&sa.projection, &sb.projection) {
                 (Some(pa), Some(pb)) => {
                     let mut p: Vec<usize> = pa.iter().chain(pb).copied().collect();

@@ -171,6 +171,30 @@ async fn a_use_that_a_join_above_would_narrow_is_not_shared() {
 }
 
 #[tokio::test]
+async fn table_functions_and_recursive_queries_do_not_share() {
+    // Both scans are `generate_series()`: the arguments are in the
+    // source, not the name.
+    let sql = "SELECT a.s, b.s FROM
+        (SELECT sum(value) AS s FROM generate_series(1, 10)) a,
+        (SELECT sum(value) AS s FROM generate_series(1, 100)) b";
+    let (logical, _, rows) = run(&session(true), sql).await;
+    assert!(!logical.contains("SharedSubplan"), "{logical}");
+    assert_eq!(rows, ["55=5050"]);
+    // The recursive term's join runs once per round, over that round's
+    // rows: shared, every round would replay the first.
+    let sql = "
+        WITH RECURSIVE chain AS (
+            SELECT k FROM t WHERE k = 1
+            UNION ALL
+            SELECT t.k FROM t JOIN chain ON t.k = chain.k + 1 WHERE t.k < 6
+        )
+        SELECT count(*) FROM chain a JOIN chain b ON a.k = b.k";
+    let (logical, _, rows) = run(&session(true), sql).await;
+    assert!(!logical.contains("SharedSubplan"), "{logical}");
+    assert_eq!(rows, ["5"]);
+}
+
+#[tokio::test]
 async fn the_rule_shares_once_across_the_optimizers_passes() {
     let ctx = session(true);
     let plan = ctx
@@ -185,34 +209,23 @@ async fn the_rule_shares_once_across_the_optimizers_passes() {
     assert_eq!(again.data, plan);
 }
 
-#[test]
-fn shapes_ignore_the_columns_a_copy_reads() {
-    let a = shape_of("SELECT t.k, t.v, u.w FROM t JOIN u ON t.k = u.k");
-    let b = shape_of("SELECT t.v FROM t JOIN u ON t.k = u.k");
+#[tokio::test]
+async fn shapes_ignore_the_columns_a_copy_reads() {
+    let ctx = session(false);
+    let a = shape_of(&ctx, "SELECT t.k, t.v, u.w FROM t JOIN u ON t.k = u.k").await;
+    let b = shape_of(&ctx, "SELECT t.v FROM t JOIN u ON t.k = u.k").await;
     assert!(a.is_some());
     assert_eq!(a, b);
-    let c = shape_of("SELECT t.v FROM t JOIN u ON t.k = u.w");
+    let c = shape_of(&ctx, "SELECT t.v FROM t JOIN u ON t.k = u.w").await;
     assert_ne!(a, c);
     // random() must be drawn for each use.
-    assert_eq!(
-        shape_of("SELECT t.v FROM t JOIN u ON t.k = u.k AND random() < t.v"),
-        None
-    );
+    let volatile = "SELECT t.v FROM t JOIN u ON t.k = u.k AND random() < t.v";
+    assert_eq!(shape_of(&ctx, volatile).await, None);
 }
 
 /// The shape of the first join in `sql`'s optimized plan.
-fn shape_of(sql: &str) -> Option<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let plan = rt.block_on(async {
-        session(false)
-            .sql(sql)
-            .await
-            .unwrap()
-            .into_optimized_plan()
-            .unwrap()
-    });
+async fn shape_of(ctx: &SessionContext, sql: &str) -> Option<Shape> {
+    let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
     let mut out = None;
     plan.apply(|n| {
         if matches!(n, LogicalPlan::Join(_)) {
