@@ -737,6 +737,16 @@ pub fn input_of_join_column(join: &HashJoinExec, index: usize) -> Option<(bool, 
     }
 }
 
+/// The input of `join` (left: true) that a condition on its output
+/// column `index` may run on instead ([`input_of_join_column`]), and that
+/// column as an expression over that input.
+pub fn key_into_join(join: &HashJoinExec, index: usize) -> Option<(bool, Arc<dyn PhysicalExpr>)> {
+    let (on_left, child_index) = input_of_join_column(join, index)?;
+    let child = if on_left { join.left() } else { join.right() };
+    let name = child.schema().fields().get(child_index)?.name().clone();
+    Some((on_left, Arc::new(Column::new(&name, child_index))))
+}
+
 /// [`with_probe_filter`] below a join, on the input that output column
 /// `index` comes from, when a condition on that column may run before the
 /// join: every column of an inner join (its rows are pairs of input rows),
@@ -748,10 +758,8 @@ fn through_join(
     index: usize,
     sink: &Arc<BuildKeys>,
 ) -> Option<Arc<dyn ExecutionPlan>> {
-    let (on_left, child_index) = input_of_join_column(join, index)?;
+    let (on_left, below) = key_into_join(join, index)?;
     let child = if on_left { join.left() } else { join.right() };
-    let name = child.schema().fields().get(child_index)?.name().clone();
-    let below: Arc<dyn PhysicalExpr> = Arc::new(Column::new(&name, child_index));
     let filtered = with_probe_filter(child, &below, sink)?;
     let children = if on_left {
         vec![filtered, join.right().clone()]

@@ -70,13 +70,13 @@ impl QuarryTable {
         })
     }
 
-    /// The region scan for `projection` (table column positions; all when
-    /// None), `filters` (each translatable) and `limit`.
     /// The table's definition, as the catalog gave it.
     pub fn definition(&self) -> &TableDef {
         &self.def
     }
 
+    /// The region scan for `projection` (table column positions; all when
+    /// None), `filters` (each translatable) and `limit`.
     pub fn region_scan(
         &self,
         projection: Option<&Vec<usize>>,

@@ -42,7 +42,7 @@ use datafusion::physical_plan::{
 use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 
-use crate::df::join_keys::{input_of_join_column, key_below, narrows_probe_side, BLOOM_MAX_SHARE};
+use crate::df::join_keys::{key_below, key_into_join, narrows_probe_side, BLOOM_MAX_SHARE};
 use crate::df::mpp::broadcast::estimated_rows;
 use crate::df::region_scan::RegionScanExec;
 
@@ -408,12 +408,8 @@ fn reach(
         let Some(column) = key.as_ref().downcast_ref::<Column>() else {
             return;
         };
-        let Some((on_left, index)) = input_of_join_column(join, column.index()) else {
-            return;
-        };
-        let child = if on_left { join.left() } else { join.right() };
-        if let Some(field) = child.schema().fields().get(index) {
-            let below: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), index));
+        if let Some((on_left, below)) = key_into_join(join, column.index()) {
+            let child = if on_left { join.left() } else { join.right() };
             reach(child, &below, build_rows, within, ids);
         }
         return;
