@@ -20,6 +20,19 @@
 //! checks and its own answer, so a moved region fails only its own task.
 //! Scans and aggregations over key ranges stay one job per region, cut
 //! into parts for several threads when the region is big.
+//!
+//! PARTS ONLY FOR IDLE THREADS. A big aggregation's parts run on the
+//! pool's rayon threads, whose idle workers spin (yielding the CPU in a
+//! loop) before they sleep. When a batch of regions arrives, the pool's
+//! read threads already have a region each, so cutting each region into
+//! parts adds no thread that was idle: it only hands the work to the
+//! rayon threads and wakes them, and after every part they spin. TPC-H
+//! Q6 at SF 1 asks each store for four regions at once; cut as before, a
+//! tenth of each store's CPU was `sched_yield`, taken from the other
+//! stores and the compute process on the same cores. So a read is cut,
+//! when it starts, into no more parts than the threads the store's other
+//! pending reads leave it ([`fit_parts`]): the regions of a batch run
+//! whole side by side, and the last one, alone, still uses every thread.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -288,19 +301,26 @@ impl<E: Engine> Node<E> {
         let fill_cache = fills_cache(&req);
         // Parts of one read run on the pool's rayon threads.
         let parts_pool = (parts.len() > 1).then(|| self.read_pool.parts().clone());
+        let (pending, threads) = (self.pending_reads.clone(), self.read_pool.threads());
+        let store_id = self.store_id;
         move || {
             let _running = crate::metrics::CopRunning::start();
             let wait_ns = received.elapsed().as_nanos() as u64;
+            let parts = match fires_on("cop_parts_always", store_id) {
+                true => parts,
+                false => fit_parts(parts, threads, pending.load(Ordering::Relaxed)),
+            };
             engine.with_snapshot_source(&bounds, fill_cache, |make| {
                 // A compaction that applied between the check and this
                 // snapshot may have folded what the read needs.
                 if read_ts != 0 && read_ts <= concurrency.folded() {
                     return too_old;
                 }
+                let split = parts.len() > 1;
                 let read = || endpoint::handle_parts(make, parts, &req, &stop, wait_ns);
                 match &parts_pool {
-                    Some(pool) => pool.install(read),
-                    None => read(),
+                    Some(pool) if split => pool.install(read),
+                    _ => read(),
                 }
             })
         }
@@ -317,6 +337,27 @@ impl<E: Engine> Node<E> {
         });
         rx.await.unwrap_or_default()
     }
+}
+
+/// `parts` (a read cut for every read thread, in key order) regrouped
+/// into no more parts than the `threads` that the store's other reads
+/// leave idle: `pending` reads are admitted, this one among them (module
+/// docs). Adjacent parts join, so each part still reads one stretch of
+/// keys.
+fn fit_parts(parts: Vec<Vec<KeyRange>>, threads: usize, pending: usize) -> Vec<Vec<KeyRange>> {
+    let idle = threads.saturating_sub(pending.saturating_sub(1)).max(1);
+    if parts.len() <= idle {
+        return parts;
+    }
+    let per = parts.len().div_ceil(idle);
+    let mut fitted: Vec<Vec<KeyRange>> = Vec::with_capacity(idle);
+    for (i, part) in parts.into_iter().enumerate() {
+        match fitted.last_mut() {
+            Some(last) if i % per != 0 => last.extend(part),
+            _ => fitted.push(part),
+        }
+    }
+    fitted
 }
 
 /// A request's answer, counted in [`crate::metrics`].
@@ -356,5 +397,40 @@ mod fill_cache_tests {
         assert!(fills_cache(&with(false)));
         assert!(!fills_cache(&with(true)));
         assert!(fills_cache(&CopRequest::default()));
+    }
+}
+
+#[cfg(test)]
+mod fit_parts_tests {
+    use super::*;
+
+    fn parts(n: u8) -> Vec<Vec<KeyRange>> {
+        (0..n)
+            .map(|i| vec![KeyRange::new(vec![i], vec![i + 1])])
+            .collect()
+    }
+
+    #[test]
+    fn a_read_alone_keeps_every_part() {
+        assert_eq!(fit_parts(parts(2), 2, 1), parts(2));
+        assert_eq!(fit_parts(parts(4), 8, 1), parts(4));
+        // No pending count at all (a read the counter missed) changes nothing.
+        assert_eq!(fit_parts(parts(2), 2, 0), parts(2));
+    }
+
+    #[test]
+    fn reads_beside_it_join_its_parts_in_key_order() {
+        // Two threads, another read running: one part, all of the keys.
+        let one = fit_parts(parts(2), 2, 2);
+        assert_eq!(one, vec![parts(2).concat()]);
+        // Eight threads, four other reads: four parts of two stretches.
+        let four = fit_parts(parts(8), 8, 5);
+        let all = parts(8);
+        assert_eq!(four, all.chunks(2).map(|c| c.concat()).collect::<Vec<_>>());
+        // Three parts for two idle threads: the first two join.
+        let two = fit_parts(parts(3), 4, 3);
+        assert_eq!(two, vec![parts(3)[..2].concat(), parts(3)[2].clone()]);
+        // More reads than threads: one part.
+        assert_eq!(fit_parts(parts(4), 4, 9).len(), 1);
     }
 }
