@@ -21,7 +21,17 @@
 //! The cost is memory: every task holds the build side's whole hash
 //! table, hence the bound, [`BROADCAST_MAX_ROWS`] by the statistics'
 //! estimate (`region_scan.rs`, selectivity and join cardinality from the
-//! tables' statistics). A join with unknown statistics stays partitioned.
+//! tables' statistics), or more rows of a narrow build side while they
+//! stay under [`BROADCAST_MAX_BYTES`] by its column types
+//! ([`broadcast_rows`]). A join with unknown statistics stays
+//! partitioned. The bytes matter where an estimate is far above the truth
+//! and the build side is only keys: TPC-H Q18's `HAVING sum(l_quantity) >
+//! 300` keeps 624 of SF 10's 15 M orders, but without statistics of a
+//! sum DataFusion estimates a fifth of them, 3 M. Partitioned, its semi
+//! join shuffled all of orders ⋈ customer and lineitem (60 M rows, about
+//! 1 GB held in each compute process); broadcast, its keys narrow those
+//! scans in the stores (`cross_stage.rs`), as they do in one process. A
+//! key column of 3 M BIGINTs is 24 MB in each task at worst.
 //!
 //! Joins that emit build-side rows (left semi, left anti, left outer)
 //! cannot be broadcast, and stay partitioned: both sides cross the
@@ -74,8 +84,38 @@ use datafusion::physical_plan::{
 };
 
 /// The most rows (by the statistics' estimate) a hash join's build side
-/// may have to be broadcast to every task of a distributed query.
+/// may have to be broadcast to every task of a distributed query, however
+/// wide they are.
 pub const BROADCAST_MAX_ROWS: usize = 1_000_000;
+
+/// Past [`BROADCAST_MAX_ROWS`], the most bytes (estimated rows × the
+/// width of a row by its column types, [`row_width`]) a build side may
+/// have to be broadcast: 4 M rows of one BIGINT key.
+pub const BROADCAST_MAX_BYTES: usize = 32 << 20;
+
+/// The bytes a row of `schema` is counted as for [`BROADCAST_MAX_BYTES`]:
+/// each fixed-width column its width, and any other (text, lists) 32
+/// bytes, the width of a TPC-H name or comment.
+fn row_width(schema: &arrow::datatypes::Schema) -> usize {
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().primitive_width().unwrap_or(32).max(1))
+        .sum::<usize>()
+        .max(1)
+}
+
+/// `plan`'s estimated rows when it is small enough to broadcast: at most
+/// [`BROADCAST_MAX_ROWS`] rows, or more under [`BROADCAST_MAX_BYTES`]
+/// (module docs); None when it is not, or its size is unknown.
+pub(crate) fn broadcast_rows(plan: &dyn ExecutionPlan) -> Option<usize> {
+    let rows = estimated_rows(plan)?;
+    let bytes = match quarry_proto::failpoint::fires("broadcast_bytes_off") {
+        true => usize::MAX,
+        false => rows.saturating_mul(row_width(&plan.schema())),
+    };
+    (rows <= BROADCAST_MAX_ROWS || bytes <= BROADCAST_MAX_BYTES).then_some(rows)
+}
 
 /// `rules` with [`BroadcastSmallBuildSides`] right after DataFusion's
 /// `join_selection` (at the end if there is none).
@@ -91,8 +131,8 @@ pub fn after_join_selection(
     out
 }
 
-/// Makes partitioned hash joins with a build side of at most
-/// [`BROADCAST_MAX_ROWS`] estimated rows `CollectLeft`, and narrows the
+/// Makes partitioned hash joins with a build side small enough to
+/// broadcast ([`broadcast_rows`]) `CollectLeft`, and narrows the
 /// probe side of left semi, anti and outer joins with such a build side
 /// by its keys (module docs).
 #[derive(Debug)]
@@ -111,9 +151,8 @@ impl PhysicalOptimizerRule for BroadcastSmallBuildSides {
             if join.mode == PartitionMode::Auto || join.null_aware {
                 return Ok(Transformed::no(node));
             }
-            let build_rows = match estimated_rows(join.left().as_ref()) {
-                Some(rows) if rows <= BROADCAST_MAX_ROWS => rows,
-                _ => return Ok(Transformed::no(node)),
+            let Some(build_rows) = broadcast_rows(join.left().as_ref()) else {
+                return Ok(Transformed::no(node));
             };
             if never_emits_build_rows(join.join_type()) {
                 let (join, changed) = match join.mode {
@@ -211,9 +250,7 @@ fn reduce_probe_side(
         .iter()
         .all(|(l, _)| l.downcast_ref::<Column>().is_some());
     let superset = keys_superset(join.left().clone());
-    let source = match plain_keys
-        && estimated_rows(superset.as_ref()).is_some_and(|r| r <= BROADCAST_MAX_ROWS)
-    {
+    let source = match plain_keys && broadcast_rows(superset.as_ref()).is_some() {
         true => superset,
         false => join.left().clone(),
     };
@@ -477,10 +514,49 @@ mod tests {
             mode_after_rule(join(500_000, 10, JoinType::Inner)),
             PartitionMode::CollectLeft
         );
+        // Past the row bound, a build side of one BIGINT is still
+        // broadcast while its bytes stay under the byte bound.
+        let keys_fit = BROADCAST_MAX_BYTES / 8;
         assert_eq!(
             mode_after_rule(join(BROADCAST_MAX_ROWS + 1, 10, JoinType::Inner)),
+            PartitionMode::CollectLeft
+        );
+        assert_eq!(
+            mode_after_rule(join(keys_fit, 10, JoinType::Inner)),
+            PartitionMode::CollectLeft
+        );
+        assert_eq!(
+            mode_after_rule(join(keys_fit + 1, 10, JoinType::Inner)),
             PartitionMode::Partitioned
         );
+    }
+
+    #[test]
+    fn a_wide_build_side_past_the_row_bound_stays_partitioned() {
+        // Three text columns and a BIGINT: 104 bytes a row, so the row
+        // bound decides.
+        let fields = ["k", "a", "b", "c"].map(|n| match n {
+            "k" => Field::new(n, DataType::Int64, false),
+            _ => Field::new(n, DataType::Utf8, false),
+        });
+        let wide = |rows: usize| {
+            let schema = Arc::new(Schema::new(fields.to_vec()));
+            let text = Arc::new(arrow::array::StringArray::from_iter_values(
+                std::iter::repeat_n("x", rows),
+            ));
+            let columns: Vec<arrow::array::ArrayRef> = vec![
+                Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+                text.clone(),
+                text.clone(),
+                text,
+            ];
+            let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
+            MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
+                as Arc<dyn ExecutionPlan>
+        };
+        assert_eq!(row_width(&wide(1).schema()), 8 + 3 * 32);
+        assert!(broadcast_rows(wide(BROADCAST_MAX_ROWS).as_ref()).is_some());
+        assert!(broadcast_rows(wide(BROADCAST_MAX_ROWS + 1).as_ref()).is_none());
     }
 
     #[test]
