@@ -20,7 +20,9 @@
 //! (`return(2)`: only store 2), so in-process tests with several stores can
 //! hit one of them. Without an argument the point fires everywhere.
 //!
-//! THE POINTS (each has a test of what a user sees; `docs/failure-tests.md`)
+//! THE POINTS (each fault has a test of what a user sees,
+//! `docs/failure-tests.md`; the `_off` and `_always` points are switches
+//! for timing two plans or rules side by side, not faults, and have none)
 //!
 //! | name | where | a `return` does |
 //! |---|---|---|

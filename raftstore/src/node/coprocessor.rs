@@ -31,8 +31,11 @@
 //! tenth of each store's CPU was `sched_yield`, taken from the other
 //! stores and the compute process on the same cores. So a read is cut,
 //! when it starts, into no more parts than the threads the store's other
-//! pending reads leave it ([`fit_parts`]): the regions of a batch run
-//! whole side by side, and the last one, alone, still uses every thread.
+//! pending reads leave it (`fit_parts`): the regions of a batch run
+//! whole side by side, and a read that starts alone still uses every
+//! thread. The count is of admitted reads, queued ones included (they
+//! will take the threads), each task of a point group once; it is a
+//! hint for speed only, since any cut reads the same rows.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

@@ -23,15 +23,19 @@
 //! estimate (`region_scan.rs`, selectivity and join cardinality from the
 //! tables' statistics), or more rows of a narrow build side while they
 //! stay under [`BROADCAST_MAX_BYTES`] by its column types
-//! ([`broadcast_rows`]). A join with unknown statistics stays
+//! (`broadcast_rows`). A join with unknown statistics stays
 //! partitioned. The bytes matter where an estimate is far above the truth
 //! and the build side is only keys: TPC-H Q18's `HAVING sum(l_quantity) >
 //! 300` keeps 624 of SF 10's 15 M orders, but without statistics of a
 //! sum DataFusion estimates a fifth of them, 3 M. Partitioned, its semi
 //! join shuffled all of orders ⋈ customer and lineitem (60 M rows, about
 //! 1 GB held in each compute process); broadcast, its keys narrow those
-//! scans in the stores (`cross_stage.rs`), as they do in one process. A
-//! key column of 3 M BIGINTs is 24 MB in each task at worst.
+//! scans in the stores (`cross_stage.rs`), as they do in one process. By
+//! the estimate, 3 M BIGINT keys are 24 MB in each task, and a few times
+//! that as a hash table (an entry, a link and a hash a row); however
+//! narrow its columns, no build side past [`BROADCAST_MAX_NARROW_ROWS`]
+//! is broadcast, the most keys a join hands the scans
+//! (`join_keys::MAX_BLOOM_KEYS`).
 //!
 //! Joins that emit build-side rows (left semi, left anti, left outer)
 //! cannot be broadcast, and stay partitioned: both sides cross the
@@ -89,9 +93,15 @@ use datafusion::physical_plan::{
 pub const BROADCAST_MAX_ROWS: usize = 1_000_000;
 
 /// Past [`BROADCAST_MAX_ROWS`], the most bytes (estimated rows × the
-/// width of a row by its column types, [`row_width`]) a build side may
+/// width of a row by its column types, `row_width`) a build side may
 /// have to be broadcast: 4 M rows of one BIGINT key.
 pub const BROADCAST_MAX_BYTES: usize = 32 << 20;
+
+/// The most rows a narrow build side may have to be broadcast, whatever
+/// its width: the keys a join hands the scans as a set, no more
+/// (`join_keys::MAX_BLOOM_KEYS`), and a bound on the hash table's own
+/// bytes a row, which `row_width` leaves out.
+pub const BROADCAST_MAX_NARROW_ROWS: usize = crate::df::join_keys::MAX_BLOOM_KEYS;
 
 /// The bytes a row of `schema` is counted as for [`BROADCAST_MAX_BYTES`]:
 /// each fixed-width column its width, and any other (text, lists) 32
@@ -114,7 +124,8 @@ pub(crate) fn broadcast_rows(plan: &dyn ExecutionPlan) -> Option<usize> {
         true => usize::MAX,
         false => rows.saturating_mul(row_width(&plan.schema())),
     };
-    (rows <= BROADCAST_MAX_ROWS || bytes <= BROADCAST_MAX_BYTES).then_some(rows)
+    let narrow = rows <= BROADCAST_MAX_NARROW_ROWS && bytes <= BROADCAST_MAX_BYTES;
+    (rows <= BROADCAST_MAX_ROWS || narrow).then_some(rows)
 }
 
 /// `rules` with [`BroadcastSmallBuildSides`] right after DataFusion's
@@ -132,7 +143,7 @@ pub fn after_join_selection(
 }
 
 /// Makes partitioned hash joins with a build side small enough to
-/// broadcast ([`broadcast_rows`]) `CollectLeft`, and narrows the
+/// broadcast (`broadcast_rows`) `CollectLeft`, and narrows the
 /// probe side of left semi, anti and outer joins with such a build side
 /// by its keys (module docs).
 #[derive(Debug)]
@@ -529,6 +540,20 @@ mod tests {
             mode_after_rule(join(keys_fit + 1, 10, JoinType::Inner)),
             PartitionMode::Partitioned
         );
+    }
+
+    #[test]
+    fn a_narrow_build_side_is_bounded_in_rows_too() {
+        // Four bytes a row: the bytes would allow 8 M rows, the row cap 4 M.
+        let ints = |rows: usize| {
+            let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int32, false)]));
+            let keys = arrow::array::Int32Array::from_iter_values(0..rows as i32);
+            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap();
+            MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
+                as Arc<dyn ExecutionPlan>
+        };
+        assert!(broadcast_rows(ints(BROADCAST_MAX_NARROW_ROWS).as_ref()).is_some());
+        assert!(broadcast_rows(ints(BROADCAST_MAX_NARROW_ROWS + 1).as_ref()).is_none());
     }
 
     #[test]

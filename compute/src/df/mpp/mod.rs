@@ -51,8 +51,9 @@
 //! * **Broadcast joins** (`broadcast.rs`): a partitioned hash join whose
 //!   build side is estimated at most [`broadcast::BROADCAST_MAX_ROWS`]
 //!   rows (or more rows of a narrow build side, under
-//!   [`broadcast::BROADCAST_MAX_BYTES`]) becomes a broadcast join, so the join stays in its probe scan's
-//!   stage instead of shuffling both sides over the network.
+//!   [`broadcast::BROADCAST_MAX_BYTES`]) becomes a broadcast join, so the
+//!   join stays in its probe scan's stage instead of shuffling both sides
+//!   over the network.
 //! * **Dimension tables where they are joined** (`replicate.rs`,
 //!   `across_shuffles.rs`): a small one-task broadcast stage runs inside
 //!   each task of the stage that joins it, and a small selective
