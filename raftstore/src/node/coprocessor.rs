@@ -34,8 +34,9 @@
 //! pending reads leave it (`fit_parts`): the regions of a batch run
 //! whole side by side, and a read that starts alone still uses every
 //! thread. The count is of admitted reads, queued ones included (they
-//! will take the threads), each task of a point group once; it is a
-//! hint for speed only, since any cut reads the same rows.
+//! will take the threads), and every task of a point group counts though
+//! the group runs as one job; it is a hint for speed only, since any cut
+//! reads the same rows.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
