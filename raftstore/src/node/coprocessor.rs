@@ -304,7 +304,7 @@ impl<E: Engine> Node<E> {
         let (req, read_ts) = (c.req, c.read_ts);
         let fill_cache = fills_cache(&req);
         // Parts of one read run on the pool's rayon threads.
-        let parts_pool = (parts.len() > 1).then(|| self.read_pool.parts().clone());
+        let parts_pool = self.read_pool.parts().clone();
         let (pending, threads) = (self.pending_reads.clone(), self.read_pool.threads());
         let store_id = self.store_id;
         move || {
@@ -322,9 +322,9 @@ impl<E: Engine> Node<E> {
                 }
                 let split = parts.len() > 1;
                 let read = || endpoint::handle_parts(make, parts, &req, &stop, wait_ns);
-                match &parts_pool {
-                    Some(pool) if split => pool.install(read),
-                    _ => read(),
+                match split {
+                    true => parts_pool.install(read),
+                    false => read(),
                 }
             })
         }
