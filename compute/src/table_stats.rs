@@ -14,6 +14,10 @@ pub struct TableStatistics {
     pub rows: u64,
     /// By column id; integer, date and string columns only.
     pub columns: HashMap<i64, ColumnStatistics>,
+    /// The shares of rows filter conditions the column statistics cannot
+    /// estimate were measured to keep, on a sample, by the measurement's
+    /// key (`df/measured_share.rs`).
+    pub measured: HashMap<Vec<u8>, f64>,
 }
 
 /// One column's statistics.

@@ -50,6 +50,7 @@ pub mod join_order;
 pub mod late_filters;
 pub mod literal_shape;
 pub mod local_time;
+pub mod measured_share;
 pub mod mpp;
 pub mod output_names;
 pub mod partition_hull;
@@ -590,7 +591,8 @@ impl SqlSession {
         let schema = Arc::new(MemorySchemaProvider::new());
         for (def, stats) in tables {
             let name = def.name.clone();
-            let table = QuarryTable::new(def, self.scan.clone(), stats)?;
+            let table =
+                QuarryTable::new(def, self.scan.clone(), stats)?.with_measurer(self.stats.clone());
             schema
                 .register_table(name, Arc::new(table))
                 .map_err(from_df)?;

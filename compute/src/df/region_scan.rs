@@ -49,9 +49,9 @@ use super::dynamic_filters::{dynamic_parts, lists_keys_of, DynamicFilters, MAX_F
 use super::join_keys::BuildKeys;
 use super::late_filters::{LateFilters, QueryParams};
 use super::pushdown;
-use super::selectivity::{conjunction, DEFAULT_SELECTIVITY};
+use super::selectivity::{conjunction_measured, DEFAULT_SELECTIVITY};
 use super::shared_scan::SharedRun;
-use super::stats::TableStatistics;
+use super::stats::{TableStatistics, TableStats};
 use crate::dispatch::{DispatchStats, Dispatcher};
 use crate::Error;
 
@@ -101,6 +101,10 @@ pub struct RegionScanExec {
     /// The table's statistics, if known: DataFusion's estimate of a plain
     /// scan's output, for join order (`stats.rs`).
     table_stats: Option<Arc<TableStatistics>>,
+    /// Where conditions the statistics cannot estimate are measured
+    /// (`measured_share.rs`); None where plans are not made (MPP workers'
+    /// copies, loads).
+    measurer: Option<Arc<TableStats>>,
     /// Hash joins' build keys, each with the probe key over the scan's
     /// columns: a Bloom filter of them joins the selection (`join_keys.rs`).
     build_keys: Vec<(Arc<BuildKeys>, Expr)>,
@@ -147,6 +151,7 @@ impl RegionScanExec {
             dynamic: None,
             last_runtime_filter: Arc::new(Mutex::new(Vec::new())),
             table_stats: None,
+            measurer: None,
             build_keys: Vec::new(),
             remote_keys: Vec::new(),
             shared: None,
@@ -247,6 +252,7 @@ impl RegionScanExec {
         );
         scan.dynamic = self.dynamic.clone();
         scan.table_stats = self.table_stats.clone();
+        scan.measurer = self.measurer.clone();
         scan.build_keys = self.build_keys.clone();
         scan.remote_keys = self.remote_keys.clone();
         scan.late = self.late.clone();
@@ -342,8 +348,30 @@ impl RegionScanExec {
         }
     }
 
-    pub fn set_table_stats(&mut self, stats: Option<Arc<TableStatistics>>) {
+    /// The table's statistics, and where conditions they cannot estimate
+    /// are measured.
+    pub fn set_table_stats(
+        &mut self,
+        stats: Option<Arc<TableStatistics>>,
+        measurer: Option<Arc<TableStats>>,
+    ) {
         self.table_stats = stats;
+        self.measurer = measurer;
+    }
+
+    /// The share of rows `condition` (over the scan's columns) was
+    /// measured to keep, if it was; starts its measurement otherwise.
+    fn measured_share(&self, condition: &Expr) -> Option<f64> {
+        let (Some(measurer), Some(stats), Some(scan)) =
+            (&self.measurer, &self.table_stats, &self.dag.scan)
+        else {
+            return None;
+        };
+        if quarry_proto::failpoint::fires("measured_shares_off") {
+            return None;
+        }
+        let sample = super::measured_share::sample_request(scan, condition)?;
+        measurer.measured_share(&self.table, &self.ctx, stats, sample)
     }
 
     /// Whether a join narrows this scan at run time.
@@ -459,7 +487,9 @@ impl RegionScanExec {
                         Err(_) => unknown += 1,
                     }
                 }
-                conjunction(&known, &column, table.rows) * DEFAULT_SELECTIVITY.powi(unknown)
+                let measured = |e: &Expr| self.measured_share(e);
+                conjunction_measured(&known, &column, table.rows, &measured)
+                    * DEFAULT_SELECTIVITY.powi(unknown)
             }
             None => 1.0,
         };

@@ -44,7 +44,7 @@
 //! Left out: an UPDATE that keeps the row count (there is none yet) does
 //! not trigger a new analysis; histograms; LIKE selectivity.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,6 +62,7 @@ use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::{AggFunc, AggKind, Aggregation, ColumnInfo, DagRequest, TableScan};
 use quarry_proto::meta::TableDef;
 
+use super::measured_share;
 use super::region_scan::ScanContext;
 use crate::Result;
 
@@ -85,6 +86,15 @@ struct Entry {
 #[derive(Default)]
 pub struct TableStats {
     tables: Mutex<HashMap<i64, Entry>>,
+    /// By table id, the keys of the conditions measured or being measured
+    /// since the table's last analysis (`measured_share.rs`).
+    measuring: Mutex<HashMap<i64, HashSet<Vec<u8>>>>,
+}
+
+impl std::fmt::Debug for TableStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableStats").finish_non_exhaustive()
+    }
 }
 
 impl TableStats {
@@ -130,12 +140,60 @@ impl TableStats {
                         if let Some(c) = this.tables.lock().get_mut(&def.id) {
                             c.stats = Some(Arc::new(s));
                         }
+                        this.measuring.lock().remove(&def.id);
                     }
                     Err(e) => tracing::debug!(table = %def.name, "table statistics failed: {e}"),
                 }
             });
         }
         stats
+    }
+}
+
+impl TableStats {
+    /// The share of rows the condition of `sample` (a request of
+    /// `measured_share::sample_request`) was measured to keep in `table`,
+    /// as `stats` (the statistics a plan reads) hold it; when it has not
+    /// been measured since the table's last analysis, starts measuring it
+    /// in the background (once) and answers None. A finished measurement
+    /// makes new statistics for the table, which later plans read.
+    pub fn measured_share(
+        self: &Arc<Self>,
+        table: &TableDef,
+        scan: &ScanContext,
+        stats: &TableStatistics,
+        sample: DagRequest,
+    ) -> Option<f64> {
+        let key = measured_share::key_of(&sample);
+        if let Some(share) = stats.measured.get(&key) {
+            return Some(*share);
+        }
+        {
+            let mut measuring = self.measuring.lock();
+            let tried = measuring.entry(table.id).or_default();
+            if tried.len() >= measured_share::MAX_MEASURED_PER_TABLE || !tried.insert(key.clone()) {
+                return None;
+            }
+        }
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        let (this, def, scan) = (self.clone(), table.clone(), scan.clone());
+        rt.spawn(async move {
+            match measured_share::measure(&def, &sample, &scan).await {
+                Ok(Some(share)) => {
+                    tracing::debug!(table = %def.name, share, "measured a condition's share");
+                    if let Some(c) = this.tables.lock().get_mut(&def.id) {
+                        if let Some(last) = &c.stats {
+                            let mut next = TableStatistics::clone(last);
+                            next.measured.insert(key, share);
+                            c.stats = Some(Arc::new(next));
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!(table = %def.name, "measuring a condition failed: {e}"),
+            }
+        });
+        None
     }
 }
 
@@ -287,6 +345,7 @@ pub async fn analyze(table: &TableDef, scan: &ScanContext) -> Result<TableStatis
     let mut stats = TableStatistics {
         rows,
         columns: HashMap::new(),
+        measured: HashMap::new(),
     };
     let mut at = 1;
     for (info, t) in columns.iter().zip(&types) {

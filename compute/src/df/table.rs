@@ -31,7 +31,7 @@ use quarry_proto::meta::TableDef;
 use super::late_filters::{has_placeholders, translate_planned, LateFilters};
 use super::pushdown::ColumnBinder;
 use super::region_scan::{external, RegionScanExec, ScanContext};
-use super::stats::TableStatistics;
+use super::stats::{TableStatistics, TableStats};
 use crate::Result;
 
 #[derive(Debug)]
@@ -41,6 +41,9 @@ pub struct QuarryTable {
     ctx: ScanContext,
     /// The table's last statistics, if known (`stats.rs`).
     stats: Option<Arc<TableStatistics>>,
+    /// Where its scans' conditions the statistics cannot estimate are
+    /// measured (`measured_share.rs`), with the statistics.
+    measurer: Option<Arc<TableStats>>,
 }
 
 /// The Arrow schema of a table definition.
@@ -67,7 +70,15 @@ impl QuarryTable {
             def,
             ctx,
             stats,
+            measurer: None,
         })
+    }
+
+    /// The table, its scans' conditions the statistics cannot estimate
+    /// measured by `measurer` (`measured_share.rs`).
+    pub fn with_measurer(mut self, measurer: Arc<TableStats>) -> Self {
+        self.measurer = Some(measurer);
+        self
     }
 
     /// The table's definition, as the catalog gave it.
@@ -164,7 +175,7 @@ impl QuarryTable {
             schema,
             storage.join("; "),
         );
-        scan.set_table_stats(self.stats.clone());
+        scan.set_table_stats(self.stats.clone(), self.measurer.clone());
         if !late.is_empty() {
             scan.set_late_filters(LateFilters::new(late, binder));
         }
