@@ -651,9 +651,13 @@ fn a_condition_between_columns_is_measured_and_plans_follow_it() {
             plan = pg.ok(sql);
         }
     };
-    // Both tables' statistics in: a range the statistics estimate (4 of
-    // 50 quantities) makes lineitem's side the smaller one.
-    wait_for(&format!("{join} l_quantity < 5"), lineitem_builds);
+    // Both tables' statistics in: a range the statistics estimate (the
+    // first year of seven of ship dates) makes lineitem's side the
+    // smaller one.
+    wait_for(
+        &format!("{join} l_shipdate < DATE '1993-01-01'"),
+        lineitem_builds,
+    );
     // The first plan with the condition takes the default and starts its
     // measurement; later plans take the measured share.
     let measured = format!("{join} l_receiptdate > l_commitdate");

@@ -11,8 +11,9 @@
 //! 1.5 M, small enough to broadcast to every MPP task — two copies of a
 //! 268 MB hash table in each compute process.
 //!
-//! So such a condition is measured, the way Oracle's dynamic sampling and
-//! SQL Server's sampled statistics do, rather than guessed: storage
+//! So a condition that reads two or more columns is measured, the way
+//! Oracle's dynamic sampling and SQL Server's sampled statistics do,
+//! rather than guessed: storage
 //! evaluates it over the first [`SAMPLE_ROWS_PER_REGION`] rows of every
 //! region of the table (a projection of the condition with a per-region
 //! limit, so each region stops after that many rows), and compute counts
@@ -25,17 +26,25 @@
 //!
 //! The measurement is keyed by the condition rewritten over only the
 //! columns it reads, in column-id order: the same condition in scans that
-//! read different columns is measured once. At most
-//! [`MAX_MEASURED_PER_TABLE`] conditions are measured per analysis of a
-//! table, so statements with ever-new constants in such conditions do not
-//! keep the stores busy.
+//! read different columns is measured once. A compute process measures
+//! one condition at a time, reading around the stores' block cache. At
+//! most [`MAX_MEASURED_PER_TABLE`] conditions are measured per analysis
+//! of a table, so statements with ever-new constants in such conditions
+//! do not keep the stores busy; a measurement that fails is tried again
+//! by a later plan, and one that ends after a new analysis is dropped.
+//! A condition that carries a statement's parameters (a prepared
+//! statement's, or a plan kept for its literals' shape: `late_filters.rs`)
+//! is not measured: while planning, its constants are type defaults.
 //!
-//! Caveats: the first rows of each region are not a uniform sample. A
-//! condition on a column that rises with the row handle (an order key in a
-//! table loaded in order) sees the low end of each region's values; the
-//! conditions measured here compare a row's own columns, which such order
-//! rarely moves. An estimate is only a planning hint: no answer depends
-//! on it.
+//! Caveats, and why one column is left alone: the first rows of each
+//! region are not a uniform sample. A condition on a column that rises
+//! with the row handle (an order key, a time in a table appended in time
+//! order) sees the oldest rows of each region. One column against
+//! constants is what column statistics are for, and that is where such
+//! order bites (`ts > now() - INTERVAL '1 day'` would measure none), so
+//! those keep the statistics' estimate or the default; a condition
+//! between a row's own columns is rarely moved by where the row sits. An
+//! estimate is only a planning hint: no answer depends on it.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -59,15 +68,24 @@ pub const SAMPLE_ROWS_PER_REGION: u64 = 4096;
 /// The most conditions measured per analysis of a table.
 pub const MAX_MEASURED_PER_TABLE: usize = 256;
 
+/// A condition whose encoding is longer is not measured (its key would
+/// be kept twice per table: a long IN list is better left at the default).
+pub const MAX_CONDITION_BYTES: usize = 4096;
+
 /// What storage runs to measure `condition` (over `scan`'s columns): the
 /// condition as the only output, over a scan of only the columns it
 /// reads, at most [`SAMPLE_ROWS_PER_REGION`] rows per region. Its encoding
-/// is the measurement's key. None for a condition that does not encode.
+/// is the measurement's key. None for a condition not to measure: one
+/// that reads fewer than two columns (module docs), or whose encoding is
+/// past [`MAX_CONDITION_BYTES`] or fails.
 pub fn sample_request(scan: &TableScan, condition: &Expr) -> Option<DagRequest> {
-    let mut proto = condition.to_proto().ok()?;
     // The columns it reads, in column-id order, and where each moves.
     let mut read: Vec<usize> = condition.columns();
-    if read.iter().any(|&i| i >= scan.columns.len()) {
+    if read.len() < 2 || read.iter().any(|&i| i >= scan.columns.len()) {
+        return None;
+    }
+    let mut proto = condition.to_proto().ok()?;
+    if proto.encoded_len() > MAX_CONDITION_BYTES {
         return None;
     }
     read.sort_by_key(|&i| scan.columns[i].column_id);
@@ -85,6 +103,8 @@ pub fn sample_request(scan: &TableScan, condition: &Expr) -> Option<DagRequest> 
         }),
         projection: Some(Projection { exprs: vec![proto] }),
         limit: SAMPLE_ROWS_PER_REGION,
+        // A sample, not what queries read: leave the block cache alone.
+        not_fill_cache: true,
         ..Default::default()
     })
 }
@@ -112,8 +132,10 @@ fn renumber(e: &mut ProtoExpr, moved: &HashMap<u32, u32>) {
 }
 
 /// Runs `sample` over `table`'s regions: the share of the sampled rows
-/// for which the condition is TRUE (NULL counts as not kept), or None
-/// when the table has no rows.
+/// for which the condition is TRUE (NULL counts as not kept), smoothed
+/// by half a row so that a condition no sampled row passes is rare, not
+/// impossible (an estimate of one row would make its side look like a
+/// free broadcast); None when the table has no rows.
 pub async fn measure(
     table: &TableDef,
     sample: &DagRequest,
@@ -136,7 +158,7 @@ pub async fn measure(
             },
         )
         .await?;
-    Ok((rows > 0).then(|| kept as f64 / rows as f64))
+    Ok((rows > 0).then(|| (kept as f64 + 0.5) / (rows as f64 + 1.0)))
 }
 
 #[cfg(test)]
@@ -198,18 +220,21 @@ mod tests {
             .collect();
         assert_eq!(ids, vec![12, 13]);
         assert_eq!(a.limit, SAMPLE_ROWS_PER_REGION);
+        assert!(a.not_fill_cache);
         // The other way round is another condition.
         let c = sample_request(&narrow, &receipt_after_commit(1, 2)).expect("encodes");
         assert_ne!(key_of(&a), key_of(&c));
     }
 
     #[test]
-    fn a_column_past_the_scan_has_no_request() {
+    fn one_column_or_a_column_past_the_scan_has_no_request() {
         let scan = TableScan {
             table_id: 7,
             columns: vec![info(12)],
             layout: 0,
         };
         assert!(sample_request(&scan, &receipt_after_commit(1, 0)).is_none());
+        // A column against itself reads one column: left to statistics.
+        assert!(sample_request(&scan, &receipt_after_commit(0, 0)).is_none());
     }
 }
