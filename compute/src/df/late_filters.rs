@@ -115,6 +115,11 @@ impl LateFilters {
         LateFilters { filters, binder }
     }
 
+    /// The positions of the filters' conditions in the DAG's selection.
+    pub fn positions(&self) -> Vec<usize> {
+        self.filters.iter().map(|(pos, _)| *pos).collect()
+    }
+
     /// Writes the conditions of the filters with `values` into `dag`.
     pub fn bind(&self, dag: &mut DagRequest, values: &[ScalarValue]) -> Result<()> {
         let mut binder = self.binder.clone();

@@ -49,7 +49,7 @@ use super::dynamic_filters::{dynamic_parts, lists_keys_of, DynamicFilters, MAX_F
 use super::join_keys::BuildKeys;
 use super::late_filters::{LateFilters, QueryParams};
 use super::pushdown;
-use super::selectivity::{conjunction_measured, DEFAULT_SELECTIVITY};
+use super::selectivity::{conjunction, conjunction_measured, DEFAULT_SELECTIVITY};
 use super::shared_scan::SharedRun;
 use super::stats::{TableStatistics, TableStats};
 use crate::dispatch::{DispatchStats, Dispatcher};
@@ -102,8 +102,8 @@ pub struct RegionScanExec {
     /// scan's output, for join order (`stats.rs`).
     table_stats: Option<Arc<TableStatistics>>,
     /// Where conditions the statistics cannot estimate are measured
-    /// (`measured_share.rs`); None where plans are not made (MPP workers'
-    /// copies, loads).
+    /// (`measured_share.rs`); None in MPP workers' copies. (Nothing is
+    /// measured without `table_stats`.)
     measurer: Option<Arc<TableStats>>,
     /// Hash joins' build keys, each with the probe key over the scan's
     /// columns: a Bloom filter of them joins the selection (`join_keys.rs`).
@@ -479,16 +479,26 @@ impl RegionScanExec {
         };
         let kept = match &self.dag.selection {
             Some(s) => {
-                // A condition that does not decode counts as unknown.
-                let (mut known, mut unknown) = (Vec::new(), 0);
-                for c in &s.conditions {
+                // A condition that does not decode counts as unknown; one
+                // with the statement's parameters (type defaults while
+                // planning) is not measured. (A range side always has a
+                // constant, so no column's bounds are split between the two.)
+                let late = self
+                    .late
+                    .as_ref()
+                    .map(|l| l.positions())
+                    .unwrap_or_default();
+                let (mut plain, mut with_params, mut unknown) = (Vec::new(), Vec::new(), 0);
+                for (i, c) in s.conditions.iter().enumerate() {
                     match Expr::from_proto(c, &scan_types) {
-                        Ok(e) => known.push(e),
+                        Ok(e) if late.contains(&i) => with_params.push(e),
+                        Ok(e) => plain.push(e),
                         Err(_) => unknown += 1,
                     }
                 }
                 let measured = |e: &Expr| self.measured_share(e);
-                conjunction_measured(&known, &column, table.rows, &measured)
+                conjunction_measured(&plain, &column, table.rows, &measured)
+                    * conjunction(&with_params, &column, table.rows)
                     * DEFAULT_SELECTIVITY.powi(unknown)
             }
             None => 1.0,

@@ -80,7 +80,13 @@ struct Entry {
     stats: Option<Arc<TableStatistics>>,
     /// When the analysis in `stats` (or the one under way) started.
     at: Instant,
+    /// How many analyses have ended: a condition measured under an older
+    /// one is dropped.
+    generation: u64,
 }
+
+/// One measurement at a time per compute process (`measured_share.rs`).
+static MEASURING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 /// The statistics of the cluster's tables, by table id.
 #[derive(Default)]
@@ -113,11 +119,13 @@ impl TableStats {
         if last.is_some_and(|c| now.duration_since(c.at) < REFRESH_AFTER) {
             return stats;
         }
+        let generation = last.map_or(0, |c| c.generation);
         tables.insert(
             table.id,
             Entry {
                 stats: stats.clone(),
                 at: now,
+                generation,
             },
         );
         drop(tables);
@@ -139,6 +147,7 @@ impl TableStats {
                         tracing::debug!(table = %def.name, ?s, "table statistics");
                         if let Some(c) = this.tables.lock().get_mut(&def.id) {
                             c.stats = Some(Arc::new(s));
+                            c.generation += 1;
                         }
                         this.measuring.lock().remove(&def.id);
                     }
@@ -168,6 +177,8 @@ impl TableStats {
         if let Some(share) = stats.measured.get(&key) {
             return Some(*share);
         }
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        let generation = self.tables.lock().get(&table.id)?.generation;
         {
             let mut measuring = self.measuring.lock();
             let tried = measuring.entry(table.id).or_default();
@@ -175,14 +186,19 @@ impl TableStats {
                 return None;
             }
         }
-        let rt = tokio::runtime::Handle::try_current().ok()?;
         let (this, def, scan) = (self.clone(), table.clone(), scan.clone());
         rt.spawn(async move {
-            match measured_share::measure(&def, &sample, &scan).await {
+            let measured = match MEASURING.acquire().await {
+                Ok(_one) => measured_share::measure(&def, &sample, &scan).await,
+                Err(_) => return,
+            };
+            match measured {
                 Ok(Some(share)) => {
                     tracing::debug!(table = %def.name, share, "measured a condition's share");
                     if let Some(c) = this.tables.lock().get_mut(&def.id) {
-                        if let Some(last) = &c.stats {
+                        // Dropped when a new analysis ended meanwhile.
+                        if let Some(last) = c.stats.as_ref().filter(|_| c.generation == generation)
+                        {
                             let mut next = TableStatistics::clone(last);
                             next.measured.insert(key, share);
                             c.stats = Some(Arc::new(next));
@@ -190,7 +206,13 @@ impl TableStats {
                     }
                 }
                 Ok(None) => {}
-                Err(e) => tracing::debug!(table = %def.name, "measuring a condition failed: {e}"),
+                Err(e) => {
+                    tracing::debug!(table = %def.name, "measuring a condition failed: {e}");
+                    // A later plan tries again.
+                    if let Some(tried) = this.measuring.lock().get_mut(&def.id) {
+                        tried.remove(&key);
+                    }
+                }
             }
         });
         None
