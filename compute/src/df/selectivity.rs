@@ -16,12 +16,13 @@
 //! | `col LIKE p`                 | ½ per literal character of p; without wildcards, as `=` |
 //! | `a AND b`, `a OR b`, `NOT a` | s(a)·s(b), s(a)+s(b)−s(a)·s(b), 1−s(a) |
 //! | `col >= lo AND col < hi`     | s(≥ lo) + s(< hi) − 1: the part of [min, max] between |
-//! | anything else                | measured on a sample (`measured_share.rs`) once it has been; until then a fifth (DataFusion's default) |
+//! | anything else                | a fifth (DataFusion's default); for a conjunct that reads two or more columns, its share measured on a sample (`measured_share.rs`) once it has been |
 //!
 //! Without statistics for a column its conditions count as "anything
 //! else"; so do comparisons of two columns (`l_receiptdate >
-//! l_commitdate`). Only a conjunct of the filter is measured; inside an
-//! OR or a NOT the default stands. The estimates matter where a filter is very selective: TPC-H
+//! l_commitdate`), the ones measured. Only a conjunct of the filter is
+//! measured, not one with the statement's parameters; inside an OR or a
+//! NOT the default stands. The estimates matter where a filter is very selective: TPC-H
 //! Q17's `p_brand = 'Brand#23' AND p_container = 'MED BOX'` keeps 204 of
 //! 200,000 parts (1/25 · 1/40 estimates 200), where "a fifth" made the
 //! part side look bigger than lineitem grouped by part, so DataFusion
