@@ -319,6 +319,17 @@ mod tests {
         Box::new(Expr::Column { index, data_type })
     }
 
+    /// A date column of a thousand days, 0 to 1000, each distinct.
+    fn days() -> ColumnStatistics {
+        ColumnStatistics {
+            min: S::Date32(Some(0)),
+            max: S::Date32(Some(1000)),
+            nulls: 0,
+            distinct: 1000,
+            clustered: false,
+        }
+    }
+
     fn cmp(op: CmpOp, left: Box<Expr>, right: ScalarValue) -> Expr {
         Expr::Compare {
             op,
@@ -366,13 +377,7 @@ mod tests {
 
     #[test]
     fn a_conjunct_without_an_estimate_takes_its_measured_share() {
-        let days = ColumnStatistics {
-            min: S::Date32(Some(0)),
-            max: S::Date32(Some(1000)),
-            nulls: 0,
-            distinct: 1000,
-            clustered: false,
-        };
+        let days = days();
         let stats = |i: usize| (i < 2).then_some(&days);
         // l_receiptdate > l_commitdate: two columns, no estimate.
         let later = Expr::Compare {
@@ -428,13 +433,7 @@ mod tests {
 
     #[test]
     fn ranges_take_their_share_of_min_to_max_from_either_side() {
-        let days = ColumnStatistics {
-            min: S::Date32(Some(0)),
-            max: S::Date32(Some(1000)),
-            nulls: 0,
-            distinct: 1000,
-            clustered: false,
-        };
+        let days = days();
         let stats = |i: usize| (i == 0).then_some(&days);
         let ge = cmp(CmpOp::Ge, col(0, DataType::Date32), ScalarValue::Date(250));
         assert!((selectivity(&ge, &stats, 10) - 0.75).abs() < 1e-9);
@@ -451,13 +450,7 @@ mod tests {
 
     #[test]
     fn a_columns_two_bounds_are_one_range() {
-        let days = ColumnStatistics {
-            min: S::Date32(Some(0)),
-            max: S::Date32(Some(1000)),
-            nulls: 0,
-            distinct: 1000,
-            clustered: false,
-        };
+        let days = days();
         let other = ColumnStatistics {
             distinct: 4,
             clustered: false,

@@ -157,9 +157,7 @@ impl TableStats {
         }
         stats
     }
-}
 
-impl TableStats {
     /// The share of rows the condition of `sample` (a request of
     /// `measured_share::sample_request`) was measured to keep in `table`,
     /// as `stats` (the statistics a plan reads) hold it; when it has not
