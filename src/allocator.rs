@@ -1,4 +1,5 @@
-//! The process's memory allocator, and the one option Quarry changes.
+//! The process's memory allocator, and the two things Quarry changes about
+//! how it gets memory from the kernel.
 //!
 //! mimalloc rather than glibc's malloc: the coprocessor builds and drops
 //! executors, batches and IPC buffers per region read on many threads,
@@ -11,18 +12,35 @@
 //! bursts: a region's Arrow pages arrive, are decoded, encoded into a
 //! backup's Parquet or a query's hash table, and dropped; the next burst
 //! comes a second or two later, and the kernel must zero every page it
-//! hands back (2 MB at a time, as mimalloc asks for transparent huge
-//! pages). A backup of TPC-H SF 1 spent a fifth of its samples in the
-//! kernel's `clear_page_erms`. Ten seconds is jemalloc's
-//! `dirty_decay_ms` default, the figure TiKV and most servers on jemalloc
-//! run with: a burst's memory is reused by the next one, and an idle
-//! process still gives it back within seconds. An operator's own
-//! `MIMALLOC_PURGE_DELAY` in the environment wins.
+//! hands back. Ten seconds is jemalloc's `dirty_decay_ms` default, the
+//! figure TiKV and most servers on jemalloc run with: a burst's memory is
+//! reused by the next one, and an idle process still gives it back within
+//! seconds. An operator's own `MIMALLOC_PURGE_DELAY` in the environment
+//! wins.
 //!
-//! The option is set through mimalloc's C API, the binary's one use of
-//! `unsafe` (the workspace denies it elsewhere): a store into mimalloc's
-//! option table, made before the runtime starts any thread, as mimalloc
-//! asks ("not thread safe").
+//! NO TRANSPARENT HUGE PAGES. mimalloc asks for transparent huge pages
+//! (`MADV_HUGEPAGE`) on its arenas, so each first touch of a 2 MiB
+//! stretch faults in a whole huge page. On the VMs Quarry is measured on
+//! that is slow (touching 1 GiB of fresh memory: 2.1–2.6 s of kernel time
+//! with huge pages, 0.34 s with 4 KiB ones; not compaction, most likely
+//! the balloon handing free 2 MiB blocks back to the host), and every
+//! process that grows into new memory paid it: a backup's compute spent
+//! 3.0 s in the kernel against 0.7–1.0 s without, and backups took a
+//! third less time without (`docs/performance.md`, "Backups without
+//! transparent huge pages"; TiDB asks for THP off on TiKV's hosts, and
+//! MariaDB turns it off in its server). So [`tune`] turns THP off for
+//! the process (`PR_SET_THP_DISABLE`, which the kernel checks at every
+//! fault, so it also covers the arena mimalloc reserved before `main`,
+//! and which child processes inherit). An operator's `MIMALLOC_ALLOW_THP`
+//! in the environment wins: where it allows them, [`tune`] clears a
+//! switch inherited from a parent `quarry` process; where it does not,
+//! mimalloc turns them off itself.
+//!
+//! The purge delay is set through mimalloc's C API, the binary's one use
+//! of `unsafe` (the workspace denies it elsewhere): a store into
+//! mimalloc's option table, made before the runtime starts any thread, as
+//! mimalloc asks ("not thread safe"). THP goes off through `prctl`, a safe
+//! call in `nix`.
 
 use std::sync::OnceLock;
 
@@ -45,6 +63,13 @@ pub const PURGE_DELAY_MS: i64 = 10_000;
 
 /// What [`tune`] did, for the start-up log.
 #[derive(Debug, PartialEq, Eq)]
+pub struct Tuning {
+    pub purge_delay: Tuned,
+    pub huge_pages: HugePages,
+}
+
+/// What [`tune`] did with the purge delay.
+#[derive(Debug, PartialEq, Eq)]
 pub enum Tuned {
     /// The purge delay is now [`PURGE_DELAY_MS`].
     Set,
@@ -55,35 +80,112 @@ pub enum Tuned {
     Unknown(i64),
 }
 
-static TUNED: OnceLock<Tuned> = OnceLock::new();
+/// What [`tune`] did with transparent huge pages.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HugePages {
+    /// Off for this process and the processes it starts.
+    Off,
+    /// `MIMALLOC_ALLOW_THP` is in the environment: mimalloc reads it (and
+    /// where it allows them, a switch inherited from a parent is cleared).
+    Environment,
+    /// The kernel refused the switch: left as they are (why, for the log).
+    Refused(String),
+}
 
-/// Sets the purge delay, unless the environment does. Call first in
-/// `main`, before any thread starts.
-pub fn tune() -> &'static Tuned {
-    TUNED.get_or_init(set_purge_delay)
+static TUNED: OnceLock<Tuning> = OnceLock::new();
+
+/// Sets the purge delay and turns transparent huge pages off, each
+/// unless the environment says otherwise. Call first in `main`, before
+/// any thread starts.
+pub fn tune() -> &'static Tuning {
+    TUNED.get_or_init(|| Tuning {
+        purge_delay: set_purge_delay(),
+        huge_pages: huge_pages_off(),
+    })
 }
 
 /// Logs what [`tune`] did when it is not what was meant (once logging is
 /// set up).
 pub fn log_tuning() {
-    if let Some(Tuned::Unknown(found)) = TUNED.get() {
+    let Some(tuning) = TUNED.get() else {
+        return;
+    };
+    if let Tuned::Unknown(found) = tuning.purge_delay {
         tracing::warn!(
             "mimalloc's option {PURGE_DELAY} holds {found}, not the purge delay's default \
              {MIMALLOC_DEFAULT_PURGE_DELAY_MS}: another mimalloc version? Its purge delay is \
              left as it is (set MIMALLOC_PURGE_DELAY={PURGE_DELAY_MS} in the environment)"
         );
     }
+    if let HugePages::Refused(why) = &tuning.huge_pages {
+        tracing::warn!("{why}");
+    }
+}
+
+/// Where mimalloc reads its options: `MIMALLOC_` and the option's name.
+const ENV_PREFIX: &str = "MIMALLOC_";
+
+/// Whether the environment variable `key` sets one of `options` (an
+/// option's names), in any case, as mimalloc reads them.
+fn names_option(key: &str, options: &[&str]) -> bool {
+    key.get(..ENV_PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(ENV_PREFIX))
+        && options
+            .iter()
+            .any(|o| key[ENV_PREFIX.len()..].eq_ignore_ascii_case(o))
+}
+
+/// The value the environment gives one of `options` for mimalloc to
+/// read, if it names one.
+fn environment_value(options: &[&str]) -> Option<std::ffi::OsString> {
+    std::env::vars_os().find_map(|(k, v)| {
+        k.to_str()
+            .is_some_and(|k| names_option(k, options))
+            .then_some(v)
+    })
+}
+
+/// Turns transparent huge pages off for the process, unless the
+/// environment sets mimalloc's `allow_thp`. When it allows them, a switch
+/// inherited from a parent `quarry` process is cleared, so the variable
+/// wins either way; when it does not, mimalloc turns them off itself.
+fn huge_pages_off() -> HugePages {
+    let allowed = environment_value(&["ALLOW_THP"]).map(|v| allows(v.to_str().unwrap_or("")));
+    let (off, answer) = match allowed {
+        Some(false) => return HugePages::Environment,
+        Some(true) => (false, HugePages::Environment),
+        None => (true, HugePages::Off),
+    };
+    match nix::sys::prctl::set_thp_disable(off) {
+        Ok(()) => answer,
+        Err(e) if off => HugePages::Refused(format!(
+            "transparent huge pages could not be turned off for this process ({e}); \
+             set MIMALLOC_ALLOW_THP=0 in the environment"
+        )),
+        Err(e) => HugePages::Refused(format!(
+            "MIMALLOC_ALLOW_THP allows transparent huge pages, but the switch this process \
+             inherited could not be cleared ({e}): they stay off"
+        )),
+    }
+}
+
+/// Whether a boolean option's value enables it, as mimalloc reads one:
+/// empty, `1`, `TRUE`, `YES` or `ON` (any case) enable it; `0`, `FALSE`,
+/// `NO` or `OFF` do not; another number enables it unless it is 0; what
+/// mimalloc cannot read leaves the default, which for `allow_thp` is on.
+fn allows(value: &str) -> bool {
+    let v = value.trim().to_ascii_uppercase();
+    match v.as_str() {
+        "" | "1" | "TRUE" | "YES" | "ON" => true,
+        "0" | "FALSE" | "NO" | "OFF" => false,
+        n => n.parse::<i64>() != Ok(0),
+    }
 }
 
 /// Whether the environment sets the purge delay for mimalloc to read
-/// (under the option's old name too, and in any case, as mimalloc reads
-/// it).
+/// (under the option's old name too).
 fn purge_delay_in_environment() -> bool {
-    let named = |v: &str| {
-        v.eq_ignore_ascii_case("MIMALLOC_PURGE_DELAY")
-            || v.eq_ignore_ascii_case("MIMALLOC_RESET_DELAY")
-    };
-    std::env::vars_os().any(|(k, _)| k.to_str().is_some_and(named))
+    environment_value(&["PURGE_DELAY", "RESET_DELAY"]).is_some()
 }
 
 #[allow(unsafe_code)]
@@ -114,12 +216,50 @@ mod tests {
         // option whose default is v3's purge delay, and setting it must
         // read back.
         if purge_delay_in_environment() {
-            assert_eq!(tune(), &Tuned::Environment);
+            assert_eq!(tune().purge_delay, Tuned::Environment);
             return;
         }
-        assert_eq!(tune(), &Tuned::Set);
+        assert_eq!(tune().purge_delay, Tuned::Set);
         // SAFETY: as in `tune`; reading one integer option.
         let now: i64 = unsafe { ffi::mi_option_get(PURGE_DELAY) };
         assert_eq!(now, PURGE_DELAY_MS);
+    }
+
+    #[test]
+    fn transparent_huge_pages_are_off_unless_the_environment_says() {
+        if environment_value(&["ALLOW_THP"]).is_some() {
+            assert_eq!(tune().huge_pages, HugePages::Environment);
+            return;
+        }
+        assert_eq!(tune().huge_pages, HugePages::Off);
+        // The kernel's own flag, as every later fault will read it (a
+        // test runner that had it set already would pass this too; the
+        // answer above is what `tune` did).
+        assert!(nix::sys::prctl::get_thp_disable().unwrap());
+    }
+
+    #[test]
+    fn allow_thp_values_read_as_mimalloc_reads_them() {
+        for on in ["", "1", "true", "Yes", "ON", "2", " 1 ", "what"] {
+            assert!(allows(on), "{on:?}");
+        }
+        for off in ["0", "false", "No", "off", " 0"] {
+            assert!(!allows(off), "{off:?}");
+        }
+    }
+
+    #[test]
+    fn options_are_found_in_the_environment_as_mimalloc_reads_them() {
+        let delay = ["PURGE_DELAY", "RESET_DELAY"];
+        assert!(names_option("MIMALLOC_PURGE_DELAY", &delay));
+        assert!(names_option("mimalloc_reset_delay", &delay));
+        assert!(names_option("MIMALLOC_ALLOW_THP", &["ALLOW_THP"]));
+        assert!(!names_option("MIMALLOC_ALLOW_THP", &delay));
+        assert!(!names_option("MIMALLOC_", &delay));
+        assert!(!names_option("PURGE_DELAY", &delay));
+        assert!(!names_option("MIMALLOC_PURGE_DELAY_MS", &delay));
+        // A name shorter than the prefix, or not cut on a character.
+        assert!(!names_option("MIMALL", &delay));
+        assert!(!names_option("MIMALLOCé_PURGE_DELAY", &delay));
     }
 }

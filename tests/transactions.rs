@@ -49,15 +49,26 @@ fn a_snapshot_sees_all_or_nothing_of_each_concurrent_multi_region_insert() {
         ));
     }
     let done = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
     let compute = pg.compute.clone();
     let writer = {
-        let done = done.clone();
+        let (done, reads) = (done.clone(), reads.clone());
         std::thread::spawn(move || {
             runtime().block_on(async {
                 let mut c = Client::connect(&compute).await.unwrap();
                 let t0 = Instant::now();
                 for b in 0..BATCHES {
                     assert!(t0.elapsed() < Duration::from_secs(90), "writer too slow");
+                    // The reader keeps up: batch b starts once b reads
+                    // have answered (or after 5 s), so the reads span the
+                    // inserts however fast the inserts are, and each
+                    // batch can still commit while a read is in flight.
+                    let paced = Instant::now();
+                    while reads.load(Ordering::SeqCst) < b as usize
+                        && paced.elapsed() < Duration::from_secs(5)
+                    {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
                     let values: Vec<String> = batch_ids(b)
                         .iter()
                         .map(|id| format!("({id}, {})", id * 3))
@@ -70,7 +81,6 @@ fn a_snapshot_sees_all_or_nothing_of_each_concurrent_multi_region_insert() {
             done.store(true, Ordering::SeqCst);
         })
     };
-    let reads = AtomicUsize::new(0);
     let partial = runtime().block_on(async {
         let mut c = Client::connect(&pg.compute).await.unwrap();
         let mut partial = Vec::new();
