@@ -170,6 +170,12 @@ impl BuildKeys {
         })
     }
 
+    /// Keys of the same join not collected yet, for a fresh run of its
+    /// plan (`fresh_run.rs`).
+    pub(crate) fn fresh(&self) -> Arc<BuildKeys> {
+        BuildKeys::new(self.key.clone(), self.keys.lock().partitions)
+    }
+
     pub(crate) fn add(&self, keys: &dyn Array) {
         let mut c = self.keys.lock();
         // Complete already: more keys can only be repeats (another
@@ -398,10 +404,26 @@ pub struct BuildKeysExec {
 }
 
 impl BuildKeysExec {
-    fn new(input: Arc<dyn ExecutionPlan>, key: Arc<dyn PhysicalExpr>) -> Self {
+    pub(crate) fn new(input: Arc<dyn ExecutionPlan>, key: Arc<dyn PhysicalExpr>) -> Self {
         let partitions = input.properties().partitioning.partition_count();
         let sink = BuildKeys::new(key.to_string(), partitions);
         BuildKeysExec { input, key, sink }
+    }
+}
+
+impl BuildKeysExec {
+    /// Where it copies its keys to.
+    pub(crate) fn sink(&self) -> &Arc<BuildKeys> {
+        &self.sink
+    }
+
+    /// The same tap, copying into `sink` (a fresh run's: `fresh_run.rs`).
+    pub(crate) fn with_sink(&self, sink: Arc<BuildKeys>) -> Self {
+        BuildKeysExec {
+            input: self.input.clone(),
+            key: self.key.clone(),
+            sink,
+        }
     }
 }
 

@@ -43,8 +43,10 @@
 //!   physical planner refuses them), and the region scan translates its
 //!   filters with the run's values when it starts (`RegionScanExec`), so
 //!   the index it takes and the rows it reads are chosen for those values;
-//! - the plan is one the plan cache may run again (no joins, no shared
-//!   scans: `plan_cache::reusable`).
+//! - the plan is one the plan cache may run again, and has no joins and
+//!   no shared scans (`plan_cache::reusable_without_joins`): a join
+//!   order chosen without the values could be worse than one chosen
+//!   with them.
 //!
 //! A shape that fails any of these is remembered as one to plan with its
 //! literals, so the attempt is made once per shape, catalog and types of

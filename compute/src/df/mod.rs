@@ -43,6 +43,7 @@ pub mod checked_arithmetic;
 pub mod decorrelate;
 mod dynamic_filters;
 pub mod float_division;
+pub mod fresh_run;
 pub mod functions;
 pub mod group_sieve;
 pub mod join_keys;

@@ -1,7 +1,7 @@
 //! Optimized logical plans kept per statement ([`PlanCache`]), so a query
 //! that comes again skips DataFusion's SQL binding and its logical
-//! optimizer; and, for plans without joins, unions, window functions or
-//! subqueries, the physical plan too.
+//! optimizer; and, for plans without unions, window functions,
+//! subqueries or DataFusion's dynamic filters, the physical plan too.
 //!
 //! WHY
 //!
@@ -36,25 +36,32 @@
 //!
 //! After the logical plans were kept, physical planning (DataFusion's
 //! initial plan and its physical optimizer rules) was the largest part of
-//! compute's Q6 profile, again before the first region request. An entry
-//! also keeps the physical plan, as made and before any run, when every
-//! operator in it can be run again ([`reusable`]): a hit runs a fresh copy
-//! (`reset_plan_states`: new operators with new metrics and run state,
-//! sharing their expressions, and an aggregation's dynamic filter, which
-//! Quarry turns off: see [`reusable`]). Nothing per query is inside
-//! it: a region scan reads its snapshot and deadline from the running
-//! query's session config when it executes, and the per-query memory pool
-//! is the task context's. Plans with joins are planned for each run: a
-//! hash join hands its build side's keys to the probe side's scans
-//! (dynamic filters, key lists), and scans sharing one run
-//! (`shared_scan.rs`) hold that run; a reset copy of those would run
-//! without its filters. `quarry_compute_physical_plans_reused_total`
-//! counts the runs from a kept physical plan.
+//! compute's Q6 profile, again before the first region request, and
+//! about a fifth of Q11's. An entry also keeps the physical plan, as made
+//! and before any run, when every operator in it can be run again
+//! ([`reusable`]): a hit runs a fresh copy (`fresh_run.rs`: new operators
+//! with new metrics and run state, sharing their expressions; a hash
+//! join's build keys, and the runs that identical scans or a shared
+//! subplan share, made anew and linked as in the kept plan; and an
+//! aggregation's dynamic filter, which Quarry turns off: see
+//! [`reusable`]). Nothing per query is inside it: a region scan reads its
+//! snapshot and deadline from the running query's session config when it
+//! executes, and the per-query memory pool is the task context's.
+//! `quarry_compute_physical_plans_reused_total` counts the runs from a
+//! kept physical plan. The failpoint `kept_join_plans_off` (a switch for
+//! timing, not a fault) plans a kept plan with joins physically again at
+//! each run, as before `fresh_run.rs`.
 //!
-//! Only operators whose reset is complete may be in such a plan (the list
-//! in [`reusable`]): aggregations, projections, filters, sorts and top-k
-//! sorts, limits, repartitions, coalescing, empty and one-row sources.
-//! Joins, unions, window functions and subqueries are planned per run.
+//! Only operators whose copy is complete may be in such a plan (the
+//! lists in [`reusable`]): aggregations, projections, filters, sorts and
+//! top-k sorts, limits, repartitions, coalescing, empty and one-row
+//! sources, hash, nested-loop and cross joins and Quarry's operators
+//! around them. A plan whose region scans hold one of DataFusion's
+//! dynamic filters is planned per run (its optimizer makes those links,
+//! and a copy would run without them), as are unions, window functions
+//! and subqueries run by an operator. A query shape's plan
+//! (`literal_shape.rs`) is kept only without joins: its join order would
+//! have been chosen without its values.
 //!
 //! What is never kept ([`cacheable`]): EXPLAIN; a plan reading anything
 //! but Quarry's tables (`information_schema`, rows a lock returned); a
@@ -83,6 +90,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 use datafusion::physical_plan::ExecutionPlan;
 use parking_lot::Mutex;
 
+use super::join_keys::{BuildKeys, BuildKeysExec};
 use super::region_scan::RegionScanExec;
 use super::table::QuarryTable;
 
@@ -294,17 +302,37 @@ impl PlanCache {
     }
 }
 
-/// Whether a physical plan can be kept and run again after
-/// `reset_plan_states`: only operators whose reset gives a fresh one
-/// (metrics, run state) and that take nothing from another run — no joins
-/// (their build sides feed the scans' dynamic filters and key lists), no
-/// scans sharing one run (`shared_scan.rs`), no subqueries run by an
-/// operator. Whatever else the plan holds, the next run plans it again.
+/// Whether a physical plan can be kept and run again as a
+/// [`fresh_run`](super::fresh_run::fresh_run) copy: only operators whose
+/// reset gives a fresh one (metrics, run state), and joins and shared
+/// runs whose links the copy makes again — no DataFusion dynamic filters
+/// in region scans (made by its optimizer, which a copy does not run),
+/// no other stage's build keys, no subqueries run by an operator, and
+/// every build key a scan waits for made by a join of the plan. Whatever
+/// else the plan holds, the next run plans it again.
 ///
 /// (An `AggregateExec`'s copy shares its dynamic filter with the kept
 /// plan; Quarry turns aggregate dynamic filters off, `SqlSession::new`,
 /// so it has none. Turning them on would mean dropping it here.)
 pub fn reusable(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    reusable_with(plan, true)
+}
+
+/// [`reusable`], and without joins or shared runs: a query shape's plan
+/// (`literal_shape.rs`), whose estimates were made without its values,
+/// which a join order would depend on.
+pub fn reusable_without_joins(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    reusable_with(plan, false)
+}
+
+/// Whether the `kept_join_plans_off` failpoint sends `kept`, a physical
+/// plan with joins or shared runs, to be planned again (the rule before
+/// `fresh_run.rs`, to time both side by side).
+pub fn kept_joins_off(kept: &Arc<dyn ExecutionPlan>) -> bool {
+    quarry_proto::failpoint::fires("kept_join_plans_off") && !reusable_without_joins(kept)
+}
+
+fn reusable_with(plan: &Arc<dyn ExecutionPlan>, joins: bool) -> bool {
     const RESETTABLE: &[&str] = &[
         "AggregateExec",
         "ProjectionExec",
@@ -321,18 +349,34 @@ pub fn reusable(plan: &Arc<dyn ExecutionPlan>) -> bool {
         "EmptyExec",
         "PlaceholderRowExec",
     ];
+    // Reset, or linked again by `fresh_run`.
+    const LINKED: &[&str] = &[
+        "HashJoinExec",
+        "NestedLoopJoinExec",
+        "CrossJoinExec",
+        "StartEarlyExec",
+        "SharedSubplanExec",
+    ];
+    let address = |k: &Arc<BuildKeys>| Arc::as_ptr(k) as usize;
+    let (mut made, mut awaited) = (HashSet::new(), HashSet::new());
     let mut ok = true;
     let _ = plan.apply(|node| {
-        ok = match node.downcast_ref::<RegionScanExec>() {
-            Some(scan) => !scan.has_run_state(),
-            None => RESETTABLE.contains(&node.name()),
+        ok = if let Some(scan) = node.downcast_ref::<RegionScanExec>() {
+            awaited.extend(scan.build_keys().map(address));
+            let linked = scan.build_keys().next().is_some() || scan.shared_run().is_some();
+            !scan.has_unlinkable_run_state() && (joins || !linked)
+        } else if let Some(tap) = node.downcast_ref::<BuildKeysExec>() {
+            made.insert(address(tap.sink()));
+            joins
+        } else {
+            RESETTABLE.contains(&node.name()) || (joins && LINKED.contains(&node.name()))
         };
         Ok(match ok {
             true => TreeNodeRecursion::Continue,
             false => TreeNodeRecursion::Stop,
         })
     });
-    ok
+    ok && awaited.is_subset(&made)
 }
 
 /// Whether a statement's bound plan may be kept (see the module docs).

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use arrow::datatypes::DataType;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::ExecutionPlan;
 use quarry_proto::meta::{TableDef, ViewDef};
 
 use super::errors::unknown_table;
+use super::fresh_run::fresh_run;
 use super::plan_cache::{Catalog, Plans};
 use super::running::physical_of;
 use crate::{Error, Result};
@@ -174,8 +174,10 @@ impl SqlSession {
             crate::metrics::plan_cache(plan_cache::Lookup::Hit.label());
             // A kept physical plan runs without a catalog.
             let cached = match &kept.physical {
-                Some(physical) => Cached::Physical(physical.clone()),
-                None => Cached::Optimized(self.context_of(tables)?, kept.clone()),
+                Some(physical) if !plan_cache::kept_joins_off(physical) => {
+                    Cached::Physical(physical.clone())
+                }
+                _ => Cached::Optimized(self.context_of(tables)?, kept.clone()),
             };
             return Ok(PlannedQuery {
                 plan: kept.logical.clone(),
@@ -303,12 +305,12 @@ impl SqlSession {
                     .await
                     .ok()
                     .map(|(_, p)| p)
-                    .filter(plan_cache::reusable);
+                    .filter(plan_cache::reusable_without_joins);
                 optimized = o;
             }
         }
         let kept = match &physical {
-            Some(p) => Some(reset_plan_states(p.clone()).ok()?),
+            Some(p) => Some(fresh_run(p.clone()).ok()?),
             None => None,
         };
         let plans = Plans {

@@ -205,15 +205,48 @@ impl RegionScanExec {
         &self.table
     }
 
-    /// Whether a run of this scan depends on other operators' runs: join
-    /// filters or build keys handed to it, or a run shared with identical
-    /// scans (a plan holding one is planned for each run:
+    /// Whether a run of this scan waits on something a fresh copy of its
+    /// plan could not link again (`fresh_run.rs`): DataFusion's join
+    /// filters, which its joins make anew when planned, or build keys of
+    /// another stage (a plan holding one is planned for each run:
     /// `plan_cache::reusable`).
-    pub fn has_run_state(&self) -> bool {
-        self.dynamic.is_some()
-            || !self.build_keys.is_empty()
-            || !self.remote_keys.is_empty()
-            || self.shared.is_some()
+    pub fn has_unlinkable_run_state(&self) -> bool {
+        self.dynamic.is_some() || !self.remote_keys.is_empty()
+    }
+
+    /// The build keys of this plan's joins that narrow this scan.
+    pub fn build_keys(&self) -> impl Iterator<Item = &Arc<BuildKeys>> {
+        self.build_keys.iter().map(|(k, _)| k)
+    }
+
+    /// The run this scan shares with identical scans, if any.
+    pub fn shared_run(&self) -> Option<&Arc<SharedRun>> {
+        self.shared.as_ref()
+    }
+
+    /// A copy for one run of a kept plan (`fresh_run.rs`): as
+    /// `reset_state` makes it, but narrowed by the same joins' build keys
+    /// and sharing the same run as the kept scan, each the one `keys` and
+    /// `run` give for this run.
+    pub fn for_run(
+        &self,
+        mut keys: impl FnMut(&Arc<BuildKeys>) -> Arc<BuildKeys>,
+        run: impl FnOnce(&Arc<SharedRun>) -> Arc<SharedRun>,
+    ) -> Self {
+        let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
+        scan.dynamic = None;
+        scan.remote_keys.clear();
+        scan.build_keys = (self.build_keys.iter())
+            .map(|(k, probe)| (keys(k), probe.clone()))
+            .collect();
+        if let Some(shared) = &self.shared {
+            let shared = run(shared);
+            scan.last_run = shared.last_run.clone();
+            scan.shared = Some(shared);
+        }
+        // (Its properties kept: see `reset_state`.)
+        scan.properties = self.properties.clone();
+        scan
     }
 
     pub fn dag(&self) -> &DagRequest {

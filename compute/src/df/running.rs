@@ -7,12 +7,12 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 use futures::{StreamExt, TryStreamExt};
 use quarry_proto::coprocessor::DagRequest;
 
+use super::fresh_run::fresh_run;
 use super::plan_cache::Plans;
 use super::region_scan::RegionScanExec;
 use crate::output::{QueryOutput, QueryStream};
@@ -158,7 +158,7 @@ impl SqlSession {
                 let physical = match reused {
                     true => {
                         crate::metrics::physical_plan_reused();
-                        reset_plan_states(physical).map_err(from_df)?
+                        fresh_run(physical).map_err(from_df)?
                     }
                     false => physical,
                 };
@@ -184,7 +184,7 @@ impl SqlSession {
                 let planned = physical_of(state, &optimized).await?;
                 // Kept as it is before this run touches it.
                 let physical = match plan_cache::reusable(&planned.1) {
-                    true => Some(reset_plan_states(planned.1.clone()).map_err(from_df)?),
+                    true => Some(fresh_run(planned.1.clone()).map_err(from_df)?),
                     false => None,
                 };
                 let plans = Plans {

@@ -74,6 +74,11 @@ impl SharedRun {
         }
     }
 
+    /// A run of the same scans not started yet (`fresh_run.rs`).
+    pub fn fresh(&self) -> Arc<SharedRun> {
+        Arc::new(SharedRun::new(self.scans))
+    }
+
     /// The run's batches: `run` drives the regions for the first caller;
     /// every later (or concurrent) caller waits for that and gets the same
     /// batches, or the same error.

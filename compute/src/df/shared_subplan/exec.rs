@@ -76,7 +76,12 @@ impl SharedSubplanExec {
         }
     }
 
-    fn with_run(&self, run: Option<(Arc<SharedRun>, usize)>) -> Self {
+    /// The run it shares, and its place among the copies that share it.
+    pub(crate) fn run(&self) -> Option<&(Arc<SharedRun>, usize)> {
+        self.run.as_ref()
+    }
+
+    pub(crate) fn with_run(&self, run: Option<(Arc<SharedRun>, usize)>) -> Self {
         SharedSubplanExec {
             id: self.id,
             input: self.input.clone(),
@@ -206,6 +211,11 @@ impl SharedRun {
             uses,
             max_bytes,
         }
+    }
+
+    /// A run for the same copies, not started yet (`fresh_run.rs`).
+    pub fn fresh(&self) -> Arc<SharedRun> {
+        Arc::new(SharedRun::new(self.uses, self.max_bytes))
     }
 
     /// The batches for the copy at place `me`, whose plan is `own`.
