@@ -225,7 +225,37 @@ fn a_repeated_query_reuses_its_plan_until_its_table_changes() {
         assert_eq!(value(join), "5", "a run used an earlier run's build keys");
     }
     assert!(reused() >= physical + 2.0);
-    pg.ok("DELETE FROM t WHERE a = 5");
+    // ... and they narrow nation's scan (5 rows from t and 5 from
+    // nation, not 25): a copy's scan is linked to its copy's join.
+    let region_rows = || {
+        let (_, page) = get(&compute_url, "/metrics");
+        sample(&page, "quarry_compute_region_rows_total")
+    };
+    let (rows, physical) = (region_rows(), reused());
+    assert_eq!(value(join), "5");
+    assert_eq!(reused(), physical + 1.0);
+    assert!(
+        region_rows() - rows < 30.0,
+        "nation's scan was not narrowed by t's keys: {} rows",
+        region_rows() - rows
+    );
+    // Two identical aggregating scans share one run, and each run's copy
+    // has its own: a kept run would replay the answer of the first.
+    let top = "WITH r AS (SELECT a, sum(b) AS s FROM t GROUP BY a) \
+               SELECT a FROM r WHERE s = (SELECT max(s) FROM r)";
+    for _ in 0..3 {
+        assert_eq!(value(top), "5");
+    }
+    pg.ok("INSERT INTO t VALUES (6, 60)");
+    let physical = reused();
+    for _ in 0..3 {
+        assert_eq!(value(top), "6", "a run replayed an earlier run's scan");
+    }
+    assert!(
+        reused() >= physical + 2.0,
+        "the shared scans' plan was not kept"
+    );
+    pg.ok("DELETE FROM t WHERE a >= 5");
     let (hits, misses) = (count("hit"), count("miss"));
 
     // Another table created: the kept plan does not read it.

@@ -461,7 +461,8 @@ impl ExecutionPlan for BuildKeysExec {
         self: Arc<Self>,
         mut children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        // The same sink: the probe side's scan already holds it.
+        // The same sink: the probe side's scan already holds it (and
+        // `fresh_run.rs` finds the kept one here to give a copy its own).
         Ok(Arc::new(BuildKeysExec {
             input: children.swap_remove(0),
             key: self.key.clone(),

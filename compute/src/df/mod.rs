@@ -27,8 +27,8 @@
 //! [`SessionState`](datafusion::execution::SessionState) made once per
 //! process. A statement seen before against the same catalog takes its
 //! optimized logical plan from the plan cache (`plan_cache.rs`) and goes
-//! straight to physical planning, or, for a plan without joins, runs a
-//! fresh copy of its kept physical plan. A query whose WHERE constants
+//! straight to physical planning, or, where a copy can run it, runs a
+//! fresh copy of its kept physical plan (`fresh_run.rs`). A query whose WHERE constants
 //! are all that differ from one seen before shares its shape's plan
 //! (`literal_shape.rs`): its values reach the region scans as they start
 //! (`late_filters.rs`).

@@ -157,9 +157,8 @@ pub struct Plans {
     pub logical: LogicalPlan,
     /// As DataFusion's analyzer and optimizer left it.
     pub optimized: LogicalPlan,
-    /// Its physical plan, never run, when every operator in it can be run
-    /// again once its state is reset ([`reusable`]); else None, and each
-    /// run plans it.
+    /// Its physical plan, never run, when a fresh copy of it can run
+    /// ([`reusable`], `fresh_run.rs`); else None, and each run plans it.
     pub physical: Option<Arc<dyn ExecutionPlan>>,
     /// A query shape's (`literal_shape.rs`): the types of `$1 … $n`, which
     /// a run's values must have. (A shape kept without a physical plan

@@ -142,11 +142,24 @@ impl ExecutionPlan for SharedSubplanExec {
         Ok(TreeNodeRecursion::Continue)
     }
 
+    /// The same run (`fresh_run.rs` gives a copy its own after this), and
+    /// the same properties when the schema is the same: they depend on
+    /// nothing else, and operators above keep theirs when a child's are
+    /// the same (a kept plan's copy is not planned again).
     fn with_new_children(
         self: Arc<Self>,
         mut children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let mut new = SharedSubplanExec::new(self.id, children.swap_remove(0));
+        let input = children.swap_remove(0);
+        let mut new = match input.schema() == self.input.schema() {
+            true => SharedSubplanExec {
+                id: self.id,
+                input,
+                run: None,
+                properties: self.properties.clone(),
+            },
+            false => SharedSubplanExec::new(self.id, input),
+        };
         new.run = self.run.clone();
         Ok(Arc::new(new))
     }
