@@ -138,21 +138,31 @@ mod tests {
         (UnionExec::try_new(uses).unwrap(), keys)
     }
 
-    /// The addresses of the build keys and runs that `plan`'s operators
-    /// hold, in plan order.
-    fn links(plan: &Arc<dyn ExecutionPlan>) -> (Vec<usize>, Vec<usize>) {
+    /// The build keys and runs that `plan`'s operators hold, in plan
+    /// order.
+    fn links(
+        plan: &Arc<dyn ExecutionPlan>,
+    ) -> (
+        Vec<Arc<BuildKeys>>,
+        Vec<Arc<shared_subplan::exec::SharedRun>>,
+    ) {
         let (mut keys, mut runs) = (Vec::new(), Vec::new());
         plan.apply(|node| {
             if let Some(tap) = node.downcast_ref::<BuildKeysExec>() {
-                keys.push(Arc::as_ptr(tap.sink()) as usize);
+                keys.push(tap.sink().clone());
             }
             if let Some(copy) = node.downcast_ref::<SharedSubplanExec>() {
-                runs.push(Arc::as_ptr(&copy.run().unwrap().0) as usize);
+                runs.push(copy.run().unwrap().0.clone());
             }
             Ok(TreeNodeRecursion::Continue)
         })
         .unwrap();
         (keys, runs)
+    }
+
+    /// Whether `a`, `b` and `c` are three different instances.
+    fn distinct<T>(a: &Arc<T>, b: &Arc<T>, c: &Arc<T>) -> bool {
+        !Arc::ptr_eq(a, b) && !Arc::ptr_eq(b, c) && !Arc::ptr_eq(a, c)
     }
 
     #[tokio::test]
@@ -168,12 +178,18 @@ mod tests {
         // Shared as in the kept plan...
         for (keys, runs) in [(&k1, &r1), (&k2, &r2)] {
             assert_eq!((keys.len(), runs.len()), (2, 2));
-            assert_eq!(keys[0], keys[1], "the taps' keys are no longer shared");
-            assert_eq!(runs[0], runs[1], "the copies' run is no longer shared");
+            assert!(
+                Arc::ptr_eq(&keys[0], &keys[1]),
+                "the taps' keys are no longer shared"
+            );
+            assert!(
+                Arc::ptr_eq(&runs[0], &runs[1]),
+                "the copies' run is no longer shared"
+            );
         }
         // ... and with nothing of the kept plan's or another copy's.
-        assert!(k1[0] != k0[0] && k2[0] != k0[0] && k1[0] != k2[0]);
-        assert!(r1[0] != r0[0] && r2[0] != r0[0] && r1[0] != r2[0]);
+        assert!(distinct(&k0[0], &k1[0], &k2[0]));
+        assert!(distinct(&r0[0], &r1[0], &r2[0]));
 
         // A run fills its own keys; the kept plan's stay empty for the
         // next copy.
@@ -185,16 +201,7 @@ mod tests {
             .map(|b| b.num_rows())
             .sum();
         assert_eq!(rows, 6);
-        let mut first_keys = None;
-        first
-            .apply(|node| {
-                if let Some(tap) = node.downcast_ref::<BuildKeysExec>() {
-                    first_keys = Some(tap.sink().clone());
-                }
-                Ok(TreeNodeRecursion::Continue)
-            })
-            .unwrap();
-        let first_keys = first_keys.unwrap();
+        let first_keys = &k1[0];
         assert!(first_keys.wait(Instant::now()).await, "the run's keys");
         assert!(
             !kept_keys.wait(Instant::now()).await,

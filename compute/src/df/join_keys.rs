@@ -409,9 +409,7 @@ impl BuildKeysExec {
         let sink = BuildKeys::new(key.to_string(), partitions);
         BuildKeysExec { input, key, sink }
     }
-}
 
-impl BuildKeysExec {
     /// Where it copies its keys to.
     pub(crate) fn sink(&self) -> &Arc<BuildKeys> {
         &self.sink

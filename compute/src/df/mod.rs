@@ -28,10 +28,10 @@
 //! process. A statement seen before against the same catalog takes its
 //! optimized logical plan from the plan cache (`plan_cache.rs`) and goes
 //! straight to physical planning, or, where a copy can run it, runs a
-//! fresh copy of its kept physical plan (`fresh_run.rs`). A query whose WHERE constants
-//! are all that differ from one seen before shares its shape's plan
-//! (`literal_shape.rs`): its values reach the region scans as they start
-//! (`late_filters.rs`).
+//! fresh copy of its kept physical plan (`fresh_run.rs`). A query whose
+//! WHERE constants are all that differ from one seen before shares its
+//! shape's plan (`literal_shape.rs`): its values reach the region scans
+//! as they start (`late_filters.rs`).
 //!
 //! Decimal literals stay decimals (`0.06 - 0.01` is DECIMAL, DataFusion's
 //! `parse_float_as_decimal`), and Quarry's own aggregate functions

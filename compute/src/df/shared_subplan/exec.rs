@@ -151,15 +151,10 @@ impl ExecutionPlan for SharedSubplanExec {
         mut children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let input = children.swap_remove(0);
-        let mut new = match input.schema() == self.input.schema() {
-            true => SharedSubplanExec {
-                id: self.id,
-                input,
-                run: None,
-                properties: self.properties.clone(),
-            },
-            false => SharedSubplanExec::new(self.id, input),
-        };
+        let mut new = SharedSubplanExec::new(self.id, input);
+        if new.schema() == self.schema() {
+            new.properties = self.properties.clone();
+        }
         new.run = self.run.clone();
         Ok(Arc::new(new))
     }
