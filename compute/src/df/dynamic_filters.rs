@@ -36,6 +36,14 @@ pub(super) fn dynamic_parts(e: &Arc<dyn PhysicalExpr>) -> Vec<Arc<dyn PhysicalEx
     found
 }
 
+/// The expression ids of the dynamic filters inside `e` (each its
+/// producer's: a hash join's).
+pub(super) fn dynamic_ids(e: &Arc<dyn PhysicalExpr>) -> impl Iterator<Item = u64> {
+    dynamic_parts(e)
+        .into_iter()
+        .filter_map(|d| d.expression_id())
+}
+
 /// How long a scan waits for a join's build side to finish its filter.
 pub(super) const MAX_FILTER_WAIT: Duration = Duration::from_secs(5);
 

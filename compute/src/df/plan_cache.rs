@@ -87,9 +87,13 @@ use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::ExecutionPlan;
 use parking_lot::Mutex;
 
+use super::dynamic_filters::{dynamic_ids, dynamic_parts};
+use super::fresh_run;
 use super::join_keys::{BuildKeys, BuildKeysExec};
 use super::region_scan::RegionScanExec;
 use super::table::QuarryTable;
@@ -304,15 +308,16 @@ impl PlanCache {
 /// Whether a physical plan can be kept and run again as a
 /// [`fresh_run`](super::fresh_run::fresh_run) copy: only operators whose
 /// reset gives a fresh one (metrics, run state), and joins and shared
-/// runs whose links the copy makes again — no DataFusion dynamic filters
-/// in region scans (made by its optimizer, which a copy does not run),
-/// no other stage's build keys, no subqueries run by an operator, and
-/// every build key a scan waits for made by a join of the plan. Whatever
-/// else the plan holds, the next run plans it again.
+/// runs whose links the copy makes again — DataFusion's join filters
+/// held only by the hash join that makes them and by region scans and
+/// filters, and each one of those made by a join of the plan; no other
+/// stage's build keys, no subqueries run by an operator, and every build
+/// key a scan waits for made by a join of the plan. Whatever else the
+/// plan holds, the next run plans it again.
 ///
-/// (An `AggregateExec`'s copy shares its dynamic filter with the kept
-/// plan; Quarry turns aggregate dynamic filters off, `SqlSession::new`,
-/// so it has none. Turning them on would mean dropping it here.)
+/// (An operator holding any other DataFusion dynamic filter is refused:
+/// a copy would share it with the kept plan. Quarry turns the top-k and
+/// aggregate ones off, `SqlSession::new`.)
 pub fn reusable(plan: &Arc<dyn ExecutionPlan>) -> bool {
     reusable_with(plan, true)
 }
@@ -358,24 +363,55 @@ fn reusable_with(plan: &Arc<dyn ExecutionPlan>, joins: bool) -> bool {
     ];
     let address = |k: &Arc<BuildKeys>| Arc::as_ptr(k) as usize;
     let (mut made, mut awaited) = (HashSet::new(), HashSet::new());
+    // DataFusion's join filters, by expression id: those the joins make
+    // and those the scans wait for.
+    let (mut produced, mut consumed) = (HashSet::new(), HashSet::new());
     let mut ok = true;
     let _ = plan.apply(|node| {
         ok = if let Some(scan) = node.downcast_ref::<RegionScanExec>() {
             awaited.extend(scan.build_keys().map(address));
+            consumed.extend(scan.dynamic_filter_ids());
             let linked = scan.build_keys().next().is_some() || scan.shared_run().is_some();
             !scan.has_unlinkable_run_state() && (joins || !linked)
         } else if let Some(tap) = node.downcast_ref::<BuildKeysExec>() {
             made.insert(address(tap.sink()));
             joins
+        } else if let Some(filter) = node.downcast_ref::<FilterExec>() {
+            consumed.extend(dynamic_ids(filter.predicate()));
+            true
         } else {
-            RESETTABLE.contains(&node.name()) || (joins && LINKED.contains(&node.name()))
+            let join = node.downcast_ref::<HashJoinExec>();
+            produced.extend(join.and_then(fresh_run::produced_id));
+            (RESETTABLE.contains(&node.name()) || (joins && LINKED.contains(&node.name())))
+                && !holds_dynamic_filter_of_another(node)
         };
         Ok(match ok {
             true => TreeNodeRecursion::Continue,
             false => TreeNodeRecursion::Stop,
         })
     });
-    ok && awaited.is_subset(&made)
+    ok && awaited.is_subset(&made) && consumed.is_subset(&produced)
+}
+
+/// Whether `node`'s expressions hold a DataFusion dynamic filter that
+/// another operator makes (a join's): `fresh_run` links such filters again
+/// only in region scans and filters. Its own (a hash join's, linked again
+/// by `fresh_run`; a top-k sort's, made anew by its reset) are not.
+fn holds_dynamic_filter_of_another(node: &Arc<dyn ExecutionPlan>) -> bool {
+    let own: HashSet<u64> = (node.dynamic_expressions_produced().iter())
+        .filter_map(|e| e.expression_id())
+        .collect();
+    let mut found = false;
+    let _ = node.apply_expressions(&mut |e| {
+        found = dynamic_parts(e)
+            .iter()
+            .any(|d| d.expression_id().is_none_or(|id| !own.contains(&id)));
+        Ok(match found {
+            true => TreeNodeRecursion::Stop,
+            false => TreeNodeRecursion::Continue,
+        })
+    });
+    found
 }
 
 /// Whether a statement's bound plan may be kept (see the module docs).

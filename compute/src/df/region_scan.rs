@@ -45,7 +45,9 @@ use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::TableDef;
 
-use super::dynamic_filters::{dynamic_parts, lists_keys_of, DynamicFilters, MAX_FILTER_WAIT};
+use super::dynamic_filters::{
+    dynamic_ids, dynamic_parts, lists_keys_of, DynamicFilters, MAX_FILTER_WAIT,
+};
 use super::join_keys::BuildKeys;
 use super::late_filters::{LateFilters, QueryParams};
 use super::pushdown;
@@ -206,12 +208,17 @@ impl RegionScanExec {
     }
 
     /// Whether a run of this scan waits on something a fresh copy of its
-    /// plan could not link again (`fresh_run.rs`): DataFusion's join
-    /// filters, which its joins make anew when planned, or build keys of
-    /// another stage (a plan holding one is planned for each run:
+    /// plan could not link again (`fresh_run.rs`): build keys of another
+    /// stage (a plan holding one is planned for each run:
     /// `plan_cache::reusable`).
     pub fn has_unlinkable_run_state(&self) -> bool {
-        self.dynamic.is_some() || !self.remote_keys.is_empty()
+        !self.remote_keys.is_empty()
+    }
+
+    /// The expression ids of DataFusion's join filters this scan waits
+    /// for (each its producing hash join's).
+    pub fn dynamic_filter_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        (self.dynamic.iter()).flat_map(|d| d.filters.iter().flat_map(dynamic_ids))
     }
 
     /// The build keys of this plan's joins that narrow this scan.
@@ -226,15 +233,22 @@ impl RegionScanExec {
 
     /// A copy for one run of a kept plan (`fresh_run.rs`): as
     /// `reset_state` makes it, but narrowed by the same joins' build keys
-    /// and sharing the same run as the kept scan, each the one `keys` and
-    /// `run` give for this run.
+    /// and DataFusion join filters and sharing the same run as the kept
+    /// scan, each the one `keys`, `filter` and `run` give for this run.
     pub fn for_run(
         &self,
         mut keys: impl FnMut(&Arc<BuildKeys>) -> Arc<BuildKeys>,
+        filter: impl FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<Arc<dyn PhysicalExpr>>,
         run: impl FnOnce(&Arc<SharedRun>) -> Arc<SharedRun>,
-    ) -> Self {
+    ) -> DfResult<Self> {
         let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
-        scan.dynamic = None;
+        scan.dynamic = match &self.dynamic {
+            Some(d) => Some(Arc::new(DynamicFilters {
+                filters: d.filters.iter().map(filter).collect::<DfResult<_>>()?,
+                columns: d.columns.clone(),
+            })),
+            None => None,
+        };
         scan.remote_keys.clear();
         scan.build_keys = (self.build_keys.iter())
             .map(|(k, probe)| (keys(k), probe.clone()))
@@ -246,7 +260,7 @@ impl RegionScanExec {
         }
         // (Its properties kept: see `reset_state`.)
         scan.properties = self.properties.clone();
-        scan
+        Ok(scan)
     }
 
     pub fn dag(&self) -> &DagRequest {
