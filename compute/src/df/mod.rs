@@ -42,6 +42,7 @@ pub mod aggregates;
 pub mod checked_arithmetic;
 pub mod decorrelate;
 mod dynamic_filters;
+mod filter_before_semi_join;
 pub mod float_division;
 pub mod fresh_run;
 pub mod functions;
@@ -438,6 +439,7 @@ impl SqlSession {
         state.add_analyzer_rule(Arc::new(checked_arithmetic::CheckedConstants));
         decorrelate::install(&mut state);
         join_order::install(&mut state);
+        filter_before_semi_join::install(&mut state);
         let state = rules::install(state);
         let state = shared_subplan::install(state);
         let (state, pg_catalog) = pg_catalog::install(state, cluster.clone())?;
