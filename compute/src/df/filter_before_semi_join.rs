@@ -58,6 +58,8 @@ use datafusion::logical_expr::{Expr, Join, LogicalPlan, Projection};
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
+use super::decorrelate::exactly_one_row;
+
 /// The logical optimizer rule (see the module docs), installed after
 /// DataFusion's `push_down_filter`.
 #[derive(Debug, Default)]
@@ -106,7 +108,7 @@ fn rewritten(node: &LogicalPlan) -> DfResult<Option<LogicalPlan>> {
     let Some(filter) = &join.filter else {
         return Ok(None);
     };
-    if join.join_type != JoinType::Inner || !join.on.is_empty() || !one_row(&join.right) {
+    if join.join_type != JoinType::Inner || !join.on.is_empty() || !exactly_one_row(&join.right) {
         return Ok(None);
     }
     let under = match join.left.as_ref() {
@@ -153,17 +155,6 @@ fn rewritten(node: &LogicalPlan) -> DfResult<Option<LogicalPlan>> {
         .collect();
     let projection = Projection::try_new(columns, Arc::new(LogicalPlan::Join(semi)))?;
     Ok(Some(LogicalPlan::Projection(projection)))
-}
-
-/// Whether `plan` answers at most one row: an aggregate without GROUP
-/// BY, under projections and aliases.
-fn one_row(plan: &LogicalPlan) -> bool {
-    match plan {
-        LogicalPlan::Aggregate(a) => a.group_expr.is_empty(),
-        LogicalPlan::Projection(p) => one_row(&p.input),
-        LogicalPlan::SubqueryAlias(s) => one_row(&s.input),
-        _ => false,
-    }
 }
 
 #[cfg(test)]

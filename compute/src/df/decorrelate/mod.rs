@@ -734,8 +734,9 @@ fn below_renames(plan: &LogicalPlan) -> &LogicalPlan {
     }
 }
 
-/// An aggregate without GROUP BY: one row, even over none.
-fn exactly_one_row(plan: &LogicalPlan) -> bool {
+/// An aggregate without GROUP BY (under projections and aliases): one
+/// row, even over none.
+pub(super) fn exactly_one_row(plan: &LogicalPlan) -> bool {
     matches!(below_renames(plan), LogicalPlan::Aggregate(a) if a.group_expr.is_empty())
 }
 
