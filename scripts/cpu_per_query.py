@@ -14,6 +14,9 @@ stime from /proc/PID/stat over the timed runs).
 
 The PIDs of a playground's processes, comma-separated (with only one
 playground running): `pgrep -d, -f "quarry (storage|compute)"`.
+With `QUARRY_SETUP` set (e.g. `SET mpp = 'off'`), that statement runs once
+on the connection before the warm-up, so one playground can be measured
+under two session settings.
 Needs the project's virtualenv (`$QUARRY_VENV/bin/python`, made by
 `scripts/setup.sh`). Linux only.
 """
@@ -52,6 +55,8 @@ def main():
     if runs < 1:
         sys.exit(__doc__)
     with flight_sql.connect(uri, autocommit=True) as conn, conn.cursor() as cur:
+        if os.environ.get("QUARRY_SETUP"):
+            cur.execute(os.environ["QUARRY_SETUP"])
 
         def run():
             cur.execute(sql)

@@ -93,6 +93,28 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     let cases = tpch_cases(0.01);
     let failures = mismatches(&a.url, &cases);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Again from the plan cache (a statement is kept the second time it
+    // is planned): each run reuses the kept optimized plan and is planned
+    // physically over the live workers, never as a kept one-process plan.
+    let counter = |name: &str| -> f64 {
+        let (_, page) = http(&a.status_url, "GET", "/metrics", "");
+        page.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let hit = "quarry_compute_plan_cache_total{result=\"hit\"} ";
+    let reused = "quarry_compute_physical_plans_reused_total ";
+    let (hits, kept_runs) = (counter(hit), counter(reused));
+    for _ in 0..2 {
+        let failures = mismatches(&a.url, &cases);
+        assert!(failures.is_empty(), "cached: {}", failures.join("\n"));
+    }
+    let hits = counter(hit) - hits;
+    assert!(
+        hits >= 20.0,
+        "{hits} of 44 spread runs planned from the cache"
+    );
+    assert_eq!(counter(reused), kept_runs, "a one-process plan ran spread");
 
     // More shapes, each answered as the process alone answers it: a count
     // over a join with a broadcast build side, a whole-table count, a

@@ -209,6 +209,10 @@ enum Cached {
     /// Its optimized plan came from the cache; physical planning runs in
     /// the context.
     Optimized(SessionContext, Arc<Plans>),
+    /// Its optimized plan came from the cache, and it runs over several
+    /// compute processes: physical planning runs in `mode`'s distributed
+    /// state, without a catalog (`plan_cache.rs`, "Spread queries").
+    Spread(Arc<Mpp>, crate::config::MppMode, Arc<Plans>),
     /// Planned now, against this catalog: its optimized plan is offered
     /// to the cache.
     Keep(SessionContext, Catalog),
@@ -220,10 +224,13 @@ impl PlannedQuery {
     /// The statement to plan again when this query runs over several
     /// compute processes (None: it runs in this one).
     pub fn mpp_retry(&self) -> Option<ParsedQuery> {
-        let Cached::No(ctx) = &self.cached else {
-            return None;
+        let distributed = match &self.cached {
+            Cached::No(ctx) | Cached::Keep(ctx, _) => {
+                crate::df::mpp::is_distributed(ctx.state_ref().read().config().options())
+            }
+            Cached::Spread(..) => true,
+            _ => return None,
         };
-        let distributed = crate::df::mpp::is_distributed(ctx.state_ref().read().config().options());
         distributed
             .then(|| self.check.as_ref().map(|c| c.query.clone()))
             .flatten()
@@ -349,6 +356,21 @@ pub struct Mpp {
     /// The base state with the distributed planner, per mode.
     auto: datafusion::execution::SessionState,
     force: datafusion::execution::SessionState,
+}
+
+impl Mpp {
+    /// The base state that plans `mode`'s distributed queries (None for
+    /// `off`).
+    pub(crate) fn state(
+        &self,
+        mode: crate::config::MppMode,
+    ) -> Option<&datafusion::execution::SessionState> {
+        match mode {
+            crate::config::MppMode::Auto => Some(&self.auto),
+            crate::config::MppMode::Force => Some(&self.force),
+            crate::config::MppMode::Off => None,
+        }
+    }
 }
 
 /// The name UPDATE and DELETE give a row's handle in a table without a
@@ -600,10 +622,9 @@ impl SqlSession {
                 .register_table(name, Arc::new(table))
                 .map_err(from_df)?;
         }
-        let base = match (&self.mpp, mode) {
-            (Some(m), crate::config::MppMode::Auto) => &m.auto,
-            (Some(m), crate::config::MppMode::Force) => &m.force,
-            _ => &self.base,
+        let base = match &self.mpp {
+            Some(m) => m.state(mode).unwrap_or(&self.base),
+            None => &self.base,
         };
         self.context_in(schema, base)
     }

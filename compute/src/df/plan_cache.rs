@@ -77,6 +77,21 @@
 //! execute), and the catalog check makes them equal to the ones a new
 //! context would have made.
 //!
+//! SPREAD QUERIES
+//!
+//! A statement spread over several compute processes (`mpp = 'force'`,
+//! or `auto` where it spreads) reuses the kept optimized plan too: its
+//! SQL binding, logical optimizer and the session state with a catalog
+//! that a plan from scratch builds are skipped, and it is planned
+//! physically by the mode's distributed planner at each run (the
+//! distributed plan itself is not kept: its stages, task counts and
+//! workers are the live membership's of the moment). The optimized plan
+//! is the same whatever the mode: only physical planning is distributed.
+//! An entry a spread run kept holds no physical plan ([`Plans::spread`]);
+//! the first run in one process plans one and keeps it. The failpoint
+//! `spread_plans_kept_off` (a switch for timing) plans spread statements
+//! from scratch, as before they used the cache.
+//!
 //! A full cache drops its least recently used entry.
 
 use std::collections::{HashMap, HashSet};
@@ -168,6 +183,11 @@ pub struct Plans {
     /// a run's values must have. (A shape kept without a physical plan
     /// is one planned with its literals instead.)
     pub param_types: Vec<DataType>,
+    /// Kept from a run spread over several compute processes (`mpp/`):
+    /// `physical` is None because one process's plan was not made, not
+    /// because it cannot be kept, so a run in one process makes it and
+    /// keeps it.
+    pub spread: bool,
 }
 
 struct Entry {
@@ -500,6 +520,7 @@ mod tests {
             optimized: plan,
             physical: None,
             param_types: Vec::new(),
+            spread: false,
         }
     }
 

@@ -137,8 +137,9 @@ impl SqlSession {
     }
 
     /// Plans `query` over `tables`, from the plan cache's plans when it has
-    /// them and `cache` allows; distributed under `mode` (which keeps
-    /// its plans out of the cache).
+    /// them and `cache` allows; distributed under `mode` (a spread query
+    /// reuses a kept optimized plan and is planned physically anew:
+    /// `plan_cache.rs`, "Spread queries").
     async fn plan_over(
         &self,
         query: ParsedQuery,
@@ -155,7 +156,11 @@ impl SqlSession {
             }
             m => m,
         };
-        let cache = cache && mode == crate::config::MppMode::Off;
+        let spread = mode != crate::config::MppMode::Off;
+        // (The failpoint `spread_plans_kept_off`, a switch for timing,
+        // plans a spread statement from scratch at each run, as before
+        // spread queries used the cache.)
+        let cache = cache && !(spread && quarry_proto::failpoint::fires("spread_plans_kept_off"));
         let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
         names.sort();
         let tables = self.with_stats(tables);
@@ -164,8 +169,10 @@ impl SqlSession {
         // (A session in another time zone than UTC plans TIMESTAMPTZ in
         // it: its plans are not the cache's.)
         let cache = cache && self.plans.enabled() && super::session_time_zone().is_none();
-        // Its shape's plan, if one serves (`literal_shape.rs`).
-        if let Some(shape) = cache.then(|| literal_shape::shape_of(&query.0)).flatten() {
+        // Its shape's plan, if one serves (`literal_shape.rs`; shapes are
+        // one process's plans).
+        let shapes = cache && !spread;
+        if let Some(shape) = shapes.then(|| literal_shape::shape_of(&query.0)).flatten() {
             if let Some(planned) = self.plan_shape(shape, &tables, &catalog, views, &sql).await {
                 return Ok(planned);
             }
@@ -173,10 +180,17 @@ impl SqlSession {
         if let Some(kept) = cache.then(|| self.plans.get(&sql, &catalog)).flatten() {
             crate::metrics::plan_cache(plan_cache::Lookup::Hit.label());
             // A kept physical plan runs without a catalog.
-            let cached = match &kept.physical {
-                Some(physical) if !plan_cache::kept_joins_off(physical) => {
+            let spreading = self.mpp.clone().filter(|_| spread);
+            let cached = match (&kept.physical, spreading) {
+                // Planned physically by the mode's distributed planner,
+                // without a catalog either.
+                (_, Some(mpp)) => Cached::Spread(mpp, mode, kept.clone()),
+                (Some(physical), None) if !plan_cache::kept_joins_off(physical) => {
                     Cached::Physical(physical.clone())
                 }
+                // Kept by a spread run: this run makes one process's
+                // physical plan, and keeps it.
+                (None, None) if kept.spread => Cached::Keep(self.context_of(tables)?, catalog),
                 _ => Cached::Optimized(self.context_of(tables)?, kept.clone()),
             };
             return Ok(PlannedQuery {
@@ -318,6 +332,7 @@ impl SqlSession {
             optimized,
             physical: kept,
             param_types: types,
+            spread: false,
         };
         self.plans.put(&shape.key, catalog, plans);
         let physical = physical?;

@@ -178,12 +178,25 @@ impl SqlSession {
                 (task, df.create_physical_plan().await.map_err(from_df)?)
             }
             Cached::Optimized(ctx, kept) => physical_of(ctx.state(), &kept.optimized).await?,
+            Cached::Spread(mpp, mode, kept) => {
+                let state = mpp.state(mode).ok_or_else(|| {
+                    crate::Error::Internal("a spread query's plan in mode off".into())
+                })?;
+                let physical = state
+                    .query_planner()
+                    .create_physical_plan(&kept.optimized, state)
+                    .await
+                    .map_err(from_df)?;
+                (self.task_over(state.config().clone())?, physical)
+            }
             Cached::Keep(ctx, catalog) => {
                 let state = ctx.state();
+                let spread = crate::df::mpp::is_distributed(state.config().options());
                 let optimized = state.optimize(&plan).map_err(from_df)?;
                 let planned = physical_of(state, &optimized).await?;
-                // Kept as it is before this run touches it.
-                let physical = match plan_cache::reusable(&planned.1) {
+                // Kept as it is before this run touches it (one process's
+                // plan: a spread one is planned at each run).
+                let physical = match !spread && plan_cache::reusable(&planned.1) {
                     true => Some(fresh_run(planned.1.clone()).map_err(from_df)?),
                     false => None,
                 };
@@ -192,6 +205,7 @@ impl SqlSession {
                     optimized,
                     physical,
                     param_types: Vec::new(),
+                    spread,
                 };
                 self.plans.put(&sql, &catalog, plans);
                 planned

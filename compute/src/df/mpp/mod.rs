@@ -75,8 +75,10 @@
 //!   client's login does not open the worker service).
 //!
 //! Caveats of this first cut (each is a line in `docs/design-notes.md`):
-//! shared scans are off in a distributed plan; plans from the plan cache
-//! stay in one process; a query in an explicit transaction is spread
+//! shared scans are off in a distributed plan; a spread statement reuses
+//! the plan cache's optimized plan but is planned physically at each run
+//! (`plan_cache.rs`, "Spread queries"); a query in an explicit
+//! transaction is spread
 //! (its tasks read at the transaction's start_ts, where the stores show
 //! its own writes) but not run again when a worker is lost.
 
