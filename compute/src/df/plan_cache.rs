@@ -80,17 +80,19 @@
 //! SPREAD QUERIES
 //!
 //! A statement spread over several compute processes (`mpp = 'force'`,
-//! or `auto` where it spreads) reuses the kept optimized plan too: its
-//! SQL binding, logical optimizer and the session state with a catalog
-//! that a plan from scratch builds are skipped, and it is planned
-//! physically by the mode's distributed planner at each run (the
-//! distributed plan itself is not kept: its stages, task counts and
-//! workers are the live membership's of the moment). The optimized plan
-//! is the same whatever the mode: only physical planning is distributed.
-//! An entry a spread run kept holds no physical plan ([`Plans::spread`]);
-//! the first run in one process plans one and keeps it. The failpoint
-//! `spread_plans_kept_off` (a switch for timing) plans spread statements
-//! from scratch, as before they used the cache.
+//! or `auto` where it spreads) reuses a kept optimized plan too: its SQL
+//! binding, logical optimizer and the session state with a catalog that
+//! a plan from scratch builds are skipped, and it is planned physically
+//! by the mode's distributed planner at each run (the distributed plan
+//! itself is not kept: its stages, task counts and workers are the live
+//! membership's of the moment). Its entries are kept under their own key
+//! ([`key`]), apart from one process's: the distributed planner turns off
+//! DataFusion's physical uncorrelated scalar subqueries, so its logical
+//! optimizer rewrites those (TPC-H Q11, Q15, Q22) as left joins where one
+//! process leaves them to Quarry's decorrelation; a spread entry holds no
+//! physical plan. The failpoint `spread_plans_kept_off` (a switch for
+//! timing) plans spread statements from scratch, as before they used the
+//! cache.
 //!
 //! A full cache drops its least recently used entry.
 
@@ -116,6 +118,15 @@ use super::table::QuarryTable;
 /// Statements longer than this are not kept (their keys and plans, long
 /// IN lists as a rule, would crowd out the short ones that repeat).
 pub const MAX_KEY_BYTES: usize = 8 << 10;
+
+/// The cache key of `sql`: the statement itself for one process's plans,
+/// marked for a spread one's (see the module docs, "Spread queries").
+pub fn key(sql: &str, spread: bool) -> std::borrow::Cow<'_, str> {
+    match spread {
+        false => std::borrow::Cow::Borrowed(sql),
+        true => std::borrow::Cow::Owned(format!("{sql}\n-- spread over compute processes")),
+    }
+}
 
 /// The entries kept by default (`plan-cache-entries`).
 pub const DEFAULT_ENTRIES: usize = crate::config::DEFAULT_PLAN_CACHE_ENTRIES;
@@ -183,11 +194,6 @@ pub struct Plans {
     /// a run's values must have. (A shape kept without a physical plan
     /// is one planned with its literals instead.)
     pub param_types: Vec<DataType>,
-    /// Kept from a run spread over several compute processes (`mpp/`):
-    /// `physical` is None because one process's plan was not made, not
-    /// because it cannot be kept, so a run in one process makes it and
-    /// keeps it.
-    pub spread: bool,
 }
 
 struct Entry {
@@ -520,7 +526,6 @@ mod tests {
             optimized: plan,
             physical: None,
             param_types: Vec::new(),
-            spread: false,
         }
     }
 

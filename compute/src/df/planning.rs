@@ -177,7 +177,8 @@ impl SqlSession {
                 return Ok(planned);
             }
         }
-        if let Some(kept) = cache.then(|| self.plans.get(&sql, &catalog)).flatten() {
+        let key = plan_cache::key(&sql, spread);
+        if let Some(kept) = cache.then(|| self.plans.get(&key, &catalog)).flatten() {
             crate::metrics::plan_cache(plan_cache::Lookup::Hit.label());
             // A kept physical plan runs without a catalog.
             let spreading = self.mpp.clone().filter(|_| spread);
@@ -188,9 +189,6 @@ impl SqlSession {
                 (Some(physical), None) if !plan_cache::kept_joins_off(physical) => {
                     Cached::Physical(physical.clone())
                 }
-                // Kept by a spread run: this run makes one process's
-                // physical plan, and keeps it.
-                (None, None) if kept.spread => Cached::Keep(self.context_of(tables)?, catalog),
                 _ => Cached::Optimized(self.context_of(tables)?, kept.clone()),
             };
             return Ok(PlannedQuery {
@@ -214,7 +212,7 @@ impl SqlSession {
             .map_err(|e| unknown_table(e, &names, views))?;
         let cached = match cache {
             false => Cached::No(ctx),
-            true if self.plans.fits(&sql) && plan_cache::cacheable(&plan) => {
+            true if self.plans.fits(&key) && plan_cache::cacheable(&plan) => {
                 crate::metrics::plan_cache(plan_cache::Lookup::Miss.label());
                 Cached::Keep(ctx, catalog)
             }
@@ -332,7 +330,6 @@ impl SqlSession {
             optimized,
             physical: kept,
             param_types: types,
-            spread: false,
         };
         self.plans.put(&shape.key, catalog, plans);
         let physical = physical?;

@@ -205,9 +205,9 @@ impl SqlSession {
                     optimized,
                     physical,
                     param_types: Vec::new(),
-                    spread,
                 };
-                self.plans.put(&sql, &catalog, plans);
+                self.plans
+                    .put(&plan_cache::key(&sql, spread), &catalog, plans);
                 planned
             }
         };
