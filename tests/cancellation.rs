@@ -17,11 +17,7 @@ use quarry_client::Client;
 
 /// The gauge `name` on the status port at `url` (0 when absent).
 fn gauge(url: &str, name: &str) -> i64 {
-    http(url, "GET", "/metrics", "")
-        .1
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0)
+    sample(&http(url, "GET", "/metrics", "").1, name) as i64
 }
 
 /// `quarry_coprocessor_running` summed over the stores' status `urls`.

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{assert_csv_matches, http, signal, Playground, QUARRY, SERIAL};
+use common::{assert_csv_matches, http, sample, signal, Playground, QUARRY, SERIAL};
 
 /// Lineitem's rows at SF 0.01.
 const LINEITEM_ROWS: u64 = 60175;
@@ -31,12 +31,6 @@ fn load_tpch(pg: &Playground, tables: &str, extra: &[&str]) -> Output {
 
 fn metrics(url: &str) -> String {
     http(url, "GET", "/metrics", "").1
-}
-
-fn sample(page: &str, name: &str) -> f64 {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
 }
 
 fn count(pg: &Playground, table: &str) -> u64 {

@@ -8,19 +8,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{http, Playground, SERIAL};
+use common::{http, sample, Playground, SERIAL};
 
 /// GET `path` from `url` (`http://HOST:PORT`): (status code, body).
 fn get(url: &str, path: &str) -> (u16, String) {
     http(url, "GET", path, "")
-}
-
-/// The value of the sample `name` (with its labels, as printed) in a
-/// metrics page, 0 if absent.
-fn sample(page: &str, name: &str) -> f64 {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
 }
 
 #[test]

@@ -96,15 +96,10 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     // Again from the plan cache (a statement is kept the second time it
     // is planned): each run reuses the kept optimized plan and is planned
     // physically over the live workers, never as a kept one-process plan.
-    let counter = |name: &str| -> f64 {
-        let (_, page) = http(&a.status_url, "GET", "/metrics", "");
-        page.lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-            .unwrap_or(0.0)
-    };
-    let hit = "quarry_compute_plan_cache_total{result=\"hit\"} ";
-    let miss = "quarry_compute_plan_cache_total{result=\"miss\"} ";
-    let reused = "quarry_compute_physical_plans_reused_total ";
+    let counter = |name: &str| sample(&http(&a.status_url, "GET", "/metrics", "").1, name);
+    let hit = "quarry_compute_plan_cache_total{result=\"hit\"}";
+    let miss = "quarry_compute_plan_cache_total{result=\"miss\"}";
+    let reused = "quarry_compute_physical_plans_reused_total";
     let (hits, kept_runs) = (counter(hit), counter(reused));
     for _ in 0..2 {
         let failures = mismatches(&a.url, &cases);

@@ -76,14 +76,7 @@ fn all_22_tpch_queries_match_duckdb_at_sf_0_01() {
         assert!(failures.is_empty(), "cached: {}", failures.join("\n"));
     }
     let (_, page) = http(pg.status_urls.last().unwrap(), "GET", "/metrics", "");
-    let hits: f64 = page
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("quarry_compute_plan_cache_total{result=\"hit\"} ")?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0.0);
+    let hits = sample(&page, "quarry_compute_plan_cache_total{result=\"hit\"}");
     assert!(hits >= 20.0, "{hits} of 22 queries planned from the cache");
     // With every join's build keys sent as a Bloom filter (no IN lists)
     // and with none sent at all: the same answers.

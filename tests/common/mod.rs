@@ -494,6 +494,14 @@ pub fn status_text(pg: &Playground) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The value of the sample `name` (with its labels, as printed) in a
+/// metrics page, 0 if absent.
+pub fn sample(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// An HTTP/1.1 request to a status port (`url` is `http://HOST:PORT`):
 /// (status code, body).
 pub fn http(url: &str, method: &str, path: &str, body: &str) -> (u16, String) {

@@ -182,11 +182,7 @@ impl SqlSession {
                 let state = mpp.state(mode).ok_or_else(|| {
                     crate::Error::Internal("a spread query's plan in mode off".into())
                 })?;
-                let physical = state
-                    .query_planner()
-                    .create_physical_plan(&kept.optimized, state)
-                    .await
-                    .map_err(from_df)?;
+                let physical = physical_plan_in(state, &kept.optimized).await?;
                 (self.task_over(state.config().clone())?, physical)
             }
             Cached::Keep(ctx, catalog) => {
@@ -384,15 +380,24 @@ pub(super) async fn physical_of(
     Arc<datafusion::execution::TaskContext>,
     Arc<dyn ExecutionPlan>,
 )> {
-    let physical = state
-        .query_planner()
-        .create_physical_plan(plan, &state)
-        .await
-        .map_err(from_df)?;
+    let physical = physical_plan_in(&state, plan).await?;
     Ok((
         Arc::new(datafusion::execution::TaskContext::from(&state)),
         physical,
     ))
+}
+
+/// The physical plan of an optimized `plan`, by `state`'s query planner
+/// (a distributed state's cuts it into stages).
+pub(super) async fn physical_plan_in(
+    state: &datafusion::execution::SessionState,
+    plan: &LogicalPlan,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    state
+        .query_planner()
+        .create_physical_plan(plan, state)
+        .await
+        .map_err(from_df)
 }
 
 /// The coprocessor DAGs of the region scans in `plan`, in plan order.

@@ -360,11 +360,7 @@ pub async fn explain(
         return Ok(None);
     }
     let optimized = state.optimize(&explain.plan).map_err(crate::df::from_df)?;
-    let physical = state
-        .query_planner()
-        .create_physical_plan(&optimized, state)
-        .await
-        .map_err(crate::df::from_df)?;
+    let physical = crate::df::running::physical_plan_in(state, &optimized).await?;
     let text = datafusion_distributed::display_plan_ascii(physical.as_ref(), false);
     let schema = Arc::new(plan.schema().as_arrow().clone());
     let types = StringArray::from(vec!["logical_plan", "physical_plan"]);
