@@ -36,6 +36,22 @@
 //! time). Both say `None` elsewhere and the caller keeps its scalar loop.
 //! Levels: baseline < AVX2 < AVX-512 ([`Level`]).
 //!
+//! PREFETCH. A fused filter over a pack's column runs at memory speed,
+//! not at the speed of its compares: on the SF 1 cluster the 2-byte
+//! date's loads were half of a store's Q6 samples, the column read from
+//! the block cache in DRAM, while the same kernel over data in the caches
+//! (the `speed_probe` test) is about four times faster a row. The
+//! hardware's prefetcher alone left those loads stalled (a pack's column
+//! is a run of 32–64 KiB, each filter one pass over its own). So the loops that read a packed column in order
+//! (the filters' [`crate::executor::kernels::and_range_packed`] and
+//! `and_packed`, and the widening decode behind the programs' inputs and
+//! the generic path's Arrow arrays) ask, every 64 rows, for the bytes
+//! [`prefetch_ahead`] further on ([`prefetch_span`]). A gather of
+//! selected rows does not: prefetching the row 16 selections ahead
+//! changed nothing measurable. `QUARRY_PREFETCH=off` in a process's
+//! environment (or bytes, for another distance) and [`set_prefetch_ahead`]
+//! are there to compare.
+//!
 //! `QUARRY_SIMD=baseline` (or `off`) in a process's environment turns the
 //! AVX2 copies and the AVX-512 kernels off, `QUARRY_SIMD=avx2` the AVX-512
 //! kernels only (to compare, as the criterion benches do with
@@ -46,8 +62,8 @@
 //! on a CPU without them is undefined; [`avx2`] is true only after
 //! `is_x86_feature_detected!` confirmed every feature enabled ([`avx512`]
 //! likewise for the AVX-512 kernels, whose unaligned loads are unsafe too:
-//! their bounds are asserted before the loop). And in [`bitmask64`]
-//! (below).
+//! their bounds are asserted before the loop). And in [`bitmask64`] and
+//! [`prefetch`] (below).
 //!
 //! BYTES TO BITS. One instruction the vectorizer never emits from a plain
 //! loop is SSE2's byte movemask (`pmovmskb`: the top bit of each of 16
@@ -58,7 +74,7 @@
 //! part of every x86-64 CPU, so this call needs no detection; the `unsafe`
 //! around it is only Rust's rule for `#[target_feature]` intrinsics.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// Which copies of the kernels run, lowest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -449,26 +465,108 @@ mod masked {
     }
 }
 
-/// Runs `f` at each level this CPU has (baseline, AVX2, AVX-512), one
-/// test at a time: for tests that check every copy.
+/// What [`prefetch_ahead`] answers before `QUARRY_PREFETCH` is read.
+const AHEAD_UNKNOWN: usize = usize::MAX;
+
+static AHEAD: AtomicUsize = AtomicUsize::new(AHEAD_UNKNOWN);
+
+/// How far ahead of the row it is at, in bytes of a column, a sequential
+/// kernel asks for the column's bytes (0: it does not; see "PREFETCH" in
+/// the module docs). [`PREFETCH_AHEAD`] unless `QUARRY_PREFETCH` (bytes,
+/// or `off`) or [`set_prefetch_ahead`] said otherwise.
+#[inline]
+pub fn prefetch_ahead() -> usize {
+    match AHEAD.load(Ordering::Relaxed) {
+        AHEAD_UNKNOWN => {
+            let ahead = match std::env::var("QUARRY_PREFETCH").as_deref() {
+                Ok("off") => 0,
+                Ok(v) => v.parse().unwrap_or(PREFETCH_AHEAD),
+                Err(_) => PREFETCH_AHEAD,
+            }
+            .min(AHEAD_UNKNOWN - 1);
+            // A `set_prefetch_ahead` that ran meanwhile wins.
+            match AHEAD.compare_exchange(AHEAD_UNKNOWN, ahead, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => ahead,
+                Err(set) => set,
+            }
+        }
+        ahead => ahead,
+    }
+}
+
+/// Sets [`prefetch_ahead`] for this process (0 turns prefetching off),
+/// whatever `QUARRY_PREFETCH` says, and says what it was. Answers are the
+/// same either way; tests and benches use it to run both.
+pub fn set_prefetch_ahead(bytes: usize) -> usize {
+    let was = prefetch_ahead();
+    AHEAD.store(bytes.min(AHEAD_UNKNOWN - 1), Ordering::Relaxed);
+    was
+}
+
+/// The default of [`prefetch_ahead`]: 4 KiB, two thousand rows of a
+/// 2-byte column (measured against 1, 2, 8 and 16 KiB: "Prefetching the
+/// packed columns" in `docs/performance.md`).
+pub const PREFETCH_AHEAD: usize = 4096;
+
+/// Asks the core to bring the cache line holding `data[at]` into its
+/// first-level cache, if `at` is in bounds. A hint: it never faults and
+/// changes no result.
+#[inline(always)]
+pub fn prefetch(data: &[u8], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(b) = data.get(at) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint that never faults, and the pointer
+        // is in bounds anyway; SSE (which has the instruction) is part of
+        // every x86-64 CPU.
+        #[allow(unsafe_code)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>((b as *const u8).cast::<i8>())
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, at);
+}
+
+/// [`prefetch`] of the `len` bytes from `data[at]`, a cache line at a
+/// time (the part in bounds).
+#[inline(always)]
+pub fn prefetch_span(data: &[u8], at: usize, len: usize) {
+    let mut k = 0;
+    while k < len {
+        prefetch(data, at + k);
+        k += 64;
+    }
+}
+
+/// Runs `f` at each level this CPU has (baseline, AVX2, AVX-512), each
+/// with prefetching off, 64 bytes ahead (so that a short column's loop
+/// reaches past its end) and at the default distance, one test at a time:
+/// for tests that check every copy. ([`prefetch_ahead`] says which.)
 #[cfg(test)]
 pub(crate) fn for_each_level(mut f: impl FnMut(Level)) {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    /// Puts the level back, also when a test's check panics.
-    struct Restore(Level);
+    /// Puts the level and the distance back, also when a test's check
+    /// panics.
+    struct Restore(Level, usize);
     impl Drop for Restore {
         fn drop(&mut self) {
             set_level(self.0);
+            set_prefetch_ahead(self.1);
         }
     }
-    let _restore = Restore(level());
+    let _restore = Restore(level(), prefetch_ahead());
     for l in [Level::Baseline, Level::Avx2, Level::Avx512] {
         if l <= cpu_level() {
             set_level(l);
-            f(l);
+            for ahead in [0, 64, PREFETCH_AHEAD] {
+                set_prefetch_ahead(ahead);
+                f(l);
+            }
         }
     }
 }

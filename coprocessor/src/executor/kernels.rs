@@ -11,7 +11,7 @@
 
 use crate::codec::pack::{IntView, Lane, WidthVisitor};
 use crate::expr::{Bloom, CmpOp};
-use crate::simd::{bitmask64, kernel};
+use crate::simd::{bitmask64, kernel, prefetch_ahead, prefetch_span};
 
 /// A bitmap selecting rows `0..n`.
 pub fn all_rows(n: usize) -> Vec<u64> {
@@ -155,7 +155,11 @@ impl WidthVisitor for InStoredRange<'_> {
     #[inline(always)]
     fn lanes<L: Lane>(self, d: &[u8]) {
         let (a, span) = (L::truncate(self.a), L::truncate(self.span));
+        let ahead = prefetch_ahead();
         and_masks(self.n, self.bits, |base, bytes| {
+            if ahead > 0 {
+                prefetch_span(d, L::BYTES * base + ahead, 64 * L::BYTES);
+            }
             for (m, x) in bytes.iter_mut().zip(L::iter(&d[L::BYTES * base..])) {
                 *m = (x.wrapping_sub(a) <= span) as u8;
             }
@@ -210,7 +214,11 @@ impl<F: Fn(i64) -> bool> WidthVisitor for Keep<'_, F> {
             }
             return;
         }
+        let ahead = prefetch_ahead();
         and_masks(n, self.bits, |base, bytes| {
+            if ahead > 0 {
+                prefetch_span(d, L::BYTES * base + ahead, 64 * L::BYTES);
+            }
             for (b, x) in bytes.iter_mut().zip(L::iter(&d[L::BYTES * base..])) {
                 *b = keep(min.wrapping_add(x.into() as i64)) as u8;
             }
@@ -369,7 +377,11 @@ mod tests {
                     narrow_range(&col, vals.len(), &mut bits, lo, hi);
                     let mut got = Vec::new();
                     indices(&bits, &mut got);
-                    assert_eq!(got, want, "spread {spread} range [{lo}, {hi}] {level:?}");
+                    let ahead = crate::simd::prefetch_ahead();
+                    assert_eq!(
+                        got, want,
+                        "spread {spread} range [{lo}, {hi}] {level:?} prefetch {ahead}"
+                    );
                 });
             }
         }
@@ -387,22 +399,29 @@ mod tests {
                 panic!("not an integer column")
             };
             for (k, keep) in keeps.iter().enumerate() {
-                // Start from a selection with holes: emptied words stay empty.
-                let mut bits = all_rows(vals.len());
-                bits[1] = 0;
-                // A sparse word (rows 128..192 keep every third row) is
-                // probed row by row by `and_probed`.
-                bits[2] = 0x9249_2492_4924_9249;
-                let mut probed = bits.clone();
-                and_packed(&col, vals.len(), &mut bits, keep);
-                and_probed(&col, vals.len(), &mut probed, keep);
-                assert_eq!(bits, probed, "spread {spread} filter {k}");
-                for (i, v) in vals.iter().enumerate() {
-                    let kept = (bits[i / 64] >> (i % 64)) & 1 == 1;
-                    let sparse = (128..192).contains(&i) && (i - 128) % 3 != 0;
-                    let want = !(64..128).contains(&i) && !sparse && keep(*v);
-                    assert_eq!(kept, want, "spread {spread} filter {k} row {i}");
-                }
+                crate::simd::for_each_level(|level| {
+                    let what = format!(
+                        "spread {spread} filter {k} {level:?} prefetch {}",
+                        crate::simd::prefetch_ahead()
+                    );
+                    // Start from a selection with holes: emptied words
+                    // stay empty.
+                    let mut bits = all_rows(vals.len());
+                    bits[1] = 0;
+                    // A sparse word (rows 128..192 keep every third row)
+                    // is probed row by row by `and_probed`.
+                    bits[2] = 0x9249_2492_4924_9249;
+                    let mut probed = bits.clone();
+                    and_packed(&col, vals.len(), &mut bits, keep);
+                    and_probed(&col, vals.len(), &mut probed, keep);
+                    assert_eq!(bits, probed, "{what}");
+                    for (i, v) in vals.iter().enumerate() {
+                        let kept = (bits[i / 64] >> (i % 64)) & 1 == 1;
+                        let sparse = (128..192).contains(&i) && (i - 128) % 3 != 0;
+                        let want = !(64..128).contains(&i) && !sparse && keep(*v);
+                        assert_eq!(kept, want, "{what} row {i}");
+                    }
+                });
             }
         }
     }

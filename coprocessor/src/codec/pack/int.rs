@@ -15,7 +15,7 @@
 //! and nothing is stored, is [`WidthVisitor::constant`].
 
 use super::view::bit;
-use crate::simd::kernel;
+use crate::simd::{kernel, prefetch_ahead, prefetch_span};
 
 /// A frame-of-reference integer column.
 #[derive(Debug, Clone, Copy)]
@@ -179,7 +179,7 @@ impl<'a> IntView<'a> {
     /// Decodes every value into `out` (cleared first), widening in one
     /// pass the compiler vectorizes (for AVX2 where the CPU has it).
     pub fn decode_into(&self, out: &mut Vec<i64>) {
-        decode_all(self, out)
+        decode_all(self, self.data, out)
     }
 
     /// Decodes the values of rows `rows` into `out` (cleared first), as
@@ -192,7 +192,9 @@ impl<'a> IntView<'a> {
             nulls: None,
             ..*self
         };
-        decode_all(&part, out)
+        // The prefetch reads on past the range, into the rows the caller
+        // decodes next.
+        decode_all(&part, &self.data()[rows.start * w..], out)
     }
 
     /// The values at rows `sel` into `out` (cleared first).
@@ -231,26 +233,32 @@ impl WidthVisitor for At {
 }
 
 /// [`IntView::decode_into`].
-struct DecodeAll<'o> {
+struct DecodeAll<'o, 'd> {
     min: i64,
     rows: usize,
     out: &'o mut Vec<i64>,
+    /// The stored bytes from the first row decoded on, to the column's
+    /// end: where the loop's prefetch may reach (see
+    /// [`crate::simd::prefetch_ahead`]).
+    ahead: &'d [u8],
 }
 
 kernel! {
-    /// [`IntView::decode_into`], for the baseline and for AVX2.
-    fn decode_all(v: &IntView<'_>, out: &mut Vec<i64>) {
+    /// [`IntView::decode_into`], for the baseline and for AVX2; `ahead`
+    /// as [`DecodeAll::ahead`].
+    fn decode_all(v: &IntView<'_>, ahead: &[u8], out: &mut Vec<i64>) {
         out.clear();
         out.reserve(v.rows);
         v.visit(DecodeAll {
             min: v.min,
             rows: v.rows,
             out,
+            ahead,
         })
     }
 }
 
-impl WidthVisitor for DecodeAll<'_> {
+impl WidthVisitor for DecodeAll<'_, '_> {
     type Output = ();
     #[inline(always)]
     fn constant(self) {
@@ -259,7 +267,17 @@ impl WidthVisitor for DecodeAll<'_> {
     #[inline(always)]
     fn lanes<L: Lane>(self, data: &[u8]) {
         let min = self.min;
-        self.out.extend(L::iter(data).map(|x| widen(min, x)))
+        let ahead = prefetch_ahead();
+        if ahead == 0 {
+            self.out.extend(L::iter(data).map(|x| widen(min, x)));
+            return;
+        }
+        // 64 rows at a time, each step asking for the bytes `ahead` on.
+        let step = 64 * L::BYTES;
+        for (k, part) in data.chunks(step).enumerate() {
+            prefetch_span(self.ahead, k * step + ahead, step);
+            self.out.extend(L::iter(part).map(|x| widen(min, x)));
+        }
     }
 }
 
@@ -344,9 +362,22 @@ mod tests {
                 assert_eq!(col.visit(Width), width, "{what}");
                 assert_eq!((col.min, col.max), (base, base + spread), "{what}");
 
-                let mut all = vec![42];
-                col.decode_into(&mut all);
-                assert_eq!(all, vals, "{what}");
+                crate::simd::for_each_level(|level| {
+                    let what = format!(
+                        "{what} {level:?} prefetch {}",
+                        crate::simd::prefetch_ahead()
+                    );
+                    let mut all = vec![42];
+                    col.decode_into(&mut all);
+                    assert_eq!(all, vals, "{what}");
+                    // Ranges that start and end inside a 64-row step, and
+                    // one that ends at the column's end.
+                    for rows in [0..0, 0..1, 3..70, 64..128, 100..vals.len()] {
+                        let mut some = vec![42];
+                        col.decode_range_into(rows.clone(), &mut some);
+                        assert_eq!(some, vals[rows.clone()], "{what} rows {rows:?}");
+                    }
+                });
 
                 let got: Vec<i64> = (0..vals.len()).map(|i| col.get(i)).collect();
                 assert_eq!(got, vals, "{what}");
