@@ -18,13 +18,14 @@
 #
 # QUERY (default tests/tpch/queries/q6.sql) and RUNS (default 400) choose the
 # loop; DIR (default a fresh temporary directory, removed after) holds the
-# playground.
+# playground; QUARRY_BIN (default the release build) is the binary, to
+# compare two builds the same way.
 # Needs a release build (scripts/env.sh's target dir) and the project's venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 
-quarry="$CARGO_TARGET_DIR/release/quarry"
+quarry=${QUARRY_BIN:-$CARGO_TARGET_DIR/release/quarry}
 query=${QUERY:-tests/tpch/queries/q6.sql}
 runs=${RUNS:-400}
 made_dir=
@@ -62,6 +63,6 @@ grep -q '^ready' "$log" || { echo "the playground was not ready in 300 s" >&2; e
 sleep 3
 
 uri=$(grep -o 'compute: pid [0-9]* addr http://[0-9.:]*' "$log" | head -1 | sed 's/.*addr http/grpc/')
-pids=$(pgrep -d, -P "$pg" -f 'quarry (storage|compute)' || pgrep -d, -f 'quarry (storage|compute)')
+pids=$(pgrep -d, -P "$pg" -f 'quarry[.a-z0-9]* (storage|compute)')
 echo "== ${*:-(no variables)}"
 "$QUARRY_VENV/bin/python" scripts/cpu_per_query.py "$uri" "$runs" "$query" "$pids"
