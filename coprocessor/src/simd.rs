@@ -42,11 +42,12 @@
 //! the block cache in DRAM, while the same kernel over data in the caches
 //! (the `speed_probe` test) is about four times faster a row. The
 //! hardware's prefetcher alone left those loads stalled (a pack's column
-//! is a run of 32–64 KiB, each filter one pass over its own). So the loops that read a packed column in order
-//! (the filters' [`crate::executor::kernels::and_range_packed`] and
-//! `and_packed`, and the widening decode behind the programs' inputs and
-//! the generic path's Arrow arrays) ask, every 64 rows, for the bytes
-//! [`prefetch_ahead`] further on ([`prefetch_span`]). A gather of
+//! is a run of 32–64 KiB, each filter one pass over its own). So the
+//! loops that read a packed column in order (the filters'
+//! [`crate::executor::kernels::and_range_packed`] and `and_packed`, and
+//! the widening decode behind the programs' inputs and the generic path's
+//! Arrow arrays) ask, every 64 rows, for the bytes [`prefetch_ahead`]
+//! further on ([`prefetch_span`]). A gather of
 //! selected rows does not: prefetching the row 16 selections ahead
 //! changed nothing measurable. `QUARRY_PREFETCH=off` in a process's
 //! environment (or bytes, for another distance) and [`set_prefetch_ahead`]
@@ -468,12 +469,17 @@ mod masked {
 /// What [`prefetch_ahead`] answers before `QUARRY_PREFETCH` is read.
 const AHEAD_UNKNOWN: usize = usize::MAX;
 
+/// The farthest [`prefetch_ahead`] reaches (a larger setting is cut to
+/// it): further than any pack column, and far from overflowing an offset.
+pub const PREFETCH_AHEAD_MAX: usize = 1 << 20;
+
 static AHEAD: AtomicUsize = AtomicUsize::new(AHEAD_UNKNOWN);
 
 /// How far ahead of the row it is at, in bytes of a column, a sequential
 /// kernel asks for the column's bytes (0: it does not; see "PREFETCH" in
 /// the module docs). [`PREFETCH_AHEAD`] unless `QUARRY_PREFETCH` (bytes,
-/// or `off`) or [`set_prefetch_ahead`] said otherwise.
+/// or `off`) or [`set_prefetch_ahead`] said otherwise, at most
+/// [`PREFETCH_AHEAD_MAX`].
 #[inline]
 pub fn prefetch_ahead() -> usize {
     match AHEAD.load(Ordering::Relaxed) {
@@ -483,7 +489,7 @@ pub fn prefetch_ahead() -> usize {
                 Ok(v) => v.parse().unwrap_or(PREFETCH_AHEAD),
                 Err(_) => PREFETCH_AHEAD,
             }
-            .min(AHEAD_UNKNOWN - 1);
+            .min(PREFETCH_AHEAD_MAX);
             // A `set_prefetch_ahead` that ran meanwhile wins.
             match AHEAD.compare_exchange(AHEAD_UNKNOWN, ahead, Ordering::Relaxed, Ordering::Relaxed)
             {
@@ -500,7 +506,7 @@ pub fn prefetch_ahead() -> usize {
 /// same either way; tests and benches use it to run both.
 pub fn set_prefetch_ahead(bytes: usize) -> usize {
     let was = prefetch_ahead();
-    AHEAD.store(bytes.min(AHEAD_UNKNOWN - 1), Ordering::Relaxed);
+    AHEAD.store(bytes.min(PREFETCH_AHEAD_MAX), Ordering::Relaxed);
     was
 }
 
@@ -586,6 +592,22 @@ mod tests {
         fn bitmask_in_a_kernel(bytes: &[u8; 64]) -> u64 {
             bitmask64(bytes)
         }
+    }
+
+    #[test]
+    fn a_prefetch_distance_past_the_bound_is_cut_to_it() {
+        // Inside `for_each_level`, which holds the setting for this test
+        // and puts it back.
+        for_each_level(|_| {
+            set_prefetch_ahead(usize::MAX);
+            assert_eq!(prefetch_ahead(), PREFETCH_AHEAD_MAX);
+            set_prefetch_ahead(PREFETCH_AHEAD_MAX + 1);
+            assert_eq!(prefetch_ahead(), PREFETCH_AHEAD_MAX);
+            // Out of bounds, a prefetch is no access at all.
+            prefetch_span(&[1u8; 10], PREFETCH_AHEAD_MAX, 4096);
+            set_prefetch_ahead(0);
+            assert_eq!(prefetch_ahead(), 0);
+        });
     }
 
     #[test]
