@@ -47,9 +47,8 @@
 //! [`crate::executor::kernels::and_range_packed`] and `and_packed`, and
 //! the widening decode behind the programs' inputs and the generic path's
 //! Arrow arrays) ask, every 64 rows, for the bytes [`prefetch_ahead`]
-//! further on ([`prefetch_span`]). A gather of
-//! selected rows does not: prefetching the row 16 selections ahead
-//! changed nothing measurable. `QUARRY_PREFETCH=off` in a process's
+//! further on ([`prefetch_span`]). A gather of selected rows does not:
+//! prefetching the row 16 selections ahead changed nothing measurable. `QUARRY_PREFETCH=off` in a process's
 //! environment (or bytes, for another distance) and [`set_prefetch_ahead`]
 //! are there to compare.
 //!
@@ -503,7 +502,7 @@ pub fn prefetch_ahead() -> usize {
 
 /// Sets [`prefetch_ahead`] for this process (0 turns prefetching off),
 /// whatever `QUARRY_PREFETCH` says, and says what it was. Answers are the
-/// same either way; tests and benches use it to run both.
+/// same either way; the kernel tests use it to run both.
 pub fn set_prefetch_ahead(bytes: usize) -> usize {
     let was = prefetch_ahead();
     AHEAD.store(bytes.min(PREFETCH_AHEAD_MAX), Ordering::Relaxed);

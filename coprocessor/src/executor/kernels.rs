@@ -84,6 +84,21 @@ pub fn and_masks(n: usize, bits: &mut [u64], fill: impl Fn(usize, &mut [u8])) {
     }
 }
 
+/// [`and_masks`] over a packed column's lanes `d` (`L::BYTES` a row):
+/// `fill(lanes, bytes)` gets the lanes from the step's first row on, and
+/// each step asks for the bytes [`prefetch_ahead`] further on (see
+/// "PREFETCH" in [`crate::simd`]).
+#[inline(always)]
+fn and_lanes<L: Lane>(n: usize, bits: &mut [u64], d: &[u8], fill: impl Fn(&[u8], &mut [u8])) {
+    let ahead = prefetch_ahead();
+    and_masks(n, bits, |base, bytes| {
+        if ahead > 0 {
+            prefetch_span(d, L::BYTES * base + ahead, 64 * L::BYTES);
+        }
+        fill(&d[L::BYTES * base..], bytes)
+    })
+}
+
 /// [`and_masks`] for `lo <= value <= hi` over a frame-of-reference column:
 /// the bounds move into the stored frame (value − min) and the test runs
 /// on the stored width — 16 or 32 lanes per vector instruction for 2- and
@@ -155,12 +170,8 @@ impl WidthVisitor for InStoredRange<'_> {
     #[inline(always)]
     fn lanes<L: Lane>(self, d: &[u8]) {
         let (a, span) = (L::truncate(self.a), L::truncate(self.span));
-        let ahead = prefetch_ahead();
-        and_masks(self.n, self.bits, |base, bytes| {
-            if ahead > 0 {
-                prefetch_span(d, L::BYTES * base + ahead, 64 * L::BYTES);
-            }
-            for (m, x) in bytes.iter_mut().zip(L::iter(&d[L::BYTES * base..])) {
+        and_lanes::<L>(self.n, self.bits, d, |lanes, bytes| {
+            for (m, x) in bytes.iter_mut().zip(L::iter(lanes)) {
                 *m = (x.wrapping_sub(a) <= span) as u8;
             }
         })
@@ -214,12 +225,8 @@ impl<F: Fn(i64) -> bool> WidthVisitor for Keep<'_, F> {
             }
             return;
         }
-        let ahead = prefetch_ahead();
-        and_masks(n, self.bits, |base, bytes| {
-            if ahead > 0 {
-                prefetch_span(d, L::BYTES * base + ahead, 64 * L::BYTES);
-            }
-            for (b, x) in bytes.iter_mut().zip(L::iter(&d[L::BYTES * base..])) {
+        and_lanes::<L>(n, self.bits, d, |lanes, bytes| {
+            for (b, x) in bytes.iter_mut().zip(L::iter(lanes)) {
                 *b = keep(min.wrapping_add(x.into() as i64)) as u8;
             }
         })
