@@ -212,6 +212,22 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     );
     assert!(plan.contains("NetworkBroadcastExec"), "{plan}");
 
+    // Q17's semi join on the part key is partitioned (it emits its
+    // build side's rows), so its probe side, lineitem's average per part,
+    // is narrowed first by a copy of the build side's keys. That build
+    // side is part ⋈ lineitem, whose part keys all come from part: the
+    // copy reads the parts alone, not lineitem once more
+    // (`broadcast.rs`'s `keys_superset`).
+    let q17 = quarry::answers::query("q17").unwrap();
+    let (ok, plan) = sql_at(&a.url, &format!("EXPLAIN {q17}"));
+    assert!(ok, "{plan}");
+    let copy = plan
+        .lines()
+        .skip_while(|l| !l.contains("as __reduce_key_0]"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no reduction:\n{plan}"));
+    assert!(copy.contains("RegionScanExec: table=part"), "{plan}");
+
     // Keys across stages (df/mpp/cross_stage.rs). Q21's anti join of
     // late lineitem rows is partitioned (it emits its build side's rows),
     // so its own keys are spread over its tasks; but its build side's

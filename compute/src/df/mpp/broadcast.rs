@@ -56,8 +56,11 @@
 //! different rows among ties, no aggregation, no volatile function).
 //! The price is the build side computed twice (once for the join, once
 //! for its keys; the copy leaves out semi joins, anti joins and filters on
-//! top of L when its keys are plain columns and it stays under the
-//! broadcast bound), hence the size bounds. Q4, Q17, Q20 and Q21 take
+//! top of L, and the probe side of an inner join in L whose keys all come
+//! from its build side and which keeps, by the statistics, at least as
+//! many rows as that build side has, when its keys are plain columns and
+//! it stays under the broadcast bound: a copy with more keys narrows
+//! less but never wrongly), hence the size bounds. Q4, Q17, Q20 and Q21 take
 //! this path.
 //!
 //! The rule runs right after DataFusion's `join_selection`, before the
@@ -256,14 +259,14 @@ fn reduce_probe_side(
     // columns (a key expression a stripped filter guarded, a cast of
     // text, say, could fail on rows the query never reaches), and only
     // while it stays small enough to broadcast.
-    let plain_keys = join
-        .on()
+    let build_keys: Vec<Arc<dyn PhysicalExpr>> = join.on().iter().map(|(l, _)| l.clone()).collect();
+    let plain_keys = build_keys
         .iter()
-        .all(|(l, _)| l.downcast_ref::<Column>().is_some());
-    let superset = keys_superset(join.left().clone());
-    let source = match plain_keys && broadcast_rows(superset.as_ref()).is_some() {
-        true => superset,
-        false => join.left().clone(),
+        .all(|k| k.downcast_ref::<Column>().is_some());
+    let (superset, superset_keys) = keys_superset(join.left().clone(), build_keys.clone());
+    let (source, build_keys) = match plain_keys && broadcast_rows(superset.as_ref()).is_some() {
+        true => (superset, superset_keys),
+        false => (join.left().clone(), build_keys),
     };
     // The copy must find the same rows as the original: no LIMIT, no
     // volatile expression, nothing that depends on the order rows come
@@ -271,11 +274,10 @@ fn reduce_probe_side(
     if !repeatable(&source)? {
         return Ok(None);
     }
-    let keys = join
-        .on()
-        .iter()
+    let keys = build_keys
+        .into_iter()
         .enumerate()
-        .map(|(i, (l, _))| (l.clone(), format!("{REDUCE_KEY}{i}")));
+        .map(|(i, k)| (k, format!("{REDUCE_KEY}{i}")));
     let build = Arc::new(ProjectionExec::try_new(keys, reset_plan_states(source)?)?)
         as Arc<dyn ExecutionPlan>;
     let probe = semi_reduce(
@@ -345,25 +347,81 @@ pub(super) fn is_reduction(plan: &Arc<dyn ExecutionPlan>) -> bool {
 /// The name of a reduction's build side's key columns (and a number).
 pub(super) const REDUCE_KEY: &str = "__reduce_key_";
 
-/// A plan with `plan`'s columns whose rows include `plan`'s: `plan`
-/// without the semi and anti joins and filters on top of it, which only
-/// drop rows. (Q21's anti join's build side is a semi join over a chain
-/// of joins: its keys come from the chain alone, computed once more
-/// rather than twice.)
-fn keys_superset(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+/// A plan whose values of `keys` include those of `plan`'s `keys` (plain
+/// columns of `plan`), and those keys over it: `plan` without the semi
+/// and anti joins and filters on top of it, which only drop rows (Q21's
+/// anti join's build side is a semi join over a chain of joins: its keys
+/// come from the chain alone, computed once more rather than twice), and
+/// without the probe side of an inner join whose keys all come from its
+/// build side, where by the statistics that join keeps at least as many
+/// rows as its build side has (Q17: the parts of a brand and container,
+/// not those parts joined with all of lineitem to find the same keys).
+fn keys_superset(
+    plan: Arc<dyn ExecutionPlan>,
+    keys: Vec<Arc<dyn PhysicalExpr>>,
+) -> (Arc<dyn ExecutionPlan>, Vec<Arc<dyn PhysicalExpr>>) {
     if let Some(j) = plan.downcast_ref::<HashJoinExec>() {
         if matches!(j.join_type(), JoinType::LeftSemi | JoinType::LeftAnti)
             && j.projection.is_none()
         {
-            return keys_superset(j.left().clone());
+            return keys_superset(j.left().clone(), keys);
+        }
+        if let Some(build_keys) = build_side_keys(j, &keys) {
+            let keeps_build_rows = match (estimated_rows(j.left().as_ref()), estimated_rows(j)) {
+                (Some(build), Some(joined)) => build <= joined,
+                _ => false,
+            };
+            if keeps_build_rows && j.fetch().is_none() {
+                return keys_superset(j.left().clone(), build_keys);
+            }
         }
     }
     if let Some(f) = plan.downcast_ref::<FilterExec>() {
         if f.projection().is_none() {
-            return keys_superset(f.input().clone());
+            return keys_superset(f.input().clone(), keys);
         }
     }
-    plan
+    // Through a projection of the keys as they are, where something
+    // below it can go.
+    if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
+        let below: Option<Vec<Arc<dyn PhysicalExpr>>> = keys
+            .iter()
+            .map(|k| {
+                let e = &p.expr().get(k.downcast_ref::<Column>()?.index())?.expr;
+                e.downcast_ref::<Column>().map(|_| e.clone())
+            })
+            .collect();
+        if let Some(below) = below {
+            let (inner, inner_keys) = keys_superset(p.input().clone(), below);
+            if !Arc::ptr_eq(&inner, p.input()) {
+                return (inner, inner_keys);
+            }
+        }
+    }
+    (plan, keys)
+}
+
+/// `keys` (columns of an inner join's output) as columns of its build
+/// side, where they all come from it.
+fn build_side_keys(
+    join: &HashJoinExec,
+    keys: &[Arc<dyn PhysicalExpr>],
+) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
+    if join.join_type() != &JoinType::Inner {
+        return None;
+    }
+    let schema = join.left().schema();
+    keys.iter()
+        .map(|k| {
+            let column = k.downcast_ref::<Column>()?;
+            match crate::df::join_keys::input_of_join_column(join, column.index())? {
+                (true, i) => {
+                    Some(Arc::new(Column::new(schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
+                }
+                (false, _) => None,
+            }
+        })
+        .collect()
 }
 
 /// `plan ⋉ build` on `plan`'s columns `keys` (the build side's columns in

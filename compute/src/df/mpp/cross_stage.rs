@@ -34,10 +34,12 @@
 //!   id (`MppOptions::query_id`) and a slot number.
 //! * The coordinator ([`keys_across_stages`], after the plan is cut into
 //!   stages) follows the probe key down the probe side, through the
-//!   nodes and joins `join_keys` follows and through shuffles and
-//!   gathers into the stages below (an inner join's key on to both of its
-//!   inputs), and tags each region scan it reaches past a shuffle with
-//!   the slot. Such a scan, when it runs, waits for its slot on its own
+//!   nodes and joins `join_keys` follows and through shuffles, gathers
+//!   and broadcasts into the stages below (an inner join's key on to both
+//!   of its inputs), and tags each region scan it reaches past an
+//!   exchange with the slot. (Q5 at SF 1: the nations of ASIA, posted by
+//!   the join at the top of lineitem's stage, narrow customer in the
+//!   stage that joins it with orders and broadcasts them to lineitem's.) Such a scan, when it runs, waits for its slot on its own
 //!   process's board, as it waits for a join in its own stage, bounded
 //!   the same way, and then adds the keys to its regions' selection (a
 //!   list, a range, a Bloom filter or none, as `join_keys` judges them).
@@ -84,7 +86,10 @@ use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
-use datafusion_distributed::{DistributedLeafExec, NetworkCoalesceExec, NetworkShuffleExec, Stage};
+use datafusion_distributed::{
+    BroadcastExec, DistributedLeafExec, NetworkBroadcastExec, NetworkCoalesceExec,
+    NetworkShuffleExec, Stage,
+};
 use parking_lot::Mutex;
 
 use super::MppOptions;
@@ -501,12 +506,25 @@ fn follow(
             .ok()
             .map(|l| Arc::new(l) as Arc<dyn ExecutionPlan>);
     }
-    if plan.is::<NetworkShuffleExec>() || plan.is::<NetworkCoalesceExec>() {
-        // The stage below outputs the same columns.
+    if plan.is::<NetworkShuffleExec>()
+        || plan.is::<NetworkCoalesceExec>()
+        || plan.is::<NetworkBroadcastExec>()
+    {
+        // The stage below outputs the same columns (a broadcast stage all
+        // of them to each consumer task: a key its rows lack drops them
+        // in every task alike).
         let [stage] = plan.children()[..] else {
             return None;
         };
         let below = follow(stage, key, slot, true)?;
+        return replace_children_if_necessary(plan.clone(), vec![below]).ok();
+    }
+    if plan.is::<BroadcastExec>() {
+        // A broadcast stage's head: its input's rows, to each consumer.
+        let [child] = plan.children()[..] else {
+            return None;
+        };
+        let below = follow(child, key, slot, crossed)?;
         return replace_children_if_necessary(plan.clone(), vec![below]).ok();
     }
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
