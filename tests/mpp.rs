@@ -200,6 +200,33 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     let (ok, distributed) = sql_at(&a.url, chain);
     assert!(ok, "{distributed}");
     assert_eq!(distributed, pg.ok(chain));
+    // Each of those tasks asks nation's and supplier's stores for the
+    // same rows at the query's one snapshot; a store reads once for the
+    // requests that arrive while that read runs (`node/same_reads.rs`).
+    // Scans slowed to 100 ms a batch make them overlap here.
+    let shared = |urls: &[String]| -> f64 {
+        urls.iter()
+            .map(|u| {
+                let page = http(u, "GET", "/metrics", "").1;
+                sample(&page, "quarry_coprocessor_reads_shared_total")
+            })
+            .sum()
+    };
+    let stores = &pg.status_urls[..3];
+    let before = shared(stores);
+    for u in stores {
+        assert_eq!(
+            http(u, "PUT", "/fail/coprocessor_slow_batch", "sleep(100)").0,
+            200
+        );
+    }
+    let (ok, slowed) = sql_at(&a.url, chain);
+    for u in stores {
+        http(u, "DELETE", "/fail/coprocessor_slow_batch", "");
+    }
+    assert!(ok, "{slowed}");
+    assert_eq!(slowed, distributed);
+    assert!(shared(stores) > before, "no read was shared");
 
     // Q4's EXISTS is a left semi join (it emits orders' rows, so orders
     // cannot be broadcast): lineitem is first narrowed to the rows whose

@@ -56,6 +56,10 @@ metric!(COP_SENT_BYTES: IntCounter = register_int_counter!(
     "quarry_coprocessor_sent_bytes_total",
     "Bytes of coprocessor response data (Arrow chunks or rows) sent to compute"
 ));
+metric!(COP_SHARED: IntCounter = register_int_counter!(
+    "quarry_coprocessor_reads_shared_total",
+    "Coprocessor requests answered by joining the same read in flight at the same snapshot (node/same_reads.rs)"
+));
 metric!(RAFT_PROPOSALS: IntCounter = register_int_counter!(
     "quarry_raft_proposals_total",
     "Commands proposed to Raft by this store's leaders"
@@ -133,15 +137,7 @@ impl Drop for CopRunning {
 
 /// Counts one coprocessor answer.
 pub fn observe_coprocessor(resp: &quarry_proto::coprocessor::CopResponse) {
-    let outcome = if resp.region_error.is_some() {
-        "region_error"
-    } else if resp.other_error.is_some() {
-        "error"
-    } else {
-        "ok"
-    };
-    COP_REQUESTS.with_label_values(&[outcome]).inc();
-    COP_SENT_BYTES.inc_by(resp.data.len() as u64);
+    count_answer(resp);
     if let Some(s) = &resp.summary {
         COP_DURATION
             .with_label_values(&["wait"])
@@ -160,4 +156,24 @@ pub fn observe_coprocessor(resp: &quarry_proto::coprocessor::CopResponse) {
             .with_label_values(&["fallback"])
             .inc_by(s.blocks_fallback);
     }
+}
+
+/// Counts one coprocessor answer that joined a read in flight: an answer
+/// sent, no work of its own (the read counted its work once).
+pub fn observe_shared_coprocessor(resp: &quarry_proto::coprocessor::CopResponse) {
+    COP_SHARED.inc();
+    count_answer(resp);
+}
+
+/// A coprocessor answer by its outcome, and its bytes.
+fn count_answer(resp: &quarry_proto::coprocessor::CopResponse) {
+    let outcome = if resp.region_error.is_some() {
+        "region_error"
+    } else if resp.other_error.is_some() {
+        "error"
+    } else {
+        "ok"
+    };
+    COP_REQUESTS.with_label_values(&[outcome]).inc();
+    COP_SENT_BYTES.inc_by(resp.data.len() as u64);
 }

@@ -36,6 +36,7 @@ use crate::{keys, pessimistic, region, Error, Result};
 
 mod coprocessor;
 mod ingest;
+mod same_reads;
 
 pub use coprocessor::POINTS_PER_JOB;
 
@@ -65,6 +66,8 @@ pub struct Node<E: Engine> {
     engine: Arc<E>,
     router: Mutex<Sender<StoreMsg>>,
     read_pool: ReadPool,
+    /// Reads in flight that an identical request may join.
+    same_reads: same_reads::SameReads,
     pending_reads: Arc<AtomicUsize>,
     max_pending_reads: usize,
     pub resolver: Arc<StoreResolver>,
@@ -147,6 +150,7 @@ impl<E: Engine> Node<E> {
             engine,
             router: Mutex::new(router),
             read_pool,
+            same_reads: Default::default(),
             pending_reads: Arc::new(AtomicUsize::new(0)),
             max_pending_reads,
             resolver,

@@ -39,7 +39,10 @@
 //! reads the same rows.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use futures::FutureExt;
 
 use quarry_coprocessor::codec::key::{classify_key, decode_i64, hex, record_key, KeyKind};
 use quarry_coprocessor::endpoint;
@@ -49,7 +52,7 @@ use quarry_proto::failpoint::fires_on;
 use quarry_proto::meta::{Region, RegionError};
 use tokio::sync::oneshot;
 
-use super::{CancelOnDrop, Node, PendingGuard, READ_CHECK_TIMEOUT, SUBRANGE_BYTES};
+use super::{same_reads, CancelOnDrop, Node, PendingGuard, READ_CHECK_TIMEOUT, SUBRANGE_BYTES};
 use crate::engine::{Cf, Engine};
 use crate::{region, Error};
 
@@ -154,7 +157,7 @@ impl<E: Engine> Node<E> {
     /// [`crate::metrics`].
     pub async fn coprocessor(&self, req: CopRequest) -> CopResponse {
         let received = Instant::now();
-        let checked = match self.check_read(req, received).await {
+        let mut checked = match self.check_read(req, received).await {
             Ok(c) => c,
             Err(resp) => return observed(*resp),
         };
@@ -162,13 +165,42 @@ impl<E: Engine> Node<E> {
             Ok(g) => g,
             Err(resp) => return observed(*resp),
         };
-        // Dropped with this future when compute drops the call (its query
-        // failed, was cancelled or timed out): the task stops at its next
-        // batch instead of scanning on for no one.
-        let cancel = CancelOnDrop::default();
-        let job = self.read_job(checked, true, received, &cancel);
-        let resp = self.on_read_pool(move || vec![job()]).await.pop();
-        observed(resp.unwrap_or_else(no_answer))
+        let Some(key) = same_reads::key(&mut checked.req) else {
+            // Dropped with this future when compute drops the call (its
+            // query failed, was cancelled or timed out): the task stops at
+            // its next batch instead of scanning on for no one.
+            let cancel = CancelOnDrop::default();
+            let job = self.read_job(checked, true, received, &cancel);
+            let resp = self.on_read_pool(move || vec![job()]).await.pop();
+            return observed(resp.unwrap_or_else(no_answer));
+        };
+        // The same read at the same snapshot, already in flight, is joined
+        // (`same_reads.rs`); its cancel flag goes with the last caller.
+        let (read, leading) = self.same_reads.join_or_start(key, || {
+            let cancel = CancelOnDrop::default();
+            let job = self.read_job(checked, true, received, &cancel);
+            let (tx, rx) = oneshot::channel();
+            self.read_pool.spawn(move || {
+                let _ = tx.send(job());
+            });
+            async move {
+                let _cancel = cancel;
+                Arc::new(rx.await.unwrap_or_else(|_| no_answer()))
+            }
+            .boxed()
+            .shared()
+        });
+        let resp = read.await;
+        let led = leading.is_some();
+        drop(leading);
+        let resp = Arc::try_unwrap(resp).unwrap_or_else(|shared| (*shared).clone());
+        match led {
+            true => observed(resp),
+            false => {
+                crate::metrics::observe_shared_coprocessor(&resp);
+                resp
+            }
+        }
     }
 
     /// Runs requests that each read a few single rows (a point group, see
