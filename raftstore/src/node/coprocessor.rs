@@ -176,9 +176,11 @@ impl<E: Engine> Node<E> {
         };
         // The same read at the same snapshot, already in flight, is joined
         // (`same_reads.rs`); its cancel flag goes with the last caller.
-        let (read, leading) = self.same_reads.join_or_start(key, || {
-            let cancel = CancelOnDrop::default();
-            let job = self.read_job(checked, true, received, &cancel);
+        // (The job is made outside the lock; a caller that joins drops it
+        // unstarted.)
+        let cancel = CancelOnDrop::default();
+        let job = self.read_job(checked, true, received, &cancel);
+        let (read, leading) = self.same_reads.join_or_start(key, move || {
             let (tx, rx) = oneshot::channel();
             self.read_pool.spawn(move || {
                 let _ = tx.send(job());

@@ -27,9 +27,12 @@
 //!
 //! WHO STOPS IT. The read runs for its callers together: it stops (its
 //! cancel flag, `CancelOnDrop`) only when the last of them has gone, and
-//! under the first one's deadline, which is the same query's. Its answer
-//! is shared as it is, summary included: EXPLAIN ANALYZE shows each
-//! task the scan's work, as if it had read.
+//! under the first one's deadline. That is the same query's, or for a
+//! transaction whose statements ask for the same rows at its start_ts at
+//! once, another statement's: a caller that joined may then fail at that
+//! deadline, a little before its own, and run again. Its answer is
+//! shared as it is, summary included: EXPLAIN ANALYZE shows each task the
+//! scan's work, as if it had read.
 //!
 //! Only reads in flight are joined; an answer is not kept after its read
 //! ends, so nothing here holds memory beyond the reads themselves.

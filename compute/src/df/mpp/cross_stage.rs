@@ -39,7 +39,8 @@
 //!   of its inputs), and tags each region scan it reaches past an
 //!   exchange with the slot. (Q5 at SF 1: the nations of ASIA, posted by
 //!   the join at the top of lineitem's stage, narrow customer in the
-//!   stage that joins it with orders and broadcasts them to lineitem's.) Such a scan, when it runs, waits for its slot on its own
+//!   stage that joins it with orders and broadcasts them to lineitem's.)
+//!   Such a scan, when it runs, waits for its slot on its own
 //!   process's board, as it waits for a join in its own stage, bounded
 //!   the same way, and then adds the keys to its regions' selection (a
 //!   list, a range, a Bloom filter or none, as `join_keys` judges them).
