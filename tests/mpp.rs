@@ -255,6 +255,34 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
         .unwrap_or_else(|| panic!("no reduction:\n{plan}"));
     assert!(copy.contains("RegionScanExec: table=part"), "{plan}");
 
+    // Join keys reach the scans of a broadcast stage below the join's
+    // probe side (cross_stage.rs's `follow` crosses broadcasts as it does
+    // shuffles). In the query's own join order (the join-order rule off
+    // on this coordinator), customer ⋈ nation runs in lineitem's stage
+    // and orders in a stage broadcast to it: the GERMAN customers' keys,
+    // posted at the top of lineitem's stage, narrow orders there.
+    let broadcast = "SELECT count(*), sum(l_quantity) FROM lineitem \
+                     JOIN (customer JOIN orders ON c_custkey = o_custkey) ON l_orderkey = o_orderkey \
+                     JOIN nation ON n_nationkey = c_nationkey WHERE n_name = 'GERMANY'";
+    assert_eq!(
+        http(&a.status_url, "PUT", "/fail/join_order_off", "return").0,
+        200
+    );
+    let (ok, analyzed) = sql_at(&a.url, &format!("EXPLAIN ANALYZE {broadcast}"));
+    let (answered, answer) = sql_at(&a.url, broadcast);
+    http(&a.status_url, "DELETE", "/fail/join_order_off", "");
+    assert!(ok && answered, "{analyzed}\n{answer}");
+    assert_eq!(answer, pg.ok(broadcast));
+    let narrowed = analyzed
+        .lines()
+        .filter(|l| l.contains("table=orders") && l.contains("keys from other stages: 1"))
+        .count();
+    assert_eq!(narrowed, 3, "orders waits for no keys:\n{analyzed}");
+    assert!(
+        analyzed.contains("runtime filter: [keys(slot"),
+        "no scan used keys from another stage:\n{analyzed}"
+    );
+
     // Keys across stages (df/mpp/cross_stage.rs). Q21's anti join of
     // late lineitem rows is partitioned (it emits its build side's rows),
     // so its own keys are spread over its tasks; but its build side's
