@@ -48,9 +48,9 @@
 //! the widening decode behind the programs' inputs and the generic path's
 //! Arrow arrays) ask, every 64 rows, for the bytes [`prefetch_ahead`]
 //! further on ([`prefetch_span`]). A gather of selected rows does not:
-//! prefetching the row 16 selections ahead changed nothing measurable. `QUARRY_PREFETCH=off` in a process's
-//! environment (or bytes, for another distance) and [`set_prefetch_ahead`]
-//! are there to compare.
+//! prefetching the row 16 selections ahead changed nothing measurable.
+//! `QUARRY_PREFETCH=off` in a process's environment (or bytes, for
+//! another distance) and [`set_prefetch_ahead`] are there to compare.
 //!
 //! `QUARRY_SIMD=baseline` (or `off`) in a process's environment turns the
 //! AVX2 copies and the AVX-512 kernels off, `QUARRY_SIMD=avx2` the AVX-512

@@ -165,29 +165,25 @@ impl<E: Engine> Node<E> {
             Ok(g) => g,
             Err(resp) => return observed(*resp),
         };
-        let Some(key) = same_reads::key(&mut checked.req) else {
-            // Dropped with this future when compute drops the call (its
-            // query failed, was cancelled or timed out): the task stops at
-            // its next batch instead of scanning on for no one.
-            let cancel = CancelOnDrop::default();
-            let job = self.read_job(checked, true, received, &cancel);
+        let key = same_reads::key(&mut checked.req);
+        // Dropped with the read when compute drops the call (its query
+        // failed, was cancelled or timed out): the task stops at its next
+        // batch instead of scanning on for no one.
+        let cancel = CancelOnDrop::default();
+        let job = self.read_job(checked, true, received, &cancel);
+        let Some(key) = key else {
             let resp = self.on_read_pool(move || vec![job()]).await.pop();
             return observed(resp.unwrap_or_else(no_answer));
         };
         // The same read at the same snapshot, already in flight, is joined
-        // (`same_reads.rs`); its cancel flag goes with the last caller.
-        // (The job is made outside the lock; a caller that joins drops it
-        // unstarted.)
-        let cancel = CancelOnDrop::default();
-        let job = self.read_job(checked, true, received, &cancel);
+        // (`same_reads.rs`); the cancel flag then goes with the last
+        // caller. (The job is made outside the lock; a caller that joins
+        // drops it unstarted.)
         let (read, leading) = self.same_reads.join_or_start(key, move || {
-            let (tx, rx) = oneshot::channel();
-            self.read_pool.spawn(move || {
-                let _ = tx.send(job());
-            });
+            let answer = self.spawn_read(job);
             async move {
                 let _cancel = cancel;
-                Arc::new(rx.await.unwrap_or_else(|_| no_answer()))
+                Arc::new(answer.await.unwrap_or_else(|_| no_answer()))
             }
             .boxed()
             .shared()
@@ -369,11 +365,20 @@ impl<E: Engine> Node<E> {
         &self,
         job: impl FnOnce() -> Vec<T> + Send + 'static,
     ) -> Vec<T> {
+        self.spawn_read(job).await.unwrap_or_default()
+    }
+
+    /// Starts `job` on the read pool: what it returns comes on the
+    /// receiver (an error if the job ended without returning).
+    fn spawn_read<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> oneshot::Receiver<T> {
         let (tx, rx) = oneshot::channel();
         self.read_pool.spawn(move || {
             let _ = tx.send(job());
         });
-        rx.await.unwrap_or_default()
+        rx
     }
 }
 
