@@ -23,8 +23,10 @@
 //!   right side (an inner join answers no rows); that work is done anyway
 //!   up to the two batches. Dropping the join's stream (an answer
 //!   complete, a cancel, an error) aborts the task.
-//! * Across MPP stages the wrapper is not sent: a worker's copy of the
-//!   plan runs its right side in turn, as DataFusion does.
+//! * In a distributed plan the wrapper travels with its stage
+//!   (`mpp/codec.rs`): a worker starts the right side early too, and the
+//!   stage it runs has every node the coordinator planned, which
+//!   EXPLAIN ANALYZE needs to match each task's metrics to its node.
 
 use std::fmt;
 use std::sync::Arc;

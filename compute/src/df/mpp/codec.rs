@@ -18,6 +18,10 @@
 //! * A [`BuildKeysExec`] passes its input through unchanged; it travels
 //!   as nothing and is decoded as its input (the keys it would copy have
 //!   no scan in this process to go to).
+//! * A [`StartEarlyExec`] travels as its tag and is decoded as itself: a
+//!   worker's nested-loop join starts its right side early as one
+//!   process's does, and the stage keeps the coordinator's nodes one for
+//!   one (`folded.rs` says why EXPLAIN ANALYZE needs that).
 
 use std::sync::Arc;
 
@@ -179,11 +183,20 @@ impl PhysicalExtensionCodec for QuarryCodec {
                     _ => internal_err!("CrossStageKeysExec with {} inputs", inputs.len()),
                 }
             }
-            // Wrappers that only matter in the process that planned them:
-            // a worker runs their input.
-            Some((&(tag @ BUILD_KEYS | tag @ START_EARLY), _)) => match inputs {
+            // A join's key tap only matters in the process that planned
+            // it: a worker runs its input (and taps the joins of the stage
+            // it runs itself, `mpp::worker`).
+            Some((&BUILD_KEYS, _)) => match inputs {
                 [input] => Ok(input.clone()),
-                _ => internal_err!("local wrapper {tag} with {} inputs", inputs.len()),
+                _ => internal_err!("BuildKeysExec with {} inputs", inputs.len()),
+            },
+            // A nested-loop join's right side starts early on a worker
+            // too; and a stage must keep every node the coordinator
+            // planned, or EXPLAIN ANALYZE cannot match a task's metrics
+            // to the plan's nodes (it failed on Q11 and Q22).
+            Some((&START_EARLY, _)) => match inputs {
+                [input] => Ok(Arc::new(StartEarlyExec::new(input.clone()))),
+                _ => internal_err!("StartEarlyExec with {} inputs", inputs.len()),
             },
             _ => internal_err!("a plan node this compute process does not know"),
         }

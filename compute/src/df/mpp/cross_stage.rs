@@ -40,6 +40,14 @@
 //!   exchange with the slot. (Q5 at SF 1: the nations of ASIA, posted by
 //!   the join at the top of lineitem's stage, narrow customer in the
 //!   stage that joins it with orders and broadcasts them to lineitem's.)
+//!   A scan is not tagged where the statistics say the keys would keep
+//!   most of its rows (the build side's estimated rows past
+//!   `BLOOM_MAX_SHARE` of the key column's distinct values, the share
+//!   past which one process's scan goes without them): it would wait
+//!   for nothing (Q15's whole supplier table over its view). The
+//!   estimate is trusted only where no join above narrows the build
+//!   side with its own keys at run time, which it does not know of (a
+//!   whole customer table that the nations of one country narrow).
 //!   Such a scan, when it runs, waits for its slot on its own
 //!   process's board, as it waits for a join in its own stage, bounded
 //!   the same way, and then adds the keys to its regions' selection (a
@@ -72,7 +80,7 @@
 //! life: up to 32 MiB a slot at `MAX_BLOOM_KEYS`); an ended query's
 //! entries are swept when the next slot is made.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, LazyLock, Weak};
 
@@ -93,7 +101,7 @@ use datafusion_distributed::{
 };
 use parking_lot::Mutex;
 
-use super::MppOptions;
+use super::{broadcast, MppOptions};
 use crate::df::join_keys::{self, BuildKeys};
 use crate::df::region_scan::RegionScanExec;
 
@@ -238,26 +246,98 @@ pub fn keys_across_stages(
     workers: usize,
 ) -> DfResult<Arc<dyn ExecutionPlan>> {
     let mut slots = 0u32;
+    let narrowed = narrowed_build_sides(&plan)?;
     // The coordinator's own stage is one task.
-    rewrite(plan, 1, workers, &mut slots)
+    rewrite(plan, 1, workers, &mut slots, &narrowed)
+}
+
+/// A node's address, which names it while the plan it is in lives.
+fn node_address(plan: &Arc<dyn ExecutionPlan>) -> usize {
+    Arc::as_ptr(plan) as *const () as usize
+}
+
+/// The hash joins (by [`node_address`]) whose build side the keys of a
+/// join above them may narrow at run time: a probe key followed down as
+/// [`follow`] follows it (through exchanges too) that enters a join's
+/// build side.
+fn narrowed_build_sides(plan: &Arc<dyn ExecutionPlan>) -> DfResult<HashSet<usize>> {
+    let mut narrowed = HashSet::new();
+    plan.apply(|node| {
+        if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+            if join_keys::narrows_probe_side(join) {
+                for (_, probe) in join.on() {
+                    mark_narrowed(join.right(), probe, &mut narrowed);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(narrowed)
+}
+
+/// Adds to `narrowed` the joins below `plan` whose build side a filter
+/// on `key` (over `plan`'s output) enters.
+fn mark_narrowed(
+    plan: &Arc<dyn ExecutionPlan>,
+    key: &Arc<dyn PhysicalExpr>,
+    narrowed: &mut HashSet<usize>,
+) {
+    use datafusion_distributed::NetworkBoundaryExt;
+    if plan.is_network_boundary() || plan.is::<BroadcastExec>() {
+        if let [child] = &plan.children()[..] {
+            mark_narrowed(child, key, narrowed);
+        }
+        return;
+    }
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        let Some(column) = key.as_ref().downcast_ref::<Column>() else {
+            return;
+        };
+        let Some((on_left, index)) = join_keys::input_of_join_column(join, column.index()) else {
+            return;
+        };
+        let mut paths = vec![(on_left, index)];
+        if join.join_type() == &JoinType::Inner {
+            if let Some(other) = equal_key_across(join, on_left, index) {
+                paths.push((!on_left, other.index()));
+            }
+        }
+        for (left, i) in paths {
+            let child = if left { join.left() } else { join.right() };
+            if left {
+                narrowed.insert(node_address(plan));
+            }
+            if let Some(field) = child.schema().fields().get(i) {
+                let key: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), i));
+                mark_narrowed(child, &key, narrowed);
+            }
+        }
+        return;
+    }
+    if let (Some(below), [child]) = (join_keys::key_below(plan, key), &plan.children()[..]) {
+        mark_narrowed(child, &below, narrowed);
+    }
 }
 
 /// [`keys_across_stages`] below `plan`, which runs in a stage of `tasks`
-/// tasks.
+/// tasks; `narrowed`: the joins whose build side keys from above narrow
+/// ([`narrowed_build_sides`]).
 fn rewrite(
     plan: Arc<dyn ExecutionPlan>,
     tasks: usize,
     workers: usize,
     slots: &mut u32,
+    narrowed: &HashSet<usize>,
 ) -> DfResult<Arc<dyn ExecutionPlan>> {
     let child_tasks = match stage_below(&plan) {
         Some(stage) => stage.task_count(),
         None => tasks,
     };
+    let address = node_address(&plan);
     let children = plan
         .children()
         .into_iter()
-        .map(|c| rewrite(c.clone(), child_tasks, workers, slots))
+        .map(|c| rewrite(c.clone(), child_tasks, workers, slots, narrowed))
         .collect::<DfResult<Vec<_>>>()?;
     let plan = replace_children_if_necessary(plan, children)?;
     let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
@@ -280,7 +360,16 @@ fn rewrite(
         // This join's own keys, where its build side is whole in each
         // of its tasks.
         if publishes {
-            if let Some(r) = follow(&right, probe, *slots, false) {
+            // (Not weighed where keys from above narrow the build side
+            // at run time: its estimate does not know them.)
+            let tag = Tag {
+                slot: *slots,
+                build_rows: match narrowed.contains(&address) {
+                    true => None,
+                    false => broadcast::estimated_rows(join.left().as_ref()),
+                },
+            };
+            if let Some(r) = follow(&right, probe, tag, false) {
                 left = Arc::new(CrossStageKeysExec::new(left, build.clone(), *slots));
                 right = r;
                 *slots += 1;
@@ -299,7 +388,11 @@ fn rewrite(
         let mut tagged = right.clone();
         let mut any = false;
         for slot in found {
-            if let Some(r) = follow(&tagged, probe, slot, false) {
+            let tag = Tag {
+                slot,
+                build_rows: None,
+            };
+            if let Some(r) = follow(&tagged, probe, tag, false) {
                 tagged = r;
                 any = true;
             }
@@ -478,30 +571,52 @@ fn publishes(join: &HashJoinExec) -> DfResult<bool> {
     Ok(whole)
 }
 
+/// The slot a scan is tagged with, and the rows its join's build side is
+/// estimated at (None: not weighed).
+#[derive(Clone, Copy)]
+struct Tag {
+    slot: u32,
+    build_rows: Option<usize>,
+}
+
 /// `plan` with its region scans that `key` (an expression over `plan`'s
-/// output) comes from tagged with `slot`, where they run in another
+/// output) comes from tagged with `tag`'s slot, where they run in another
 /// stage (`crossed`: a shuffle or gather lies above `plan`); None where
 /// no such scan is reached.
+///
+/// Not a scan whose key column the statistics give fewer than
+/// `1 / BLOOM_MAX_SHARE` times as many distinct values as the build side
+/// has rows: those keys would keep most of its rows (a join with a whole
+/// dimension table, TPC-H Q15's supplier over its `revenue0` view; one
+/// process's scan goes without such a filter, `join_keys::BuildKeys::filter`),
+/// and waiting for them would hold the scan's stage back until the build
+/// side is in. (Q15's two copies of its view then run at once, and the
+/// stores answer their equal requests once: `same_reads.rs`.)
 fn follow(
     plan: &Arc<dyn ExecutionPlan>,
     key: &Arc<dyn PhysicalExpr>,
-    slot: u32,
+    tag: Tag,
     crossed: bool,
 ) -> Option<Arc<dyn ExecutionPlan>> {
     if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
         if !crossed || !scan.context().join_bloom_filters {
             return None;
         }
+        if let (Some(rows), Some(distinct)) = (tag.build_rows, scan.key_distinct(key)) {
+            if rows as f64 > distinct as f64 * join_keys::BLOOM_MAX_SHARE {
+                return None;
+            }
+        }
         let probe = scan.probe_key(key)?;
-        return Some(Arc::new(scan.with_remote_keys(slot, probe)));
+        return Some(Arc::new(scan.with_remote_keys(tag.slot, probe)));
     }
     if let Some(leaf) = plan.downcast_ref::<DistributedLeafExec>() {
-        let tag = |p: &Arc<dyn ExecutionPlan>| follow(p, key, slot, crossed);
-        let original = tag(leaf.original())?;
+        let tagged = |p: &Arc<dyn ExecutionPlan>| follow(p, key, tag, crossed);
+        let original = tagged(leaf.original())?;
         let variants = leaf
             .variants()
             .iter()
-            .map(tag)
+            .map(tagged)
             .collect::<Option<Vec<_>>>()?;
         return DistributedLeafExec::try_new(original, variants)
             .ok()
@@ -517,7 +632,7 @@ fn follow(
         let [stage] = plan.children()[..] else {
             return None;
         };
-        let below = follow(stage, key, slot, true)?;
+        let below = follow(stage, key, tag, true)?;
         return replace_children_if_necessary(plan.clone(), vec![below]).ok();
     }
     if plan.is::<BroadcastExec>() {
@@ -525,7 +640,7 @@ fn follow(
         let [child] = plan.children()[..] else {
             return None;
         };
-        let below = follow(child, key, slot, crossed)?;
+        let below = follow(child, key, tag, crossed)?;
         return replace_children_if_necessary(plan.clone(), vec![below]).ok();
     }
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
@@ -533,13 +648,13 @@ fn follow(
             return None;
         }
         let column = key.as_ref().downcast_ref::<Column>()?;
-        return through_join(join, plan, column.index(), slot, crossed);
+        return through_join(join, plan, column.index(), tag, crossed);
     }
     let below = join_keys::key_below(plan, key)?;
     let [child] = plan.children()[..] else {
         return None;
     };
-    let child = follow(child, &below, slot, crossed)?;
+    let child = follow(child, &below, tag, crossed)?;
     replace_children_if_necessary(plan.clone(), vec![child]).ok()
 }
 
@@ -551,7 +666,7 @@ fn through_join(
     join: &HashJoinExec,
     plan: &Arc<dyn ExecutionPlan>,
     index: usize,
-    slot: u32,
+    tag: Tag,
     crossed: bool,
 ) -> Option<Arc<dyn ExecutionPlan>> {
     let (on_left, child_index) = join_keys::input_of_join_column(join, index)?;
@@ -569,7 +684,7 @@ fn through_join(
     let mut tagged = false;
     for (side, i) in paths {
         let key = column_of(&children[side], i)?;
-        if let Some(c) = follow(&children[side], &key, slot, crossed) {
+        if let Some(c) = follow(&children[side], &key, tag, crossed) {
             children[side] = c;
             tagged = true;
         }

@@ -69,6 +69,11 @@
 //!   process to the region scans of the stages below its probe side's
 //!   shuffles (and to those below any join whose build key they bound:
 //!   Q21's anti join), which wait for them as for a join in their stage.
+//! * **Probe sides started early** (`early_probes.rs`): a hash join
+//!   whose probe side arrives over an exchange, and on which nothing
+//!   waits for its keys, starts that side with its build side, so two
+//!   chains of stages overlap (Q15's two copies of its view, whose equal
+//!   requests the stores then answer once).
 //! * **Secure clusters** (`channels.rs`, `auth.rs`): worker calls go over
 //!   mutual TLS with the process's cluster certificate, and a worker
 //!   admits only callers that present one signed by the cluster's CA (a
@@ -87,6 +92,7 @@ pub mod broadcast;
 mod channels;
 pub mod codec;
 pub mod cross_stage;
+mod early_probes;
 mod folded;
 pub mod replicate;
 pub mod routes;

@@ -62,9 +62,10 @@ use crate::df::region_scan::RegionScanExec;
 /// one-task broadcast stage may read to be run in every consumer task.
 pub const REPLICATE_MAX_ROWS: u64 = 200_000;
 
-/// The distributed query planner followed by [`replicate_small_broadcasts`]
-/// and then by the join keys that cross stages
-/// (`cross_stage::keys_across_stages`, over `workers`' live processes).
+/// The distributed query planner followed by [`replicate_small_broadcasts`],
+/// then by the join keys that cross stages
+/// (`cross_stage::keys_across_stages`, over `workers`' live processes),
+/// then by the probe sides that start early (`early_probes.rs`).
 #[derive(Debug)]
 pub struct ReplicatingPlanner {
     pub inner: Arc<dyn QueryPlanner + Send + Sync>,
@@ -83,7 +84,8 @@ impl QueryPlanner for ReplicatingPlanner {
             .create_physical_plan(logical_plan, session)
             .await?;
         let plan = replicate_small_broadcasts(plan)?;
-        super::cross_stage::keys_across_stages(plan, self.workers.urls().len())
+        let plan = super::cross_stage::keys_across_stages(plan, self.workers.urls().len())?;
+        super::early_probes::start_probe_sides_early(plan)
     }
 }
 

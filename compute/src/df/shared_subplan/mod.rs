@@ -309,9 +309,14 @@ pub(crate) fn shape(plan: &LogicalPlan) -> Option<Shape> {
             if !scan.filters.iter().all(fixed) {
                 return None;
             }
+            // A filter that is the literal `true` keeps every row: a
+            // distributed plan's decorrelated scalar subquery leaves one
+            // on a scan (TPC-H Q11's outer partsupp), and its copy of
+            // the subquery's join is still the same work.
+            let filters = scan.filters.iter().filter(|f| !is_true(f)).cloned();
             return Some(Shape {
                 node: format!("scan {table} {} {:?}", scan.table_name, scan.fetch),
-                exprs: scan.filters.clone(),
+                exprs: filters.collect(),
                 inputs: Vec::new(),
             });
         }
@@ -362,6 +367,14 @@ fn table_identity(scan: &TableScan) -> Option<String> {
         return Some(format!("memory table {at:x}"));
     }
     None
+}
+
+/// The literal `true`.
+fn is_true(e: &Expr) -> bool {
+    matches!(
+        e,
+        Expr::Literal(datafusion::common::ScalarValue::Boolean(Some(true)), _)
+    )
 }
 
 /// A projection that only passes columns on.
@@ -422,7 +435,7 @@ fn merge(a: &LogicalPlan, b: &LogicalPlan) -> DfResult<LogicalPlan> {
             requests.extend(sb.statistics_requests.iter().cloned());
             let scan = TableScanBuilder::new(sa.table_name.clone(), sa.source.clone())
                 .with_projection(projection)
-                .with_filters(sa.filters.clone())
+                .with_filters(sa.filters.iter().filter(|f| !is_true(f)).cloned().collect())
                 .with_fetch(sa.fetch)
                 .with_statistics_requests(requests)
                 .build()?;

@@ -223,6 +223,48 @@ async fn shapes_ignore_the_columns_a_copy_reads() {
     assert_eq!(shape_of(&ctx, volatile).await, None);
 }
 
+#[tokio::test]
+async fn a_scan_filter_of_true_is_no_filter() {
+    // A distributed plan's decorrelated subquery leaves `true` on one
+    // copy's scan (TPC-H Q11): the copies are still the same work.
+    let ctx = session(false);
+    let sql = "SELECT t.v FROM t JOIN u ON t.k = u.k";
+    let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
+    let with_filters = |filters: Vec<Expr>| {
+        plan.clone()
+            .transform_up(|n| match n {
+                LogicalPlan::TableScan(mut scan) if scan.table_name.table() == "t" => {
+                    scan.filters = filters.clone();
+                    Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
+                }
+                n => Ok(Transformed::no(n)),
+            })
+            .unwrap()
+            .data
+    };
+    let join_shape = |p: &LogicalPlan| {
+        let mut out = None;
+        p.apply(|n| {
+            if matches!(n, LogicalPlan::Join(_)) {
+                out = shape(n);
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        out.expect("a shape")
+    };
+    let plain = join_shape(&plan);
+    let truth = datafusion::prelude::lit(true);
+    assert_eq!(join_shape(&with_filters(vec![truth.clone()])), plain);
+    let kept = datafusion::prelude::col("v").gt(datafusion::prelude::lit(0i64));
+    assert_ne!(join_shape(&with_filters(vec![kept.clone()])), plain);
+    assert_eq!(
+        join_shape(&with_filters(vec![kept.clone(), truth])),
+        join_shape(&with_filters(vec![kept]))
+    );
+}
+
 /// The shape of the first join in `sql`'s optimized plan.
 async fn shape_of(ctx: &SessionContext, sql: &str) -> Option<Shape> {
     let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
