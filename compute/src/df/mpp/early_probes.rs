@@ -30,7 +30,13 @@
 //! of the join. Only where nothing on the probe side waits for keys
 //! that starting early would make it wait for longer (a scan's wait for
 //! keys is bounded, and past the bound it reads unnarrowed):
-//! * the probe side reads over an exchange;
+//! * the probe side reads over an exchange, and only into an operator
+//!   that takes all of its input before it gives a row (a final
+//!   aggregation, a sort), in its stage or at the top of the stage
+//!   below: a probe side that streams the exchange's rows up would have
+//!   the stages below fill the network buffers while the build side is
+//!   collected (TPC-H Q21's partitioned joins of lineitem, planned
+//!   without statistics);
 //! * no region scan below it, in this stage or the ones below, waits
 //!   for keys from another stage (`cross_stage.rs`);
 //! * the join's probe keys reach no region scan within the stage (where
@@ -110,21 +116,83 @@ fn may_start_early(join: &HashJoinExec) -> DfResult<bool> {
     if probe.is::<StartEarlyExec>() {
         return Ok(false);
     }
-    let mut exchanges = false;
-    probe.apply(|n| {
-        exchanges |= n.is_network_boundary();
-        Ok(match exchanges {
-            true => TreeNodeRecursion::Stop,
-            false => TreeNodeRecursion::Continue,
-        })
-    })?;
-    if !exchanges || waits_for_other_stages(probe)? {
+    if exchanges(probe) != Some(Exchanges::Held) || waits_for_other_stages(probe)? {
         return Ok(false);
     }
     Ok(!join
         .on()
         .iter()
         .any(|(_, key)| reaches_scan_in_stage(probe, key)))
+}
+
+/// How a stage's plan reads over exchanges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exchanges {
+    /// Each behind an operator that takes all of its input before it
+    /// gives a row (a final aggregation, a sort).
+    Held,
+    /// One at least streams its rows straight up.
+    Streamed,
+}
+
+/// How `plan` reads over exchanges within its stage (None: it does not).
+/// A probe side started early whose exchange streams straight up would
+/// have the stages below fill the network buffers (up to the library's
+/// budget per connection) while the build side is collected: only a held
+/// one starts early, its rows taken into an aggregation or a sort.
+fn exchanges(plan: &Arc<dyn ExecutionPlan>) -> Option<Exchanges> {
+    if plan.is_network_boundary() {
+        // An exchange from a stage that itself ends in such an operator
+        // (Q17's average per part) sends its rows only once it has them
+        // all, and only as many as it keeps.
+        return Some(match &plan.children()[..] {
+            [stage] if stage_ends_held(stage) => Exchanges::Held,
+            _ => Exchanges::Streamed,
+        });
+    }
+    let holds = holds_its_input(plan);
+    let below = plan
+        .children()
+        .into_iter()
+        .filter_map(exchanges)
+        .max_by_key(|e| *e == Exchanges::Streamed)?;
+    Some(match holds {
+        true => Exchanges::Held,
+        false => below,
+    })
+}
+
+/// Whether `plan` takes all of its input before it gives a row: a final
+/// aggregation or a sort.
+fn holds_its_input(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+    use datafusion::physical_plan::sorts::sort::SortExec;
+    plan.is::<SortExec>()
+        || plan.downcast_ref::<AggregateExec>().is_some_and(|a| {
+            !matches!(
+                a.mode(),
+                AggregateMode::Partial | AggregateMode::PartialReduce
+            )
+        })
+}
+
+/// Whether a stage's plan, below the nodes that pass its rows on (the
+/// head that parts them among consumers, projections), is an operator
+/// that holds its input.
+fn stage_ends_held(stage: &Arc<dyn ExecutionPlan>) -> bool {
+    use datafusion::physical_plan::projection::ProjectionExec;
+    use datafusion::physical_plan::repartition::RepartitionExec;
+    use datafusion_distributed::BroadcastExec;
+    if holds_its_input(stage) {
+        return true;
+    }
+    let passes = stage.is::<RepartitionExec>()
+        || stage.is::<ProjectionExec>()
+        || stage.is::<BroadcastExec>();
+    match (passes, &stage.children()[..]) {
+        (true, [child]) => stage_ends_held(child),
+        _ => false,
+    }
 }
 
 /// Whether a region scan in `plan`, or in the stages below it, waits for
