@@ -27,6 +27,12 @@
 //!   (`mpp/codec.rs`): a worker starts the right side early too, and the
 //!   stage it runs has every node the coordinator planned, which
 //!   EXPLAIN ANALYZE needs to match each task's metrics to its node.
+//!   Where its input streams rows in over an exchange, it is made lazy
+//!   (`mpp/early_probes.rs`): started early, it would take two batches
+//!   and leave the rest in the network's buffers and flow-control
+//!   windows, which the other side's stream may share, while the join
+//!   collects its other side. A lazy wrapper starts its input as usual.
+//! * `mpp/early_probes.rs` also puts it over a hash join's probe side.
 
 use std::fmt;
 use std::sync::Arc;
@@ -52,17 +58,40 @@ const AHEAD: usize = 2;
 #[derive(Debug)]
 pub struct StartEarlyExec {
     input: Arc<dyn ExecutionPlan>,
+    /// False: its input runs when first polled, as without the wrapper
+    /// (where its input streams rows in over an exchange of a distributed
+    /// plan, `mpp/early_probes.rs`).
+    eager: bool,
 }
 
 impl StartEarlyExec {
     pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
-        StartEarlyExec { input }
+        StartEarlyExec { input, eager: true }
+    }
+
+    /// The wrapper kept as a node, its input started as usual.
+    pub fn lazy(input: Arc<dyn ExecutionPlan>) -> Self {
+        StartEarlyExec {
+            input,
+            eager: false,
+        }
+    }
+
+    pub fn is_eager(&self) -> bool {
+        self.eager
+    }
+
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
     }
 }
 
 impl DisplayAs for StartEarlyExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "StartEarlyExec")
+        match self.eager {
+            true => write!(f, "StartEarlyExec"),
+            false => write!(f, "StartEarlyExec: lazy"),
+        }
     }
 }
 
@@ -94,7 +123,10 @@ impl ExecutionPlan for StartEarlyExec {
         self: Arc<Self>,
         mut children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(StartEarlyExec::new(children.swap_remove(0))))
+        Ok(Arc::new(StartEarlyExec {
+            input: children.swap_remove(0),
+            eager: self.eager,
+        }))
     }
 
     fn execute(
@@ -102,6 +134,9 @@ impl ExecutionPlan for StartEarlyExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
+        if !self.eager {
+            return self.input.execute(partition, context);
+        }
         let mut builder = RecordBatchReceiverStream::builder(self.schema(), AHEAD);
         let tx = builder.tx();
         let input = self.input.clone();

@@ -18,10 +18,11 @@
 //! * A [`BuildKeysExec`] passes its input through unchanged; it travels
 //!   as nothing and is decoded as its input (the keys it would copy have
 //!   no scan in this process to go to).
-//! * A [`StartEarlyExec`] travels as its tag and is decoded as itself: a
-//!   worker's nested-loop join starts its right side early as one
-//!   process's does, and the stage keeps the coordinator's nodes one for
-//!   one (`folded.rs` says why EXPLAIN ANALYZE needs that).
+//! * A [`StartEarlyExec`] travels as its tag and whether it is eager, and
+//!   is decoded as itself: a worker starts a nested-loop join's right
+//!   side, or a hash join's probe side (`early_probes.rs`), early as the
+//!   coordinator planned, and the stage keeps the coordinator's nodes one
+//!   for one (`folded.rs` says why EXPLAIN ANALYZE needs that).
 
 use std::sync::Arc;
 
@@ -194,8 +195,12 @@ impl PhysicalExtensionCodec for QuarryCodec {
             // too; and a stage must keep every node the coordinator
             // planned, or EXPLAIN ANALYZE cannot match a task's metrics
             // to the plan's nodes (it failed on Q11 and Q22).
-            Some((&START_EARLY, _)) => match inputs {
-                [input] => Ok(Arc::new(StartEarlyExec::new(input.clone()))),
+            Some((&START_EARLY, body)) => match inputs {
+                // (Its one byte: whether it starts its input early.)
+                [input] => Ok(Arc::new(match body.first() {
+                    Some(0) => StartEarlyExec::lazy(input.clone()),
+                    _ => StartEarlyExec::new(input.clone()),
+                })),
                 _ => internal_err!("StartEarlyExec with {} inputs", inputs.len()),
             },
             _ => internal_err!("a plan node this compute process does not know"),
@@ -208,15 +213,12 @@ impl PhysicalExtensionCodec for QuarryCodec {
         buf: &mut Vec<u8>,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> DfResult<()> {
-        let local_wrapper = if node.as_ref().downcast_ref::<BuildKeysExec>().is_some() {
-            Some(BUILD_KEYS)
-        } else if node.as_ref().downcast_ref::<StartEarlyExec>().is_some() {
-            Some(START_EARLY)
-        } else {
-            None
-        };
-        if let Some(tag) = local_wrapper {
-            buf.push(tag);
+        if node.as_ref().downcast_ref::<BuildKeysExec>().is_some() {
+            buf.push(BUILD_KEYS);
+            return Ok(());
+        }
+        if let Some(early) = node.as_ref().downcast_ref::<StartEarlyExec>() {
+            buf.extend([START_EARLY, u8::from(early.is_eager())]);
             return Ok(());
         }
         if let Some(keys) = node.as_ref().downcast_ref::<CrossStageKeysExec>() {

@@ -41,10 +41,15 @@
 //!   the join at the top of lineitem's stage, narrow customer in the
 //!   stage that joins it with orders and broadcasts them to lineitem's.)
 //!   A scan is not tagged where the statistics say the keys would keep
-//!   most of its rows (the build side's estimated rows past
-//!   `BLOOM_MAX_SHARE` of the key column's distinct values, the share
-//!   past which one process's scan goes without them): it would wait
-//!   for nothing (Q15's whole supplier table over its view). The
+//!   most of its rows (the build side's estimated rows, or fewer where
+//!   the key's values are bounded lower by the rows estimated on its way
+//!   down to its table column and that column's distinct values, past
+//!   `BLOOM_MAX_SHARE` of the scan's key column's distinct values; a
+//!   build side with no estimate is not weighed): it would wait for the
+//!   keys, and so for the build side,
+//!   to narrow little (Q15's whole supplier table over its view; a
+//!   join's keys weighed out are not replaced by the keys of joins below
+//!   that bound them, which narrow no more). The
 //!   estimate is trusted only where no join above narrows the build
 //!   side with its own keys at run time, which it does not know of (a
 //!   whole customer table that the nations of one country narrow).
@@ -362,11 +367,19 @@ fn rewrite(
         if publishes {
             // (Not weighed where keys from above narrow the build side
             // at run time: its estimate does not know them.)
+            let build_key: Arc<dyn PhysicalExpr> = Arc::new(build.clone());
             let tag = Tag {
                 slot: *slots,
-                build_rows: match narrowed.contains(&address) {
+                build_keys: match narrowed.contains(&address) {
                     true => None,
-                    false => broadcast::estimated_rows(join.left().as_ref()),
+                    // Weighed only where the build side's rows are
+                    // estimated (a bound alone can be far above the
+                    // truth: Q18's 57 big orders, bounded by all of
+                    // lineitem's order keys); its keys are fewer where
+                    // the bound says so.
+                    false => broadcast::estimated_rows(join.left().as_ref()).map(|rows| {
+                        rows.min(distinct_bound(join.left(), &build_key).unwrap_or(rows))
+                    }),
                 },
             };
             if let Some(r) = follow(&right, probe, tag, false) {
@@ -374,6 +387,14 @@ fn rewrite(
                 right = r;
                 *slots += 1;
                 sent = true;
+                continue;
+            }
+            // Weighed out: keys that bound these (below) narrow no more.
+            let unweighed = Tag {
+                build_keys: None,
+                ..tag
+            };
+            if tag.build_keys.is_some() && follow(&right, probe, unweighed, false).is_some() {
                 continue;
             }
         }
@@ -390,7 +411,7 @@ fn rewrite(
         for slot in found {
             let tag = Tag {
                 slot,
-                build_rows: None,
+                build_keys: None,
             };
             if let Some(r) = follow(&tagged, probe, tag, false) {
                 tagged = r;
@@ -571,12 +592,64 @@ fn publishes(join: &HashJoinExec) -> DfResult<bool> {
     Ok(whole)
 }
 
-/// The slot a scan is tagged with, and the rows its join's build side is
-/// estimated at (None: not weighed).
+/// The slot a scan is tagged with, and how many distinct keys its join's
+/// build side has by the statistics: its estimated rows, or fewer where
+/// [`distinct_bound`] says so (None: not weighed).
 #[derive(Clone, Copy)]
 struct Tag {
     slot: u32,
-    build_rows: Option<usize>,
+    build_keys: Option<usize>,
+}
+
+/// At most how many distinct values `key` (a column of `plan`'s output)
+/// has, by the statistics: the fewest rows estimated for any node it
+/// passes on its way down to the table column it reads, and that
+/// column's distinct values (no node on the way up makes new values; an
+/// inner join's key has only values both of its inputs have). None where
+/// nothing is known.
+fn distinct_bound(plan: &Arc<dyn ExecutionPlan>, key: &Arc<dyn PhysicalExpr>) -> Option<usize> {
+    use datafusion_distributed::NetworkBoundaryExt;
+    let here = broadcast::estimated_rows(plan.as_ref());
+    let column_of = |child: &Arc<dyn ExecutionPlan>, i: usize| -> Option<Arc<dyn PhysicalExpr>> {
+        let name = child.schema().fields().get(i)?.name().clone();
+        Some(Arc::new(Column::new(&name, i)))
+    };
+    let below = || -> Option<usize> {
+        if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
+            return scan.key_distinct(key).map(|d| d as usize);
+        }
+        if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+            let column = key.as_ref().downcast_ref::<Column>()?;
+            let (on_left, index) = join_keys::input_of_join_column(join, column.index())?;
+            let side = |left: bool| if left { join.left() } else { join.right() };
+            let mine =
+                column_of(side(on_left), index).and_then(|k| distinct_bound(side(on_left), &k));
+            let other = match join.join_type() {
+                JoinType::Inner => equal_key_across(join, on_left, index).and_then(|o| {
+                    let k = column_of(side(!on_left), o.index())?;
+                    distinct_bound(side(!on_left), &k)
+                }),
+                _ => None,
+            };
+            return min_known(mine, other);
+        }
+        let [child] = &plan.children()[..] else {
+            return None;
+        };
+        if plan.is_network_boundary() || plan.is::<BroadcastExec>() {
+            return distinct_bound(child, key);
+        }
+        distinct_bound(child, &join_keys::key_below(plan, key)?)
+    };
+    min_known(here, below())
+}
+
+/// The smaller of two bounds, either of which may be unknown.
+fn min_known(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// `plan` with its region scans that `key` (an expression over `plan`'s
@@ -586,11 +659,10 @@ struct Tag {
 ///
 /// Not a scan whose key column the statistics give fewer than
 /// `1 / BLOOM_MAX_SHARE` times as many distinct values as the build side
-/// has rows: those keys would keep most of its rows (a join with a whole
-/// dimension table, TPC-H Q15's supplier over its `revenue0` view; one
-/// process's scan goes without such a filter, `join_keys::BuildKeys::filter`),
-/// and waiting for them would hold the scan's stage back until the build
-/// side is in. (Q15's two copies of its view then run at once, and the
+/// may have keys ([`distinct_bound`]): those keys would keep most of its
+/// rows (a join with a whole dimension table, TPC-H Q15's supplier over
+/// its `revenue0` view), and waiting for them would hold the scan's stage
+/// back until the build side is in. (Q15's two copies of its view then run at once, and the
 /// stores answer their equal requests once: `same_reads.rs`.)
 fn follow(
     plan: &Arc<dyn ExecutionPlan>,
@@ -602,8 +674,8 @@ fn follow(
         if !crossed || !scan.context().join_bloom_filters {
             return None;
         }
-        if let (Some(rows), Some(distinct)) = (tag.build_rows, scan.key_distinct(key)) {
-            if rows as f64 > distinct as f64 * join_keys::BLOOM_MAX_SHARE {
+        if let (Some(keys), Some(distinct)) = (tag.build_keys, scan.key_distinct(key)) {
+            if keys as f64 > distinct as f64 * join_keys::BLOOM_MAX_SHARE {
                 return None;
             }
         }

@@ -31,12 +31,13 @@
 //! that starting early would make it wait for longer (a scan's wait for
 //! keys is bounded, and past the bound it reads unnarrowed):
 //! * the probe side reads over an exchange, and only into an operator
-//!   that takes all of its input before it gives a row (a final
-//!   aggregation, a sort), in its stage or at the top of the stage
-//!   below: a probe side that streams the exchange's rows up would have
-//!   the stages below fill the network buffers while the build side is
-//!   collected (TPC-H Q21's partitioned joins of lineitem, planned
-//!   without statistics);
+//!   in its stage that takes all of its input before it gives a row (a
+//!   final aggregation, a sort), which keeps reading the exchange to its
+//!   end: a probe side that streamed the exchange's rows up would take
+//!   two batches and leave the rest in the network's buffers and in the
+//!   HTTP/2 flow-control windows, which the build side's stream from
+//!   the same process shares, while the build side is collected (TPC-H
+//!   Q21's partitioned joins of lineitem, planned without statistics);
 //! * no region scan below it, in this stage or the ones below, waits
 //!   for keys from another stage (`cross_stage.rs`);
 //! * the join's probe keys reach no region scan within the stage (where
@@ -51,10 +52,15 @@
 //!   while the build side is collected, not after.
 //! * A join whose build side turns out empty would not have needed its
 //!   probe side (an inner join answers no rows): that work is done.
+//! * For the same reason a nested-loop join's wrapper
+//!   (`StartRightEarly`, placed before the plan is cut into stages) over
+//!   a right side that streams an exchange's rows is made lazy here: it
+//!   stays in the plan (EXPLAIN ANALYZE counts its node) and starts its
+//!   input as usual.
 
 use std::sync::Arc;
 
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{JoinType, Result as DfResult};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
@@ -71,10 +77,30 @@ use crate::df::start_early::StartEarlyExec;
 /// that may start early started early (module docs).
 pub fn start_probe_sides_early(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
     // A switch to time the plans without it side by side.
-    if quarry_proto::failpoint::fires("early_probes_off") {
-        return Ok(plan);
-    }
-    rewrite(plan, false)
+    let plan = match quarry_proto::failpoint::fires("early_probes_off") {
+        true => plan,
+        false => rewrite(plan, false)?,
+    };
+    lazy_over_streamed_exchanges(plan)
+}
+
+/// `plan` with each eager `StartEarlyExec` whose input streams an
+/// exchange's rows up made lazy: a nested-loop join's right side
+/// (`StartRightEarly`, which runs before the plan is cut into stages)
+/// that reads over an exchange would otherwise stall it (see
+/// [`exchanges`]).
+fn lazy_over_streamed_exchanges(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let Some(early) = node.downcast_ref::<StartEarlyExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        if !early.is_eager() || exchanges(early.input()) != Some(Exchanges::Streamed) {
+            return Ok(Transformed::no(node));
+        }
+        let lazy: Arc<dyn ExecutionPlan> = Arc::new(StartEarlyExec::lazy(early.input().clone()));
+        Ok(Transformed::yes(lazy))
+    })
+    .map(|t| t.data)
 }
 
 /// [`start_probe_sides_early`] below `plan`; `under_probe`: `plan` is on
@@ -137,18 +163,15 @@ enum Exchanges {
 
 /// How `plan` reads over exchanges within its stage (None: it does not).
 /// A probe side started early whose exchange streams straight up would
-/// have the stages below fill the network buffers (up to the library's
-/// budget per connection) while the build side is collected: only a held
-/// one starts early, its rows taken into an aggregation or a sort.
+/// take two batches and leave the rest in the network's buffers (up to
+/// the library's budget per connection) and in the HTTP/2 flow-control
+/// windows, which the build side's stream from the same process shares,
+/// while the build side is collected. Only a held one starts early: an
+/// aggregation or a sort in the stage keeps reading the exchange to its
+/// end, and holds what it read as an operator's memory.
 fn exchanges(plan: &Arc<dyn ExecutionPlan>) -> Option<Exchanges> {
     if plan.is_network_boundary() {
-        // An exchange from a stage that itself ends in such an operator
-        // (Q17's average per part) sends its rows only once it has them
-        // all, and only as many as it keeps.
-        return Some(match &plan.children()[..] {
-            [stage] if stage_ends_held(stage) => Exchanges::Held,
-            _ => Exchanges::Streamed,
-        });
+        return Some(Exchanges::Streamed);
     }
     let holds = holds_its_input(plan);
     let below = plan
@@ -167,32 +190,17 @@ fn exchanges(plan: &Arc<dyn ExecutionPlan>) -> Option<Exchanges> {
 fn holds_its_input(plan: &Arc<dyn ExecutionPlan>) -> bool {
     use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
     use datafusion::physical_plan::sorts::sort::SortExec;
+    use datafusion::physical_plan::InputOrderMode;
+    // (An aggregation over input ordered by its group keys gives each
+    // group as it ends.)
     plan.is::<SortExec>()
         || plan.downcast_ref::<AggregateExec>().is_some_and(|a| {
-            !matches!(
-                a.mode(),
-                AggregateMode::Partial | AggregateMode::PartialReduce
-            )
+            a.input_order_mode() == &InputOrderMode::Linear
+                && !matches!(
+                    a.mode(),
+                    AggregateMode::Partial | AggregateMode::PartialReduce
+                )
         })
-}
-
-/// Whether a stage's plan, below the nodes that pass its rows on (the
-/// head that parts them among consumers, projections), is an operator
-/// that holds its input.
-fn stage_ends_held(stage: &Arc<dyn ExecutionPlan>) -> bool {
-    use datafusion::physical_plan::projection::ProjectionExec;
-    use datafusion::physical_plan::repartition::RepartitionExec;
-    use datafusion_distributed::BroadcastExec;
-    if holds_its_input(stage) {
-        return true;
-    }
-    let passes = stage.is::<RepartitionExec>()
-        || stage.is::<ProjectionExec>()
-        || stage.is::<BroadcastExec>();
-    match (passes, &stage.children()[..]) {
-        (true, [child]) => stage_ends_held(child),
-        _ => false,
-    }
 }
 
 /// Whether a region scan in `plan`, or in the stages below it, waits for
