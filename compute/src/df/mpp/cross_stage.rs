@@ -298,24 +298,12 @@ fn mark_narrowed(
         let Some(column) = key.as_ref().downcast_ref::<Column>() else {
             return;
         };
-        let Some((on_left, index)) = join_keys::input_of_join_column(join, column.index()) else {
-            return;
-        };
-        let mut paths = vec![(on_left, index)];
-        if join.join_type() == &JoinType::Inner {
-            if let Some(other) = equal_key_across(join, on_left, index) {
-                paths.push((!on_left, other.index()));
-            }
-        }
-        for (left, i) in paths {
-            let child = if left { join.left() } else { join.right() };
+        for (left, key) in key_paths(join, column.index()) {
             if left {
                 narrowed.insert(node_address(plan));
             }
-            if let Some(field) = child.schema().fields().get(i) {
-                let key: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), i));
-                mark_narrowed(child, &key, narrowed);
-            }
+            let child = if left { join.left() } else { join.right() };
+            mark_narrowed(child, &key, narrowed);
         }
         return;
     }
@@ -525,6 +513,36 @@ fn bounds_through_join(
     replace_children_if_necessary(plan.clone(), children)
 }
 
+/// Where a filter on output column `index` of `join` goes, each input
+/// with the key over it (true: the left input): into the input the column
+/// comes from (`join_keys::input_of_join_column`), and for an inner join
+/// whose keys pair that column with one of the other input's, into that
+/// input by its column too (rows of either input without the key never
+/// join). The one way keys are followed through a join, here and in
+/// `early_probes.rs`.
+pub(super) fn key_paths(join: &HashJoinExec, index: usize) -> Vec<(bool, Arc<dyn PhysicalExpr>)> {
+    let Some((on_left, child_index)) = join_keys::input_of_join_column(join, index) else {
+        return Vec::new();
+    };
+    let mut paths = vec![(on_left, child_index)];
+    if join.join_type() == &JoinType::Inner {
+        if let Some(other) = equal_key_across(join, on_left, child_index) {
+            paths.push((!on_left, other.index()));
+        }
+    }
+    paths
+        .into_iter()
+        .filter_map(|(left, i)| {
+            let child = if left { join.left() } else { join.right() };
+            let name = child.schema().fields().get(i)?.name().clone();
+            Some((
+                left,
+                Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
+            ))
+        })
+        .collect()
+}
+
 /// The column of `join`'s other input that its keys pair with column
 /// `index` of one input (the left one when `on_left`), where both are
 /// plain columns.
@@ -610,28 +628,16 @@ struct Tag {
 fn distinct_bound(plan: &Arc<dyn ExecutionPlan>, key: &Arc<dyn PhysicalExpr>) -> Option<usize> {
     use datafusion_distributed::NetworkBoundaryExt;
     let here = broadcast::estimated_rows(plan.as_ref());
-    let column_of = |child: &Arc<dyn ExecutionPlan>, i: usize| -> Option<Arc<dyn PhysicalExpr>> {
-        let name = child.schema().fields().get(i)?.name().clone();
-        Some(Arc::new(Column::new(&name, i)))
-    };
     let below = || -> Option<usize> {
         if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
             return scan.key_distinct(key).map(|d| d as usize);
         }
         if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
             let column = key.as_ref().downcast_ref::<Column>()?;
-            let (on_left, index) = join_keys::input_of_join_column(join, column.index())?;
-            let side = |left: bool| if left { join.left() } else { join.right() };
-            let mine =
-                column_of(side(on_left), index).and_then(|k| distinct_bound(side(on_left), &k));
-            let other = match join.join_type() {
-                JoinType::Inner => equal_key_across(join, on_left, index).and_then(|o| {
-                    let k = column_of(side(!on_left), o.index())?;
-                    distinct_bound(side(!on_left), &k)
-                }),
-                _ => None,
-            };
-            return min_known(mine, other);
+            return key_paths(join, column.index())
+                .into_iter()
+                .map(|(left, k)| distinct_bound(if left { join.left() } else { join.right() }, &k))
+                .fold(None, min_known);
         }
         let [child] = &plan.children()[..] else {
             return None;
@@ -741,21 +747,10 @@ fn through_join(
     tag: Tag,
     crossed: bool,
 ) -> Option<Arc<dyn ExecutionPlan>> {
-    let (on_left, child_index) = join_keys::input_of_join_column(join, index)?;
-    let column_of = |child: &Arc<dyn ExecutionPlan>, i: usize| -> Option<Arc<dyn PhysicalExpr>> {
-        let name = child.schema().fields().get(i)?.name().clone();
-        Some(Arc::new(Column::new(&name, i)))
-    };
     let mut children = vec![join.left().clone(), join.right().clone()];
-    let mut paths = vec![(usize::from(!on_left), child_index)];
-    if join.join_type() == &JoinType::Inner {
-        if let Some(other) = equal_key_across(join, on_left, child_index) {
-            paths.push((usize::from(on_left), other.index()));
-        }
-    }
     let mut tagged = false;
-    for (side, i) in paths {
-        let key = column_of(&children[side], i)?;
+    for (left, key) in key_paths(join, index) {
+        let side = usize::from(!left);
         if let Some(c) = follow(&children[side], &key, tag, crossed) {
             children[side] = c;
             tagged = true;

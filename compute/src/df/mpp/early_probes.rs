@@ -61,7 +61,7 @@
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{JoinType, Result as DfResult};
+use datafusion::common::Result as DfResult;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
@@ -69,6 +69,7 @@ use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{DistributedLeafExec, NetworkBoundaryExt};
 
+use super::cross_stage::key_paths;
 use crate::df::join_keys;
 use crate::df::region_scan::RegionScanExec;
 use crate::df::start_early::StartEarlyExec;
@@ -226,9 +227,8 @@ fn waits_for_other_stages(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
 
 /// Whether a filter on `key` (over `plan`'s output) would reach a table
 /// read in `plan`'s stage, followed as the join key filters are
-/// (`join_keys::key_below`, and through joins into the input the key
-/// comes from, and for an inner join into the other input by its equal
-/// key).
+/// (`join_keys::key_below`, and through joins as `cross_stage::key_paths`
+/// says).
 fn reaches_scan_in_stage(plan: &Arc<dyn ExecutionPlan>, key: &Arc<dyn PhysicalExpr>) -> bool {
     if plan.is_network_boundary() {
         return false;
@@ -240,35 +240,8 @@ fn reaches_scan_in_stage(plan: &Arc<dyn ExecutionPlan>, key: &Arc<dyn PhysicalEx
         let Some(column) = key.as_ref().downcast_ref::<Column>() else {
             return false;
         };
-        let Some((on_left, index)) = join_keys::input_of_join_column(join, column.index()) else {
-            return false;
-        };
-        let children = [join.left(), join.right()];
-        let column_of =
-            |child: &Arc<dyn ExecutionPlan>, i: usize| -> Option<Arc<dyn PhysicalExpr>> {
-                let name = child.schema().fields().get(i)?.name().clone();
-                Some(Arc::new(Column::new(&name, i)))
-            };
-        let side = usize::from(!on_left);
-        if column_of(children[side], index)
-            .is_some_and(|k| reaches_scan_in_stage(children[side], &k))
-        {
-            return true;
-        }
-        if join.join_type() != &JoinType::Inner {
-            return false;
-        }
-        return join.on().iter().any(|(l, r)| {
-            let (mine, other, side) = match on_left {
-                true => (l, r, 1),
-                false => (r, l, 0),
-            };
-            mine.downcast_ref::<Column>()
-                .is_some_and(|c| c.index() == index)
-                && other
-                    .downcast_ref::<Column>()
-                    .and_then(|o| column_of(children[side], o.index()))
-                    .is_some_and(|k| reaches_scan_in_stage(children[side], &k))
+        return key_paths(join, column.index()).iter().any(|(left, k)| {
+            reaches_scan_in_stage(if *left { join.left() } else { join.right() }, k)
         });
     }
     match (join_keys::key_below(plan, key), &plan.children()[..]) {

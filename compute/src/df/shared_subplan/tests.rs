@@ -242,18 +242,7 @@ async fn a_scan_filter_of_true_is_no_filter() {
             .unwrap()
             .data
     };
-    let join_shape = |p: &LogicalPlan| {
-        let mut out = None;
-        p.apply(|n| {
-            if matches!(n, LogicalPlan::Join(_)) {
-                out = shape(n);
-                return Ok(TreeNodeRecursion::Stop);
-            }
-            Ok(TreeNodeRecursion::Continue)
-        })
-        .unwrap();
-        out.expect("a shape")
-    };
+    let join_shape = |p: &LogicalPlan| first_join_shape(p).expect("a shape");
     let plain = join_shape(&plan);
     let truth = datafusion::prelude::lit(true);
     assert_eq!(join_shape(&with_filters(vec![truth.clone()])), plain);
@@ -268,6 +257,11 @@ async fn a_scan_filter_of_true_is_no_filter() {
 /// The shape of the first join in `sql`'s optimized plan.
 async fn shape_of(ctx: &SessionContext, sql: &str) -> Option<Shape> {
     let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
+    first_join_shape(&plan)
+}
+
+/// The shape of the first join in `plan`.
+fn first_join_shape(plan: &LogicalPlan) -> Option<Shape> {
     let mut out = None;
     plan.apply(|n| {
         if matches!(n, LogicalPlan::Join(_)) {
