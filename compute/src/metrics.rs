@@ -99,6 +99,38 @@ impl Drop for MppTaskStream {
     }
 }
 
+metric!(TABLE_ANALYSES: IntGauge = register_int_gauge!(
+    "quarry_compute_table_analyses_running",
+    "Table statistics this process is taking in the background (a row count, and an analysis where the count moved; or a condition's share measured on a sample), each from the statement that started it until it ends (`df/stats.rs`)"
+));
+
+/// One table's statistics being taken, counted in
+/// `quarry_compute_table_analyses_running` until dropped.
+#[derive(Debug)]
+pub struct TableAnalysis(());
+
+/// Counts a table's statistics as being taken until the guard drops.
+pub fn table_analysis() -> TableAnalysis {
+    TABLE_ANALYSES.inc();
+    TableAnalysis(())
+}
+
+impl Drop for TableAnalysis {
+    fn drop(&mut self) {
+        TABLE_ANALYSES.dec();
+    }
+}
+
+metric!(MPP_TASKS: IntCounter = register_int_counter!(
+    "quarry_compute_mpp_tasks_total",
+    "Stage tasks of distributed queries this process set up as a worker (its own queries' included)"
+));
+
+/// Counts a stage task set up as a worker.
+pub fn mpp_task() {
+    MPP_TASKS.inc();
+}
+
 /// Counts a distributed query run again without an unreachable worker.
 pub fn mpp_retry() {
     MPP_RETRIES.inc();

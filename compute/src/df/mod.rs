@@ -61,6 +61,7 @@ pub mod pg_functions;
 pub mod pg_keys;
 pub mod plan_cache;
 pub mod point_get;
+pub mod preplanned;
 pub mod pushdown;
 pub mod region_scan;
 pub mod rules;
@@ -713,11 +714,13 @@ impl SqlSession {
     }
 
     /// `task` with the query's snapshot (and deadline) in its config,
-    /// where its region scans read them as they start.
+    /// where its region scans read them as they start, and for a
+    /// distributed `plan` what its tasks need besides.
     fn at_snapshot(
         &self,
         task: Arc<datafusion::execution::TaskContext>,
         read_ts: u64,
+        plan: &Arc<dyn ExecutionPlan>,
     ) -> Result<Arc<datafusion::execution::TaskContext>> {
         let mut config = task.session_config().clone();
         with_moment(&mut config, read_ts);
@@ -739,6 +742,9 @@ impl SqlSession {
                 o.query_id = crate::df::mpp::runtimes::new_query_id(mpp.workers.own_url().as_str());
                 query_id = Some(o.query_id.clone());
             }
+            // The functions its tasks' sessions need (`mpp/functions.rs`).
+            let called = crate::df::mpp::functions::called(plan);
+            crate::df::mpp::functions::Called::set(called.as_ref(), o);
             // Where its tasks run, for EXPLAIN ANALYZE (`mpp/routes.rs`).
             config.set_extension(Arc::new(crate::df::mpp::routes::TaskRoutes::default()));
         }

@@ -82,17 +82,22 @@
 //! A statement spread over several compute processes (`mpp = 'force'`,
 //! or `auto` where it spreads) reuses a kept optimized plan too: its SQL
 //! binding, logical optimizer and the session state with a catalog that
-//! a plan from scratch builds are skipped, and it is planned physically
-//! by the mode's distributed planner at each run (the distributed plan
-//! itself is not kept: its stages, task counts and workers are the live
-//! membership's of the moment). Its entries are kept under their own key
-//! ([`key`]), apart from one process's: the distributed planner turns off
-//! DataFusion's physical uncorrelated scalar subqueries, so its logical
-//! optimizer rewrites those (TPC-H Q11, Q15, Q22) as left joins where one
-//! process leaves them to Quarry's decorrelation; a spread entry holds no
-//! physical plan. The failpoint `spread_plans_kept_off` (a switch for
-//! timing) plans spread statements from scratch, as before they used the
-//! cache.
+//! a plan from scratch builds are skipped. Its physical plan before it
+//! is cut into stages (DataFusion's physical planning and rules, under
+//! the distributed state's rules) is kept as a one-process plan is, where
+//! [`reusable`], and each run cuts a fresh copy into stages anew
+//! (`preplanned.rs`): the distributed plan itself is not kept, its
+//! stages, task counts and workers being the live membership's of the
+//! moment. Its entries are kept under their own key ([`key`]), apart
+//! from one process's: the distributed planner turns off DataFusion's
+//! physical uncorrelated scalar subqueries, so its logical optimizer
+//! rewrites those (TPC-H Q11, Q15, Q22) as left joins where one process
+//! leaves them to Quarry's decorrelation, and its physical rules
+//! broadcast joins one process would partition. The failpoint
+//! `spread_plans_kept_off` (a switch for timing) plans spread statements
+//! from scratch, as before they used the cache, and
+//! `spread_physical_kept_off` plans their kept optimized plans physically
+//! at each run, as before `preplanned.rs`.
 //!
 //! A full cache drops its least recently used entry.
 

@@ -182,19 +182,52 @@ impl SqlSession {
                 let state = mpp.state(mode).ok_or_else(|| {
                     crate::Error::Internal("a spread query's plan in mode off".into())
                 })?;
-                let physical = physical_plan_in(state, &kept.optimized).await?;
+                // A fresh copy of the kept one-process plan, cut into
+                // stages as it is now (`preplanned.rs`).
+                let logical = match kept.physical.as_ref().filter(|_| !spread_physical_off()) {
+                    Some(physical) => {
+                        crate::metrics::physical_plan_reused();
+                        let copy = fresh_run(physical.clone()).map_err(from_df)?;
+                        crate::df::preplanned::wrap(copy, &kept.optimized)
+                    }
+                    None => kept.optimized.clone(),
+                };
+                let physical = physical_plan_in(state, &logical).await?;
                 (self.task_over(state.config().clone())?, physical)
             }
             Cached::Keep(ctx, catalog) => {
                 let state = ctx.state();
                 let spread = crate::df::mpp::is_distributed(state.config().options());
                 let optimized = state.optimize(&plan).map_err(from_df)?;
-                let planned = physical_of(state, &optimized).await?;
-                // Kept as it is before this run touches it (one process's
-                // plan: a spread one is planned at each run).
-                let physical = match !spread && plan_cache::reusable(&planned.1) {
-                    true => Some(fresh_run(planned.1.clone()).map_err(from_df)?),
-                    false => None,
+                // A spread plan is kept as its one-process plan, before
+                // it is cut into stages, which each run does anew
+                // (`preplanned.rs`); either is kept as it is before any
+                // run touches it.
+                let (physical, planned) = match spread {
+                    true => {
+                        let one = crate::df::shared_subplan::one_process_plan(&optimized, &state)
+                            .await
+                            .map_err(from_df)?;
+                        match plan_cache::reusable(&one) {
+                            true => {
+                                let copy = fresh_run(one.clone()).map_err(from_df)?;
+                                let wrapped = crate::df::preplanned::wrap(copy, &optimized);
+                                (Some(one), physical_of(state, &wrapped).await?)
+                            }
+                            false => {
+                                let wrapped = crate::df::preplanned::wrap(one, &optimized);
+                                (None, physical_of(state, &wrapped).await?)
+                            }
+                        }
+                    }
+                    false => {
+                        let planned = physical_of(state, &optimized).await?;
+                        let kept = match plan_cache::reusable(&planned.1) {
+                            true => Some(fresh_run(planned.1.clone()).map_err(from_df)?),
+                            false => None,
+                        };
+                        (kept, planned)
+                    }
                 };
                 let plans = Plans {
                     logical: plan,
@@ -209,7 +242,7 @@ impl SqlSession {
         };
         let read_ts = read_ts.await?;
         let hold = self.txns.hold_read(read_ts);
-        let task = self.at_snapshot(task, read_ts)?;
+        let task = self.at_snapshot(task, read_ts, &physical)?;
         let routes = task
             .session_config()
             .get_extension::<crate::df::mpp::routes::TaskRoutes>();
@@ -410,4 +443,11 @@ pub fn region_dags(plan: &Arc<dyn ExecutionPlan>) -> Vec<DagRequest> {
         Ok(TreeNodeRecursion::Continue)
     });
     out
+}
+
+/// Whether the failpoint `spread_physical_kept_off` (a switch for
+/// timing, not a fault) has a spread statement with a kept plan planned
+/// physically at each run, as before `preplanned.rs`.
+fn spread_physical_off() -> bool {
+    quarry_proto::failpoint::fires("spread_physical_kept_off")
 }

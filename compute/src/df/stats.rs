@@ -131,7 +131,12 @@ impl TableStats {
         drop(tables);
         let (this, def, scan, last) = (self.clone(), table.clone(), scan.clone(), stats.clone());
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            // Counted from now, so that a statement's analyses are seen
+            // as running as soon as it is planned (the bench waits for
+            // them: `bench tpch --computes`).
+            let counted = crate::metrics::table_analysis();
             rt.spawn(async move {
+                let _counted = counted;
                 if let Some(last) = &last {
                     match count_rows(&def, &scan).await {
                         Ok(rows) if !changed(last.rows, rows) => return,
@@ -185,7 +190,9 @@ impl TableStats {
             }
         }
         let (this, def, scan) = (self.clone(), table.clone(), scan.clone());
+        let counted = crate::metrics::table_analysis();
         rt.spawn(async move {
+            let _counted = counted;
             let measured = match MEASURING.acquire().await {
                 Ok(_one) => measured_share::measure(&def, &sample, &scan).await,
                 Err(_) => return,

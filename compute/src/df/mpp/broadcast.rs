@@ -80,6 +80,7 @@ use datafusion::common::{JoinType, NullEquality, Result as DfResult};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
@@ -122,7 +123,7 @@ fn row_width(schema: &arrow::datatypes::Schema) -> usize {
 /// [`BROADCAST_MAX_ROWS`] rows, or more under [`BROADCAST_MAX_BYTES`]
 /// (module docs); None when it is not, or its size is unknown.
 pub(crate) fn broadcast_rows(plan: &dyn ExecutionPlan) -> Option<usize> {
-    let rows = estimated_rows(plan)?;
+    let rows = rows_at_most(plan)?;
     let bytes = match quarry_proto::failpoint::fires("broadcast_bytes_off") {
         true => usize::MAX,
         false => rows.saturating_mul(row_width(&plan.schema())),
@@ -296,16 +297,17 @@ fn reduce_probe_side(
 /// Whether running `plan` again gives the same rows, as a set: it is
 /// made only of region scans without a limit (a snapshot read: every
 /// task reads at the query's one `read_ts`), in-memory or file sources,
-/// projections, filters, hash
-/// joins and repartitions, none with a row limit (`fetch`) and none
-/// evaluating a volatile expression (`random()`). Anything else (a LIMIT
-/// or top-k, which may keep different rows among ties; an aggregation,
-/// whose order-sensitive functions may answer differently; a window) is
-/// not reduced by.
+/// projections, filters, hash and nested-loop joins, repartitions and
+/// exact aggregations ([`exact_aggregation`]), none with a row limit
+/// (`fetch`) and none evaluating a volatile expression (`random()`).
+/// Anything else (a LIMIT or top-k, which may keep different rows among
+/// ties; an aggregation whose answer depends on the order its rows come
+/// in; a window) is not reduced by.
 pub(super) fn repeatable(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
     use datafusion::datasource::source::DataSourceExec;
     use datafusion::physical_expr_common::physical_expr::is_volatile;
     use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::joins::NestedLoopJoinExec;
     let mut ok = true;
     plan.apply(|node| {
         let fine = node.fetch().is_none()
@@ -317,6 +319,10 @@ pub(super) fn repeatable(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
                 !is_volatile(f.predicate())
             } else if let Some(j) = node.downcast_ref::<HashJoinExec>() {
                 !j.filter().is_some_and(|f| is_volatile(f.expression()))
+            } else if let Some(j) = node.downcast_ref::<NestedLoopJoinExec>() {
+                !j.filter().is_some_and(|f| is_volatile(f.expression()))
+            } else if let Some(a) = node.downcast_ref::<AggregateExec>() {
+                exact_aggregation(a)
             } else {
                 // (A DataSourceExec is a memory table or files: the
                 // same rows each time.)
@@ -331,6 +337,34 @@ pub(super) fn repeatable(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
         })
     })?;
     Ok(ok)
+}
+
+/// Whether `agg` answers the same whatever order and split its input
+/// rows come in, so that a copy of it over the same rows finds the same
+/// groups and values: TPC-H Q22's customers above the average balance
+/// (a decimal average), whose keys narrow the orders its anti join
+/// reads. Its functions are COUNT, MIN and MAX of anything and SUM and
+/// AVG that add up exact types (integers and decimals: a float sum's
+/// last bits depend on the order it adds in; Quarry's AVG of a decimal
+/// adds decimals and divides once, into a float, at the end), none
+/// ordered within (`ARRAY_AGG(x ORDER BY y)` and the like are not in the
+/// list anyway) and none over a volatile argument, filter or group key.
+fn exact_aggregation(agg: &AggregateExec) -> bool {
+    use datafusion::physical_expr_common::physical_expr::is_volatile;
+    let functions = agg.aggr_expr().iter().all(|f| {
+        let exact = match f.fun().name() {
+            "count" | "min" | "max" => true,
+            // What they add up, as their state holds it.
+            "sum" | "avg" => f
+                .state_fields()
+                .is_ok_and(|state| state.iter().all(|s| !s.data_type().is_floating())),
+            _ => false,
+        };
+        exact && f.order_bys().is_empty() && !f.expressions().iter().any(is_volatile)
+    });
+    let filters = agg.filter_expr().iter().flatten().any(is_volatile);
+    let keys = agg.group_expr().expr().iter().any(|(e, _)| is_volatile(e));
+    functions && !filters && !keys
 }
 
 /// Whether `plan` is a semi-join reduction this rule made.
@@ -511,6 +545,35 @@ pub(super) fn key_below_one(plan: &Arc<dyn ExecutionPlan>, key: usize) -> Option
     let key = Arc::new(Column::new(schema.field(key).name(), key)) as Arc<dyn PhysicalExpr>;
     let below = crate::df::join_keys::key_below(plan, &key)?;
     below.downcast_ref::<Column>().map(|c| c.index())
+}
+
+/// The statistics' estimate of `plan`'s rows, or where they have none,
+/// a bound from its inputs': a projection, a filter, a coalesce or a
+/// repartition has at most its input's rows, and an inner nested-loop
+/// join at most the product of its inputs' (DataFusion does not estimate
+/// a join without equal keys; TPC-H Q22's customers above the average
+/// balance join a one-row aggregation). A bound above the truth only
+/// keeps a join partitioned that could have been broadcast.
+fn rows_at_most(plan: &dyn ExecutionPlan) -> Option<usize> {
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::joins::NestedLoopJoinExec;
+    if let Some(rows) = estimated_rows(plan) {
+        return Some(rows);
+    }
+    if let Some(j) = plan.downcast_ref::<NestedLoopJoinExec>() {
+        if j.join_type() != &JoinType::Inner {
+            return None;
+        }
+        return rows_at_most(j.left().as_ref())?.checked_mul(rows_at_most(j.right().as_ref())?);
+    }
+    let keeps_at_most_its_input = plan.is::<ProjectionExec>()
+        || plan.is::<FilterExec>()
+        || plan.is::<CoalescePartitionsExec>()
+        || plan.is::<RepartitionExec>();
+    match plan.children().as_slice() {
+        [input] if keeps_at_most_its_input => rows_at_most(input.as_ref()),
+        _ => None,
+    }
 }
 
 /// The statistics' estimate of `plan`'s rows (None: unknown).
@@ -695,6 +758,148 @@ mod tests {
         let limited = Arc::new(GlobalLimitExec::new(source("b", 1000), 0, Some(10)));
         let semi = join_of(limited, source("p", 100), JoinType::LeftSemi);
         assert!(reduced_probe(semi).is_none());
+    }
+
+    /// A grouping of `source("k", 100)` by `k % 10` computing `f` of a
+    /// column of `input_type` (the source's keys cast to it).
+    fn aggregation_of(
+        f: Arc<datafusion::logical_expr::AggregateUDF>,
+        input_type: DataType,
+    ) -> Arc<dyn ExecutionPlan> {
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+        use datafusion::physical_expr::expressions::{binary, cast, lit};
+        use datafusion::physical_plan::aggregates::{AggregateMode, PhysicalGroupBy};
+        let rows = source("k", 100);
+        let schema = rows.schema();
+        let k = Arc::new(Column::new("k", 0)) as Arc<dyn PhysicalExpr>;
+        let values = ProjectionExec::try_new(
+            vec![
+                (
+                    binary(k.clone(), Operator::Modulo, lit(10i64), &schema).unwrap(),
+                    "g".to_string(),
+                ),
+                (cast(k, &schema, input_type).unwrap(), "v".to_string()),
+            ],
+            rows,
+        )
+        .unwrap();
+        let schema = values.schema();
+        let aggregate = AggregateExprBuilder::new(f, vec![Arc::new(Column::new("v", 1))])
+            .schema(schema.clone())
+            .alias("a")
+            .build()
+            .unwrap();
+        Arc::new(
+            AggregateExec::try_new(
+                AggregateMode::Single,
+                PhysicalGroupBy::new_single(vec![(Arc::new(Column::new("g", 0)), "g".into())]),
+                vec![Arc::new(aggregate)],
+                vec![None],
+                Arc::new(values),
+                schema,
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn an_aggregation_is_repeatable_where_its_answer_does_not_depend_on_row_order() {
+        use datafusion::functions_aggregate::average::avg_udaf;
+        use datafusion::functions_aggregate::min_max::max_udaf;
+        use datafusion::functions_aggregate::sum::sum_udaf;
+        let decimal = DataType::Decimal128(15, 2);
+        // Quarry's AVG (`df/aggregates.rs`): a decimal sum divided into
+        // a float once, at the end.
+        let mut state = datafusion::execution::SessionStateBuilder::new()
+            .with_default_features()
+            .build();
+        crate::df::aggregates::register(&mut state);
+        let quarry_avg = state.aggregate_functions()["avg"].clone();
+        for (f, input, repeats) in [
+            (quarry_avg.clone(), decimal.clone(), true),
+            (quarry_avg, DataType::Float64, false),
+            (sum_udaf(), DataType::Int64, true),
+            (avg_udaf(), decimal.clone(), true),
+            (sum_udaf(), decimal, true),
+            (max_udaf(), DataType::Float64, true),
+            // (A float sum's last bits depend on the order it adds in.)
+            (sum_udaf(), DataType::Float64, false),
+            (avg_udaf(), DataType::Float64, false),
+        ] {
+            let name = format!("{}({input})", f.name());
+            let plan = aggregation_of(f, input);
+            assert_eq!(repeatable(&plan).unwrap(), repeats, "{name}");
+        }
+    }
+
+    /// Q22's shape: the customers above the average balance (a
+    /// nested-loop join of a one-row aggregation, which DataFusion does
+    /// not estimate) anti-joined to all of orders. The orders are
+    /// narrowed by the customers' keys first.
+    #[test]
+    fn a_build_side_with_a_nested_loop_join_to_an_average_narrows_its_probe_side() {
+        use datafusion::common::JoinSide;
+        use datafusion::functions_aggregate::average::avg_udaf;
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::binary;
+        use datafusion::physical_plan::joins::utils::{ColumnIndex, JoinFilter};
+        use datafusion::physical_plan::joins::NestedLoopJoinExec;
+        // (Ten averages, one per group, stand in for Q22's one.)
+        let average = aggregation_of(avg_udaf(), DataType::Decimal128(15, 2));
+        let one = Arc::new(
+            ProjectionExec::try_new(
+                vec![(
+                    Arc::new(Column::new("a", 1)) as Arc<dyn PhysicalExpr>,
+                    "a".to_string(),
+                )],
+                average,
+            )
+            .unwrap(),
+        ) as Arc<dyn ExecutionPlan>;
+        let customers = source("b", 1000);
+        let filter_schema = Schema::new(vec![
+            Field::new("a", DataType::Decimal128(19, 6), true),
+            Field::new("b", DataType::Int64, false),
+        ]);
+        let above = binary(
+            datafusion::physical_expr::expressions::cast(
+                Arc::new(Column::new("b", 1)),
+                &filter_schema,
+                DataType::Decimal128(19, 6),
+            )
+            .unwrap(),
+            Operator::Gt,
+            Arc::new(Column::new("a", 0)),
+            &filter_schema,
+        )
+        .unwrap();
+        let filter = JoinFilter::new(
+            above,
+            vec![
+                ColumnIndex {
+                    index: 0,
+                    side: JoinSide::Left,
+                },
+                ColumnIndex {
+                    index: 0,
+                    side: JoinSide::Right,
+                },
+            ],
+            Arc::new(filter_schema),
+        );
+        let nested = Arc::new(
+            NestedLoopJoinExec::try_new(
+                one,
+                customers,
+                Some(filter),
+                &JoinType::Inner,
+                Some(vec![1]),
+            )
+            .unwrap(),
+        ) as Arc<dyn ExecutionPlan>;
+        let anti = join_of(nested, source("p", 1_000_000), JoinType::LeftAnti);
+        assert!(reduced_probe(anti).is_some());
     }
 
     /// Q2's shape: a left semi join on a group key and an aggregate of

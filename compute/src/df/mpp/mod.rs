@@ -94,6 +94,7 @@ pub mod codec;
 pub mod cross_stage;
 mod early_probes;
 mod folded;
+pub mod functions;
 pub mod replicate;
 pub mod routes;
 pub mod runtimes;
@@ -134,6 +135,14 @@ extensions_options! {
         /// Which query a task belongs to: the tasks of one query in a
         /// process share its memory pool (`runtimes.rs`).
         pub query_id: String, default = String::new()
+        /// Whether the two lists below are the functions the query's
+        /// plan calls: a task's session then registers only those
+        /// (`functions.rs`), else every function.
+        pub functions_listed: bool, default = false
+        /// The scalar functions the plan calls, comma-separated.
+        pub scalar_functions: String, default = String::new()
+        /// The aggregate functions the plan calls, comma-separated.
+        pub aggregate_functions: String, default = String::new()
     }
 }
 
@@ -237,7 +246,7 @@ pub fn worker(
     channels: &Channels,
     runtimes: Arc<runtimes::QueryRuntimes>,
 ) -> datafusion_distributed::Worker {
-    let functions = Arc::new(Functions::of(base));
+    let functions = Arc::new(functions::Functions::of(base));
     let scan = scan.clone();
     let channels = channels.clone();
     datafusion_distributed::Worker::from_session_builder(
@@ -247,6 +256,7 @@ pub fn worker(
             let channels = channels.clone();
             let runtimes = runtimes.clone();
             async move {
+                crate::metrics::mpp_task();
                 // A bare builder with the task's config and runtime, not
                 // the library's `with_default_features` one: a task only
                 // decodes and runs a physical plan, and registering the
@@ -259,13 +269,26 @@ pub fn worker(
                 }
                 let mut builder = builder
                     .with_distributed_channel_resolver(channels)
-                    .with_scalar_functions(functions.scalar.clone())
-                    .with_aggregate_functions(functions.aggregate.clone())
-                    .with_window_functions(functions.window.clone())
-                    .with_higher_order_functions(functions.higher_order.clone())
                     .with_distributed_user_codec(codec::QuarryCodec::new(scan.clone()))
                     .with_distributed_worker_plan_rewrite_handler(stage_as_one_process_plans_it)
                     .with_distributed_option_extension_from_headers::<MppOptions>(&ctx.headers)?;
+                // Only the functions the query's plan calls, where its
+                // coordinator listed them (`functions.rs`).
+                let listed = builder
+                    .config()
+                    .as_ref()
+                    .and_then(|c| c.options().extensions.get::<MppOptions>())
+                    .and_then(|o| functions.listed(o));
+                let mut builder = match listed {
+                    Some((scalar, aggregate)) => builder
+                        .with_scalar_functions(scalar)
+                        .with_aggregate_functions(aggregate),
+                    None => builder
+                        .with_scalar_functions(functions.scalar.clone())
+                        .with_aggregate_functions(functions.aggregate.clone())
+                        .with_window_functions(functions.window.clone()),
+                }
+                .with_higher_order_functions(functions.higher_order.clone());
                 let mut query_id = String::new();
                 if let Some(config) = builder.config().as_mut() {
                     let (zone, id) = config
@@ -290,31 +313,6 @@ pub fn worker(
             }
         },
     )
-}
-
-/// `base`'s functions, each once (a session state lists a function under
-/// each of its aliases too, and a builder registers every alias again).
-struct Functions {
-    scalar: Vec<Arc<datafusion::logical_expr::ScalarUDF>>,
-    aggregate: Vec<Arc<datafusion::logical_expr::AggregateUDF>>,
-    window: Vec<Arc<datafusion::logical_expr::WindowUDF>>,
-    higher_order: Vec<Arc<datafusion::logical_expr::HigherOrderUDF>>,
-}
-
-impl Functions {
-    fn of(base: &SessionState) -> Functions {
-        fn once<T>(all: impl Iterator<Item = Arc<T>>) -> Vec<Arc<T>> {
-            let mut seen = std::collections::HashSet::new();
-            all.filter(|f| seen.insert(Arc::as_ptr(f) as *const () as usize))
-                .collect()
-        }
-        Functions {
-            scalar: once(base.scalar_functions().values().cloned()),
-            aggregate: once(base.aggregate_functions().values().cloned()),
-            window: once(base.window_functions().values().cloned()),
-            higher_order: once(base.higher_order_functions().values().cloned()),
-        }
-    }
 }
 
 /// A stage as its worker runs it, finished as one process's plan is:

@@ -467,10 +467,24 @@ impl QueryPlanner for QuarryQueryPlanner {
         plan: &LogicalPlan,
         session: &dyn datafusion::catalog::Session,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // A spread statement's kept plan, already made
+        // (`preplanned.rs`).
+        if let Some(physical) = crate::df::preplanned::unwrap(plan) {
+            return Ok(physical);
+        }
         DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(SharedSubplanPlanner)])
             .create_physical_plan(plan, session)
             .await
     }
+}
+
+/// `plan`'s one-process physical plan in `session`: what a distributed
+/// state's planner distributes (`preplanned.rs`).
+pub async fn one_process_plan(
+    plan: &LogicalPlan,
+    session: &dyn datafusion::catalog::Session,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    QuarryQueryPlanner.create_physical_plan(plan, session).await
 }
 
 #[derive(Debug)]
