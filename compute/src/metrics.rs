@@ -69,7 +69,7 @@ pub fn plan_cache(result: &'static str) {
 
 metric!(PHYSICAL_PLANS_REUSED: IntCounter = register_int_counter!(
     "quarry_compute_physical_plans_reused_total",
-    "Plan-cache hits run from a fresh copy of their kept physical plan instead of planning it again (joins and their join filters included)"
+    "Plan-cache hits run from a fresh copy of their kept physical plan instead of planning it again (joins and their join filters included; a distributed query's copy is still cut into stages at each run)"
 ));
 
 metric!(MPP_RETRIES: IntCounter = register_int_counter!(

@@ -211,7 +211,14 @@ async fn warm_statistics(cluster: &LocalCluster, url: &str, opts: &BenchOptions)
             Some(running) if running > 0.0 => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            _ => return Ok(()),
+            Some(_) => return Ok(()),
+            None => {
+                eprintln!(
+                    "warning: could not read the coordinator's statistics gauge at {status}: \
+                     the first timed runs may be planned without table statistics"
+                );
+                return Ok(());
+            }
         }
     }
     eprintln!(

@@ -184,10 +184,16 @@ impl SqlSession {
                 })?;
                 // A fresh copy of the kept one-process plan, cut into
                 // stages as it is now (`preplanned.rs`).
-                let logical = match kept.physical.as_ref().filter(|_| !spread_physical_off()) {
-                    Some(physical) => {
+                // (A copy that cannot be made: planned from the kept
+                // optimized plan, as before.)
+                let copy = kept
+                    .physical
+                    .as_ref()
+                    .filter(|_| !spread_physical_off())
+                    .and_then(|physical| fresh_run(physical.clone()).ok());
+                let logical = match copy {
+                    Some(copy) => {
                         crate::metrics::physical_plan_reused();
-                        let copy = fresh_run(physical.clone()).map_err(from_df)?;
                         crate::df::preplanned::wrap(copy, &kept.optimized)
                     }
                     None => kept.optimized.clone(),

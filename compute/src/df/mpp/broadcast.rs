@@ -52,8 +52,9 @@
 //! (such rows never meet a row of L), so the answer is the same, as long
 //! as the copy of L that gives the keys finds the same rows as L: so L
 //! must be repeatable (region scans at the query's one snapshot,
-//! projections, filters, joins; no LIMIT or top-k, which may pick
-//! different rows among ties, no aggregation, no volatile function).
+//! projections, filters, joins, aggregations whose answer does not
+//! depend on row order; no LIMIT or top-k, which may pick different rows
+//! among ties, no other aggregation, no volatile function: [`repeatable`]).
 //! The price is the build side computed twice (once for the join, once
 //! for its keys; the copy leaves out semi joins, anti joins and filters on
 //! top of L, and the probe side of an inner join in L whose keys all come
@@ -354,17 +355,33 @@ fn exact_aggregation(agg: &AggregateExec) -> bool {
     let functions = agg.aggr_expr().iter().all(|f| {
         let exact = match f.fun().name() {
             "count" | "min" | "max" => true,
-            // What they add up, as their state holds it.
+            // What they add up, as their state holds it (a DISTINCT
+            // one's is a list of the values: added up in a hash set's
+            // order).
             "sum" | "avg" => f
                 .state_fields()
-                .is_ok_and(|state| state.iter().all(|s| !s.data_type().is_floating())),
+                .is_ok_and(|state| state.iter().all(|s| !holds_floats(s.data_type()))),
             _ => false,
         };
         exact && f.order_bys().is_empty() && !f.expressions().iter().any(is_volatile)
     });
     let filters = agg.filter_expr().iter().flatten().any(is_volatile);
     let keys = agg.group_expr().expr().iter().any(|(e, _)| is_volatile(e));
-    functions && !filters && !keys
+    // (A limit on its groups keeps some of them, which ones depending on
+    // the order rows come in.)
+    functions && !filters && !keys && agg.limit_options().is_none()
+}
+
+/// Whether values of type `t` are, or hold, floating-point numbers.
+fn holds_floats(t: &arrow::datatypes::DataType) -> bool {
+    use arrow::datatypes::DataType;
+    match t {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            holds_floats(f.data_type())
+        }
+        DataType::Struct(fields) => fields.iter().any(|f| holds_floats(f.data_type())),
+        t => t.is_floating(),
+    }
 }
 
 /// Whether `plan` is a semi-join reduction this rule made.
@@ -765,6 +782,7 @@ mod tests {
     fn aggregation_of(
         f: Arc<datafusion::logical_expr::AggregateUDF>,
         input_type: DataType,
+        distinct: bool,
     ) -> Arc<dyn ExecutionPlan> {
         use datafusion::logical_expr::Operator;
         use datafusion::physical_expr::aggregate::AggregateExprBuilder;
@@ -788,6 +806,7 @@ mod tests {
         let aggregate = AggregateExprBuilder::new(f, vec![Arc::new(Column::new("v", 1))])
             .schema(schema.clone())
             .alias("a")
+            .with_distinct(distinct)
             .build()
             .unwrap();
         Arc::new(
@@ -818,7 +837,7 @@ mod tests {
         let quarry_avg = state.aggregate_functions()["avg"].clone();
         for (f, input, repeats) in [
             (quarry_avg.clone(), decimal.clone(), true),
-            (quarry_avg, DataType::Float64, false),
+            (quarry_avg.clone(), DataType::Float64, false),
             (sum_udaf(), DataType::Int64, true),
             (avg_udaf(), decimal.clone(), true),
             (sum_udaf(), decimal, true),
@@ -828,7 +847,19 @@ mod tests {
             (avg_udaf(), DataType::Float64, false),
         ] {
             let name = format!("{}({input})", f.name());
-            let plan = aggregation_of(f, input);
+            let plan = aggregation_of(f, input, false);
+            assert_eq!(repeatable(&plan).unwrap(), repeats, "{name}");
+        }
+        // DISTINCT: its state lists the values, added up in a hash set's
+        // order.
+        for (f, input, repeats) in [
+            (sum_udaf(), DataType::Int64, true),
+            (sum_udaf(), DataType::Float64, false),
+            (avg_udaf(), DataType::Float64, false),
+            (quarry_avg, DataType::Float64, false),
+        ] {
+            let name = format!("{}(DISTINCT {input})", f.name());
+            let plan = aggregation_of(f, input, true);
             assert_eq!(repeatable(&plan).unwrap(), repeats, "{name}");
         }
     }
@@ -846,7 +877,7 @@ mod tests {
         use datafusion::physical_plan::joins::utils::{ColumnIndex, JoinFilter};
         use datafusion::physical_plan::joins::NestedLoopJoinExec;
         // (Ten averages, one per group, stand in for Q22's one.)
-        let average = aggregation_of(avg_udaf(), DataType::Decimal128(15, 2));
+        let average = aggregation_of(avg_udaf(), DataType::Decimal128(15, 2), false);
         let one = Arc::new(
             ProjectionExec::try_new(
                 vec![(
