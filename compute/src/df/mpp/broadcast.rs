@@ -54,7 +54,7 @@
 //! must be repeatable (region scans at the query's one snapshot,
 //! projections, filters, joins, aggregations whose answer does not
 //! depend on row order; no LIMIT or top-k, which may pick different rows
-//! among ties, no other aggregation, no volatile function: [`repeatable`]).
+//! among ties, no other aggregation, no volatile function: `repeatable`).
 //! The price is the build side computed twice (once for the join, once
 //! for its keys; the copy leaves out semi joins, anti joins and filters on
 //! top of L, and the probe side of an inner join in L whose keys all come
