@@ -82,21 +82,27 @@ metric!(MPP_TASK_STREAMS: IntGauge = register_int_gauge!(
     "Partitions of distributed queries' stage tasks this process runs as a worker (its own queries' included), each from its start until its stream ends or is dropped"
 ));
 
-/// One partition of a distributed query's stage task, counted in
-/// `quarry_compute_mpp_task_streams_running` until dropped.
+/// Something running, counted in a gauge until the guard drops.
 #[derive(Debug)]
-pub struct MppTaskStream(());
+pub struct Running(&'static IntGauge);
 
-/// Counts a task's partition as streaming until the guard drops.
-pub fn mpp_task_stream() -> MppTaskStream {
-    MPP_TASK_STREAMS.inc();
-    MppTaskStream(())
+impl Running {
+    fn start(gauge: &'static IntGauge) -> Running {
+        gauge.inc();
+        Running(gauge)
+    }
 }
 
-impl Drop for MppTaskStream {
+impl Drop for Running {
     fn drop(&mut self) {
-        MPP_TASK_STREAMS.dec();
+        self.0.dec();
     }
+}
+
+/// Counts a task's partition as streaming in
+/// `quarry_compute_mpp_task_streams_running` until the guard drops.
+pub fn mpp_task_stream() -> Running {
+    Running::start(&MPP_TASK_STREAMS)
 }
 
 metric!(TABLE_ANALYSES: IntGauge = register_int_gauge!(
@@ -104,21 +110,10 @@ metric!(TABLE_ANALYSES: IntGauge = register_int_gauge!(
     "Table statistics this process is taking in the background (a row count, and an analysis where the count moved; or a condition's share measured on a sample), each from the statement that started it until it ends (`df/stats.rs`)"
 ));
 
-/// One table's statistics being taken, counted in
-/// `quarry_compute_table_analyses_running` until dropped.
-#[derive(Debug)]
-pub struct TableAnalysis(());
-
-/// Counts a table's statistics as being taken until the guard drops.
-pub fn table_analysis() -> TableAnalysis {
-    TABLE_ANALYSES.inc();
-    TableAnalysis(())
-}
-
-impl Drop for TableAnalysis {
-    fn drop(&mut self) {
-        TABLE_ANALYSES.dec();
-    }
+/// Counts a table's statistics as being taken in
+/// `quarry_compute_table_analyses_running` until the guard drops.
+pub fn table_analysis() -> Running {
+    Running::start(&TABLE_ANALYSES)
 }
 
 metric!(MPP_TASKS: IntCounter = register_int_counter!(

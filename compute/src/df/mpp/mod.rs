@@ -95,6 +95,7 @@ pub mod cross_stage;
 mod early_probes;
 mod folded;
 pub mod functions;
+pub mod repeatable;
 pub mod replicate;
 pub mod routes;
 pub mod runtimes;
