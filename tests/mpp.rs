@@ -185,6 +185,24 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
         assert!(ok, "{sql}: {distributed}");
         assert_eq!(distributed, pg.ok(sql), "{sql}");
     }
+    // A constant that overflows is a call that fails where a row reaches
+    // it (df/checked_arithmetic.rs); the stages that hold it decode on
+    // their workers: a branch no row takes answers, one that rows take
+    // fails with the overflow named, as in one process.
+    let overflow = |when: &str| {
+        format!(
+            "SELECT count(*), sum(CASE WHEN l_quantity > {when} \
+             THEN 9223372036854775807 + 1 ELSE 0 END) FROM lineitem"
+        )
+    };
+    let (ok, distributed) = sql_at(&a.url, &overflow("1000"));
+    assert!(ok, "{distributed}");
+    assert_eq!(distributed, pg.ok(&overflow("1000")));
+    let (ok, failed) = sql_at(&a.url, &overflow("10"));
+    assert!(
+        !ok && failed.contains("Overflow happened on: 9223372036854775807 + 1"),
+        "{failed}"
+    );
     // A HAVING over lineitem's order key is judged in the regions
     // (df/group_sieve.rs): its scan stays one task, which sees every
     // region's key range, once lineitem's statistics exist.

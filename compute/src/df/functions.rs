@@ -1,6 +1,12 @@
 //! SQL functions PostgreSQL has and DataFusion does not, registered in
 //! every session: `mod(a, b)`, the function form of `a % b` (same types,
 //! same "division by zero" error).
+//!
+//! Also registered, though no one writes it: checked arithmetic's
+//! `overflow_error` (`checked_arithmetic.rs`), which a plan holds where a
+//! constant overflowed. A distributed plan's stages reach their workers
+//! by name (`datafusion-proto` looks each function up in the task's
+//! session), so every function a plan can hold must be in the session.
 
 use std::sync::Arc;
 
@@ -15,6 +21,9 @@ use datafusion::logical_expr::{
 /// Registers the functions of this module in `state`.
 pub fn register(state: &mut SessionState) {
     let _ = state.register_udf(Arc::new(ScalarUDF::new_from_impl(Mod::new())));
+    let _ = state.register_udf(Arc::new(ScalarUDF::new_from_impl(
+        super::checked_arithmetic::OverflowError::new(),
+    )));
 }
 
 /// `mod(a, b)`: `a % b`.
