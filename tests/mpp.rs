@@ -93,6 +93,16 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     let cases = tpch_cases(0.01);
     let failures = mismatches(&a.url, &cases);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // A broadcast join runs in as many tasks as its probe side's scan:
+    // Q14's part and Q10's customer (one region each) join their
+    // broadcast lineitem and orders in one task, not in three of which
+    // two scan nothing (df/mpp/tasks.rs).
+    for q in ["q14", "q10"] {
+        let sql = quarry::answers::query(q).unwrap();
+        let (ok, plan) = sql_at(&a.url, &format!("EXPLAIN {sql}"));
+        assert!(ok && plan.contains("NetworkBroadcastExec"), "{q}: {plan}");
+        assert!(!plan.contains("share: 0 key ranges"), "{q}: {plan}");
+    }
     // Again from the plan cache (a statement is kept the second time it
     // is planned): each run reuses the kept optimized plan, and where it
     // can a copy of its kept one-process physical plan, and is cut into

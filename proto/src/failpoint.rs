@@ -46,6 +46,8 @@
 //! | `clock_skew` | a store's wall clock ([`wall_clock_ms`]: the oracle, GC) | `return(MS)`: the clock is MS ms ahead (or behind, negative) |
 //! | `cop_parts_always` | a store starting a coprocessor read | a big aggregation is cut into a part per read thread even while other reads keep those threads busy (the rule before `node/coprocessor.rs`'s `fit_parts`, to time both side by side) |
 //! | `broadcast_bytes_off` | compute's broadcast rule for distributed plans (`df/mpp/broadcast.rs`), at each plan | only the row bound decides, not a narrow build side's bytes (to time both side by side) |
+//! | `probe_sized_broadcasts_off` | compute's task counts for distributed plans (`df/mpp/tasks.rs`), at each plan | a join whose build side is broadcast runs in as many tasks as the planner gives its stage, not as many as its probe side's scans (to time both side by side) |
+//! | `spread_physical_kept_off` | compute's plan cache, at each run of a spread statement (`df/running.rs`) | the run plans its kept logical plan physically instead of copying its kept physical plan (to time both side by side) |
 //! | `measured_shares_off` | compute's estimate of a scan's filter (`df/region_scan.rs`, the shares of `df/measured_share.rs`), at each plan | conditions the column statistics cannot estimate keep the default fifth instead of their share measured on a sample (to time both side by side) |
 //! | `join_order_off` | compute's join-order rule (`df/join_order.rs`), at each plan | the rule keeps the query's order (to time both orders side by side) |
 //! | `shared_subplan_off` | compute's rule sharing repeated joins and aggregations (`df/shared_subplan/`), at each plan | each use keeps its own copy (to time both side by side) |

@@ -79,9 +79,15 @@
 //!   admits only callers that present one signed by the cluster's CA (a
 //!   client's login does not open the worker service).
 //!
+//! * **Task counts** (`tasks.rs`): a region scan runs as a task per
+//!   region at most, and a join whose build side is broadcast runs in as
+//!   many tasks as its probe side's scans, so no task scans nothing and
+//!   takes a copy of the build side all the same.
+//!
 //! Caveats of this first cut (each is a line in `docs/design-notes.md`):
 //! shared scans are off in a distributed plan; a spread statement reuses
-//! the plan cache's optimized plan but is planned physically at each run
+//! the plan cache's optimized plan and, where it can be copied, its
+//! one-process physical plan, but is cut into stages at each run
 //! (`plan_cache.rs`, "Spread queries"); a query in an explicit
 //! transaction is spread
 //! (its tasks read at the transaction's start_ts, where the stores show

@@ -9,6 +9,17 @@
 //!   region of the table (the planner caps the count at the live compute
 //!   processes: a task per process). It also fills the region cache with the
 //!   table's regions, which the second event reads without waiting.
+//!   Asked for a join whose build side is broadcast (a hash join that
+//!   collects it, a nested-loop or cross join), it answers at most the
+//!   largest count of the region scans on the join's probe side in its
+//!   stage: the planner would otherwise run the stage in as many tasks as
+//!   the broadcast's own stage has (the larger of its inputs' counts), and
+//!   at SF 1 a probe scan of a one-region table (Q14's part, Q10's
+//!   customer) ran in three tasks, two of them with no region to scan,
+//!   each still set up and sent a copy of the build side. Where the probe side also
+//!   reads a shuffle, or a leaf that is not a region scan, the planner's
+//!   count stands. The failpoint `probe_sized_broadcasts_off` turns this
+//!   off, for timing.
 //! * [`scale_up_region_scan`] (once the count `n` is final): the table's
 //!   regions, ordered by leader store and then by key, dealt into `n`
 //!   contiguous runs, each clipped to the table's key range; the scan
@@ -26,7 +37,7 @@ use async_trait::async_trait;
 use datafusion::common::Result as DfResult;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{
-    DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler,
+    BroadcastExec, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler,
     DistributedLeafExec, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
 };
 use quarry_coprocessor::codec::key::table_record_range;
@@ -57,19 +68,46 @@ impl DesiredTaskCountHandler for DesiredTasks {
         &self,
         ev: DesiredTaskCountEvent<'_>,
     ) -> Option<DfResult<DesiredTaskCountEventResponse>> {
-        let scan = ev.plan.as_ref().downcast_ref::<RegionScanExec>()?;
-        // A scan with a group sieve answers a few rows, and its check
-        // needs every response's key range in one place: one task in
-        // every mode (`group_sieve.rs`).
-        if scan.dag().group_sieve.is_some() {
-            return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
-        }
         let mode = ev
             .session_config
             .options()
             .extensions
             .get::<MppOptions>()
             .map_or(MppMode::Off, |o| o.mode());
+        if let Some(scan) = ev.plan.as_ref().downcast_ref::<RegionScanExec>() {
+            return Some(Ok(self.scan_tasks(scan, mode).await));
+        }
+        // A join whose build side is broadcast runs in as many tasks as
+        // its probe side's scans: a task more would scan nothing, yet
+        // take a copy of the build side and cost a stage's set-up. (The
+        // planner takes the larger of the two sides' counts, and sizes a
+        // broadcast for its producer stage's tasks.)
+        let probe = broadcast_probe_side(ev.plan)?;
+        let scans = in_stage_scans(probe)?;
+        if scans.is_empty() || quarry_proto::failpoint::fires("probe_sized_broadcasts_off") {
+            return None;
+        }
+        let mut most = 1;
+        for scan in scans {
+            most = most.max(usize::from(self.scan_tasks(scan, mode).await.task_count));
+        }
+        Some(Ok(DesiredTaskCountEventResponse::maximum(most)))
+    }
+}
+
+impl DesiredTasks {
+    /// The task count of `scan` under `mode`: see the module docs.
+    async fn scan_tasks(
+        &self,
+        scan: &RegionScanExec,
+        mode: MppMode,
+    ) -> DesiredTaskCountEventResponse {
+        // A scan with a group sieve answers a few rows, and its check
+        // needs every response's key range in one place: one task in
+        // every mode (`group_sieve.rs`).
+        if scan.dag().group_sieve.is_some() {
+            return DesiredTaskCountEventResponse::maximum(1);
+        }
         // An aggregating scan's work is done in the stores, whichever
         // process asks; spreading it only adds a hop for its few rows.
         let large = scan.table_rows().is_some_and(|r| r >= AUTO_MIN_ROWS)
@@ -81,7 +119,7 @@ impl DesiredTaskCountHandler for DesiredTasks {
             MppMode::Force => true,
         };
         if !spread {
-            return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
+            return DesiredTaskCountEventResponse::maximum(1);
         }
         // The regions, for the split that follows (a failure here only
         // leaves the scan in one task). A task per region at most: a
@@ -89,15 +127,74 @@ impl DesiredTaskCountHandler for DesiredTasks {
         // set-up on its worker and a stream to every consumer.
         let (start, end) = table_record_range(scan.table().id);
         match self.scan.dispatcher.regions(&start, &end).await {
-            Ok(regions) => Some(Ok(DesiredTaskCountEventResponse::desired(
-                regions.len().clamp(1, AS_MANY_AS_WORKERS),
-            ))),
+            Ok(regions) => {
+                DesiredTaskCountEventResponse::desired(regions.len().clamp(1, AS_MANY_AS_WORKERS))
+            }
             Err(e) => {
                 tracing::debug!(table = %scan.table().name, "MPP: regions unknown: {e}");
-                Some(Ok(DesiredTaskCountEventResponse::maximum(1)))
+                DesiredTaskCountEventResponse::maximum(1)
             }
         }
     }
+}
+
+/// The probe side of `plan` where it is a join whose build side (the
+/// left) the planner broadcasts: a hash join collecting its left side,
+/// or a nested-loop or cross join.
+fn broadcast_probe_side(plan: &Arc<dyn ExecutionPlan>) -> Option<&Arc<dyn ExecutionPlan>> {
+    use datafusion::physical_plan::joins::{
+        CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PartitionMode,
+    };
+    let collects_left = plan
+        .downcast_ref::<HashJoinExec>()
+        .is_some_and(|j| j.mode == PartitionMode::CollectLeft)
+        || plan.is::<NestedLoopJoinExec>()
+        || plan.is::<CrossJoinExec>();
+    match plan.children().as_slice() {
+        [build, probe] if collects_left && is_broadcast(build) => Some(probe),
+        _ => None,
+    }
+}
+
+/// Whether `plan` is a broadcast (under the coalesce a join collects it
+/// through).
+fn is_broadcast(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    match plan.downcast_ref::<CoalescePartitionsExec>() {
+        Some(c) => c.input().is::<BroadcastExec>(),
+        None => plan.is::<BroadcastExec>(),
+    }
+}
+
+/// The region scans in `plan`'s part of its stage, or None where that part
+/// also reads an exchange whose tasks the planner counts (a shuffle) or a
+/// leaf that is not a region scan. Broadcasts and the inputs of coalesces
+/// are other stages, and add nothing.
+fn in_stage_scans(plan: &Arc<dyn ExecutionPlan>) -> Option<Vec<&RegionScanExec>> {
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::repartition::RepartitionExec;
+    use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+    use datafusion::physical_plan::Partitioning;
+    if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
+        return Some(vec![scan]);
+    }
+    let shuffle = plan
+        .downcast_ref::<RepartitionExec>()
+        .is_some_and(|r| matches!(r.partitioning(), Partitioning::Hash(..)));
+    if shuffle || plan.children().is_empty() {
+        return None;
+    }
+    if plan.is::<BroadcastExec>()
+        || plan.is::<CoalescePartitionsExec>()
+        || plan.is::<SortPreservingMergeExec>()
+    {
+        return Some(Vec::new());
+    }
+    let mut scans = Vec::new();
+    for child in plan.children() {
+        scans.extend(in_stage_scans(child)?);
+    }
+    Some(scans)
 }
 
 /// The scale-up handler of region scans: see the module docs.
@@ -188,6 +285,84 @@ pub fn intersect_all(ranges: &[KeyRange], mine: &[KeyRange]) -> Vec<KeyRange> {
 mod tests {
     use super::*;
     use quarry_proto::meta::{Peer, Region};
+
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::{JoinType, NullEquality};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::physical_expr::expressions::Column;
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+    use datafusion::physical_plan::repartition::RepartitionExec;
+    use datafusion::physical_plan::Partitioning;
+
+    fn source(name: &str) -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Int64, false)]));
+        let keys = Int64Array::from_iter_values(0..10);
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap();
+        MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
+    }
+
+    fn collect_left_join(
+        build: Arc<dyn ExecutionPlan>,
+        probe: Arc<dyn ExecutionPlan>,
+    ) -> Arc<dyn ExecutionPlan> {
+        let on = vec![(
+            Arc::new(Column::new("b", 0)) as _,
+            Arc::new(Column::new("p", 0)) as _,
+        )];
+        Arc::new(
+            HashJoinExec::try_new(
+                build,
+                probe,
+                on,
+                None,
+                &JoinType::Inner,
+                None,
+                PartitionMode::CollectLeft,
+                NullEquality::NullEqualsNothing,
+                false,
+            )
+            .unwrap(),
+        )
+    }
+
+    /// Which joins are sized by their probe side, and what of the probe
+    /// side is looked at: its stage's leaves, not the stages below it.
+    #[test]
+    fn a_broadcast_joins_tasks_follow_its_probe_sides_scans() {
+        let broadcast = || {
+            Arc::new(CoalescePartitionsExec::new(Arc::new(BroadcastExec::new(
+                source("b"),
+                3,
+            )))) as _
+        };
+        let join = collect_left_join(broadcast(), source("p"));
+        let probe = broadcast_probe_side(&join).expect("a broadcast join");
+        assert_eq!(probe.name(), "DataSourceExec");
+        // A build side collected without a broadcast is no such join.
+        let local = collect_left_join(
+            Arc::new(CoalescePartitionsExec::new(source("b"))),
+            source("p"),
+        );
+        assert!(broadcast_probe_side(&local).is_none());
+        // A leaf that is not a region scan, or a shuffle (its stage's
+        // count is the planner's): no answer.
+        assert!(in_stage_scans(&source("p")).is_none());
+        let shuffle: Arc<dyn ExecutionPlan> = Arc::new(
+            RepartitionExec::try_new(
+                source("p"),
+                Partitioning::Hash(vec![Arc::new(Column::new("p", 0))], 3),
+            )
+            .unwrap(),
+        );
+        assert!(in_stage_scans(&shuffle).is_none());
+        // Another broadcast join's build side, and a coalesce's input, are
+        // other stages: nothing of this one.
+        assert_eq!(in_stage_scans(&broadcast()).map(|s| s.len()), Some(0));
+        let nested = collect_left_join(broadcast(), shuffle);
+        assert!(in_stage_scans(&nested).is_none());
+    }
 
     fn region(id: u64, start: &[u8], end: &[u8], store: u64) -> Located {
         Located {
