@@ -188,6 +188,11 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
         "SELECT count(*), count(o_orderkey), sum(o_totalprice) FROM customer LEFT JOIN orders ON c_custkey = o_custkey AND o_orderpriority = '1-URGENT' WHERE c_nationkey = 3",
         "SELECT count(*) FROM supplier WHERE s_nationkey < 5 AND NOT EXISTS (SELECT 1 FROM lineitem WHERE l_suppkey = s_suppkey AND l_quantity > 49)",
         "SELECT count(*) FROM part WHERE p_size = 7 AND p_partkey IN (SELECT l_partkey FROM lineitem GROUP BY l_partkey HAVING sum(l_quantity) > 150)",
+        // Functions Quarry's rules put into plans reach the workers
+        // (df/functions.rs): a float divisor's zero check, a correlated
+        // scalar subquery's one-row check.
+        "SELECT count(*), max(l_quantity::double / l_linenumber::double) FROM lineitem WHERE l_quantity::double / l_linenumber::double > 10",
+        "SELECT count(*) FROM orders WHERE o_totalprice > (SELECT c_acctbal * 100 FROM customer WHERE c_custkey = o_custkey)",
         // A build side under a LIMIT is not read twice for its keys.
         "SELECT count(*), count(o_orderkey) FROM (SELECT c_custkey FROM customer ORDER BY c_custkey LIMIT 100) c LEFT JOIN orders ON o_custkey = c_custkey",
     ] {
@@ -208,6 +213,11 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     let (ok, distributed) = sql_at(&a.url, &overflow("1000"));
     assert!(ok, "{distributed}");
     assert_eq!(distributed, pg.ok(&overflow("1000")));
+    let (ok, failed) = sql_at(
+        &a.url,
+        "SELECT sum(l_quantity::double / (l_linenumber - l_linenumber)::double) FROM lineitem",
+    );
+    assert!(!ok && failed.contains("division by zero"), "{failed}");
     let (ok, failed) = sql_at(&a.url, &overflow("10"));
     assert!(
         !ok && failed.contains("Overflow happened on: 9223372036854775807 + 1"),

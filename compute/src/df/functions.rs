@@ -2,11 +2,15 @@
 //! every session: `mod(a, b)`, the function form of `a % b` (same types,
 //! same "division by zero" error).
 //!
-//! Also registered, though no one writes it: checked arithmetic's
-//! `overflow_error` (`checked_arithmetic.rs`), which a plan holds where a
-//! constant overflowed. A distributed plan's stages reach their workers
-//! by name (`datafusion-proto` looks each function up in the task's
-//! session), so every function a plan can hold must be in the session.
+//! Also registered, though no one writes them: the functions Quarry's
+//! analyzer rules put into plans, checked arithmetic's `overflow_error`
+//! (a constant that overflowed, `checked_arithmetic.rs`), float
+//! division's `nonzero_divisor` (`float_division.rs`), a scalar
+//! subquery's `one_row` (`decorrelate/`) and a zoned cast's
+//! `local_wall_time` (`local_time.rs`). A distributed plan's stages reach
+//! their workers by name (`datafusion-proto` looks each function up in
+//! the task's session), so every function a plan can hold must be in the
+//! session.
 
 use std::sync::Arc;
 
@@ -23,6 +27,15 @@ pub fn register(state: &mut SessionState) {
     let _ = state.register_udf(Arc::new(ScalarUDF::new_from_impl(Mod::new())));
     let _ = state.register_udf(Arc::new(ScalarUDF::new_from_impl(
         super::checked_arithmetic::OverflowError::new(),
+    )));
+    let _ = state.register_udf(Arc::new(ScalarUDF::new_from_impl(
+        super::float_division::NonZeroDivisor::new(),
+    )));
+    let _ = state.register_udf(Arc::new(ScalarUDF::new_from_impl(
+        super::decorrelate::OneRow::new(),
+    )));
+    let _ = state.register_udf(Arc::new(ScalarUDF::new_from_impl(
+        super::local_time::LocalWallTime::new(),
     )));
 }
 

@@ -79,10 +79,11 @@
 //!   admits only callers that present one signed by the cluster's CA (a
 //!   client's login does not open the worker service).
 //!
-//! * **Task counts** (`tasks.rs`): a region scan runs as a task per
-//!   region at most, and a join whose build side is broadcast runs in as
-//!   many tasks as its probe side's scans, so no task scans nothing and
-//!   takes a copy of the build side all the same.
+//! * **Task counts** (`tasks.rs`): a region scan asks for a task per
+//!   region, and a join whose build side is broadcast runs in at most as
+//!   many tasks as the region scans on its probe side ask for (where that
+//!   side reads no shuffle or union), so no task scans nothing and takes a
+//!   copy of the build side all the same.
 //!
 //! Caveats of this first cut (each is a line in `docs/design-notes.md`):
 //! shared scans are off in a distributed plan; a spread statement reuses

@@ -12,13 +12,14 @@
 //!   Asked for a join whose build side is broadcast (a hash join that
 //!   collects it, a nested-loop or cross join), it answers at most the
 //!   largest count of the region scans on the join's probe side in its
-//!   stage: the planner would otherwise run the stage in as many tasks as
-//!   the broadcast's own stage has (the larger of its inputs' counts), and
+//!   stage: the planner would otherwise run the stage in about as many
+//!   tasks as the broadcast's own stage has (the larger of its inputs'
+//!   counts), and
 //!   at SF 1 a probe scan of a one-region table (Q14's part, Q10's
 //!   customer) ran in three tasks, two of them with no region to scan,
 //!   each still set up and sent a copy of the build side. Where the probe side also
-//!   reads a shuffle, or a leaf that is not a region scan, the planner's
-//!   count stands. The failpoint `probe_sized_broadcasts_off` turns this
+//!   reads a shuffle, a union, or a leaf that is not a region scan, the
+//!   planner's count stands. The failpoint `probe_sized_broadcasts_off` turns this
 //!   off, for timing.
 //! * [`scale_up_region_scan`] (once the count `n` is final): the table's
 //!   regions, ordered by leader store and then by key, dealt into `n`
@@ -167,13 +168,15 @@ fn is_broadcast(plan: &Arc<dyn ExecutionPlan>) -> bool {
 }
 
 /// The region scans in `plan`'s part of its stage, or None where that part
-/// also reads an exchange whose tasks the planner counts (a shuffle) or a
-/// leaf that is not a region scan. Broadcasts and the inputs of coalesces
-/// are other stages, and add nothing.
+/// also reads an exchange whose tasks the planner counts (a shuffle), a
+/// leaf that is not a region scan, or a union (the planner gives a union's
+/// inputs tasks of their own, adding up their counts). Broadcasts and the
+/// inputs of coalesces are other stages, and add nothing.
 fn in_stage_scans(plan: &Arc<dyn ExecutionPlan>) -> Option<Vec<&RegionScanExec>> {
     use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
     use datafusion::physical_plan::repartition::RepartitionExec;
     use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+    use datafusion::physical_plan::union::{InterleaveExec, UnionExec};
     use datafusion::physical_plan::Partitioning;
     if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
         return Some(vec![scan]);
@@ -181,7 +184,12 @@ fn in_stage_scans(plan: &Arc<dyn ExecutionPlan>) -> Option<Vec<&RegionScanExec>>
     let shuffle = plan
         .downcast_ref::<RepartitionExec>()
         .is_some_and(|r| matches!(r.partitioning(), Partitioning::Hash(..)));
-    if shuffle || plan.children().is_empty() {
+    // (The library's union that gives each input its own tasks is not
+    // exported; it is known by its name.)
+    let union = plan.is::<UnionExec>()
+        || plan.is::<InterleaveExec>()
+        || plan.name() == "ChildrenIsolatorUnionExec";
+    if shuffle || union || plan.children().is_empty() {
         return None;
     }
     if plan.is::<BroadcastExec>()
