@@ -12,15 +12,14 @@
 //!   Asked for a join whose build side is broadcast (a hash join that
 //!   collects it, a nested-loop or cross join), it answers at most the
 //!   largest count of the region scans on the join's probe side in its
-//!   stage: the planner would otherwise run the stage in about as many
+//!   stage. The planner would otherwise run the stage in about as many
 //!   tasks as the broadcast's own stage has (the larger of its inputs'
-//!   counts), and
-//!   at SF 1 a probe scan of a one-region table (Q14's part, Q10's
-//!   customer) ran in three tasks, two of them with no region to scan,
-//!   each still set up and sent a copy of the build side. Where the probe side also
-//!   reads a shuffle, a union, or a leaf that is not a region scan, the
-//!   planner's count stands. The failpoint `probe_sized_broadcasts_off` turns this
-//!   off, for timing.
+//!   counts): at SF 1 a probe scan of a one-region table (Q14's part,
+//!   Q10's customer) ran in three tasks, two of them with no region to
+//!   scan, each still set up and sent a copy of the build side. Where the
+//!   probe side also reads a shuffle, a union, or a leaf that is not a
+//!   region scan, the planner's count stands. The failpoint
+//!   `probe_sized_broadcasts_off` turns this off, for timing.
 //! * [`scale_up_region_scan`] (once the count `n` is final): the table's
 //!   regions, ordered by leader store and then by key, dealt into `n`
 //!   contiguous runs, each clipped to the table's key range; the scan
@@ -78,11 +77,12 @@ impl DesiredTaskCountHandler for DesiredTasks {
         if let Some(scan) = ev.plan.as_ref().downcast_ref::<RegionScanExec>() {
             return Some(Ok(self.scan_tasks(scan, mode).await));
         }
-        // A join whose build side is broadcast runs in as many tasks as
-        // its probe side's scans: a task more would scan nothing, yet
-        // take a copy of the build side and cost a stage's set-up. (The
-        // planner takes the larger of the two sides' counts, and sizes a
-        // broadcast for its producer stage's tasks.)
+        // A join whose build side is broadcast runs in at most as many
+        // tasks as its probe side's scans ask for: a task more would scan
+        // nothing, yet take a copy of the build side and cost a stage's
+        // set-up. (The planner takes the larger of the two sides' counts,
+        // and sizes a broadcast's consumers by about its producer stage's
+        // tasks.)
         let probe = broadcast_probe_side(ev.plan)?;
         let scans = in_stage_scans(probe)?;
         if scans.is_empty() || quarry_proto::failpoint::fires("probe_sized_broadcasts_off") {
