@@ -182,22 +182,13 @@ fn is_final_aggregation(plan: &Arc<dyn ExecutionPlan>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Int64Array, RecordBatch};
-    use arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::datasource::memory::MemorySourceConfig;
+    use crate::df::mpp::test_plans::{hash_join, source};
     use datafusion::datasource::source::DataSourceExec;
-
-    fn source(name: &str, rows: i64) -> Arc<dyn ExecutionPlan> {
-        let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Int64, false)]));
-        let keys = Int64Array::from_iter_values(0..rows);
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap();
-        MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
-    }
 
     /// `source(name, rows)` under a filter, estimated to keep a fifth
     /// of its rows (DataFusion's default selectivity for a predicate it
     /// cannot analyse): a selective build side.
-    fn few(name: &str, rows: i64) -> Arc<dyn ExecutionPlan> {
+    fn few(name: &str, rows: usize) -> Arc<dyn ExecutionPlan> {
         use datafusion::physical_expr::expressions::IsNotNullExpr;
         use datafusion::physical_plan::filter::FilterExec;
         let predicate = Arc::new(IsNotNullExpr::new(Arc::new(Column::new(name, 0))));
@@ -221,22 +212,7 @@ mod tests {
         right: Arc<dyn ExecutionPlan>,
         mode: PartitionMode,
     ) -> HashJoinExec {
-        let on = vec![(
-            Arc::new(Column::new(left.schema().field(0).name(), 0)) as _,
-            Arc::new(Column::new(right.schema().field(0).name(), 0)) as _,
-        )];
-        HashJoinExec::try_new(
-            left,
-            right,
-            on,
-            None,
-            &JoinType::Inner,
-            None,
-            mode,
-            NullEquality::NullEqualsNothing,
-            false,
-        )
-        .unwrap()
+        hash_join(left, right, JoinType::Inner, mode)
     }
 
     /// `dim ⋈ (a ⋈ b)`: with `a ⋈ b` partitioned (a shuffle), `a` is

@@ -515,6 +515,7 @@ pub(crate) fn estimated_rows(plan: &dyn ExecutionPlan) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::df::mpp::test_plans::{hash_join, source};
     use arrow::array::{Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Schema};
     use datafusion::common::NullEquality;
@@ -522,43 +523,22 @@ mod tests {
     use datafusion::datasource::source::DataSourceExec;
     use datafusion::physical_expr::expressions::Column;
 
-    /// A source of `rows` rows (its statistics say exactly that many).
-    fn source(name: &str, rows: usize) -> Arc<dyn ExecutionPlan> {
-        let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Int64, false)]));
-        let keys = Int64Array::from_iter_values(0..rows as i64);
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap();
-        MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
-    }
-
     fn join(build: usize, probe: usize, join_type: JoinType) -> Arc<dyn ExecutionPlan> {
         join_of(source("b", build), source("p", probe), join_type)
     }
 
-    /// A partitioned join of `build` (one column, `b`) and `probe` (one
-    /// column, `p`) on their one column.
+    /// A partitioned join of `build` and `probe` on their first columns.
     fn join_of(
         build: Arc<dyn ExecutionPlan>,
         probe: Arc<dyn ExecutionPlan>,
         join_type: JoinType,
     ) -> Arc<dyn ExecutionPlan> {
-        let on = vec![(
-            Arc::new(Column::new("b", 0)) as _,
-            Arc::new(Column::new("p", 0)) as _,
-        )];
-        Arc::new(
-            HashJoinExec::try_new(
-                build,
-                probe,
-                on,
-                None,
-                &join_type,
-                None,
-                PartitionMode::Partitioned,
-                NullEquality::NullEqualsNothing,
-                false,
-            )
-            .unwrap(),
-        )
+        Arc::new(hash_join(
+            build,
+            probe,
+            join_type,
+            PartitionMode::Partitioned,
+        ))
     }
 
     fn mode_after_rule(plan: Arc<dyn ExecutionPlan>) -> PartitionMode {

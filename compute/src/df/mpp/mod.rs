@@ -107,6 +107,8 @@ pub mod replicate;
 pub mod routes;
 pub mod runtimes;
 pub mod tasks;
+#[cfg(test)]
+mod test_plans;
 pub mod workers;
 
 use std::sync::Arc;

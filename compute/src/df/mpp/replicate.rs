@@ -176,43 +176,21 @@ pub(super) fn replicable(plan: &Arc<dyn ExecutionPlan>) -> DfResult<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Int64Array, RecordBatch};
-    use arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::common::{JoinType, NullEquality};
-    use datafusion::datasource::memory::MemorySourceConfig;
-    use datafusion::physical_expr::expressions::Column;
+    use crate::df::mpp::test_plans::{hash_join, source};
+    use datafusion::common::JoinType;
     use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
     use datafusion::physical_plan::limit::GlobalLimitExec;
-
-    fn source(name: &str) -> Arc<dyn ExecutionPlan> {
-        let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Int64, false)]));
-        let keys = Int64Array::from_iter_values(0..10);
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap();
-        MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
-    }
 
     /// A broadcast join of `build`, computed in a stage of `tasks` tasks.
     fn broadcast_join(build: Arc<dyn ExecutionPlan>, tasks: usize) -> Arc<dyn ExecutionPlan> {
         let broadcast = Arc::new(BroadcastExec::new(build, 3));
         let network = Arc::new(NetworkBroadcastExec::try_new(broadcast, tasks).unwrap());
-        let on = vec![(
-            Arc::new(Column::new("b", 0)) as _,
-            Arc::new(Column::new("p", 0)) as _,
-        )];
-        Arc::new(
-            HashJoinExec::try_new(
-                Arc::new(CoalescePartitionsExec::new(network)),
-                source("p"),
-                on,
-                None,
-                &JoinType::Inner,
-                None,
-                PartitionMode::CollectLeft,
-                NullEquality::NullEqualsNothing,
-                false,
-            )
-            .unwrap(),
-        )
+        Arc::new(hash_join(
+            Arc::new(CoalescePartitionsExec::new(network)),
+            source("p", 10),
+            JoinType::Inner,
+            PartitionMode::CollectLeft,
+        ))
     }
 
     fn broadcasts(plan: &Arc<dyn ExecutionPlan>) -> usize {
@@ -227,7 +205,7 @@ mod tests {
 
     #[test]
     fn a_small_one_task_broadcast_runs_in_its_consumer() {
-        let plan = replicate_small_broadcasts(broadcast_join(source("b"), 1)).unwrap();
+        let plan = replicate_small_broadcasts(broadcast_join(source("b", 10), 1)).unwrap();
         assert_eq!(broadcasts(&plan), 0);
         let join = plan.downcast_ref::<HashJoinExec>().unwrap();
         let coalesce = join
@@ -242,13 +220,13 @@ mod tests {
     /// or one read up to a row limit, stays a broadcast.
     #[test]
     fn a_many_task_or_unrepeatable_broadcast_stays() {
-        let plan = replicate_small_broadcasts(broadcast_join(source("b"), 3)).unwrap();
+        let plan = replicate_small_broadcasts(broadcast_join(source("b", 10), 3)).unwrap();
         assert_eq!(broadcasts(&plan), 1);
-        let limited = Arc::new(GlobalLimitExec::new(source("b"), 0, Some(5)));
+        let limited = Arc::new(GlobalLimitExec::new(source("b", 10), 0, Some(5)));
         let plan = replicate_small_broadcasts(broadcast_join(limited, 1)).unwrap();
         assert_eq!(broadcasts(&plan), 1);
         // Nor a broadcast read up to a row limit (its first 5 rows).
-        let broadcast = Arc::new(BroadcastExec::new(source("b"), 3));
+        let broadcast = Arc::new(BroadcastExec::new(source("b", 10), 3));
         let network = Arc::new(NetworkBroadcastExec::try_new(broadcast, 1).unwrap());
         let first = Arc::new(CoalescePartitionsExec::new(network).with_fetch(Some(5)));
         let plan = replicate_small_broadcasts(first).unwrap();

@@ -294,45 +294,24 @@ mod tests {
     use super::*;
     use quarry_proto::meta::{Peer, Region};
 
-    use arrow::array::{Int64Array, RecordBatch};
-    use arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::common::{JoinType, NullEquality};
-    use datafusion::datasource::memory::MemorySourceConfig;
+    use crate::df::mpp::test_plans::{hash_join, source};
+    use datafusion::common::JoinType;
     use datafusion::physical_expr::expressions::Column;
     use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-    use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+    use datafusion::physical_plan::joins::PartitionMode;
     use datafusion::physical_plan::repartition::RepartitionExec;
     use datafusion::physical_plan::Partitioning;
-
-    fn source(name: &str) -> Arc<dyn ExecutionPlan> {
-        let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Int64, false)]));
-        let keys = Int64Array::from_iter_values(0..10);
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap();
-        MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None).unwrap()
-    }
 
     fn collect_left_join(
         build: Arc<dyn ExecutionPlan>,
         probe: Arc<dyn ExecutionPlan>,
     ) -> Arc<dyn ExecutionPlan> {
-        let on = vec![(
-            Arc::new(Column::new("b", 0)) as _,
-            Arc::new(Column::new("p", 0)) as _,
-        )];
-        Arc::new(
-            HashJoinExec::try_new(
-                build,
-                probe,
-                on,
-                None,
-                &JoinType::Inner,
-                None,
-                PartitionMode::CollectLeft,
-                NullEquality::NullEqualsNothing,
-                false,
-            )
-            .unwrap(),
-        )
+        Arc::new(hash_join(
+            build,
+            probe,
+            JoinType::Inner,
+            PartitionMode::CollectLeft,
+        ))
     }
 
     /// Which joins are sized by their probe side, and what of the probe
@@ -341,25 +320,25 @@ mod tests {
     fn a_broadcast_joins_tasks_follow_its_probe_sides_scans() {
         let broadcast = || {
             Arc::new(CoalescePartitionsExec::new(Arc::new(BroadcastExec::new(
-                source("b"),
+                source("b", 10),
                 3,
             )))) as _
         };
-        let join = collect_left_join(broadcast(), source("p"));
+        let join = collect_left_join(broadcast(), source("p", 10));
         let probe = broadcast_probe_side(&join).expect("a broadcast join");
         assert_eq!(probe.name(), "DataSourceExec");
         // A build side collected without a broadcast is no such join.
         let local = collect_left_join(
-            Arc::new(CoalescePartitionsExec::new(source("b"))),
-            source("p"),
+            Arc::new(CoalescePartitionsExec::new(source("b", 10))),
+            source("p", 10),
         );
         assert!(broadcast_probe_side(&local).is_none());
         // A leaf that is not a region scan, or a shuffle (its stage's
         // count is the planner's): no answer.
-        assert!(in_stage_scans(&source("p")).is_none());
+        assert!(in_stage_scans(&source("p", 10)).is_none());
         let shuffle: Arc<dyn ExecutionPlan> = Arc::new(
             RepartitionExec::try_new(
-                source("p"),
+                source("p", 10),
                 Partitioning::Hash(vec![Arc::new(Column::new("p", 0))], 3),
             )
             .unwrap(),
