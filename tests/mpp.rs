@@ -286,16 +286,52 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     assert_eq!(slowed, distributed);
     assert!(shared(stores) > before, "no read was shared");
 
-    // Q4's EXISTS is a left semi join (it emits orders' rows, so orders
-    // cannot be broadcast): lineitem is first narrowed to the rows whose
-    // keys a broadcast copy of orders' keys has, in lineitem's own stage.
+    // Q4's EXISTS is a left semi join of orders and lineitem on the
+    // order key, which both tables' statistics call clustered: it runs
+    // co-located (df/mpp/colocate.rs), each task joining its own range
+    // of order keys, with no shuffle and no broadcast. (A semi join that
+    // is not co-located narrows its probe side by a broadcast copy of
+    // its build side's keys first: Q17 below.)
     let q4 = quarry::answers::query("q4").unwrap();
     let (_, plan) = sql_at(&a.url, &format!("EXPLAIN {q4}"));
     assert!(
-        plan.contains("join_type=RightSemi, on=[(__reduce_key_0@0, l_orderkey"),
+        plan.contains("mode=Partitioned, join_type=LeftSemi"),
         "{plan}"
     );
-    assert!(plan.contains("NetworkBroadcastExec"), "{plan}");
+    assert_eq!(plan.matches("LocalRepartitionExec").count(), 2, "{plan}");
+    assert!(plan.contains("co-located share: o_orderkey >= "), "{plan}");
+    assert!(plan.contains("co-located share: l_orderkey >= "), "{plan}");
+    assert!(!plan.contains("NetworkBroadcastExec"), "{plan}");
+    assert_eq!(plan.matches("NetworkShuffleExec").count(), 1, "{plan}");
+    // Rows written after the statistics, outside their bounds and out of
+    // key order, are still in exactly one task's range (the first task's
+    // is open below, the last one's above): two urgent orders of Q4's
+    // quarter, keyed below the smallest order key and above the largest,
+    // each with a late line, count in Q4's answer as in one process.
+    let before = pg.ok(q4);
+    for key in ["-5", "900000000"] {
+        pg.ok(&format!(
+            "INSERT INTO orders VALUES ({key}, 1, 'O', 10.00, date '1993-08-01', '1-URGENT', \
+             'Clerk#000000001', 0, 'outside the statistics')"
+        ));
+        pg.ok(&format!(
+            "INSERT INTO lineitem VALUES ({key}, 1, 1, 1, 7.00, 10.00, 0.00, 0.00, 'N', 'O', \
+             date '1993-08-02', date '1993-08-03', date '1993-08-09', 'NONE', 'AIR', 'late')"
+        ));
+    }
+    let alone = pg.ok(q4);
+    assert_ne!(alone, before);
+    let (ok, plan) = sql_at(&a.url, &format!("EXPLAIN {q4}"));
+    assert!(
+        ok && plan.contains("co-located share: o_orderkey >= "),
+        "{plan}"
+    );
+    let (ok, distributed) = sql_at(&a.url, q4);
+    assert!(ok, "{distributed}");
+    assert_eq!(distributed, alone);
+    pg.ok("DELETE FROM lineitem WHERE l_orderkey < 1 OR l_orderkey > 100000");
+    pg.ok("DELETE FROM orders WHERE o_orderkey < 1 OR o_orderkey > 100000");
+    assert_eq!(pg.ok(q4), before);
 
     // Q17's semi join on the part key is partitioned (it emits its
     // build side's rows), so its probe side, lineitem's average per part,

@@ -44,7 +44,10 @@
 //!
 //! Under MPP a sieved scan runs as one task (`mpp/tasks.rs`), which sees
 //! every response; a scan that is nevertheless a task with a share of the
-//! table drops the sieve, since it would see only its share's ranges.
+//! table drops the sieve, since it would see only its share's ranges. A
+//! co-located scan (`mpp/colocate.rs`) keeps it in every task: a task's
+//! share is a range of the clustered key, so it sees every response that
+//! holds any of its groups.
 //! Left out: filters that reach the aggregation through a projection;
 //! string keys.
 
@@ -246,6 +249,7 @@ fn replace_scan(
 fn passes_batches(plan: &Arc<dyn ExecutionPlan>) -> bool {
     plan.children().len() == 1
         && (plan.downcast_ref::<RepartitionExec>().is_some()
+            || plan.is::<super::mpp::colocate::LocalRepartitionExec>()
             || plan.downcast_ref::<CoalescePartitionsExec>().is_some()
             || plan.downcast_ref::<CoalesceBatchesExec>().is_some()
             || plan.downcast_ref::<CooperativeExec>().is_some())

@@ -707,6 +707,7 @@ pub fn key_below(
             .downcast_ref::<crate::df::mpp::cross_stage::CrossStageKeysExec>()
             .is_some()
         || plan.downcast_ref::<RepartitionExec>().is_some()
+        || plan.is::<crate::df::mpp::colocate::LocalRepartitionExec>()
         || plan.downcast_ref::<CoalesceBatchesExec>().is_some()
         || plan.downcast_ref::<CoalescePartitionsExec>().is_some()
         || plan.downcast_ref::<CooperativeExec>().is_some();

@@ -380,6 +380,7 @@ fn reusable_with(plan: &Arc<dyn ExecutionPlan>, joins: bool) -> bool {
         "GlobalLimitExec",
         "LocalLimitExec",
         "RepartitionExec",
+        "LocalRepartitionExec",
         "CooperativeExec",
         "EmptyExec",
         "PlaceholderRowExec",

@@ -123,6 +123,38 @@ pub struct RegionScanExec {
     /// In a distributed plan, this task's share of the table
     /// (`mpp/tasks.rs`): it scans only these keys. None: all of it.
     share: Option<Vec<KeyRange>>,
+    /// In a distributed plan, the column whose value ranges split this
+    /// scan into tasks, the same split as the scans it is joined with in
+    /// its stage (`mpp/colocate.rs`). None: split by regions.
+    co_partition: Option<CoPartition>,
+    /// A task's range of `co_partition`'s column, for EXPLAIN.
+    value_range: Option<String>,
+}
+
+/// How a co-located scan is split into tasks (`mpp/colocate.rs`): by
+/// ranges of one BIGINT column, `[lo, hi]` cut into equal parts, the same
+/// for every scan it is joined with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoPartition {
+    /// The column, over the scan's read columns.
+    pub key: Expr,
+    /// Its name, for EXPLAIN.
+    pub name: String,
+    pub lo: i64,
+    pub hi: i64,
+}
+
+impl CoPartition {
+    /// Where task `i` of `n` starts (None: the first task, unbounded
+    /// below; values under `lo` go to it). Task `i` holds
+    /// `[start(i), start(i + 1))`, the last one unbounded above.
+    pub fn start(&self, i: usize, n: usize) -> Option<i64> {
+        if i == 0 || n == 0 {
+            return None;
+        }
+        let width = self.hi as i128 - self.lo as i128 + 1;
+        Some((self.lo as i128 + width * i as i128 / n as i128) as i64)
+    }
 }
 
 impl RegionScanExec {
@@ -159,6 +191,8 @@ impl RegionScanExec {
             shared: None,
             late: None,
             share: None,
+            co_partition: None,
+            value_range: None,
         }
     }
 
@@ -304,7 +338,99 @@ impl RegionScanExec {
         scan.remote_keys = self.remote_keys.clone();
         scan.late = self.late.clone();
         scan.share = self.share.clone();
+        scan.co_partition = self.co_partition.clone();
+        scan.value_range = self.value_range.clone();
         scan
+    }
+
+    /// The same scan, split into tasks by `co` (`mpp/colocate.rs`).
+    pub fn with_co_partition(&self, co: CoPartition) -> Self {
+        let mut scan = self.with_dag(self.dag.clone(), self.storage.clone());
+        scan.co_partition = Some(co);
+        scan
+    }
+
+    /// How the scan is split into tasks, when it is co-located.
+    pub fn co_partition(&self) -> Option<&CoPartition> {
+        self.co_partition.as_ref()
+    }
+
+    /// Task `i` of `n` of a co-located scan: the whole table, with its
+    /// selection also keeping only the task's range of the column (the
+    /// stores skip the packs outside it by their zone maps).
+    pub fn with_value_range(&self, i: usize, n: usize, table: KeyRange) -> Result<Self, Error> {
+        let Some(co) = &self.co_partition else {
+            return Ok(self.with_share(vec![table]));
+        };
+        let bound = |op, v: i64| {
+            Expr::compare(
+                op,
+                co.key.clone(),
+                Expr::literal(quarry_coprocessor::expr::ScalarValue::Int64(v)),
+            )
+        };
+        let (start, end) = (co.start(i, n), co.start(i + 1, n).filter(|_| i + 1 < n));
+        let mut dag = self.dag.clone();
+        let selection = dag.selection.get_or_insert_with(Default::default);
+        let mut shown = Vec::new();
+        if let Some(v) = start {
+            selection
+                .conditions
+                .push(bound(quarry_coprocessor::expr::CmpOp::Ge, v)?.to_proto()?);
+            shown.push(format!("{} >= {v}", co.name));
+        }
+        if let Some(v) = end {
+            selection
+                .conditions
+                .push(bound(quarry_coprocessor::expr::CmpOp::Lt, v)?.to_proto()?);
+            shown.push(format!("{} < {v}", co.name));
+        }
+        let mut scan = self.with_dag(dag, self.storage.clone());
+        scan.share = Some(vec![table]);
+        scan.value_range = Some(match shown.is_empty() {
+            true => "all".into(),
+            false => shown.join(" AND "),
+        });
+        Ok(scan)
+    }
+
+    /// A co-located task's range of its key, as shown (None: the scan is
+    /// not one).
+    pub fn value_range(&self) -> Option<&str> {
+        self.value_range.as_deref()
+    }
+
+    /// The same scan, a co-located task's whose range (already in its
+    /// DAG) shows as `shown`: a worker's copy (`mpp/codec.rs`).
+    pub fn with_value_range_shown(mut self, shown: String) -> Self {
+        self.value_range = Some(shown);
+        self
+    }
+
+    /// The bounds the statistics give the BIGINT column `key` (over the
+    /// scan's read columns) when it is NOT NULL and clustered (its
+    /// regions' value ranges apart, `stats.rs`): what a co-located split
+    /// of it needs (`mpp/colocate.rs`), with the column's name.
+    pub fn clustered_bounds(&self, key: &Expr) -> Option<(String, i64, i64)> {
+        let (Some(scan), Some(stats)) = (&self.dag.scan, &self.table_stats) else {
+            return None;
+        };
+        let Expr::Column { index, .. } = key else {
+            return None;
+        };
+        let id = scan.columns.get(*index)?.column_id;
+        let def = self.table.columns.iter().find(|c| c.id == id)?;
+        let c = stats.columns.get(&id)?;
+        if def.field_type.as_ref().is_none_or(|t| t.nullable) || !c.clustered {
+            return None;
+        }
+        match (&c.min, &c.max) {
+            (
+                datafusion::common::ScalarValue::Int64(Some(lo)),
+                datafusion::common::ScalarValue::Int64(Some(hi)),
+            ) if lo <= hi => Some((def.name.clone(), *lo, *hi)),
+            _ => None,
+        }
     }
 
     /// The same scan, also narrowed by a hash join's build keys on `probe`.
@@ -601,8 +727,13 @@ impl DisplayAs for RegionScanExec {
         if let Some(run) = &self.shared {
             write!(f, ", one run shared by {} scans", run.scans)?;
         }
-        if let Some(share) = &self.share {
-            write!(f, ", share: {} key ranges", share.len())?;
+        match (&self.value_range, &self.share) {
+            (Some(range), _) => write!(f, ", co-located share: {range}")?,
+            (None, Some(share)) => write!(f, ", share: {} key ranges", share.len())?,
+            (None, None) => {}
+        }
+        if let (Some(co), None) = (&self.co_partition, &self.value_range) {
+            write!(f, ", co-located by {}", co.name)?;
         }
         let runtime = self.last_runtime_filter.lock();
         if !runtime.is_empty() {
@@ -796,8 +927,9 @@ impl ExecutionPlan for RegionScanExec {
         }
         let mut dag = self.dag.clone();
         // A task of a distributed scan sees only its share's key ranges,
-        // too few to check a group sieve by (`group_sieve.rs`).
-        if self.share.is_some() {
+        // too few to check a group sieve by (`group_sieve.rs`); unless its
+        // share is a range of the co-located key, which holds its groups.
+        if self.share.is_some() && self.value_range.is_none() {
             dag.group_sieve = None;
         }
         // A shape's scan: its filters with this run's values.

@@ -142,6 +142,13 @@ pub fn after_join_selection(
         .position(|r| r.name() == "join_selection")
         .map_or(out.len(), |i| i + 1);
     out.insert(at, Arc::new(BroadcastSmallBuildSides));
+    // Co-located joins' repartitions made local, once every repartition
+    // is in the plan (`colocate.rs`).
+    let check = out
+        .iter()
+        .position(|r| r.name() == "SanityCheckPlan")
+        .unwrap_or(out.len());
+    out.insert(check, Arc::new(super::colocate::Colocate));
     out
 }
 
@@ -164,6 +171,25 @@ impl PhysicalOptimizerRule for BroadcastSmallBuildSides {
             };
             if join.mode == PartitionMode::Auto || join.null_aware {
                 return Ok(Transformed::no(node));
+            }
+            // A join of two co-located sides runs partitioned in their
+            // scans' tasks, with no exchange (`colocate.rs`): one that is
+            // partitioned stays so, and so does one that collects a build
+            // side it emits rows of (a semi, anti or outer join, which
+            // cannot be broadcast and so ran in one task: Q4's orders ⋉
+            // lineitem). One that may be broadcast stays collected: its
+            // build side was judged small.
+            if super::colocate::colocation(join).is_some() {
+                if join.mode == PartitionMode::Partitioned {
+                    return Ok(Transformed::no(node));
+                }
+                if !never_emits_build_rows(join.join_type()) {
+                    let partitioned = join
+                        .builder()
+                        .with_partition_mode(PartitionMode::Partitioned)
+                        .build()?;
+                    return Ok(Transformed::yes(Arc::new(partitioned)));
+                }
             }
             let Some(build_rows) = broadcast_rows(join.left().as_ref()) else {
                 return Ok(Transformed::no(node));

@@ -30,7 +30,9 @@ use arrow::datatypes::{Field, Schema};
 use datafusion::common::{internal_err, DataFusionError, Result as DfResult};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use datafusion_proto::protobuf;
 use prost::Message;
@@ -39,6 +41,7 @@ use quarry_coprocessor::storage::KeyRange;
 use quarry_proto::coprocessor::DagRequest;
 use quarry_proto::meta::TableDef;
 
+use super::colocate::LocalRepartitionExec;
 use super::cross_stage::CrossStageKeysExec;
 use crate::df::join_keys::BuildKeysExec;
 use crate::df::region_scan::{RegionScanExec, ScanContext};
@@ -62,6 +65,21 @@ const REGION_SCAN: u8 = 1;
 const BUILD_KEYS: u8 = 2;
 const CROSS_STAGE_KEYS: u8 = 3;
 const START_EARLY: u8 = 4;
+const LOCAL_REPARTITION: u8 = 5;
+
+/// A co-located hash repartition (`colocate.rs`): its partition count and
+/// its hash keys, which are columns.
+#[derive(Clone, PartialEq, prost::Message)]
+struct LocalRepartitionProto {
+    #[prost(uint32, tag = "1")]
+    partitions: u32,
+    #[prost(string, repeated, tag = "2")]
+    names: Vec<String>,
+    #[prost(uint32, repeated, tag = "3")]
+    indexes: Vec<u32>,
+    #[prost(bool, tag = "4")]
+    preserve_order: bool,
+}
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct RegionScanProto {
@@ -84,6 +102,11 @@ struct RegionScanProto {
     /// Keys from joins in other stages: a slot and a probe key each.
     #[prost(message, repeated, tag = "8")]
     remote_keys: Vec<RemoteKeyProto>,
+    /// A co-located task's range of its key, as EXPLAIN shows it (empty:
+    /// not co-located; `colocate.rs`). The range itself is in the DAG's
+    /// selection.
+    #[prost(string, tag = "9")]
+    value_range: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -162,6 +185,9 @@ impl PhysicalExtensionCodec for QuarryCodec {
                     true => scan.with_share(share),
                     false => scan,
                 };
+                if !p.value_range.is_empty() {
+                    scan = scan.with_value_range_shown(p.value_range);
+                }
                 if !p.remote_keys.is_empty() {
                     let read = scan.scan_types().map_err(|e| bad("region scan", e))?;
                     for k in &p.remote_keys {
@@ -203,6 +229,27 @@ impl PhysicalExtensionCodec for QuarryCodec {
                 })),
                 _ => internal_err!("StartEarlyExec with {} inputs", inputs.len()),
             },
+            Some((&LOCAL_REPARTITION, body)) => {
+                let p = LocalRepartitionProto::decode(body).map_err(|e| bad("repartition", e))?;
+                let [input] = inputs else {
+                    return internal_err!("LocalRepartitionExec with {} inputs", inputs.len());
+                };
+                let keys = p
+                    .names
+                    .iter()
+                    .zip(&p.indexes)
+                    .map(|(n, i)| Arc::new(Column::new(n, *i as usize)) as Arc<dyn PhysicalExpr>)
+                    .collect();
+                let partitioning = Partitioning::Hash(keys, p.partitions as usize);
+                let mut r = RepartitionExec::try_new(input.clone(), partitioning)?;
+                if p.preserve_order {
+                    r = r.with_preserve_order();
+                }
+                match LocalRepartitionExec::new(Arc::new(r)) {
+                    Some(local) => Ok(Arc::new(local)),
+                    None => internal_err!("a local repartition that is not by hash"),
+                }
+            }
             _ => internal_err!("a plan node this compute process does not know"),
         }
     }
@@ -216,6 +263,28 @@ impl PhysicalExtensionCodec for QuarryCodec {
         if node.as_ref().downcast_ref::<BuildKeysExec>().is_some() {
             buf.push(BUILD_KEYS);
             return Ok(());
+        }
+        if let Some(local) = node.as_ref().downcast_ref::<LocalRepartitionExec>() {
+            let r = local.repartition();
+            let Partitioning::Hash(keys, partitions) = r.partitioning() else {
+                return internal_err!("a local repartition that is not by hash");
+            };
+            let mut p = LocalRepartitionProto {
+                partitions: *partitions as u32,
+                preserve_order: r.preserve_order(),
+                ..Default::default()
+            };
+            for k in keys {
+                let Some(c) = k.downcast_ref::<Column>() else {
+                    return internal_err!("a local repartition by {k}, not a column");
+                };
+                p.names.push(c.name().to_string());
+                p.indexes.push(c.index() as u32);
+            }
+            buf.push(LOCAL_REPARTITION);
+            return p
+                .encode(buf)
+                .map_err(|e| DataFusionError::Internal(format!("encoding a repartition: {e}")));
         }
         if let Some(early) = node.as_ref().downcast_ref::<StartEarlyExec>() {
             buf.extend([START_EARLY, u8::from(early.is_eager())]);
@@ -258,6 +327,7 @@ impl PhysicalExtensionCodec for QuarryCodec {
                 })
                 .collect(),
             has_share: scan.share().is_some(),
+            value_range: scan.value_range().unwrap_or_default().to_string(),
             remote_keys: scan
                 .remote_keys()
                 .iter()

@@ -98,6 +98,7 @@ mod across_shuffles;
 pub mod broadcast;
 mod channels;
 pub mod codec;
+pub mod colocate;
 pub mod cross_stage;
 mod early_probes;
 mod folded;

@@ -105,8 +105,9 @@ impl DesiredTasks {
     ) -> DesiredTaskCountEventResponse {
         // A scan with a group sieve answers a few rows, and its check
         // needs every response's key range in one place: one task in
-        // every mode (`group_sieve.rs`).
-        if scan.dag().group_sieve.is_some() {
+        // every mode (`group_sieve.rs`); unless it is co-located, each
+        // task then holding every response of its groups.
+        if scan.dag().group_sieve.is_some() && scan.co_partition().is_none() {
             return DesiredTaskCountEventResponse::maximum(1);
         }
         // An aggregating scan's work is done in the stores, whichever
@@ -214,6 +215,22 @@ pub fn scale_up_region_scan(
         return None;
     }
     let (start, end) = table_record_range(scan.table().id);
+    // A co-located scan: task i reads the whole table, keeping its range
+    // of the column (`colocate.rs`), as every scan it is joined with does.
+    if scan.co_partition().is_some() {
+        let table = KeyRange::new(start, end);
+        let variants = (0..ev.task_count)
+            .map(|i| {
+                scan.with_value_range(i, ev.task_count, table.clone())
+                    .map(|v| Arc::new(v) as Arc<dyn ExecutionPlan>)
+                    .map_err(crate::df::region_scan::external)
+            })
+            .collect::<DfResult<Vec<_>>>();
+        return Some(variants.and_then(|variants| {
+            DistributedLeafExec::try_new(ev.plan.clone(), variants)
+                .map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf)))
+        }));
+    }
     let regions = scan
         .context()
         .dispatcher

@@ -1,0 +1,613 @@
+//! Co-located joins: a hash join whose two sides are scans of tables
+//! clustered on the join key runs in the tasks of its scans' stage, each
+//! task joining its own range of the key, with no exchange between
+//! compute processes.
+//!
+//! ```text
+//!   one process                        distributed, co-located (task i)
+//!   HashJoin(Partitioned, ok = lk)     HashJoin(Partitioned, ok = lk)
+//!     Repartition(Hash ok)               LocalRepartition(Hash ok)   (in the task)
+//!       scan orders                        scan orders,   ok ∈ [bᵢ, bᵢ₊₁)
+//!     Repartition(Hash lk)               LocalRepartition(Hash lk)
+//!       scan lineitem                      scan lineitem, lk ∈ [bᵢ, bᵢ₊₁)
+//! ```
+//!
+//! A partitioned join in a distributed plan shuffles both its sides
+//! between compute processes: every row crosses a process boundary,
+//! encoded, copied and decoded, and the keys of one side never narrow the
+//! other's scan (they live in different stages). A broadcast join
+//! (`broadcast.rs`) avoids the shuffle but sends its build side whole to
+//! every task, where each builds the whole hash table. TPC-H joins orders
+//! and lineitem on the order key in ten of its queries (Q21 joins three
+//! copies of lineitem and orders), and both tables rise with it: the
+//! order key is clustered in both (`stats.rs`: the regions' value ranges
+//! of the column overlap at most at their ends). Citus and Greenplum call
+//! such a join co-located: the rows that can meet are in the same place,
+//! so each place joins its own.
+//!
+//! Here the place is a task. Each scan on either side is split into tasks
+//! by ranges of its key column rather than by regions (`tasks.rs`): the
+//! bounds the tables' statistics give, `[lo, hi]`, cut into as many equal
+//! ranges as the stage has tasks, the first range open below and the
+//! last open above, so every value (also one written after the
+//! statistics) is in exactly one task. Task i scans the whole table with
+//! its range added to the scan's filter; the stores skip the packs
+//! outside it by their zone maps, which a clustered column makes tight.
+//! Both sides use the same ranges, so each pair of rows with equal keys is
+//! in one task and every row is in exactly one: inner, outer, semi and
+//! anti joins all give each task's part of the answer. Within the task
+//! the join's hash repartitions stay, as a [`LocalRepartitionExec`] that
+//! the distributed planner does not cut at (it cuts at every hash
+//! `RepartitionExec`), and the task's join hands its build keys to its
+//! probe scan as a join in one process does (`mpp::worker`'s stage
+//! rewrite).
+//!
+//! Which joins: a hash join (not null-aware) with an equi-key pair whose
+//! two columns each come, through nodes that keep each row in its task
+//! (projections, filters, the probe side of a join whose build side is
+//! collected, either side of another co-located join on that key, the
+//! group keys of an aggregation whose input is co-located), from a
+//! region scan's NOT NULL BIGINT column that the statistics call
+//! clustered. A grouped aggregation above a hash repartition whose group
+//! keys include such a column is made local the same way where a
+//! co-located join reads the same scan (Q18's lineitem grouped by
+//! `l_orderkey` and semi-joined to orders): alone, it would trade its
+//! shuffle of partial groups for tasks that each ask every region. Scans
+//! joined, directly or through other co-located joins, share one split:
+//! their bounds are the widest of their columns'.
+//!
+//! The rule has two parts. [`colocation`] is asked by the broadcast rule
+//! right after DataFusion's join selection, so such a join stays (or
+//! becomes) partitioned instead of broadcast; [`Colocate`] runs after the
+//! rules that add repartitions, makes the joins' and aggregations'
+//! repartitions local and marks the scans with their split. Where the two
+//! disagree (a plan shape the second does not follow), the join keeps its
+//! network shuffles: slower, never wrong.
+//!
+//! Caveats: the split is by value, not by region, so each task asks every
+//! region of the table (one request per store, `dispatch.rs`), where a
+//! region split asks each region once; a skewed key makes unequal tasks
+//! (the ranges are equal in width, not in rows). The failpoint
+//! `colocated_joins_off` turns the rule off, for timing.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::Result as DfResult;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+#[allow(deprecated)]
+use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterDescription, FilterPushdownPhase, FilterPushdownPropagation,
+};
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::metrics::MetricsSet;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
+use quarry_coprocessor::expr::Expr;
+
+use super::cross_stage::CrossStageKeysExec;
+use crate::df::join_keys::{input_of_join_column, BuildKeysExec};
+use crate::df::region_scan::{CoPartition, RegionScanExec};
+use crate::df::start_early::StartEarlyExec;
+
+/// Turns co-located joins off (both parts of the rule), for timing.
+pub const OFF: &str = "colocated_joins_off";
+
+/// Where a column of a plan's output comes from: a clustered NOT NULL
+/// BIGINT column of a region scan, each of whose rows stays in its task.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// The scan node's address (the plan's nodes are not copied while the
+    /// rule runs).
+    scan: usize,
+    key: Expr,
+    name: String,
+    lo: i64,
+    hi: i64,
+}
+
+fn address(plan: &Arc<dyn ExecutionPlan>) -> usize {
+    Arc::as_ptr(plan) as *const () as usize
+}
+
+/// Where output column `index` of `plan` comes from, if a co-located
+/// split can follow it (module docs). `through_hash`: `plan` may be a hash
+/// repartition, the one a join or aggregation would make local.
+fn origin(plan: &Arc<dyn ExecutionPlan>, index: usize, through_hash: bool) -> Option<Origin> {
+    if plan.fetch().is_some() {
+        return None;
+    }
+    if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
+        if scan.share().is_some() || scan.dag().group_sieve.is_some() {
+            return None;
+        }
+        let column: Arc<dyn PhysicalExpr> =
+            Arc::new(Column::new(plan.schema().field(index).name(), index));
+        let key = scan.probe_key(&column)?;
+        let (name, lo, hi) = scan.clustered_bounds(&key)?;
+        return Some(Origin {
+            scan: address(plan),
+            key,
+            name,
+            lo,
+            hi,
+        });
+    }
+    if let Some(r) = plan.downcast_ref::<RepartitionExec>() {
+        if matches!(r.partitioning(), Partitioning::Hash(..)) && !through_hash {
+            return None;
+        }
+        return origin(r.input(), index, false);
+    }
+    #[allow(deprecated)]
+    let passes_rows = plan.is::<LocalRepartitionExec>()
+        || plan.is::<BuildKeysExec>()
+        || plan.is::<CrossStageKeysExec>()
+        || plan.is::<StartEarlyExec>()
+        || plan.is::<CoalesceBatchesExec>()
+        || plan.is::<CooperativeExec>();
+    if passes_rows {
+        let [child] = plan.children()[..] else {
+            return None;
+        };
+        return origin(child, index, false);
+    }
+    if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
+        let column = p.expr().get(index)?.expr.downcast_ref::<Column>()?;
+        return origin(p.input(), column.index(), false);
+    }
+    if let Some(f) = plan.downcast_ref::<FilterExec>() {
+        let index = match f.projection() {
+            Some(p) => *p.get(index)?,
+            None => index,
+        };
+        return origin(f.input(), index, false);
+    }
+    if let Some(a) = plan.downcast_ref::<AggregateExec>() {
+        let groups = a.group_expr();
+        if !groups.is_single() || a.limit_options().is_some() || index >= groups.expr().len() {
+            return None;
+        }
+        let column = groups.expr()[index].0.downcast_ref::<Column>()?;
+        return origin(a.input(), column.index(), false);
+    }
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        let (left, i) = input_of_join_column(join, index)?;
+        return match join.mode {
+            // The build side is whole in every task: only the probe
+            // side's rows are split.
+            PartitionMode::CollectLeft if !left => origin(join.right(), i, false),
+            PartitionMode::Partitioned => {
+                let (l, r, _, _) = colocation(join)?;
+                match left {
+                    true if i == l => origin(join.left(), i, true),
+                    false if i == r => origin(join.right(), i, true),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+    }
+    None
+}
+
+/// Whether `join` can run co-located (module docs): the indexes of its
+/// key columns on the two sides and where each comes from.
+pub fn colocation(join: &HashJoinExec) -> Option<(usize, usize, Origin, Origin)> {
+    if join.null_aware || join.mode == PartitionMode::Auto || quarry_proto::failpoint::fires(OFF) {
+        return None;
+    }
+    join.on().iter().find_map(|(l, r)| {
+        let l = l.downcast_ref::<Column>()?.index();
+        let r = r.downcast_ref::<Column>()?.index();
+        let a = origin(join.left(), l, true)?;
+        let b = origin(join.right(), r, true)?;
+        Some((l, r, a, b))
+    })
+}
+
+/// `plan` with its hash repartition made local, if it is one.
+fn localized(plan: &Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+    match plan.downcast_ref::<RepartitionExec>() {
+        Some(r) if matches!(r.partitioning(), Partitioning::Hash(..)) => {
+            Arc::new(LocalRepartitionExec {
+                inner: plan.clone(),
+            })
+        }
+        _ => plan.clone(),
+    }
+}
+
+/// The rule's second part: see the module docs.
+#[derive(Debug)]
+pub struct Colocate;
+
+impl PhysicalOptimizerRule for Colocate {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if quarry_proto::failpoint::fires(OFF) {
+            return Ok(plan);
+        }
+        // An aggregation is made local only over a scan that a co-located
+        // join also reads: alone, it would trade its shuffle of partial
+        // groups for tasks that each ask every region (and Q11's two
+        // equal reads of partsupp, which the stores answer once, would
+        // differ). The first pass finds those scans, assuming every
+        // aggregation local; the second keeps the aggregations over them.
+        let (_, first) = colocated(plan.clone(), None)?;
+        let joined = first.joined();
+        let (plan, groups) = colocated(plan, Some(&joined))?;
+        let splits = groups.splits();
+        if splits.is_empty() {
+            return Ok(plan);
+        }
+        plan.transform_up(|node| {
+            let Some(co) = splits.get(&address(&node)) else {
+                return Ok(Transformed::no(node));
+            };
+            match node.downcast_ref::<RegionScanExec>() {
+                Some(scan) => Ok(Transformed::yes(
+                    Arc::new(scan.with_co_partition(co.clone())) as Arc<dyn ExecutionPlan>,
+                )),
+                None => Ok(Transformed::no(node)),
+            }
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "quarry_colocated_joins"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// `plan` with its co-located joins' repartitions local, and those of
+/// its aggregations over co-located scans (over the scans in `joined`
+/// only, when given), and the groups of scans that share a split.
+fn colocated(
+    plan: Arc<dyn ExecutionPlan>,
+    joined: Option<&std::collections::HashSet<usize>>,
+) -> DfResult<(Arc<dyn ExecutionPlan>, Groups)> {
+    let mut groups = Groups::default();
+    let plan = plan
+        .transform_up(|node| {
+            if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+                if join.mode != PartitionMode::Partitioned {
+                    return Ok(Transformed::no(node));
+                }
+                let Some((_, _, a, b)) = colocation(join) else {
+                    return Ok(Transformed::no(node));
+                };
+                groups.join(a, b);
+                let children = node.children().into_iter().map(localized).collect();
+                return replace_children_if_necessary(node.clone(), children).map(Transformed::yes);
+            }
+            if let Some(agg) = node.downcast_ref::<AggregateExec>() {
+                let partitioned = matches!(
+                    agg.mode(),
+                    AggregateMode::FinalPartitioned | AggregateMode::SinglePartitioned
+                );
+                let shuffled = agg
+                    .input()
+                    .downcast_ref::<RepartitionExec>()
+                    .is_some_and(|r| matches!(r.partitioning(), Partitioning::Hash(..)));
+                if !partitioned || !shuffled || !agg.group_expr().is_single() {
+                    return Ok(Transformed::no(node));
+                }
+                let found = agg.group_expr().expr().iter().find_map(|(e, _)| {
+                    let o = origin(agg.input(), e.downcast_ref::<Column>()?.index(), true)?;
+                    joined.is_none_or(|j| j.contains(&o.scan)).then_some(o)
+                });
+                let Some(o) = found else {
+                    return Ok(Transformed::no(node));
+                };
+                groups.add(o);
+                let input = localized(agg.input());
+                return replace_children_if_necessary(node.clone(), vec![input])
+                    .map(Transformed::yes);
+            }
+            Ok(Transformed::no(node))
+        })?
+        .data;
+    Ok((plan, groups))
+}
+
+/// Scans joined co-located, in groups that share one split (union-find by
+/// scan address).
+#[derive(Default)]
+struct Groups {
+    parent: HashMap<usize, usize>,
+    origins: HashMap<usize, Origin>,
+}
+
+impl Groups {
+    fn add(&mut self, o: Origin) -> usize {
+        self.parent.entry(o.scan).or_insert(o.scan);
+        let at = o.scan;
+        self.origins.entry(at).or_insert(o);
+        at
+    }
+
+    fn root(&self, mut at: usize) -> usize {
+        while let Some(&p) = self.parent.get(&at) {
+            if p == at {
+                break;
+            }
+            at = p;
+        }
+        at
+    }
+
+    fn join(&mut self, a: Origin, b: Origin) {
+        let (a, b) = (self.add(a), self.add(b));
+        let (ra, rb) = (self.root(a), self.root(b));
+        if ra != rb {
+            self.parent.insert(rb, ra);
+        }
+    }
+
+    /// The scans in a group of two or more: read by a co-located join.
+    fn joined(&self) -> std::collections::HashSet<usize> {
+        let mut sizes: HashMap<usize, usize> = HashMap::new();
+        for scan in self.origins.keys() {
+            *sizes.entry(self.root(*scan)).or_default() += 1;
+        }
+        (self.origins.keys())
+            .filter(|s| sizes[&self.root(**s)] > 1)
+            .copied()
+            .collect()
+    }
+
+    /// Each scan's split: its group's widest bounds.
+    fn splits(&self) -> HashMap<usize, CoPartition> {
+        let mut bounds: HashMap<usize, (i64, i64)> = HashMap::new();
+        for (scan, o) in &self.origins {
+            let b = bounds.entry(self.root(*scan)).or_insert((o.lo, o.hi));
+            *b = (b.0.min(o.lo), b.1.max(o.hi));
+        }
+        self.origins
+            .iter()
+            .map(|(scan, o)| {
+                let (lo, hi) = bounds[&self.root(*scan)];
+                let co = CoPartition {
+                    key: o.key.clone(),
+                    name: o.name.clone(),
+                    lo,
+                    hi,
+                };
+                (*scan, co)
+            })
+            .collect()
+    }
+}
+
+/// A hash repartition inside a task: a co-located join's or aggregation's
+/// (module docs). It runs as the `RepartitionExec` it holds; only its type
+/// differs, so the distributed planner does not cut the plan at it.
+#[derive(Debug)]
+pub struct LocalRepartitionExec {
+    /// A `RepartitionExec` with hash partitioning.
+    inner: Arc<dyn ExecutionPlan>,
+}
+
+impl LocalRepartitionExec {
+    /// `inner` made local (None: it is not a hash `RepartitionExec`).
+    pub fn new(inner: Arc<dyn ExecutionPlan>) -> Option<Self> {
+        let hash = inner
+            .downcast_ref::<RepartitionExec>()
+            .is_some_and(|r| matches!(r.partitioning(), Partitioning::Hash(..)));
+        hash.then_some(LocalRepartitionExec { inner })
+    }
+
+    /// The repartition it runs.
+    pub fn repartition(&self) -> &RepartitionExec {
+        self.inner
+            .downcast_ref::<RepartitionExec>()
+            .expect("a LocalRepartitionExec holds a RepartitionExec")
+    }
+}
+
+impl DisplayAs for LocalRepartitionExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "Local")?;
+        self.repartition().fmt_as(t, f)?;
+        write!(f, ", co-located")
+    }
+}
+
+impl ExecutionPlan for LocalRepartitionExec {
+    fn name(&self) -> &str {
+        "LocalRepartitionExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.inner.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        self.inner.children()
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        self.inner.apply_expressions(f)
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        self.inner.maintains_input_order()
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        self.inner.benefits_from_input_partitioning()
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(LocalRepartitionExec {
+            inner: replace_children_if_necessary(self.inner.clone(), children)?,
+        }))
+    }
+
+    fn reset_state(self: Arc<Self>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(LocalRepartitionExec {
+            inner: self.inner.clone().reset_state()?,
+        }))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        self.inner.execute(partition, context)
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        self.inner.metrics()
+    }
+
+    fn gather_filters_for_pushdown(
+        &self,
+        phase: FilterPushdownPhase,
+        parent_filters: Vec<Arc<dyn PhysicalExpr>>,
+        config: &ConfigOptions,
+    ) -> DfResult<FilterDescription> {
+        self.inner
+            .gather_filters_for_pushdown(phase, parent_filters, config)
+    }
+
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        config: &ConfigOptions,
+    ) -> DfResult<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let inner =
+            self.inner
+                .handle_child_pushdown_result(phase, child_pushdown_result, config)?;
+        Ok(FilterPushdownPropagation {
+            filters: inner.filters,
+            updated_node: inner
+                .updated_node
+                .map(|n| Arc::new(LocalRepartitionExec { inner: n }) as Arc<dyn ExecutionPlan>),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::DataType;
+
+    fn co(lo: i64, hi: i64) -> CoPartition {
+        CoPartition {
+            key: Expr::Column {
+                index: 0,
+                data_type: DataType::Int64,
+            },
+            name: "k".into(),
+            lo,
+            hi,
+        }
+    }
+
+    /// The task whose range holds `v`, asserting that exactly one does.
+    fn task_of(c: &CoPartition, n: usize, v: i64) -> usize {
+        let holds = |i: usize| {
+            c.start(i, n).is_none_or(|s| s <= v)
+                && (i + 1 == n || c.start(i + 1, n).is_some_and(|e| v < e))
+        };
+        let tasks: Vec<usize> = (0..n).filter(|&i| holds(i)).collect();
+        assert_eq!(tasks.len(), 1, "{v} in tasks {tasks:?} of {n} over {c:?}");
+        tasks[0]
+    }
+
+    #[test]
+    fn every_value_is_in_exactly_one_tasks_range() {
+        for (lo, hi) in [
+            (1, 6_000_000),
+            (5, 5),
+            (-10, 10),
+            (i64::MIN, i64::MAX),
+            (0, 2),
+        ] {
+            let c = co(lo, hi);
+            for n in 1..=5 {
+                let mut last = 0;
+                for v in [
+                    i64::MIN,
+                    lo.saturating_sub(1),
+                    lo,
+                    lo / 2 + hi / 2,
+                    hi,
+                    hi.saturating_add(1),
+                    i64::MAX,
+                ] {
+                    let t = task_of(&c, n, v);
+                    // Ranges are in key order.
+                    if v >= lo {
+                        assert!(t >= last, "{v}: task {t} after {last}");
+                        last = t;
+                    }
+                }
+            }
+        }
+        // Equal widths over the bounds: the order keys of SF 1 in three.
+        let c = co(1, 6_000_000);
+        assert_eq!(c.start(1, 3), Some(2_000_001));
+        assert_eq!(c.start(2, 3), Some(4_000_001));
+        assert_eq!(task_of(&c, 3, 2_000_000), 0);
+        assert_eq!(task_of(&c, 3, 2_000_001), 1);
+        assert_eq!(task_of(&c, 3, 7_000_000), 2);
+    }
+
+    fn origin(scan: usize, lo: i64, hi: i64) -> Origin {
+        Origin {
+            scan,
+            key: co(0, 0).key,
+            name: format!("c{scan}"),
+            lo,
+            hi,
+        }
+    }
+
+    #[test]
+    fn scans_joined_through_other_joins_share_the_widest_bounds() {
+        let mut g = Groups::default();
+        g.join(origin(1, 10, 20), origin(2, 0, 15));
+        g.join(origin(3, 5, 30), origin(2, 0, 15));
+        g.add(origin(4, 100, 200));
+        assert_eq!(g.joined(), [1, 2, 3].into_iter().collect());
+        let splits = g.splits();
+        for scan in [1, 2, 3] {
+            assert_eq!((splits[&scan].lo, splits[&scan].hi), (0, 30), "scan {scan}");
+        }
+        assert_eq!((splits[&4].lo, splits[&4].hi), (100, 200));
+        assert_eq!(splits[&1].name, "c1");
+    }
+}
