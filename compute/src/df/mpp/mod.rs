@@ -54,6 +54,12 @@
 //!   [`broadcast::BROADCAST_MAX_BYTES`]) becomes a broadcast join, so the
 //!   join stays in its probe scan's stage instead of shuffling both sides
 //!   over the network.
+//! * **Co-located joins** (`colocate.rs`): a hash join whose two sides
+//!   are scans of tables clustered on the join key (orders and lineitem
+//!   on the order key) runs in their scans' stage: each scan is split
+//!   into tasks by ranges of the key's values rather than by regions,
+//!   the same ranges on both sides, and the join's repartitions stay
+//!   inside each task, so nothing is shuffled or broadcast.
 //! * **Dimension tables where they are joined** (`replicate.rs`,
 //!   `across_shuffles.rs`): a small one-task broadcast stage runs inside
 //!   each task of the stage that joins it, and a small selective
