@@ -234,6 +234,9 @@ impl PhysicalExtensionCodec for QuarryCodec {
                 let [input] = inputs else {
                     return internal_err!("LocalRepartitionExec with {} inputs", inputs.len());
                 };
+                if p.names.len() != p.indexes.len() {
+                    return Err(bad("repartition", "key names and indexes differ in number"));
+                }
                 let keys = p
                     .names
                     .iter()

@@ -62,7 +62,14 @@
 //! rules that add repartitions, makes the joins' and aggregations'
 //! repartitions local and marks the scans with their split. Where the two
 //! disagree (a plan shape the second does not follow), the join keeps its
-//! network shuffles: slower, never wrong.
+//! network shuffles: slower, never wrong. Two more guards: a join above a
+//! co-located one on the same key that is not co-located itself (its other
+//! side cannot be traced) gets a real hash repartition on the co-located
+//! side, which DataFusion, planning before the repartitions became local,
+//! found partitioned already and left (its rows sit in the task of their
+//! key's range, the other side's in the task of their hash); and a scan
+//! that two nodes would split by different columns, or a union of
+//! co-located inputs, leaves the whole plan as it was.
 //!
 //! Caveats: the split is by value, not by region, so each task asks every
 //! region of the table (one request per store, `dispatch.rs`), where a
@@ -193,10 +200,10 @@ fn origin(plan: &Arc<dyn ExecutionPlan>, index: usize, through_hash: bool) -> Op
             // side's rows are split.
             PartitionMode::CollectLeft if !left => origin(join.right(), i, false),
             PartitionMode::Partitioned => {
-                let (l, r, _, _) = colocation(join)?;
+                let (l, r, a, b) = colocation(join)?;
                 match left {
-                    true if i == l => origin(join.left(), i, true),
-                    false if i == r => origin(join.right(), i, true),
+                    true if i == l => Some(a),
+                    false if i == r => Some(b),
                     _ => None,
                 }
             }
@@ -212,6 +219,10 @@ pub fn colocation(join: &HashJoinExec) -> Option<(usize, usize, Origin, Origin)>
     if join.null_aware || join.mode == PartitionMode::Auto || quarry_proto::failpoint::fires(OFF) {
         return None;
     }
+    // (A local repartition travels with column keys only: `codec.rs`.)
+    if !hashed_by_columns(join.left()) || !hashed_by_columns(join.right()) {
+        return None;
+    }
     join.on().iter().find_map(|(l, r)| {
         let l = l.downcast_ref::<Column>()?.index();
         let r = r.downcast_ref::<Column>()?.index();
@@ -219,6 +230,86 @@ pub fn colocation(join: &HashJoinExec) -> Option<(usize, usize, Origin, Origin)>
         let b = origin(join.right(), r, true)?;
         Some((l, r, a, b))
     })
+}
+
+/// Whether `plan` is not a hash repartition, or one by columns only.
+fn hashed_by_columns(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    match plan.downcast_ref::<RepartitionExec>() {
+        Some(r) => match r.partitioning() {
+            Partitioning::Hash(keys, _) => keys.iter().all(|k| k.is::<Column>()),
+            _ => true,
+        },
+        None => true,
+    }
+}
+
+/// Whether `plan`'s partitioning may come from a local repartition: one is
+/// reached without passing a repartition, coalesce or broadcast.
+fn fed_locally(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+    if plan.is::<LocalRepartitionExec>() {
+        return true;
+    }
+    if plan.is::<RepartitionExec>()
+        || plan.is::<CoalescePartitionsExec>()
+        || plan.is::<SortPreservingMergeExec>()
+        || plan.is::<datafusion_distributed::BroadcastExec>()
+    {
+        return false;
+    }
+    plan.children().into_iter().any(fed_locally)
+}
+
+/// `plan` with a real hash repartition on each input, of a node that is
+/// not co-located, that needs its inputs hash-partitioned alike and whose
+/// partitioning may come from a local repartition. DataFusion, planning
+/// before the repartitions were local, found such an input (a co-located
+/// join's output) partitioned already and left it; but its rows sit in
+/// the task of their key's range, while the node's other input, shuffled,
+/// sends each key to the task of its hash. None: a union of such inputs,
+/// which this cannot align (the rule then leaves the plan as it was).
+#[allow(deprecated)]
+fn realigned(
+    plan: Arc<dyn ExecutionPlan>,
+    colocated: &std::collections::HashSet<usize>,
+) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+    use datafusion::physical_plan::union::InterleaveExec;
+    use datafusion::physical_plan::{Distribution, ExecutionPlanProperties};
+    let mut unaligned = false;
+    let plan = plan
+        .transform_up(|node| {
+            if node.children().len() < 2 || colocated.contains(&address(&node)) {
+                return Ok(Transformed::no(node));
+            }
+            if node.is::<InterleaveExec>() {
+                unaligned |= node.children().into_iter().any(fed_locally);
+                return Ok(Transformed::no(node));
+            }
+            let required = node.required_input_distribution();
+            let mut changed = false;
+            let mut children = Vec::new();
+            for (child, req) in node.children().into_iter().zip(required) {
+                match req {
+                    Distribution::HashPartitioned(keys) | Distribution::KeyPartitioned(keys)
+                        if fed_locally(child) =>
+                    {
+                        let n = child.output_partitioning().partition_count();
+                        let r =
+                            RepartitionExec::try_new(child.clone(), Partitioning::Hash(keys, n))?;
+                        children.push(Arc::new(r) as Arc<dyn ExecutionPlan>);
+                        changed = true;
+                    }
+                    _ => children.push(child.clone()),
+                }
+            }
+            if !changed {
+                return Ok(Transformed::no(node));
+            }
+            replace_children_if_necessary(node, children).map(Transformed::yes)
+        })?
+        .data;
+    Ok((!unaligned).then_some(plan))
 }
 
 /// `plan` with its hash repartition made local, if it is one.
@@ -252,25 +343,31 @@ impl PhysicalOptimizerRule for Colocate {
         // equal reads of partsupp, which the stores answer once, would
         // differ). The first pass finds those scans, assuming every
         // aggregation local; the second keeps the aggregations over them.
-        let (_, first) = colocated(plan.clone(), None)?;
+        let (_, first, _) = colocated(plan.clone(), None)?;
         let joined = first.joined();
-        let (plan, groups) = colocated(plan, Some(&joined))?;
+        let (rewritten, groups, nodes) = colocated(plan.clone(), Some(&joined))?;
         let splits = groups.splits();
-        if splits.is_empty() {
+        // A scan that two co-located nodes would split by different
+        // columns cannot be split both ways: nothing is co-located then.
+        if splits.is_empty() || first.conflict || groups.conflict {
             return Ok(plan);
         }
-        plan.transform_up(|node| {
-            let Some(co) = splits.get(&address(&node)) else {
-                return Ok(Transformed::no(node));
-            };
-            match node.downcast_ref::<RegionScanExec>() {
-                Some(scan) => Ok(Transformed::yes(
-                    Arc::new(scan.with_co_partition(co.clone())) as Arc<dyn ExecutionPlan>,
-                )),
-                None => Ok(Transformed::no(node)),
-            }
-        })
-        .map(|t| t.data)
+        let Some(rewritten) = realigned(rewritten, &nodes)? else {
+            return Ok(plan);
+        };
+        rewritten
+            .transform_up(|node| {
+                let Some(co) = splits.get(&address(&node)) else {
+                    return Ok(Transformed::no(node));
+                };
+                match node.downcast_ref::<RegionScanExec>() {
+                    Some(scan) => Ok(Transformed::yes(
+                        Arc::new(scan.with_co_partition(co.clone())) as Arc<dyn ExecutionPlan>,
+                    )),
+                    None => Ok(Transformed::no(node)),
+                }
+            })
+            .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
@@ -288,8 +385,14 @@ impl PhysicalOptimizerRule for Colocate {
 fn colocated(
     plan: Arc<dyn ExecutionPlan>,
     joined: Option<&std::collections::HashSet<usize>>,
-) -> DfResult<(Arc<dyn ExecutionPlan>, Groups)> {
+) -> DfResult<(
+    Arc<dyn ExecutionPlan>,
+    Groups,
+    std::collections::HashSet<usize>,
+)> {
     let mut groups = Groups::default();
+    // The nodes made co-located (their addresses in the new plan).
+    let mut nodes = std::collections::HashSet::new();
     let plan = plan
         .transform_up(|node| {
             if let Some(join) = node.downcast_ref::<HashJoinExec>() {
@@ -301,7 +404,9 @@ fn colocated(
                 };
                 groups.join(a, b);
                 let children = node.children().into_iter().map(localized).collect();
-                return replace_children_if_necessary(node.clone(), children).map(Transformed::yes);
+                let joined = replace_children_if_necessary(node.clone(), children)?;
+                nodes.insert(address(&joined));
+                return Ok(Transformed::yes(joined));
             }
             if let Some(agg) = node.downcast_ref::<AggregateExec>() {
                 let partitioned = matches!(
@@ -312,7 +417,11 @@ fn colocated(
                     .input()
                     .downcast_ref::<RepartitionExec>()
                     .is_some_and(|r| matches!(r.partitioning(), Partitioning::Hash(..)));
-                if !partitioned || !shuffled || !agg.group_expr().is_single() {
+                if !partitioned
+                    || !shuffled
+                    || !agg.group_expr().is_single()
+                    || !hashed_by_columns(agg.input())
+                {
                     return Ok(Transformed::no(node));
                 }
                 let found = agg.group_expr().expr().iter().find_map(|(e, _)| {
@@ -324,13 +433,14 @@ fn colocated(
                 };
                 groups.add(o);
                 let input = localized(agg.input());
-                return replace_children_if_necessary(node.clone(), vec![input])
-                    .map(Transformed::yes);
+                let local = replace_children_if_necessary(node.clone(), vec![input])?;
+                nodes.insert(address(&local));
+                return Ok(Transformed::yes(local));
             }
             Ok(Transformed::no(node))
         })?
         .data;
-    Ok((plan, groups))
+    Ok((plan, groups, nodes))
 }
 
 /// Scans joined co-located, in groups that share one split (union-find by
@@ -339,13 +449,20 @@ fn colocated(
 struct Groups {
     parent: HashMap<usize, usize>,
     origins: HashMap<usize, Origin>,
+    /// A scan was added by two different columns.
+    conflict: bool,
 }
 
 impl Groups {
     fn add(&mut self, o: Origin) -> usize {
         self.parent.entry(o.scan).or_insert(o.scan);
         let at = o.scan;
-        self.origins.entry(at).or_insert(o);
+        match self.origins.get(&at) {
+            Some(had) => self.conflict |= had.key != o.key,
+            None => {
+                self.origins.insert(at, o);
+            }
+        }
         at
     }
 
@@ -491,6 +608,18 @@ impl ExecutionPlan for LocalRepartitionExec {
         self.inner.metrics()
     }
 
+    #[allow(deprecated)]
+    fn partition_statistics(
+        &self,
+        partition: Option<usize>,
+    ) -> DfResult<Arc<datafusion::common::Statistics>> {
+        self.inner.partition_statistics(partition)
+    }
+
+    fn cardinality_effect(&self) -> datafusion::physical_plan::execution_plan::CardinalityEffect {
+        self.inner.cardinality_effect()
+    }
+
     fn gather_filters_for_pushdown(
         &self,
         phase: FilterPushdownPhase,
@@ -609,5 +738,51 @@ mod tests {
         }
         assert_eq!((splits[&4].lo, splits[&4].hi), (100, 200));
         assert_eq!(splits[&1].name, "c1");
+        assert!(!g.conflict);
+        // The same scan by another column: it cannot be split both ways.
+        let mut other = origin(1, 10, 20);
+        other.key = Expr::Column {
+            index: 1,
+            data_type: DataType::Int64,
+        };
+        g.add(other);
+        assert!(g.conflict);
+    }
+
+    #[test]
+    fn a_node_fed_by_a_co_located_join_gets_a_real_repartition() {
+        use crate::df::mpp::test_plans::{hash_join, source};
+        use datafusion::common::JoinType;
+        let hash = |p: Arc<dyn ExecutionPlan>| {
+            let key = Arc::new(Column::new(p.schema().field(0).name(), 0)) as _;
+            Arc::new(RepartitionExec::try_new(p, Partitioning::Hash(vec![key], 2)).unwrap())
+                as Arc<dyn ExecutionPlan>
+        };
+        let inner = hash_join(
+            localized(&hash(source("a", 10))),
+            localized(&hash(source("b", 10))),
+            JoinType::Inner,
+            PartitionMode::Partitioned,
+        );
+        let inner: Arc<dyn ExecutionPlan> = Arc::new(inner);
+        let colocated = [address(&inner)].into_iter().collect();
+        // The join above it is not co-located: its other side is a
+        // network shuffle, so the co-located side must be one too.
+        let outer: Arc<dyn ExecutionPlan> = Arc::new(hash_join(
+            inner.clone(),
+            hash(source("c", 10)),
+            JoinType::Inner,
+            PartitionMode::Partitioned,
+        ));
+        let fixed = realigned(outer, &colocated).unwrap().unwrap();
+        let [left, right] = fixed.children()[..] else {
+            panic!("two inputs")
+        };
+        assert!(left.is::<RepartitionExec>(), "{}", left.name());
+        assert!(Arc::ptr_eq(left.children()[0], &inner));
+        assert!(right.is::<RepartitionExec>());
+        // The co-located join itself keeps its local inputs.
+        let kept = realigned(inner.clone(), &colocated).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&kept, &inner));
     }
 }

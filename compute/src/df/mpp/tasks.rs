@@ -112,9 +112,11 @@ impl DesiredTasks {
         }
         // An aggregating scan's work is done in the stores, whichever
         // process asks; spreading it only adds a hop for its few rows.
+        // (A co-located one is spread all the same: its stage holds the
+        // join it is co-located for, `colocate.rs`.)
         let large = scan.table_rows().is_some_and(|r| r >= AUTO_MIN_ROWS)
             && !scan.reads_few_rows()
-            && scan.dag().aggregation.is_none();
+            && (scan.dag().aggregation.is_none() || scan.co_partition().is_some());
         let spread = match mode {
             MppMode::Off => false,
             MppMode::Auto => large,
