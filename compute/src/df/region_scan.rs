@@ -43,7 +43,7 @@ use quarry_coprocessor::expr::Expr;
 use quarry_coprocessor::storage::KeyRange;
 use quarry_coprocessor::types::arrow_type;
 use quarry_proto::coprocessor::DagRequest;
-use quarry_proto::meta::TableDef;
+use quarry_proto::meta::{ColumnDef, TableDef};
 
 use super::dynamic_filters::{
     dynamic_ids, dynamic_parts, lists_keys_of, DynamicFilters, MAX_FILTER_WAIT,
@@ -53,7 +53,8 @@ use super::late_filters::{LateFilters, QueryParams};
 use super::pushdown;
 use super::selectivity::{conjunction, conjunction_measured, DEFAULT_SELECTIVITY};
 use super::shared_scan::SharedRun;
-use super::stats::{TableStatistics, TableStats};
+use super::stats::{ColumnStatistics, TableStatistics, TableStats};
+use crate::df::mpp::colocate::CoPartition;
 use crate::dispatch::{DispatchStats, Dispatcher};
 use crate::Error;
 
@@ -129,32 +130,6 @@ pub struct RegionScanExec {
     co_partition: Option<CoPartition>,
     /// A task's range of `co_partition`'s column, for EXPLAIN.
     value_range: Option<String>,
-}
-
-/// How a co-located scan is split into tasks (`mpp/colocate.rs`): by
-/// ranges of one BIGINT column, `[lo, hi]` cut into equal parts, the same
-/// for every scan it is joined with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CoPartition {
-    /// The column, over the scan's read columns.
-    pub key: Expr,
-    /// Its name, for EXPLAIN.
-    pub name: String,
-    pub lo: i64,
-    pub hi: i64,
-}
-
-impl CoPartition {
-    /// Where task `i` of `n` starts (None: the first task, unbounded
-    /// below; values under `lo` go to it). Task `i` holds
-    /// `[start(i), start(i + 1))`, the last one unbounded above.
-    pub fn start(&self, i: usize, n: usize) -> Option<i64> {
-        if i == 0 || n == 0 {
-            return None;
-        }
-        let width = self.hi as i128 - self.lo as i128 + 1;
-        Some((self.lo as i128 + width * i as i128 / n as i128) as i64)
-    }
 }
 
 impl RegionScanExec {
@@ -355,45 +330,6 @@ impl RegionScanExec {
         self.co_partition.as_ref()
     }
 
-    /// Task `i` of `n` of a co-located scan: the whole table, with its
-    /// selection also keeping only the task's range of the column (the
-    /// stores skip the packs outside it by their zone maps).
-    pub fn with_value_range(&self, i: usize, n: usize, table: KeyRange) -> Result<Self, Error> {
-        let Some(co) = &self.co_partition else {
-            return Ok(self.with_share(vec![table]));
-        };
-        let bound = |op, v: i64| {
-            Expr::compare(
-                op,
-                co.key.clone(),
-                Expr::literal(quarry_coprocessor::expr::ScalarValue::Int64(v)),
-            )
-        };
-        let (start, end) = (co.start(i, n), co.start(i + 1, n).filter(|_| i + 1 < n));
-        let mut dag = self.dag.clone();
-        let selection = dag.selection.get_or_insert_with(Default::default);
-        let mut shown = Vec::new();
-        if let Some(v) = start {
-            selection
-                .conditions
-                .push(bound(quarry_coprocessor::expr::CmpOp::Ge, v)?.to_proto()?);
-            shown.push(format!("{} >= {v}", co.name));
-        }
-        if let Some(v) = end {
-            selection
-                .conditions
-                .push(bound(quarry_coprocessor::expr::CmpOp::Lt, v)?.to_proto()?);
-            shown.push(format!("{} < {v}", co.name));
-        }
-        let mut scan = self.with_dag(dag, self.storage.clone());
-        scan.share = Some(vec![table]);
-        scan.value_range = Some(match shown.is_empty() {
-            true => "all".into(),
-            false => shown.join(" AND "),
-        });
-        Ok(scan)
-    }
-
     /// A co-located task's range of its key, as shown (None: the scan is
     /// not one).
     pub fn value_range(&self) -> Option<&str> {
@@ -407,30 +343,15 @@ impl RegionScanExec {
         self
     }
 
-    /// The bounds the statistics give the BIGINT column `key` (over the
-    /// scan's read columns) when it is NOT NULL and clustered (its
-    /// regions' value ranges apart, `stats.rs`): what a co-located split
-    /// of it needs (`mpp/colocate.rs`), with the column's name.
-    pub fn clustered_bounds(&self, key: &Expr) -> Option<(String, i64, i64)> {
+    /// The table's definition and statistics of read column `index` (the
+    /// DAG's scan's), where the statistics are known.
+    pub fn read_column(&self, index: usize) -> Option<(&ColumnDef, &ColumnStatistics)> {
         let (Some(scan), Some(stats)) = (&self.dag.scan, &self.table_stats) else {
             return None;
         };
-        let Expr::Column { index, .. } = key else {
-            return None;
-        };
-        let id = scan.columns.get(*index)?.column_id;
+        let id = scan.columns.get(index)?.column_id;
         let def = self.table.columns.iter().find(|c| c.id == id)?;
-        let c = stats.columns.get(&id)?;
-        if def.field_type.as_ref().is_none_or(|t| t.nullable) || !c.clustered {
-            return None;
-        }
-        match (&c.min, &c.max) {
-            (
-                datafusion::common::ScalarValue::Int64(Some(lo)),
-                datafusion::common::ScalarValue::Int64(Some(hi)),
-            ) if lo <= hi => Some((def.name.clone(), *lo, *hi)),
-            _ => None,
-        }
+        Some((def, stats.columns.get(&id)?))
     }
 
     /// The same scan, also narrowed by a hash join's build keys on `probe`.
@@ -482,15 +403,8 @@ impl RegionScanExec {
     /// `key` (over the scan's output) reads, when it reads one BIGINT
     /// column: what a join key filter on it is weighed against.
     pub fn key_distinct(&self, key: &Arc<dyn PhysicalExpr>) -> Option<u64> {
-        let (Some(scan), Some(stats)) = (&self.dag.scan, &self.table_stats) else {
-            return None;
-        };
         match self.probe_key(key)? {
-            Expr::Column { index, .. } => scan
-                .columns
-                .get(index)
-                .and_then(|c| stats.columns.get(&c.column_id))
-                .map(|c| c.distinct),
+            Expr::Column { index, .. } => self.read_column(index).map(|(_, c)| c.distinct),
             _ => None,
         }
     }
@@ -499,9 +413,7 @@ impl RegionScanExec {
     /// that reads a table column the statistics call clustered (its
     /// regions' value ranges apart: `group_sieve.rs`).
     pub fn clustered_output(&self, i: usize) -> bool {
-        let (Some(aggregation), Some(scan), Some(stats)) =
-            (&self.dag.aggregation, &self.dag.scan, &self.table_stats)
-        else {
+        let Some(aggregation) = &self.dag.aggregation else {
             return false;
         };
         let Ok(scan_types) = self.scan_types() else {
@@ -512,11 +424,9 @@ impl RegionScanExec {
             .get(i)
             .and_then(|e| Expr::from_proto(e, &scan_types).ok())
         {
-            Some(Expr::Column { index, .. }) => scan
-                .columns
-                .get(index)
-                .and_then(|c| stats.columns.get(&c.column_id))
-                .is_some_and(|c| c.clustered),
+            Some(Expr::Column { index, .. }) => {
+                self.read_column(index).is_some_and(|(_, c)| c.clustered)
+            }
             _ => false,
         }
     }

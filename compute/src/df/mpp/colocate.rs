@@ -84,32 +84,30 @@ use std::sync::Arc;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::Result as DfResult;
+use datafusion::common::ScalarValue as DfScalar;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
-#[allow(deprecated)]
-use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
-use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
-use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterDescription, FilterPushdownPhase, FilterPushdownPropagation,
 };
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::metrics::MetricsSet;
-use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     SendableRecordBatchStream,
 };
-use quarry_coprocessor::expr::Expr;
+use quarry_coprocessor::expr::{CmpOp, Expr, ScalarValue};
+use quarry_coprocessor::storage::KeyRange;
 
-use super::cross_stage::CrossStageKeysExec;
-use crate::df::join_keys::{input_of_join_column, BuildKeysExec};
-use crate::df::region_scan::{CoPartition, RegionScanExec};
+use crate::df::join_keys::{input_of_join_column, key_below};
+use crate::df::region_scan::RegionScanExec;
 use crate::df::start_early::StartEarlyExec;
 
 /// Turns co-located joins off (both parts of the rule), for timing.
@@ -132,6 +130,83 @@ fn address(plan: &Arc<dyn ExecutionPlan>) -> usize {
     Arc::as_ptr(plan) as *const () as usize
 }
 
+/// How a co-located scan is split into tasks: by ranges of one BIGINT
+/// column, `[lo, hi]` cut into equal parts, the same for every scan it is
+/// joined with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoPartition {
+    /// The column, over the scan's read columns.
+    pub key: Expr,
+    /// Its name, for EXPLAIN.
+    pub name: String,
+    pub lo: i64,
+    pub hi: i64,
+}
+
+impl CoPartition {
+    /// Where task `i` of `n` starts (None: the first task, unbounded
+    /// below; values under `lo` go to it). Task `i` holds
+    /// `[start(i), start(i + 1))`, the last one unbounded above.
+    pub fn start(&self, i: usize, n: usize) -> Option<i64> {
+        if i == 0 || n == 0 {
+            return None;
+        }
+        let width = self.hi as i128 - self.lo as i128 + 1;
+        Some((self.lo as i128 + width * i as i128 / n as i128) as i64)
+    }
+}
+
+/// Task `i` of `n` of `scan`, co-located by `co`: the whole table
+/// (`table`), with its selection also keeping only the task's range of
+/// the column (the stores skip the packs outside it by their zone maps).
+pub fn task_scan(
+    scan: &RegionScanExec,
+    co: &CoPartition,
+    i: usize,
+    n: usize,
+    table: KeyRange,
+) -> crate::Result<RegionScanExec> {
+    let bound =
+        |op, v: i64| Expr::compare(op, co.key.clone(), Expr::literal(ScalarValue::Int64(v)));
+    let end = co.start(i + 1, n).filter(|_| i + 1 < n);
+    let mut dag = scan.dag().clone();
+    let selection = dag.selection.get_or_insert_with(Default::default);
+    let mut shown = Vec::new();
+    for (op, v, sign) in [(CmpOp::Ge, co.start(i, n), ">="), (CmpOp::Lt, end, "<")] {
+        if let Some(v) = v {
+            selection.conditions.push(bound(op, v)?.to_proto()?);
+            shown.push(format!("{} {sign} {v}", co.name));
+        }
+    }
+    let shown = match shown.is_empty() {
+        true => "all".to_string(),
+        false => shown.join(" AND "),
+    };
+    Ok(scan
+        .with_dag(dag, scan.storage().to_string())
+        .with_share(vec![table])
+        .with_value_range_shown(shown))
+}
+
+/// The bounds the statistics give `scan`'s BIGINT column `key` (over its
+/// read columns) when it is NOT NULL and clustered (its regions' value
+/// ranges apart, `stats.rs`), with the column's name.
+fn clustered_bounds(scan: &RegionScanExec, key: &Expr) -> Option<(String, i64, i64)> {
+    let Expr::Column { index, .. } = key else {
+        return None;
+    };
+    let (def, c) = scan.read_column(*index)?;
+    if def.field_type.as_ref().is_none_or(|t| t.nullable) || !c.clustered {
+        return None;
+    }
+    match (&c.min, &c.max) {
+        (DfScalar::Int64(Some(lo)), DfScalar::Int64(Some(hi))) if lo <= hi => {
+            Some((def.name.clone(), *lo, *hi))
+        }
+        _ => None,
+    }
+}
+
 /// Where output column `index` of `plan` comes from, if a co-located
 /// split can follow it (module docs). `through_hash`: `plan` may be a hash
 /// repartition, the one a join or aggregation would make local.
@@ -139,14 +214,14 @@ fn origin(plan: &Arc<dyn ExecutionPlan>, index: usize, through_hash: bool) -> Op
     if plan.fetch().is_some() {
         return None;
     }
+    let column: Arc<dyn PhysicalExpr> =
+        Arc::new(Column::new(plan.schema().field(index).name(), index));
     if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
         if scan.share().is_some() || scan.dag().group_sieve.is_some() {
             return None;
         }
-        let column: Arc<dyn PhysicalExpr> =
-            Arc::new(Column::new(plan.schema().field(index).name(), index));
         let key = scan.probe_key(&column)?;
-        let (name, lo, hi) = scan.clustered_bounds(&key)?;
+        let (name, lo, hi) = clustered_bounds(scan, &key)?;
         return Some(Origin {
             scan: address(plan),
             key,
@@ -155,43 +230,16 @@ fn origin(plan: &Arc<dyn ExecutionPlan>, index: usize, through_hash: bool) -> Op
             hi,
         });
     }
-    if let Some(r) = plan.downcast_ref::<RepartitionExec>() {
-        if matches!(r.partitioning(), Partitioning::Hash(..)) && !through_hash {
-            return None;
-        }
-        return origin(r.input(), index, false);
-    }
-    #[allow(deprecated)]
-    let passes_rows = plan.is::<LocalRepartitionExec>()
-        || plan.is::<BuildKeysExec>()
-        || plan.is::<CrossStageKeysExec>()
-        || plan.is::<StartEarlyExec>()
-        || plan.is::<CoalesceBatchesExec>()
-        || plan.is::<CooperativeExec>();
-    if passes_rows {
-        let [child] = plan.children()[..] else {
-            return None;
-        };
-        return origin(child, index, false);
-    }
-    if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
-        let column = p.expr().get(index)?.expr.downcast_ref::<Column>()?;
-        return origin(p.input(), column.index(), false);
-    }
-    if let Some(f) = plan.downcast_ref::<FilterExec>() {
-        let index = match f.projection() {
-            Some(p) => *p.get(index)?,
-            None => index,
-        };
-        return origin(f.input(), index, false);
-    }
-    if let Some(a) = plan.downcast_ref::<AggregateExec>() {
-        let groups = a.group_expr();
-        if !groups.is_single() || a.limit_options().is_some() || index >= groups.expr().len() {
-            return None;
-        }
-        let column = groups.expr()[index].0.downcast_ref::<Column>()?;
-        return origin(a.input(), column.index(), false);
+    // Stage boundaries: a shuffle (unless it is the one being made
+    // local) and the gathers the planner cuts below.
+    let shuffle = plan
+        .downcast_ref::<RepartitionExec>()
+        .is_some_and(|r| matches!(r.partitioning(), Partitioning::Hash(..)));
+    if (shuffle && !through_hash)
+        || plan.is::<CoalescePartitionsExec>()
+        || plan.is::<SortPreservingMergeExec>()
+    {
+        return None;
     }
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
         let (left, i) = input_of_join_column(join, index)?;
@@ -210,7 +258,17 @@ fn origin(plan: &Arc<dyn ExecutionPlan>, index: usize, through_hash: bool) -> Op
             _ => None,
         };
     }
-    None
+    // Nodes that keep or drop rows by their key, passing it through: the
+    // same walk as join key filters (`join_keys::key_below`), and a probe
+    // side started early.
+    let below = match plan.is::<StartEarlyExec>() {
+        true => column,
+        false => key_below(plan, &column)?,
+    };
+    let [child] = plan.children()[..] else {
+        return None;
+    };
+    origin(child, below.downcast_ref::<Column>()?.index(), false)
 }
 
 /// Whether `join` can run co-located (module docs): the indexes of its
@@ -246,8 +304,6 @@ fn hashed_by_columns(plan: &Arc<dyn ExecutionPlan>) -> bool {
 /// Whether `plan`'s partitioning may come from a local repartition: one is
 /// reached without passing a repartition, coalesce or broadcast.
 fn fed_locally(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-    use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
     if plan.is::<LocalRepartitionExec>() {
         return true;
     }
@@ -314,13 +370,9 @@ fn realigned(
 
 /// `plan` with its hash repartition made local, if it is one.
 fn localized(plan: &Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
-    match plan.downcast_ref::<RepartitionExec>() {
-        Some(r) if matches!(r.partitioning(), Partitioning::Hash(..)) => {
-            Arc::new(LocalRepartitionExec {
-                inner: plan.clone(),
-            })
-        }
-        _ => plan.clone(),
+    match LocalRepartitionExec::new(plan.clone()) {
+        Some(local) => Arc::new(local),
+        None => plan.clone(),
     }
 }
 

@@ -219,11 +219,11 @@ pub fn scale_up_region_scan(
     let (start, end) = table_record_range(scan.table().id);
     // A co-located scan: task i reads the whole table, keeping its range
     // of the column (`colocate.rs`), as every scan it is joined with does.
-    if scan.co_partition().is_some() {
+    if let Some(co) = scan.co_partition() {
         let table = KeyRange::new(start, end);
         let variants = (0..ev.task_count)
             .map(|i| {
-                scan.with_value_range(i, ev.task_count, table.clone())
+                super::colocate::task_scan(scan, co, i, ev.task_count, table.clone())
                     .map(|v| Arc::new(v) as Arc<dyn ExecutionPlan>)
                     .map_err(crate::df::region_scan::external)
             })
