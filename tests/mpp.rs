@@ -103,6 +103,22 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
         assert!(ok && plan.contains("NetworkBroadcastExec"), "{q}: {plan}");
         assert!(!plan.contains("share: 0 key ranges"), "{q}: {plan}");
     }
+    // A stage expected to handle a few rows runs as one task
+    // (df/mpp/tasks.rs, df/mpp/estimate.rs): at SF 0.01 every stage of
+    // Q17 does, the library drops the exchanges between one-task stages,
+    // and what is left runs in the coordinator's own stage, which gets
+    // the key filters of one process's plan (df/mpp/head_stage.rs): its
+    // joins hand their build keys to the scans they probe.
+    let q17 = quarry::answers::query("q17").unwrap();
+    let (ok, plan) = sql_at(&a.url, &format!("EXPLAIN {q17}"));
+    assert!(ok && plan.contains("BuildKeysExec"), "{plan}");
+    // The rest counts the stage tasks of spread runs, with every stage
+    // split (the exchanges that bigger data would have).
+    for url in [&a.status_url, &b.status_url, console] {
+        failpoint(url, "small_stages_one_task_off", Some("return"));
+    }
+    let (ok, plan) = sql_at(&a.url, &format!("EXPLAIN {q17}"));
+    assert!(ok && plan.contains("DistributedExec"), "{plan}");
     // Again from the plan cache (a statement is kept the second time it
     // is planned): each run reuses the kept optimized plan, and where it
     // can a copy of its kept one-process physical plan, and is cut into

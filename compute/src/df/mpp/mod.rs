@@ -69,7 +69,8 @@
 //! * **Join filters within a stage**: the coordinator plans without the
 //!   join filters handed to region scans (a join and the scan it probes
 //!   may end up in different stages); each worker adds them to the stage
-//!   it runs, where a join and its probe scan are in one process.
+//!   it runs, where a join and its probe scan are in one process, and the
+//!   coordinator to its own stage once the plan is cut (`head_stage.rs`).
 //! * **Join keys across stages** (`cross_stage.rs`): a broadcast join's
 //!   build keys, whole in each of its tasks, go through a board in each
 //!   process to the region scans of the stages below its probe side's
@@ -89,7 +90,10 @@
 //!   region, and a join whose build side is broadcast runs in at most as
 //!   many tasks as the region scans on its probe side ask for (where that
 //!   side reads no shuffle or union), so no task scans nothing and takes a
-//!   copy of the build side all the same.
+//!   copy of the build side all the same. A part of a stage estimated
+//!   under [`tasks::SMALL_STAGE_ROWS`] rows (`estimate.rs`: a consumer of
+//!   small shuffles, a broadcast join whose output is small) runs as one
+//!   task, and the library folds chains of one-task stages into one.
 //!
 //! Caveats of this first cut (each is a line in `docs/design-notes.md`):
 //! shared scans are off in a distributed plan; a spread statement reuses
@@ -107,8 +111,10 @@ pub mod codec;
 pub mod colocate;
 pub mod cross_stage;
 mod early_probes;
+pub mod estimate;
 mod folded;
 pub mod functions;
+mod head_stage;
 pub mod repeatable;
 pub mod replicate;
 pub mod routes;

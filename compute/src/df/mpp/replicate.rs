@@ -85,7 +85,8 @@ impl QueryPlanner for ReplicatingPlanner {
             .await?;
         let plan = replicate_small_broadcasts(plan)?;
         let plan = super::cross_stage::keys_across_stages(plan, self.workers.urls().len())?;
-        super::early_probes::start_probe_sides_early(plan)
+        let plan = super::early_probes::start_probe_sides_early(plan)?;
+        super::head_stage::finish_head_stage(plan, session.config_options())
     }
 }
 

@@ -20,6 +20,20 @@
 //!   probe side also reads a shuffle, a union, or a leaf that is not a
 //!   region scan, the planner's count stands. The failpoint
 //!   `probe_sized_broadcasts_off` turns this off, for timing.
+//!
+//!   Asked for any node that heads a small part of its stage (under
+//!   `auto` or `force`), it answers one task: a consumer of shuffles
+//!   whose inputs are each estimated under [`SMALL_STAGE_ROWS`] rows, or
+//!   a broadcast join whose output and probe-side joins are
+//!   (`estimate.rs`, `small_stage`). One task then builds each hash
+//!   table once and takes one stream from each producer task; the
+//!   library drops the exchange between a one-task stage and a one-task
+//!   consumer, so a chain of them becomes one stage (the coordinator's
+//!   own finishes its join filters in `head_stage.rs`). Under `force` a
+//!   scan of a table of at least [`AUTO_MIN_ROWS`] rows stays split
+//!   whatever its join's estimate, so every statement that reads one
+//!   runs across the compute processes. The failpoint
+//!   `small_stages_one_task_off` turns this off.
 //! * [`scale_up_region_scan`] (once the count `n` is final): the table's
 //!   regions, ordered by leader store and then by key, dealt into `n`
 //!   contiguous runs, each clipped to the table's key range; the scan
@@ -44,6 +58,11 @@ use quarry_coprocessor::codec::key::table_record_range;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 
 use super::{MppMode, MppOptions, AUTO_MIN_ROWS};
+
+/// A part of a stage expected to handle fewer rows than this runs as one
+/// task (`small_stage`): at about a hundred thousand rows, a task costs
+/// more to set up and feed than it saves.
+pub const SMALL_STAGE_ROWS: f64 = 100_000.0;
 use crate::df::region_scan::{RegionScanExec, ScanContext};
 use crate::region_cache::Located;
 
@@ -76,6 +95,12 @@ impl DesiredTaskCountHandler for DesiredTasks {
             .map_or(MppMode::Off, |o| o.mode());
         if let Some(scan) = ev.plan.as_ref().downcast_ref::<RegionScanExec>() {
             return Some(Ok(self.scan_tasks(scan, mode).await));
+        }
+        if mode != MppMode::Off
+            && small_stage(ev.plan, mode)
+            && !quarry_proto::failpoint::fires("small_stages_one_task_off")
+        {
+            return Some(Ok(DesiredTaskCountEventResponse::maximum(1)));
         }
         // A join whose build side is broadcast runs in at most as many
         // tasks as its probe side's scans ask for: a task more would scan
@@ -140,6 +165,70 @@ impl DesiredTasks {
             }
         }
     }
+}
+
+/// Whether `plan` heads a part of its stage expected to handle fewer
+/// than [`SMALL_STAGE_ROWS`] rows (`estimate.rs`), which then runs as one
+/// task:
+/// * a consumer of shuffles only, each of whose inputs is small (a
+///   partitioned join or final aggregation over a few thousand rows,
+///   Q20's and Q17's, in one task rather than one per compute process,
+///   each fed by every task below);
+/// * a join whose build side is broadcast, whose output and whose probe
+///   side's joins in its stage are small, over region scans not split
+///   for a co-located join: the stores cut those scans by the build
+///   side's keys, so the rows that reach compute are about the join's,
+///   and one task builds the hash table once rather than once per task.
+fn small_stage(plan: &Arc<dyn ExecutionPlan>, mode: MppMode) -> bool {
+    use datafusion::physical_plan::repartition::RepartitionExec;
+    use datafusion::physical_plan::Partitioning;
+    let small = |p: &Arc<dyn ExecutionPlan>| {
+        super::estimate::estimate(p).is_some_and(|e| e.rows < SMALL_STAGE_ROWS)
+    };
+    let children = plan.children();
+    let shuffled = |c: &&Arc<dyn ExecutionPlan>| {
+        c.downcast_ref::<RepartitionExec>()
+            .is_some_and(|r| matches!(r.partitioning(), Partitioning::Hash(..)))
+    };
+    if !children.is_empty() && children.iter().all(shuffled) {
+        return children.iter().all(|c| small(c));
+    }
+    let Some(probe) = broadcast_probe_side(plan) else {
+        return false;
+    };
+    let Some(scans) = in_stage_scans(probe) else {
+        return false;
+    };
+    // (Under `force`, a scan that `auto` would spread, of a table of at
+    // least AUTO_MIN_ROWS rows, stays split: `force` runs every statement
+    // that reads one across the compute processes.)
+    let spread_anyway = |s: &&RegionScanExec| {
+        mode == MppMode::Force && s.table_rows().is_some_and(|r| r >= AUTO_MIN_ROWS)
+    };
+    !scans.is_empty()
+        && scans.iter().all(|s| s.co_partition().is_none())
+        && !scans.iter().any(spread_anyway)
+        && small(plan)
+        && in_stage_joins(probe).into_iter().all(small)
+}
+
+/// The joins in `plan`'s part of its stage (not below a broadcast or a
+/// coalesce: other stages).
+fn in_stage_joins(plan: &Arc<dyn ExecutionPlan>) -> Vec<&Arc<dyn ExecutionPlan>> {
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec};
+    if plan.is::<BroadcastExec>() || plan.is::<CoalescePartitionsExec>() {
+        return Vec::new();
+    }
+    let mut joins: Vec<&Arc<dyn ExecutionPlan>> = plan
+        .children()
+        .into_iter()
+        .flat_map(in_stage_joins)
+        .collect();
+    if plan.is::<HashJoinExec>() || plan.is::<NestedLoopJoinExec>() || plan.is::<CrossJoinExec>() {
+        joins.push(plan);
+    }
+    joins
 }
 
 /// The probe side of `plan` where it is a join whose build side (the
@@ -368,6 +457,31 @@ mod tests {
         assert_eq!(in_stage_scans(&broadcast()).map(|s| s.len()), Some(0));
         let nested = collect_left_join(broadcast(), shuffle);
         assert!(in_stage_scans(&nested).is_none());
+    }
+
+    /// A join over two shuffles runs as one task when both inputs are
+    /// estimated under SMALL_STAGE_ROWS, not when either is larger; a
+    /// join that reads no shuffle is not this rule's.
+    #[test]
+    fn a_join_over_small_shuffles_runs_as_one_task() {
+        let shuffled = |rows: usize| -> Arc<dyn ExecutionPlan> {
+            Arc::new(
+                RepartitionExec::try_new(
+                    source("k", rows),
+                    Partitioning::Hash(vec![Arc::new(Column::new("k", 0))], 3),
+                )
+                .unwrap(),
+            )
+        };
+        let join = |l, r| -> Arc<dyn ExecutionPlan> {
+            Arc::new(hash_join(l, r, JoinType::Inner, PartitionMode::Partitioned))
+        };
+        let big = SMALL_STAGE_ROWS as usize;
+        for mode in [MppMode::Auto, MppMode::Force] {
+            assert!(small_stage(&join(shuffled(1_000), shuffled(5_000)), mode));
+            assert!(!small_stage(&join(shuffled(1_000), shuffled(big)), mode));
+            assert!(!small_stage(&join(source("a", 10), source("b", 10)), mode));
+        }
     }
 
     fn region(id: u64, start: &[u8], end: &[u8], store: u64) -> Located {
