@@ -112,6 +112,7 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
     let q17 = quarry::answers::query("q17").unwrap();
     let (ok, plan) = sql_at(&a.url, &format!("EXPLAIN {q17}"));
     assert!(ok && plan.contains("BuildKeysExec"), "{plan}");
+    assert!(!plan.contains("DistributedExec"), "{plan}");
     // The rest counts the stage tasks of spread runs, with every stage
     // split (the exchanges that bigger data would have).
     for url in [&a.status_url, &b.status_url, console] {

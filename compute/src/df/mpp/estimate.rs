@@ -14,7 +14,8 @@
 //!   keeps its columns' distinct counts; a filter left above a scan keeps
 //!   a fifth (DataFusion's default);
 //! * an aggregation at most the product of its group keys' distinct
-//!   values, one row without groups;
+//!   values, one row without groups (a partial one, that once per input
+//!   partition); a limit once per output partition;
 //! * a hash join on its most selective key pair `a = b`: an inner join
 //!   |A|·|B| / max(NDV(a), NDV(b)); a semi join the share of its side
 //!   whose keys the other side has, NDV(other) / NDV(own) at most 1 (a
@@ -32,12 +33,14 @@ use std::sync::Arc;
 
 use datafusion::common::JoinType;
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::union::{InterleaveExec, UnionExec};
-use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr, StatisticsArgs, StatisticsContext};
+use datafusion::physical_plan::{
+    ExecutionPlan, ExecutionPlanProperties, PhysicalExpr, StatisticsArgs, StatisticsContext,
+};
 
 use crate::df::join_keys::input_of_join_column;
 use crate::df::selectivity::DEFAULT_SELECTIVITY;
@@ -115,8 +118,11 @@ pub fn estimate(plan: &Arc<dyn ExecutionPlan>) -> Option<Estimate> {
     } else {
         return None;
     };
+    // A limit holds per output partition (a local limit, a top-k sort
+    // that keeps its partitions; one partition for a global one).
+    let partitions = plan.output_partitioning().partition_count().max(1);
     Some(match plan.fetch() {
-        Some(n) => est.capped(n as f64),
+        Some(n) => est.capped((n * partitions) as f64),
         None => est,
     })
 }
@@ -170,10 +176,15 @@ fn aggregation(a: &AggregateExec) -> Option<Estimate> {
         rows *= d;
         distinct.push(Some(d));
     }
+    // A partial aggregation emits its groups once per input partition.
+    let copies = match a.mode() {
+        AggregateMode::Partial => a.input().output_partitioning().partition_count().max(1),
+        _ => 1,
+    } as f64;
     let rows = if groups.expr().is_empty() {
-        1.0
+        copies
     } else {
-        rows.min(input.rows)
+        (rows * copies).min(input.rows)
     };
     distinct.resize(a.schema().fields().len(), None);
     Some(Estimate { rows, distinct })
@@ -226,7 +237,7 @@ fn hash_join(j: &HashJoinExec) -> Option<Estimate> {
 mod tests {
     use super::*;
     use crate::df::mpp::test_plans::{hash_join as join, source};
-    use datafusion::physical_plan::aggregates::{AggregateMode, PhysicalGroupBy};
+    use datafusion::physical_plan::aggregates::PhysicalGroupBy;
     use datafusion::physical_plan::joins::PartitionMode;
 
     fn rows(plan: &Arc<dyn ExecutionPlan>) -> f64 {

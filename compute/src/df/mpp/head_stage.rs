@@ -36,10 +36,26 @@ use datafusion_distributed::NetworkBoundaryExt;
 
 /// `plan` with its head stage (everything not below a network boundary)
 /// given its join filters as one process's plan is.
+///
+/// The join filters are one run's (`BuildKeys` sinks): like every
+/// distributed plan, the result runs once, each run (and each retry)
+/// being planned and cut anew (`running.rs`, `plan_cache.rs`).
 pub fn finish_head_stage(
     plan: Arc<dyn ExecutionPlan>,
     options: &ConfigOptions,
+    join_key_list_max: usize,
 ) -> DfResult<Arc<dyn ExecutionPlan>> {
+    // With task counts decided at run time the plan is not cut yet: a
+    // join here could be linked to a scan that ends up in another stage.
+    let dynamic = datafusion_distributed::DistributedConfig::from_config_options(options)
+        .is_ok_and(|d| d.dynamic_task_count);
+    if dynamic {
+        return Ok(plan);
+    }
+    // The options a worker's stage is finished with (`mod.rs`): the
+    // coordinator plans with DataFusion's join filters off.
+    let mut options = options.clone();
+    crate::df::join_filter_options(&mut options, join_key_list_max);
     let hidden = plan.transform_down(|node| {
         if node.is_network_boundary() {
             let opaque = Arc::new(Opaque(node)) as Arc<dyn ExecutionPlan>;
@@ -47,7 +63,7 @@ pub fn finish_head_stage(
         }
         Ok(Transformed::no(node))
     })?;
-    let head = FilterPushdown::new_post_optimization().optimize(hidden.data, options)?;
+    let head = FilterPushdown::new_post_optimization().optimize(hidden.data, &options)?;
     let head = crate::df::join_keys::add_build_keys(head)?;
     head.transform_up(|node| match node.downcast_ref::<Opaque>() {
         Some(o) => Ok(Transformed::yes(o.0.clone())),

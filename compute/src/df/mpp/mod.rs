@@ -249,6 +249,7 @@ pub fn distributed_state(
         builder = builder.with_query_planner(Arc::new(replicate::ReplicatingPlanner {
             inner,
             workers: workers.clone(),
+            join_key_list_max: scan.join_key_list_max,
         }));
     }
     builder.build()

@@ -70,6 +70,9 @@ pub const REPLICATE_MAX_ROWS: u64 = 200_000;
 pub struct ReplicatingPlanner {
     pub inner: Arc<dyn QueryPlanner + Send + Sync>,
     pub workers: Arc<super::workers::Workers>,
+    /// The most build keys a join hands its probe scan as a list
+    /// (`ScanContext::join_key_list_max`), for the coordinator's stage.
+    pub join_key_list_max: usize,
 }
 
 #[async_trait]
@@ -86,7 +89,7 @@ impl QueryPlanner for ReplicatingPlanner {
         let plan = replicate_small_broadcasts(plan)?;
         let plan = super::cross_stage::keys_across_stages(plan, self.workers.urls().len())?;
         let plan = super::early_probes::start_probe_sides_early(plan)?;
-        super::head_stage::finish_head_stage(plan, session.config_options())
+        super::head_stage::finish_head_stage(plan, session.config_options(), self.join_key_list_max)
     }
 }
 

@@ -21,11 +21,13 @@
 //!   region scan, the planner's count stands. The failpoint
 //!   `probe_sized_broadcasts_off` turns this off, for timing.
 //!
-//!   Asked for any node that heads a small part of its stage (under
-//!   `auto` or `force`), it answers one task: a consumer of shuffles
-//!   whose inputs are each estimated under [`SMALL_STAGE_ROWS`] rows, or
-//!   a broadcast join whose output and probe-side joins are
-//!   (`estimate.rs`, `small_stage`). One task then builds each hash
+//!   Asked for a node that is small by `small_stage` (under `auto` or
+//!   `force`), it answers one task, which then holds for the node's whole
+//!   stage (the library lets a maximum anywhere in a stage bound all of
+//!   it): a consumer of shuffles whose inputs are each estimated under
+//!   [`SMALL_STAGE_ROWS`] rows, or a broadcast join whose output and
+//!   probe-side joins are, each of whose probe scans the stores cut by a
+//!   join's build keys or is small itself (`estimate.rs`). One task then builds each hash
 //!   table once and takes one stream from each producer task; the
 //!   library drops the exchange between a one-task stage and a one-task
 //!   consumer, so a chain of them becomes one stage (the coordinator's
@@ -59,12 +61,16 @@ use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 
 use super::{MppMode, MppOptions, AUTO_MIN_ROWS};
 
-/// A part of a stage expected to handle fewer rows than this runs as one
-/// task (`small_stage`): at about a hundred thousand rows, a task costs
+/// A stage expected to handle fewer rows than this runs as one task
+/// (`small_stage`): at about a hundred thousand rows, a task costs
 /// more to set up and feed than it saves.
 pub const SMALL_STAGE_ROWS: f64 = 100_000.0;
+use crate::df::join_keys::{input_of_join_column, key_below};
 use crate::df::region_scan::{RegionScanExec, ScanContext};
 use crate::region_cache::Located;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::PhysicalExpr;
 
 /// Asked for a task count far above any cluster's: the planner takes the
 /// number of live workers.
@@ -167,18 +173,19 @@ impl DesiredTasks {
     }
 }
 
-/// Whether `plan` heads a part of its stage expected to handle fewer
-/// than [`SMALL_STAGE_ROWS`] rows (`estimate.rs`), which then runs as one
-/// task:
+/// Whether `plan` is expected to handle fewer than [`SMALL_STAGE_ROWS`]
+/// rows (`estimate.rs`), so that its stage runs as one task (the whole
+/// stage: nodes above it in the stage too):
 /// * a consumer of shuffles only, each of whose inputs is small (a
 ///   partitioned join or final aggregation over a few thousand rows,
 ///   Q20's and Q17's, in one task rather than one per compute process,
 ///   each fed by every task below);
 /// * a join whose build side is broadcast, whose output and whose probe
 ///   side's joins in its stage are small, over region scans not split
-///   for a co-located join: the stores cut those scans by the build
-///   side's keys, so the rows that reach compute are about the join's,
-///   and one task builds the hash table once rather than once per task.
+///   for a co-located join, each cut in the stores by a join's build keys
+///   (or small itself): the rows that reach compute are then about the
+///   joins', and one task builds each hash table once rather than once
+///   per task.
 fn small_stage(plan: &Arc<dyn ExecutionPlan>, mode: MppMode) -> bool {
     use datafusion::physical_plan::repartition::RepartitionExec;
     use datafusion::physical_plan::Partitioning;
@@ -205,11 +212,70 @@ fn small_stage(plan: &Arc<dyn ExecutionPlan>, mode: MppMode) -> bool {
     let spread_anyway = |s: &&RegionScanExec| {
         mode == MppMode::Force && s.table_rows().is_some_and(|r| r >= AUTO_MIN_ROWS)
     };
-    !scans.is_empty()
-        && scans.iter().all(|s| s.co_partition().is_none())
-        && !scans.iter().any(spread_anyway)
-        && small(plan)
-        && in_stage_joins(probe).into_iter().all(small)
+    let joins = in_stage_joins(probe);
+    if scans.is_empty()
+        || scans
+            .iter()
+            .any(|s| s.co_partition().is_some() || spread_anyway(s))
+        || !small(plan)
+        || !joins.iter().all(|j| small(j))
+    {
+        return false;
+    }
+    // Each scan is cut in the stores by some join's build keys, or small
+    // itself: a scan no key filter reaches would come whole to one task.
+    let mut cut: Vec<*const RegionScanExec> = Vec::new();
+    for join in std::iter::once(plan).chain(joins) {
+        if let Some(j) = join.downcast_ref::<HashJoinExec>() {
+            for (_, key) in j.on() {
+                scans_cut_by(j.right(), key, &mut cut);
+            }
+        }
+    }
+    scans.iter().all(|s| {
+        cut.contains(&std::ptr::from_ref(*s))
+            || s.estimated_statistics()
+                .num_rows
+                .get_value()
+                .is_some_and(|r| (*r as f64) < SMALL_STAGE_ROWS)
+    })
+}
+
+/// The region scans in `plan`'s part of its stage that a filter on `key`
+/// (over `plan`'s output) reaches as join key filters do
+/// (`join_keys.rs`): through nodes that pass the key down, into the side
+/// of a join the key's column comes from, to a scan that takes build keys
+/// on it.
+fn scans_cut_by(
+    plan: &Arc<dyn ExecutionPlan>,
+    key: &Arc<dyn PhysicalExpr>,
+    out: &mut Vec<*const RegionScanExec>,
+) {
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
+        if scan.context().join_bloom_filters && scan.probe_key(key).is_some() {
+            out.push(std::ptr::from_ref(scan));
+        }
+        return;
+    }
+    if plan.is::<BroadcastExec>() || plan.is::<CoalescePartitionsExec>() {
+        return;
+    }
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        let Some(column) = key.as_ref().downcast_ref::<Column>() else {
+            return;
+        };
+        if let Some((left, index)) = input_of_join_column(join, column.index()) {
+            let side = if left { join.left() } else { join.right() };
+            let name = side.schema().field(index).name().clone();
+            let below = Arc::new(Column::new(&name, index)) as Arc<dyn PhysicalExpr>;
+            scans_cut_by(side, &below, out);
+        }
+        return;
+    }
+    if let (Some(below), [child]) = (key_below(plan, key), &plan.children()[..]) {
+        scans_cut_by(child, &below, out);
+    }
 }
 
 /// The joins in `plan`'s part of its stage (not below a broadcast or a
