@@ -122,7 +122,7 @@ pub fn estimate(plan: &Arc<dyn ExecutionPlan>) -> Option<Estimate> {
     // that keeps its partitions; one partition for a global one).
     let partitions = plan.output_partitioning().partition_count().max(1);
     Some(match plan.fetch() {
-        Some(n) => est.capped((n * partitions) as f64),
+        Some(n) => est.capped(n.saturating_mul(partitions) as f64),
         None => est,
     })
 }
