@@ -657,6 +657,17 @@ fn without_own_dynamic_filter(
         .map(|t| t.data)
 }
 
+/// The condition `scan` checks a join's build keys against, for the probe
+/// key `key` over its output: None where build keys are off
+/// (`join_bloom_filters`) or the key is not a BIGINT of its columns.
+/// MPP's stage sizing asks it too (`mpp/tasks.rs`).
+pub fn build_key_probe(scan: &RegionScanExec, key: &Arc<dyn PhysicalExpr>) -> Option<Expr> {
+    if !scan.context().join_bloom_filters {
+        return None;
+    }
+    scan.probe_key(key)
+}
+
 /// `plan` with `sink`'s filter on its region scan, `key` being the probe
 /// key over `plan`'s output; None when no plain region scan is reached
 /// through nodes that pass rows through unchanged.
@@ -666,10 +677,7 @@ fn with_probe_filter(
     sink: &Arc<BuildKeys>,
 ) -> Option<Arc<dyn ExecutionPlan>> {
     if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
-        if !scan.context().join_bloom_filters {
-            return None;
-        }
-        let probe = scan.probe_key(key)?;
+        let probe = build_key_probe(scan, key)?;
         return Some(Arc::new(scan.with_build_keys(sink.clone(), probe)));
     }
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {

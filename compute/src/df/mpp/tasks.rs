@@ -59,18 +59,19 @@ use datafusion_distributed::{
 use quarry_coprocessor::codec::key::table_record_range;
 use quarry_coprocessor::storage::{KeyRange, KeyRangeRef};
 
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::PhysicalExpr;
+
 use super::{MppMode, MppOptions, AUTO_MIN_ROWS};
+use crate::df::join_keys::{build_key_probe, key_below, key_into_join};
+use crate::df::region_scan::{RegionScanExec, ScanContext};
+use crate::region_cache::Located;
 
 /// A stage expected to handle fewer rows than this runs as one task
 /// (`small_stage`): at about a hundred thousand rows, a task costs
 /// more to set up and feed than it saves.
 pub const SMALL_STAGE_ROWS: f64 = 100_000.0;
-use crate::df::join_keys::{input_of_join_column, key_below};
-use crate::df::region_scan::{RegionScanExec, ScanContext};
-use crate::region_cache::Located;
-use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_plan::joins::HashJoinExec;
-use datafusion::physical_plan::PhysicalExpr;
 
 /// Asked for a task count far above any cluster's: the planner takes the
 /// number of live workers.
@@ -253,7 +254,7 @@ fn scans_cut_by(
 ) {
     use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
     if let Some(scan) = plan.downcast_ref::<RegionScanExec>() {
-        if scan.context().join_bloom_filters && scan.probe_key(key).is_some() {
+        if build_key_probe(scan, key).is_some() {
             out.push(std::ptr::from_ref(scan));
         }
         return;
@@ -265,11 +266,8 @@ fn scans_cut_by(
         let Some(column) = key.as_ref().downcast_ref::<Column>() else {
             return;
         };
-        if let Some((left, index)) = input_of_join_column(join, column.index()) {
-            let side = if left { join.left() } else { join.right() };
-            let name = side.schema().field(index).name().clone();
-            let below = Arc::new(Column::new(&name, index)) as Arc<dyn PhysicalExpr>;
-            scans_cut_by(side, &below, out);
+        if let Some((left, below)) = key_into_join(join, column.index()) {
+            scans_cut_by(if left { join.left() } else { join.right() }, &below, out);
         }
         return;
     }
@@ -282,7 +280,7 @@ fn scans_cut_by(
 /// coalesce: other stages).
 fn in_stage_joins(plan: &Arc<dyn ExecutionPlan>) -> Vec<&Arc<dyn ExecutionPlan>> {
     use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-    use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec};
+    use datafusion::physical_plan::joins::{CrossJoinExec, NestedLoopJoinExec};
     if plan.is::<BroadcastExec>() || plan.is::<CoalescePartitionsExec>() {
         return Vec::new();
     }
