@@ -526,17 +526,20 @@ fn the_22_tpch_queries_spread_over_three_compute_processes_answer_exactly() {
 
     // A query in an explicit transaction spreads too, at the
     // transaction's snapshot: every task sees its uncommitted DELETE (the
-    // stores answer a read at its start_ts with its own writes).
+    // stores answer a read at its start_ts with its own writes). The same
+    // count before the DELETE sends the stores the same requests at the
+    // same snapshot: they must read again, not answer from the first
+    // read's answer (`same_reads.rs` keeps only autocommit reads').
     let kept = pg.ok("SELECT count(*) AS n FROM orders WHERE o_orderkey >= 1000");
     let (ok, out) = sql_at(
         &a.url,
-        "BEGIN; DELETE FROM orders WHERE o_orderkey < 1000; \
+        "BEGIN; SELECT count(*) AS n FROM orders; DELETE FROM orders WHERE o_orderkey < 1000; \
          SELECT count(*) AS n FROM orders; EXPLAIN SELECT count(*) AS n FROM orders; ROLLBACK",
     );
     assert!(ok, "{out}");
     assert!(
-        out.contains(&kept),
-        "want {kept:?} in the transaction:\n{out}"
+        out.contains("n\n15000\n") && out.contains(&kept),
+        "want 15000, then {kept:?} in the transaction:\n{out}"
     );
     assert!(
         out.contains("DistributedExec") && out.contains("tasks=3"),

@@ -400,6 +400,12 @@ pub fn rowid_column(name: &str) -> quarry_proto::meta::ColumnDef {
 #[derive(Debug, Clone, Copy)]
 pub struct Snapshot {
     pub read_ts: u64,
+    /// `read_ts` is a timestamp no transaction writes at (an autocommit
+    /// query's own), so the same read gives the same answer whenever it
+    /// runs, and a store may keep it for the same request again
+    /// (`DagRequest.repeatable`). False for a transaction's statements,
+    /// which read their own locks.
+    pub repeatable: bool,
 }
 
 /// When the query must be done: its statement's deadline
@@ -719,11 +725,11 @@ impl SqlSession {
     fn at_snapshot(
         &self,
         task: Arc<datafusion::execution::TaskContext>,
-        read_ts: u64,
+        snapshot: Snapshot,
         plan: &Arc<dyn ExecutionPlan>,
     ) -> Result<Arc<datafusion::execution::TaskContext>> {
         let mut config = task.session_config().clone();
-        with_moment(&mut config, read_ts);
+        with_moment(&mut config, snapshot);
         let deadline = config.get_extension::<Deadline>().map(|d| d.0);
         let config_zone = config.options().execution.time_zone.clone();
         let mut query_id = None;
@@ -732,7 +738,8 @@ impl SqlSession {
             .extensions
             .get_mut::<crate::df::mpp::MppOptions>()
         {
-            o.read_ts = read_ts;
+            o.read_ts = snapshot.read_ts;
+            o.repeatable = snapshot.repeatable;
             if let Some(zone) = &config_zone {
                 o.time_zone = zone.clone();
             }

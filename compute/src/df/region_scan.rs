@@ -739,8 +739,10 @@ impl ExecutionPlan for RegionScanExec {
         // which a task of a distributed query must never do).
         if let Some(s) = context.session_config().get_extension::<super::Snapshot>() {
             dag.read_ts = s.read_ts;
-        } else if let Some(ts) = mpp.map(|o| o.read_ts).filter(|ts| *ts > 0) {
-            dag.read_ts = ts;
+            dag.repeatable = s.repeatable;
+        } else if let Some(o) = mpp.filter(|o| o.read_ts > 0) {
+            dag.read_ts = o.read_ts;
+            dag.repeatable = o.repeatable;
         } else if mpp.is_some() {
             return Err(DataFusionError::Internal(
                 "a task of a distributed query came without its snapshot".into(),

@@ -46,7 +46,7 @@ impl SqlSession {
     /// until the stream ends or is dropped; a query whose run is slow is
     /// logged, with its measured plan, at its end.
     pub async fn stream_at(&self, q: PlannedQuery, read_ts: u64) -> Result<QueryStream> {
-        self.stream_when(q, futures::future::ready(Ok(read_ts)))
+        self.stream_when(q, futures::future::ready(Ok(read_ts)), false)
             .await
     }
 
@@ -77,25 +77,29 @@ impl SqlSession {
         tokio::task::yield_now().await;
         let stale = AtomicBool::new(false);
         let out = self
-            .stream_when(q, async {
-                let stamp = stamp
-                    .await
-                    .map_err(|e| Error::Internal(format!("taking a timestamp: {e}")))??;
-                match planned_at {
-                    Some(v) if v != stamp.catalog_version => {
-                        stale.store(true, Ordering::Relaxed);
-                        return Err(Error::Conflict("the catalog changed".into()));
+            .stream_when(
+                q,
+                async {
+                    let stamp = stamp
+                        .await
+                        .map_err(|e| Error::Internal(format!("taking a timestamp: {e}")))??;
+                    match planned_at {
+                        Some(v) if v != stamp.catalog_version => {
+                            stale.store(true, Ordering::Relaxed);
+                            return Err(Error::Conflict("the catalog changed".into()));
+                        }
+                        Some(v) => self.cluster.confirm_catalog(v, asked),
+                        None => {}
                     }
-                    Some(v) => self.cluster.confirm_catalog(v, asked),
-                    None => {}
-                }
-                // A broken build on purpose, for the chaos checker's test:
-                // reads this many ms in the past.
-                match quarry_proto::failpoint::number("stale_read") {
-                    Some(ms) => Ok(stamp.ts.saturating_sub((ms.max(0) as u64) << 18)),
-                    None => Ok(stamp.ts),
-                }
-            })
+                    // A broken build on purpose, for the chaos checker's test:
+                    // reads this many ms in the past.
+                    match quarry_proto::failpoint::number("stale_read") {
+                        Some(ms) => Ok(stamp.ts.saturating_sub((ms.max(0) as u64) << 18)),
+                        None => Ok(stamp.ts),
+                    }
+                },
+                true,
+            )
             .await;
         let Some(check) = check.filter(|_| stale.load(Ordering::Relaxed)) else {
             return out;
@@ -122,13 +126,17 @@ impl SqlSession {
         }
         let txns = self.txns.clone();
         let version = catalog.catalog_version;
-        self.stream_when(again, async move {
-            let stamp = txns.stamp().await?;
-            match stamp.catalog_version == version {
-                true => Ok(stamp.ts),
-                false => Err(changed()),
-            }
-        })
+        self.stream_when(
+            again,
+            async move {
+                let stamp = txns.stamp().await?;
+                match stamp.catalog_version == version {
+                    true => Ok(stamp.ts),
+                    false => Err(changed()),
+                }
+            },
+            true,
+        )
         .await
     }
 
@@ -136,6 +144,7 @@ impl SqlSession {
         &self,
         q: PlannedQuery,
         read_ts: impl std::future::Future<Output = Result<u64>>,
+        repeatable: bool,
     ) -> Result<QueryStream> {
         let schema = q.schema();
         let PlannedQuery {
@@ -248,7 +257,11 @@ impl SqlSession {
         };
         let read_ts = read_ts.await?;
         let hold = self.txns.hold_read(read_ts);
-        let task = self.at_snapshot(task, read_ts, &physical)?;
+        let snapshot = Snapshot {
+            read_ts,
+            repeatable,
+        };
+        let task = self.at_snapshot(task, snapshot, &physical)?;
         let routes = task
             .session_config()
             .get_extension::<crate::df::mpp::routes::TaskRoutes>();
@@ -402,8 +415,8 @@ impl Running {
 
 /// Sets a query's moment in its session config: the snapshot every
 /// region scan reads at, and the statement's deadline, if any.
-pub(super) fn with_moment(config: &mut SessionConfig, read_ts: u64) {
-    config.set_extension(Arc::new(Snapshot { read_ts }));
+pub(super) fn with_moment(config: &mut SessionConfig, snapshot: Snapshot) {
+    config.set_extension(Arc::new(snapshot));
     if let Some(at) = crate::statement_deadline::current_deadline() {
         config.set_extension(Arc::new(Deadline(at)));
     }

@@ -166,6 +166,7 @@ impl QuarryTable {
             read_ts: 0,
             not_fill_cache: false,
             group_sieve: None,
+            repeatable: false,
         };
         let mut scan = RegionScanExec::new(
             self.ctx.clone(),

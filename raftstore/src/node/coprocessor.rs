@@ -166,6 +166,7 @@ impl<E: Engine> Node<E> {
             Err(resp) => return observed(*resp),
         };
         let key = same_reads::key(&mut checked.req);
+        let may_keep = same_reads::repeatable(&checked.req);
         // Dropped with the read when compute drops the call (its query
         // failed, was cancelled or timed out): the task stops at its next
         // batch instead of scanning on for no one.
@@ -175,10 +176,10 @@ impl<E: Engine> Node<E> {
             let resp = self.on_read_pool(move || vec![job()]).await.pop();
             return observed(resp.unwrap_or_else(no_answer));
         };
-        // The same read at the same snapshot, already in flight, is joined
-        // (`same_reads.rs`); the cancel flag then goes with the last
-        // caller. (The job is made outside the lock; a caller that joins
-        // drops it unstarted.)
+        // The same read at the same snapshot, already in flight or kept
+        // since it ended, is joined (`same_reads.rs`); the cancel flag then
+        // goes with the last caller. (The job is made outside the lock; a
+        // caller that joins drops it unstarted.)
         let (read, leading) = self.same_reads.join_or_start(key, move || {
             let answer = self.spawn_read(job);
             async move {
@@ -190,7 +191,9 @@ impl<E: Engine> Node<E> {
         });
         let resp = read.await;
         let led = leading.is_some();
-        drop(leading);
+        if let Some(leading) = leading {
+            leading.keep(&resp, may_keep);
+        }
         let resp = Arc::try_unwrap(resp).unwrap_or_else(|shared| (*shared).clone());
         match led {
             true => observed(resp),

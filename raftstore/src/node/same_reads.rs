@@ -34,16 +34,41 @@
 //! shared as it is, summary included: EXPLAIN ANALYZE shows each task the
 //! scan's work, as if it had read.
 //!
-//! Only reads in flight are joined; an answer is not kept after its read
-//! ends, so nothing here holds memory beyond the reads themselves.
+//! KEPT ANSWERS. A read that ends is also kept for [`KEEP_FOR`], and the
+//! same request arriving in that time gets its answer without reading.
+//! The copies of one query's work do not always overlap: the stages of a
+//! distributed query start some milliseconds apart, a broadcast join's
+//! reduction copy (`broadcast.rs`) reads its build side's tables again
+//! after the build's own read ended, and Q15's view, aggregated twice
+//! under `force`, reads a quarter of lineitem twice in two stages. Only a
+//! request compute marks `repeatable` is kept: its snapshot is a
+//! timestamp no transaction writes at (an autocommit query's own), so
+//! nothing can change what it reads. A transaction's statements read at
+//! its start_ts and see its own locks as rows (read-your-writes), so
+//! the same request after its next write must read again; they are
+//! joined in flight only, as before. Only whole answers are kept: no
+//! region error, error or lock. The answers kept in a store hold at most
+//! [`KEPT_BYTES_MAX`] bytes (the oldest go first), each at most
+//! [`KEPT_ANSWER_MAX`]; a read served from them counts as a joined one
+//! (`quarry_coprocessor_reads_shared_total`). The failpoint
+//! `kept_reads_off` switches keeping off.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use futures::future::{BoxFuture, Shared, WeakShared};
+use futures::future::{BoxFuture, FutureExt, Shared, WeakShared};
 use parking_lot::Mutex;
 use prost::Message;
 use quarry_proto::coprocessor::{CopRequest, CopResponse};
+use quarry_proto::failpoint::fires;
+
+/// How long an answer is kept after its read ends (module docs).
+pub(super) const KEEP_FOR: Duration = Duration::from_secs(2);
+/// The most bytes of answers kept in one store.
+pub(super) const KEPT_BYTES_MAX: usize = 64 << 20;
+/// The largest answer kept.
+pub(super) const KEPT_ANSWER_MAX: usize = 8 << 20;
 
 /// A read in flight, as its callers await it.
 pub(super) type SharedRead = Shared<BoxFuture<'static, Arc<CopResponse>>>;
@@ -52,10 +77,55 @@ pub(super) type SharedRead = Shared<BoxFuture<'static, Arc<CopResponse>>>;
 /// all went is not joined.
 type Running = Arc<Mutex<HashMap<Vec<u8>, WeakShared<BoxFuture<'static, Arc<CopResponse>>>>>>;
 
-/// The reads in flight that a caller may join, by request.
+/// The reads in flight that a caller may join, and the answers kept, by
+/// request.
 #[derive(Default)]
 pub(super) struct SameReads {
     running: Running,
+    kept: Arc<Mutex<Kept>>,
+}
+
+/// Answers of ended reads (module docs), oldest first in `order`.
+#[derive(Default)]
+struct Kept {
+    answers: HashMap<Vec<u8>, (Instant, Arc<CopResponse>)>,
+    order: VecDeque<(Instant, Vec<u8>)>,
+    bytes: usize,
+}
+
+impl Kept {
+    /// The answer kept under `key`, if still fresh at `now`.
+    fn get(&self, key: &[u8], now: Instant) -> Option<Arc<CopResponse>> {
+        let (at, answer) = self.answers.get(key)?;
+        (now.duration_since(*at) < KEEP_FOR).then(|| answer.clone())
+    }
+
+    fn put(&mut self, key: Vec<u8>, answer: Arc<CopResponse>, now: Instant) {
+        let size = answer.data.len() + key.len();
+        if let Some((_, old)) = self.answers.insert(key.clone(), (now, answer)) {
+            self.bytes -= old.data.len() + key.len();
+        }
+        self.bytes += size;
+        self.order.push_back((now, key));
+        // The stale and, past the budget, the oldest go. (An answer kept
+        // again has two places in `order`; its older one takes nothing
+        // out, its entry being newer.)
+        while let Some((at, _)) = self.order.front() {
+            let stale = now.duration_since(*at) >= KEEP_FOR;
+            if !stale && self.bytes <= KEPT_BYTES_MAX {
+                break;
+            }
+            let (at, key) = self.order.pop_front().expect("a front");
+            if self
+                .answers
+                .get(&key)
+                .is_some_and(|(kept_at, _)| *kept_at == at)
+            {
+                let (_, old) = self.answers.remove(&key).expect("an entry");
+                self.bytes -= old.data.len() + key.len();
+            }
+        }
+    }
 }
 
 /// What names a read (module docs): the request's bytes without its
@@ -70,11 +140,36 @@ pub(super) fn key(req: &mut CopRequest) -> Option<Vec<u8>> {
     Some(key)
 }
 
+/// Whether the read of `req` may be kept once it ends (module docs): its
+/// snapshot is one no transaction writes at.
+pub(super) fn repeatable(req: &CopRequest) -> bool {
+    req.dag
+        .as_ref()
+        .is_some_and(|d| d.read_ts != 0 && d.repeatable)
+}
+
 /// The leader of a shared read: takes its entry out when the read ends
 /// (or its caller goes), so later requests read again.
 pub(super) struct Leading {
     running: Running,
+    kept: Arc<Mutex<Kept>>,
     key: Vec<u8>,
+}
+
+impl Leading {
+    /// Keeps the read's `answer` for the same request arriving within
+    /// [`KEEP_FOR`], when it is whole and not too large, and the read
+    /// `may_keep` (it is [`repeatable`]).
+    pub(super) fn keep(self, answer: &Arc<CopResponse>, may_keep: bool) {
+        let whole = answer.region_error.is_none()
+            && answer.other_error.is_none()
+            && answer.locked.is_none();
+        if may_keep && whole && answer.data.len() <= KEPT_ANSWER_MAX && !fires("kept_reads_off") {
+            self.kept
+                .lock()
+                .put(self.key.clone(), answer.clone(), Instant::now());
+        }
+    }
 }
 
 impl Drop for Leading {
@@ -84,8 +179,9 @@ impl Drop for Leading {
 }
 
 impl SameReads {
-    /// The read in flight under `key`, or a new one that `start` begins
-    /// (and this caller leads: keep the guard while awaiting it).
+    /// The read in flight under `key`, else the answer kept under it, or
+    /// a new read that `start` begins (and this caller leads: keep the
+    /// guard while awaiting it, and hand it the answer, [`Leading::keep`]).
     pub(super) fn join_or_start(
         &self,
         key: Vec<u8>,
@@ -95,14 +191,24 @@ impl SameReads {
         if let Some(read) = running.get(&key).and_then(WeakShared::upgrade) {
             return (read, None);
         }
+        if let Some(answer) = self.kept.lock().get(&key, Instant::now()) {
+            return (futures::future::ready(answer).boxed().shared(), None);
+        }
         let read = start();
         let weak = read.downgrade().expect("a read not yet polled to its end");
         running.insert(key.clone(), weak);
         let leading = Leading {
             running: self.running.clone(),
+            kept: self.kept.clone(),
             key,
         };
         (read, Some(leading))
+    }
+
+    /// Answers kept (for tests).
+    #[cfg(test)]
+    fn kept_len(&self) -> usize {
+        self.kept.lock().answers.len()
     }
 
     /// Reads in flight (for tests).
@@ -170,6 +276,87 @@ mod tests {
             async { Arc::new(CopResponse::default()) }.boxed().shared()
         });
         assert!(leading.is_some());
+    }
+
+    fn ready(answer: CopResponse) -> SharedRead {
+        async move { Arc::new(answer) }.boxed().shared()
+    }
+
+    fn data(bytes: &[u8]) -> CopResponse {
+        CopResponse {
+            data: bytes.to_vec().into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_repeatable_snapshots_may_be_kept() {
+        let mut req = request(7, 100);
+        assert!(!repeatable(&req), "a transaction's statement");
+        req.dag.as_mut().unwrap().repeatable = true;
+        assert!(repeatable(&req));
+        req.dag.as_mut().unwrap().read_ts = 0;
+        assert!(!repeatable(&req), "the latest data");
+    }
+
+    /// A whole answer is kept for the same request after its read ended;
+    /// an error, a lock or a read that may not be kept is not.
+    #[tokio::test]
+    async fn an_ended_read_is_kept_when_whole_and_repeatable() {
+        let reads = SameReads::default();
+        let (read, leading) = reads.join_or_start(b"k".to_vec(), || ready(data(b"abc")));
+        let answer = read.await;
+        leading.unwrap().keep(&answer, true);
+        let (again, leading) = reads.join_or_start(b"k".to_vec(), || unreachable!());
+        assert!(leading.is_none(), "served from the kept answer");
+        assert_eq!(again.await.data.as_ref(), b"abc");
+
+        let mut locked = data(b"");
+        locked.locked = Some(Default::default());
+        let mut failed = data(b"");
+        failed.region_error = Some(Default::default());
+        for (key, answer, may_keep) in [
+            (&b"locked"[..], locked, true),
+            (b"failed", failed, true),
+            (b"in a transaction", data(b"x"), false),
+        ] {
+            let (read, leading) = reads.join_or_start(key.to_vec(), || ready(answer));
+            leading.unwrap().keep(&read.await, may_keep);
+            let (_, leading) = reads.join_or_start(key.to_vec(), || ready(data(b"")));
+            assert!(
+                leading.is_some(),
+                "{:?} read again",
+                String::from_utf8_lossy(key)
+            );
+        }
+        assert_eq!(reads.kept_len(), 1);
+    }
+
+    /// Kept answers go when stale, and the oldest first past the budget.
+    #[test]
+    fn kept_answers_go_when_stale_or_past_the_budget() {
+        let mut kept = Kept::default();
+        let t0 = Instant::now();
+        kept.put(b"a".to_vec(), Arc::new(data(b"1")), t0);
+        assert!(kept.get(b"a", t0 + KEEP_FOR / 2).is_some());
+        assert!(kept.get(b"a", t0 + KEEP_FOR).is_none(), "stale");
+        kept.put(b"b".to_vec(), Arc::new(data(b"2")), t0 + KEEP_FOR);
+        assert_eq!(kept.answers.len(), 1, "the stale one went");
+        assert_eq!(kept.bytes, 2);
+
+        let big = vec![0u8; KEPT_BYTES_MAX / 2];
+        let t1 = t0 + KEEP_FOR;
+        kept.put(b"c".to_vec(), Arc::new(data(&big)), t1);
+        kept.put(b"d".to_vec(), Arc::new(data(&big)), t1);
+        assert!(kept.get(b"b", t1).is_none() && kept.get(b"c", t1).is_none());
+        assert!(kept.get(b"d", t1).is_some());
+        assert!(kept.bytes <= KEPT_BYTES_MAX);
+        // The same key kept again: counted once, and its newer entry stays
+        // when the older place in the order comes up.
+        kept.put(b"d".to_vec(), Arc::new(data(b"3")), t1 + KEEP_FOR / 2);
+        assert_eq!(kept.bytes, 2);
+        kept.put(b"e".to_vec(), Arc::new(data(b"4")), t1 + KEEP_FOR);
+        assert_eq!(kept.get(b"d", t1 + KEEP_FOR).unwrap().data.as_ref(), b"3");
     }
 
     /// A read all of whose callers went away is dropped (and with it its
