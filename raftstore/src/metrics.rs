@@ -58,7 +58,7 @@ metric!(COP_SENT_BYTES: IntCounter = register_int_counter!(
 ));
 metric!(COP_SHARED: IntCounter = register_int_counter!(
     "quarry_coprocessor_reads_shared_total",
-    "Coprocessor requests answered by joining the same read in flight at the same snapshot (node/same_reads.rs)"
+    "Coprocessor requests answered by joining the same read in flight at the same snapshot, or by its answer kept since (node/same_reads.rs)"
 ));
 metric!(RAFT_PROPOSALS: IntCounter = register_int_counter!(
     "quarry_raft_proposals_total",

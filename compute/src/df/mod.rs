@@ -400,11 +400,11 @@ pub fn rowid_column(name: &str) -> quarry_proto::meta::ColumnDef {
 #[derive(Debug, Clone, Copy)]
 pub struct Snapshot {
     pub read_ts: u64,
-    /// `read_ts` is a timestamp no transaction writes at (an autocommit
-    /// query's own), so the same read gives the same answer whenever it
-    /// runs, and a store may keep it for the same request again
-    /// (`DagRequest.repeatable`). False for a transaction's statements,
-    /// which read their own locks.
+    /// `read_ts` is no transaction's start_ts (an autocommit query's own
+    /// timestamp), so its reads meet no lock as their own rows and the
+    /// same read gives the same answer whenever it runs: a store may keep
+    /// it for the same request again (`DagRequest.repeatable`). False for
+    /// a transaction's statements, which read their own locks.
     pub repeatable: bool,
 }
 

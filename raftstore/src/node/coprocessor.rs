@@ -180,7 +180,7 @@ impl<E: Engine> Node<E> {
         // since it ended, is joined (`same_reads.rs`); the cancel flag then
         // goes with the last caller. (The job is made outside the lock; a
         // caller that joins drops it unstarted.)
-        let (read, leading) = self.same_reads.join_or_start(key, move || {
+        let (read, leading) = self.same_reads.join_or_start(key, may_keep, move || {
             let answer = self.spawn_read(job);
             async move {
                 let _cancel = cancel;

@@ -15,12 +15,12 @@
 //! WHEN TWO READS ARE THE SAME. Their requests are equal byte for byte
 //! but for the time each caller still gives it (`timeout_ms`): the same
 //! region and epoch, ranges, DAG (with its snapshot, its transaction for
-//! its own writes, its key filters) and encoding. Such a read at a
-//! snapshot gives the same answer whenever it runs: MVCC versions at or
-//! below `read_ts` do not change once a read has been there (a commit
-//! picks a timestamp above every read the store has seen,
-//! `concurrency.rs`), and each request passes its own checks (leadership,
-//! epoch, ranges, the snapshot still readable) before it may join. A read
+//! its own writes, its key filters) and encoding. Reads that overlap give
+//! the same answer: MVCC versions at or below `read_ts` do not change
+//! once a read has been there (a commit picks a timestamp above every
+//! read the store has seen, `concurrency.rs`), and each request passes
+//! its own checks (leadership, epoch, ranges, the snapshot still
+//! readable) before it may join. A read
 //! without a snapshot (`read_ts` 0, the latest data) is never shared: a
 //! read that started before a write ended must not answer one that
 //! arrived after it.
@@ -40,21 +40,27 @@
 //! distributed query start some milliseconds apart, a broadcast join's
 //! reduction copy (`broadcast.rs`) reads its build side's tables again
 //! after the build's own read ended, and Q15's view, aggregated twice
-//! under `force`, reads a quarter of lineitem twice in two stages. Only a
-//! request compute marks `repeatable` is kept: its snapshot is a
-//! timestamp no transaction writes at (an autocommit query's own), so
-//! nothing can change what it reads. A transaction's statements read at
-//! its start_ts and see its own locks as rows (read-your-writes), so
-//! the same request after its next write must read again; they are
-//! joined in flight only, as before. Only whole answers are kept: no
-//! region error, error or lock. The answers kept in a store hold at most
-//! [`KEPT_BYTES_MAX`] bytes (the oldest go first), each at most
-//! [`KEPT_ANSWER_MAX`]: with 8 MiB answers and 64 MiB, TPC-H Q13 in one
-//! process (2 MB of orders a region, never asked for again) ran a third
-//! slower, its stores' buffers held instead of reused. A read served
-//! from them counts as a joined one
+//! under `force`, reads a quarter of lineitem twice in two stages.
+//!
+//! Only a request compute marks `repeatable` keeps its answer or is
+//! answered from one: its snapshot is a timestamp that is no
+//! transaction's start_ts (an autocommit query's own; the oracle hands
+//! out each timestamp once), so the read meets no lock as its own rows,
+//! and the versions at or below it are fixed once read (above). A
+//! transaction's statements read at its start_ts and see its own locks as
+//! rows (read-your-writes), so the same request after its next write must
+//! read again; they are joined in flight only, as before. Only whole
+//! answers are kept: no region error, error or lock. The answers kept in
+//! a store hold at most [`KEPT_BYTES_MAX`] bytes (the oldest go first,
+//! and the stale go at each lookup), each at most [`KEPT_ANSWER_MAX`]
+//! with its request: a large answer, a big scan's, is seldom asked for
+//! twice, and holding it keeps the store from reusing its memory
+//! (`docs/performance.md`). As with a joined read, EXPLAIN ANALYZE shows
+//! the kept answer's summary, the work of the read that made it. A read
+//! served from one counts as a joined one
 //! (`quarry_coprocessor_reads_shared_total`). The failpoint
-//! `kept_reads_off` switches keeping off.
+//! `kept_reads_off` stops keeping new answers (those kept before it
+//! still answer for their 2 s).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -70,10 +76,9 @@ use quarry_proto::failpoint::fires;
 pub(super) const KEEP_FOR: Duration = Duration::from_secs(2);
 /// The most bytes of answers kept in one store.
 pub(super) const KEPT_BYTES_MAX: usize = 16 << 20;
-/// The largest answer kept: the copies that come again are dimension
-/// tables and aggregated regions (Q5's customers, 480 KB; Q15's region
-/// sums, 200 KB); a large scan's answer is seldom asked for twice, and
-/// holding it only keeps memory from being reused (module docs).
+/// The largest answer kept, its request's bytes included: the copies
+/// that come again are dimension tables and aggregated regions, hundreds
+/// of KB each (module docs).
 pub(super) const KEPT_ANSWER_MAX: usize = 1 << 20;
 
 /// A read in flight, as its callers await it.
@@ -100,8 +105,10 @@ struct Kept {
 }
 
 impl Kept {
-    /// The answer kept under `key`, if still fresh at `now`.
-    fn get(&self, key: &[u8], now: Instant) -> Option<Arc<CopResponse>> {
+    /// The answer kept under `key`, if still fresh at `now`; the stale
+    /// ones go first, so an idle store holds none for long.
+    fn get(&mut self, key: &[u8], now: Instant) -> Option<Arc<CopResponse>> {
+        self.shed(now);
         let (at, answer) = self.answers.get(key)?;
         (now.duration_since(*at) < KEEP_FOR).then(|| answer.clone())
     }
@@ -113,9 +120,13 @@ impl Kept {
         }
         self.bytes += size;
         self.order.push_back((now, key));
-        // The stale and, past the budget, the oldest go. (An answer kept
-        // again has two places in `order`; its older one takes nothing
-        // out, its entry being newer.)
+        self.shed(now);
+    }
+
+    /// The stale and, past the budget, the oldest go. (An answer kept
+    /// again has two places in `order`; its older one takes nothing out,
+    /// its entry being newer.)
+    fn shed(&mut self, now: Instant) {
         while let Some((at, _)) = self.order.front() {
             let stale = now.duration_since(*at) >= KEEP_FOR;
             if !stale && self.bytes <= KEPT_BYTES_MAX {
@@ -146,8 +157,8 @@ pub(super) fn key(req: &mut CopRequest) -> Option<Vec<u8>> {
     Some(key)
 }
 
-/// Whether the read of `req` may be kept once it ends (module docs): its
-/// snapshot is one no transaction writes at.
+/// Whether the read of `req` may keep its answer once it ends, or take a
+/// kept one (module docs): its snapshot is no transaction's start_ts.
 pub(super) fn repeatable(req: &CopRequest) -> bool {
     req.dag
         .as_ref()
@@ -170,7 +181,8 @@ impl Leading {
         let whole = answer.region_error.is_none()
             && answer.other_error.is_none()
             && answer.locked.is_none();
-        if may_keep && whole && answer.data.len() <= KEPT_ANSWER_MAX && !fires("kept_reads_off") {
+        let size = answer.data.len() + self.key.len();
+        if may_keep && whole && size <= KEPT_ANSWER_MAX && !fires("kept_reads_off") {
             self.kept
                 .lock()
                 .put(self.key.clone(), answer.clone(), Instant::now());
@@ -185,20 +197,24 @@ impl Drop for Leading {
 }
 
 impl SameReads {
-    /// The read in flight under `key`, else the answer kept under it, or
-    /// a new read that `start` begins (and this caller leads: keep the
-    /// guard while awaiting it, and hand it the answer, [`Leading::keep`]).
+    /// The read in flight under `key`, else the answer kept under it when
+    /// the request is [`repeatable`], or a new read that `start` begins
+    /// (and this caller leads: keep the guard while awaiting it, and hand
+    /// it the answer, [`Leading::keep`]).
     pub(super) fn join_or_start(
         &self,
         key: Vec<u8>,
+        repeatable: bool,
         start: impl FnOnce() -> SharedRead,
     ) -> (SharedRead, Option<Leading>) {
         let mut running = self.running.lock();
         if let Some(read) = running.get(&key).and_then(WeakShared::upgrade) {
             return (read, None);
         }
-        if let Some(answer) = self.kept.lock().get(&key, Instant::now()) {
-            return (futures::future::ready(answer).boxed().shared(), None);
+        if repeatable {
+            if let Some(answer) = self.kept.lock().get(&key, Instant::now()) {
+                return (futures::future::ready(answer).boxed().shared(), None);
+            }
         }
         let read = start();
         let weak = read.downgrade().expect("a read not yet polled to its end");
@@ -263,9 +279,9 @@ mod tests {
             started.fetch_add(1, Ordering::SeqCst);
             async move { Arc::new(rx.await.unwrap()) }.boxed().shared()
         };
-        let (first, leading) = reads.join_or_start(b"k".to_vec(), start);
+        let (first, leading) = reads.join_or_start(b"k".to_vec(), true, start);
         assert!(leading.is_some());
-        let (second, joined) = reads.join_or_start(b"k".to_vec(), || unreachable!());
+        let (second, joined) = reads.join_or_start(b"k".to_vec(), true, || unreachable!());
         assert!(joined.is_none());
         let answer = CopResponse {
             data: vec![1, 2, 3].into(),
@@ -278,7 +294,7 @@ mod tests {
         assert_eq!(reads.len(), 0);
         assert_eq!(started.load(Ordering::SeqCst), 1);
         // Ended: the next one reads again.
-        let (_, leading) = reads.join_or_start(b"k".to_vec(), || {
+        let (_, leading) = reads.join_or_start(b"k".to_vec(), true, || {
             async { Arc::new(CopResponse::default()) }.boxed().shared()
         });
         assert!(leading.is_some());
@@ -299,8 +315,10 @@ mod tests {
     fn only_repeatable_snapshots_may_be_kept() {
         let mut req = request(7, 100);
         assert!(!repeatable(&req), "a transaction's statement");
+        let in_txn = key(&mut req).unwrap();
         req.dag.as_mut().unwrap().repeatable = true;
         assert!(repeatable(&req));
+        assert_ne!(key(&mut req).unwrap(), in_txn, "never the same read");
         req.dag.as_mut().unwrap().read_ts = 0;
         assert!(!repeatable(&req), "the latest data");
     }
@@ -310,10 +328,10 @@ mod tests {
     #[tokio::test]
     async fn an_ended_read_is_kept_when_whole_and_repeatable() {
         let reads = SameReads::default();
-        let (read, leading) = reads.join_or_start(b"k".to_vec(), || ready(data(b"abc")));
+        let (read, leading) = reads.join_or_start(b"k".to_vec(), true, || ready(data(b"abc")));
         let answer = read.await;
         leading.unwrap().keep(&answer, true);
-        let (again, leading) = reads.join_or_start(b"k".to_vec(), || unreachable!());
+        let (again, leading) = reads.join_or_start(b"k".to_vec(), true, || unreachable!());
         assert!(leading.is_none(), "served from the kept answer");
         assert_eq!(again.await.data.as_ref(), b"abc");
 
@@ -321,14 +339,19 @@ mod tests {
         locked.locked = Some(Default::default());
         let mut failed = data(b"");
         failed.region_error = Some(Default::default());
+        let mut error = data(b"");
+        error.other_error = Some(Default::default());
+        let too_large = data(&vec![0u8; KEPT_ANSWER_MAX]);
         for (key, answer, may_keep) in [
             (&b"locked"[..], locked, true),
             (b"failed", failed, true),
+            (b"error", error, true),
+            (b"too large with its request", too_large, true),
             (b"in a transaction", data(b"x"), false),
         ] {
-            let (read, leading) = reads.join_or_start(key.to_vec(), || ready(answer));
+            let (read, leading) = reads.join_or_start(key.to_vec(), may_keep, || ready(answer));
             leading.unwrap().keep(&read.await, may_keep);
-            let (_, leading) = reads.join_or_start(key.to_vec(), || ready(data(b"")));
+            let (_, leading) = reads.join_or_start(key.to_vec(), may_keep, || ready(data(b"")));
             assert!(
                 leading.is_some(),
                 "{:?} read again",
@@ -336,6 +359,12 @@ mod tests {
             );
         }
         assert_eq!(reads.kept_len(), 1);
+        // A request that may not take a kept answer reads again.
+        let (_, leading) = reads.join_or_start(b"k".to_vec(), false, || ready(data(b"")));
+        assert!(
+            leading.is_some(),
+            "a transaction's read is never answered from one"
+        );
     }
 
     /// Kept answers go when stale, and the oldest first past the budget.
@@ -371,14 +400,14 @@ mod tests {
     async fn a_read_no_one_awaits_is_not_joined() {
         let reads = SameReads::default();
         let (_tx, rx) = tokio::sync::oneshot::channel::<CopResponse>();
-        let (read, leading) = reads.join_or_start(b"k".to_vec(), || {
+        let (read, leading) = reads.join_or_start(b"k".to_vec(), true, || {
             async move { Arc::new(rx.await.unwrap_or_default()) }
                 .boxed()
                 .shared()
         });
         std::mem::forget(leading); // (its entry stays, as if it were slow to go)
         drop(read);
-        let (_, leading) = reads.join_or_start(b"k".to_vec(), || {
+        let (_, leading) = reads.join_or_start(b"k".to_vec(), true, || {
             async { Arc::new(CopResponse::default()) }.boxed().shared()
         });
         assert!(leading.is_some(), "a dead read is not joined");

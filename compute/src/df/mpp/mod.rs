@@ -150,7 +150,7 @@ extensions_options! {
         pub mode: String, default = "auto".to_string()
         /// The query's snapshot: every task's region scans read at it.
         pub read_ts: u64, default = 0
-        /// Whether no transaction writes at `read_ts` (`df::Snapshot`).
+        /// Whether `read_ts` is no transaction's start_ts (`df::Snapshot`).
         pub repeatable: bool, default = false
         /// The statement's deadline, milliseconds since the Unix epoch.
         pub deadline_unix_ms: u64, default = 0
