@@ -20,10 +20,9 @@
 //! once a read has been there (a commit picks a timestamp above every
 //! read the store has seen, `concurrency.rs`), and each request passes
 //! its own checks (leadership, epoch, ranges, the snapshot still
-//! readable) before it may join. A read
-//! without a snapshot (`read_ts` 0, the latest data) is never shared: a
-//! read that started before a write ended must not answer one that
-//! arrived after it.
+//! readable) before it may join. A read without a snapshot (`read_ts` 0,
+//! the latest data) is never shared: a read that started before a write
+//! ended must not answer one that arrived after it.
 //!
 //! WHO STOPS IT. The read runs for its callers together: it stops (its
 //! cancel flag, `CancelOnDrop`) only when the last of them has gone, and
