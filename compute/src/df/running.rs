@@ -76,6 +76,10 @@ impl SqlSession {
         // slot, which no other worker takes, until this one yields.
         tokio::task::yield_now().await;
         let stale = AtomicBool::new(false);
+        // A broken build on purpose, for the chaos checker's test: reads
+        // this many ms in the past (then perhaps at a transaction's
+        // start_ts, so not repeatable).
+        let past_ms = quarry_proto::failpoint::number("stale_read");
         let out = self
             .stream_when(
                 q,
@@ -91,16 +95,12 @@ impl SqlSession {
                         Some(v) => self.cluster.confirm_catalog(v, asked),
                         None => {}
                     }
-                    // A broken build on purpose, for the chaos checker's test:
-                    // reads this many ms in the past.
-                    match quarry_proto::failpoint::number("stale_read") {
+                    match past_ms {
                         Some(ms) => Ok(stamp.ts.saturating_sub((ms.max(0) as u64) << 18)),
                         None => Ok(stamp.ts),
                     }
                 },
-                // (A read in the past, by the failpoint, may be at a
-                // transaction's start_ts.)
-                quarry_proto::failpoint::number("stale_read").is_none(),
+                past_ms.is_none(),
             )
             .await;
         let Some(check) = check.filter(|_| stale.load(Ordering::Relaxed)) else {

@@ -104,20 +104,19 @@ struct Kept {
 }
 
 impl Kept {
-    /// The answer kept under `key`, if still fresh at `now`; the stale
-    /// ones go first, so an idle store holds none for long.
+    /// The answer kept under `key`, if still fresh at `now`. The stale
+    /// ones go first (so an idle store holds none for long); what is left
+    /// is fresh, `order` being oldest first.
     fn get(&mut self, key: &[u8], now: Instant) -> Option<Arc<CopResponse>> {
         self.shed(now);
-        let (at, answer) = self.answers.get(key)?;
-        (now.duration_since(*at) < KEEP_FOR).then(|| answer.clone())
+        self.answers.get(key).map(|(_, answer)| answer.clone())
     }
 
     fn put(&mut self, key: Vec<u8>, answer: Arc<CopResponse>, now: Instant) {
-        let size = answer.data.len() + key.len();
+        self.bytes += kept_size(&key, &answer);
         if let Some((_, old)) = self.answers.insert(key.clone(), (now, answer)) {
-            self.bytes -= old.data.len() + key.len();
+            self.bytes -= kept_size(&key, &old);
         }
-        self.bytes += size;
         self.order.push_back((now, key));
         self.shed(now);
     }
@@ -138,10 +137,16 @@ impl Kept {
                 .is_some_and(|(kept_at, _)| *kept_at == at)
             {
                 let (_, old) = self.answers.remove(&key).expect("an entry");
-                self.bytes -= old.data.len() + key.len();
+                self.bytes -= kept_size(&key, &old);
             }
         }
     }
+}
+
+/// What an answer kept under `key` counts against the budgets: its data
+/// and its request.
+fn kept_size(key: &[u8], answer: &CopResponse) -> usize {
+    answer.data.len() + key.len()
 }
 
 /// What names a read (module docs): the request's bytes without its
@@ -180,7 +185,7 @@ impl Leading {
         let whole = answer.region_error.is_none()
             && answer.other_error.is_none()
             && answer.locked.is_none();
-        let size = answer.data.len() + self.key.len();
+        let size = kept_size(&self.key, answer);
         if may_keep && whole && size <= KEPT_ANSWER_MAX && !fires("kept_reads_off") {
             self.kept
                 .lock()
