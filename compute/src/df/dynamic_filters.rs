@@ -195,7 +195,12 @@ const DENSE_KEYS: f64 = 0.9;
 fn without_dense_key_lists(e: Expr) -> (Expr, bool) {
     fn keys(e: &Expr, out: &mut std::collections::HashSet<i64>) {
         match e {
-            Expr::InList { set: Some(s), .. } => out.extend(s.0.iter().copied()),
+            Expr::InList {
+                list, set: Some(_), ..
+            } => out.extend(list.iter().filter_map(|v| match v {
+                quarry_coprocessor::expr::ScalarValue::Int64(k) => Some(*k),
+                _ => None,
+            })),
             Expr::Logic { args, .. } => {
                 for a in args {
                     keys(a, out);

@@ -376,10 +376,11 @@ impl Expr {
                 if let (ColumnarValue::Array(a), Some(set)) = (&v, set) {
                     // A long list of integers (a join's keys, pushed down
                     // as a dynamic filter): one hash probe per row.
+                    let set = set.probe_set(list);
                     let a = a.as_primitive::<Int64Type>();
                     let hits: BooleanArray = a
                         .iter()
-                        .map(|x| x.map(|x| set.0.contains(&x) != *negated))
+                        .map(|x| x.map(|x| set.contains(&x) != *negated))
                         .collect();
                     return Ok(ColumnarValue::Array(Arc::new(hits)));
                 }

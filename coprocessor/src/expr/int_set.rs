@@ -1,8 +1,16 @@
 //! Long IN lists of integers (a join's keys) as a hash set, built once
-//! per request.
+//! per request, at its first probe.
+//!
+//! Most requests never probe it: a scan's zone filter and the fused
+//! executor take the list as a sorted set of their own
+//! (`executor::kernels::IntSet`), and only the row-at-a-time evaluation
+//! (`eval.rs`) hashes. Built when the request was decoded, the set of a
+//! probe scan's 100 K keys cost a store an eighth of its samples in Q5
+//! under `mpp = 'force'`, where every task sends every region the list
+//! (`docs/performance.md`).
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::ScalarValue;
 
@@ -13,27 +21,35 @@ pub(super) const IN_LIST_HASH_AT: usize = 16;
 /// list makes misses NULL, which only the item-by-item path gets right,
 /// so such a list has no set.
 #[derive(Clone)]
-pub struct IntSet(pub Arc<HashSet<i64, IntHash>>);
+pub struct IntSet(Arc<OnceLock<HashSet<i64, IntHash>>>);
 
 impl IntSet {
+    /// A set for `list`, when it is long and all BIGINT; built at the
+    /// first [`IntSet::probe_set`].
     pub(super) fn of(list: &[ScalarValue]) -> Option<IntSet> {
-        if list.len() < IN_LIST_HASH_AT {
-            return None;
-        }
-        let set = list
-            .iter()
-            .map(|v| match v {
+        let ints = list.iter().all(|v| matches!(v, ScalarValue::Int64(_)));
+        (list.len() >= IN_LIST_HASH_AT && ints).then(|| IntSet(Arc::default()))
+    }
+
+    /// The hash set of `list`, the list this set was made [`IntSet::of`].
+    pub(super) fn probe_set(&self, list: &[ScalarValue]) -> &HashSet<i64, IntHash> {
+        self.0.get_or_init(|| {
+            let mut set = HashSet::with_capacity_and_hasher(list.len(), IntHash);
+            set.extend(list.iter().filter_map(|v| match v {
                 ScalarValue::Int64(x) => Some(*x),
                 _ => None,
-            })
-            .collect::<Option<HashSet<i64, IntHash>>>()?;
-        Some(IntSet(Arc::new(set)))
+            }));
+            set
+        })
     }
 }
 
 impl std::fmt::Debug for IntSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "IntSet({} values)", self.0.len())
+        match self.0.get() {
+            Some(set) => write!(f, "IntSet({} values)", set.len()),
+            None => write!(f, "IntSet(not built)"),
+        }
     }
 }
 

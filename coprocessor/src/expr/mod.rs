@@ -171,7 +171,7 @@ pub enum Expr {
         negated: bool,
     },
     /// The list has the expression's type. A long list of integers (a
-    /// join's keys) also comes as a hash set, built once per request.
+    /// join's keys) also has a hash set, built at its first probe.
     InList {
         expr: Box<Expr>,
         list: Vec<ScalarValue>,

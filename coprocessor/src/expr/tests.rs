@@ -338,6 +338,26 @@ fn a_long_integer_list_travels_packed_and_comes_back_equal() {
     }
 }
 
+#[test]
+fn a_long_integer_list_is_probed_through_its_set_built_at_the_first_probe() {
+    // qty is 10, NULL, i64::MAX; the list 0, 5, 10, ..., 95.
+    let keys: Vec<i64> = (0..20).map(|v| v * 5).collect();
+    for negated in [false, true] {
+        let e = Expr::in_int_list(col(2), keys.clone(), negated).unwrap();
+        let Expr::InList { set: Some(set), .. } = &e else {
+            panic!("a list of {} BIGINT values has a set: {e:?}", keys.len())
+        };
+        assert_eq!(format!("{set:?}"), "IntSet(not built)");
+        let got: Vec<Option<bool>> = eval(&e).as_boolean().iter().collect();
+        let hit = Some(!negated);
+        assert_eq!(got, vec![hit, None, hit.map(|h| !h)], "negated: {negated}");
+        assert_eq!(format!("{set:?}"), "IntSet(20 values)");
+    }
+    // A short list goes item by item.
+    let short = Expr::in_int_list(col(2), vec![10, 11], false).unwrap();
+    assert!(matches!(short, Expr::InList { set: None, .. }));
+}
+
 fn utf8(v: &str) -> Expr {
     Expr::literal(ScalarValue::Utf8(v.into()))
 }

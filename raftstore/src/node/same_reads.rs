@@ -62,6 +62,7 @@
 //! still answer for their 2 s).
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -83,9 +84,65 @@ pub(super) const KEPT_ANSWER_MAX: usize = 1 << 20;
 /// A read in flight, as its callers await it.
 pub(super) type SharedRead = Shared<BoxFuture<'static, Arc<CopResponse>>>;
 
+/// What names a read (module docs): the request's bytes without its
+/// timeout, and their hash, taken once.
+///
+/// A request carries its key filters, so a join's probe scan asks with
+/// tens to hundreds of KB (Q5's orders and lineitem scans under
+/// `force`). Hashed as bytes at every map step, and again for every
+/// entry when a map rehashes, such keys cost a store a sixth of its
+/// samples in Q5 (`docs/performance.md`); the maps hash the one `u64`
+/// instead and compare bytes only when it matches.
+#[derive(Clone)]
+pub(super) struct ReadKey {
+    hash: u64,
+    bytes: Arc<[u8]>,
+}
+
+impl ReadKey {
+    fn new(bytes: Vec<u8>) -> Self {
+        ReadKey {
+            hash: foldhash::fast::FixedState::with_seed(0).hash_one(&bytes[..]),
+            bytes: bytes.into(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+impl PartialEq for ReadKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.bytes == other.bytes
+    }
+}
+
+impl Eq for ReadKey {}
+
+impl std::fmt::Debug for ReadKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ReadKey({} bytes, hash {:#x})",
+            self.bytes.len(),
+            self.hash
+        )
+    }
+}
+
+impl Hash for ReadKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// A map by [`ReadKey`]: hashes its one `u64`.
+type ByRead<V> = HashMap<ReadKey, V, foldhash::fast::FixedState>;
+
 /// The reads in flight, by request, held weakly: a read whose callers
 /// all went is not joined.
-type Running = Arc<Mutex<HashMap<Vec<u8>, WeakShared<BoxFuture<'static, Arc<CopResponse>>>>>>;
+type Running = Arc<Mutex<ByRead<WeakShared<BoxFuture<'static, Arc<CopResponse>>>>>>;
 
 /// The reads in flight that a caller may join, and the answers kept, by
 /// request.
@@ -98,8 +155,8 @@ pub(super) struct SameReads {
 /// Answers of ended reads (module docs), oldest first in `order`.
 #[derive(Default)]
 struct Kept {
-    answers: HashMap<Vec<u8>, (Instant, Arc<CopResponse>)>,
-    order: VecDeque<(Instant, Vec<u8>)>,
+    answers: ByRead<(Instant, Arc<CopResponse>)>,
+    order: VecDeque<(Instant, ReadKey)>,
     bytes: usize,
 }
 
@@ -107,12 +164,12 @@ impl Kept {
     /// The answer kept under `key`, if still fresh at `now`. The stale
     /// ones go first (so an idle store holds none for long); what is left
     /// is fresh, `order` being oldest first.
-    fn get(&mut self, key: &[u8], now: Instant) -> Option<Arc<CopResponse>> {
+    fn get(&mut self, key: &ReadKey, now: Instant) -> Option<Arc<CopResponse>> {
         self.shed(now);
         self.answers.get(key).map(|(_, answer)| answer.clone())
     }
 
-    fn put(&mut self, key: Vec<u8>, answer: Arc<CopResponse>, now: Instant) {
+    fn put(&mut self, key: ReadKey, answer: Arc<CopResponse>, now: Instant) {
         self.bytes += kept_size(&key, &answer);
         if let Some((_, old)) = self.answers.insert(key.clone(), (now, answer)) {
             self.bytes -= kept_size(&key, &old);
@@ -145,20 +202,20 @@ impl Kept {
 
 /// What an answer kept under `key` counts against the budgets: its data
 /// and its request.
-fn kept_size(key: &[u8], answer: &CopResponse) -> usize {
+fn kept_size(key: &ReadKey, answer: &CopResponse) -> usize {
     answer.data.len() + key.len()
 }
 
 /// What names a read (module docs): the request's bytes without its
 /// timeout; None for a read without a snapshot.
-pub(super) fn key(req: &mut CopRequest) -> Option<Vec<u8>> {
+pub(super) fn key(req: &mut CopRequest) -> Option<ReadKey> {
     if req.dag.as_ref().is_none_or(|d| d.read_ts == 0) {
         return None;
     }
     let timeout = std::mem::take(&mut req.timeout_ms);
     let key = req.encode_to_vec();
     req.timeout_ms = timeout;
-    Some(key)
+    Some(ReadKey::new(key))
 }
 
 /// Whether the read of `req` may keep its answer once it ends, or take a
@@ -174,7 +231,7 @@ pub(super) fn repeatable(req: &CopRequest) -> bool {
 pub(super) struct Leading {
     running: Running,
     kept: Arc<Mutex<Kept>>,
-    key: Vec<u8>,
+    key: ReadKey,
 }
 
 impl Leading {
@@ -207,7 +264,7 @@ impl SameReads {
     /// it the answer, [`Leading::keep`]).
     pub(super) fn join_or_start(
         &self,
-        key: Vec<u8>,
+        key: ReadKey,
         repeatable: bool,
         start: impl FnOnce() -> SharedRead,
     ) -> (SharedRead, Option<Leading>) {
@@ -251,6 +308,23 @@ mod tests {
     use quarry_proto::coprocessor::DagRequest;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    fn k(bytes: &[u8]) -> ReadKey {
+        ReadKey::new(bytes.to_vec())
+    }
+
+    #[test]
+    fn keys_with_one_hash_are_still_told_apart_by_their_bytes() {
+        let a = k(b"a");
+        let mut forged = k(b"b");
+        forged.hash = a.hash;
+        assert_ne!(a, forged);
+        let mut map: ByRead<u32> = ByRead::default();
+        map.insert(a.clone(), 1);
+        map.insert(forged.clone(), 2);
+        assert_eq!((map[&a], map[&forged]), (1, 2));
+        assert_eq!(k(b"a"), a, "the same bytes, the same key");
+    }
+
     fn request(read_ts: u64, timeout_ms: u64) -> CopRequest {
         CopRequest {
             dag: Some(DagRequest {
@@ -283,9 +357,9 @@ mod tests {
             started.fetch_add(1, Ordering::SeqCst);
             async move { Arc::new(rx.await.unwrap()) }.boxed().shared()
         };
-        let (first, leading) = reads.join_or_start(b"k".to_vec(), true, start);
+        let (first, leading) = reads.join_or_start(k(b"k"), true, start);
         assert!(leading.is_some());
-        let (second, joined) = reads.join_or_start(b"k".to_vec(), true, || unreachable!());
+        let (second, joined) = reads.join_or_start(k(b"k"), true, || unreachable!());
         assert!(joined.is_none());
         let answer = CopResponse {
             data: vec![1, 2, 3].into(),
@@ -298,7 +372,7 @@ mod tests {
         assert_eq!(reads.len(), 0);
         assert_eq!(started.load(Ordering::SeqCst), 1);
         // Ended: the next one reads again.
-        let (_, leading) = reads.join_or_start(b"k".to_vec(), true, || {
+        let (_, leading) = reads.join_or_start(k(b"k"), true, || {
             async { Arc::new(CopResponse::default()) }.boxed().shared()
         });
         assert!(leading.is_some());
@@ -332,10 +406,10 @@ mod tests {
     #[tokio::test]
     async fn an_ended_read_is_kept_when_whole_and_repeatable() {
         let reads = SameReads::default();
-        let (read, leading) = reads.join_or_start(b"k".to_vec(), true, || ready(data(b"abc")));
+        let (read, leading) = reads.join_or_start(k(b"k"), true, || ready(data(b"abc")));
         let answer = read.await;
         leading.unwrap().keep(&answer, true);
-        let (again, leading) = reads.join_or_start(b"k".to_vec(), true, || unreachable!());
+        let (again, leading) = reads.join_or_start(k(b"k"), true, || unreachable!());
         assert!(leading.is_none(), "served from the kept answer");
         assert_eq!(again.await.data.as_ref(), b"abc");
 
@@ -353,9 +427,9 @@ mod tests {
             (b"too large with its request", too_large, true),
             (b"in a transaction", data(b"x"), false),
         ] {
-            let (read, leading) = reads.join_or_start(key.to_vec(), may_keep, || ready(answer));
+            let (read, leading) = reads.join_or_start(k(key), may_keep, || ready(answer));
             leading.unwrap().keep(&read.await, may_keep);
-            let (_, leading) = reads.join_or_start(key.to_vec(), may_keep, || ready(data(b"")));
+            let (_, leading) = reads.join_or_start(k(key), may_keep, || ready(data(b"")));
             assert!(
                 leading.is_some(),
                 "{:?} read again",
@@ -364,7 +438,7 @@ mod tests {
         }
         assert_eq!(reads.kept_len(), 1);
         // A request that may not take a kept answer reads again.
-        let (_, leading) = reads.join_or_start(b"k".to_vec(), false, || ready(data(b"")));
+        let (_, leading) = reads.join_or_start(k(b"k"), false, || ready(data(b"")));
         assert!(
             leading.is_some(),
             "a transaction's read is never answered from one"
@@ -376,26 +450,29 @@ mod tests {
     fn kept_answers_go_when_stale_or_past_the_budget() {
         let mut kept = Kept::default();
         let t0 = Instant::now();
-        kept.put(b"a".to_vec(), Arc::new(data(b"1")), t0);
-        assert!(kept.get(b"a", t0 + KEEP_FOR / 2).is_some());
-        assert!(kept.get(b"a", t0 + KEEP_FOR).is_none(), "stale");
-        kept.put(b"b".to_vec(), Arc::new(data(b"2")), t0 + KEEP_FOR);
+        kept.put(k(b"a"), Arc::new(data(b"1")), t0);
+        assert!(kept.get(&k(b"a"), t0 + KEEP_FOR / 2).is_some());
+        assert!(kept.get(&k(b"a"), t0 + KEEP_FOR).is_none(), "stale");
+        kept.put(k(b"b"), Arc::new(data(b"2")), t0 + KEEP_FOR);
         assert_eq!(kept.answers.len(), 1, "the stale one went");
         assert_eq!(kept.bytes, 2);
 
         let big = vec![0u8; KEPT_BYTES_MAX / 2];
         let t1 = t0 + KEEP_FOR;
-        kept.put(b"c".to_vec(), Arc::new(data(&big)), t1);
-        kept.put(b"d".to_vec(), Arc::new(data(&big)), t1);
-        assert!(kept.get(b"b", t1).is_none() && kept.get(b"c", t1).is_none());
-        assert!(kept.get(b"d", t1).is_some());
+        kept.put(k(b"c"), Arc::new(data(&big)), t1);
+        kept.put(k(b"d"), Arc::new(data(&big)), t1);
+        assert!(kept.get(&k(b"b"), t1).is_none() && kept.get(&k(b"c"), t1).is_none());
+        assert!(kept.get(&k(b"d"), t1).is_some());
         assert!(kept.bytes <= KEPT_BYTES_MAX);
         // The same key kept again: counted once, and its newer entry stays
         // when the older place in the order comes up.
-        kept.put(b"d".to_vec(), Arc::new(data(b"3")), t1 + KEEP_FOR / 2);
+        kept.put(k(b"d"), Arc::new(data(b"3")), t1 + KEEP_FOR / 2);
         assert_eq!(kept.bytes, 2);
-        kept.put(b"e".to_vec(), Arc::new(data(b"4")), t1 + KEEP_FOR);
-        assert_eq!(kept.get(b"d", t1 + KEEP_FOR).unwrap().data.as_ref(), b"3");
+        kept.put(k(b"e"), Arc::new(data(b"4")), t1 + KEEP_FOR);
+        assert_eq!(
+            kept.get(&k(b"d"), t1 + KEEP_FOR).unwrap().data.as_ref(),
+            b"3"
+        );
     }
 
     /// A read all of whose callers went away is dropped (and with it its
@@ -404,14 +481,14 @@ mod tests {
     async fn a_read_no_one_awaits_is_not_joined() {
         let reads = SameReads::default();
         let (_tx, rx) = tokio::sync::oneshot::channel::<CopResponse>();
-        let (read, leading) = reads.join_or_start(b"k".to_vec(), true, || {
+        let (read, leading) = reads.join_or_start(k(b"k"), true, || {
             async move { Arc::new(rx.await.unwrap_or_default()) }
                 .boxed()
                 .shared()
         });
         std::mem::forget(leading); // (its entry stays, as if it were slow to go)
         drop(read);
-        let (_, leading) = reads.join_or_start(b"k".to_vec(), true, || {
+        let (_, leading) = reads.join_or_start(k(b"k"), true, || {
             async { Arc::new(CopResponse::default()) }.boxed().shared()
         });
         assert!(leading.is_some(), "a dead read is not joined");
