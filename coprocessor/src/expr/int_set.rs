@@ -4,10 +4,10 @@
 //! Most requests never probe it: a scan's zone filter and the fused
 //! executor take the list as a sorted set of their own
 //! (`executor::kernels::IntSet`), and only the row-at-a-time evaluation
-//! (`eval.rs`) hashes. Built when the request was decoded, the set of a
-//! probe scan's 100 K keys cost a store an eighth of its samples in Q5
-//! under `mpp = 'force'`, where every task sends every region the list
-//! (`docs/performance.md`).
+//! (`eval.rs`) hashes. Built when the request was decoded, growing by
+//! doubling, the sets of the probe scans' key lists cost a store over a
+//! tenth of its samples in Q5 under `mpp = 'force'`, where every task
+//! sends every region its list (`docs/performance.md`).
 
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};

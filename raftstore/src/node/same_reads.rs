@@ -88,11 +88,11 @@ pub(super) type SharedRead = Shared<BoxFuture<'static, Arc<CopResponse>>>;
 /// timeout, and their hash, taken once.
 ///
 /// A request carries its key filters, so a join's probe scan asks with
-/// tens to hundreds of KB (Q5's orders and lineitem scans under
-/// `force`). Hashed as bytes at every map step, and again for every
-/// entry when a map rehashes, such keys cost a store a sixth of its
-/// samples in Q5 (`docs/performance.md`); the maps hash the one `u64`
-/// instead and compare bytes only when it matches.
+/// tens of KB (Q5's orders and lineitem scans under
+/// `force`). Hashed as bytes by SipHash at every map step, such keys
+/// cost a store 6% of its samples in Q5 (`docs/performance.md`); the
+/// maps hash the one `u64` instead and compare bytes only when it
+/// matches.
 #[derive(Clone)]
 pub(super) struct ReadKey {
     hash: u64,
