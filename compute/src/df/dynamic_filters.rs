@@ -197,10 +197,10 @@ fn without_dense_key_lists(e: Expr) -> (Expr, bool) {
         match e {
             Expr::InList {
                 list, set: Some(_), ..
-            } => out.extend(list.iter().filter_map(|v| match v {
-                quarry_coprocessor::expr::ScalarValue::Int64(k) => Some(*k),
-                _ => None,
-            })),
+            } => out.extend(
+                list.iter()
+                    .filter_map(quarry_coprocessor::expr::ScalarValue::as_int64),
+            ),
             Expr::Logic { args, .. } => {
                 for a in args {
                     keys(a, out);

@@ -79,10 +79,7 @@ impl Bounds {
             } if expr.as_ref() == e => {
                 let Some(keys) = list
                     .iter()
-                    .map(|v| match v {
-                        ScalarValue::Int64(k) => Some(*k),
-                        _ => None,
-                    })
+                    .map(ScalarValue::as_int64)
                     .collect::<Option<HashSet<i64>>>()
                 else {
                     return;

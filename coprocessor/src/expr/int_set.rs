@@ -27,7 +27,7 @@ impl IntSet {
     /// A set for `list`, when it is long and all BIGINT; built at the
     /// first [`IntSet::probe_set`].
     pub(super) fn of(list: &[ScalarValue]) -> Option<IntSet> {
-        let ints = list.iter().all(|v| matches!(v, ScalarValue::Int64(_)));
+        let ints = list.iter().all(|v| v.as_int64().is_some());
         (list.len() >= IN_LIST_HASH_AT && ints).then(|| IntSet(Arc::default()))
     }
 
@@ -35,10 +35,7 @@ impl IntSet {
     pub(super) fn probe_set(&self, list: &[ScalarValue]) -> &HashSet<i64, IntHash> {
         self.0.get_or_init(|| {
             let mut set = HashSet::with_capacity_and_hasher(list.len(), IntHash);
-            set.extend(list.iter().filter_map(|v| match v {
-                ScalarValue::Int64(x) => Some(*x),
-                _ => None,
-            }));
+            set.extend(list.iter().filter_map(ScalarValue::as_int64));
             set
         })
     }

@@ -44,6 +44,14 @@ impl ScalarValue {
         matches!(self, ScalarValue::Null(_))
     }
 
+    /// The value of a BIGINT; None for any other type or NULL.
+    pub fn as_int64(&self) -> Option<i64> {
+        match self {
+            ScalarValue::Int64(v) => Some(*v),
+            _ => None,
+        }
+    }
+
     /// An array repeating this value `len` times.
     pub fn to_array(&self, len: usize) -> Result<ArrayRef> {
         Ok(match self {

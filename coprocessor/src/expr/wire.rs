@@ -91,13 +91,7 @@ impl Expr {
                 } else {
                     FuncKind::InList
                 };
-                let ints: Option<Vec<i64>> = list
-                    .iter()
-                    .map(|v| match v {
-                        ScalarValue::Int64(x) => Some(*x),
-                        _ => None,
-                    })
-                    .collect();
+                let ints: Option<Vec<i64>> = list.iter().map(ScalarValue::as_int64).collect();
                 if let Some(int_list) = ints.filter(|l| l.len() >= IN_LIST_HASH_AT) {
                     return Ok(pb::Expr {
                         kind: Some(Kind::Func(pb::ScalarFunc {

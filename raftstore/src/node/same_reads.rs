@@ -96,14 +96,16 @@ pub(super) type SharedRead = Shared<BoxFuture<'static, Arc<CopResponse>>>;
 #[derive(Clone)]
 pub(super) struct ReadKey {
     hash: u64,
-    bytes: Arc<[u8]>,
+    /// A `Vec` behind the `Arc`: made into an `Arc<[u8]>` it would be
+    /// copied once more.
+    bytes: Arc<Vec<u8>>,
 }
 
 impl ReadKey {
     fn new(bytes: Vec<u8>) -> Self {
         ReadKey {
             hash: foldhash::fast::FixedState::with_seed(0).hash_one(&bytes[..]),
-            bytes: bytes.into(),
+            bytes: Arc::new(bytes),
         }
     }
 
@@ -206,8 +208,7 @@ fn kept_size(key: &ReadKey, answer: &CopResponse) -> usize {
     answer.data.len() + key.len()
 }
 
-/// What names a read (module docs): the request's bytes without its
-/// timeout; None for a read without a snapshot.
+/// The [`ReadKey`] of `req`; None for a read without a snapshot.
 pub(super) fn key(req: &mut CopRequest) -> Option<ReadKey> {
     if req.dag.as_ref().is_none_or(|d| d.read_ts == 0) {
         return None;
