@@ -36,6 +36,8 @@ use crate::{keys, pessimistic, region, Error, Result};
 
 mod coprocessor;
 mod ingest;
+mod read_dag;
+pub(crate) use read_dag::ReadDag;
 mod same_reads;
 
 pub use coprocessor::POINTS_PER_JOB;

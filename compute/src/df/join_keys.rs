@@ -314,7 +314,7 @@ impl BuildKeys {
             list.sort_unstable();
             list.dedup();
             let shown = format!("keys({}: {} keys)", self.key, list.len());
-            return match Expr::in_int_list(probe.clone(), list, false) {
+            return match Expr::in_int_list(probe.clone(), &list, false) {
                 Ok(e) => KeyFilter {
                     condition: Some(e),
                     shown,

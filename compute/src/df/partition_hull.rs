@@ -171,7 +171,7 @@ pub fn hull(branches: Vec<Expr>) -> Option<Expr> {
             if keys.is_empty() {
                 out.push(Expr::literal(ScalarValue::Boolean(false)));
             } else {
-                out.extend(Expr::in_int_list(s.clone(), keys, false).ok());
+                out.extend(Expr::in_int_list(s.clone(), &keys, false).ok());
             }
         }
     }
@@ -210,7 +210,7 @@ mod tests {
         Expr::logic_n(LogicOp::And, args).unwrap()
     }
     fn keys(e: &Expr, k: &[i64]) -> Expr {
-        Expr::in_int_list(e.clone(), k.to_vec(), false).unwrap()
+        Expr::in_int_list(e.clone(), k, false).unwrap()
     }
     /// The rows of `values` (one column) that `e` keeps.
     fn kept(e: &Expr, values: &[i64]) -> Vec<i64> {

@@ -78,7 +78,7 @@ pub(crate) fn pinned_handles(table: &TableDef, dag: &DagRequest) -> Option<Vec<i
                 ..
             } if is_key(expr) && list.len() <= MAX_POINT_KEYS => {
                 let mut hs = Vec::with_capacity(list.len());
-                for v in list {
+                for v in list.iter() {
                     match v {
                         ScalarValue::Int64(h) => hs.push(*h),
                         // NULL matches nothing.

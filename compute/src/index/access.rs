@@ -147,7 +147,7 @@ fn constraint(conjuncts: &[Expr], col: usize, dt: &DataType, name: &str) -> Cons
                 ..
             } if is_col(expr) && list.len() <= MAX_POINTS => {
                 let mut vals = Vec::new();
-                for v in list {
+                for v in list.iter() {
                     match v {
                         ScalarValue::Null(_) => {}
                         v => match datum_of(v, dt) {

@@ -401,7 +401,7 @@ fn three_parts() -> Vec<Vec<crate::storage::KeyRange>> {
 
 #[test]
 fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
-    use super::handle_parts;
+    use super::{compile, handle_parts};
     // SELECT flag, SUM(price), COUNT(qty) GROUP BY flag, in 3 parts.
     let dag = DagRequest {
         scan: Some(scan(&[1, 2, 3])),
@@ -438,10 +438,12 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
         t
     };
     let whole = handle(region(), &request(dag.clone()), &Stop::default(), 0);
+    let req = request(dag.clone());
     let split = handle_parts(
         &make,
         parts.clone(),
-        &request(dag.clone()),
+        &compile(&req),
+        &req,
         &Stop::default(),
         0,
     );
@@ -452,7 +454,7 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
     // Rows on the wire too.
     let mut req = request(dag);
     req.encode_type = EncodeType::Rows as i32;
-    let rows = handle_parts(&make, parts, &req, &Stop::default(), 0);
+    let rows = handle_parts(&make, parts, &compile(&req), &req, &Stop::default(), 0);
     assert!(rows.other_error.is_none(), "{:?}", rows.other_error);
     let cols = decode_rows(
         &rows.data,
@@ -465,7 +467,7 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
 
 #[test]
 fn a_sieve_over_a_region_cut_into_parts_never_judges_one_part_of_a_group() {
-    use super::handle_parts;
+    use super::{compile, handle_parts};
     use quarry_proto::coprocessor::GroupSieve;
     // SELECT qty, COUNT(*) GROUP BY qty HAVING COUNT(*) > 1: every qty
     // comes twice (h and h + 50), so every group passes; with the cuts
@@ -520,7 +522,8 @@ fn a_sieve_over_a_region_cut_into_parts_never_judges_one_part_of_a_group() {
         &Stop::default(),
         0,
     )));
-    let split = handle_parts(&make, parts, &request(sieved), &Stop::default(), 0);
+    let req = request(sieved);
+    let split = handle_parts(&make, parts, &compile(&req), &req, &Stop::default(), 0);
     assert_eq!(counts(&batches(&split)), whole);
     assert_eq!(whole.len(), 46, "45 values of qty and NULL");
 }

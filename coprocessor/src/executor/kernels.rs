@@ -9,6 +9,8 @@
 //! word by SSE2's byte movemask on x86-64 ([`crate::simd::bitmask64`]), and the word
 //! is ANDed in. Words already empty are skipped.
 
+use std::sync::Arc;
+
 use crate::codec::pack::{IntView, Lane, WidthVisitor};
 use crate::expr::{Bloom, CmpOp};
 use crate::simd::{bitmask64, kernel, prefetch_ahead, prefetch_span};
@@ -591,19 +593,27 @@ mod tests {
 /// Membership in a set of stored integers (an IN list, a join's build
 /// keys): a bitmap over the set's span when that is at most
 /// [`IntSet::MAX_BITMAP_SPAN`] values, a binary search otherwise.
+///
+/// A long IN list of integers has one, built once per request's plan and
+/// shared by the zone filter, the fused executor and row-at-a-time
+/// evaluation (`expr::IntSet`); the members sit behind `Arc`s, so the
+/// clones in each region's executors copy no key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IntSet {
     lo: i64,
+    hi: i64,
     /// Bit `v - lo` for each member `v`; empty when the span is too wide.
-    bits: Vec<u64>,
+    bits: Arc<Vec<u64>>,
     /// The members, sorted, when there is no bitmap.
-    sorted: Vec<i64>,
+    sorted: Arc<Vec<i64>>,
 }
 
 impl IntSet {
     /// The widest span kept as a bitmap: 4 M values, 512 KB.
     pub const MAX_BITMAP_SPAN: i128 = 1 << 22;
 
+    /// The set of `values` (sorted or not; sorted ones, as compute sends
+    /// a join's keys, cost one pass).
     pub fn new(mut values: Vec<i64>) -> Self {
         values.sort_unstable();
         values.dedup();
@@ -611,9 +621,10 @@ impl IntSet {
             (Some(lo), Some(hi)) => (*lo, *hi),
             _ => {
                 return IntSet {
-                    lo: 0,
-                    bits: Vec::new(),
-                    sorted: values,
+                    lo: 1,
+                    hi: 0,
+                    bits: Arc::default(),
+                    sorted: Arc::new(values),
                 }
             }
         };
@@ -621,8 +632,9 @@ impl IntSet {
         if span > Self::MAX_BITMAP_SPAN {
             return IntSet {
                 lo,
-                bits: Vec::new(),
-                sorted: values,
+                hi,
+                bits: Arc::default(),
+                sorted: Arc::new(values),
             };
         }
         let mut bits = vec![0u64; (span as usize).div_ceil(64)];
@@ -632,9 +644,27 @@ impl IntSet {
         }
         IntSet {
             lo,
-            bits,
-            sorted: Vec::new(),
+            hi,
+            bits: Arc::new(bits),
+            sorted: Arc::default(),
         }
+    }
+
+    /// The smallest and largest members; None when empty.
+    pub fn bounds(&self) -> Option<(i64, i64)> {
+        (self.lo <= self.hi).then_some((self.lo, self.hi))
+    }
+
+    /// How many members it has.
+    pub fn len(&self) -> usize {
+        match self.bits.is_empty() {
+            true => self.sorted.len(),
+            false => self.bits.iter().map(|w| w.count_ones() as usize).sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bounds().is_none()
     }
 
     #[inline]

@@ -462,7 +462,7 @@ impl ZoneFilter {
                 expr,
                 list,
                 negated: false,
-                ..
+                set,
             } => {
                 let Expr::Column { index, .. } = expr.as_ref() else {
                     return;
@@ -470,6 +470,17 @@ impl ZoneFilter {
                 let Some((id, dt)) = columns.get(*index) else {
                     return;
                 };
+                // A join's keys on a BIGINT column: the list's own set,
+                // shared with the rest of the plan (`expr::IntSet`).
+                if let (Some(set), DataType::Int64) = (set, dt) {
+                    let members = set.members(list);
+                    let (lo, hi) = members.bounds().unwrap_or(EMPTY);
+                    self.bounds.push((*id, lo, hi));
+                    if lo < hi {
+                        self.sets.push((*id, members.clone()));
+                    }
+                    return;
+                }
                 let vals: Option<Vec<i128>> = list
                     .iter()
                     .filter(|v| !v.is_null())
@@ -867,7 +878,8 @@ mod tests {
                 ScalarValue::Int64(3),
                 ScalarValue::Null(DataType::Int64),
                 ScalarValue::Int64(500),
-            ],
+            ]
+            .into(),
             negated: false,
             set: None,
         };
@@ -878,6 +890,30 @@ mod tests {
         };
         let kept: Vec<i64> = (-5..1005).filter(|v| set.contains(*v)).collect();
         assert_eq!(kept, vec![3, 500, 999]);
+    }
+
+    #[test]
+    fn a_join_key_list_lends_the_zone_filter_its_own_set() {
+        let columns = [(7, DataType::Int64)];
+        let keys: Vec<i64> = (0..20).map(|v| v * 5 + 3).collect();
+        let column = Expr::Column {
+            index: 0,
+            data_type: DataType::Int64,
+        };
+        let cond = Expr::in_int_list(column, &keys, false).unwrap();
+        let f = ZoneFilter::from_conditions(std::slice::from_ref(&cond), &columns);
+        assert_eq!(f.bounds, vec![(7, 3, 98)]);
+        let Expr::InList {
+            set: Some(set),
+            list,
+            ..
+        } = &cond
+        else {
+            panic!("{cond:?}")
+        };
+        assert_eq!(f.sets, vec![(7, set.members(list).clone())]);
+        let kept: Vec<i64> = (0..100).filter(|v| f.sets[0].1.contains(*v)).collect();
+        assert_eq!(kept, keys);
     }
 
     #[test]
@@ -901,7 +937,7 @@ mod tests {
                         index: 0,
                         data_type: DataType::Decimal128(18, 0),
                     }),
-                    list: vec![above.clone(), ScalarValue::Decimal(5, 18, 0), below],
+                    list: vec![above.clone(), ScalarValue::Decimal(5, 18, 0), below].into(),
                     negated: false,
                     set: None,
                 },

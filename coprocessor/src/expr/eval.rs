@@ -375,18 +375,18 @@ impl Expr {
                 let scalar = v.is_scalar();
                 if let (ColumnarValue::Array(a), Some(set)) = (&v, set) {
                     // A long list of integers (a join's keys, pushed down
-                    // as a dynamic filter): one hash probe per row.
-                    let set = set.probe_set(list);
+                    // as a dynamic filter): one probe of its set per row.
+                    let set = set.members(list);
                     let a = a.as_primitive::<Int64Type>();
                     let hits: BooleanArray = a
                         .iter()
-                        .map(|x| x.map(|x| set.contains(&x) != *negated))
+                        .map(|x| x.map(|x| set.contains(x) != *negated))
                         .collect();
                     return Ok(ColumnarValue::Array(Arc::new(hits)));
                 }
                 let vd = v.datum()?;
                 let mut acc: Option<BooleanArray> = None;
-                for item in list {
+                for item in list.iter() {
                     let lit = Scalar::new(item.to_array(1)?);
                     let eq = cmp::eq(vd.as_ref(), &lit)?;
                     acc = Some(match acc {

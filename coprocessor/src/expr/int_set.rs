@@ -1,42 +1,47 @@
-//! Long IN lists of integers (a join's keys) as a hash set, built once
-//! per request, at its first probe.
+//! Long IN lists of integers (a join's keys) as a set of their members,
+//! built once per request's plan, when first asked for (a batch's plan
+//! serves all its regions, `endpoint.rs`, so their clones of the
+//! expression share one set).
 //!
-//! Most requests never probe it: a scan's zone filter and the fused
-//! executor take the list as a sorted set of their own
-//! (`executor::kernels::IntSet`), and only the row-at-a-time evaluation
-//! (`eval.rs`) hashes. Built when the request was decoded, growing by
-//! doubling, the sets of the probe scans' key lists cost a store over a
-//! tenth of its samples in Q5 under `mpp = 'force'`, where every task
-//! sends every region its list (`docs/performance.md`).
+//! ONE SET PER LIST. The scan's zone filter tests the list on packs'
+//! stored bytes, the fused executor on its blocks, and row-at-a-time
+//! evaluation (`eval.rs`) probes it for the rows those left; all three
+//! take the same [`kernels::IntSet`] (a bitmap over the members' span, or
+//! the sorted members). They used to build their own: two sorted sets and
+//! a hash set per list, which in TPC-H Q5 under `mpp = 'force'` (every
+//! task sending every region its list) cost a store a tenth of its
+//! samples even when the plan was compiled once per batch
+//! (`docs/performance.md`). Compute sends the keys sorted, so building the
+//! set is one pass.
 
-use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use super::ScalarValue;
+use crate::executor::kernels;
 
-/// Lists at least this long are probed through a hash set.
+/// Lists at least this long are probed through a set.
 pub(super) const IN_LIST_HASH_AT: usize = 16;
 
-/// The values of a long IN list of integers as a hash set. A NULL in the
-/// list makes misses NULL, which only the item-by-item path gets right,
-/// so such a list has no set.
+/// The values of a long IN list of integers as a set. A NULL in the list
+/// makes misses NULL, which only the item-by-item path gets right, so
+/// such a list has no set.
 #[derive(Clone)]
-pub struct IntSet(Arc<OnceLock<HashSet<i64, IntHash>>>);
+pub struct IntSet(Arc<OnceLock<kernels::IntSet>>);
 
 impl IntSet {
     /// A set for `list`, when it is long and all BIGINT; built at the
-    /// first [`IntSet::probe_set`].
+    /// first [`IntSet::members`].
     pub(super) fn of(list: &[ScalarValue]) -> Option<IntSet> {
         let ints = list.iter().all(|v| v.as_int64().is_some());
         (list.len() >= IN_LIST_HASH_AT && ints).then(|| IntSet(Arc::default()))
     }
 
-    /// The hash set of `list`, the list this set was made [`IntSet::of`].
-    pub(super) fn probe_set(&self, list: &[ScalarValue]) -> &HashSet<i64, IntHash> {
+    /// The members of `list`, the list this set was made [`IntSet::of`].
+    pub fn members(&self, list: &[ScalarValue]) -> &kernels::IntSet {
         self.0.get_or_init(|| {
-            let mut set = HashSet::with_capacity_and_hasher(list.len(), IntHash);
-            set.extend(list.iter().filter_map(ScalarValue::as_int64));
-            set
+            let mut values = Vec::with_capacity(list.len());
+            values.extend(list.iter().filter_map(ScalarValue::as_int64));
+            kernels::IntSet::new(values)
         })
     }
 }
@@ -54,37 +59,5 @@ impl std::fmt::Debug for IntSet {
 impl PartialEq for IntSet {
     fn eq(&self, _: &IntSet) -> bool {
         true
-    }
-}
-
-/// A multiplicative hash for integer keys (SipHash costs several times as
-/// much per probe, and join keys are not chosen by an attacker who could
-/// only slow their own query).
-#[derive(Clone, Default)]
-pub struct IntHash;
-
-impl std::hash::BuildHasher for IntHash {
-    type Hasher = IntHasher;
-    fn build_hasher(&self) -> IntHasher {
-        IntHasher(0)
-    }
-}
-
-pub struct IntHasher(u64);
-
-impl std::hash::Hasher for IntHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ *b as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-    fn write_i64(&mut self, v: i64) {
-        // Fibonacci hashing; the high bits, which hashbrown uses for its
-        // tags, mix in the low ones.
-        let h = (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 = h ^ (h >> 29);
     }
 }

@@ -52,8 +52,8 @@ use arrow::datatypes::{DataType, Schema};
 
 pub use bloom::Bloom;
 pub use eval::ColumnarValue;
+pub use int_set::IntSet;
 use int_set::IN_LIST_HASH_AT;
-pub use int_set::{IntHash, IntHasher, IntSet};
 pub use scalar::ScalarValue;
 
 use crate::types::{self, digits_of, sql_name, MAX_DECIMAL_PRECISION};
@@ -171,10 +171,13 @@ pub enum Expr {
         negated: bool,
     },
     /// The list has the expression's type. A long list of integers (a
-    /// join's keys) also has a hash set, built at its first probe.
+    /// join's keys) also has a set of its members (`int_set.rs`), built
+    /// when first asked for. The
+    /// list is shared: a request's plan is compiled once and cloned into
+    /// each of its regions' executors (`endpoint.rs`).
     InList {
         expr: Box<Expr>,
-        list: Vec<ScalarValue>,
+        list: Arc<[ScalarValue]>,
         negated: bool,
         set: Option<IntSet>,
     },
@@ -558,25 +561,25 @@ impl Expr {
         let set = IntSet::of(&list);
         fold(Expr::InList {
             expr: Box::new(expr),
-            list,
+            list: list.into(),
             negated,
             set,
         })
     }
 
     /// `expr [NOT] IN (list)` of BIGINT values (a join's keys).
-    pub fn in_int_list(expr: Expr, list: Vec<i64>, negated: bool) -> Result<Expr> {
+    pub fn in_int_list(expr: Expr, list: &[i64], negated: bool) -> Result<Expr> {
         if list.is_empty() {
             return Err(invalid_input!("IN needs at least one value"));
         }
         if expr.data_type() != DataType::Int64 {
             let list = list
-                .into_iter()
-                .map(|v| Expr::Literal(ScalarValue::Int64(v)))
+                .iter()
+                .map(|v| Expr::Literal(ScalarValue::Int64(*v)))
                 .collect();
             return Expr::in_list(expr, list, negated);
         }
-        let list: Vec<ScalarValue> = list.into_iter().map(ScalarValue::Int64).collect();
+        let list: Arc<[ScalarValue]> = list.iter().copied().map(ScalarValue::Int64).collect();
         let set = IntSet::of(&list);
         fold(Expr::InList {
             expr: Box::new(expr),

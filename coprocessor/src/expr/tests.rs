@@ -343,7 +343,7 @@ fn a_long_integer_list_is_probed_through_its_set_built_at_the_first_probe() {
     // qty is 10, NULL, i64::MAX; the list 0, 5, 10, ..., 95.
     let keys: Vec<i64> = (0..20).map(|v| v * 5).collect();
     for negated in [false, true] {
-        let e = Expr::in_int_list(col(2), keys.clone(), negated).unwrap();
+        let e = Expr::in_int_list(col(2), &keys, negated).unwrap();
         let Expr::InList { set: Some(set), .. } = &e else {
             panic!("a list of {} BIGINT values has a set: {e:?}", keys.len())
         };
@@ -354,8 +354,31 @@ fn a_long_integer_list_is_probed_through_its_set_built_at_the_first_probe() {
         assert_eq!(format!("{set:?}"), "IntSet(20 values)");
     }
     // A short list goes item by item.
-    let short = Expr::in_int_list(col(2), vec![10, 11], false).unwrap();
+    let short = Expr::in_int_list(col(2), &[10, 11], false).unwrap();
     assert!(matches!(short, Expr::InList { set: None, .. }));
+}
+
+#[test]
+fn a_lists_set_is_built_once_for_every_clone_of_the_expression() {
+    let keys: Vec<i64> = (0..20).map(|v| v * 5).collect();
+    let e = Expr::in_int_list(col(2), &keys, false).unwrap();
+    let copy = e.clone();
+    let (
+        Expr::InList {
+            set: Some(a), list, ..
+        },
+        Expr::InList { set: Some(b), .. },
+    ) = (&e, &copy)
+    else {
+        panic!("{e:?}")
+    };
+    assert!(std::ptr::eq(a.members(list), b.members(list)));
+    assert_eq!(
+        format!("{b:?}"),
+        "IntSet(20 values)",
+        "built through the other clone"
+    );
+    assert_eq!(a.members(list).bounds(), Some((0, 95)));
 }
 
 fn utf8(v: &str) -> Expr {

@@ -104,7 +104,7 @@ impl Expr {
                     });
                 }
                 let mut args = vec![expr.to_proto()?];
-                for v in list {
+                for v in list.iter() {
                     args.push(lit(v)?);
                 }
                 func(kind, args)
@@ -209,7 +209,7 @@ impl Expr {
                         return Err(invalid_input!("a packed IN list tests one value"));
                     };
                     let value = Expr::from_proto_depth(value, input, depth + 1)?;
-                    return Expr::in_int_list(value, f.int_list.clone(), negated);
+                    return Expr::in_int_list(value, &f.int_list, negated);
                 }
                 let args = f
                     .args

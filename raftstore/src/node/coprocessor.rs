@@ -52,6 +52,7 @@ use quarry_proto::failpoint::fires_on;
 use quarry_proto::meta::{Region, RegionError};
 use tokio::sync::oneshot;
 
+use super::read_dag::ReadDag;
 use super::{same_reads, CancelOnDrop, Node, PendingGuard, READ_CHECK_TIMEOUT, SUBRANGE_BYTES};
 use crate::engine::{Cf, Engine};
 use crate::{region, Error};
@@ -65,7 +66,10 @@ type Verdict<T> = std::result::Result<T, Box<CopResponse>>;
 
 /// A request that passed its checks: what its pool job needs.
 struct Checked {
+    /// Without its DAG, which `dag` holds (shared with a batch's other
+    /// regions).
     req: CopRequest,
+    dag: Arc<ReadDag>,
     region: Region,
     read_ts: u64,
 }
@@ -92,9 +96,13 @@ impl<E: Engine> Node<E> {
     /// [`SUBRANGE_BYTES`] (at most one per read thread), at evenly spaced
     /// handles between the region's first and last keys, so that the
     /// region is scanned on several threads. One part (no cut) otherwise.
-    fn split_parts(&self, bounds: &KeyRange, req: &CopRequest) -> Vec<Vec<KeyRange>> {
+    fn split_parts(
+        &self,
+        bounds: &KeyRange,
+        req: &CopRequest,
+        aggregating: bool,
+    ) -> Vec<Vec<KeyRange>> {
         let ranges: Vec<KeyRange> = req.ranges.iter().map(KeyRange::from_proto).collect();
-        let aggregating = req.dag.as_ref().is_some_and(|d| d.aggregation.is_some());
         if self.read_pool.threads() < 2 || ranges.len() != 1 || !aggregating {
             return vec![ranges];
         }
@@ -155,9 +163,20 @@ impl<E: Engine> Node<E> {
     /// loop, then the DAG on the read pool over a RocksDB snapshot. Never
     /// fails: errors come back inside the response. Counted in
     /// [`crate::metrics`].
-    pub async fn coprocessor(&self, req: CopRequest) -> CopResponse {
+    pub async fn coprocessor(&self, mut req: CopRequest) -> CopResponse {
+        let dag = ReadDag::new(req.dag.take());
+        self.coprocessor_under(req, dag).await
+    }
+
+    /// [`Node::coprocessor`] for a request whose DAG `dag` holds (a batch's
+    /// region: the batch's one DAG, `read_dag.rs`); `req.dag` is not read.
+    pub(crate) async fn coprocessor_under(
+        &self,
+        req: CopRequest,
+        dag: Arc<ReadDag>,
+    ) -> CopResponse {
         let received = Instant::now();
-        let mut checked = match self.check_read(req, received).await {
+        let mut checked = match self.check_read(req, dag, received).await {
             Ok(c) => c,
             Err(resp) => return observed(*resp),
         };
@@ -165,8 +184,8 @@ impl<E: Engine> Node<E> {
             Ok(g) => g,
             Err(resp) => return observed(*resp),
         };
-        let key = same_reads::key(&mut checked.req);
-        let may_keep = same_reads::repeatable(&checked.req);
+        let key = same_reads::key(&mut checked.req, &checked.dag);
+        let may_keep = checked.dag.repeatable();
         // Dropped with the read when compute drops the call (its query
         // failed, was cancelled or timed out): the task stops at its next
         // batch instead of scanning on for no one.
@@ -205,13 +224,20 @@ impl<E: Engine> Node<E> {
     }
 
     /// Runs requests that each read a few single rows (a point group, see
-    /// the module docs): each checked as [`Node::coprocessor`] checks, then
-    /// all read one after another in one pool job. The answers are in the
-    /// requests' order.
-    pub async fn coprocessor_points(&self, reqs: Vec<CopRequest>) -> Vec<CopResponse> {
+    /// the module docs), all under `dag`: each checked as
+    /// [`Node::coprocessor`] checks, then all read one after another in
+    /// one pool job. The answers are in the requests' order.
+    pub(crate) async fn coprocessor_points(
+        &self,
+        reqs: Vec<CopRequest>,
+        dag: Arc<ReadDag>,
+    ) -> Vec<CopResponse> {
         let received = Instant::now();
-        let checks =
-            futures::future::join_all(reqs.into_iter().map(|r| self.check_read(r, received))).await;
+        let checks = futures::future::join_all(
+            reqs.into_iter()
+                .map(|r| self.check_read(r, dag.clone(), received)),
+        )
+        .await;
         let mut answers: Vec<Option<CopResponse>> = Vec::with_capacity(checks.len());
         let mut jobs = Vec::new();
         let mut guards = Vec::new();
@@ -245,7 +271,12 @@ impl<E: Engine> Node<E> {
     /// The checks before a read, on the caller's thread: the region's
     /// leadership, the ranges inside it, the snapshot still readable and
     /// no one-phase commit below it still applying.
-    async fn check_read(&self, req: CopRequest, received: Instant) -> Verdict<Checked> {
+    async fn check_read(
+        &self,
+        req: CopRequest,
+        dag: Arc<ReadDag>,
+        received: Instant,
+    ) -> Verdict<Checked> {
         let ctx = match Self::context(req.context.as_ref()) {
             Ok(c) => *c,
             Err(e) => {
@@ -273,7 +304,7 @@ impl<E: Engine> Node<E> {
                 )));
             }
         }
-        let read_ts = req.dag.as_ref().map_or(0, |d| d.read_ts);
+        let read_ts = dag.read_ts();
         if read_ts != 0 && read_ts < self.oldest_readable_ts() {
             return Err(Box::new(self.too_old(read_ts)));
         }
@@ -291,6 +322,7 @@ impl<E: Engine> Node<E> {
         }
         Ok(Checked {
             req,
+            dag,
             region: r,
             read_ts,
         })
@@ -331,11 +363,11 @@ impl<E: Engine> Node<E> {
         let too_old = self.too_old(c.read_ts);
         let bounds = KeyRange::new(c.region.start_key, c.region.end_key);
         let parts = match may_split {
-            true => self.split_parts(&bounds, &c.req),
+            true => self.split_parts(&bounds, &c.req, c.dag.aggregates()),
             false => vec![c.req.ranges.iter().map(KeyRange::from_proto).collect()],
         };
-        let (req, read_ts) = (c.req, c.read_ts);
-        let fill_cache = fills_cache(&req);
+        let (req, dag, read_ts) = (c.req, c.dag, c.read_ts);
+        let fill_cache = dag.fills_cache();
         // Parts of one read run on the pool's rayon threads.
         let parts_pool = self.read_pool.parts().clone();
         let (pending, threads) = (self.pending_reads.clone(), self.read_pool.threads());
@@ -354,7 +386,9 @@ impl<E: Engine> Node<E> {
                     return too_old;
                 }
                 let split = parts.len() > 1;
-                let read = || endpoint::handle_parts(make, parts, &req, &stop, wait_ns);
+                // Compiled by the first of the DAG's reads to get here.
+                let plan = dag.plan();
+                let read = || endpoint::handle_parts(make, parts, plan, &req, &stop, wait_ns);
                 match split {
                     true => parts_pool.install(read),
                     false => read(),
@@ -418,32 +452,6 @@ fn no_answer() -> CopResponse {
         other_error::Code::Internal,
         "coprocessor worker stopped without an answer".into(),
     )
-}
-
-/// Whether a request's scan puts the blocks it reads in the block cache:
-/// yes unless its DAG says it reads them once (a backup).
-fn fills_cache(req: &CopRequest) -> bool {
-    !req.dag.as_ref().is_some_and(|d| d.not_fill_cache)
-}
-
-#[cfg(test)]
-mod fill_cache_tests {
-    use super::*;
-    use quarry_proto::coprocessor::DagRequest;
-
-    #[test]
-    fn only_a_request_that_says_so_leaves_the_cache_alone() {
-        let with = |not_fill_cache| CopRequest {
-            dag: Some(DagRequest {
-                not_fill_cache,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        assert!(fills_cache(&with(false)));
-        assert!(!fills_cache(&with(true)));
-        assert!(fills_cache(&CopRequest::default()));
-    }
 }
 
 #[cfg(test)]

@@ -72,6 +72,8 @@ use prost::Message;
 use quarry_proto::coprocessor::{CopRequest, CopResponse};
 use quarry_proto::failpoint::fires;
 
+use super::read_dag::{DagName, ReadDag};
+
 /// How long an answer is kept after its read ends (module docs).
 pub(super) const KEEP_FOR: Duration = Duration::from_secs(2);
 /// The most bytes of answers kept in one store.
@@ -84,39 +86,53 @@ pub(super) const KEPT_ANSWER_MAX: usize = 1 << 20;
 /// A read in flight, as its callers await it.
 pub(super) type SharedRead = Shared<BoxFuture<'static, Arc<CopResponse>>>;
 
-/// What names a read (module docs): the request's bytes without its
-/// timeout, and their hash, taken once.
+/// What names a read (module docs): its request's bytes without its
+/// timeout, and their hash, taken once. The DAG's part is held once for
+/// all the regions of a batch ([`DagName`], `read_dag.rs`), the rest is
+/// the region's own few fields.
 ///
 /// A request carries its key filters, so a join's probe scan asks with
-/// tens of KB (Q5's orders and lineitem scans under
-/// `force`). Hashed as bytes by SipHash at every map step, such keys
-/// cost a store 6% of its samples in Q5 (`docs/performance.md`); the
-/// maps hash the one `u64` instead and compare bytes only when it
-/// matches.
+/// tens of KB (Q5's orders and lineitem scans under `force`). Hashed as
+/// bytes by SipHash at every map step, such keys cost a store 6% of its
+/// samples in Q5, and encoding each region's request to name it 8.6%
+/// more (`docs/performance.md`); the maps hash the one `u64` instead and
+/// compare bytes only when it matches, and a batch's regions share their
+/// DAG's bytes, encoded and hashed once.
 #[derive(Clone)]
 pub(super) struct ReadKey {
     hash: u64,
-    /// A `Vec` behind the `Arc`: made into an `Arc<[u8]>` it would be
-    /// copied once more.
-    bytes: Arc<Vec<u8>>,
+    /// The request's own fields: region, epoch, ranges, encoding.
+    own: Vec<u8>,
+    dag: Arc<DagName>,
+}
+
+/// The hash of `bytes` under `seed` (a read's names are hashed so, once).
+pub(super) fn hash_bytes(seed: u64, bytes: &[u8]) -> u64 {
+    foldhash::fast::FixedState::with_seed(seed).hash_one(bytes)
 }
 
 impl ReadKey {
-    fn new(bytes: Vec<u8>) -> Self {
+    fn new(own: Vec<u8>, dag: Arc<DagName>) -> Self {
         ReadKey {
-            hash: foldhash::fast::FixedState::with_seed(0).hash_one(&bytes[..]),
-            bytes: Arc::new(bytes),
+            hash: hash_bytes(dag.hash, &own),
+            own,
+            dag,
         }
     }
 
+    /// The bytes it names the read by (a kept answer counts them): the
+    /// DAG's counted with every read that names it, though they are held
+    /// once.
     fn len(&self) -> usize {
-        self.bytes.len()
+        self.own.len() + self.dag.bytes.len()
     }
 }
 
 impl PartialEq for ReadKey {
     fn eq(&self, other: &Self) -> bool {
-        self.hash == other.hash && self.bytes == other.bytes
+        self.hash == other.hash
+            && self.own == other.own
+            && (Arc::ptr_eq(&self.dag, &other.dag) || self.dag == other.dag)
     }
 }
 
@@ -126,8 +142,9 @@ impl std::fmt::Debug for ReadKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "ReadKey({} bytes, hash {:#x})",
-            self.bytes.len(),
+            "ReadKey({} + {} bytes, hash {:#x})",
+            self.own.len(),
+            self.dag.bytes.len(),
             self.hash
         )
     }
@@ -208,23 +225,14 @@ fn kept_size(key: &ReadKey, answer: &CopResponse) -> usize {
     answer.data.len() + key.len()
 }
 
-/// The [`ReadKey`] of `req`; None for a read without a snapshot.
-pub(super) fn key(req: &mut CopRequest) -> Option<ReadKey> {
-    if req.dag.as_ref().is_none_or(|d| d.read_ts == 0) {
-        return None;
-    }
+/// The [`ReadKey`] of `req` under `dag` (the DAG `req` no longer
+/// carries); None for a read without a snapshot.
+pub(super) fn key(req: &mut CopRequest, dag: &ReadDag) -> Option<ReadKey> {
+    let dag = dag.name()?.clone();
     let timeout = std::mem::take(&mut req.timeout_ms);
-    let key = req.encode_to_vec();
+    let own = req.encode_to_vec();
     req.timeout_ms = timeout;
-    Some(ReadKey::new(key))
-}
-
-/// Whether the read of `req` may keep its answer once it ends, or take a
-/// kept one (module docs): its snapshot is no transaction's start_ts.
-pub(super) fn repeatable(req: &CopRequest) -> bool {
-    req.dag
-        .as_ref()
-        .is_some_and(|d| d.read_ts != 0 && d.repeatable)
+    Some(ReadKey::new(own, dag))
 }
 
 /// The leader of a shared read: takes its entry out when the read ends
@@ -238,7 +246,7 @@ pub(super) struct Leading {
 impl Leading {
     /// Keeps the read's `answer` for the same request arriving within
     /// [`KEEP_FOR`], when it is whole and not too large, and the read
-    /// `may_keep` (it is [`repeatable`]).
+    /// `may_keep` (it is [`ReadDag::repeatable`]).
     pub(super) fn keep(self, answer: &Arc<CopResponse>, may_keep: bool) {
         let whole = answer.region_error.is_none()
             && answer.other_error.is_none()
@@ -260,7 +268,7 @@ impl Drop for Leading {
 
 impl SameReads {
     /// The read in flight under `key`, else the answer kept under it when
-    /// the request is [`repeatable`], or a new read that `start` begins
+    /// the request is [`ReadDag::repeatable`], or a new read that `start` begins
     /// (and this caller leads: keep the guard while awaiting it, and hand
     /// it the answer, [`Leading::keep`]).
     pub(super) fn join_or_start(
@@ -310,7 +318,11 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn k(bytes: &[u8]) -> ReadKey {
-        ReadKey::new(bytes.to_vec())
+        let dag = Arc::new(DagName {
+            hash: 0,
+            bytes: Vec::new(),
+        });
+        ReadKey::new(bytes.to_vec(), dag)
     }
 
     #[test]
@@ -326,10 +338,17 @@ mod tests {
         assert_eq!(k(b"a"), a, "the same bytes, the same key");
     }
 
-    fn request(read_ts: u64, timeout_ms: u64) -> CopRequest {
+    fn dag(read_ts: u64) -> Arc<ReadDag> {
+        ReadDag::new(Some(DagRequest {
+            read_ts,
+            ..Default::default()
+        }))
+    }
+
+    fn request(region_id: u64, timeout_ms: u64) -> CopRequest {
         CopRequest {
-            dag: Some(DagRequest {
-                read_ts,
+            context: Some(quarry_proto::kv::Context {
+                region_id,
                 ..Default::default()
             }),
             timeout_ms,
@@ -339,14 +358,29 @@ mod tests {
 
     #[test]
     fn reads_differing_only_in_their_timeout_are_the_same_and_no_snapshot_is_never() {
-        let mut a = request(7, 100);
-        let mut b = request(7, 250);
-        let ka = key(&mut a).unwrap();
-        assert_eq!(Some(ka.clone()), key(&mut b));
+        let (mut a, mut b) = (request(1, 100), request(1, 250));
+        let ka = key(&mut a, &dag(7)).unwrap();
+        assert_eq!(
+            Some(ka.clone()),
+            key(&mut b, &dag(7)),
+            "two copies of one DAG"
+        );
         assert_eq!((a.timeout_ms, b.timeout_ms), (100, 250), "put back");
-        assert_ne!(Some(ka), key(&mut request(8, 100)), "another snapshot");
-        assert_eq!(key(&mut request(0, 100)), None, "the latest data");
-        assert_eq!(key(&mut CopRequest::default()), None);
+        assert_ne!(
+            Some(ka.clone()),
+            key(&mut request(1, 100), &dag(8)),
+            "another snapshot"
+        );
+        assert_eq!(key(&mut request(1, 100), &dag(0)), None, "the latest data");
+        assert_eq!(key(&mut request(1, 100), &ReadDag::new(None)), None);
+        // A batch's regions share their DAG, and are still two reads.
+        let batch = dag(7);
+        let (k1, k2) = (
+            key(&mut request(1, 9), &batch),
+            key(&mut request(2, 9), &batch),
+        );
+        assert_eq!(k1, Some(ka));
+        assert_ne!(k1, k2, "another region");
     }
 
     #[tokio::test]
@@ -392,14 +426,19 @@ mod tests {
 
     #[test]
     fn only_repeatable_snapshots_may_be_kept() {
-        let mut req = request(7, 100);
-        assert!(!repeatable(&req), "a transaction's statement");
-        let in_txn = key(&mut req).unwrap();
-        req.dag.as_mut().unwrap().repeatable = true;
-        assert!(repeatable(&req));
-        assert_ne!(key(&mut req).unwrap(), in_txn, "never the same read");
-        req.dag.as_mut().unwrap().read_ts = 0;
-        assert!(!repeatable(&req), "the latest data");
+        let at = |read_ts, repeatable| {
+            ReadDag::new(Some(DagRequest {
+                read_ts,
+                repeatable,
+                ..Default::default()
+            }))
+        };
+        assert!(!at(7, false).repeatable(), "a transaction's statement");
+        let in_txn = key(&mut request(1, 100), &at(7, false)).unwrap();
+        assert!(at(7, true).repeatable());
+        let autocommit = key(&mut request(1, 100), &at(7, true)).unwrap();
+        assert_ne!(autocommit, in_txn, "never the same read");
+        assert!(!at(0, true).repeatable(), "the latest data");
     }
 
     /// A whole answer is kept for the same request after its read ended;

@@ -5,7 +5,9 @@
 //!
 //! A batch is compute's first attempt at a query's regions on this store
 //! (TiFlash's batch coprocessor): one call, one DAG to decode and ship,
-//! instead of one per region. Its tasks run through the same
+//! instead of one per region. Its regions share that DAG as it came
+//! (`node/read_dag.rs`): it is encoded once to name their reads and
+//! compiled once into the plan each region's executors are cloned from. Its tasks run through the same
 //! [`Node::coprocessor`] as single requests, at most [`batch_parallel`] at
 //! a time (of the node's read pool), and each answer is streamed as soon
 //! as it is ready, so a slow region does not hold the others' answers back
@@ -31,7 +33,7 @@ use quarry_proto::coprocessor::{
 use tonic::{Request, Response, Status};
 
 use crate::engine::Engine;
-use crate::node::{Node, POINTS_PER_JOB};
+use crate::node::{Node, ReadDag, POINTS_PER_JOB};
 
 /// A batch's tasks running at once on a read pool of `threads`: at least
 /// the pool's threads and 8, enough to keep the pool busy, few enough to
@@ -70,6 +72,7 @@ impl<E: Engine> Coprocessor for CoprocessorService<E> {
             timeout_ms,
         } = req.into_inner();
         let node = self.node.clone();
+        let dag = ReadDag::new(dag);
         let parallel = batch_parallel(node.read_pool_threads());
         let until = (timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(timeout_ms));
         let answers = futures::stream::iter(jobs(tasks))
@@ -86,7 +89,7 @@ impl<E: Engine> Coprocessor for CoprocessorService<E> {
                         let req = CopRequest {
                             context: task.context,
                             ranges: task.ranges,
-                            dag: dag.clone(),
+                            dag: None,
                             encode_type,
                             max_response_bytes,
                             timeout_ms,
@@ -94,12 +97,16 @@ impl<E: Engine> Coprocessor for CoprocessorService<E> {
                         (i as u32, req)
                     })
                     .unzip();
+                let dag = dag.clone();
                 async move {
                     let responses: Vec<CopResponse> = if job.points {
-                        node.coprocessor_points(reqs).await
+                        node.coprocessor_points(reqs, dag).await
                     } else {
-                        futures::future::join_all(reqs.into_iter().map(|r| node.coprocessor(r)))
-                            .await
+                        futures::future::join_all(
+                            reqs.into_iter()
+                                .map(|r| node.coprocessor_under(r, dag.clone())),
+                        )
+                        .await
                     };
                     futures::stream::iter(numbers.into_iter().zip(responses).map(
                         |(task, response)| {

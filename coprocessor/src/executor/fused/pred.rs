@@ -164,7 +164,7 @@ impl Pred {
                 expr,
                 list,
                 negated,
-                ..
+                set: list_set,
             } => {
                 let has_null = list.iter().any(|v| v.is_null());
                 if *negated && has_null {
@@ -197,6 +197,16 @@ impl Pred {
                 };
                 if !is_int_type(&dt) {
                     return false;
+                }
+                // A join's keys on a BIGINT column: the list's own set,
+                // shared with the rest of the plan (`expr::IntSet`).
+                if let (Some(list_set), 1, DataType::Int64) = (list_set, f, &dt) {
+                    out.push(Pred::IntIn {
+                        col,
+                        set: list_set.members(list).clone(),
+                        negated: *negated,
+                    });
+                    return true;
                 }
                 let mut set = Vec::new();
                 for v in values {
