@@ -36,7 +36,7 @@ impl IntSet {
         (list.len() >= IN_LIST_HASH_AT && ints).then(|| IntSet(Arc::default()))
     }
 
-    /// The members of `list`, the list this set was made [`IntSet::of`].
+    /// The members of `list`, the list this set was made `of`.
     pub fn members(&self, list: &[ScalarValue]) -> &kernels::IntSet {
         self.0.get_or_init(|| {
             let mut values = Vec::with_capacity(list.len());
