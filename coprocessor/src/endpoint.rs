@@ -117,8 +117,8 @@ pub fn build_executors_with<'a, S: Storage + 'a>(
 /// Q5 under `mpp = 'force'`, paid once per region. Compiled once, those
 /// parts are cloned into each region's executors: the lists and sets sit
 /// behind `Arc`s (`Expr::InList`, `kernels::IntSet`, `Bloom`), so a clone
-/// copies no key, and the hash set that row-at-a-time evaluation probes is
-/// built at most once for the whole batch.
+/// copies no key, and a key list's set (`expr::IntSet`) is built at most
+/// once for the whole batch.
 #[derive(Debug)]
 pub struct Plan {
     columns: Vec<(i64, DataType)>,
@@ -596,19 +596,17 @@ fn error_response(e: Error, summary: ExecSummary) -> CopResponse {
     }
 }
 
-/// The DAG of `req` compiled ([`Plan::compile`]).
-pub fn compile(req: &CopRequest) -> Result<Plan> {
-    let dag = req
-        .dag
-        .as_ref()
-        .ok_or_else(|| invalid_input!("coprocessor request without a DAG"))?;
+/// A request's DAG compiled ([`Plan::compile`]); a request without one
+/// is refused.
+pub fn compile(dag: Option<&DagRequest>) -> Result<Plan> {
+    let dag = dag.ok_or_else(|| invalid_input!("coprocessor request without a DAG"))?;
     Plan::compile(dag)
 }
 
 /// Runs `req` over `storage`. Never fails: errors are in `other_error`.
 /// `wait_ns` is how long the request queued before this call.
 pub fn handle<S: Storage>(storage: S, req: &CopRequest, stop: &Stop, wait_ns: u64) -> CopResponse {
-    handle_with(storage, &compile(req), req, stop, wait_ns)
+    handle_with(storage, &compile(req.dag.as_ref()), req, stop, wait_ns)
 }
 
 /// [`handle`] under `plan`, the request's DAG already compiled (or why it

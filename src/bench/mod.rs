@@ -430,7 +430,7 @@ fn cpu_seconds(pids: &[u32]) -> f64 {
 /// 1.2-1.7 s instead of 0.6-0.8 s.
 ///
 /// The CPU bound is per store: an idle store still ticks its regions'
-/// raft groups and answers heartbeats, 1-3% of a core on this machine
+/// raft groups and answers heartbeats, 1-4% of a core on this machine
 /// (3.2% on 2026-12-06, where three idle stores together never went under
 /// the 5% of one core that this once asked of them all, and every bench
 /// waited out `SETTLE_MAX`), while a compaction takes a whole core.

@@ -442,7 +442,7 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
     let split = handle_parts(
         &make,
         parts.clone(),
-        &compile(&req),
+        &compile(req.dag.as_ref()),
         &req,
         &Stop::default(),
         0,
@@ -454,7 +454,14 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
     // Rows on the wire too.
     let mut req = request(dag);
     req.encode_type = EncodeType::Rows as i32;
-    let rows = handle_parts(&make, parts, &compile(&req), &req, &Stop::default(), 0);
+    let rows = handle_parts(
+        &make,
+        parts,
+        &compile(req.dag.as_ref()),
+        &req,
+        &Stop::default(),
+        0,
+    );
     assert!(rows.other_error.is_none(), "{:?}", rows.other_error);
     let cols = decode_rows(
         &rows.data,
@@ -523,7 +530,14 @@ fn a_sieve_over_a_region_cut_into_parts_never_judges_one_part_of_a_group() {
         0,
     )));
     let req = request(sieved);
-    let split = handle_parts(&make, parts, &compile(&req), &req, &Stop::default(), 0);
+    let split = handle_parts(
+        &make,
+        parts,
+        &compile(req.dag.as_ref()),
+        &req,
+        &Stop::default(),
+        0,
+    );
     assert_eq!(counts(&batches(&split)), whole);
     assert_eq!(whole.len(), 46, "45 values of qty and NULL");
 }

@@ -95,12 +95,8 @@ impl ReadDag {
 
     /// The DAG compiled, at the first call (or why it could not be).
     pub(super) fn plan(&self) -> &quarry_coprocessor::Result<Plan> {
-        self.plan.get_or_init(|| match &self.dag {
-            Some(dag) => Plan::compile(dag),
-            None => Err(quarry_coprocessor::invalid_input!(
-                "coprocessor request without a DAG"
-            )),
-        })
+        self.plan
+            .get_or_init(|| quarry_coprocessor::endpoint::compile(self.dag.as_ref()))
     }
 }
 

@@ -7,7 +7,8 @@
 //! (TiFlash's batch coprocessor): one call, one DAG to decode and ship,
 //! instead of one per region. Its regions share that DAG as it came
 //! (`node/read_dag.rs`): it is encoded once to name their reads and
-//! compiled once into the plan each region's executors are cloned from. Its tasks run through the same
+//! compiled once into the plan each region's executors are cloned from.
+//! Its tasks run through the same
 //! [`Node::coprocessor`] as single requests, at most [`batch_parallel`] at
 //! a time (of the node's read pool), and each answer is streamed as soon
 //! as it is ready, so a slow region does not hold the others' answers back
