@@ -3,7 +3,9 @@
 //! every coprocessor task sleeps): a session's statement timeout ends its
 //! query, its streamed answer and its writes, and the scans on the stores;
 //! a client that stops reading, drops its query or its stream, or sends
-//! Flight's CancelFlightInfo stops the stores' scans within a second.
+//! Flight's CancelFlightInfo stops the stores' scans within a second; a
+//! distributed query whose worker is killed while it runs answers
+//! exactly, run again without it.
 //! The other injected faults are in `tests/failpoints.rs`.
 
 #![cfg(feature = "failpoints")]
@@ -621,19 +623,7 @@ fn a_cancelled_distributed_query_stops_every_task_and_scan_within_a_second() {
         let query = tokio::spawn(async move { c.sql(SLOW_QUERY).await.map(|_| ()) });
         until_scanning(&pg, || query.is_finished()).await;
         // Every compute process runs one of its scan's three tasks.
-        let t0 = Instant::now();
-        loop {
-            let urls = computes.clone();
-            let tasks = tokio::task::spawn_blocking(move || mpp_tasks(&urls))
-                .await
-                .unwrap();
-            if tasks.iter().all(|n| *n > 0) {
-                break;
-            }
-            assert!(!query.is_finished(), "finished before it was cancelled");
-            assert!(t0.elapsed() < Duration::from_secs(10), "tasks: {tasks:?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        until_every_process_runs_a_task(&computes, || query.is_finished()).await;
         query.abort();
         assert!(query.await.is_err_and(|e| e.is_cancelled()));
     });
@@ -664,4 +654,80 @@ fn a_cancelled_distributed_query_stops_every_task_and_scan_within_a_second() {
     };
     assert!(ok, "{out}");
     assert_eq!(out, pg.ok(SLOW_QUERY));
+}
+
+/// Waits until every compute process at `urls` streams a task of a
+/// distributed query (at most 10 s), failing if `finished` says the query
+/// ended first.
+async fn until_every_process_runs_a_task(urls: &[String], finished: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    loop {
+        let u = urls.to_vec();
+        let tasks = tokio::task::spawn_blocking(move || mpp_tasks(&u))
+            .await
+            .unwrap();
+        if tasks.iter().all(|n| *n > 0) {
+            return;
+        }
+        assert!(!finished(), "finished before every process ran a task");
+        assert!(t0.elapsed() < Duration::from_secs(10), "tasks: {tasks:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A worker killed while every compute process runs a task of a
+/// distributed query (MPP, issue 43): the coordinator's streams from it
+/// break before anything has reached the client, so the coordinator finds
+/// it unreachable, leaves it out, and runs the query once more on the
+/// other two (TiFlash's rule, `compute/src/engine.rs`). The client gets
+/// the exact answer, and `quarry_compute_mpp_retries_total` counts the
+/// second run.
+#[test]
+fn a_worker_killed_mid_query_is_left_out_and_the_query_answers_exactly() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start_lineitem(&[]);
+    let a = pg.extra_compute(&["--mpp", "force"]);
+    let mut b = pg.extra_compute(&["--mpp", "force"]);
+    let computes = vec![
+        pg.status_urls[pg.stores.len()].clone(),
+        a.status_url.clone(),
+        b.status_url.clone(),
+    ];
+    let retries = || gauge(&a.status_url, "quarry_compute_mpp_retries_total");
+    let before = retries();
+    let (want, got) = runtime().block_on(async {
+        let mut c = Client::connect(&a.url).await.unwrap();
+        // The membership list takes a heartbeat or two to hold all three.
+        let t0 = Instant::now();
+        loop {
+            let plan = csv(&c.sql(&format!("EXPLAIN {SLOW_QUERY}")).await.unwrap());
+            if plan.contains("tasks=3") {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "{plan}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let want = csv(&c.sql(SLOW_QUERY).await.unwrap());
+        slow_scans(&pg);
+        let query = tokio::spawn(async move { c.sql(SLOW_QUERY).await.map(|b| csv(&b)) });
+        until_scanning(&pg, || query.is_finished()).await;
+        until_every_process_runs_a_task(&computes, || query.is_finished()).await;
+        b.kill();
+        // Quick scans again, for the second run.
+        on_every_store(&pg, "coprocessor_slow_batch", None);
+        let got = tokio::time::timeout(Duration::from_secs(60), query)
+            .await
+            .expect("no answer within 60 s of the kill")
+            .unwrap();
+        (want, got)
+    });
+    let got = got.unwrap_or_else(|e| {
+        panic!("the query failed instead of running again without the killed worker: {e}")
+    });
+    assert_eq!(got, want);
+    assert_eq!(
+        retries(),
+        before + 1,
+        "one run again, without the killed worker"
+    );
 }

@@ -326,6 +326,14 @@ pub struct ExtraCompute {
     pub status_url: String,
 }
 
+impl ExtraCompute {
+    /// Kills the process now (SIGKILL, as a crash would) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for ExtraCompute {
     fn drop(&mut self) {
         let _ = self.child.kill();
