@@ -188,7 +188,10 @@ mod tests {
             Some(0),
         ]));
         // Rows 1 and 4 (NULL) and row 2 are left out of the first call.
-        assert_eq!(interned(&mut values, &[a.clone()], &[0, 3, 5]), [0, 0, 1]);
+        assert_eq!(
+            interned(&mut values, std::slice::from_ref(&a), &[0, 3, 5]),
+            [0, 0, 1]
+        );
         assert_eq!(interned(&mut values, &[a], &[1, 2, 4, 5]), [2, 3, 2, 1]);
         assert_eq!(values.num_groups(), 4);
         let keys = values.emit().unwrap();
