@@ -609,16 +609,7 @@ fn a_cancelled_distributed_query_stops_every_task_and_scan_within_a_second() {
     ];
     runtime().block_on(async {
         let mut c = Client::connect(&a.url).await.unwrap();
-        // The membership list takes a heartbeat or two to hold all three.
-        let t0 = Instant::now();
-        loop {
-            let plan = csv(&c.sql(&format!("EXPLAIN {SLOW_QUERY}")).await.unwrap());
-            if plan.contains("tasks=3") {
-                break;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(30), "{plan}");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        until_spread_over_three(&mut c).await;
         slow_scans(&pg);
         let query = tokio::spawn(async move { c.sql(SLOW_QUERY).await.map(|_| ()) });
         until_scanning(&pg, || query.is_finished()).await;
@@ -654,6 +645,21 @@ fn a_cancelled_distributed_query_stops_every_task_and_scan_within_a_second() {
     };
     assert!(ok, "{out}");
     assert_eq!(out, pg.ok(SLOW_QUERY));
+}
+
+/// Waits until `c`'s compute process plans [`SLOW_QUERY`] in three
+/// tasks (at most 30 s): the membership list takes a heartbeat or two to
+/// hold all three compute processes.
+async fn until_spread_over_three(c: &mut Client) {
+    let t0 = Instant::now();
+    loop {
+        let plan = csv(&c.sql(&format!("EXPLAIN {SLOW_QUERY}")).await.unwrap());
+        if plan.contains("tasks=3") {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{plan}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
 
 /// Waits until every compute process at `urls` streams a task of a
@@ -697,16 +703,7 @@ fn a_worker_killed_mid_query_is_left_out_and_the_query_answers_exactly() {
     let before = retries();
     let (want, got) = runtime().block_on(async {
         let mut c = Client::connect(&a.url).await.unwrap();
-        // The membership list takes a heartbeat or two to hold all three.
-        let t0 = Instant::now();
-        loop {
-            let plan = csv(&c.sql(&format!("EXPLAIN {SLOW_QUERY}")).await.unwrap());
-            if plan.contains("tasks=3") {
-                break;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(30), "{plan}");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        until_spread_over_three(&mut c).await;
         let want = csv(&c.sql(SLOW_QUERY).await.unwrap());
         slow_scans(&pg);
         let query = tokio::spawn(async move { c.sql(SLOW_QUERY).await.map(|b| csv(&b)) });
