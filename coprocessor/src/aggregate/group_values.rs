@@ -10,7 +10,7 @@
 //!
 //! Both maps hash with foldhash, not the standard library's SipHash: a
 //! region's key set is the table's, not a client's pick, and SipHash over
-//! row-format bytes was a third of a store's CPU in a GROUP BY of orders'
+//! row-format bytes was a fifth of a store's CPU in a GROUP BY of orders'
 //! 100 thousand customer keys (`docs/performance.md`).
 
 use std::collections::HashMap;
