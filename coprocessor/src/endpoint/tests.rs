@@ -399,9 +399,25 @@ fn three_parts() -> Vec<Vec<crate::storage::KeyRange>> {
         .collect()
 }
 
+/// `req` answered over `parts` of the storage `make` gives, its DAG
+/// compiled once first as a store's batch does: not stopped, not queued.
+fn in_parts<S: crate::storage::Storage>(
+    make: &(dyn Fn() -> S + Sync),
+    parts: Vec<Vec<crate::storage::KeyRange>>,
+    req: &CopRequest,
+) -> pb::CopResponse {
+    super::handle_parts(
+        make,
+        parts,
+        &super::compile(req.dag.as_ref()),
+        req,
+        &Stop::default(),
+        0,
+    )
+}
+
 #[test]
 fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
-    use super::{compile, handle_parts};
     // SELECT flag, SUM(price), COUNT(qty) GROUP BY flag, in 3 parts.
     let dag = DagRequest {
         scan: Some(scan(&[1, 2, 3])),
@@ -439,14 +455,7 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
     };
     let whole = handle(region(), &request(dag.clone()), &Stop::default(), 0);
     let req = request(dag.clone());
-    let split = handle_parts(
-        &make,
-        parts.clone(),
-        &compile(req.dag.as_ref()),
-        &req,
-        &Stop::default(),
-        0,
-    );
+    let split = in_parts(&make, parts.clone(), &req);
     assert_eq!(totals(&batches(&split)), totals(&batches(&whole)));
     // One partial row per flag per part.
     assert_eq!(split.summary.as_ref().unwrap().output_rows, 9);
@@ -454,14 +463,7 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
     // Rows on the wire too.
     let mut req = request(dag);
     req.encode_type = EncodeType::Rows as i32;
-    let rows = handle_parts(
-        &make,
-        parts,
-        &compile(req.dag.as_ref()),
-        &req,
-        &Stop::default(),
-        0,
-    );
+    let rows = in_parts(&make, parts, &req);
     assert!(rows.other_error.is_none(), "{:?}", rows.other_error);
     let cols = decode_rows(
         &rows.data,
@@ -474,7 +476,6 @@ fn a_region_cut_into_parts_answers_what_the_whole_region_does() {
 
 #[test]
 fn a_sieve_over_a_region_cut_into_parts_never_judges_one_part_of_a_group() {
-    use super::{compile, handle_parts};
     use quarry_proto::coprocessor::GroupSieve;
     // SELECT qty, COUNT(*) GROUP BY qty HAVING COUNT(*) > 1: every qty
     // comes twice (h and h + 50), so every group passes; with the cuts
@@ -530,14 +531,7 @@ fn a_sieve_over_a_region_cut_into_parts_never_judges_one_part_of_a_group() {
         0,
     )));
     let req = request(sieved);
-    let split = handle_parts(
-        &make,
-        parts,
-        &compile(req.dag.as_ref()),
-        &req,
-        &Stop::default(),
-        0,
-    );
+    let split = in_parts(&make, parts, &req);
     assert_eq!(counts(&batches(&split)), whole);
     assert_eq!(whole.len(), 46, "45 values of qty and NULL");
 }
