@@ -58,6 +58,21 @@ async fn until_scanning(pg: &Playground, finished: impl Fn() -> bool) {
     }
 }
 
+/// How long after `since` the stores ran their last coprocessor task
+/// (polled every 20 ms, for at most 10 s).
+async fn until_stopped(pg: &Playground, since: Instant) -> Duration {
+    loop {
+        let urls = pg.status_urls[..pg.stores.len()].to_vec();
+        let n = tokio::task::spawn_blocking(move || running_tasks(&urls))
+            .await
+            .unwrap();
+        if n == 0 || since.elapsed() > Duration::from_secs(10) {
+            return since.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Slow scans: every batch of every coprocessor task sleeps 100 ms, so a
 /// scan of lineitem at SF 0.01 takes seconds.
 fn slow_scans(pg: &Playground) {
@@ -410,9 +425,81 @@ fn a_cancelled_query_stops_its_scans_on_the_stores_within_a_second() {
         .starts_with("count(*)\n"));
 }
 
+/// An autocommit query starts at its GetFlightInfo
+/// (`compute/src/flight/early.rs`): the stores scan for it before any
+/// DoGet, its DoGet answers it exactly, a second DoGet of the ticket runs
+/// it again, and a query whose DoGet never comes leaves the stores within
+/// a second after the half second it waits. With the failpoint `flight_early_start_off`, nothing runs
+/// before the DoGet.
+#[test]
+fn a_query_starts_at_its_get_flight_info_and_its_do_get_takes_it() {
+    use arrow_flight::sql::client::FlightSqlServiceClient;
+    use futures::TryStreamExt;
+
+    let _serial = SERIAL.lock();
+    let pg = Playground::start_lineitem(&[]);
+    let compute_status = pg.status_urls[pg.stores.len()].clone();
+    runtime().block_on(async {
+        let mut c = Client::connect(&pg.compute).await.unwrap();
+        let want = csv(&c.sql(SLOW_QUERY).await.unwrap());
+        let channel = tonic::transport::Endpoint::from_shared(pg.compute.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut sql = FlightSqlServiceClient::new(channel);
+        let answer = |mut sql: FlightSqlServiceClient<_>, ticket| async move {
+            let batches: Vec<_> = sql
+                .do_get(ticket)
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            csv(&batches)
+        };
+
+        // Scans run before the DoGet; the DoGet takes the query.
+        slow_scans(&pg);
+        let info = sql.execute(SLOW_QUERY.into(), None).await.unwrap();
+        until_scanning(&pg, || false).await;
+        let ticket = info.endpoint[0].ticket.clone().unwrap();
+        assert_eq!(answer(sql.clone(), ticket.clone()).await, want);
+        // The ticket again: the query runs again.
+        on_every_store(&pg, "coprocessor_slow_batch", None);
+        assert_eq!(answer(sql.clone(), ticket).await, want);
+
+        // No DoGet: the started query is dropped, and its scans stop.
+        slow_scans(&pg);
+        sql.execute(SLOW_QUERY.into(), None).await.unwrap();
+        until_scanning(&pg, || false).await;
+        let stopped = until_stopped(&pg, Instant::now()).await;
+        // Half a second for its DoGet (`early::EARLY_TTL`), then within a
+        // second as any dropped query.
+        assert!(
+            stopped < Duration::from_millis(1500),
+            "a query with no DoGet scanned on for {stopped:?}"
+        );
+
+        // Switched off: GetFlightInfo only plans.
+        failpoint(&compute_status, "flight_early_start_off", Some("return"));
+        let info = sql.execute(SLOW_QUERY.into(), None).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let urls = pg.status_urls[..pg.stores.len()].to_vec();
+        let n = tokio::task::spawn_blocking(move || running_tasks(&urls))
+            .await
+            .unwrap();
+        assert_eq!(n, 0, "a scan ran before the DoGet with the early start off");
+        on_every_store(&pg, "coprocessor_slow_batch", None);
+        let ticket = info.endpoint[0].ticket.clone().unwrap();
+        assert_eq!(answer(sql.clone(), ticket).await, want);
+        failpoint(&compute_status, "flight_early_start_off", None);
+    });
+}
+
 /// Flight's CancelFlightInfo, as a Flight SQL client sends it: a query
 /// cancelled while it runs fails with CANCELLED and its scans on the
-/// stores stop within a second; one cancelled before its DoGet never runs;
+/// stores stop within a second; one cancelled before its DoGet fails;
 /// one that finished is NOT_CANCELLABLE; an unknown one NOT_FOUND.
 #[test]
 fn cancel_flight_info_stops_a_running_query_and_its_scans_within_a_second() {
@@ -446,14 +533,21 @@ fn cancel_flight_info_stops_a_running_query_and_its_scans_within_a_second() {
         let r = flight.cancel_flight_info(cancel(info)).await.unwrap();
         assert_eq!(r.status(), CancelStatus::NotCancellable);
 
-        // Cancelled before its DoGet: the DoGet fails, nothing runs.
+        // Cancelled before its DoGet: the query its GetFlightInfo started
+        // stops, and the DoGet fails.
         slow_scans(&pg);
         let info = sql.execute(SLOW_QUERY.into(), None).await.unwrap();
+        let cancelled = Instant::now();
         let r = flight
             .cancel_flight_info(cancel(info.clone()))
             .await
             .unwrap();
         assert_eq!(r.status(), CancelStatus::Cancelled);
+        let stopped = until_stopped(&pg, cancelled).await;
+        assert!(
+            stopped < Duration::from_secs(1),
+            "stores scanned on for {stopped:?} after the cancel before the DoGet"
+        );
         let ticket = info.endpoint[0].ticket.clone().unwrap();
         let e = match sql.do_get(ticket).await {
             Ok(s) => s
@@ -492,17 +586,7 @@ fn cancel_flight_info_stops_a_running_query_and_its_scans_within_a_second() {
             failed_after < Duration::from_secs(1),
             "the query failed {failed_after:?} after its cancel"
         );
-        loop {
-            let urls = pg.status_urls[..pg.stores.len()].to_vec();
-            let n = tokio::task::spawn_blocking(move || running_tasks(&urls))
-                .await
-                .unwrap();
-            if n == 0 || cancelled.elapsed() > Duration::from_secs(10) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let stopped = cancelled.elapsed();
+        let stopped = until_stopped(&pg, cancelled).await;
         assert!(
             stopped < Duration::from_secs(1),
             "stores scanned on for {stopped:?} after the cancel"

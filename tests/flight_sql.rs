@@ -29,6 +29,7 @@ use futures::TryStreamExt;
 use prost::bytes::Bytes;
 use prost::Message;
 use std::sync::Arc;
+use std::time::Duration;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
@@ -520,6 +521,10 @@ fn statements_without_transaction_ids_run_in_the_cookies_transaction() {
 /// catalog that a DDL elsewhere changed before its snapshot never reads
 /// with the old definitions: it is planned again, or, when its announced
 /// columns changed, fails with a conflict to run it again.
+/// Longer than a query started by its GetFlightInfo waits for its DoGet
+/// (half a second, `compute/src/flight/early.rs`).
+const EARLY_TTL_PASSED: Duration = Duration::from_millis(700);
+
 #[test]
 fn a_compute_process_sees_ddl_made_through_another_and_checks_plans_at_their_snapshot() {
     let _serial = SERIAL.lock();
@@ -577,10 +582,14 @@ fn a_compute_process_sees_ddl_made_through_another_and_checks_plans_at_their_sna
         };
         // Planned there (GetFlightInfo), then a DDL here, then run there
         // (DoGet). Its columns did not change: planned again, it reads
-        // the row written after the DDL.
+        // the row written after the DDL. (The query its GetFlightInfo
+        // started waits half a second for its DoGet: a DoGet later than
+        // that runs the ticket afresh, as one at another process does;
+        // `compute/src/flight/early.rs`.)
         let narrow = info(&mut c, &query("SELECT a, b FROM kc ORDER BY a"))
             .await
             .unwrap();
+        tokio::time::sleep(EARLY_TTL_PASSED).await;
         pg.ok("ALTER TABLE kc ADD COLUMN d BIGINT");
         pg.ok("INSERT INTO kc (a, b) VALUES (3, 30)");
         let batches = fetch(&mut c, &narrow).await.unwrap();
@@ -591,6 +600,7 @@ fn a_compute_process_sees_ddl_made_through_another_and_checks_plans_at_their_sna
         let wide = info(&mut c, &query("SELECT * FROM kc ORDER BY a"))
             .await
             .unwrap();
+        tokio::time::sleep(EARLY_TTL_PASSED).await;
         pg.ok("ALTER TABLE kc DROP COLUMN d");
         let e = fetch(&mut c, &wide).await.unwrap_err();
         assert_eq!(e.code(), Code::Aborted, "{e}");

@@ -68,6 +68,21 @@ tokio::task_local! {
     pub(crate) static SCOPE: Scope;
 }
 
+/// The scope of the request being served (None outside one), for work
+/// it starts in a task of its own ([`within`]).
+pub(crate) fn current() -> Option<Scope> {
+    SCOPE.try_with(Scope::clone).ok()
+}
+
+/// Runs `f` in `scope`, as part of the request it was taken from (a
+/// spawned task does not inherit a task-local).
+pub(crate) async fn within<F: std::future::Future>(scope: Option<Scope>, f: F) -> F::Output {
+    match scope {
+        Some(scope) => SCOPE.scope(scope, f).await,
+        None => f.await,
+    }
+}
+
 /// The logged-in caller of the request being served (None without
 /// logins, or outside a request).
 pub fn caller() -> Option<Caller> {

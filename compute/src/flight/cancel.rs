@@ -14,6 +14,10 @@
 //! | finished | NOT_CANCELLABLE | runs it again (a ticket may be redeemed more than once) |
 //! | unknown (made by another compute process, or long ago) | NOT_FOUND | runs it |
 //!
+//! An autocommit query is running from its GetFlightInfo on (`early.rs`),
+//! so a cancel before its DoGet stops it there, and the DoGet fails as
+//! one of a key cancelled before it ran.
+//!
 //! The cancel reaches the query the way the console's does
 //! (`crate::activity`): a flag and a wake-up that the query's stream
 //! selects on, so it ends whatever the plan waits for, and the stream's

@@ -6,7 +6,9 @@
 //!   not queries (CREATE, INSERT, DROP, SHOW, EXPLAIN) run right away and
 //!   their small result rides in the ticket.
 //! * `DoGet(TicketStatementQuery)` runs the statement and streams Arrow
-//!   record batches (schema first, even for zero rows). The plan
+//!   record batches (schema first, even for zero rows). An autocommit
+//!   query was started by its GetFlightInfo, and its DoGet takes it
+//!   running (`early.rs`). Otherwise the plan
 //!   GetFlightInfo made waits for it in a small cache (a minute at most,
 //!   taken once, checked against the ticket's SQL), so a query is planned
 //!   once; a DoGet that reaches another compute process, or comes late,
@@ -83,6 +85,7 @@ use crate::Error;
 mod cancel;
 mod catalog;
 mod cookie;
+mod early;
 mod prepared;
 
 pub use cookie::CookieLayer;
@@ -91,6 +94,7 @@ pub struct FlightSqlServer {
     engine: Arc<QueryEngine>,
     plans: PendingPlans,
     cancels: cancel::Cancels,
+    started: early::StartedQueries,
 }
 
 impl FlightSqlServer {
@@ -99,6 +103,7 @@ impl FlightSqlServer {
             engine,
             plans: PendingPlans::default(),
             cancels: cancel::Cancels::default(),
+            started: early::StartedQueries::default(),
         }
     }
 }
@@ -484,6 +489,10 @@ impl FlightSqlService for FlightSqlServer {
         _request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let t = QuarryTicket::decode(ticket.statement_handle).map_err(bad_ticket)?;
+        let owner = crate::caller::caller().map(|c| c.user);
+        if let Some(started) = self.started.take(t.cancel_key, owner.as_deref()) {
+            return self.redeem(started).await;
+        }
         // A CancelFlightInfo of this ticket's FlightInfo reaches the query
         // through `running` (`cancel.rs`), while it is planned and gathered
         // here and while it streams.
@@ -497,7 +506,11 @@ impl FlightSqlService for FlightSqlServer {
             let prepared = match t.kind.ok_or_else(|| bad_ticket("empty"))? {
                 ticket::Kind::Sql(sql) => match self.plans.take(t.plan_handle, &sql) {
                     Some(plan) => Prepared::Query(plan),
-                    None => self.engine.prepare_sql_in(&sql, txn.as_ref()).await?,
+                    None => {
+                        let again = self.engine.prepare_sql_in(&sql, txn.as_ref()).await?;
+                        self.check_announced(t.cancel_key, &again)?;
+                        again
+                    }
                 },
                 ticket::Kind::ResultIpc(bytes) => {
                     let (schema, batches) =
@@ -679,14 +692,23 @@ impl FlightSqlServer {
         let (schema, t) = match prepared {
             Prepared::Query(q) => {
                 let schema = q.schema();
-                let plan_handle = self.plans.put(&sql, q);
+                let cancel_key = self.cancels.issue();
+                // An autocommit query starts now (`early.rs`); its DoGet
+                // takes it, and a DoGet that finds none plans it again.
+                let plan_handle = match txn_id.is_empty() {
+                    true => match self.start_early(q, cancel_key) {
+                        Ok(()) => 0,
+                        Err(q) => self.plans.put(&sql, q),
+                    },
+                    false => self.plans.put(&sql, q),
+                };
                 (
                     schema,
                     QuarryTicket {
                         kind: Some(ticket::Kind::Sql(sql)),
                         plan_handle,
                         transaction_id: txn_id,
-                        cancel_key: self.cancels.issue(),
+                        cancel_key,
                     },
                 )
             }
@@ -703,6 +725,68 @@ impl FlightSqlServer {
             }
         };
         flight_info(&schema, t, desc)
+    }
+
+    /// Starts the autocommit query `q` of the FlightInfo whose cancel key
+    /// is `key`, for its DoGet to take (`early.rs`); gives `q` back when
+    /// it does not start (too many wait, or the failpoint
+    /// `flight_early_start_off`).
+    fn start_early(&self, q: Box<PlannedQuery>, key: u64) -> Result<(), Box<PlannedQuery>> {
+        if quarry_proto::failpoint::fires("flight_early_start_off") || !self.started.has_room() {
+            return Err(q);
+        }
+        let schema = q.schema();
+        let Ok(running) = self.cancels.start(key) else {
+            return Err(q);
+        };
+        let signal = running.signal();
+        let engine = self.engine.clone();
+        let run = async move {
+            tokio::select! {
+                biased;
+                _ = signal.wait() => Err(cancel::cancelled_error()),
+                out = engine.stream_in(*q, None) => out,
+            }
+        };
+        let task = tokio::spawn(crate::caller::within(crate::caller::current(), run));
+        let owner = crate::caller::caller().map(|c| c.user);
+        self.started
+            .put(key, early::Started::new(owner, running, task), schema);
+        Ok(())
+    }
+
+    /// A query planned again by a DoGet too late to take the query its
+    /// GetFlightInfo started must answer with the columns that FlightInfo
+    /// announced (`early.rs`), as a kept plan checked at its snapshot does.
+    fn check_announced(&self, key: u64, again: &Prepared) -> Result<(), Status> {
+        let (Prepared::Query(q), Some(announced)) = (again, self.started.announced(key)) else {
+            return Ok(());
+        };
+        if q.schema() == announced {
+            return Ok(());
+        }
+        Err(Error::Conflict(
+            "the definition of a table or view this query reads changed after its GetFlightInfo \
+             (DDL): nothing was read; run it again"
+                .into(),
+        )
+        .into())
+    }
+
+    /// A DoGet's answer from the query its GetFlightInfo started.
+    async fn redeem(
+        &self,
+        started: early::Started,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let early::Started { running, task, .. } = started;
+        let signal = running.signal();
+        let out = tokio::select! {
+            biased;
+            _ = signal.wait() => return Err(cancel::cancelled_error().into()),
+            out = task => out
+                .map_err(|e| Status::internal(format!("a query's task ended: {e}")))??,
+        };
+        Ok(Response::new(query_stream(cancellable(out, running))))
     }
 
     /// Cancels the query of `info`'s statement ticket (`cancel.rs`): a
