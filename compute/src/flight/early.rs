@@ -146,7 +146,9 @@ impl StartedQueries {
             a.retain(|_, (at, _)| at.elapsed() < ANNOUNCED_TTL);
             if a.len() >= MAX_ANNOUNCED {
                 let oldest = a.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| *k);
-                oldest.map(|k| a.remove(&k));
+                if let Some(k) = oldest {
+                    a.remove(&k);
+                }
             }
             a.insert(key, (Instant::now(), schema));
         }
