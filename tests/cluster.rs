@@ -450,9 +450,11 @@ fn a_column_table_takes_inserts_compacts_them_and_refuses_duplicates() {
     assert_eq!(pg.ok(summary), expect(&ids));
 }
 
-/// GetFlightInfo plans a query once and DoGet runs that plan; a ticket
-/// whose plan is gone (a second DoGet, another compute process) or whose
-/// handle names another statement's plan still answers its own SQL.
+/// GetFlightInfo plans an autocommit query once and starts it, and DoGet
+/// takes it by the ticket's cancel key (`compute/src/flight/early.rs`); a
+/// ticket whose query is gone (a second DoGet, another compute process)
+/// or whose cancel key names another statement's query still answers its
+/// own SQL.
 #[test]
 fn a_flight_ticket_answers_its_own_sql_with_or_without_the_kept_plan() {
     use arrow_flight::flight_service_client::FlightServiceClient;
@@ -498,17 +500,20 @@ fn a_flight_ticket_answers_its_own_sql_with_or_without_the_kept_plan() {
             }
         };
         let (q1, q6) = (handles[0].clone(), handles[1].clone());
-        assert!(q1.plan_handle != 0 && q6.plan_handle != 0);
-        // Q1's ticket carrying Q6's plan handle: Q1's answer (re-planned).
+        // Started, so no plan is kept: the cancel key finds the query.
+        assert!(q1.cancel_key != 0 && q6.cancel_key != 0);
+        assert_eq!((q1.plan_handle, q6.plan_handle), (0, 0));
+        // Q1's ticket carrying Q6's cancel key: Q1's answer (planned
+        // again); Q6's query is left to its own ticket.
         let mut crossed = q1.clone();
-        crossed.plan_handle = q6.plan_handle;
+        crossed.cancel_key = q6.cancel_key;
         let q1_expected = tpch::expected("q1", 0.01).unwrap();
         let q6_expected = tpch::expected("q6", 0.01).unwrap();
         tpch::compare(&run(crossed).await, q1_expected).unwrap();
-        // Q6's own ticket still finds its plan; its second use plans again.
+        // Q6's own ticket takes its query (or, past the half second it
+        // waits, plans again); its second use plans again.
         tpch::compare(&run(q6.clone()).await, q6_expected).unwrap();
         tpch::compare(&run(q6).await, q6_expected).unwrap();
-        // Q1's plan was kept too.
         tpch::compare(&run(q1).await, q1_expected).unwrap();
     });
 }

@@ -31,7 +31,9 @@
 //!   and its region tasks, before or after its DoGet.
 //! * A ticket redeemed again, by another user, after [`EARLY_TTL`], or
 //!   at another compute process, runs the query as every DoGet did
-//!   before: planned again from the ticket's SQL.
+//!   before: planned again from the ticket's SQL. Planned again at this
+//!   process, it must answer with the columns its FlightInfo announced
+//!   or fail with a conflict, as a plan kept for its DoGet is checked.
 //! * A client that goes away after GetFlightInfo leaves its query running
 //!   for at most [`EARLY_TTL`] (half a second): no handler hears that its
 //!   connection ended, so the query is dropped, with its region tasks,
@@ -42,8 +44,10 @@
 //! lock rows), statements whose answer rides in the ticket (DDL, DML,
 //! EXPLAIN), and anything past [`MAX_STARTED`] queries waiting for their
 //! DoGet at once (a client that asks GetFlightInfo only for schemas). The
-//! failpoint
-//! `flight_early_start_off` turns the early start off, to compare.
+//! failpoint `flight_early_start_off` turns the early start off, to
+//! compare: through ADBC, Q1 and Q6 at SF 1 took about 3% less time with
+//! it on (`docs/performance.md`, "queries started by their
+//! GetFlightInfo").
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -97,6 +101,9 @@ pub(super) struct Started {
     at: Instant,
     /// Who asked for it (None without logins): only they may take it.
     owner: Option<String>,
+    /// Its SQL: only a ticket of the same SQL takes it (a ticket is the
+    /// client's to send, and may carry another one's cancel key).
+    sql: String,
     /// Its place in the cancel keys: running since GetFlightInfo.
     pub(super) running: Running,
     /// The query, up to its first batches (`QueryEngine::stream_in`).
@@ -106,12 +113,14 @@ pub(super) struct Started {
 impl Started {
     pub(super) fn new(
         owner: Option<String>,
+        sql: &str,
         running: Running,
         task: JoinHandle<Result<QueryStream>>,
     ) -> Self {
         Started {
             at: Instant::now(),
             owner,
+            sql: sql.to_string(),
             running,
             task: Task(task),
         }
@@ -126,7 +135,7 @@ pub(super) struct StartedQueries {
     /// too late to take its query plans the SQL again, and must answer
     /// with these columns or fail, as a kept plan checked at its snapshot
     /// does.
-    announced: Mutex<HashMap<u64, (Instant, SchemaRef)>>,
+    announced: Mutex<HashMap<u64, (Instant, String, SchemaRef)>>,
 }
 
 impl StartedQueries {
@@ -143,14 +152,14 @@ impl StartedQueries {
     pub(super) fn put(&self, key: u64, started: Started, schema: SchemaRef) {
         {
             let mut a = self.announced.lock();
-            a.retain(|_, (at, _)| at.elapsed() < ANNOUNCED_TTL);
+            a.retain(|_, (at, ..)| at.elapsed() < ANNOUNCED_TTL);
             if a.len() >= MAX_ANNOUNCED {
-                let oldest = a.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| *k);
+                let oldest = a.iter().min_by_key(|(_, (at, ..))| *at).map(|(k, _)| *k);
                 if let Some(k) = oldest {
                     a.remove(&k);
                 }
             }
-            a.insert(key, (Instant::now(), schema));
+            a.insert(key, (Instant::now(), started.sql.clone(), schema));
         }
         self.inner.lock().insert(key, started);
         let inner = Arc::downgrade(&self.inner);
@@ -165,12 +174,12 @@ impl StartedQueries {
         });
     }
 
-    /// The query started under `key`, if `owner` asked for it less than
-    /// [`EARLY_TTL`] ago; one too old is dropped.
-    pub(super) fn take(&self, key: u64, owner: Option<&str>) -> Option<Started> {
+    /// The query of `sql` started under `key`, if `owner` asked for it
+    /// less than [`EARLY_TTL`] ago; one too old is dropped.
+    pub(super) fn take(&self, key: u64, owner: Option<&str>, sql: &str) -> Option<Started> {
         let mut m = self.inner.lock();
         let s = m.get(&key)?;
-        if s.owner.as_deref() != owner {
+        if s.owner.as_deref() != owner || s.sql != sql {
             return None;
         }
         let s = m.remove(&key)?;
@@ -181,11 +190,15 @@ impl StartedQueries {
         Some(s)
     }
 
-    /// The schema the FlightInfo of the query started under `key`
-    /// announced, for a DoGet that did not take the query (too late, or
-    /// another user's); None past [`ANNOUNCED_TTL`].
-    pub(super) fn announced(&self, key: u64) -> Option<SchemaRef> {
-        let (at, schema) = self.announced.lock().remove(&key)?;
+    /// The schema the FlightInfo of the query of `sql` started under
+    /// `key` announced, for a DoGet that did not take the query (too
+    /// late, or another user's); None past [`ANNOUNCED_TTL`].
+    pub(super) fn announced(&self, key: u64, sql: &str) -> Option<SchemaRef> {
+        let mut a = self.announced.lock();
+        if a.get(&key).is_none_or(|(_, kept, _)| kept != sql) {
+            return None;
+        }
+        let (at, _, schema) = a.remove(&key)?;
         (at.elapsed() < ANNOUNCED_TTL).then_some(schema)
     }
 
@@ -221,10 +234,12 @@ mod tests {
         });
         let running = cancels.start(key).unwrap();
         (
-            Started::new(owner.map(str::to_string), running, task),
+            Started::new(owner.map(str::to_string), SQL, running, task),
             dropped,
         )
     }
+
+    const SQL: &str = "SELECT 1 AS n";
 
     fn schema() -> SchemaRef {
         use arrow::datatypes::{DataType, Field, Schema};
@@ -242,29 +257,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn only_its_owner_takes_a_started_query_and_only_in_time() {
+    async fn only_its_owner_and_its_sql_take_a_started_query_and_only_in_time() {
         let cancels = Cancels::default();
         let started = StartedQueries::default();
         let (s, _) = pending(&cancels, 7, Some("alice"));
         started.put(7, s, schema());
-        assert!(started.take(7, Some("bob")).is_none());
-        assert!(started.take(7, None).is_none());
-        assert!(started.take(8, Some("alice")).is_none());
-        assert!(started.take(7, Some("alice")).is_some());
-        assert!(started.take(7, Some("alice")).is_none(), "taken once");
+        assert!(started.take(7, Some("bob"), SQL).is_none());
+        assert!(started.take(7, None, SQL).is_none());
+        assert!(started.take(8, Some("alice"), SQL).is_none());
+        assert!(started.take(7, Some("alice"), "SELECT 2").is_none());
+        assert!(started.take(7, Some("alice"), SQL).is_some());
+        assert!(started.take(7, Some("alice"), SQL).is_none(), "taken once");
 
         // Taken: its schema is not kept for a late DoGet.
-        assert!(started.announced(7).is_none());
+        assert!(started.announced(7, SQL).is_none());
 
         // Too old: dropped, not taken; a DoGet that plans it again
         // finds what its FlightInfo announced.
         let (mut s, dropped) = pending(&cancels, 9, None);
         s.at = Instant::now() - EARLY_TTL;
         started.put(9, s, schema());
-        assert!(started.take(9, None).is_none());
+        assert!(started.take(9, None, SQL).is_none());
         assert!(until(&dropped).await, "the old query's task still runs");
-        assert_eq!(started.announced(9), Some(schema()));
-        assert!(started.announced(9).is_none(), "checked once");
+        assert!(started.announced(9, "SELECT 2").is_none(), "another SQL");
+        assert_eq!(started.announced(9, SQL), Some(schema()));
+        assert!(started.announced(9, SQL).is_none(), "checked once");
     }
 
     #[tokio::test]
@@ -295,7 +312,7 @@ mod tests {
             started.put(key, pending(&cancels, key, None).0, schema());
         }
         assert!(!started.has_room());
-        assert!(started.take(1, None).is_some());
+        assert!(started.take(1, None, SQL).is_some());
         assert!(started.has_room());
     }
 }

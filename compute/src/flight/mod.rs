@@ -489,9 +489,11 @@ impl FlightSqlService for FlightSqlServer {
         _request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let t = QuarryTicket::decode(ticket.statement_handle).map_err(bad_ticket)?;
-        let owner = crate::caller::caller().map(|c| c.user);
-        if let Some(started) = self.started.take(t.cancel_key, owner.as_deref()) {
-            return self.redeem(started).await;
+        if let Some(ticket::Kind::Sql(sql)) = &t.kind {
+            let owner = crate::caller::caller().map(|c| c.user);
+            if let Some(started) = self.started.take(t.cancel_key, owner.as_deref(), sql) {
+                return self.redeem(started).await;
+            }
         }
         // A CancelFlightInfo of this ticket's FlightInfo reaches the query
         // through `running` (`cancel.rs`), while it is planned and gathered
@@ -508,7 +510,7 @@ impl FlightSqlService for FlightSqlServer {
                     Some(plan) => Prepared::Query(plan),
                     None => {
                         let again = self.engine.prepare_sql_in(&sql, txn.as_ref()).await?;
-                        self.check_announced(t.cancel_key, &again)?;
+                        self.check_announced(t.cancel_key, &sql, &again)?;
                         again
                     }
                 },
@@ -696,7 +698,7 @@ impl FlightSqlServer {
                 // An autocommit query starts now (`early.rs`); its DoGet
                 // takes it, and a DoGet that finds none plans it again.
                 let plan_handle = match txn_id.is_empty() {
-                    true => match self.start_early(q, cancel_key) {
+                    true => match self.start_early(q, cancel_key, &sql) {
                         Ok(()) => 0,
                         Err(q) => self.plans.put(&sql, q),
                     },
@@ -731,7 +733,12 @@ impl FlightSqlServer {
     /// is `key`, for its DoGet to take (`early.rs`); gives `q` back when
     /// it does not start (too many wait, or the failpoint
     /// `flight_early_start_off`).
-    fn start_early(&self, q: Box<PlannedQuery>, key: u64) -> Result<(), Box<PlannedQuery>> {
+    fn start_early(
+        &self,
+        q: Box<PlannedQuery>,
+        key: u64,
+        sql: &str,
+    ) -> Result<(), Box<PlannedQuery>> {
         if quarry_proto::failpoint::fires("flight_early_start_off") || !self.started.has_room() {
             return Err(q);
         }
@@ -751,15 +758,16 @@ impl FlightSqlServer {
         let task = tokio::spawn(crate::caller::within(crate::caller::current(), run));
         let owner = crate::caller::caller().map(|c| c.user);
         self.started
-            .put(key, early::Started::new(owner, running, task), schema);
+            .put(key, early::Started::new(owner, sql, running, task), schema);
         Ok(())
     }
 
     /// A query planned again by a DoGet too late to take the query its
     /// GetFlightInfo started must answer with the columns that FlightInfo
     /// announced (`early.rs`), as a kept plan checked at its snapshot does.
-    fn check_announced(&self, key: u64, again: &Prepared) -> Result<(), Status> {
-        let (Prepared::Query(q), Some(announced)) = (again, self.started.announced(key)) else {
+    fn check_announced(&self, key: u64, sql: &str, again: &Prepared) -> Result<(), Status> {
+        let (Prepared::Query(q), Some(announced)) = (again, self.started.announced(key, sql))
+        else {
             return Ok(());
         };
         if q.schema() == announced {
