@@ -489,7 +489,9 @@ impl FlightSqlService for FlightSqlServer {
         _request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let t = QuarryTicket::decode(ticket.statement_handle).map_err(bad_ticket)?;
-        if let Some(ticket::Kind::Sql(sql)) = &t.kind {
+        // A started query is an autocommit one: a ticket naming a
+        // transaction runs in it, as before.
+        if let (Some(ticket::Kind::Sql(sql)), true) = (&t.kind, t.transaction_id.is_empty()) {
             let owner = crate::caller::caller().map(|c| c.user);
             if let Some(started) = self.started.take(t.cancel_key, owner.as_deref(), sql) {
                 return self.redeem(started).await;
