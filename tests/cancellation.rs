@@ -39,17 +39,20 @@ fn until_no_task_runs(pg: &Playground) -> Duration {
     t0.elapsed()
 }
 
+/// [`running_tasks`] of `pg`'s stores, from async code.
+async fn running_now(pg: &Playground) -> i64 {
+    let urls = pg.status_urls[..pg.stores.len()].to_vec();
+    tokio::task::spawn_blocking(move || running_tasks(&urls))
+        .await
+        .unwrap()
+}
+
 /// Waits until some store runs a coprocessor task (at most 10 s), failing
 /// if `finished` says the query ended first.
 async fn until_scanning(pg: &Playground, finished: impl Fn() -> bool) {
     let t0 = Instant::now();
     loop {
-        let urls = pg.status_urls[..pg.stores.len()].to_vec();
-        if tokio::task::spawn_blocking(move || running_tasks(&urls))
-            .await
-            .unwrap()
-            > 0
-        {
+        if running_now(pg).await > 0 {
             return;
         }
         assert!(!finished(), "finished before it was cancelled");
@@ -62,15 +65,25 @@ async fn until_scanning(pg: &Playground, finished: impl Fn() -> bool) {
 /// (polled every 20 ms, for at most 10 s).
 async fn until_stopped(pg: &Playground, since: Instant) -> Duration {
     loop {
-        let urls = pg.status_urls[..pg.stores.len()].to_vec();
-        let n = tokio::task::spawn_blocking(move || running_tasks(&urls))
-            .await
-            .unwrap();
-        if n == 0 || since.elapsed() > Duration::from_secs(10) {
+        if running_now(pg).await == 0 || since.elapsed() > Duration::from_secs(10) {
             return since.elapsed();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The batches of a Flight SQL `ticket`, read to the end.
+async fn fetch_ticket(
+    sql: &mut arrow_flight::sql::client::FlightSqlServiceClient<tonic::transport::Channel>,
+    ticket: arrow_flight::Ticket,
+) -> Vec<arrow::array::RecordBatch> {
+    use futures::TryStreamExt;
+    sql.do_get(ticket)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
 }
 
 /// Slow scans: every batch of every coprocessor task sleeps 100 ms, so a
@@ -429,12 +442,11 @@ fn a_cancelled_query_stops_its_scans_on_the_stores_within_a_second() {
 /// (`compute/src/flight/early.rs`): the stores scan for it before any
 /// DoGet, its DoGet answers it exactly, a second DoGet of the ticket runs
 /// it again, and a query whose DoGet never comes leaves the stores within
-/// a second after the half second it waits. With the failpoint `flight_early_start_off`, nothing runs
-/// before the DoGet.
+/// a second after the half second it waits. With the failpoint
+/// `flight_early_start_off`, nothing runs before the DoGet.
 #[test]
 fn a_query_starts_at_its_get_flight_info_and_its_do_get_takes_it() {
     use arrow_flight::sql::client::FlightSqlServiceClient;
-    use futures::TryStreamExt;
 
     let _serial = SERIAL.lock();
     let pg = Playground::start_lineitem(&[]);
@@ -448,26 +460,16 @@ fn a_query_starts_at_its_get_flight_info_and_its_do_get_takes_it() {
             .await
             .unwrap();
         let mut sql = FlightSqlServiceClient::new(channel);
-        let answer = |mut sql: FlightSqlServiceClient<_>, ticket| async move {
-            let batches: Vec<_> = sql
-                .do_get(ticket)
-                .await
-                .unwrap()
-                .try_collect()
-                .await
-                .unwrap();
-            csv(&batches)
-        };
 
         // Scans run before the DoGet; the DoGet takes the query.
         slow_scans(&pg);
         let info = sql.execute(SLOW_QUERY.into(), None).await.unwrap();
         until_scanning(&pg, || false).await;
         let ticket = info.endpoint[0].ticket.clone().unwrap();
-        assert_eq!(answer(sql.clone(), ticket.clone()).await, want);
+        assert_eq!(csv(&fetch_ticket(&mut sql, ticket.clone()).await), want);
         // The ticket again: the query runs again.
         on_every_store(&pg, "coprocessor_slow_batch", None);
-        assert_eq!(answer(sql.clone(), ticket).await, want);
+        assert_eq!(csv(&fetch_ticket(&mut sql, ticket).await), want);
 
         // No DoGet: the started query is dropped, and its scans stop.
         slow_scans(&pg);
@@ -485,14 +487,14 @@ fn a_query_starts_at_its_get_flight_info_and_its_do_get_takes_it() {
         failpoint(&compute_status, "flight_early_start_off", Some("return"));
         let info = sql.execute(SLOW_QUERY.into(), None).await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let urls = pg.status_urls[..pg.stores.len()].to_vec();
-        let n = tokio::task::spawn_blocking(move || running_tasks(&urls))
-            .await
-            .unwrap();
-        assert_eq!(n, 0, "a scan ran before the DoGet with the early start off");
+        assert_eq!(
+            running_now(&pg).await,
+            0,
+            "a scan ran before the DoGet with the early start off"
+        );
         on_every_store(&pg, "coprocessor_slow_batch", None);
         let ticket = info.endpoint[0].ticket.clone().unwrap();
-        assert_eq!(answer(sql.clone(), ticket).await, want);
+        assert_eq!(csv(&fetch_ticket(&mut sql, ticket).await), want);
         failpoint(&compute_status, "flight_early_start_off", None);
     });
 }
@@ -522,13 +524,7 @@ fn cancel_flight_info_stops_a_running_query_and_its_scans_within_a_second() {
         // Finished: too late to cancel.
         let info = sql.execute("SELECT 1 AS one".into(), None).await.unwrap();
         let ticket = info.endpoint[0].ticket.clone().unwrap();
-        let batches: Vec<_> = sql
-            .do_get(ticket)
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
+        let batches = fetch_ticket(&mut sql, ticket).await;
         assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
         let r = flight.cancel_flight_info(cancel(info)).await.unwrap();
         assert_eq!(r.status(), CancelStatus::NotCancellable);
@@ -649,11 +645,10 @@ fn a_streamed_answer_dropped_by_its_client_stops_the_scans_within_a_second() {
             .await
             .expect("no batch within 30 s");
         assert!(matches!(first, Some(Ok(_))), "{first:?}");
-        let urls = pg.status_urls[..pg.stores.len()].to_vec();
-        let running = tokio::task::spawn_blocking(move || running_tasks(&urls))
-            .await
-            .unwrap();
-        assert!(running > 0, "the stores were not scanning any more");
+        assert!(
+            running_now(&pg).await > 0,
+            "the stores were not scanning any more"
+        );
         drop(stream);
         drop(c);
         Instant::now()
