@@ -61,6 +61,7 @@ use parking_lot::Mutex;
 use tokio::task::{JoinError, JoinHandle};
 
 use super::cancel::Running;
+use super::kept::KeptForSql;
 use crate::engine::QueryStream;
 use crate::Result;
 
@@ -128,14 +129,22 @@ impl Started {
 }
 
 /// The started queries waiting for their DoGet, by cancel key.
-#[derive(Default)]
 pub(super) struct StartedQueries {
     inner: Arc<Mutex<HashMap<u64, Started>>>,
     /// The schema each one's FlightInfo announced, by cancel key: a DoGet
     /// too late to take its query plans the SQL again, and must answer
     /// with these columns or fail, as a kept plan checked at its snapshot
-    /// does.
-    announced: Mutex<HashMap<u64, (Instant, String, SchemaRef)>>,
+    /// does (`kept.rs`: only a ticket of the same SQL finds it, once).
+    announced: KeptForSql<SchemaRef>,
+}
+
+impl Default for StartedQueries {
+    fn default() -> Self {
+        StartedQueries {
+            inner: Arc::default(),
+            announced: KeptForSql::new(ANNOUNCED_TTL, MAX_ANNOUNCED),
+        }
+    }
 }
 
 impl StartedQueries {
@@ -150,17 +159,7 @@ impl StartedQueries {
     /// Keeps `started` for its DoGet, and drops it (and so stops it)
     /// if none has taken it after [`EARLY_TTL`].
     pub(super) fn put(&self, key: u64, started: Started, schema: SchemaRef) {
-        {
-            let mut a = self.announced.lock();
-            a.retain(|_, (at, ..)| at.elapsed() < ANNOUNCED_TTL);
-            if a.len() >= MAX_ANNOUNCED {
-                let oldest = a.iter().min_by_key(|(_, (at, ..))| *at).map(|(k, _)| *k);
-                if let Some(k) = oldest {
-                    a.remove(&k);
-                }
-            }
-            a.insert(key, (Instant::now(), started.sql.clone(), schema));
-        }
+        self.announced.put(key, &started.sql, schema);
         self.inner.lock().insert(key, started);
         let inner = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
@@ -186,7 +185,7 @@ impl StartedQueries {
         if s.at.elapsed() >= EARLY_TTL {
             return None;
         }
-        self.announced.lock().remove(&key);
+        self.announced.remove(key);
         Some(s)
     }
 
@@ -194,12 +193,7 @@ impl StartedQueries {
     /// `key` announced, for a DoGet that did not take the query (too
     /// late, or another user's); None past [`ANNOUNCED_TTL`].
     pub(super) fn announced(&self, key: u64, sql: &str) -> Option<SchemaRef> {
-        let mut a = self.announced.lock();
-        if a.get(&key).is_none_or(|(_, kept, _)| kept != sql) {
-            return None;
-        }
-        let (at, _, schema) = a.remove(&key)?;
-        (at.elapsed() < ANNOUNCED_TTL).then_some(schema)
+        self.announced.take(key, sql, ANNOUNCED_TTL)
     }
 
     #[cfg(test)]

@@ -42,12 +42,10 @@
 //!   (arrow-flight's encoder splits larger batches), under the 4 MiB that
 //!   gRPC clients accept by default.
 
-use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use parking_lot::Mutex;
+use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -81,11 +79,13 @@ use crate::engine::{Prepared, QueryEngine, QueryOutput, QueryStream};
 use crate::session::{self, OpenTxn};
 use crate::sql::Statement;
 use crate::Error;
+use kept::KeptForSql;
 
 mod cancel;
 mod catalog;
 mod cookie;
 mod early;
+mod kept;
 mod prepared;
 
 pub use cookie::CookieLayer;
@@ -113,56 +113,39 @@ const PLAN_TTL: Duration = Duration::from_secs(60);
 /// At most this many plans wait (clients that only ask for schemas).
 const MAX_PLANS: usize = 256;
 
-/// Plans made by GetFlightInfo, waiting for their DoGet.
-#[derive(Default)]
+/// Plans made by GetFlightInfo, waiting for their DoGet, by plan handle
+/// (`kept.rs`: only a ticket of the same SQL takes one, once).
 struct PendingPlans {
-    inner: Mutex<PendingPlansInner>,
+    next: AtomicU64,
+    kept: KeptForSql<Box<PlannedQuery>>,
 }
 
-#[derive(Default)]
-struct PendingPlansInner {
-    next: u64,
-    /// handle → (made at, the SQL, the plan)
-    plans: HashMap<u64, (Instant, String, Box<PlannedQuery>)>,
+impl Default for PendingPlans {
+    fn default() -> Self {
+        PendingPlans {
+            next: AtomicU64::new(0),
+            kept: KeptForSql::new(PLAN_TTL, MAX_PLANS),
+        }
+    }
 }
 
 impl PendingPlans {
     /// Keeps `plan` and returns its handle (never 0).
     fn put(&self, sql: &str, plan: Box<PlannedQuery>) -> u64 {
-        let mut c = self.inner.lock();
-        c.plans.retain(|_, (made, ..)| made.elapsed() < PLAN_TTL);
-        if c.plans.len() >= MAX_PLANS {
-            let oldest = c
-                .plans
-                .iter()
-                .min_by_key(|(_, (made, ..))| *made)
-                .map(|(h, _)| *h);
-            if let Some(h) = oldest {
-                c.plans.remove(&h);
-            }
-        }
-        c.next += 1;
-        let handle = c.next;
-        c.plans
-            .insert(handle, (Instant::now(), sql.to_string(), plan));
+        let handle = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        self.kept.put(handle, sql, plan);
         handle
     }
 
     /// Takes the plan kept under `handle` for `sql`, if it is still here.
     fn take(&self, handle: u64, sql: &str) -> Option<Box<PlannedQuery>> {
-        self.take_younger(handle, sql, PLAN_TTL)
+        self.kept.take(handle, sql, PLAN_TTL)
     }
 
     /// [`Self::take`] a plan made less than `age` ago (an older one is
     /// dropped).
     fn take_younger(&self, handle: u64, sql: &str, age: Duration) -> Option<Box<PlannedQuery>> {
-        let mut c = self.inner.lock();
-        match c.plans.get(&handle) {
-            Some((made, kept, _)) if kept == sql && made.elapsed() < age.min(PLAN_TTL) => {
-                c.plans.remove(&handle).map(|(.., plan)| plan)
-            }
-            _ => None,
-        }
+        self.kept.take(handle, sql, age)
     }
 }
 
