@@ -24,6 +24,21 @@
 # peak under force over the largest under off, cold and warm apiece.
 # Answers land in DIR/answers.MODE.qN.PASS for comparing the runs. Kills
 # any running playground first. QUARRY_BIN picks the binary.
+#
+# Beside each peak, the largest anonymous resident memory (RssAnon)
+# sampled every 100 ms while the pass ran: the peak without the pages of
+# the binary the process has touched (RssFile: about 69 MB in a worker,
+# 86 MB in a process that has planned a query), which every `quarry`
+# process on the machine shares through the page cache. The issue's
+# target is on the peaks; the anonymous figures say how much of each is
+# the process's own.
+#
+# Two passes do not show where repeated queries settle: a `force`
+# process's peak keeps rising over the first few passes (allocator
+# pages kept between queries; `docs/performance.md`, "The memory spread
+# after repeated queries"). PASSES=N runs the warm pass N times back to
+# back (the peaks are reset once, before the first), its peaks printed
+# after each query.
 set -euo pipefail
 MODE=${1:?off or force}
 DIR=${2:?a data dir (reused: loaded once)}
@@ -40,9 +55,21 @@ start() { # LOG: a playground on DIR/data, until it is ready
   echo "the playground did not start (see $1)"; exit 1
 }
 computes() { pgrep -f "quarry[.a-z0-9]* compute"; }
+declare -A ANON # pid -> the largest RssAnon sampled this pass (kB)
+anon() { grep RssAnon /proc/"$1"/status | awk '{print $2}'; }
+sample_anon() { # while PID runs
+  while kill -0 "$1" 2>/dev/null; do
+    for p in $(computes); do
+      local a; a=$(anon "$p") || continue
+      [ "${a:-0}" -gt "${ANON[$p]:-0}" ] && ANON[$p]=$a
+    done
+    sleep 0.1
+  done
+}
 peaks() {
   for p in $(computes); do
-    echo "  compute pid $p: $(grep VmHWM /proc/"$p"/status | awk '{print $2, $3}')"
+    echo "  compute pid $p: $(grep VmHWM /proc/"$p"/status | awk '{print $2, $3}')" \
+      "(anonymous, sampled: ${ANON[$p]:-?} kB)"
   done
 }
 stop; sleep 1
@@ -65,7 +92,10 @@ run() { # QUERY LABEL
   local sql s e
   sql=$(sed 's/;[[:space:]]*$//' "$QUERIES/$1.sql")
   s=$(date +%s.%N)
-  "$Q" sql --addr "$A" "$sql" > "$DIR/answers.$MODE.$1.$2"
+  "$Q" sql --addr "$A" "$sql" > "$DIR/answers.$MODE.$1.$2" &
+  local query=$!
+  sample_anon "$query"
+  wait "$query"
   e=$(date +%s.%N)
   echo "$1 $2: $(echo "$e - $s" | bc) s"
 }
@@ -83,9 +113,12 @@ done
 # small statement allocate, then reset the peaks to what is resident.
 sleep 12
 "$Q" sql --addr "$A" "select count(*) from nation" > /dev/null
-for p in $(computes); do echo 5 > /proc/"$p"/clear_refs; done
+for p in $(computes); do echo 5 > /proc/"$p"/clear_refs; ANON[$p]=$(anon "$p"); done
 echo "peaks reset to: $(for p in $(computes); do grep VmHWM /proc/"$p"/status | awk '{printf "%s ", $2}'; done)kB"
-for q in q9 q18 q21; do
-  run "$q" warm
-  peaks
+for pass in $(seq 1 "${PASSES:-1}"); do
+  label=warm; [ "${PASSES:-1}" -gt 1 ] && label=warm$pass
+  for q in q9 q18 q21; do
+    run "$q" "$label"
+    peaks
+  done
 done
