@@ -55,12 +55,12 @@ start() { # LOG: a playground on DIR/data, until it is ready
   echo "the playground did not start (see $1)"; exit 1
 }
 computes() { pgrep -f "quarry[.a-z0-9]* compute"; }
+status_kb() { awk -v f="$2:" '$1 == f {print $2}' /proc/"$1"/status; } # PID FIELD
 declare -A ANON # pid -> the largest RssAnon sampled this pass (kB)
-anon() { grep RssAnon /proc/"$1"/status | awk '{print $2}'; }
 sample_anon() { # while PID runs
   while kill -0 "$1" 2>/dev/null; do
     for p in $(computes); do
-      local a; a=$(anon "$p") || continue
+      local a; a=$(status_kb "$p" RssAnon 2>/dev/null) || continue
       [ "${a:-0}" -gt "${ANON[$p]:-0}" ] && ANON[$p]=$a
     done
     sleep 0.1
@@ -68,7 +68,7 @@ sample_anon() { # while PID runs
 }
 peaks() {
   for p in $(computes); do
-    echo "  compute pid $p: $(grep VmHWM /proc/"$p"/status | awk '{print $2, $3}')" \
+    echo "  compute pid $p: $(status_kb "$p" VmHWM) kB" \
       "(anonymous, sampled: ${ANON[$p]:-?} kB)"
   done
 }
@@ -113,10 +113,11 @@ done
 # small statement allocate, then reset the peaks to what is resident.
 sleep 12
 "$Q" sql --addr "$A" "select count(*) from nation" > /dev/null
-for p in $(computes); do echo 5 > /proc/"$p"/clear_refs; ANON[$p]=$(anon "$p"); done
-echo "peaks reset to: $(for p in $(computes); do grep VmHWM /proc/"$p"/status | awk '{printf "%s ", $2}'; done)kB"
-for pass in $(seq 1 "${PASSES:-1}"); do
-  label=warm; [ "${PASSES:-1}" -gt 1 ] && label=warm$pass
+for p in $(computes); do echo 5 > /proc/"$p"/clear_refs; ANON[$p]=$(status_kb "$p" RssAnon); done
+echo "peaks reset to: $(for p in $(computes); do printf '%s ' "$(status_kb "$p" VmHWM)"; done)kB"
+PASSES=${PASSES:-1}
+for pass in $(seq 1 "$PASSES"); do
+  label=warm; [ "$PASSES" -gt 1 ] && label=warm$pass
   for q in q9 q18 q21; do
     run "$q" "$label"
     peaks
