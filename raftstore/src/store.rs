@@ -175,6 +175,9 @@ pub struct RaftStore<E: Engine, T: Transport> {
     published: HashSet<u64>,
     /// Uploaded SST files (bulk load); None: this store refuses ingests.
     importer: Option<Arc<SstImporter>>,
+    /// Peers created and destroyed in this drain of messages, not yet
+    /// written (`store/life.rs`).
+    life: life::LifeBatch,
 }
 
 /// What one peer's Ready left for after the persist.
@@ -215,6 +218,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             concurrency: ConcurrencyManager::new(),
             published: HashSet::new(),
             importer: None,
+            life: life::LifeBatch::default(),
         })
     }
 
@@ -344,8 +348,12 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
                 Err(e) => drop(cb.send(Err(e))),
                 Ok(peer) => peer.on_read(cb, now),
             },
-            StoreMsg::CreatePeer { region, cb } => drop(cb.send(self.create_peer(region))),
-            StoreMsg::DestroyPeer { region_id, cb } => drop(cb.send(self.destroy_peer(region_id))),
+            StoreMsg::CreatePeer { region, cb } => {
+                self.stage_life(cb, |s, batch| s.stage_create(region, batch))
+            }
+            StoreMsg::DestroyPeer { region_id, cb } => {
+                self.stage_life(cb, |s, batch| s.stage_destroy(region_id, batch))
+            }
             StoreMsg::ChangePeer {
                 region_id,
                 peer,
@@ -755,6 +763,7 @@ fn drive<E: Engine, T: Transport>(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return Ok(()),
         }
+        store.write_life()?;
         if Instant::now() >= next_tick {
             store.tick();
             next_tick += TICK;

@@ -265,7 +265,8 @@ impl Playground {
         let out = self.sql("csv", sql);
         assert!(
             out.status.success(),
-            "{sql} failed: {}",
+            "{} failed: {}",
+            statement_for_message(sql),
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8(out.stdout).unwrap()
@@ -277,7 +278,8 @@ impl Playground {
         assert_eq!(
             out.status.code(),
             Some(1),
-            "{sql} should fail, stdout: {}",
+            "{} should fail, stdout: {}",
+            statement_for_message(sql),
             String::from_utf8_lossy(&out.stdout)
         );
         String::from_utf8(out.stderr).unwrap()
@@ -343,6 +345,17 @@ impl Drop for ExtraCompute {
 
 /// A playground process line's words without its " status URL" ending
 /// (the status ports are checked by tests/metrics.rs).
+/// A statement as a failure message shows it: whole when short, else its
+/// start and its length, so that the error after it is not cut off with it
+/// (CI shows only the start and end of a long message).
+pub fn statement_for_message(sql: &str) -> String {
+    const SHOWN: usize = 200;
+    match sql.char_indices().nth(SHOWN) {
+        None => sql.to_string(),
+        Some((end, _)) => format!("{}… ({} bytes in all)", &sql[..end], sql.len()),
+    }
+}
+
 pub fn process_line(line: &str) -> Vec<&str> {
     let mut words: Vec<&str> = line.split_whitespace().collect();
     if words.len() >= 2 && words[words.len() - 2] == "status" {

@@ -3,7 +3,9 @@
 //!
 //! Tests can make reads of a column family fail
 //! ([`MemEngine::fail_reads`]), as a disk read error would, to check what
-//! the store does when a read it cannot do without fails.
+//! the store does when a read it cannot do without fails, and count the
+//! synced writes and range deletions it was given
+//! ([`MemEngine::counts`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
@@ -22,6 +24,15 @@ pub struct MemEngine {
     cfs: RwLock<HashMap<Cf, CfMap>>,
     /// Column families whose reads fail (fault injection for tests).
     failing: RwLock<HashSet<Cf>>,
+    /// Synced writes and range deletions so far ([`MemEngine::counts`]).
+    counts: parking_lot::Mutex<WriteCounts>,
+}
+
+/// What a [`MemEngine`] was asked to write, counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteCounts {
+    pub synced_writes: u64,
+    pub range_deletes: u64,
 }
 
 impl MemEngine {
@@ -39,6 +50,11 @@ impl MemEngine {
         } else {
             failing.remove(&cf);
         }
+    }
+
+    /// The synced writes and range deletions written so far.
+    pub fn counts(&self) -> WriteCounts {
+        *self.counts.lock()
     }
 
     fn check_read(&self, cf: Cf) -> Result<()> {
@@ -79,8 +95,17 @@ impl Engine for MemEngine {
         Ok(self.cfs.read().get(&cf).and_then(|m| m.get(key).cloned()))
     }
 
-    fn write(&self, batch: &WriteBatch, _sync: bool) -> Result<()> {
+    fn write(&self, batch: &WriteBatch, sync: bool) -> Result<()> {
         let mut cfs = self.cfs.write();
+        {
+            let mut counts = self.counts.lock();
+            counts.synced_writes += u64::from(sync);
+            counts.range_deletes += batch
+                .ops
+                .iter()
+                .filter(|op| matches!(op, WriteOp::DeleteRange(..)))
+                .count() as u64;
+        }
         for op in &batch.ops {
             match op {
                 WriteOp::Put(cf, k, v) => {

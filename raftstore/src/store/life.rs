@@ -18,11 +18,28 @@
 //! change removes it or an admin asks: what waits on it fails with
 //! RegionNotFound, its data and raft state go in one synced write
 //! ([`PeerStorage::destroy`]), and the tombstone it leaves is remembered.
+//!
+//! The admin asks ([`StoreMsg::CreatePeer`], [`StoreMsg::DestroyPeer`])
+//! come in bursts: a CREATE or DROP TABLE of thousands of regions sends
+//! dozens at a time to every store. They are staged as they arrive, in
+//! memory at once and on disk into one [`LifeBatch`], and the loop writes
+//! the batch with one sync after each drain of its messages
+//! ([`RaftStore::write_life`]), before it ticks or handles a Ready, and
+//! answers each only then. One sync per peer held a store's loop for
+//! seconds per thousand peers, and every region's reads and writes
+//! waited behind it. A new peer has nothing on disk it could read (its
+//! log starts empty at the initial index), so living in memory for the
+//! rest of a drain before its state is written is safe; a crash before
+//! the write answers nothing, and the caller retries.
+//!
+//! [`StoreMsg::CreatePeer`]: crate::store::StoreMsg::CreatePeer
+//! [`StoreMsg::DestroyPeer`]: crate::store::StoreMsg::DestroyPeer
 
 use quarry_coprocessor::storage::KeyRangeRef;
 use quarry_proto::meta::Region;
 use quarry_proto::raft::RaftMessage;
 use raft::eraftpb::{Message as RaftMsg, MessageType};
+use tokio::sync::oneshot;
 
 use super::RaftStore;
 use crate::engine::{Engine, WriteBatch};
@@ -86,8 +103,58 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         }
     }
 
-    /// Creates this store's peer of a new region (all peers start alike).
+    /// Creates this store's peer of a new region (all peers start alike),
+    /// written at once.
     pub fn create_peer(&mut self, region: Region) -> Result<()> {
+        let mut batch = LifeBatch::default();
+        self.stage_create(region, &mut batch)?;
+        self.finish_life(batch)
+    }
+
+    /// Removes this store's peer of `region_id` and its data, written at
+    /// once.
+    pub fn destroy_peer(&mut self, region_id: u64) -> Result<()> {
+        let mut batch = LifeBatch::default();
+        self.stage_destroy(region_id, &mut batch)?;
+        self.finish_life(batch)
+    }
+
+    /// Stages an admin's create or destroy (`op`) into this drain's batch;
+    /// `cb` is answered once the batch is written.
+    pub(super) fn stage_life(
+        &mut self,
+        cb: oneshot::Sender<Result<()>>,
+        op: impl FnOnce(&mut Self, &mut LifeBatch) -> Result<()>,
+    ) {
+        let mut batch = std::mem::take(&mut self.life);
+        let result = op(self, &mut batch);
+        batch.answers.push((cb, result));
+        self.life = batch;
+    }
+
+    /// Writes the peers this drain created and destroyed in one synced
+    /// write, then answers their callers. An error stops the loop (memory
+    /// is ahead of the disk); nobody was answered.
+    pub fn write_life(&mut self) -> Result<()> {
+        let batch = std::mem::take(&mut self.life);
+        self.finish_life(batch)
+    }
+
+    fn finish_life(&self, batch: LifeBatch) -> Result<()> {
+        if !batch.wb.is_empty() {
+            self.engine.write(&batch.wb, true)?;
+        }
+        for (start, end) in &batch.reclaim {
+            self.engine.reclaim_range(start, end);
+        }
+        for (cb, result) in batch.answers {
+            let _ = cb.send(result);
+        }
+        Ok(())
+    }
+
+    /// This store's peer of a new region, in memory now and into `batch`.
+    pub(super) fn stage_create(&mut self, region: Region, batch: &mut LifeBatch) -> Result<()> {
         let me = region
             .peers
             .iter()
@@ -112,9 +179,7 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
             }
             self.peers.remove(&region.id);
         }
-        let mut wb = WriteBatch::new();
-        let storage = PeerStorage::create(self.engine.clone(), region.clone(), me, &mut wb);
-        self.engine.write(&wb, true)?;
+        let storage = PeerStorage::create(self.engine.clone(), region.clone(), me, &mut batch.wb);
         let mut peer = Peer::new(storage, &self.logger)?;
         if peer.preferred_leader().map(|p| p.id) == Some(me.id) {
             peer.campaign_after(1);
@@ -123,22 +188,33 @@ impl<E: Engine, T: Transport> RaftStore<E, T> {
         Ok(())
     }
 
-    /// Removes this store's peer of `region_id` and its data.
-    pub fn destroy_peer(&mut self, region_id: u64) -> Result<()> {
-        let Some(mut peer) = self.peers.remove(&region_id) else {
+    /// The removal of this store's peer of `region_id`, in memory now and
+    /// into `batch`.
+    pub(super) fn stage_destroy(&mut self, region_id: u64, batch: &mut LifeBatch) -> Result<()> {
+        let Some(peer) = self.peers.get(&region_id) else {
             return Ok(());
         };
+        // On an error nothing is staged, and the peer stays.
+        peer.storage().destroy(&mut batch.wb)?;
+        let mut peer = self.peers.remove(&region_id).expect("looked up");
         peer.fail_all(|| Error::region(region::not_found(region_id)));
-        let mut wb = WriteBatch::new();
-        peer.storage().destroy(&mut wb);
-        self.engine.write(&wb, true)?;
         if peer.is_initialized() {
             let r = peer.region();
-            self.engine
-                .reclaim_range(&r.start_key, &crate::keys::concrete_end(&r.end_key));
+            batch
+                .reclaim
+                .push((r.start_key.clone(), crate::keys::concrete_end(&r.end_key)));
         }
         self.tombstones.insert(region_id, peer.peer_id());
         tracing::info!(region = region_id, peer = peer.peer_id(), "destroyed peer");
         Ok(())
     }
+}
+
+/// Peers created and destroyed since the loop last wrote them: one write
+/// batch, the ranges to reclaim after it, and the callers to answer.
+#[derive(Default)]
+pub(crate) struct LifeBatch {
+    wb: WriteBatch,
+    reclaim: Vec<(Vec<u8>, Vec<u8>)>,
+    answers: Vec<(oneshot::Sender<Result<()>>, Result<()>)>,
 }

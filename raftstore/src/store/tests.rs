@@ -1,5 +1,7 @@
-//! The store loop on one single-peer region: it stops, without answering,
-//! when apply meets an error of this replica alone.
+//! The store loop on single-peer regions: it stops, without answering,
+//! when apply meets an error of this replica alone; it writes the peers
+//! one drain of messages creates in one synced write; a destroyed peer
+//! leaves nothing, and no range tombstone when it was small.
 
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -272,4 +274,130 @@ fn an_ingest_lands_between_the_writes_the_log_puts_around_it_and_repeats_as_a_no
         matches!(&err, Error::Region(r) if r.epoch_not_match.is_some()),
         "{err}"
     );
+}
+
+/// Region `id` of `table`'s handles `[lo, hi)`, its one peer on store 1.
+fn region_of(table: i64, id: u64, lo: i64, hi: i64) -> Region {
+    Region {
+        id,
+        start_key: record_key(table, lo),
+        end_key: record_key(table, hi),
+        epoch: Some(RegionEpoch {
+            conf_ver: 1,
+            version: 1,
+        }),
+        peers: vec![PeerMeta {
+            id: id + 1000,
+            store_id: 1,
+        }],
+    }
+}
+
+#[test]
+fn the_peers_one_drain_creates_are_one_synced_write_answered_after_it() {
+    let engine = Arc::new(MemEngine::new());
+    let mut store =
+        RaftStore::new(1, engine.clone(), NoTransport, RaftStoreConfig::default()).unwrap();
+    let before = engine.counts();
+    let mut answers: Vec<_> = (0..50)
+        .map(|i| {
+            let (cb, rx) = oneshot::channel();
+            let region = region_of(7, 100 + i as u64, i * 10, i * 10 + 10);
+            store.handle_msg(StoreMsg::CreatePeer { region, cb });
+            rx
+        })
+        .collect();
+    // Staged: in memory, not yet on disk, nobody answered.
+    assert!(store.peer(149).is_some());
+    assert_eq!(engine.counts(), before);
+    assert!(engine
+        .get(Cf::Raft, &keys::raft_state_key(149))
+        .unwrap()
+        .is_none());
+    assert!(answers
+        .iter_mut()
+        .all(|rx| matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty))));
+
+    store.write_life().unwrap();
+    assert_eq!(engine.counts().synced_writes, before.synced_writes + 1);
+    for (i, mut rx) in answers.into_iter().enumerate() {
+        assert!(matches!(rx.try_recv(), Ok(Ok(()))), "peer {i} not answered");
+        assert!(engine
+            .get(Cf::Raft, &keys::raft_state_key(100 + i as u64))
+            .unwrap()
+            .is_some());
+    }
+    // A later drain with nothing staged writes nothing.
+    store.write_life().unwrap();
+    assert_eq!(engine.counts().synced_writes, before.synced_writes + 1);
+}
+
+#[test]
+fn a_destroyed_peer_leaves_no_key_and_a_small_one_no_range_tombstone() {
+    let engine = Arc::new(MemEngine::new());
+    let (mut store, epoch) = one_region_store(engine.clone());
+    // Region 11, table 8's, with data past the point-delete bound.
+    store.create_peer(region_of(8, 11, 0, 1 << 20)).unwrap();
+    let mut wb = crate::engine::WriteBatch::new();
+    for h in 0..=crate::peer_storage::POINT_DELETES as i64 {
+        wb.put(Cf::Default, record_key(8, h), b"v".to_vec());
+    }
+    engine.write(&wb, false).unwrap();
+
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || drop(drive(&mut store, &rx)));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !status(&tx).is_leader {
+        assert!(Instant::now() < deadline, "no leader");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Region 10 gets rows, and its log entries.
+    for h in 1..4 {
+        let put = KvWrite {
+            puts: vec![KvPair {
+                key: record_key(7, h),
+                value: b"row".to_vec(),
+            }],
+            ..Default::default()
+        };
+        let answer = ask(&tx, |cb| StoreMsg::Write {
+            region_id: 10,
+            epoch: Some(epoch),
+            write: put,
+            cb,
+        });
+        answer.blocking_recv().unwrap().unwrap();
+    }
+    let count = |cf: Cf, (start, end): (Vec<u8>, Vec<u8>)| {
+        let mut n = 0;
+        engine
+            .scan(cf, &start, &end, &mut |_, _| {
+                n += 1;
+                true
+            })
+            .unwrap();
+        n
+    };
+    assert!(count(Cf::Raft, keys::raft_log_range(10)) >= 3);
+    assert_eq!(count(Cf::Default, table_record_range(7)), 3);
+
+    let before = engine.counts();
+    let destroy = |region_id| {
+        ask(&tx, |cb| StoreMsg::DestroyPeer { region_id, cb })
+            .blocking_recv()
+            .unwrap()
+            .unwrap()
+    };
+    destroy(10);
+    assert_eq!(count(Cf::Raft, keys::raft_log_range(10)), 0);
+    assert_eq!(count(Cf::Default, table_record_range(7)), 0);
+    assert!(engine
+        .get(Cf::Raft, &keys::raft_state_key(10))
+        .unwrap()
+        .is_none());
+    assert_eq!(engine.counts().range_deletes, before.range_deletes);
+
+    destroy(11);
+    assert_eq!(count(Cf::Default, table_record_range(8)), 0);
+    assert_eq!(engine.counts().range_deletes, before.range_deletes + 1);
 }
