@@ -361,7 +361,7 @@ impl<E: Engine> PeerStorage<E> {
     /// table of thousands of regions as thousands of tombstones slowed
     /// every read and write on the store until the memtable flushed (a
     /// 5,000-region DROP held the stores for over a minute). A region with
-    /// more than [`POINT_DELETES`] keys is one range tombstone, as before.
+    /// more than `POINT_DELETES` (1,024) keys is one range tombstone, as before.
     pub fn destroy(&self, wb: &mut WriteBatch) -> Result<()> {
         if self.is_initialized() {
             let r = &self.region;
