@@ -105,16 +105,17 @@ impl Cluster {
         }
     }
 
+    /// Creates `region`'s peers, each store's written and answered as
+    /// the store loop does after a drain of its messages.
     fn create(&mut self, region: &Region) {
         for p in &region.peers {
             let (tx, mut rx) = oneshot::channel();
-            self.stores
-                .get_mut(&p.store_id)
-                .unwrap()
-                .handle_msg(StoreMsg::CreatePeer {
-                    region: region.clone(),
-                    cb: tx,
-                });
+            let store = self.stores.get_mut(&p.store_id).unwrap();
+            store.handle_msg(StoreMsg::CreatePeer {
+                region: region.clone(),
+                cb: tx,
+            });
+            store.write_life().unwrap();
             rx.try_recv().unwrap().unwrap();
         }
     }
