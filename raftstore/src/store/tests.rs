@@ -133,6 +133,22 @@ fn the_loop_stops_without_answering_when_apply_cannot_read() {
     ));
 }
 
+/// Runs `store`'s loop on a thread of its own until its first region's
+/// peer leads; the loop's sender.
+fn drive_until_leader<E: Engine>(mut store: RaftStore<E, NoTransport>) -> mpsc::Sender<StoreMsg>
+where
+    RaftStore<E, NoTransport>: Send + 'static,
+{
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || drop(drive(&mut store, &rx)));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !status(&tx).is_leader {
+        assert!(Instant::now() < deadline, "no leader");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tx
+}
+
 /// Sends `make(cb)` and waits for its answer.
 fn ask<T>(
     tx: &mpsc::Sender<StoreMsg>,
@@ -156,13 +172,7 @@ fn an_ingest_lands_between_the_writes_the_log_puts_around_it_and_repeats_as_a_no
     let importer = Arc::new(SstImporter::open(&dir.path().join("import")).unwrap());
     let (mut store, epoch) = one_region_store(engine.clone());
     store.set_importer(importer.clone());
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || drop(drive(&mut store, &rx)));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !status(&tx).is_leader {
-        assert!(Instant::now() < deadline, "no leader");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let tx = drive_until_leader(store);
 
     // An uploaded file of handles 100..110.
     let uuid = vec![3u8; crate::import::UUID_BYTES];
@@ -344,13 +354,7 @@ fn a_destroyed_peer_leaves_no_key_and_a_small_one_no_range_tombstone() {
     }
     engine.write(&wb, false).unwrap();
 
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || drop(drive(&mut store, &rx)));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !status(&tx).is_leader {
-        assert!(Instant::now() < deadline, "no leader");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let tx = drive_until_leader(store);
     // Region 10 gets rows, and its log entries.
     for h in 1..4 {
         let put = KvWrite {
