@@ -343,8 +343,6 @@ impl Drop for ExtraCompute {
     }
 }
 
-/// A playground process line's words without its " status URL" ending
-/// (the status ports are checked by tests/metrics.rs).
 /// A statement as a failure message shows it: whole when short, else its
 /// start and its length, so that the error after it is not cut off with it
 /// (CI shows only the start and end of a long message).
@@ -356,6 +354,8 @@ pub fn statement_for_message(sql: &str) -> String {
     }
 }
 
+/// A playground process line's words without its " status URL" ending
+/// (the status ports are checked by tests/metrics.rs).
 pub fn process_line(line: &str) -> Vec<&str> {
     let mut words: Vec<&str> = line.split_whitespace().collect();
     if words.len() >= 2 && words[words.len() - 2] == "status" {
