@@ -36,11 +36,20 @@
 //! switch inherited from a parent `quarry` process; where it does not,
 //! mimalloc turns them off itself.
 //!
+//! RELEASE AFTER A BIG QUERY. The purge delay keeps a finished query's
+//! memory with the process, and mimalloc hands it back only when the
+//! thread that owns it next allocates. A compute process asks for it back
+//! when a query that reserved 64 MiB or more ends
+//! (`quarry_compute::df::memory_release`); each runtime worker thread,
+//! as it parks, calls [`release_if_asked`], which has mimalloc collect
+//! that thread's free pages and purge them at once (`mi_collect`, forced),
+//! once per ask. Storage processes never ask.
+//!
 //! The purge delay is set through mimalloc's C API, the binary's one use
 //! of `unsafe` (the workspace denies it elsewhere): a store into
 //! mimalloc's option table, made before the runtime starts any thread, as
-//! mimalloc asks ("not thread safe"). THP goes off through `prctl`, a safe
-//! call in `nix`.
+//! mimalloc asks ("not thread safe"), and the collection above. THP goes
+//! off through `prctl`, a safe call in `nix`.
 
 use std::sync::OnceLock;
 
@@ -102,6 +111,28 @@ pub fn tune() -> &'static Tuning {
         purge_delay: set_purge_delay(),
         huge_pages: huge_pages_off(),
     })
+}
+
+/// Collects this thread's free memory and purges it, if a release was
+/// asked since the thread last did (see the module docs). The runtime
+/// calls it as a worker thread parks: one relaxed load and a thread-local
+/// read when nothing was asked. Returns whether it collected.
+pub fn release_if_asked() -> bool {
+    thread_local! {
+        static SEEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    let asked = quarry_compute::df::memory_release::asked();
+    if SEEN.with(|seen| seen.replace(asked)) == asked {
+        return false;
+    }
+    // SAFETY: `mi_collect` works on the calling thread's own heap and the
+    // arenas' free ranges, under mimalloc's own locks; no pointer crosses
+    // the boundary.
+    #[allow(unsafe_code)]
+    unsafe {
+        ffi::mi_collect(true)
+    };
+    true
 }
 
 /// Logs what [`tune`] did when it is not what was meant (once logging is
@@ -223,6 +254,45 @@ mod tests {
         // SAFETY: as in `tune`; reading one integer option.
         let now: i64 = unsafe { ffi::mi_option_get(PURGE_DELAY) };
         assert_eq!(now, PURGE_DELAY_MS);
+    }
+
+    /// The process's anonymous resident memory, in bytes.
+    fn rss_anon() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        kb << 10
+    }
+
+    #[test]
+    fn a_thread_hands_its_freed_memory_back_once_for_each_release_asked() {
+        tune();
+        std::thread::spawn(|| {
+            // A thread new to the asks may collect once, then not again.
+            release_if_asked();
+            assert!(!release_if_asked());
+            // 256 MiB touched and freed stay with the process (the purge
+            // delay) until a release is asked and the thread collects.
+            let blocks: Vec<Vec<u8>> = (0..256).map(|_| vec![1u8; 1 << 20]).collect();
+            assert_eq!(blocks.iter().map(|b| b[4096] as usize).sum::<usize>(), 256);
+            drop(blocks);
+            let kept = rss_anon();
+            quarry_compute::df::memory_release::ask();
+            assert!(release_if_asked());
+            assert!(!release_if_asked(), "once per ask");
+            let after = rss_anon();
+            if !purge_delay_in_environment() {
+                assert!(
+                    kept.saturating_sub(after) >= 128 << 20,
+                    "RssAnon {kept} before the release, {after} after"
+                );
+            }
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

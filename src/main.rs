@@ -627,6 +627,11 @@ fn main() {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(16 << 20)
+        // A big query's freed memory goes back to the kernel in the idle
+        // moments after it (`allocator.rs`, "RELEASE AFTER A BIG QUERY").
+        .on_thread_park(|| {
+            allocator::release_if_asked();
+        })
         .build()
     {
         Ok(rt) => rt,

@@ -72,6 +72,11 @@ metric!(PHYSICAL_PLANS_REUSED: IntCounter = register_int_counter!(
     "Plan-cache hits run from a fresh copy of their kept physical plan instead of planning it again (joins and their join filters included; a distributed query's copy is still cut into stages at each run)"
 ));
 
+metric!(MEMORY_RELEASES: IntCounter = register_int_counter!(
+    "quarry_compute_memory_releases_total",
+    "Queries whose end asked the process's threads to hand their free memory back to the kernel (their memory pool held 64 MiB or more at its peak: df/memory_release.rs)"
+));
+
 metric!(MPP_RETRIES: IntCounter = register_int_counter!(
     "quarry_compute_mpp_retries_total",
     "Queries over several compute processes run again after a worker became unreachable (mpp/)"

@@ -52,6 +52,7 @@
 //! | `measured_shares_off` | compute's estimate of a scan's filter (`df/region_scan.rs`, the shares of `df/measured_share.rs`), at each plan | conditions the column statistics cannot estimate keep the default fifth instead of their share measured on a sample (to time both side by side) |
 //! | `join_order_off` | compute's join-order rule (`df/join_order.rs`), at each plan | the rule keeps the query's order (to time both orders side by side) |
 //! | `shared_subplan_off` | compute's rule sharing repeated joins and aggregations (`df/shared_subplan/`), at each plan | each use keeps its own copy (to time both side by side) |
+//! | `memory_release_off` | compute, as a query's memory pool goes (`df/memory_release.rs`) | a query that reserved 64 MiB or more does not ask the process to hand its free memory back (to measure both side by side) |
 //! | `stale_read` | compute's timestamp for a query's reads | `return(MS)`: queries read MS ms in the past (a broken build for `quarry chaos` to catch) |
 
 /// Whether any point can fire in this build.

@@ -53,6 +53,7 @@ pub mod late_filters;
 pub mod literal_shape;
 pub mod local_time;
 pub mod measured_share;
+pub mod memory_release;
 pub mod mpp;
 pub mod output_names;
 pub mod partition_hull;
@@ -806,15 +807,24 @@ pub(crate) fn session_time_zone() -> Option<String> {
 /// A runtime with a memory pool of its own, of `memory_limit` bytes (None
 /// where queries have no limit, 0): one query's (`SqlSession`), shared on
 /// each process with the query's MPP tasks there (`mpp/runtimes.rs`). One
-/// past its limit fails alone.
+/// past its limit fails alone. A big query's end hands its memory back to
+/// the kernel (`memory_release.rs`).
 pub(crate) fn runtime_with_limit(
     memory_limit: usize,
 ) -> datafusion::common::Result<Option<Arc<datafusion::execution::runtime_env::RuntimeEnv>>> {
     if memory_limit == 0 {
         return Ok(None);
     }
+    use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
+    // DataFusion's `with_memory_limit` pool (the five largest consumers
+    // named in its error), inside one that releases the query's memory
+    // when it ends (`memory_release.rs`).
+    let pool = TrackConsumersPool::new(
+        GreedyMemoryPool::new(memory_limit),
+        std::num::NonZeroUsize::new(5).unwrap_or(std::num::NonZeroUsize::MIN),
+    );
     datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-        .with_memory_limit(memory_limit, 1.0)
+        .with_memory_pool(Arc::new(memory_release::ReleasingPool::new(Arc::new(pool))))
         .build_arc()
         .map(Some)
 }
