@@ -2,7 +2,8 @@
 //! ` status http://HOST:PORT`, each serves Prometheus `/metrics` whose
 //! counters move with the work (coprocessor requests, Raft proposals,
 //! statements and their errors), `/health`, and 404 elsewhere; compute's
-//! slow-query log shows a slow query's SQL and its per-region statistics.
+//! slow-query log shows a slow query's SQL and its per-region statistics;
+//! a big query's end hands compute's free memory back, and counts it.
 
 mod common;
 
@@ -392,4 +393,68 @@ fn queries_differing_only_in_their_constants_share_one_plan_and_answer_for_their
         );
     }
     assert_eq!(value("SELECT count(*) AS n FROM s WHERE name = 'n3'"), "29");
+}
+
+/// A query whose memory pool held 64 MiB or more hands the process's free
+/// memory back as it ends (`compute/src/df/memory_release.rs`): compute's
+/// anonymous memory falls back within moments instead of staying for the
+/// allocator's purge delay (10 s), and
+/// `quarry_compute_memory_releases_total` counts it. A small query does
+/// not ask, and with the failpoint `memory_release_off` the memory stays.
+#[test]
+fn a_big_query_hands_its_memory_back_to_the_kernel_when_it_ends() {
+    let _serial = SERIAL.lock();
+    let pg = Playground::start(&["--stores", "1", "--sf", "0.01", "--tables", "nation"]);
+    let url = pg.status_urls[1].clone();
+    let releases = || {
+        sample(
+            &get(&url, "/metrics").1,
+            "quarry_compute_memory_releases_total",
+        )
+    };
+    let anon_mb = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", pg.compute_pid)).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        kb >> 10
+    };
+    // Three million groups: the aggregation's pool holds well over 64 MiB.
+    let big = "SELECT count(*) FROM (SELECT x % 3000000 AS k, count(*) \
+               FROM generate_series(1, 6000000) AS t(x) GROUP BY 1)";
+
+    assert!(pg.ok("SELECT count(*) FROM nation").contains("25"));
+    assert_eq!(releases(), 0.0, "a small query asks for no release");
+
+    assert_eq!(
+        http(&url, "PUT", "/fail/memory_release_off", "return").0,
+        200
+    );
+    assert!(pg.ok(big).contains("3000000"));
+    std::thread::sleep(Duration::from_millis(500));
+    let kept = anon_mb();
+    assert_eq!(releases(), 0.0, "the failpoint stops the ask");
+    assert!(
+        kept >= 96,
+        "{kept} MB of anonymous memory after the big query without a release"
+    );
+
+    assert_eq!(http(&url, "DELETE", "/fail/memory_release_off", "").0, 200);
+    assert!(pg.ok(big).contains("3000000"));
+    assert_eq!(releases(), 1.0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = anon_mb();
+        if now * 2 < kept {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "compute still holds {now} MB of anonymous memory 5 s after a big query \
+             (it held {kept} MB without the release)"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
