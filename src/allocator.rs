@@ -258,13 +258,7 @@ mod tests {
 
     /// The process's anonymous resident memory, in bytes.
     fn rss_anon() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("RssAnon:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap();
-        kb << 10
+        quarry::bench::status_bytes(std::process::id(), "RssAnon").unwrap()
     }
 
     #[test]

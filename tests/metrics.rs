@@ -412,15 +412,7 @@ fn a_big_query_hands_its_memory_back_to_the_kernel_when_it_ends() {
             "quarry_compute_memory_releases_total",
         )
     };
-    let anon_mb = || {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", pg.compute_pid)).unwrap();
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("RssAnon:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap();
-        kb >> 10
-    };
+    let anon_mb = || quarry::bench::status_bytes(pg.compute_pid, "RssAnon").unwrap() >> 20;
     // Three million groups: the aggregation's pool holds well over 64 MiB.
     let big = "SELECT count(*) FROM (SELECT x % 3000000 AS k, count(*) \
                FROM generate_series(1, 6000000) AS t(x) GROUP BY 1)";

@@ -257,8 +257,16 @@ pub struct PeakRss {
 /// Process `pid`'s peak resident memory so far (`VmHWM` in
 /// `/proc/PID/status`), if it can be read.
 pub fn peak_rss(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmHWM")
+}
+
+/// The memory figure `field` (`VmHWM`, `RssAnon`, … in kB) of
+/// `/proc/PID/status`, in bytes, if it can be read.
+pub fn status_bytes(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status
+        .lines()
+        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
