@@ -815,18 +815,14 @@ pub(crate) fn runtime_with_limit(
     if memory_limit == 0 {
         return Ok(None);
     }
-    use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
-    // DataFusion's `with_memory_limit` pool (the five largest consumers
-    // named in its error), inside one that releases the query's memory
-    // when it ends (`memory_release.rs`).
-    let pool = TrackConsumersPool::new(
-        GreedyMemoryPool::new(memory_limit),
-        std::num::NonZeroUsize::new(5).unwrap_or(std::num::NonZeroUsize::MIN),
-    );
-    datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-        .with_memory_pool(Arc::new(memory_release::ReleasingPool::new(Arc::new(pool))))
-        .build_arc()
-        .map(Some)
+    // The pool DataFusion's `with_memory_limit` makes, inside one that
+    // releases the query's memory when it ends (`memory_release.rs`).
+    let mut builder = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+        .with_memory_limit(memory_limit, 1.0);
+    if let Some(pool) = builder.memory_pool.take() {
+        builder = builder.with_memory_pool(Arc::new(memory_release::ReleasingPool::new(pool)));
+    }
+    builder.build_arc().map(Some)
 }
 
 /// Puts `rule` among `state`'s logical optimizer rules right after the
