@@ -20,8 +20,8 @@
 //! time through one pass ([`sums_n`]: each row's slot read once, its
 //! values added to that slot's sums, even and odd rows into two sets so
 //! that consecutive rows of one group do not wait on each other's store);
-//! on AVX-512, blocks with few slots take [`crate::simd::sums_in_slots`]
-//! instead. A program alone takes [`sum_by_slot`] (four sets), and sums
+//! on AVX2 and AVX-512, blocks with few slots take the masked kernels of
+//! [`FewSlots`] instead. A program alone takes [`sum_by_slot`] (four sets), and sums
 //! that may leave i64 add up in i128.
 
 use std::borrow::Cow;
@@ -30,6 +30,7 @@ use super::groups::Groups;
 use super::keys::Locals;
 use super::node::{Val, I64_LIMIT};
 use super::plan::{AggState, FusedPlan};
+use crate::simd::FewSlots;
 use crate::Result;
 
 /// Rows the programs run over at a time.
@@ -45,9 +46,9 @@ pub(super) struct BlockTotals {
     /// program `together[k]`), over the even rows and the odd rows.
     even: Vec<i64>,
     odd: Vec<i64>,
-    /// The slots with rows, for the AVX-512 kernel (which declines more
-    /// than it takes, or none).
-    ids: Vec<u32>,
+    /// How the SIMD kernels sum `together` over the block's few slots,
+    /// where they run and take it (see [`FewSlots`]).
+    few: Option<FewSlots>,
     /// The other summed programs, with their sums.
     each: Vec<(usize, Sums)>,
     /// The programs whose minimum or maximum is kept: per slot.
@@ -91,10 +92,10 @@ impl BlockTotals {
             together.clear();
         }
         let width = together.len();
-        let real = &counts[..locals.real.min(counts.len())];
-        let ids: Vec<u32> = (0..real.len() as u32)
-            .filter(|s| real[*s as usize] > 0)
-            .collect();
+        let few = match together.is_empty() {
+            true => None,
+            false => FewSlots::plan(counts),
+        };
         let slots = if locals.single { 1 } else { locals.total };
         let each = (0..n)
             .filter(|p| need_sum[*p] && !together.contains(p))
@@ -113,7 +114,7 @@ impl BlockTotals {
             even: vec![0; width * locals.total],
             odd: vec![0; width * locals.total],
             together,
-            ids,
+            few,
             each,
             extremes,
         }
@@ -126,10 +127,13 @@ impl BlockTotals {
         let total = self.locals.total;
         if !self.together.is_empty() {
             let cols: Vec<&[i64]> = self.together.iter().map(|p| &vals[*p][..]).collect();
-            match crate::simd::sums_in_slots(&cols, local, &self.ids, total) {
-                Some(sums) => self.even.iter_mut().zip(sums).for_each(|(a, b)| {
-                    *a = a.wrapping_add(b);
-                }),
+            match &self.few {
+                Some(few) => {
+                    let sums = few.sums(&cols, local, total);
+                    self.even.iter_mut().zip(sums).for_each(|(a, b)| {
+                        *a = a.wrapping_add(b);
+                    })
+                }
                 None => sums_by_slot_together(&cols, local, &mut self.even, &mut self.odd),
             }
         }
@@ -321,10 +325,20 @@ mod tests {
                 // some without rows.
                 let nslots = 1 + (next() % 12) as usize;
                 let empty = (next() % nslots as u64) as u32;
+                // Half the time as skewed as Q1's: one slot with about
+                // half the rows, the next few with a quarter, an eighth…,
+                // the last ones rare (the AVX2 kernel's three kinds).
+                let skewed = next() % 2 == 0;
                 let slots: Vec<u32> = (0..rows)
-                    .map(|_| match (next() % nslots as u64) as u32 {
-                        s if s == empty && nslots > 1 => (s + 1) % nslots as u32,
-                        s => s,
+                    .map(|_| {
+                        let s = match skewed {
+                            true => (next() | (1 << (nslots - 1))).trailing_zeros(),
+                            false => (next() % nslots as u64) as u32,
+                        };
+                        match s {
+                            s if s == empty && nslots > 1 => (s + 1) % nslots as u32,
+                            s => s,
+                        }
                     })
                     .collect();
                 let big = next() % 3 == 0;
@@ -359,16 +373,18 @@ mod tests {
                         }
                     }
                 }
-                // The AVX-512 kernel where it runs: the same sums.
+                // The SIMD kernels where they run and take the block: the
+                // same sums, for every slot.
                 let refs: Vec<&[i64]> = cols.iter().map(|c| c.as_slice()).collect();
-                let ids: Vec<u32> = (0..nslots as u32).filter(|s| slots.contains(s)).collect();
+                let mut counts = vec![0i64; nslots];
+                slots.iter().for_each(|s| counts[*s as usize] += 1);
                 crate::simd::for_each_level(|level| {
-                    if let Some(sums) = crate::simd::sums_in_slots(&refs, &slots, &ids, nslots) {
+                    if let Some(few) = FewSlots::plan(&counts) {
+                        let sums = few.sums(&refs, &slots, nslots);
                         for (k, c) in cols.iter().enumerate() {
                             let one = one_at_a_time(c, &slots, nslots);
-                            for s in &ids {
-                                let s = *s as usize;
-                                assert_eq!(sums[s * ncols + k], one[s], "{level:?}");
+                            for s in 0..nslots {
+                                assert_eq!(sums[s * ncols + k], one[s], "{level:?} slot {s}");
                             }
                         }
                     }
